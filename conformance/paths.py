@@ -1,0 +1,27 @@
+"""Where the harness keeps what it downloads, builds and records."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+SCENARIOS_DIR = PACKAGE_DIR / "scenarios"
+NATIVE_DIR = PACKAGE_DIR / "native"
+EXPECTATIONS_DIR = PACKAGE_DIR / "expectations"
+
+
+def cache_dir() -> Path:
+    """The harness cache: ``$PROFHARNESS_CACHE``, else ``$XDG_CACHE_HOME/profharness``, else ~/.cache."""
+    explicit = os.environ.get("PROFHARNESS_CACHE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "profharness"
+
+
+def runs_dir() -> Path:
+    """Where run folders (app copy, probe copy, trace, stdout/stderr) are kept: ``$PROFHARNESS_RUNS``."""
+    explicit = os.environ.get("PROFHARNESS_RUNS")
+    return Path(explicit) if explicit else cache_dir() / "runs"
