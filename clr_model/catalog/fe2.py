@@ -1,0 +1,7 @@
+"""Clauses of the FE2 document."""
+
+from __future__ import annotations
+
+from clr_model.catalog.base import Clause
+
+CLAUSES: tuple[Clause, ...] = ()
