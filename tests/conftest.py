@@ -1,0 +1,29 @@
+"""Test-session rules shared by every test package.
+
+A live test (``@pytest.mark.live``) may skip only when its runtime is truly absent. In CI
+(``PROFHARNESS_REQUIRE_LIVE=1``, set by ``.ci/run``, which installs both bundled runtimes) such a skip is
+turned into a failure, so a missing runtime can never pass silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if (
+        report.skipped
+        and os.environ.get("PROFHARNESS_REQUIRE_LIVE") == "1"
+        and item.get_closest_marker("live") is not None
+    ):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"live test skipped in CI (PROFHARNESS_REQUIRE_LIVE=1): {reason}"
+    return report
