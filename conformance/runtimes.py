@@ -32,7 +32,7 @@ MARKER_NAME = ".profharness-wheel"
 WHEELHOUSE_ENV = "PROFHARNESS_WHEELHOUSE"
 
 
-def _version_numbers(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
     """The leading numeric components of a version: "8.0.4" -> (8, 0, 4); "9.0.0-rc.1" -> (9, 0, 0)."""
     numbers: list[int] = []
     for part in version.split("-", 1)[0].split("."):
@@ -63,7 +63,7 @@ class Runtime(BaseModel):
 
     @property
     def major_minor(self) -> tuple[int, int]:
-        numbers = (*_version_numbers(self.version), 0, 0)
+        numbers = (*version_key(self.version), 0, 0)
         return numbers[0], numbers[1]
 
     @property
@@ -294,7 +294,7 @@ def _install_one(bundled: BundledRuntime) -> Runtime:
     return runtime
 
 
-def _bundled_matching(version: str | None) -> list[BundledRuntime]:
+def bundled_matching(version: str | None) -> list[BundledRuntime]:
     if version is None:
         return list(BUNDLED)
     chosen = [b for b in BUNDLED if _matches(version, b.version)]
@@ -306,7 +306,7 @@ def _bundled_matching(version: str | None) -> list[BundledRuntime]:
 
 def install_bundled(version: str | None = None) -> list[Runtime]:
     """Install the bundled runtimes (all, or those matching ``version``); already installed ones are kept."""
-    return [_install_one(b) for b in _bundled_matching(version)]
+    return [_install_one(b) for b in bundled_matching(version)]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -321,15 +321,17 @@ def _runtimes_in_root(root: Path, source: str) -> list[Runtime]:
     found = [
         Runtime(version=child.name, host=host, framework_dir=child, source=source)
         for child in shared.iterdir()
-        if child.is_dir()
-        and _version_numbers(child.name)
-        and (child / "System.Private.CoreLib.dll").is_file()
+        if child.is_dir() and version_key(child.name) and (child / "System.Private.CoreLib.dll").is_file()
     ]
-    return sorted(found, key=lambda rt: _version_numbers(rt.version))
+    return sorted(found, key=lambda rt: version_key(rt.version))
 
 
 def user_runtimes(dotnet: Path) -> list[Runtime]:
     """Runtimes of a user's dotnet: ``dotnet`` is a dotnet root folder or the ``dotnet`` executable."""
+    if not dotnet.exists():
+        raise HarnessError(
+            f"--dotnet {dotnet}: no such file or folder (expected a dotnet root or executable)"
+        )
     root = dotnet if dotnet.is_dir() else dotnet.parent
     found = _runtimes_in_root(root, f"--dotnet {dotnet}")
     if not found:
