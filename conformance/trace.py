@@ -198,10 +198,14 @@ class Trace(BaseModel):
         return dict(counts[-1].counts) if counts else {}
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(error: ValidationError, kind: object) -> str:
     first = error.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return f"{where}: {first['msg']}" if where else str(first["msg"])
+    loc = list(first["loc"])
+    if loc and loc[0] == kind:  # the discriminator's branch, already named below
+        loc = loc[1:]
+    where = ".".join(str(p) for p in loc)
+    prefix = f"{kind} record: " if isinstance(kind, str) else ""
+    return f"{prefix}{where}: {first['msg']}" if where else f"{prefix}{first['msg']}"
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
@@ -242,7 +246,7 @@ def read_trace(path: Path, *, strict: bool = False) -> Trace:
         try:
             record = RECORD_ADAPTER.validate_python(data)
         except ValidationError as exc:
-            problem = TraceProblem(path=str(path), line=number, what=_describe(exc))
+            problem = TraceProblem(path=str(path), line=number, what=_describe(exc, data.get("kind")))
             break
         if record.seq in seen:
             problem = TraceProblem(path=str(path), line=number, what=f"seq {record.seq} appears twice")
