@@ -1,7 +1,115 @@
-"""Clauses of the BUF document."""
+"""Clauses of caller-allocated-buffers.md (``shared/spec``): every normative sentence, plus ambiguities."""
 
 from __future__ import annotations
 
-from clr_model.catalog.base import Clause
+from clr_model.catalog.base import Clause, Document, Kind, Layer
 
-CLAUSES: tuple[Clause, ...] = ()
+_D = Document.CALLER_ALLOCATED_BUFFERS
+M, LV, V = Layer.MODEL, Layer.LIVE, Layer.VALIDATOR
+
+CLAUSES: tuple[Clause, ...] = (
+    Clause(
+        id="BUF-01", title="cBufferSizeStart = elements allocated", document=_D, section="Behaviour",
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
+        paraphrase="cBufferSizeStart is the number of elements (not bytes) the caller allocated; the method "
+        "never writes beyond it.",
+        quote="The cBufferSizeStart parameter specifies the number of elements allocated in the buffer.",
+    ),
+    Clause(
+        id="BUF-02", title="*pcBufferMax = total available", document=_D, section="Behaviour",
+        kind=Kind.RETURN_CODE, layers=frozenset({M, LV}),
+        paraphrase="*pcBufferMax is set to the total number of elements available, whatever the buffer size "
+        "(not the number actually written).",
+        quote="So, pcBufferMax is independent of the actual size of the caller-allocated buffer.",
+    ),
+    Clause(
+        id="BUF-03", title="as many elements as fit", document=_D, section="Behaviour",
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
+        paraphrase="The buffer is filled with min(available, cBufferSizeStart) elements.",
+        quote="After the method returns, this buffer will be filled with as many elements as possible.",
+    ),
+    Clause(
+        id="BUF-04", title="NULL buffer needs size 0", document=_D, section="Behaviour",
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        paraphrase="A caller passing a NULL InfoBuffer must pass cBufferSizeStart 0.",
+        quote="If InfoBuffer is null, cBufferSizeStart must be 0.",
+    ),
+    Clause(
+        id="BUF-05", title="S_OK when elements returned", document=_D, section="Behaviour",
+        kind=Kind.RETURN_CODE, layers=frozenset({M, LV}),
+        paraphrase="When any element is returned the method returns S_OK and sets *pcBufferMax to the total.",
+        quote="If any elements are returned, the method returns S_OK and sets pcBufferMax to the total "
+        "number "
+        "of elements available.",
+    ),
+    Clause(
+        id="BUF-06", title="single-pass client", document=_D, section="Remarks",
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        paraphrase="Single pass: allocate a buffer expected to be large enough and reallocate (and call "
+        "again) "
+        "when it proves too small, otherwise data are truncated.",
+        quote="Be prepared to reallocate the buffer if it proves to be too small. Otherwise, data truncation "
+        "may occur.",
+    ),
+    Clause(
+        id="BUF-07", title="double-pass client", document=_D, section="Remarks",
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        paraphrase="Double pass: call with a zero-length buffer to learn *pcBufferMax, then allocate exactly "
+        "that many elements and call again.",
+        quote="First call with a zero-length InfoBuffer parameter to obtain the correct buffer size. "
+        "Then set "
+        "the buffer size to the value returned in pcBufferMax and call the function again.",
+    ),
+    Clause(
+        id="BUF-08", title="truncation test", document=_D, section="Remarks",
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        paraphrase="After the call, *pcBufferMax > cBufferSizeStart means the data were truncated: allocate "
+        "*pcBufferMax elements and call again.",
+        quote="If pcBufferMax points to a value that is larger than cBufferSizeStart, allocate a larger "
+        "InfoBuffer buffer, update cBufferSizeStart with the new, larger size, and call the method again.",
+    ),
+    Clause(
+        id="BUF-09", title="HRESULT of a too-small buffer", document=_D, section="Behaviour",
+        kind=Kind.AMBIGUITY, layers=frozenset({M, LV}),
+        paraphrase="The page promises S_OK 'if any elements are returned' and truncation, but says "
+        "nothing of "
+        "an error code, nor whether a string's count includes its NUL terminator.",
+        question="With 0 < cBufferSizeStart < available, is the answer S_OK with a truncated buffer, or "
+        "HRESULT_FROM_WIN32(ERROR_INSUFFICIENT_BUFFER)? dotnet/runtime (src/coreclr/vm/"
+        "proftoeeinterfaceimpl.cpp) does not agree with itself: GetModuleInfo2 and GetEnvironmentVariable "
+        "return 0x8007007A and copy nothing when cchName < length; GetClassIDInfo2 clamps, returns S_OK and "
+        "sets *pcNumTypeArgs to the number copied (not the total); the old (Rotor) GetAppDomainInfo copied a "
+        "truncated, NUL-terminated name with S_OK. For WCHAR buffers the runtime counts the terminating NUL "
+        "(trueLen = wcslen + 1), which the page never says.",
+        model_choice="The model follows the page: S_OK, min(available, size) elements written, "
+        "*pcBufferMax = "
+        "total. Strings count the NUL (as GetModuleInfo2/GetAppDomainInfo do) and a truncated string keeps a "
+        "NUL in its last written element. check_observed reports the runtime's 0x8007007A answer as a BUF-09 "
+        "divergence, not as a BUF-05 failure, and the client strategies accept it.",
+    ),
+    Clause(
+        id="BUF-10", title="HRESULT when nothing is returned", document=_D, section="Behaviour",
+        kind=Kind.AMBIGUITY, layers=frozenset({M, LV}),
+        paraphrase="The page gives the return code only 'if any elements are returned'.",
+        question="What does the method return when no element is returned: a size-0 / NULL buffer (the first "
+        "call of the double-pass method) or nothing available?",
+        model_choice="S_OK with *pcBufferMax = total, as dotnet/runtime does for a zero-size query "
+        "(GetModuleInfo2, GetClassIDInfo2); the double-pass method of the same page depends on it.",
+    ),
+    Clause(
+        id="BUF-11", title="truncation check under the wrong method", document=_D, section="Remarks",
+        kind=Kind.AMBIGUITY, layers=frozenset({M}),
+        paraphrase="The paragraph about the (slower) double-pass method describes the truncation check and "
+        "reallocation, which is the single-pass procedure.",
+        question="Does a double-pass client also have to re-check *pcBufferMax after its second call (the "
+        "data can grow between the calls, e.g. a name), or is the check only for single-pass clients?",
+        model_choice="Both client strategies apply the BUF-08 check after every call and retry, bounded, "
+        "while *pcBufferMax keeps growing; an answer that never settles is a typed error.",
+    ),
+    Clause(
+        id="BUF-12", title="ULONG32 counts", document=_D, section="Signature",
+        kind=Kind.INVARIANT, layers=frozenset({M, V}),
+        paraphrase="cBufferSizeStart and *pcBufferMax are ULONG32: element counts in [0, 2**32).",
+        quote="[in]  ULONG32 cBufferSizeStart, [out] ULONG32 *pcBufferMax,",
+    ),
+)
