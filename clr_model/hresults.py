@@ -3,8 +3,16 @@
 Values are unsigned 32-bit, as the runtime's headers spell them. Format with :func:`format_hresult`,
 e.g. ``0x8013135F CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX``.
 
-Sources: winerror.h (COM and Win32 codes) and the runtime's corerror.xml (CORPROF_E_* codes). Values are
+Sources: winerror.h (COM and Win32 codes) and the runtime's corerror.xml (CORPROF_E_* codes,
+dotnet/runtime src/coreclr/inc/corerror.xml; every CORPROF value below was checked against it). Values are
 checked against the native probe's own header by tests/conformance/test_probe_header.py.
+
+DoStackSnapshot returns (dotnet/runtime src/coreclr/vm/proftoeeinterfaceimpl.cpp): S_OK,
+E_INVALIDARG (infoFlags bits other than REGISTER_CONTEXT, or X86_OPTIMIZED on x86),
+E_NOTIMPL (a cross-thread walk on a platform without safe thread suspension, unless the runtime is
+suspended), CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX, CORPROF_E_STACKSNAPSHOT_UNSAFE,
+CORPROF_E_STACKSNAPSHOT_ABORTED (the callback returned something other than S_OK),
+CORPROF_E_ASYNCHRONOUS_UNSAFE, CORPROF_E_INCONSISTENT_WITH_FLAGS, E_FAIL, E_UNEXPECTED.
 """
 
 from __future__ import annotations
@@ -44,11 +52,14 @@ class HResult(IntEnum):
     CORPROF_E_ASYNCHRONOUS_UNSAFE = 0x80131364
     CORPROF_E_CLASSID_IS_ARRAY = 0x80131365
     CORPROF_E_CLASSID_IS_COMPOSITE = 0x80131366
+    CORPROF_E_PROFILER_DETACHING = 0x80131367
+    CORPROF_E_CALLBACK3_REQUIRED = 0x8013136E
     CORPROF_E_RUNTIME_UNINITIALIZED = 0x80131371
     CORPROF_E_IMMUTABLE_FLAGS_SET = 0x80131372
     CORPROF_E_PROFILER_NOT_YET_INITIALIZED = 0x80131373
     CORPROF_E_INCONSISTENT_WITH_FLAGS = 0x80131374
     CORPROF_E_CALLBACK4_REQUIRED = 0x8013137B
+    CORPROF_E_SUSPENSION_IN_PROGRESS = 0x80131388
 
     @property
     def failed(self) -> bool:

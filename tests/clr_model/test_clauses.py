@@ -1,0 +1,114 @@
+"""The clause catalog: well-formed, unique, complete per document."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from clr_model.catalog import dss
+from clr_model.catalog.base import PREFIXES, Clause, Document, Kind, Layer
+from clr_model.clauses import CATALOG, UnknownClause, _assemble, clause, with_layer
+from clr_model.errors import ModelError
+
+DESIGN_DSS_IDS = [f"DSS-{n:02d}" for n in range(1, 28)]
+
+
+def test_ids_are_unique_well_formed_and_sorted() -> None:
+    ids = list(CATALOG)
+    assert ids == sorted(ids)
+    assert len(ids) == len(set(ids))
+    for cid, item in CATALOG.items():
+        assert cid == item.id
+        assert re.fullmatch(r"(DSS|FE2|MR2|BUF)-\d{2}", cid)
+        assert cid.startswith(PREFIXES[item.document] + "-")
+
+
+def test_dss_ids_are_contiguous_and_keep_the_design_list() -> None:
+    dss_ids = [c.id for c in dss.CLAUSES]
+    assert dss_ids[: len(DESIGN_DSS_IDS)] == DESIGN_DSS_IDS
+    numbers = [int(i.split("-")[1]) for i in dss_ids]
+    assert numbers == list(range(1, len(numbers) + 1))
+
+
+def test_every_document_has_clauses() -> None:
+    documents = {c.document for c in CATALOG.values()}
+    assert documents == set(Document)
+
+
+def test_every_ambiguity_has_a_question_and_nothing_else_does() -> None:
+    for item in CATALOG.values():
+        assert (item.kind is Kind.AMBIGUITY) == (item.question is not None), item.id
+
+
+def test_dss_ambiguities_the_model_decides_carry_a_model_choice() -> None:
+    for item in dss.CLAUSES:
+        if item.kind is Kind.AMBIGUITY and Layer.MODEL in item.layers:
+            assert item.model_choice, item.id
+
+
+def test_dss_sentences_are_quoted_except_silences() -> None:
+    silent = {"DSS-26", "DSS-27"}  # the page says nothing: no sentence to quote
+    for item in dss.CLAUSES:
+        assert bool(item.quote) == (item.id not in silent), item.id
+
+
+def test_dss_quotes_are_from_the_document() -> None:
+    from pathlib import Path
+
+    text = Path("/work/shared/spec/DoStackSnapshot.md")
+    if not text.exists():
+        pytest.skip("contract documents not available")
+    page = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text.read_text())  # drop link targets
+    page = " ".join(page.split())
+    for item in dss.CLAUSES:
+        if item.quote:
+            quote = " ".join(item.quote.split())
+            assert quote.replace("`", "") in page.replace("`", ""), item.id
+
+
+def test_author_rules_are_checked_by_the_validator() -> None:
+    for item in dss.CLAUSES:
+        if item.kind is Kind.AUTHOR_RULE:
+            assert Layer.VALIDATOR in item.layers, item.id
+
+
+def test_clause_lookup_and_unknown_id() -> None:
+    assert clause("DSS-16").kind is Kind.ORDERING
+    with pytest.raises(UnknownClause, match="DSS-99"):
+        clause("DSS-99")
+
+
+def test_with_layer_filters_in_id_order() -> None:
+    model = with_layer(Layer.MODEL)
+    assert [c.id for c in model] == sorted(c.id for c in model)
+    assert all(Layer.MODEL in c.layers for c in model)
+    assert {c.id for c in model} >= {f"DSS-{n:02d}" for n in (3, 16, 20, 26)}
+
+
+def test_duplicate_ids_are_refused() -> None:
+    one = clause("DSS-01")
+    with pytest.raises(ModelError, match="DSS-01 is defined twice"):
+        _assemble([one], [one])
+
+
+def test_clause_refuses_wrong_prefix_and_question_on_non_ambiguity() -> None:
+    base = dict(
+        title="abc",
+        paraphrase="a paraphrase of ten",
+        section="Remarks",
+        layers=frozenset({Layer.MODEL}),
+    )
+    with pytest.raises(ValidationError, match="prefix"):
+        Clause(id="FE2-01", document=Document.DO_STACK_SNAPSHOT, kind=Kind.INVARIANT, **base)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="question"):
+        Clause(id="DSS-99", document=Document.DO_STACK_SNAPSHOT, kind=Kind.AMBIGUITY, **base)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="question"):
+        Clause(
+            id="DSS-99",
+            document=Document.DO_STACK_SNAPSHOT,
+            kind=Kind.INVARIANT,
+            question="why?",
+            **base,  # type: ignore[arg-type]
+        )
