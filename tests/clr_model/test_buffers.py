@@ -1,0 +1,302 @@
+"""clr_model.buffers: the caller-allocated buffer protocol and the single/double-pass clients."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clr_model.buffers import (
+    BufferCallFailed,
+    BufferNeverSettled,
+    BufferUnderfilled,
+    CallerBrokeContract,
+    ObservedCall,
+    check_observed,
+    double_pass,
+    expected,
+    expected_string,
+    single_pass,
+    utf16_units,
+)
+from clr_model.errors import InvalidInput, ModelError
+from clr_model.hresults import HResult
+from clr_model.strategies.buffers import (
+    GrowingImpl,
+    ModelImpl,
+    RuntimeLikeImpl,
+    any_requests,
+    growing_impls,
+    observed_calls,
+    requests,
+)
+
+S_OK = HResult.S_OK.value
+INSUFFICIENT = HResult.HRESULT_ERROR_INSUFFICIENT_BUFFER.value
+FAST = settings(max_examples=100, deadline=None)
+
+
+def _conforming(data: list[int], size: int, present: bool) -> ObservedCall:
+    model = expected(data, size, present)
+    return ObservedCall(c_buffer_size_start=size, buffer_present=present, hr=model.hresult,
+                        pc_buffer_max=model.pc_buffer_max, elements_written=model.elements_written)
+
+
+# BUF-01 ---------------------------------------------------------------------------------------------
+
+def test_BUF_01_never_past_the_buffer_example() -> None:
+    assert expected([1, 2, 3], 2, True).elements_written == 2
+    over = ObservedCall(c_buffer_size_start=2, buffer_present=True, hr=S_OK, pc_buffer_max=3,
+                        elements_written=3)
+    assert [v.clause for v in check_observed(over, available=3)] == ["BUF-01"]
+
+
+@FAST
+@given(requests())
+def test_BUF_01_never_past_the_buffer_property(req: tuple[list[int], int, bool]) -> None:
+    data, size, present = req
+    assert expected(data, size, present).elements_written <= size
+
+
+# BUF-02 ---------------------------------------------------------------------------------------------
+
+def test_BUF_02_total_whatever_the_size_example() -> None:
+    assert [expected(7, n, True).pc_buffer_max for n in (0, 1, 6, 7, 100)] == [7] * 5
+    wrong = ObservedCall(c_buffer_size_start=3, buffer_present=True, hr=S_OK, pc_buffer_max=3,
+                         elements_written=3)
+    assert [v.clause for v in check_observed(wrong, available=7)] == ["BUF-02"]
+
+
+@FAST
+@given(requests())
+def test_BUF_02_total_whatever_the_size_property(req: tuple[list[int], int, bool]) -> None:
+    data, size, present = req
+    assert expected(data, size, present).pc_buffer_max == len(data)
+
+
+# BUF-03 ---------------------------------------------------------------------------------------------
+
+def test_BUF_03_as_many_as_fit_example() -> None:
+    assert expected([10, 11, 12], 2, True).elements == (10, 11)
+    assert expected([10, 11, 12], 9, True).elements == (10, 11, 12)
+    short = ObservedCall(c_buffer_size_start=5, buffer_present=True, hr=S_OK, pc_buffer_max=3,
+                         elements_written=2)
+    assert [v.clause for v in check_observed(short, available=3)] == ["BUF-03"]
+
+
+@FAST
+@given(requests())
+def test_BUF_03_as_many_as_fit_property(req: tuple[list[int], int, bool]) -> None:
+    data, size, present = req
+    outcome = expected(data, size, present)
+    assert outcome.elements == tuple(data[: min(len(data), size)])
+    assert check_observed(_conforming(data, size, present), available=len(data)) == []
+
+
+# BUF-04 ---------------------------------------------------------------------------------------------
+
+def test_BUF_04_null_needs_zero_example() -> None:
+    with pytest.raises(CallerBrokeContract, match="BUF-04"):
+        expected(3, 2, False)
+    call = ObservedCall(c_buffer_size_start=2, buffer_present=False, hr=S_OK, pc_buffer_max=3,
+                        elements_written=0)
+    assert [v.clause for v in check_observed(call)] == ["BUF-04"]
+    assert expected(3, 0, False).elements_written == 0
+
+
+@FAST
+@given(st.integers(0, 100), st.integers(1, 2**32 - 1))
+def test_BUF_04_null_needs_zero_property(total: int, size: int) -> None:
+    with pytest.raises(CallerBrokeContract):
+        expected(total, size, False)
+
+
+# BUF-05 ---------------------------------------------------------------------------------------------
+
+def test_BUF_05_s_ok_when_returned_example() -> None:
+    assert expected([1], 1, True).hresult == S_OK
+    failed = ObservedCall(c_buffer_size_start=4, buffer_present=True, hr=HResult.E_FAIL.value,
+                          pc_buffer_max=2, elements_written=2)
+    assert [v.clause for v in check_observed(failed, available=2)] == ["BUF-05"]
+
+
+@FAST
+@given(requests())
+def test_BUF_05_s_ok_when_returned_property(req: tuple[list[int], int, bool]) -> None:
+    data, size, present = req
+    outcome = expected(data, size, present)
+    if outcome.elements_written > 0:
+        assert outcome.hresult == S_OK and outcome.pc_buffer_max == len(data)
+        assert "BUF-05" in outcome.clauses
+
+
+# BUF-06 ---------------------------------------------------------------------------------------------
+
+def test_BUF_06_single_pass_reallocates_example() -> None:
+    result = single_pass(ModelImpl(data=list(range(10))), initial=4)
+    assert result.elements == list(range(10))
+    assert [(c.c_buffer_size_start, c.pc_buffer_max) for c in result.log] == [(4, 10), (10, 10)]
+    assert single_pass(ModelImpl(data=[1, 2]), initial=8).elements == [1, 2]
+
+
+@FAST
+@given(growing_impls(), st.integers(0, 30))
+def test_BUF_06_single_pass_property(impl: GrowingImpl, initial: int) -> None:
+    result = single_pass(impl, initial)
+    assert result.elements == impl.data  # nothing truncated, nothing invented
+    for before, after in zip(result.log, result.log[1:], strict=False):
+        assert after.c_buffer_size_start == before.pc_buffer_max
+
+
+# BUF-07 ---------------------------------------------------------------------------------------------
+
+def test_BUF_07_double_pass_example() -> None:
+    result = double_pass(ModelImpl(data=[5, 6, 7]))
+    assert [(c.c_buffer_size_start, c.buffer_present) for c in result.log] == [(0, False), (3, True)]
+    assert result.elements == [5, 6, 7]
+    assert double_pass(ModelImpl(data=[])).elements == []
+
+
+@FAST
+@given(growing_impls())
+def test_BUF_07_double_pass_property(impl: GrowingImpl) -> None:
+    result = double_pass(impl)
+    assert result.log[0].c_buffer_size_start == 0 and not result.log[0].buffer_present
+    if len(result.log) > 1:
+        assert result.log[1].c_buffer_size_start == result.log[0].pc_buffer_max
+    assert result.elements == impl.data
+
+
+# BUF-08 ---------------------------------------------------------------------------------------------
+
+def test_BUF_08_truncation_test_example() -> None:
+    impl = ModelImpl(data=[1, 2, 3], grow=2, steps=1)  # grows once, at the first call
+    result = single_pass(impl, initial=3)
+    assert result.log[0].pc_buffer_max == 5 > result.log[0].c_buffer_size_start
+    assert result.elements == [1, 2, 3, 3, 4]
+
+
+@FAST
+@given(growing_impls(), st.integers(0, 30))
+def test_BUF_08_truncation_test_property(impl: GrowingImpl, initial: int) -> None:
+    log = single_pass(impl, initial).log
+    assert all(c.pc_buffer_max > c.c_buffer_size_start for c in log[:-1])
+    assert log[-1].pc_buffer_max <= log[-1].c_buffer_size_start
+
+
+# BUF-09 ---------------------------------------------------------------------------------------------
+
+def test_BUF_09_too_small_example() -> None:
+    outcome = expected([1, 2, 3], 2, True)
+    assert (outcome.hresult, outcome.pc_buffer_max, outcome.elements_written) == (S_OK, 3, 2)
+    assert "BUF-09" in outcome.clauses
+    name = expected_string("abc", 2, True)  # the NUL counts: 4 needed
+    assert (name.pc_buffer_max, name.elements_written, name.text, name.truncated) == (4, 2, "a", True)
+    assert expected_string("abc", 4, True).text == "abc"
+    runtime = ObservedCall(c_buffer_size_start=2, buffer_present=True, hr=INSUFFICIENT, pc_buffer_max=4,
+                           elements_written=0)
+    assert [v.clause for v in check_observed(runtime, available=4)] == ["BUF-09"]
+
+
+@FAST
+@given(st.text(max_size=12).filter(lambda s: "\x00" not in s), st.integers(0, 30), st.booleans())
+def test_BUF_09_strings_count_the_nul_property(text: str, cch: int, present: bool) -> None:
+    cch = cch if present else 0
+    outcome = expected_string(text, cch, present)
+    assert outcome.pc_buffer_max == utf16_units(text) + 1
+    assert outcome.elements_written == min(cch, utf16_units(text) + 1)
+    assert text.encode("utf-16-le", "surrogatepass").startswith(
+        outcome.text.encode("utf-16-le", "surrogatepass"))
+    assert outcome.truncated == (outcome.elements_written < outcome.pc_buffer_max)
+    if not outcome.truncated:
+        assert outcome.text == text
+
+
+@FAST
+@given(st.lists(st.integers(0, 9), max_size=20), st.integers(0, 25))
+def test_BUF_09_runtime_style_clients_agree_property(data: list[int], initial: int) -> None:
+    assert single_pass(RuntimeLikeImpl(data=list(data)), initial).elements == data
+    assert double_pass(RuntimeLikeImpl(data=list(data))).elements == data
+
+
+# BUF-10 ---------------------------------------------------------------------------------------------
+
+def test_BUF_10_nothing_returned_example() -> None:
+    for outcome in (expected(5, 0, False), expected(5, 0, True), expected(0, 3, True)):
+        assert outcome.hresult == S_OK and outcome.elements_written == 0 and "BUF-10" in outcome.clauses
+    failing = ObservedCall(c_buffer_size_start=0, buffer_present=False, hr=INSUFFICIENT, pc_buffer_max=5,
+                           elements_written=0)
+    assert [v.clause for v in check_observed(failing, available=5)] == ["BUF-10"]
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1))
+def test_BUF_10_nothing_returned_property(total: int) -> None:
+    outcome = expected(total, 0, False)
+    assert (outcome.hresult, outcome.pc_buffer_max, outcome.elements_written) == (S_OK, total, 0)
+
+
+# BUF-11 ---------------------------------------------------------------------------------------------
+
+def test_BUF_11_growth_is_bounded_example() -> None:
+    with pytest.raises(BufferNeverSettled, match="double pass"):
+        double_pass(ModelImpl(data=[1], grow=1, steps=10**9), max_rounds=3)
+    with pytest.raises(BufferNeverSettled, match="single pass"):
+        single_pass(ModelImpl(data=[1], grow=1, steps=10**9), initial=0, max_rounds=3)
+    grown = double_pass(ModelImpl(data=[1], grow=1, steps=2))  # grew between the two calls
+    assert grown.elements == [1, 1, 2] and len(grown.log) == 3
+
+
+@FAST
+@given(growing_impls(settles=False), st.integers(1, 6))
+def test_BUF_11_growth_is_bounded_property(impl: GrowingImpl, rounds: int) -> None:
+    with pytest.raises(BufferNeverSettled):
+        double_pass(impl, max_rounds=rounds)
+    assert len(impl.data) > 0 and impl.calls == rounds + 1
+
+
+# BUF-12 ---------------------------------------------------------------------------------------------
+
+def test_BUF_12_ulong32_counts_example() -> None:
+    assert expected(2**32 - 1, 0, False).pc_buffer_max == 2**32 - 1
+    with pytest.raises(InvalidInput, match="BUF-12"):
+        expected(2**32, 0, False)
+    with pytest.raises(InvalidInput, match="cBufferSizeStart=-1"):
+        expected(1, -1, True)
+
+
+@FAST
+@given(st.one_of(st.integers(max_value=-1), st.integers(min_value=2**32)))
+def test_BUF_12_ulong32_counts_property(bad: int) -> None:
+    with pytest.raises(InvalidInput):
+        expected(bad, 0, False)
+    with pytest.raises(InvalidInput):
+        expected(0, bad, True)
+
+
+# totality, observed calls, odd implementations -------------------------------------------------------
+
+@FAST
+@given(any_requests())
+def test_expected_is_total(req: tuple[object, object, object]) -> None:
+    try:
+        expected(*req)  # type: ignore[call-overload]
+    except ModelError:
+        pass
+
+
+@FAST
+@given(observed_calls())
+def test_check_observed_is_total_and_names_clauses(obs: tuple[ObservedCall, int | None]) -> None:
+    call, total = obs
+    for violation in check_observed(call, available=total):
+        assert violation.clause.startswith("BUF-") and str(violation)
+
+
+def test_failed_call_and_underfilled_buffer_are_typed() -> None:
+    with pytest.raises(BufferCallFailed, match="E_FAIL"):
+        single_pass(lambda size, buf: (HResult.E_FAIL.value, 0), initial=1)
+    with pytest.raises(BufferUnderfilled, match="slot 0"):
+        single_pass(lambda size, buf: (S_OK, 1), initial=2)
+    with pytest.raises(InvalidInput, match="expected"):
+        single_pass(lambda size, buf: S_OK, initial=2)  # type: ignore[arg-type,return-value]
