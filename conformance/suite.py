@@ -99,8 +99,10 @@ def judge_run(experiment: LiveExperiment, runtime: Runtime, result: RunResult) -
     return verdicts
 
 
-def select_experiments(clauses: Sequence[str] | None) -> list[LiveExperiment]:
-    experiments = all_experiments()
+def select_experiments(
+    clauses: Sequence[str] | None, experiments: Sequence[LiveExperiment] | None = None
+) -> list[LiveExperiment]:
+    experiments = list(experiments) if experiments is not None else all_experiments()
     if not clauses:
         return experiments
     known = {j.clause for e in experiments for j in e.judges}
@@ -137,17 +139,18 @@ def run_suite(
     dotnet: Path | None = None,
     expectations_dir: Path | None = None,
     progress: ProgressFn | None = None,
+    experiments: Sequence[LiveExperiment] | None = None,
 ) -> SuiteResult:
     started = time.monotonic()
     selected = runtimes.select(runtime_spec, dotnet)
-    experiments = select_experiments(clauses)
+    chosen = select_experiments(clauses, experiments)
     probe_so = probe.build_probe()
     reference = reference_runtime()
     compiled: dict[str, Path] = {}
-    for name in sorted({e.scenario for e in experiments}):
+    for name in sorted({e.scenario for e in chosen}):
         compiled[name] = scenarios.compile_scenario(scenarios.load_scenario(name), reference)
 
-    jobs = [(e, rt) for rt in selected for e in experiments if e.applies_to(rt)]
+    jobs = [(e, rt) for rt in selected for e in chosen if e.applies_to(rt)]
     done = 0
 
     def one(job: tuple[LiveExperiment, Runtime]) -> tuple[LiveExperiment, Runtime, RunResult]:
