@@ -10,6 +10,7 @@ same ``app.dll`` runs on every runtime; ``app.runtimeconfig.json`` picks the run
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -141,7 +142,9 @@ def _mcs() -> str:
     return mcs
 
 
+@functools.cache
 def _mcs_version(mcs: str) -> str:
+    """``mcs --version`` (asked once per process; part of every cache key)."""
     proc = subprocess.run([mcs, "--version"], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise HarnessError(f"{mcs} --version failed with exit code {proc.returncode}: {proc.stderr.strip()}")

@@ -77,6 +77,7 @@ namespace ProfHarness.Scenarios
                 .Add("large_intact", largeOk).Add("gen2_count", gen2After).Add("ok", ok).ToString());
             GC.KeepAlive(survivors);
             GC.KeepAlive(large);
+            GC.KeepAlive(sink);
             Probe.Mark("done", new JsonObject().Add("ok", ok).ToString());
             return ok ? 0 : 1;
         }
