@@ -347,8 +347,7 @@ CLAUSES: tuple[Clause, ...] = (
     _c(
         "DSS-26",
         "callback failure or S_FALSE",
-        "The page does not say what happens when StackSnapshotCallback returns S_FALSE or a failure "
-        "HRESULT.",
+        "The page does not say what happens when StackSnapshotCallback returns S_FALSE or a failure HRESULT.",
         _REMARKS,
         Kind.AMBIGUITY,
         {_M, _L},

@@ -1,0 +1,616 @@
+"""The DoStackSnapshot model: which callbacks a walk makes, in which order, with what, and what it returns.
+
+Input: a thread (frames leaf first), the walking situation (:class:`ThreadState`), ``infoFlags``, an
+optional seed, ``contextSize``, ``clientData``, the platform, and what the profiler's callback returns.
+Output: a :class:`Snapshot` with the exact conforming outcome (HRESULT + callbacks, each with the clause
+ids that justify it) and every other outcome the document allows (:meth:`Snapshot.conforms`).
+
+Where the page is silent or contradicts itself the model follows the ``model_choice`` of the clause
+(DSS-11, 12, 13, 26, 27, 28, 29, 30). The model is total: any input gives a :class:`Snapshot` or raises
+a :class:`~clr_model.errors.ModelError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from clr_model.context import AMD64_CONTEXT, X86_CONTEXT, Arch, ContextLayout
+from clr_model.errors import InvalidInput
+from clr_model.hresults import HResult, format_hresult
+
+__all__ = [
+    "COR_PRF_SNAPSHOT_DEFAULT",
+    "COR_PRF_SNAPSHOT_REGISTER_CONTEXT",
+    "COR_PRF_SNAPSHOT_X86_OPTIMIZED",
+    "Callback",
+    "CallbackBehaviour",
+    "ContextTooSmall",
+    "Frame",
+    "FrameContext",
+    "ManagedFrame",
+    "ObservedCallback",
+    "Os",
+    "Outcome",
+    "Platform",
+    "Seed",
+    "SeedNotOnStack",
+    "Snapshot",
+    "SnapshotInput",
+    "ThreadModel",
+    "ThreadState",
+    "UnmanagedFrame",
+    "Violation",
+    "author_violations",
+    "check_observed",
+    "function_from_ip",
+    "seed_for",
+    "seed_from_context",
+    "snapshot",
+]
+
+U32 = Annotated[int, Field(ge=0, lt=2**32)]
+U64 = Annotated[int, Field(ge=0, lt=2**64)]
+
+#: COR_PRF_SNAPSHOT_INFO (corprof.idl)
+COR_PRF_SNAPSHOT_DEFAULT = 0x0
+COR_PRF_SNAPSHOT_REGISTER_CONTEXT = 0x1
+COR_PRF_SNAPSHOT_X86_OPTIMIZED = 0x2
+
+_S_OK = int(HResult.S_OK)
+_ABORTED = int(HResult.CORPROF_E_STACKSNAPSHOT_ABORTED)
+_UNMANAGED_CTX = int(HResult.CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX)
+_INVALIDARG = int(HResult.E_INVALIDARG)
+_NOTIMPL = int(HResult.E_NOTIMPL)
+
+
+class ContextTooSmall(InvalidInput):
+    """DSS-12: a seed whose contextSize is below the runtime's sizeof(CONTEXT) (undefined: see the clause)."""
+
+
+class SeedNotOnStack(InvalidInput):
+    """DSS-08: a seed in managed code that matches no managed frame of the thread."""
+
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class ManagedFrame(BaseModel):
+    """A frame of JIT-compiled (or NGEN / ReadyToRun) code of one managed function."""
+
+    model_config = _FROZEN
+    kind: Literal["managed"] = "managed"
+    function_id: Annotated[int, Field(gt=0, lt=2**64)]
+    ip: U64
+    sp: U64
+    #: Whether ``ip`` lies in JIT/NGEN code the runtime knows (a seed built from this frame is valid).
+    in_jit_code: bool = True
+
+
+class UnmanagedFrame(BaseModel):
+    """A frame of unmanaged code: plain native code, a P/Invoke (or COM) target, or CLR helper code."""
+
+    model_config = _FROZEN
+    kind: Literal["native", "pinvoke", "helper"]
+    ip: U64
+    sp: U64
+
+
+Frame = Annotated[ManagedFrame | UnmanagedFrame, Field(discriminator="kind")]
+
+
+class ThreadModel(BaseModel):
+    """The target thread's stack, leaf (last pushed, top) first."""
+
+    model_config = _FROZEN
+    frames: tuple[Frame, ...] = ()
+
+    @property
+    def top_kind(self) -> str | None:
+        return self.frames[0].kind if self.frames else None
+
+
+class ThreadState(StrEnum):
+    """Who walks whom, and how the target is stopped."""
+
+    #: the current thread, from inside an ICorProfilerCallback method (synchronous, DSS-17)
+    CURRENT_IN_CALLBACK = "current-in-callback"
+    #: the current thread, not in a callback (hijacked instruction pointer: asynchronous, DSS-18)
+    CURRENT_OUTSIDE_CALLBACK = "current-outside-callback"
+    #: the current thread, interrupted by a signal whose handler walks it (asynchronous)
+    CURRENT_SIGNAL_INTERRUPTED = "current-signal-interrupted"
+    #: another, running thread: the CLR suspends it on request (DSS-02)
+    OTHER_SUSPENDED_BY_CLR = "other-suspended-by-clr"
+    #: another thread the profiler suspended itself
+    OTHER_SUSPENDED_BY_PROFILER = "other-suspended-by-profiler"
+    #: another thread while the runtime is suspended (ICorProfilerInfo10::SuspendRuntime)
+    OTHER_RUNTIME_SUSPENDED = "other-runtime-suspended"
+
+    @property
+    def is_current(self) -> bool:
+        return self.value.startswith("current-")
+
+    @property
+    def is_synchronous(self) -> bool:
+        return self is ThreadState.CURRENT_IN_CALLBACK
+
+
+class Os(StrEnum):
+    WINDOWS = "windows"
+    #: no safe suspension of an arbitrary thread: cross-thread walks only while the runtime is suspended
+    UNIX = "unix"
+
+
+class Platform(BaseModel):
+    model_config = _FROZEN
+    os: Os = Os.WINDOWS
+    arch: Arch = Arch.AMD64
+    #: the runtime's sizeof(CONTEXT); None = the layout's declared size (1232 AMD64, 716 x86)
+    context_size: Annotated[int, Field(gt=0, lt=2**32)] | None = None
+
+    @property
+    def layout(self) -> ContextLayout:
+        return AMD64_CONTEXT if self.arch is Arch.AMD64 else X86_CONTEXT
+
+    @property
+    def runtime_context_size(self) -> int:
+        return self.context_size if self.context_size is not None else self.layout.size
+
+    @property
+    def valid_info_flags(self) -> int:
+        if self.arch is Arch.X86:
+            return COR_PRF_SNAPSHOT_REGISTER_CONTEXT | COR_PRF_SNAPSHOT_X86_OPTIMIZED
+        return COR_PRF_SNAPSHOT_REGISTER_CONTEXT
+
+
+class Seed(BaseModel):
+    """The registers of a seed CONTEXT that matter to the walk."""
+
+    model_config = _FROZEN
+    ip: U64
+    sp: U64
+    #: whether ``ip`` points into JIT-compiled or NGEN code (DSS-21)
+    in_managed_code: bool = True
+
+    def to_context(self, layout: ContextLayout, flags: int | None = None) -> bytes:
+        """A CONTEXT of ``layout`` carrying this seed (CONTROL | INTEGER by default)."""
+        value = layout.arch_flag | 0x3 if flags is None else flags
+        return layout.pack({"ContextFlags": value, layout.ip_field: self.ip, layout.sp_field: self.sp})
+
+
+class CallbackBehaviour(BaseModel):
+    """What the profiler's StackSnapshotCallback returns at delivery index k (S_OK after the list)."""
+
+    model_config = _FROZEN
+    returns: tuple[U32, ...] = ()
+
+    def at(self, index: int) -> int:
+        return self.returns[index] if index < len(self.returns) else _S_OK
+
+
+class SnapshotInput(BaseModel):
+    model_config = _FROZEN
+    thread: ThreadModel
+    state: ThreadState = ThreadState.CURRENT_IN_CALLBACK
+    info_flags: U32 = COR_PRF_SNAPSHOT_DEFAULT
+    seed: Seed | None = None
+    #: the contextSize argument (ignored without a seed)
+    context_size: U32 = 0
+    client_data: U64 = 0
+    platform: Platform = Platform()
+    callback: CallbackBehaviour = CallbackBehaviour()
+
+
+class FrameContext(BaseModel):
+    """The registers of a per-frame CONTEXT the model predicts (and the probe records)."""
+
+    model_config = _FROZEN
+    ip: U64
+    sp: U64
+
+
+class ObservedCallback(BaseModel):
+    """One StackSnapshotCallback invocation as seen (by the probe) or predicted (by the model)."""
+
+    model_config = _FROZEN
+    func_id: U64
+    ip: U64
+    client_data: U64
+    context_size: U32 = 0
+    context: FrameContext | None = None
+    #: what the callback returned, when known
+    hr: U32 | None = None
+
+
+class Callback(ObservedCallback):
+    """A predicted callback with the clause ids that justify it. ``frame_info`` is opaque: not predicted."""
+
+    frame_info: None = None
+    clauses: tuple[str, ...] = ()
+
+
+class Outcome(BaseModel):
+    model_config = _FROZEN
+    hresult: U32
+    callbacks: tuple[Callback, ...]
+    #: clause ids that justify the HRESULT, the most specific first
+    clauses: tuple[str, ...]
+    #: why this alternative conforms (empty for the exact outcome)
+    reason: str = ""
+
+
+class Violation(BaseModel):
+    model_config = _FROZEN
+    clause: str
+    message: str
+    index: int | None = None
+
+    def __str__(self) -> str:
+        where = f" (callback {self.index})" if self.index is not None else ""
+        return f"{self.clause}: {self.message}{where}"
+
+
+class Snapshot(BaseModel):
+    """The model's answer: the exact outcome and every outcome the document also allows."""
+
+    model_config = _FROZEN
+    input: SnapshotInput
+    synchronous: bool
+    #: alternatives[0] is the exact conforming outcome
+    alternatives: tuple[Outcome, ...]
+    #: DSS-20: how many managed frames at the top an unseeded asynchronous walk may skip
+    may_skip_top_managed: int = 0
+
+    @property
+    def exact(self) -> Outcome:
+        return self.alternatives[0]
+
+    @property
+    def hresult(self) -> int:
+        return self.exact.hresult
+
+    @property
+    def callbacks(self) -> tuple[Callback, ...]:
+        return self.exact.callbacks
+
+    def conforms(
+        self, observed: Sequence[ObservedCallback], observed_hr: int, *, compare_addresses: bool = True
+    ) -> list[Violation]:
+        """Violations of an observed walk; empty when it matches any allowed outcome."""
+        observed = tuple(observed)
+        hr = observed_hr & 0xFFFFFFFF
+        problems = [_diff(alt, observed, hr, self, compare_addresses) for alt in self.alternatives]
+        for found in problems:
+            if not found:
+                return []
+        best = min(range(len(problems)), key=lambda i: (-_common_prefix(self.alternatives[i], observed), i))
+        return problems[best]
+
+
+# --------------------------------------------------------------------------------------------------
+# The seed procedure (DSS-19) and seeds from CONTEXT bytes (DSS-06)
+
+
+def function_from_ip(thread: ThreadModel, ip: int) -> int:
+    """ICorProfilerInfo::GetFunctionFromIP over the thread model: the FunctionID, 0 for unmanaged code."""
+    for frame in thread.frames:
+        if frame.ip == ip:
+            if isinstance(frame, ManagedFrame) and frame.in_jit_code:
+                return frame.function_id
+            return 0
+    return 0
+
+
+def seed_for(thread: ThreadModel) -> Seed | None:
+    """The documented seed procedure: from the top, skip frames GetFunctionFromIP calls unmanaged (0),
+    and seed from the first managed frame's registers. None when the thread has no managed frame."""
+    for frame in thread.frames:
+        if function_from_ip(thread, frame.ip) != 0:
+            return Seed(ip=frame.ip, sp=frame.sp, in_managed_code=True)
+    return None
+
+
+def seed_from_context(layout: ContextLayout, data: bytes, *, in_managed_code: bool) -> Seed:
+    """The seed a Win32 CONTEXT buffer carries (its instruction and stack pointers)."""
+    layout.validate(data)
+    regs = layout.unpack(data, [layout.ip_field, layout.sp_field])
+    return Seed(ip=regs[layout.ip_field], sp=regs[layout.sp_field], in_managed_code=in_managed_code)
+
+
+# --------------------------------------------------------------------------------------------------
+# The walk
+
+
+class _Report(BaseModel):
+    model_config = _FROZEN
+    func_id: int
+    ip: int
+    sp: int
+    clauses: tuple[str, ...]
+
+
+def _reports(frames: Sequence[ManagedFrame | UnmanagedFrame], start: int) -> list[_Report]:
+    """One report per managed frame, one per run of unmanaged frames (DSS-03, DSS-15), leaf first (DSS-16)."""
+    out: list[_Report] = []
+    in_run = False
+    for frame in frames[start:]:
+        if isinstance(frame, ManagedFrame):
+            out.append(
+                _Report(func_id=frame.function_id, ip=frame.ip, sp=frame.sp, clauses=("DSS-03", "DSS-16"))
+            )
+            in_run = False
+        elif not in_run:
+            out.append(_Report(func_id=0, ip=frame.ip, sp=frame.sp, clauses=("DSS-03", "DSS-15", "DSS-16")))
+            in_run = True
+    return out
+
+
+def _leading_run(frames: Sequence[ManagedFrame | UnmanagedFrame]) -> _Report:
+    top = frames[0]
+    return _Report(func_id=0, ip=top.ip, sp=top.sp, clauses=("DSS-30", "DSS-15"))
+
+
+def _deliver(
+    reports: Sequence[_Report], inp: SnapshotInput, walk_clauses: tuple[str, ...], reason: str
+) -> Outcome:
+    with_ctx = bool(inp.info_flags & COR_PRF_SNAPSHOT_REGISTER_CONTEXT)
+    size = inp.platform.runtime_context_size if with_ctx else 0
+    callbacks: list[Callback] = []
+    for index, rep in enumerate(reports):
+        returned = inp.callback.at(index)
+        callbacks.append(
+            Callback(
+                func_id=rep.func_id,
+                ip=rep.ip,
+                client_data=inp.client_data,
+                context_size=size,
+                context=FrameContext(ip=rep.ip, sp=rep.sp) if with_ctx else None,
+                hr=returned,
+                clauses=(*rep.clauses, "DSS-04", "DSS-05", "DSS-14"),
+            )
+        )
+        if returned != _S_OK:
+            return Outcome(hresult=_ABORTED, callbacks=tuple(callbacks), clauses=("DSS-26",), reason=reason)
+    return Outcome(hresult=_S_OK, callbacks=tuple(callbacks), clauses=walk_clauses, reason=reason)
+
+
+def _error(hr: int, clauses: tuple[str, ...], reason: str = "") -> Outcome:
+    return Outcome(hresult=hr, callbacks=(), clauses=clauses, reason=reason)
+
+
+def snapshot(inp: SnapshotInput) -> Snapshot:
+    """What DoStackSnapshot does for ``inp`` (see the module docstring and the DSS clauses)."""
+    platform = inp.platform
+    sync = inp.state.is_synchronous
+    kind_clause = "DSS-17" if sync else "DSS-18"
+    who = ("DSS-01",) if inp.state.is_current else ("DSS-02", "DSS-13")
+
+    def result(alternatives: list[Outcome], skip: int = 0) -> Snapshot:
+        unique: list[Outcome] = []
+        for alt in alternatives:
+            if all((alt.hresult, alt.callbacks) != (u.hresult, u.callbacks) for u in unique):
+                unique.append(alt)
+        return Snapshot(input=inp, synchronous=sync, alternatives=tuple(unique), may_skip_top_managed=skip)
+
+    # DSS-27: undefined infoFlags bits are rejected before anything else.
+    if inp.info_flags & ~platform.valid_info_flags:
+        return result([_error(_INVALIDARG, ("DSS-27",))])
+
+    # DSS-02 / DSS-13: without safe thread suspension only a suspended runtime allows cross-thread walks.
+    if (
+        not inp.state.is_current
+        and platform.os is Os.UNIX
+        and inp.state is not ThreadState.OTHER_RUNTIME_SUSPENDED
+    ):
+        return result([_error(_NOTIMPL, ("DSS-02", "DSS-13"))])
+
+    frames = inp.thread.frames
+    top = inp.thread.top_kind
+    seed = inp.seed
+
+    # DSS-12: a seed shorter than the runtime's CONTEXT is undefined.
+    if seed is not None and inp.context_size < platform.runtime_context_size:
+        raise ContextTooSmall(
+            f"DSS-12: seed contextSize {inp.context_size} is below the runtime's sizeof(CONTEXT) "
+            f"{platform.runtime_context_size}"
+        )
+
+    first_managed = next((i for i, f in enumerate(frames) if isinstance(f, ManagedFrame)), None)
+    walk_clauses: tuple[str, ...] = (*who, kind_clause)
+    if sync:
+        walk_clauses += ("DSS-10",)
+
+    def unseeded() -> tuple[list[_Report], list[Outcome], int]:
+        reports = _reports(frames, first_managed) if first_managed is not None else []
+        extra: list[Outcome] = []
+        skip = 0
+        if top in ("native", "pinvoke"):
+            # DSS-30: the other reading reports the unmanaged code on top as a run.
+            extra.append(
+                _deliver(
+                    [_leading_run(frames), *reports], inp, walk_clauses, "DSS-30: unmanaged top reported"
+                )
+            )
+        if top == "helper" and not sync and seed is None:
+            # DSS-20: without a seed, managed frames at the top may be skipped (never others).
+            while skip < len(reports) and reports[skip].func_id != 0:
+                skip += 1
+            for k in range(1, skip + 1):
+                extra.append(
+                    _deliver(reports[k:], inp, (*walk_clauses, "DSS-20"), f"DSS-20: {k} top frame(s) skipped")
+                )
+        return reports, extra, skip
+
+    if seed is not None and not seed.in_managed_code:
+        # DSS-21 (and DSS-29: where the runtime would drop the seed, the unseeded walk also conforms).
+        alternatives = [_error(_UNMANAGED_CTX, ("DSS-21",))]
+        if top in ("native", "pinvoke"):
+            reports, extra, _ = unseeded()
+            alternatives.append(_deliver(reports, inp, (*walk_clauses, "DSS-29"), "DSS-29: seed ignored"))
+            alternatives.extend(extra)
+        return result(alternatives)
+
+    if seed is not None and top == "helper":
+        # DSS-08: the walk starts at the seed's frame.
+        start = next(
+            (
+                i
+                for i, f in enumerate(frames)
+                if isinstance(f, ManagedFrame) and f.ip == seed.ip and f.sp == seed.sp
+            ),
+            None,
+        )
+        if start is None:
+            raise SeedNotOnStack(
+                f"DSS-08: seed ip={seed.ip:#x} sp={seed.sp:#x} matches no managed frame of the thread"
+            )
+        reports = _reports(frames, start)
+        return result([_deliver(reports, inp, (*walk_clauses, "DSS-08", "DSS-11"), "")])
+
+    reports, extra, skip = unseeded()
+    clauses = walk_clauses + (("DSS-07", "DSS-11") if seed is not None else ())
+    return result([_deliver(reports, inp, clauses, ""), *extra], skip)
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparing an observed walk with the model
+
+
+def _common_prefix(alt: Outcome, observed: Sequence[ObservedCallback]) -> int:
+    n = 0
+    for exp, obs in zip(alt.callbacks, observed, strict=False):
+        if exp.func_id != obs.func_id:
+            break
+        n += 1
+    return n
+
+
+def _diff(
+    alt: Outcome,
+    observed: Sequence[ObservedCallback],
+    hr: int,
+    snap: Snapshot,
+    compare_addresses: bool,
+) -> list[Violation]:
+    out: list[Violation] = []
+    expected = alt.callbacks
+    inp = snap.input
+    if hr != alt.hresult:
+        out.append(
+            Violation(
+                clause=alt.clauses[0] if alt.clauses else "DSS-14",
+                message=f"DoStackSnapshot returned {format_hresult(hr)}, the model says "
+                f"{format_hresult(alt.hresult)}",
+            )
+        )
+    # callbacks after a callback returned something other than S_OK (DSS-26)
+    for i, obs in enumerate(observed[:-1]):
+        if obs.hr is not None and obs.hr != _S_OK:
+            out.append(
+                Violation(
+                    clause="DSS-26",
+                    message=f"the callback returned {format_hresult(obs.hr)} but the walk went on "
+                    f"({len(observed) - i - 1} more callback(s))",
+                    index=i + 1,
+                )
+            )
+            break
+    common = _common_prefix(alt, observed)
+    if common < min(len(expected), len(observed)):
+        exp, obs = expected[common], observed[common]
+        if (exp.func_id == 0) != (obs.func_id == 0):
+            clause = "DSS-15"
+            msg = f"FunctionID {obs.func_id:#x} where the model has {exp.func_id:#x} (0 = unmanaged run)"
+        elif any(e.func_id == obs.func_id for e in expected[common + 1 :]):
+            clause = (
+                "DSS-20" if snap.may_skip_top_managed and common <= snap.may_skip_top_managed else "DSS-16"
+            )
+            msg = f"FunctionID {obs.func_id:#x} comes too early: {exp.func_id:#x} expected first"
+        else:
+            clause = "DSS-03"
+            msg = f"FunctionID {obs.func_id:#x} is not the model's frame {exp.func_id:#x}"
+        if common == 0 and inp.seed is not None and inp.thread.top_kind == "helper":
+            clause = "DSS-08"
+            msg = f"a seeded walk must start at the seed's frame {exp.func_id:#x}, not {obs.func_id:#x}"
+        out.append(Violation(clause=clause, message=msg, index=common))
+    elif len(observed) > len(expected):
+        clause = "DSS-26" if alt.hresult == _ABORTED else "DSS-03"
+        out.append(
+            Violation(
+                clause=clause,
+                message=f"{len(observed) - len(expected)} callback(s) more than the model's {len(expected)}",
+                index=len(expected),
+            )
+        )
+    elif len(observed) < len(expected):
+        missing = expected[len(observed)]
+        out.append(
+            Violation(
+                clause="DSS-20" if snap.may_skip_top_managed else "DSS-03",
+                message=f"{len(expected) - len(observed)} callback(s) missing, from FunctionID "
+                f"{missing.func_id:#x}",
+                index=len(observed),
+            )
+        )
+    for i, (exp, obs) in enumerate(zip(expected, observed, strict=False)):
+        if i >= common:
+            break
+        if obs.client_data != inp.client_data:
+            out.append(
+                Violation(
+                    clause="DSS-04",
+                    message=f"clientData {obs.client_data:#x}, passed {inp.client_data:#x}",
+                    index=i,
+                )
+            )
+        if (obs.context is None) != (exp.context is None) or obs.context_size != exp.context_size:
+            out.append(
+                Violation(
+                    clause="DSS-05",
+                    message=f"context {'present' if obs.context else 'absent'} (size {obs.context_size}), "
+                    f"infoFlags {inp.info_flags:#x} calls for "
+                    f"{'one' if exp.context else 'none'} (size {exp.context_size})",
+                    index=i,
+                )
+            )
+        if compare_addresses:
+            if obs.ip != exp.ip:
+                out.append(
+                    Violation(clause="DSS-03", message=f"ip {obs.ip:#x}, the frame's is {exp.ip:#x}", index=i)
+                )
+            if obs.context is not None and exp.context is not None and obs.context != exp.context:
+                out.append(
+                    Violation(
+                        clause="DSS-05",
+                        message=f"context ip/sp {obs.context.ip:#x}/{obs.context.sp:#x}, the frame's are "
+                        f"{exp.context.ip:#x}/{exp.context.sp:#x}",
+                        index=i,
+                    )
+                )
+    return out
+
+
+def check_observed(
+    model_input: SnapshotInput,
+    observed_callbacks: Sequence[ObservedCallback],
+    observed_hr: int,
+    *,
+    compare_addresses: bool = True,
+) -> list[Violation]:
+    """Compare a live DoStackSnapshot (its callbacks and HRESULT) with the model; [] when it conforms."""
+    return snapshot(model_input).conforms(
+        observed_callbacks, observed_hr, compare_addresses=compare_addresses
+    )
+
+
+def author_violations(inp: SnapshotInput) -> list[Violation]:
+    """Rules for the profiler making the call (validator layer): DSS-09 (a seed for asynchronous walks)."""
+    out: list[Violation] = []
+    if not inp.state.is_synchronous and inp.seed is None:
+        out.append(
+            Violation(clause="DSS-09", message=f"asynchronous walk ({inp.state.value}) without a seed")
+        )
+    return out
