@@ -290,3 +290,60 @@ def test_gc_compact_runs_on_every_runtime(runtimes: list[Runtime], tmp_path: Pat
         assert end["tag_sum"] == end["expected_tag_sum"] == 20000 * 20001 // 2
         assert end["ok"] is True
         assert end["gen2_count"] - json.loads(marks["gc.begin"])["gen2_count"] >= 3
+
+
+STUB_PROBE_C = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+static void put(FILE* f, const uint16_t* s) {
+  if (!s) { fputs("<null>", f); return; }
+  for (; *s; ++s) { if (*s < 0x80) fputc((int)*s, f); else fprintf(f, "\\u%04x", *s); }
+}
+int32_t profharness_mark(const uint16_t* name, const uint16_t* payload) {
+  FILE* f = fopen(getenv("STUB_MARKS"), "a");
+  if (!f) return -1;
+  put(f, name); fputc(' ', f); put(f, payload); fputc('\n', f); fclose(f);
+  return 7;
+}
+"""
+
+MARKER_APP = """// marker: checks the Probe wrapper against a native library.
+public static class Marker
+{
+    public static int Main()
+    {
+        int first = ProfHarness.Probe.Mark("uni", "\\u00e9\\u20ac \\"q\\"");
+        int second = ProfHarness.Probe.Mark("nul");
+        System.Console.WriteLine("returned " + first + " " + second);
+        return 0;
+    }
+}
+"""
+
+
+@pytest.mark.live
+def test_probe_wrapper_reaches_the_native_library_next_to_the_app(
+    runtimes: list[Runtime], private_cache: Path, tmp_path: Path
+) -> None:
+    """[DllImport("profharness_probe")] resolves libprofharness_probe.so in the app folder (design.md seam);
+    names and payloads arrive as NUL-terminated UTF-16, a null payload as NULL; the result comes back."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build a stand-in probe library")
+    (tmp_path / "stub.c").write_text(STUB_PROBE_C)
+    stub = tmp_path / "libprofharness_probe.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(stub), str(tmp_path / "stub.c")], check=True)
+    app_dll = scenarios.compile_scenario(
+        scenarios.load_scenario_dir(_scenario_dir(tmp_path / "src", "marker", MARKER_APP)),
+        _reference(runtimes),
+    )
+    for rt in runtimes:
+        app = scenarios.prepare_run_dir(app_dll, rt, tmp_path / rt.version)
+        shutil.copyfile(stub, app.parent / stub.name)
+        marks = tmp_path / f"marks-{rt.version}.txt"
+        env = {**os.environ, **rt.env(), "STUB_MARKS": str(marks), "PROFHARNESS_ECHO_MARKS": "0"}
+        proc = subprocess.run([str(rt.host), str(app)], capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "returned 7 7\n"
+        assert marks.read_text() == 'uni \\u00e9\\u20ac "q"\nnul <null>\n'
