@@ -1,0 +1,34 @@
+// The experiment table. A plan experiment {"run": NAME, "args": {...}} fires at its `at` point and the
+// dispatcher calls the table entry with this context. Adding an experiment = adding one table row in
+// experiments.cpp (and its function); the dispatcher never changes.
+#pragma once
+
+#include <string>
+
+#include "state.h"
+
+namespace profharness {
+
+struct ExperimentContext {
+    const PlannedExperiment& planned;
+    const std::string& point;  // where it fired: callback name or "mark:NAME"
+
+    const Json& args() const { return planned.args; }
+    // Typed argument access with defaults; a wrong type becomes a probe_error and the default.
+    std::int64_t int_arg(const char* name, std::int64_t dflt) const;
+    bool bool_arg(const char* name, bool dflt) const;
+    std::string string_arg(const char* name, const std::string& dflt) const;
+};
+
+using ExperimentFn = void (*)(ExperimentContext& ctx);
+
+struct ExperimentEntry {
+    const char* name;
+    ExperimentFn fn;
+    const char* args_doc;
+};
+
+// nullptr when the table has no such name.
+const ExperimentEntry* find_experiment(const std::string& name);
+
+}  // namespace profharness

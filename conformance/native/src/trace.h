@@ -1,0 +1,30 @@
+// The trace writer (docs/design.md "The trace"): JSON Lines, one write(2) per record on an O_APPEND
+// descriptor, seq assigned in write order, os_tid and managed tid on every record.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "json.h"
+
+namespace profharness {
+
+class TraceWriter {
+ public:
+    // Creates (truncates) the file. Returns false with a one-line reason.
+    bool open(const char* path, std::string& error);
+    bool is_open() const { return fd_ >= 0; }
+    // Writes one record: {"seq", "kind", "os_tid", "tid", ...fields}. fields must be an object.
+    void write(const char* kind, const Json& fields);
+    std::int64_t count() const { return written_.load(); }
+
+ private:
+    int fd_ = -1;
+    std::mutex mu_;
+    std::int64_t next_seq_ = 0;
+    std::atomic<std::int64_t> written_{0};
+};
+
+}  // namespace profharness
