@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +348,31 @@ def test_probe_wrapper_reaches_the_native_library_next_to_the_app(
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == "returned 7 7\n"
         assert marks.read_text() == 'uni \\u00e9\\u20ac "q"\nnul <null>\n'
+
+
+@pytest.mark.live
+def test_compile_concurrently_from_two_processes(
+    runtimes: list[Runtime], private_cache: Path, tmp_path: Path
+) -> None:
+    folder = _scenario_dir(tmp_path / "src", "hello", HELLO)
+    code = (
+        "import sys; from pathlib import Path; from conformance import runtimes, scenarios; "
+        "ref = next(r for r in runtimes.install_bundled() if r.version.startswith('3.1.')); "
+        "print(scenarios.compile_scenario(scenarios.load_scenario_dir(Path(sys.argv[1])), ref))"
+    )
+    env = {**os.environ, "PROFHARNESS_CACHE": str(private_cache)}
+    # The bundled runtimes are already installed in the session's cache; share them through a symlink.
+    private_cache.mkdir(parents=True, exist_ok=True)
+    (private_cache / "runtimes").symlink_to(_reference(runtimes).host.parent.parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(folder)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err.decode() for _, err in outs]
+    paths = {out.decode().strip() for out, _ in outs}
+    assert len(paths) == 1
+    assert Path(paths.pop()).is_file()
+    assert len(list((private_cache / "scenarios").iterdir())) == 1
