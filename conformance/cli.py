@@ -40,8 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = _load(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
+            if exc.name == module_name:
+                continue
+            # One broken command must not take the others down: it answers with one line instead.
+            broken = sub.add_parser(name, help=f"(unavailable: {exc})")
+            broken.add_argument("rest", nargs=argparse.REMAINDER)
+            broken.set_defaults(_broken=f"command {name!r} is unavailable: {exc}")
             continue
         command_parser = sub.add_parser(name, help=getattr(module, "HELP", None))
         module.add_arguments(command_parser)
@@ -52,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "_broken", None):
+        print(f"profharness: error: {args._broken}", file=sys.stderr)
+        return 2
     try:
         result: int = args._module.main(args)
     except HarnessError as exc:
