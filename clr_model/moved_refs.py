@@ -1,0 +1,486 @@
+"""MovedReferences2 (MovedReferences2.md): range tables, remapping, heap snapshots across GCs, event rules.
+
+* :class:`RangeTable` holds the three parallel arrays of one callback, validated (MR2-03, MR2-06,
+  MR2-14, MR2-15; starts + lengths stay below 2**64 so ``old_i + len_i`` of MR2-07 does not wrap).
+* :meth:`RangeTable.remap` / :meth:`RangeTable.remap_many` apply MR2-07/MR2-08. An ObjectID in no range
+  gives None / ``found == False``: what it means is the MR2-16 ambiguity, decided by the caller.
+* :class:`HeapSnapshot` carries tracked ObjectIDs across a sequence of GCs with an explicit MR2-16
+  policy; :func:`compose` folds two successive tables into one (policy "dead").
+* :func:`check_gc_events` checks MR2-01/02/09/10/11/12/17 over a sequence of callbacks and inspections.
+* :func:`to_v1` shows what ICorProfilerCallback::MovedReferences' ULONG lengths lose (MR2-13).
+
+Addresses are 64-bit (SIZE_T / ObjectID on a 64-bit runtime). Zero-length ranges are accepted (they
+cover nothing) and ignored by the overlap checks and by remapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from clr_model.buffers import Violation
+from clr_model.errors import InvalidInput
+from clr_model.hresults import hresult_failed, to_unsigned
+
+__all__ = [
+    "U64_MAX",
+    "ULONG_MAX",
+    "GcReport",
+    "HeapEvent",
+    "HeapSnapshot",
+    "Policy",
+    "RangeOverflow",
+    "RangeOverlap",
+    "RangeTable",
+    "RangeTableError",
+    "RangeValueError",
+    "UnequalArrays",
+    "V1Projection",
+    "check_gc_events",
+    "compose",
+    "to_v1",
+]
+
+U64_MAX = 2**64 - 1
+ULONG_MAX = 2**32 - 1
+U64 = npt.NDArray[np.uint64]
+Policy = Literal["dead", "unmoved"]
+_ARRAYS = ("oldObjectIDRangeStart", "newObjectIDRangeStart", "cObjectIDRangeLength")
+
+
+class RangeTableError(InvalidInput):
+    """A range table the contract does not allow; ``clause`` and ``index`` say which rule and where."""
+
+    def __init__(self, clause: str, index: int | None, message: str) -> None:
+        where = f" at index {index}" if index is not None else ""
+        super().__init__(f"{clause}{where}: {message}")
+        self.clause = clause
+        self.index = index
+
+
+class UnequalArrays(RangeTableError):
+    """MR2-03: the parallel arrays (and cMovedObjectIDRanges) disagree on the length."""
+
+
+class RangeValueError(RangeTableError):
+    """MR2-06: a start or a length that is not a 64-bit unsigned integer."""
+
+
+class RangeOverflow(RangeTableError):
+    """start + length does not fit below 2**64 (the membership bound of MR2-07 would wrap)."""
+
+
+class RangeOverlap(RangeTableError):
+    """MR2-14 / MR2-15: two ranges share addresses in old or in new space."""
+
+
+def _as_u64(name: str, values: Sequence[int] | npt.NDArray[np.generic]) -> U64:
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            raise RangeValueError("MR2-06", None, f"{name} must be one-dimensional, not {values.shape}")
+        if values.dtype == np.uint64:
+            return values.astype(np.uint64, copy=True)
+        if values.dtype.kind in "iu":
+            if values.size and int(values.min()) < 0:
+                bad = int(np.argmax(values.astype(np.int64) < 0))
+                raise RangeValueError("MR2-06", bad, f"{name}[{bad}]={int(values[bad])} is negative")
+            return values.astype(np.uint64)
+        values = values.tolist()
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise RangeValueError("MR2-06", None, f"{name}: expected a sequence of ints")
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise RangeValueError("MR2-06", i, f"{name}[{i}]={v!r} is not an integer")
+        if not 0 <= int(v) <= U64_MAX:
+            raise RangeValueError("MR2-06", i, f"{name}[{i}]={int(v)} is outside [0, 2**64)")
+    return np.array([int(v) for v in values], dtype=np.uint64)
+
+
+def _check_no_overflow(clause: str, name: str, starts: U64, lengths: U64) -> None:
+    bad = lengths > (np.uint64(U64_MAX) - starts)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise RangeOverflow(clause, i, f"{name}[{i}]={int(starts[i])} + length {int(lengths[i])} "
+                            "reaches 2**64")
+
+
+def _check_disjoint(clause: str, space: str, starts: U64, lengths: U64) -> None:
+    live = np.flatnonzero(lengths > 0)
+    if live.size < 2:
+        return
+    order = live[np.argsort(starts[live], kind="stable")]
+    s, e = starts[order], starts[order] + lengths[order]
+    clash = s[1:] < e[:-1]
+    if clash.any():
+        k = int(np.argmax(clash))
+        a, b = sorted((int(order[k]), int(order[k + 1])))
+        raise RangeOverlap(clause, b, f"ranges {a} and {b} overlap in {space} space "
+                           f"([{int(starts[a]):#x}, +{int(lengths[a]):#x}) and "
+                           f"[{int(starts[b]):#x}, +{int(lengths[b]):#x}))")
+
+
+class RangeTable:
+    """The three parallel arrays of one MovedReferences2 call, validated; immutable."""
+
+    __slots__ = (
+        "_buckets", "_delta_s", "_end_s", "_len_s", "_new_s", "_next_s", "_old_s", "_order", "_shift",
+        "lengths", "new", "old",
+    )
+
+    def __init__(
+        self,
+        old: Sequence[int] | npt.NDArray[np.generic],
+        new: Sequence[int] | npt.NDArray[np.generic],
+        lengths: Sequence[int] | npt.NDArray[np.generic],
+        count: int | None = None,
+    ) -> None:
+        sizes = [len(old), len(new), len(lengths)]
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                  or not 0 <= count <= ULONG_MAX):
+            raise UnequalArrays("MR2-03", None, f"cMovedObjectIDRanges={count!r} is not a ULONG")
+        expected = count if count is not None else sizes[0]
+        for name, size in zip(_ARRAYS, sizes, strict=True):
+            if size != expected:
+                what = "cMovedObjectIDRanges" if count is not None else f"{_ARRAYS[0]} ({sizes[0]})"
+                raise UnequalArrays("MR2-03", min(size, expected),
+                                    f"{name} has {size} entries, {what} says {expected}")
+        self.old = _as_u64(_ARRAYS[0], old)
+        self.new = _as_u64(_ARRAYS[1], new)
+        self.lengths = _as_u64(_ARRAYS[2], lengths)
+        _check_no_overflow("MR2-07", _ARRAYS[0], self.old, self.lengths)
+        _check_no_overflow("MR2-08", _ARRAYS[1], self.new, self.lengths)
+        _check_disjoint("MR2-14", "old", self.old, self.lengths)
+        _check_disjoint("MR2-15", "new", self.new, self.lengths)
+        live = np.flatnonzero(self.lengths > 0)
+        self._order = live[np.argsort(self.old[live], kind="stable")]
+        self._old_s = np.ascontiguousarray(self.old[self._order])
+        self._new_s = np.ascontiguousarray(self.new[self._order])
+        self._len_s = np.ascontiguousarray(self.lengths[self._order])
+        self._end_s = self._old_s + self._len_s
+        self._next_s = np.append(self._old_s[1:], np.uint64(U64_MAX))
+        self._delta_s = self._new_s - self._old_s  # modulo 2**64; + old id gives MR2-08's new id
+        self._shift, self._buckets = self._bucket_index()
+        for arr in (self.old, self.new, self.lengths, self._old_s, self._new_s, self._len_s, self._end_s,
+                    self._next_s, self._delta_s, self._buckets):
+            arr.flags.writeable = False
+
+    def _bucket_index(self) -> tuple[int, npt.NDArray[np.signedinteger]]:
+        """A coarse index over old space for remap_many: bucket b covers
+        [lo + b << shift, lo + (b+1) << shift) and holds the last range starting at or before its start.
+        About 16 buckets per range (at most 2**21), so a query rarely has to step past its bucket's range.
+        """
+        n = int(self._old_s.size)
+        if n == 0:
+            return 0, np.zeros(1, dtype=np.int32)
+        lo, hi = int(self._old_s[0]), int(self._end_s[-1])
+        wanted = min(1 << max((16 * n - 1).bit_length(), 1), 1 << 21)
+        shift = max(0, (hi - lo - 1).bit_length() - (wanted.bit_length() - 1))
+        count = ((hi - lo - 1) >> shift) + 1
+        starts = np.uint64(lo) + (np.arange(count, dtype=np.uint64) << np.uint64(shift))
+        first = np.searchsorted(self._old_s, starts, side="right") - 1
+        return shift, first.astype(np.int32 if n < 2**31 else np.int64)
+
+    def _lookup(self, ids: U64) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+        """For each id: k = the last sorted range starting at or before it (clamped to 0), and whether the
+        id lies inside range k (MR2-07). Same answer as searchsorted(side="right") - 1, faster."""
+        lo, hi = self._old_s[0], self._end_s[-1]
+        inside = None
+        if ids.size and (ids.min() < lo or ids.max() >= hi):
+            inside = (ids >= lo) & (ids < hi)
+            ids = np.clip(ids, lo, hi - np.uint64(1))
+        k = self._buckets[(ids - lo) >> np.uint64(self._shift)].astype(np.intp)
+        # _next_s[k] = start of range k+1 (U64_MAX after the last): a bucket may hold a few range starts
+        rem = np.flatnonzero(self._next_s[k] <= ids)
+        for _ in range(4):
+            if rem.size == 0:
+                break
+            k[rem] += 1
+            rem = rem[self._next_s[k[rem]] <= ids[rem]]
+        if rem.size:  # crowded buckets (adversarial layouts): binary search for the rest
+            k[rem] = np.searchsorted(self._old_s, ids[rem], side="right") - 1
+        found = ids < self._end_s[k]  # old_s[k] <= id holds by construction
+        if inside is not None:
+            found &= inside
+        return k, found
+
+    @classmethod
+    def from_arrays(
+        cls,
+        old: Sequence[int] | npt.NDArray[np.generic],
+        new: Sequence[int] | npt.NDArray[np.generic],
+        lengths: Sequence[int] | npt.NDArray[np.generic],
+        count: int | None = None,
+    ) -> RangeTable:
+        """Build from ``oldObjectIDRangeStart``, ``newObjectIDRangeStart``, ``cObjectIDRangeLength``."""
+        return cls(old, new, lengths, count)
+
+    def __len__(self) -> int:
+        return int(self.old.size)
+
+    def ranges(self) -> list[tuple[int, int, int]]:
+        """(old, new, length) per index, as Python ints."""
+        return list(zip(self.old.tolist(), self.new.tolist(), self.lengths.tolist(), strict=True))
+
+    def index_of(self, old_id: int) -> int | None:
+        """MR2-07: the index i with old_i <= old_id < old_i + len_i, or None."""
+        if isinstance(old_id, bool) or not isinstance(old_id, int | np.integer) or not 0 <= old_id <= U64_MAX:
+            raise InvalidInput(f"ObjectID {old_id!r} is not a 64-bit unsigned integer")
+        k = int(np.searchsorted(self._old_s, np.uint64(old_id), side="right")) - 1
+        if k < 0 or int(old_id) >= int(self._end_s[k]):
+            return None
+        return int(self._order[k])
+
+    def remap(self, old_id: int) -> int | None:
+        """MR2-08: new_i + (old_id - old_i) for the range holding old_id; None in no range (MR2-16)."""
+        i = self.index_of(old_id)
+        if i is None:
+            return None
+        return int(self.new[i]) + (int(old_id) - int(self.old[i]))
+
+    def remap_many(
+        self, old_ids: npt.NDArray[np.generic] | Sequence[int]
+    ) -> tuple[U64, npt.NDArray[np.bool_]]:
+        """Vectorised :meth:`remap`: (new ids, found mask). Where ``found`` is False the new id is 0."""
+        if isinstance(old_ids, np.ndarray) and old_ids.dtype == np.uint64 and old_ids.ndim == 1:
+            ids = cast(U64, old_ids)
+        else:
+            ids = _as_u64("ObjectIDs", old_ids)
+        if self._old_s.size == 0:
+            return np.zeros(ids.shape, dtype=np.uint64), np.zeros(ids.shape, dtype=bool)
+        k, found = self._lookup(ids)
+        out = self._delta_s[k]  # new_i - old_i, modulo 2**64
+        out += ids  # new_i + (old_id - old_i), exact where found (MR2-08): no wrap inside a valid table
+        out[~found] = 0
+        return out, found
+
+    def covers_new(self, ids: U64) -> npt.NDArray[np.bool_]:
+        """Which ids lie inside some range of new space."""
+        if self._order.size == 0:
+            return np.zeros(ids.shape, dtype=bool)
+        order = np.argsort(self._new_s, kind="stable")
+        starts, lens = self._new_s[order], self._len_s[order]
+        k = np.searchsorted(starts, ids, side="right") - 1
+        ok = k >= 0
+        k = np.maximum(k, 0)
+        return ok & ((ids - starts[k]) < lens[k])
+
+    def __repr__(self) -> str:
+        return f"RangeTable({len(self)} ranges)"
+
+
+def compose(first: RangeTable, second: RangeTable) -> RangeTable:
+    """One table equivalent to ``first`` then ``second`` under the MR2-16 policy "dead".
+
+    An object survives both GCs when its address after the first lies in a range of the second; the
+    result maps its original address straight to its final one. (Under "unmoved" the composition would
+    also need identity pieces over the unbounded complement of the ranges; use HeapSnapshot instead.)
+    """
+    olds: list[int] = []
+    news: list[int] = []
+    lens: list[int] = []
+    s_old, s_len, s_new = second._old_s, second._len_s, second._new_s
+    for a, b, length in first.ranges():
+        if length == 0 or s_old.size == 0:
+            continue
+        lo_k = max(int(np.searchsorted(s_old, np.uint64(b), side="right")) - 1, 0)
+        hi_k = int(np.searchsorted(s_old, np.uint64(b + length - 1), side="right"))
+        for k in range(lo_k, hi_k):
+            c, m, d = int(s_old[k]), int(s_len[k]), int(s_new[k])
+            lo, hi = max(b, c), min(b + length, c + m)
+            if lo < hi:
+                olds.append(a + (lo - b))
+                news.append(d + (lo - c))
+                lens.append(hi - lo)
+    return RangeTable(olds, news, lens)
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What one GC did to a HeapSnapshot."""
+
+    moved: int  # ids found in a range
+    in_no_range: int  # ids in no range: dropped ("dead") or kept ("unmoved")
+    conflicts: U64  # "unmoved" only: original ids left at an address another block moved into
+
+
+class HeapSnapshot:
+    """ObjectIDs a profiler tracks, carried across successive compacting GCs (MR2-17).
+
+    ``policy`` decides MR2-16: "dead" drops an id found in no range, "unmoved" keeps it where it was.
+    Ids are tracked by their original value: :meth:`current` maps an original id to its present one.
+    """
+
+    def __init__(self, ids: Sequence[int] | npt.NDArray[np.generic], policy: Policy) -> None:
+        if policy not in ("dead", "unmoved"):
+            raise InvalidInput(f"policy {policy!r}: expected 'dead' or 'unmoved' (MR2-16)")
+        self.policy: Policy = policy
+        self.origin = np.unique(_as_u64("ObjectIDs", ids))
+        self.ids = self.origin.copy()
+        self.alive = np.ones(self.origin.shape, dtype=bool)
+        self.gcs = 0
+
+    def apply(self, table: RangeTable) -> GcReport:
+        """Remap every live id through one GC's table."""
+        live = np.flatnonzero(self.alive)
+        new, found = table.remap_many(self.ids[live])
+        moved_idx = live[found]
+        self.ids[moved_idx] = new[found]
+        lost = live[~found]
+        conflicts = np.zeros(0, dtype=np.uint64)
+        if self.policy == "dead":
+            self.alive[lost] = False
+        else:
+            clash = table.covers_new(self.ids[lost])
+            conflicts = self.origin[lost[clash]]
+        self.gcs += 1
+        return GcReport(moved=int(found.sum()), in_no_range=int(lost.size), conflicts=conflicts)
+
+    def current(self, origin_id: int) -> int | None:
+        """The present ObjectID of the object first seen as ``origin_id``; None if dead or unknown."""
+        k = int(np.searchsorted(self.origin, np.uint64(origin_id)))
+        if k >= self.origin.size or int(self.origin[k]) != origin_id or not self.alive[k]:
+            return None
+        return int(self.ids[k])
+
+    def live_ids(self) -> U64:
+        return self.ids[self.alive]
+
+
+# --- MR2-13: what MovedReferences (ULONG lengths) loses ----------------------------------------------
+
+@dataclass(frozen=True)
+class V1Projection:
+    """The table as ICorProfilerCallback::MovedReferences would carry it (ULONG cObjectIDRangeLength)."""
+
+    lengths: npt.NDArray[np.uint32]  # each length cut to 32 bits, as a C cast does
+    lossy: list[int]  # indices whose length does not fit in a ULONG
+    lost_bytes: list[int]  # bytes of each lossy range the v1 table no longer covers
+
+
+def to_v1(table: RangeTable) -> V1Projection:
+    """MR2-13: cut each length to a ULONG; list the ranges that lost coverage (length > 0xFFFFFFFF)."""
+    cut = (table.lengths & np.uint64(ULONG_MAX)).astype(np.uint32)
+    lossy = np.flatnonzero(table.lengths > np.uint64(ULONG_MAX))
+    lost = [int(table.lengths[i]) - int(cut[i]) for i in lossy]
+    return V1Projection(lengths=cut, lossy=[int(i) for i in lossy], lost_bytes=lost)
+
+
+# --- event rules --------------------------------------------------------------------------------------
+
+class HeapEvent(BaseModel):
+    """One step of a recorded sequence: a callback the runtime made, or an inspection the profiler made.
+
+    ``callback``: ``name`` is the callback (GarbageCollectionStarted, MovedReferences2, MovedReferences,
+    GarbageCollectionFinished, ObjectAllocated, ...), ``hr`` what the profiler returned, ``ranges``
+    the (old, new, length) triples of a MovedReferences2/MovedReferences, ``object_ids`` ids it handed
+    out. ``inspect``: the profiler used ``object_id`` with ``name`` (GetClassFromObject, GetObjectSize...).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["callback", "inspect"]
+    name: str = Field(min_length=1)
+    hr: int | None = None
+    ranges: tuple[tuple[int, int, int], ...] | None = None
+    object_ids: tuple[int, ...] = ()
+    object_id: int | None = None
+
+
+def _table_of(event: HeapEvent, index: int, out: list[Violation]) -> RangeTable | None:
+    if event.ranges is None:
+        return None
+    try:
+        old, new, lengths = ([r[j] for r in event.ranges] for j in range(3))
+        return RangeTable(old, new, lengths)
+    except RangeTableError as err:
+        out.append(Violation(clause=err.clause, message=str(err), index=index))
+        return None
+
+
+def check_gc_events(
+    events: Sequence[HeapEvent], implements_callback4: bool = True, implements_v1: bool = True
+) -> list[Violation]:
+    """Check the MovedReferences2 event rules over one thread-ordered sequence.
+
+    MR2-01 MovedReferences2 inside a GC; MR2-02 only with ICorProfilerCallback4; MR2-11 each
+    MovedReferences preceded by a MovedReferences2, and (profiler implementing both) each successful
+    MovedReferences2 followed by its MovedReferences; MR2-12 no MovedReferences after a failed
+    MovedReferences2; MR2-09 no inspection between MovedReferences2 and GarbageCollectionFinished
+    (MR2-10: allowed again after it); MR2-17 an ObjectID handed out before a GC and inspected after it
+    without remapping, while that GC moved its block elsewhere. Range tables are validated too.
+    """
+    out: list[Violation] = []
+    in_gc = False
+    moving = False
+    pending: tuple[int, bool] | None = None  # (index of the MovedReferences2, it succeeded)
+    epoch = 0
+    seen: dict[int, int] = {}  # ObjectID -> epoch it was last handed out or used in
+    gc_tables: list[RangeTable] = []
+    last_gc: tuple[int, list[RangeTable]] | None = None
+
+    def unmatched(where: int) -> None:
+        nonlocal pending
+        if pending is not None and pending[1] and implements_v1:
+            out.append(Violation(clause="MR2-11", index=pending[0], message="MovedReferences2 succeeded "
+                                 f"but no MovedReferences followed before #{where}"))
+        pending = None
+
+    for i, ev in enumerate(events):
+        if ev.kind == "inspect":
+            if moving:
+                out.append(Violation(clause="MR2-09", index=i, message=f"{ev.name} inspects ObjectID "
+                                     f"{ev.object_id} between MovedReferences2 and "
+                                     "GarbageCollectionFinished"))
+            elif ev.object_id is not None and last_gc is not None:
+                when = seen.get(ev.object_id)
+                gc_epoch, tables = last_gc
+                if when is not None and when < gc_epoch:
+                    for table in tables:
+                        new_id = table.remap(ev.object_id)
+                        if new_id is not None and new_id != ev.object_id:
+                            out.append(Violation(clause="MR2-17", index=i, message=f"{ev.name} uses ObjectID "
+                                                 f"{ev.object_id:#x} from before the GC; it moved to "
+                                                 f"{new_id:#x}"))
+                            break
+            if ev.object_id is not None:
+                seen[ev.object_id] = epoch
+            continue
+        for oid in ev.object_ids:
+            seen[oid] = epoch
+        if ev.name == "GarbageCollectionStarted":
+            unmatched(i)
+            in_gc, moving, gc_tables = True, False, []
+        elif ev.name == "MovedReferences2":
+            if not implements_callback4:
+                out.append(Violation(clause="MR2-02", index=i, message="MovedReferences2 delivered to "
+                                     "a profiler without ICorProfilerCallback4"))
+            if not in_gc:
+                out.append(Violation(clause="MR2-01", index=i, message="MovedReferences2 outside a GC"))
+            unmatched(i)
+            ok = ev.hr is None or not hresult_failed(to_unsigned(ev.hr))
+            pending = (i, ok)
+            moving = True
+            parsed = _table_of(ev, i, out)
+            if parsed is not None:
+                gc_tables.append(parsed)
+        elif ev.name == "MovedReferences":
+            if implements_callback4:
+                if pending is None:
+                    out.append(Violation(clause="MR2-11", index=i,
+                                         message="MovedReferences without a MovedReferences2 before it"))
+                elif not pending[1]:
+                    out.append(Violation(clause="MR2-12", index=i, message="MovedReferences after "
+                                         f"MovedReferences2 #{pending[0]} returned a failure HRESULT"))
+            pending = None
+            moving = True
+        elif ev.name == "GarbageCollectionFinished":
+            unmatched(i)
+            epoch += 1
+            last_gc = (epoch, gc_tables)
+            in_gc, moving, gc_tables = False, False, []
+    return out
