@@ -60,14 +60,13 @@ def thread_models(
     gaps = draw(st.lists(st.integers(8, 4096), min_size=n, max_size=n))
     sp = draw(st.integers(0x10000, 2**46))
     pool = draw(st.lists(st.integers(1, 2**48), min_size=1, max_size=6, unique=True))
+    picks = draw(st.lists(st.integers(0, len(pool) - 1), min_size=n, max_size=n))
+    not_jit = set() if all_in_jit else draw(st.sets(st.integers(0, max(n - 1, 0)), max_size=2))
     frames: list[ManagedFrame | UnmanagedFrame] = []
-    for kind, ip, gap in zip(kinds, ips, gaps, strict=True):
+    for i, (kind, ip, gap, pick) in enumerate(zip(kinds, ips, gaps, picks, strict=True)):
         sp += gap
         if kind == "managed":
-            jit = True if all_in_jit else draw(st.booleans() | st.just(True))
-            frames.append(
-                ManagedFrame(function_id=draw(st.sampled_from(pool)), ip=ip, sp=sp, in_jit_code=jit)
-            )
+            frames.append(ManagedFrame(function_id=pool[pick], ip=ip, sp=sp, in_jit_code=i not in not_jit))
         else:
             frames.append(UnmanagedFrame(kind=kind, ip=ip, sp=sp))
     return ThreadModel(frames=tuple(frames))
