@@ -101,14 +101,14 @@ def test_clause_refuses_wrong_prefix_and_question_on_non_ambiguity() -> None:
         layers=frozenset({Layer.MODEL}),
     )
     with pytest.raises(ValidationError, match="prefix"):
-        Clause(id="FE2-01", document=Document.DO_STACK_SNAPSHOT, kind=Kind.INVARIANT, **base)  # type: ignore[arg-type]
+        Clause(id="FE2-01", document=Document.DO_STACK_SNAPSHOT, kind=Kind.INVARIANT, **base)
     with pytest.raises(ValidationError, match="question"):
-        Clause(id="DSS-99", document=Document.DO_STACK_SNAPSHOT, kind=Kind.AMBIGUITY, **base)  # type: ignore[arg-type]
+        Clause(id="DSS-99", document=Document.DO_STACK_SNAPSHOT, kind=Kind.AMBIGUITY, **base)
     with pytest.raises(ValidationError, match="question"):
         Clause(
             id="DSS-99",
             document=Document.DO_STACK_SNAPSHOT,
             kind=Kind.INVARIANT,
             question="why?",
-            **base,  # type: ignore[arg-type]
+            **base,
         )

@@ -51,7 +51,7 @@ def M(fid: int, ip: int, sp: int, jit: bool = True) -> ManagedFrame:
 
 
 def U(kind: str, ip: int, sp: int) -> UnmanagedFrame:
-    return UnmanagedFrame(kind=kind, ip=ip, sp=sp)  # type: ignore[arg-type]
+    return UnmanagedFrame(kind=kind, ip=ip, sp=sp)
 
 
 #: helper code on top, three managed frames, a native run (two frames), main, the native host
@@ -71,7 +71,7 @@ PINVOKE_TOP = ThreadModel(frames=(U("pinvoke", 0x5, 0x50), *STACK.frames[1:]))
 
 
 def run(thread: ThreadModel = STACK, **kw: object) -> Snapshot:
-    return snapshot(SnapshotInput(thread=thread, **kw))  # type: ignore[arg-type]
+    return snapshot(SnapshotInput(thread=thread, **kw))
 
 
 def ids(s: Snapshot) -> list[int]:
