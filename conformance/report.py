@@ -129,9 +129,16 @@ h1{font-size:20px} h2{font-size:16px;margin-top:28px}
 table.matrix{border-collapse:collapse} .matrix th,.matrix td{border:1px solid #ccd;padding:3px 8px}
 .matrix th{background:#eef} td.ok{background:#dfd} td.div{background:#fdd} td.exp{background:#fec}
 td.na{background:#eee} td.err{background:#f99} td.bad{outline:2px solid #c00}
+.matrix td a{color:inherit}
 .ev{border:1px solid #ccd;margin:12px 0;padding:8px 12px} pre{background:#f6f6fa;padding:6px;overflow:auto}
+.ev svg{display:block;max-width:100%;height:auto}
 .small{color:#556;font-size:12px}
 """
+
+#: frame pictures: advance of one character of 12px monospace (DejaVu/Liberation Mono: 7.2px) plus margin
+_SVG_CHAR_PX = 7.5
+#: longer frame labels are cut (with an ellipsis); the full label is the frame's tooltip
+_SVG_MAX_CHARS = 120
 
 
 def _css_class(verdict: Verdict | None) -> str:
@@ -151,26 +158,52 @@ def _css_class(verdict: Verdict | None) -> str:
 
 
 def frames_svg(picture: list[dict[str, Any]]) -> str:
-    """A small picture of a stack walk: one box per frame, leaf on top; red where it disagrees."""
+    """A small picture of a stack walk: one box per frame, leaf on top; red where it disagrees.
+
+    The picture is as wide as its longest label (labels over ``_SVG_MAX_CHARS`` characters are cut, the
+    whole label stays in the frame's tooltip) and scales down in a narrower window.
+    """
     if not picture:
         return ""
-    row, width = 22, 460
+    labels = [f"{i}: {frame.get('label', '?')}" for i, frame in enumerate(picture)]
+    shown = [t if len(t) <= _SVG_MAX_CHARS else t[: _SVG_MAX_CHARS - 1] + "\u2026" for t in labels]
+    row = 22
+    width = max(460, round(max(len(t) for t in shown) * _SVG_CHAR_PX) + 16)
     height = row * len(picture) + 24
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img"'
-        ' aria-label="stack walk, leaf first">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" role="img" aria-label="stack walk, leaf first">',
         '<text x="4" y="14" font-size="11" fill="#556">leaf (first callback)</text>',
     ]
-    for i, frame in enumerate(picture):
+    for i, (frame, full, text) in enumerate(zip(picture, labels, shown, strict=True)):
         y = 20 + i * row
         fill = "#dfd" if frame.get("ok", True) else "#fbb"
-        label = html.escape(str(frame.get("label", "?")))[:70]
         parts.append(
+            f"<g><title>{html.escape(full)}</title>"
             f'<rect x="2" y="{y}" width="{width - 4}" height="{row - 3}" fill="{fill}" stroke="#889"/>'
+            f'<text x="8" y="{y + 14}" font-size="12" font-family="monospace">{html.escape(text)}</text></g>'
         )
-        parts.append(f'<text x="8" y="{y + 14}" font-size="12" font-family="monospace">{i}: {label}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _has_evidence(verdict: Verdict) -> bool:
+    """Whether the report shows the verdict's evidence (divergences, errors, anything unexpected)."""
+    return verdict.status in (Status.DIVERGES, Status.ERROR) or verdict.outcome in (
+        Outcome.UNEXPECTED,
+        Outcome.STALE_EXPECTATION,
+    )
+
+
+def _anchor(verdict: Verdict) -> str:
+    return f"ev-{verdict.clause}-{verdict.runtime}"
+
+
+_OUTCOME_WORDS = {
+    Outcome.EXPECTED_DIVERGENCE: "known divergence",
+    Outcome.UNEXPECTED: "unexpected",
+    Outcome.STALE_EXPECTATION: "stale expectation",
+}
 
 
 def render_html(result: SuiteResult) -> str:
@@ -193,28 +226,36 @@ def render_html(result: SuiteResult) -> str:
     for clause_id, per_runtime in table.items():
         known = CATALOG.get(clause_id)
         title = html.escape(known.title if known else "(not in catalog)")
-        out.append(f"<tr><td><a href='#{clause_id}'>{clause_id}</a></td><td>{title}</td>")
+        first = next((v for v in per_runtime.values() if _has_evidence(v)), None)
+        name = html.escape(clause_id)
+        link = f"<a href='#{html.escape(_anchor(first))}'>{name}</a>" if first else name
+        out.append(f"<tr><td>{link}</td><td>{title}</td>")
         for runtime in result.runtimes:
             verdict = per_runtime.get(runtime)
             text = html.escape(_cell(verdict))
+            if verdict is not None and _has_evidence(verdict):
+                text = f"<a href='#{html.escape(_anchor(verdict))}'>{text}</a>"
             tip = html.escape(verdict.observed if verdict else "")
             out.append(f"<td class='{_css_class(verdict)}' title='{tip}'>{text}</td>")
         out.append("</tr>")
     out.append("</table>")
+    out.append(
+        "<p class='small'>ok = conforms, diverges* = known divergence (expectation file),"
+        " ! = unexpected, n/a = not applicable, - = not run; hover a cell for what was observed.</p>"
+    )
     out.append("<h2>Divergences, errors and their evidence</h2>")
     shown = 0
     for clause_id, per_runtime in table.items():
         for runtime, verdict in per_runtime.items():
-            if verdict.status not in (Status.DIVERGES, Status.ERROR) and verdict.outcome not in (
-                Outcome.UNEXPECTED,
-                Outcome.STALE_EXPECTATION,
-            ):
+            if not _has_evidence(verdict):
                 continue
             shown += 1
             known = CATALOG.get(clause_id)
+            how = _OUTCOME_WORDS.get(verdict.outcome) if verdict.outcome else None
             out.append(
-                f"<div class='ev' id='{clause_id}'><h3>{clause_id} on {html.escape(runtime)}: "
-                f"{html.escape(verdict.status.value)}</h3>"
+                f"<div class='ev' id='{html.escape(_anchor(verdict))}'><h3>{html.escape(clause_id)} on "
+                f"{html.escape(runtime)}: {html.escape(verdict.status.value)}"
+                f"{f' ({how})' if how else ''}</h3>"
             )
             if known:
                 out.append(f"<p><i>{html.escape(known.paraphrase)}</i></p>")
