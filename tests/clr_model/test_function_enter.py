@@ -1,0 +1,281 @@
+"""clr_model.function_enter: FunctionEnter2 event rules and x86 ABI predicates."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from clr_model.errors import InvalidInput, ModelError
+from clr_model.function_enter import (
+    COR_PRF_ENABLE_FUNCTION_ARGS,
+    HookEvent,
+    MachineState,
+    abi_clauses,
+    check_hook_abi,
+    check_hook_entry,
+    check_hook_events,
+)
+from clr_model.strategies.function_enter import (
+    conforming_returns,
+    entry_states,
+    hook_event_sequences,
+    machine_states,
+)
+
+FAST = settings(max_examples=100, deadline=None)
+MASK = 0x20
+ARGS_MASK = MASK | COR_PRF_ENABLE_FUNCTION_ARGS
+
+
+def enter(fid: int = 7, cd: int = 7, func: int = 0x900, args: int = 0, target: int | None = None,
+          thread: int = 0) -> HookEvent:
+    return HookEvent(kind="enter", func_id=fid, client_data=cd, func=func, argument_info=args, target=target,
+                     thread=thread)
+
+
+LEAVE = HookEvent(kind="leave")
+
+
+def ids(events: list[HookEvent], **kw: int | bool) -> list[str]:
+    return [v.clause for v in check_hook_events(events, **kw)]  # type: ignore[arg-type]
+
+
+Pair = tuple[MachineState, MachineState]
+
+
+# event rules ---------------------------------------------------------------------------------------
+
+def test_FE2_01_funcid_is_callee_example() -> None:
+    assert ids([enter(target=7), LEAVE]) == []
+    assert ids([enter(fid=7, cd=7, target=8), LEAVE]) == ["FE2-01"]
+
+
+@FAST
+@given(hook_event_sequences())
+def test_FE2_01_funcid_is_callee_property(case: tuple[list[HookEvent], int]) -> None:
+    events, mask = case
+    assert check_hook_events(events, event_mask=mask) == []
+    wrong = [e.model_copy(update={"target": (e.func_id or 0) + 1}) if e.kind == "enter" else e
+             for e in events]
+    assert ids(wrong, event_mask=mask).count("FE2-01") == sum(e.kind == "enter" for e in events)
+
+
+def test_FE2_02_client_data_example() -> None:
+    mapper = HookEvent(kind="mapper", func_id=7, client_data=0xABC)
+    assert ids([mapper, enter(cd=0xABC), LEAVE]) == []
+    assert ids([mapper, enter(cd=7), LEAVE]) == ["FE2-02"]
+    assert ids([enter(cd=7), LEAVE]) == []  # default mapper: clientData = funcId
+    assert ids([enter(cd=8), LEAVE]) == ["FE2-02"]
+
+
+@FAST
+@given(hook_event_sequences(), st.integers(1, 2**16))
+def test_FE2_02_client_data_property(case: tuple[list[HookEvent], int], delta: int) -> None:
+    events, mask = case
+    bent = [e.model_copy(update={"client_data": ((e.client_data or 0) + delta) % 2**32})
+            if e.kind == "enter" else e for e in events]
+    assert ids(bent, event_mask=mask).count("FE2-02") == sum(e.kind == "enter" for e in events)
+
+
+def test_FE2_03_frame_handle_accepted_example() -> None:
+    use_ok = HookEvent(kind="use_frame_info", func=0x900, api="GetFunctionInfo2", hr=0)
+    use_bad = use_ok.model_copy(update={"hr": 0x80070057})
+    assert ids([enter(), use_ok, LEAVE]) == []
+    assert ids([enter(), use_bad, LEAVE]) == ["FE2-03"]
+
+
+@FAST
+@given(hook_event_sequences())
+def test_FE2_03_frame_handle_accepted_property(case: tuple[list[HookEvent], int]) -> None:
+    events, mask = case
+    refused = [e.model_copy(update={"hr": 0x80004005}) if e.kind == "use_frame_info" else e for e in events]
+    assert ids(refused, event_mask=mask).count("FE2-03") == sum(e.kind == "use_frame_info" for e in events)
+
+
+def test_FE2_04_argument_info_needs_flag_example() -> None:
+    assert COR_PRF_ENABLE_FUNCTION_ARGS == 0x02000000
+    assert ids([enter(args=0x1000), LEAVE], event_mask=MASK) == ["FE2-04"]
+    assert ids([enter(args=0x1000), LEAVE], event_mask=ARGS_MASK) == []
+    switch = HookEvent(kind="set_event_mask", mask=ARGS_MASK)
+    assert ids([switch, enter(args=0x1000), LEAVE], event_mask=MASK) == []
+
+
+@FAST
+@given(hook_event_sequences())
+def test_FE2_04_argument_info_needs_flag_property(case: tuple[list[HookEvent], int]) -> None:
+    events, _mask = case
+    with_args = [e.model_copy(update={"argument_info": 0x5000}) if e.kind == "enter" else e for e in events]
+    n = sum(e.kind == "enter" for e in events)
+    assert ids(with_args, event_mask=MASK).count("FE2-04") == n
+    assert ids(with_args, event_mask=ARGS_MASK).count("FE2-04") == 0
+
+
+def test_FE2_05_dead_after_return_example() -> None:
+    late_frame = HookEvent(kind="use_frame_info", func=0x900, hr=0)
+    late_args = HookEvent(kind="use_argument_info", argument_info=0x1000)
+    assert ids([enter(args=0x1000), LEAVE, late_frame, late_args], event_mask=ARGS_MASK) == ["FE2-05"] * 2
+    assert ids([enter(args=0x1000), late_frame, late_args, LEAVE], event_mask=ARGS_MASK) == []
+
+
+@FAST
+@given(hook_event_sequences())
+def test_FE2_05_dead_after_return_property(case: tuple[list[HookEvent], int]) -> None:
+    events, mask = case
+    frames = {e.func for e in events if e.kind == "enter"}
+    late = [HookEvent(kind="use_frame_info", func=f, hr=0, thread=7) for f in sorted(f for f in frames if f)]
+    assert ids(events + late, event_mask=mask).count("FE2-05") == len(late)
+
+
+@pytest.mark.parametrize(("kind", "clause"), [("block", "FE2-10"), ("gc", "FE2-11"),
+                                              ("managed_call", "FE2-12"), ("managed_alloc", "FE2-12")])
+def test_FE2_10_11_12_forbidden_inside_example(kind: str, clause: str) -> None:
+    ev = HookEvent(kind=kind)
+    assert ids([enter(), ev, LEAVE]) == [clause]
+    assert ids([enter(), LEAVE, ev]) == []
+    assert ids([enter(thread=1), ev, HookEvent(kind="leave", thread=1)]) == []  # another thread
+
+
+@FAST
+@given(hook_event_sequences(), st.sampled_from(["block", "gc", "managed_call", "managed_alloc"]), st.data())
+def test_FE2_10_11_12_forbidden_inside_property(case: tuple[list[HookEvent], int], kind: str,
+                                                data: st.DataObject) -> None:
+    events, mask = case
+    clause = {"block": "FE2-10", "gc": "FE2-11"}.get(kind, "FE2-12")
+    at = data.draw(st.integers(0, len(events)))
+    probe = HookEvent(kind=kind, thread=0)
+    inside = False
+    for e in events[:at]:
+        if e.thread == 0 and e.kind in ("enter", "leave"):
+            inside = e.kind == "enter"
+    assert ids([*events[:at], probe, *events[at:]], event_mask=mask).count(clause) == int(inside)
+
+
+# the x86 ABI -------------------------------------------------------------------------------------------
+
+def test_FE2_06_naked_entry_layout_example() -> None:
+    state = MachineState(eip=0x401000, esp=0x1000, ebp=0, eax=0, ebx=0, ecx=0, edx=0, esi=0, edi=0, eflags=2,
+                         stack={0x1000: 0x77, 0x1004: 7, 0x1008: 0xC, 0x100C: 0xF, 0x1010: 0})
+    assert check_hook_entry(state, 7, 0xC, 0xF, 0) == []
+    # a compiler prologue (push ebp) would have moved ESP: the parameters are no longer at ESP+4
+    pushed = state.model_copy(update={"esp": 0xFFC, "stack": {**state.stack, 0xFFC: 0}})
+    assert [v.clause for v in check_hook_entry(pushed, 7, 0xC, 0xF, 0)] == ["FE2-06"] * 4
+
+
+@FAST
+@given(entry_states())
+def test_FE2_06_naked_entry_layout_property(case: tuple[MachineState, tuple[int, int, int, int]]) -> None:
+    state, params = case
+    assert check_hook_entry(state, *params) == []
+    swapped = (params[1], params[0], params[2], params[3])
+    assert len(check_hook_entry(state, *swapped)) == (2 if params[0] != params[1] else 0)
+
+
+def test_FE2_07_scratch_registers_kept_example() -> None:
+    before = MachineState(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=0x246,
+                          stack={0x1000: 0x500})
+    after = before.model_copy(update={"esp": 0x1014, "eip": 0x500, "eax": 0, "stack": {}})
+    assert [v.clause for v in check_hook_abi(before, after)] == ["FE2-07"]
+    flags = after.model_copy(update={"eax": 3, "eflags": 0x247})  # CF set by the hook
+    assert [v.clause for v in check_hook_abi(before, flags)] == ["FE2-07"]
+    tf = after.model_copy(update={"eax": 3, "eflags": 0x346})  # TF is not the hook's business
+    assert check_hook_abi(before, tf) == []
+
+
+@FAST
+@given(conforming_returns(), st.sampled_from(["eax", "ecx", "edx"]), st.integers(1, 2**32 - 1))
+def test_FE2_07_scratch_registers_kept_property(pair: Pair, reg: str, xor: int) -> None:
+    before, after = pair
+    assert check_hook_abi(before, after) == []
+    bad = after.model_copy(update={reg: getattr(after, reg) ^ xor})
+    assert [v.clause for v in check_hook_abi(before, bad)] == ["FE2-07"]
+
+
+def test_FE2_08_saved_registers_and_fpu_example() -> None:
+    before = MachineState(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=2)
+    after = before.model_copy(update={"esp": 0x1014})
+    assert check_hook_abi(before, after) == []
+    st0 = after.model_copy(update={"st": (1, 0, 0, 0, 0, 0, 0, 0), "xmm": (0, 0, 0, 0, 0, 0, 0, 9)})
+    assert [v.message.split(" ")[0] for v in check_hook_abi(before, st0)] == ["x87", "XMM7"]
+    assert {v.clause for v in check_hook_abi(before, st0)} == {"FE2-08"}
+
+
+_SAVED_FIELDS = ["ebx", "esi", "edi", "ebp", "fpu_control", "fpu_status", "fpu_tag", "mxcsr"]
+
+
+@FAST
+@given(conforming_returns(), st.sampled_from(_SAVED_FIELDS), st.integers(1, 0xFFFF),
+       st.integers(0, 7), st.booleans())
+def test_FE2_08_saved_registers_and_fpu_property(
+    pair: Pair, reg: str, xor: int, slot: int, vector: bool
+) -> None:
+    before, after = pair
+    bad = after.model_copy(update={reg: getattr(after, reg) ^ xor})
+    assert [v.clause for v in check_hook_abi(before, bad)] == ["FE2-08"]
+    name = "xmm" if vector else "st"
+    regs = list(getattr(after, name))
+    regs[slot] ^= xor
+    bad_fp = after.model_copy(update={name: tuple(regs)})
+    assert [v.clause for v in check_hook_abi(before, bad_fp)] == ["FE2-08"]
+
+
+def test_FE2_09_callee_pops_example() -> None:
+    before = MachineState(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=2,
+                          stack={0x1000: 0x401234})
+    good = before.model_copy(update={"esp": 0x1014, "eip": 0x401234, "stack": {}})
+    assert check_hook_abi(before, good) == []
+    cdecl = good.model_copy(update={"esp": 0x1004})  # plain `ret`: the caller's 16 bytes left behind
+    assert [v.clause for v in check_hook_abi(before, cdecl)] == ["FE2-09"]
+    elsewhere = good.model_copy(update={"eip": 0x401235})
+    assert [v.clause for v in check_hook_abi(before, elsewhere)] == ["FE2-09"]
+    with pytest.raises(InvalidInput, match="multiple of 4"):
+        check_hook_abi(before, good, pushed_param_bytes=3)
+
+
+@FAST
+@given(conforming_returns(), st.integers(-64, 64).filter(lambda d: d != 0))
+def test_FE2_09_callee_pops_property(pair: Pair, delta: int) -> None:
+    before, after = pair
+    off = after.model_copy(update={"esp": (after.esp + delta) % 2**32})
+    assert [v.clause for v in check_hook_abi(before, off)] == ["FE2-09"]
+
+
+def test_FE2_13_x86_only_example() -> None:
+    assert abi_clauses("x86") == ("FE2-06", "FE2-07", "FE2-08", "FE2-09")
+    assert abi_clauses("x64") == () and abi_clauses("arm64") == ()
+    with pytest.raises(InvalidInput, match="mips"):
+        abi_clauses("mips")
+
+
+@FAST
+@given(st.text(max_size=6))
+def test_FE2_13_x86_only_property(arch: str) -> None:
+    try:
+        got = abi_clauses(arch)
+    except ModelError:
+        assert arch not in ("x86", "i386", "x64", "amd64", "arm64", "arm")
+    else:
+        assert bool(got) == (arch in ("x86", "i386"))
+
+
+# totality ---------------------------------------------------------------------------------------------
+
+@FAST
+@given(hook_event_sequences(conforming=False))
+def test_check_hook_events_is_total(case: tuple[list[HookEvent], int]) -> None:
+    events, mask = case
+    for v in check_hook_events(events, event_mask=mask):
+        assert v.clause.startswith("FE2-") and v.index is not None
+
+
+@FAST
+@given(machine_states(), machine_states())
+def test_check_hook_abi_is_total(before: MachineState, after: MachineState) -> None:
+    assert all(v.clause in ("FE2-07", "FE2-08", "FE2-09") for v in check_hook_abi(before, after))
+
+
+def test_machine_state_rejects_bad_widths() -> None:
+    with pytest.raises(ValidationError, match="80-bit"):
+        MachineState(eip=0, esp=0, ebp=0, eax=0, ebx=0, ecx=0, edx=0, esi=0, edi=0, eflags=0,
+                     st=(2**80, 0, 0, 0, 0, 0, 0, 0))
