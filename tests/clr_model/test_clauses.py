@@ -112,3 +112,17 @@ def test_clause_refuses_wrong_prefix_and_question_on_non_ambiguity() -> None:
             question="why?",
             **base,
         )
+
+
+def test_every_dss_model_clause_has_an_example_and_a_property_test() -> None:
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    source = "\n".join(p.read_text() for p in here.glob("test_*.py"))
+    for item in dss.CLAUSES:
+        if Layer.MODEL not in item.layers:
+            continue
+        token = item.id.replace("-", "_")
+        names = re.findall(rf"def (test_{token}_\w+)", source)
+        assert any(n.endswith("_example") for n in names), f"{item.id}: no example test"
+        assert any(n.endswith("_property") for n in names), f"{item.id}: no property test"
