@@ -7,6 +7,7 @@ failure. Each test leaves a screenshot next to the page it rendered (under pytes
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +18,6 @@ from conformance.errors import HarnessError
 from conformance.verdicts import Outcome, Status, SuiteResult, Verdict
 from tests.conformance import browser
 from tests.conformance.test_report import sample
-
-pytestmark = pytest.mark.live
 
 #: a realistic walk: runtime frames with long, fully qualified names, one run of native frames
 _WALK = (
@@ -128,6 +127,7 @@ _BROKEN_ANCHORS = """(() => {
 })()"""
 
 
+@pytest.mark.live
 def test_html_report_renders_in_chromium_without_errors(tmp_path: Path, chromium: browser.Chromium) -> None:
     result = realistic()
     page = tmp_path / "report.html"
@@ -173,6 +173,7 @@ def test_html_report_renders_in_chromium_without_errors(tmp_path: Path, chromium
         assert drawn["overflowing"] == []
 
 
+@pytest.mark.live
 @pytest.mark.parametrize(
     ("body", "shows"),
     [
@@ -195,3 +196,31 @@ def test_png_size_rejects_a_non_png(tmp_path: Path) -> None:
     fake.write_bytes(b"GIF89a" + bytes(40))
     with pytest.raises(HarnessError, match=r"x\.png: not a PNG file"):
         browser.png_size(fake)
+
+
+@pytest.mark.live
+def test_a_missing_page_is_one_line(tmp_path: Path, chromium: browser.Chromium) -> None:
+    with pytest.raises(HarnessError, match=r"nope\.html: no such page to render"):
+        chromium.render(tmp_path / "nope.html")
+
+
+def test_a_browser_that_dies_at_start_is_one_line(tmp_path: Path) -> None:
+    fake = tmp_path / "chromium"
+    fake.write_text("#!/bin/sh\necho 'cannot open display' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(HarnessError, match=r"chromium exited with code 3 .*: cannot open display"):
+        browser.Chromium(str(fake)).__enter__()
+
+
+def test_a_browser_that_hangs_at_start_times_out_and_is_ended(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    fake = tmp_path / "chromium"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(HarnessError, match=r"timed out waiting for .*DevToolsActivePort"):
+        with browser.Chromium(str(fake), timeout_s=0.5):
+            pass
+    assert time.monotonic() - started < 10
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists(), "the hanging browser was left running"
