@@ -274,8 +274,10 @@ def render_html(result: SuiteResult) -> str:
                 excerpt = "\n".join(json.dumps(r, sort_keys=True) for r in verdict.evidence)
                 out.append(f"<pre>{html.escape(excerpt)}</pre>")
             out.append("</div>")
-    if not shown:
-        out.append("<p>None: every clause conforms on every runtime.</p>")
+    if not table:
+        out.append("<p>None: no clause was judged (no experiment ran on these runtimes).</p>")
+    elif not shown:
+        out.append("<p>None: every judged clause conforms on every runtime.</p>")
     out.append("</body></html>")
     return "\n".join(out)
 

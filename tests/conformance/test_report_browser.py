@@ -199,6 +199,18 @@ def test_png_size_rejects_a_non_png(tmp_path: Path) -> None:
 
 
 @pytest.mark.live
+def test_an_empty_report_renders_and_says_nothing_was_judged(
+    tmp_path: Path, chromium: browser.Chromium
+) -> None:
+    empty = sample().model_copy(update={"verdicts": []})
+    page = tmp_path / "empty.html"
+    report.write_html(empty, page)
+    seen = chromium.render(page, evaluate={"text": "document.body.innerText"})
+    assert seen.errors == []
+    assert "no clause was judged" in seen.values["text"] and "every judged clause" not in seen.values["text"]
+
+
+@pytest.mark.live
 def test_a_missing_page_is_one_line(tmp_path: Path, chromium: browser.Chromium) -> None:
     with pytest.raises(HarnessError, match=r"nope\.html: no such page to render"):
         chromium.render(tmp_path / "nope.html")
