@@ -33,7 +33,7 @@ from clr_model.strategies.buffers import (
 
 S_OK = HResult.S_OK.value
 INSUFFICIENT = HResult.HRESULT_ERROR_INSUFFICIENT_BUFFER.value
-FAST = settings(max_examples=100, deadline=None)
+FAST = settings(max_examples=75, deadline=None)
 
 
 def _conforming(data: list[int], size: int, present: bool) -> ObservedCall:

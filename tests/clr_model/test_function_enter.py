@@ -24,7 +24,7 @@ from clr_model.strategies.function_enter import (
     machine_states,
 )
 
-FAST = settings(max_examples=100, deadline=None)
+FAST = settings(max_examples=75, deadline=None)
 MASK = 0x20
 ARGS_MASK = MASK | COR_PRF_ENABLE_FUNCTION_ARGS
 
@@ -128,6 +128,8 @@ def test_FE2_05_dead_after_return_property(case: tuple[list[HookEvent], int]) ->
     assert ids(events + late, event_mask=mask).count("FE2-05") == len(late)
 
 
+@pytest.mark.clause("FE2-11")
+@pytest.mark.clause("FE2-12")
 @pytest.mark.parametrize(("kind", "clause"), [("block", "FE2-10"), ("gc", "FE2-11"),
                                               ("managed_call", "FE2-12"), ("managed_alloc", "FE2-12")])
 def test_FE2_10_11_12_forbidden_inside_example(kind: str, clause: str) -> None:
@@ -137,6 +139,8 @@ def test_FE2_10_11_12_forbidden_inside_example(kind: str, clause: str) -> None:
     assert ids([enter(thread=1), ev, HookEvent(kind="leave", thread=1)]) == []  # another thread
 
 
+@pytest.mark.clause("FE2-11")
+@pytest.mark.clause("FE2-12")
 @FAST
 @given(hook_event_sequences(), st.sampled_from(["block", "gc", "managed_call", "managed_alloc"]), st.data())
 def test_FE2_10_11_12_forbidden_inside_property(case: tuple[list[HookEvent], int], kind: str,

@@ -114,12 +114,14 @@ def test_MR2_03_and_invalid_tables_name_the_clause_property(case: tuple[Arrays, 
     assert err.value.clause == clause_id and clause_id in str(err.value)
 
 
+@pytest.mark.clause("MR2-05")
 def test_MR2_04_05_starts_per_index_example() -> None:
     table = RangeTable([0x2000, 0x1000], [0x9000, 0x8000], [0x10, 0x20])
     assert table.ranges() == [(0x2000, 0x9000, 0x10), (0x1000, 0x8000, 0x20)]
     assert table.remap(0x2000) == 0x9000 and table.remap(0x1000) == 0x8000
 
 
+@pytest.mark.clause("MR2-05")
 @FAST
 @given(valid_tables())
 def test_MR2_04_05_start_maps_to_start_property(arrays: Arrays) -> None:
