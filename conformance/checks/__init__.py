@@ -10,7 +10,7 @@ import importlib
 from conformance.verdicts import LiveExperiment
 
 #: module names under conformance.checks, in report order
-AREAS: tuple[str, ...] = ("stack", "buffers", "gc", "hooks")
+AREAS: tuple[str, ...] = ("stack", "async_walks", "buffers", "gc", "hooks")
 
 
 def all_experiments() -> list[LiveExperiment]:

@@ -313,9 +313,14 @@ const ExperimentEntry kExperiments[] = {
 
 }  // namespace
 
+const ExperimentTable kCoreExperiments{kExperiments, sizeof kExperiments / sizeof kExperiments[0]};
+
 const ExperimentEntry* find_experiment(const std::string& name) {
-    for (const ExperimentEntry& e : kExperiments)
-        if (name == e.name) return &e;
+    static const ExperimentTable* const tables[] = {&kCoreExperiments,   &kStackExperiments, &kAsyncExperiments,
+                                                    &kBufferExperiments, &kGcExperiments,    &kHookExperiments};
+    for (const ExperimentTable* table : tables)
+        for (std::size_t i = 0; i < table->count; ++i)
+            if (name == table->rows[i].name) return &table->rows[i];
     return nullptr;
 }
 

@@ -3,6 +3,7 @@
 // experiments.cpp (and its function); the dispatcher never changes.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "state.h"
@@ -28,7 +29,19 @@ struct ExperimentEntry {
     const char* args_doc;
 };
 
-// nullptr when the table has no such name.
+// One table per area, each in its own file (experiments_<area>.cpp), so areas grow independently.
+struct ExperimentTable {
+    const ExperimentEntry* rows;
+    std::size_t count;
+};
+extern const ExperimentTable kCoreExperiments;    // experiments.cpp: stack_snapshot
+extern const ExperimentTable kStackExperiments;   // experiments_stack.cpp: same-thread DoStackSnapshot variants
+extern const ExperimentTable kAsyncExperiments;   // experiments_async.cpp: cross-thread and signal-handler walks
+extern const ExperimentTable kBufferExperiments;  // experiments_buffers.cpp: caller-allocated buffer probes
+extern const ExperimentTable kGcExperiments;      // experiments_gc.cpp: MovedReferences2 checks
+extern const ExperimentTable kHookExperiments;    // experiments_hooks.cpp: FunctionEnter2 hooks
+
+// nullptr when no table has such a name.
 const ExperimentEntry* find_experiment(const std::string& name);
 
 }  // namespace profharness
