@@ -320,7 +320,7 @@ def gc_summary(trace: Trace) -> dict[str, Any]:
 
 def summarize(result: RunResult) -> dict[str, Any]:
     """The JSON form of one run: the result plus what the trace shows."""
-    data = json.loads(result.model_dump_json())
+    data: dict[str, Any] = json.loads(result.model_dump_json())
     trace = result.trace
     if trace is not None:
         header = trace.header
