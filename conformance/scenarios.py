@@ -43,7 +43,7 @@ REFERENCE_ASSEMBLIES: tuple[str, ...] = (
     "System.Collections.dll",
 )
 
-MCS_FLAGS: tuple[str, ...] = ("-nostdlib", "-noconfig", "-target:exe", "-optimize-", "-debug-", "-nologo")
+MCS_FLAGS: tuple[str, ...] = ("-nostdlib", "-noconfig", "-target:exe", "-optimize-", "-debug-", "-nologo", "-unsafe")
 
 
 class Scenario(BaseModel):
