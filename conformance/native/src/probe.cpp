@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <map>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "callback_base.h"
@@ -18,7 +20,11 @@ namespace profharness {
 namespace {
 
 constexpr GUID kProbeClsid = {0x8C3B5D2E, 0x6F4A, 0x4B1C, {0x9E, 0x7D, 0x2A, 0x5F, 0x3C, 0x1B, 0x0D, 0x9E}};
-constexpr std::size_t kMaxRanges = 256;  // ranges logged per MovedReferences* call
+constexpr std::size_t kMaxRanges = 256;  // default: ranges logged per MovedReferences* call
+std::size_t g_max_ranges = kMaxRanges;   // plan "max_ranges" (0 = all)
+// plan "replies": {callback name: HRESULT} the probe returns instead of S_OK
+bool g_reply_set[kCallbackCountMax] = {};
+HRESULT g_reply[kCallbackCountMax] = {};
 constexpr int kCbCount = static_cast<int>(Cb::Count_);
 static_assert(kCbCount <= kCallbackCountMax, "raise kCallbackCountMax");
 
@@ -156,6 +162,27 @@ void load_plan(const char* text) {
         if (m->is_integer()) plan.event_mask_hi = static_cast<std::uint32_t>(m->as_uint());
         else s.probe_error("plan.event_mask_hi must be an integer", "plan");
     }
+    if (const Json* m = raw.get("max_ranges")) {
+        if (m->is_integer() && m->as_int() >= 0) {
+            std::int64_t v = m->as_int();
+            g_max_ranges = v == 0 ? static_cast<std::size_t>(-1) : static_cast<std::size_t>(v);
+        } else {
+            s.probe_error("plan.max_ranges must be an integer >= 0", "plan");
+        }
+    }
+    if (const Json* r = raw.get("replies")) {
+        if (!r->is_object()) s.probe_error("plan.replies must be an object {callback: HRESULT}", "plan");
+        else
+            for (const auto& kv : r->members()) {
+                int idx = callback_index(kv.first);
+                if (idx < 0) s.probe_error("plan.replies names unknown callback " + kv.first, "plan");
+                else if (!kv.second.is_integer()) s.probe_error("plan.replies." + kv.first + " must be an integer", "plan");
+                else {
+                    g_reply_set[idx] = true;
+                    g_reply[idx] = static_cast<HRESULT>(static_cast<std::uint32_t>(kv.second.as_uint()));
+                }
+            }
+    }
     plan.record = string_list(raw.get("record"), "record");
     plan.count = string_list(raw.get("count"), "count");
 
@@ -253,6 +280,7 @@ CallbackEvent::CallbackEvent(int id) : id_(id), recording_(false), args_(Json::o
 
 HRESULT CallbackEvent::finish(HRESULT hr) {
     ProbeState& s = state();
+    if (g_reply_set[id_]) hr = g_reply[id_];  // plan "replies"
     if (recording_) {
         Json f = Json::object();
         f.set("name", kCallbackNames[id_]);
@@ -465,7 +493,7 @@ namespace {
 
 template <typename Len>
 void moved_args(CallbackEvent& ev, ULONG n, const ObjectID* olds, const ObjectID* news, const Len* lens) {
-    std::size_t shown = n < kMaxRanges ? n : kMaxRanges;
+    std::size_t shown = n < g_max_ranges ? n : g_max_ranges;
     ev.arg("cMovedObjectIDRanges", n);
     ev.args().set("old", range_array(olds, shown));
     ev.args().set("new", range_array(news, shown));
@@ -490,7 +518,7 @@ HRESULT Probe::MovedReferences2(ULONG n, ObjectID* olds, ObjectID* news, SIZE_T*
 HRESULT Probe::SurvivingReferences2(ULONG n, ObjectID* starts, SIZE_T* lens) {
     CallbackEvent ev(static_cast<int>(Cb::SurvivingReferences2));
     if (ev.recording()) {
-        std::size_t shown = n < kMaxRanges ? n : kMaxRanges;
+        std::size_t shown = n < g_max_ranges ? n : g_max_ranges;
         ev.arg("cSurvivingObjectIDRanges", n);
         ev.args().set("start", range_array(starts, shown));
         ev.args().set("len", range_array(lens, shown));
@@ -550,3 +578,69 @@ PROFHARNESS_EXPORT std::int32_t profharness_mark(const char16_t* name, const cha
 }
 
 PROFHARNESS_EXPORT std::int64_t profharness_record_count(void) { return state().trace.count(); }
+
+namespace {
+
+// Reads n bytes at addr of this process without faulting (false when unmapped).
+bool read_own(std::uint64_t addr, void* out, std::size_t n) {
+    struct iovec local{out, n};
+    struct iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(addr)), n};
+    return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
+}
+
+}  // namespace
+
+PROFHARNESS_EXPORT std::int32_t profharness_mark_ids(const char16_t* name, const std::int64_t* ids, std::int32_t count) {
+    ProbeState& s = state();
+    if (!s.initialized.load(std::memory_order_acquire)) return -1;
+    std::string n = utf16_to_utf8(name);
+    Json id_list = Json::array(), classes = Json::array(), words = Json::array(), names = Json::object();
+    std::map<ClassID, bool> named;
+    HRESULT first_failure = S_OK;
+    for (std::int32_t i = 0; i < count && ids && i < (1 << 24); ++i) {
+        std::uint64_t id = static_cast<std::uint64_t>(ids[i]);
+        id_list.push(Json(id));
+        std::uint64_t w[3] = {0, 0, 0};  // method table, first two 8-byte fields
+        bool readable = id != 0 && read_own(id, w, sizeof w);
+        ClassID cls = 0;
+        if (readable && w[0] && s.info) {
+            HRESULT hr = s.info->GetClassFromObject(static_cast<ObjectID>(id), &cls);
+            if (failed(hr)) { cls = 0; if (!failed(first_failure)) first_failure = hr; }
+        }
+        classes.push(Json(static_cast<std::uint64_t>(cls)));
+        Json pair = Json::array();
+        if (readable) {
+            pair.push(Json(static_cast<std::int64_t>(w[1]))).push(Json(static_cast<std::int64_t>(w[2])));
+        }
+        words.push(readable ? std::move(pair) : Json());
+        if (cls && named.emplace(cls, true).second) {
+            ModuleID mod = 0;
+            mdTypeDef td = 0;
+            Json nm;
+            if (!failed(s.info->GetClassIDInfo(cls, &mod, &td)) && mod && td) {
+                IUnknown* unk = nullptr;
+                if (s.info->GetModuleMetaData(mod, ofRead, IID_IMetaDataImport, &unk) == S_OK && unk) {
+                    auto* md = static_cast<IMetaDataImport*>(unk);
+                    WCHAR buf[512];
+                    ULONG len = 0;
+                    DWORD flags = 0;
+                    mdToken ext = 0;
+                    if (!failed(md->GetTypeDefProps(td, buf, 512, &len, &flags, &ext))) nm = Json(wide_name(buf, len));
+                    md->Release();
+                }
+            }
+            names.set(std::to_string(static_cast<std::uint64_t>(cls)), nm);
+        }
+    }
+    Json f = Json::object();
+    f.set("name", n);
+    f.set("payload", Json());
+    f.set("ids", std::move(id_list));
+    f.set("class_ids", std::move(classes));
+    f.set("words", std::move(words));
+    f.set("class_names", std::move(names));
+    f.set("class_hr", Json(static_cast<std::uint32_t>(first_failure)));
+    s.trace.write("mark", f);
+    run_experiments_at("mark:" + n);
+    return 0;
+}
