@@ -596,7 +596,7 @@ PROFHARNESS_EXPORT std::int32_t profharness_mark_ids(const char16_t* name, const
     std::string n = utf16_to_utf8(name);
     Json id_list = Json::array(), classes = Json::array(), words = Json::array(), names = Json::object();
     std::map<ClassID, bool> named;
-    HRESULT first_failure = S_OK;
+    HRESULT first_failure = S_OK, name_failure = S_OK;
     for (std::int32_t i = 0; i < count && ids && i < (1 << 24); ++i) {
         std::uint64_t id = static_cast<std::uint64_t>(ids[i]);
         id_list.push(Json(id));
@@ -605,7 +605,14 @@ PROFHARNESS_EXPORT std::int32_t profharness_mark_ids(const char16_t* name, const
         ClassID cls = 0;
         if (readable && w[0] && s.info) {
             HRESULT hr = s.info->GetClassFromObject(static_cast<ObjectID>(id), &cls);
-            if (failed(hr)) { cls = 0; if (!failed(first_failure)) first_failure = hr; }
+            if (failed(hr)) {
+                cls = 0;
+                if (!failed(first_failure)) first_failure = hr;
+                // Outside a callback the runtime refuses GetClassFromObject (CORPROF_E_UNSUPPORTED_CALL_SEQUENCE);
+                // a non-array object's ClassID is its method table pointer (TypeHandle), the first word.
+                std::uint64_t probe_word = 0;
+                if (read_own(w[0], &probe_word, sizeof probe_word)) cls = static_cast<ClassID>(w[0]);
+            }
         }
         classes.push(Json(static_cast<std::uint64_t>(cls)));
         Json pair = Json::array();
@@ -617,9 +624,13 @@ PROFHARNESS_EXPORT std::int32_t profharness_mark_ids(const char16_t* name, const
             ModuleID mod = 0;
             mdTypeDef td = 0;
             Json nm;
-            if (!failed(s.info->GetClassIDInfo(cls, &mod, &td)) && mod && td) {
+            HRESULT ih = s.info->GetClassIDInfo(cls, &mod, &td);
+            if (failed(ih) && !failed(name_failure)) name_failure = ih;
+            if (!failed(ih) && mod && td) {
                 IUnknown* unk = nullptr;
-                if (s.info->GetModuleMetaData(mod, ofRead, IID_IMetaDataImport, &unk) == S_OK && unk) {
+                HRESULT mh = s.info->GetModuleMetaData(mod, ofRead, IID_IMetaDataImport, &unk);
+                if (failed(mh) && !failed(name_failure)) name_failure = mh;
+                if (mh == S_OK && unk) {
                     auto* md = static_cast<IMetaDataImport*>(unk);
                     WCHAR buf[512];
                     ULONG len = 0;
@@ -640,6 +651,8 @@ PROFHARNESS_EXPORT std::int32_t profharness_mark_ids(const char16_t* name, const
     f.set("words", std::move(words));
     f.set("class_names", std::move(names));
     f.set("class_hr", Json(static_cast<std::uint32_t>(first_failure)));
+    f.set("class_name_hr", Json(static_cast<std::uint32_t>(name_failure)));
+    f.set("class_source", failed(first_failure) ? "method_table" : "GetClassFromObject");
     s.trace.write("mark", f);
     run_experiments_at("mark:" + n);
     return 0;
