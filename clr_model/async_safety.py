@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clr_model.errors import InvalidInput
 from clr_model.hresults import HResult, hresult_failed
-from clr_model.stacksnapshot import Violation
+from clr_model.violations import Violation
 
 __all__ = [
     "CallThatMayTriggerGC",

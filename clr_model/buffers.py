@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clr_model.errors import InvalidInput, ModelError
 from clr_model.hresults import HResult, format_hresult, hresult_failed, to_unsigned
+from clr_model.violations import Violation as Violation
 
 __all__ = [
     "ULONG32_MAX",
@@ -47,20 +48,6 @@ T = TypeVar("T")
 
 ULONG32_MAX = 2**32 - 1
 _INSUFFICIENT = HResult.HRESULT_ERROR_INSUFFICIENT_BUFFER.value
-
-
-class Violation(BaseModel):
-    """One way an observed behaviour breaks a clause: the clause id, a one-line message, where."""
-
-    model_config = ConfigDict(frozen=True)
-
-    clause: str = Field(pattern=r"^(DSS|FE2|MR2|BUF)-\d{2}$")
-    message: str
-    index: int | None = Field(default=None, description="position in the input (event, call, range)")
-
-    def __str__(self) -> str:
-        where = f" at #{self.index}" if self.index is not None else ""
-        return f"{self.clause}{where}: {self.message}"
 
 
 class CallerBrokeContract(InvalidInput):

@@ -24,9 +24,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from clr_model.buffers import Violation
 from clr_model.errors import InvalidInput
 from clr_model.hresults import format_hresult, hresult_failed, to_unsigned
+from clr_model.violations import Violation
 
 __all__ = [
     "COR_PRF_ENABLE_FRAME_INFO",

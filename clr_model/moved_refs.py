@@ -23,9 +23,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from clr_model.buffers import Violation
 from clr_model.errors import InvalidInput
 from clr_model.hresults import hresult_failed, to_unsigned
+from clr_model.violations import Violation
 
 __all__ = [
     "U64_MAX",

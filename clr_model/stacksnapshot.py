@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from clr_model.context import AMD64_CONTEXT, X86_CONTEXT, Arch, ContextLayout
 from clr_model.errors import InvalidInput
 from clr_model.hresults import HResult, format_hresult
+from clr_model.violations import Violation as Violation
 
 __all__ = [
     "COR_PRF_SNAPSHOT_DEFAULT",
@@ -240,17 +241,6 @@ class Outcome(BaseModel):
     clauses: tuple[str, ...]
     #: why this alternative conforms (empty for the exact outcome)
     reason: str = ""
-
-
-class Violation(BaseModel):
-    model_config = _FROZEN
-    clause: str
-    message: str
-    index: int | None = None
-
-    def __str__(self) -> str:
-        where = f" (callback {self.index})" if self.index is not None else ""
-        return f"{self.clause}: {self.message}{where}"
 
 
 class Snapshot(BaseModel):
