@@ -1,0 +1,691 @@
+"""MovedReferences2 against reality: the gc-moves scenario's object addresses before and after one GC.
+
+Ground truth comes from the scenario (``conformance/scenarios/gc-moves``): it reads the address of every
+tracked object itself (``__makeref``) before and after one forced compacting GC and hands them to the probe
+(marks ``ids.before`` / ``ids.after``, written by ``profharness_mark_ids``, which also records the class
+and the two 8-byte fields the probe reads at each address). Live object ``i`` carries Tag ``i + 1``, dead
+object ``k`` Tag ``-(k + 1)``, and ``Twin = ~Tag`` (mark ``expect.objects``).
+
+The prediction comes from the model (:mod:`clr_model.moved_refs`): a :class:`RangeTable` built from the
+ranges the runtime reported for that GC remaps each old address; the judges compare the model's answer
+with the scenario's after-address, never the ranges with themselves. The event-rule checker
+:func:`check_gc_events` runs over the recorded callback sequence.
+
+Two runs per runtime: ``gc-moves`` (the probe returns S_OK from every callback) and ``gc-moves-fail-mr2``
+(the probe returns E_FAIL from MovedReferences2, for MR2-12).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clr_model.hresults import HResult, format_hresult, hresult_failed
+from clr_model.moved_refs import (
+    HeapEvent,
+    HeapSnapshot,
+    RangeTable,
+    RangeTableError,
+    check_gc_events,
+    to_v1,
+)
+from clr_model.violations import Violation
+from conformance.errors import HarnessError
+from conformance.paths import SCENARIOS_DIR
+from conformance.trace import CallbackRecord, MarkRecord, Trace
+from conformance.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+
+SCENARIO = "gc-moves"
+#: bytes of a Tagged object from its ObjectID: method table pointer + Tag + Twin
+OBJECT_BYTES = 24
+GC_CALLBACKS = (
+    "GarbageCollectionStarted",
+    "GarbageCollectionFinished",
+    "MovedReferences2",
+    "MovedReferences",
+)
+
+C, D, NA = Status.CONFORMS, Status.DIVERGES, Status.NOT_APPLICABLE
+
+
+# --- reading the run ----------------------------------------------------------------------------------
+
+
+def _mark(trace: Trace, name: str) -> MarkRecord:
+    found = trace.marks(name)
+    if len(found) != 1:
+        raise HarnessError(
+            f"{trace.path}: expected one mark {name!r}, found {len(found)} (did the scenario run?)"
+        )
+    return found[0]
+
+
+def _extra(record: MarkRecord, field: str) -> Any:
+    value = (record.model_extra or {}).get(field)
+    if value is None:
+        raise HarnessError(
+            f"{record.seq}: mark {record.name!r} has no {field!r} (probe without profharness_mark_ids?)"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Readings:
+    """What profharness_mark_ids recorded for one mark."""
+
+    seq: int
+    ids: list[int]
+    class_ids: list[int]
+    words: list[list[int] | None]
+
+    @classmethod
+    def of(cls, record: MarkRecord) -> Readings:
+        ids = [int(v) for v in _extra(record, "ids")]
+        class_ids = [int(v) for v in _extra(record, "class_ids")]
+        words = list(_extra(record, "words"))
+        if not len(ids) == len(class_ids) == len(words):
+            raise HarnessError(f"{record.seq}: mark {record.name!r}: ids/class_ids/words differ in length")
+        return cls(record.seq, ids, class_ids, words)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One MovedReferences2 call and the MovedReferences that followed it (if any)."""
+
+    mr2: CallbackRecord
+    mr1: CallbackRecord | None
+
+
+@dataclass(frozen=True)
+class GcRun:
+    """The ground truth and the GC between the two captures."""
+
+    live: int
+    dead: int
+    before: Readings
+    after: Readings
+    started: list[CallbackRecord]  # GarbageCollectionStarted between the captures
+    finished: list[CallbackRecord]
+    batches: list[Batch]
+
+    @property
+    def tags(self) -> list[int]:
+        """The scenario's tag rule, per entry of ids.before."""
+        return [i + 1 for i in range(self.live)] + [-(k + 1) for k in range(self.dead)]
+
+    def evidence(self) -> tuple[int, ...]:
+        seqs = [
+            self.before.seq,
+            self.after.seq,
+            *(r.seq for r in self.started),
+            *(r.seq for r in self.finished),
+        ]
+        for b in self.batches:
+            seqs.append(b.mr2.seq)
+            if b.mr1 is not None:
+                seqs.append(b.mr1.seq)
+        return tuple(sorted(seqs))
+
+
+def _ranges(record: CallbackRecord) -> tuple[list[int], list[int], list[int], int]:
+    args = record.args
+    if args.get("truncated"):
+        raise HarnessError(f"{record.seq}: {record.name} ranges were truncated (plan max_ranges must be 0)")
+    try:
+        return list(args["old"]), list(args["new"]), list(args["len"]), int(args["cMovedObjectIDRanges"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise HarnessError(f"{record.seq}: {record.name} has no ranges ({exc})") from exc
+
+
+def read_run(trace: Trace) -> GcRun:
+    expect = _mark(trace, "expect.objects")
+    try:
+        rule = json.loads(expect.payload or "")
+        live, dead = int(rule["live"]), int(rule["dead"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise HarnessError(f"{expect.seq}: mark 'expect.objects' payload: {exc}") from exc
+    before = Readings.of(_mark(trace, "ids.before"))
+    after = Readings.of(_mark(trace, "ids.after"))
+    if len(before.ids) != live + dead or len(after.ids) != live:
+        raise HarnessError(
+            f"{trace.path}: {len(before.ids)} ids before / {len(after.ids)} after, "
+            f"the scenario says {live} live + {dead} dead"
+        )
+    window = [r for r in trace.callbacks() if before.seq < r.seq < after.seq]
+    batches: list[Batch] = []
+    for r in window:
+        if r.name == "MovedReferences2":
+            batches.append(Batch(r, None))
+        elif r.name == "MovedReferences" and batches and batches[-1].mr1 is None:
+            batches[-1] = Batch(batches[-1].mr2, r)
+    return GcRun(
+        live=live,
+        dead=dead,
+        before=before,
+        after=after,
+        started=[r for r in window if r.name == "GarbageCollectionStarted"],
+        finished=[r for r in window if r.name == "GarbageCollectionFinished"],
+        batches=batches,
+    )
+
+
+def gc_table(run: GcRun) -> RangeTable:
+    """The model's table of the GC between the captures (every MovedReferences2 batch of it)."""
+    olds: list[int] = []
+    news: list[int] = []
+    lens: list[int] = []
+    for b in run.batches:
+        old, new, length, _ = _ranges(b.mr2)
+        olds += old
+        news += new
+        lens += length
+    return RangeTable(olds, news, lens)
+
+
+def _sane(run: GcRun) -> None:
+    """The ground truth itself: one GC between the captures, and the captures read the right objects."""
+    if len(run.started) != 1 or len(run.finished) != 1:
+        raise HarnessError(
+            f"{len(run.started)} GarbageCollectionStarted / {len(run.finished)} Finished between "
+            "the captures; the scenario needs exactly one GC there"
+        )
+    tags = run.tags
+    bad = [i for i, w in enumerate(run.before.words) if not w or w[0] != tags[i] or w[1] != ~tags[i]]
+    if bad:
+        raise HarnessError(
+            f"ids.before[{bad[0]}] does not hold Tag {tags[bad[0]]} (capture disturbed): "
+            f"{len(bad)} bad captures"
+        )
+
+
+def _run(ev: Evidence) -> tuple[GcRun, RangeTable | RangeTableError]:
+    run = read_run(ev.trace)
+    _sane(run)
+    try:
+        return run, gc_table(run)
+    except RangeTableError as err:
+        return run, err
+
+
+def _needs_table(run: GcRun, table: RangeTable | RangeTableError) -> RangeTable:
+    if isinstance(table, RangeTableError):
+        raise HarnessError(f"the ranges of the GC are not a valid table ({table}); see MR2-03/14/15")
+    if not run.batches:
+        raise HarnessError("no MovedReferences2 during the compacting GC (see MR2-01)")
+    return table
+
+
+def heap_events(trace: Trace) -> list[HeapEvent]:
+    """The recorded GC callbacks as the model's event sequence (ranges of MovedReferences2 included)."""
+    events: list[HeapEvent] = []
+    for r in trace.callbacks():
+        if r.name not in GC_CALLBACKS:
+            continue
+        ranges = None
+        if r.name == "MovedReferences2" and "old" in r.args and not r.args.get("truncated"):
+            old, new, length, _ = _ranges(r)
+            ranges = tuple(zip(old, new, length, strict=False))
+        events.append(HeapEvent(kind="callback", name=r.name, hr=r.hr, ranges=ranges))
+    return events
+
+
+def _gc_records(trace: Trace) -> list[CallbackRecord]:
+    return [r for r in trace.callbacks() if r.name in GC_CALLBACKS]
+
+
+def _violations(trace: Trace, clause: str) -> tuple[list[Violation], list[CallbackRecord]]:
+    records = _gc_records(trace)
+    found = [v for v in check_gc_events(heap_events(trace)) if v.clause == clause]
+    return found, records
+
+
+# --- judges -------------------------------------------------------------------------------------------
+
+
+def judge_mr2_01(ev: Evidence) -> Judgement:
+    run = read_run(ev.trace)
+    violations, records = _violations(ev.trace, "MR2-01")
+    expected = (
+        "every MovedReferences2 between GarbageCollectionStarted and GarbageCollectionFinished; "
+        ">= 1 in the forced compacting GC"
+    )
+    evidence = tuple(r.seq for r in records)[:40]
+    if violations:
+        v = violations[0]
+        return Judgement(
+            status=D,
+            observed=f"{len(violations)} outside a GC, first: {v.message} (seq {records[v.index or 0].seq})",
+            expected=expected,
+            evidence=evidence,
+        )
+    if not run.batches or len(run.started) != 1:
+        return Judgement(
+            status=D,
+            observed=f"{len(run.batches)} MovedReferences2 in {len(run.started)} GC(s) between the captures",
+            expected=expected,
+            evidence=run.evidence(),
+        )
+    total = sum(1 for r in records if r.name == "MovedReferences2")
+    return Judgement(
+        status=C,
+        observed=f"{total} MovedReferences2, all inside a GC; {len(run.batches)} in the forced compacting GC",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+def judge_mr2_02(ev: Evidence) -> Judgement:
+    violations, records = _violations(ev.trace, "MR2-02")
+    mr2 = [r for r in records if r.name == "MovedReferences2"]
+    expected = "MovedReferences2 delivered to the probe, which implements ICorProfilerCallback4"
+    evidence = tuple(r.seq for r in mr2)[:40]
+    if violations or not mr2:
+        return Judgement(
+            status=D, observed=f"{len(mr2)} MovedReferences2 delivered", expected=expected, evidence=evidence
+        )
+    return Judgement(
+        status=C,
+        observed=f"{len(mr2)} MovedReferences2 delivered (the profiler without "
+        "ICorProfilerCallback4 is not tried)",
+        expected=expected,
+        evidence=evidence,
+    )
+
+
+def judge_mr2_03(ev: Evidence) -> Judgement:
+    run = read_run(ev.trace)
+    expected = (
+        "per call: oldObjectIDRangeStart, newObjectIDRangeStart, cObjectIDRangeLength each of "
+        "cMovedObjectIDRanges entries"
+    )
+    records = [r for r in ev.trace.callbacks("MovedReferences2")]
+    if not records:
+        return Judgement(status=NA, observed="no MovedReferences2 recorded", expected=expected)
+    for r in records:
+        old, new, length, count = _ranges(r)
+        try:
+            RangeTable(old, new, length, count=count)
+        except RangeTableError as err:
+            if err.clause == "MR2-03":
+                return Judgement(
+                    status=D, observed=f"seq {r.seq}: {err}", expected=expected, evidence=(r.seq,)
+                )
+    sizes = sorted({int(r.args["cMovedObjectIDRanges"]) for r in records})
+    return Judgement(
+        status=C,
+        observed=f"{len(records)} calls, three arrays of cMovedObjectIDRanges each "
+        f"(counts {sizes[0]}..{sizes[-1]})",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+def _overlap_judge(clause: str, space: str) -> Judge:
+    def judge(ev: Evidence) -> Judgement:
+        run, table = _run(ev)
+        expected = f"the GC's ranges are disjoint in {space} space (RangeTable validation)"
+        if isinstance(table, RangeTableError):
+            if table.clause == clause:
+                return Judgement(status=D, observed=str(table), expected=expected, evidence=run.evidence())
+            return Judgement(
+                status=NA, observed=f"table invalid for another rule: {table}", expected=expected
+            )
+        return Judgement(
+            status=C,
+            observed=f"{len(table)} ranges in {len(run.batches)} batches, disjoint in {space} space",
+            expected=expected,
+            evidence=run.evidence(),
+        )
+
+    return Judge(clause, judge, f"MovedReferences2 ranges of one GC do not overlap in {space} space")
+
+
+def _split(
+    run: GcRun, table: RangeTable
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Live before-ids, the model's new ids for them, and which were found in a range."""
+    live_before = np.array(run.before.ids[: run.live], dtype=np.uint64)
+    new, found = table.remap_many(live_before)
+    return live_before, new, found
+
+
+def judge_mr2_07(ev: Evidence) -> Judgement:
+    run, t = _run(ev)
+    table = _needs_table(run, t)
+    live_before, _, found = _split(run, table)
+    after = np.array(run.after.ids, dtype=np.uint64)
+    lost = np.flatnonzero(~found & (live_before != after))
+    unmoved = int((~found & (live_before == after)).sum())
+    expected = (
+        "each live tracked object lies in a range, old_i <= id < old_i + len_i (or, in none, it did not move)"
+    )
+    if lost.size:
+        i = int(lost[0])
+        return Judgement(
+            status=D,
+            observed=f"{lost.size} of {run.live} live objects in no range yet moved, "
+            f"first #{i} {int(live_before[i]):#x} -> {int(after[i]):#x}",
+            expected=expected,
+            evidence=run.evidence(),
+        )
+    return Judgement(
+        status=C,
+        observed=f"{int(found.sum())} of {run.live} live objects in a range, {unmoved} in none and unmoved",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+def judge_mr2_08(ev: Evidence) -> Judgement:
+    run, t = _run(ev)
+    table = _needs_table(run, t)
+    _, new, found = _split(run, table)
+    after = np.array(run.after.ids, dtype=np.uint64)
+    wrong = np.flatnonzero(found & (new != after))
+    expected = "model remap new_i + (old - old_i) == the scenario's address after the GC, per object in a range"
+    if not found.any():
+        return Judgement(status=NA, observed="no tracked object in any range", expected=expected)
+    if wrong.size:
+        i = int(wrong[0])
+        return Judgement(
+            status=D,
+            observed=f"{wrong.size} of {int(found.sum())} remapped wrong, first #{i}: model "
+            f"{int(new[i]):#x}, scenario {int(after[i]):#x}",
+            expected=expected,
+            evidence=run.evidence(),
+        )
+    return Judgement(
+        status=C,
+        observed=f"{int(found.sum())} of {run.live} objects: model remap == scenario address",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+def judge_mr2_04(ev: Evidence) -> Judgement:
+    run, t = _run(ev)
+    table = _needs_table(run, t)
+    dead_ids = np.array(run.before.ids[run.live :], dtype=np.uint64)
+    _, found = table.remap_many(dead_ids)
+    live_before, _, live_found = _split(run, table)
+    spilled = [
+        i
+        for i in range(run.live)
+        if live_found[i]
+        and table.index_of(int(live_before[i]) + OBJECT_BYTES - 1) != table.index_of(int(live_before[i]))
+    ]
+    expected = (
+        "ranges start blocks of live objects: no dead tracked object inside a range, live ones wholly inside"
+    )
+    if found.any() or spilled:
+        k = int(np.argmax(found)) if found.any() else -1
+        what = (
+            f"{int(found.sum())} of {run.dead} dead objects inside a range (first dead #{k} "
+            f"{int(dead_ids[k]):#x})"
+            if k >= 0
+            else ""
+        )
+        if spilled:
+            what += f"{'; ' if what else ''}{len(spilled)} live objects cross a range end"
+        return Judgement(status=D, observed=what, expected=expected, evidence=run.evidence())
+    return Judgement(
+        status=C,
+        observed=f"0 of {run.dead} dead objects in a range; {int(live_found.sum())} live "
+        f"objects wholly inside theirs",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+def judge_mr2_05(ev: Evidence) -> Judgement:
+    run, t = _run(ev)
+    table = _needs_table(run, t)
+    where = {oid: i for i, oid in enumerate(run.before.ids[: run.live])}
+    starts = [(k, where[o]) for k, o in enumerate(table.old.tolist()) if o in where]
+    expected = "a range starting at a tracked object's old address starts at that object's new address"
+    if not starts:
+        return Judgement(status=NA, observed="no range starts at a tracked object", expected=expected)
+    bad = [(k, i) for k, i in starts if int(table.new[k]) != run.after.ids[i]]
+    if bad:
+        k, i = bad[0]
+        return Judgement(
+            status=D,
+            observed=f"{len(bad)} of {len(starts)} ranges: first range {k} new start "
+            f"{int(table.new[k]):#x}, object #{i} is at {run.after.ids[i]:#x}",
+            expected=expected,
+            evidence=run.evidence(),
+        )
+    return Judgement(
+        status=C,
+        observed=f"{len(starts)} ranges start at a tracked object; each new start is its new address",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+def judge_mr2_06(ev: Evidence) -> Judgement:
+    run, t = _run(ev)
+    table = _needs_table(run, t)
+    expected = "a SIZE_T length for every block; MovedReferences carries the same blocks with to_v1(lengths)"
+    zero = int((table.lengths == 0).sum())
+    problems: list[str] = []
+    if zero:
+        problems.append(f"{zero} zero lengths")
+    for b in run.batches:
+        if b.mr1 is None:
+            continue
+        old, new, length, count = _ranges(b.mr2)
+        old1, new1, length1, count1 = _ranges(b.mr1)
+        v1 = to_v1(RangeTable(old, new, length)).lengths.tolist()
+        if (old1, new1, count1) != (old, new, count) or length1 != v1:
+            problems.append(
+                f"MovedReferences seq {b.mr1.seq} differs from MovedReferences2 seq {b.mr2.seq} cut to ULONG"
+            )
+            break
+    biggest = int(table.lengths.max()) if len(table) else 0
+    if problems:
+        return Judgement(status=D, observed="; ".join(problems), expected=expected, evidence=run.evidence())
+    return Judgement(
+        status=C,
+        observed=f"{len(table)} lengths, all > 0 (largest {biggest:#x}); "
+        f"{sum(b.mr1 is not None for b in run.batches)} MovedReferences = to_v1",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+def judge_mr2_10(ev: Evidence) -> Judgement:
+    run, t = _run(ev)
+    table = _needs_table(run, t)
+    _, new, found = _split(run, table)
+    expected = (
+        "after GarbageCollectionFinished the object at the model's new ObjectID has its class and Tag/Twin"
+    )
+    fin = run.finished[0].seq
+    if not fin < run.after.seq:
+        return Judgement(
+            status=NA, observed="the after-capture is not after GarbageCollectionFinished", expected=expected
+        )
+    tags = run.tags
+    bad: list[str] = []
+    for i in range(run.live):
+        w = run.after.words[i]
+        if not found[i] and run.before.ids[i] != run.after.ids[i]:
+            bad.append(f"#{i} in no range and moved")
+        elif found[i] and int(new[i]) != run.after.ids[i]:
+            bad.append(f"#{i} model {int(new[i]):#x} != object at {run.after.ids[i]:#x}")
+        elif not w or w[0] != tags[i] or w[1] != ~tags[i]:
+            bad.append(f"#{i} reads {w} at its new address, expected Tag {tags[i]}")
+        elif run.after.class_ids[i] != run.before.class_ids[i] or not run.after.class_ids[i]:
+            bad.append(f"#{i} ClassID {run.after.class_ids[i]:#x} after, {run.before.class_ids[i]:#x} before")
+        if len(bad) > 2:
+            break
+    if bad:
+        return Judgement(status=D, observed="; ".join(bad), expected=expected, evidence=run.evidence())
+    classes = {c for c in run.after.class_ids}
+    return Judgement(
+        status=C,
+        observed=f"{run.live} objects read after GarbageCollectionFinished (seq {fin}) at "
+        f"the model's ids: Tag/Twin intact, {len(classes)} ClassID as before",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+def judge_mr2_11(ev: Evidence) -> Judgement:
+    violations, records = _violations(ev.trace, "MR2-11")
+    expected = "each MovedReferences after its MovedReferences2; each successful MovedReferences2 followed"
+    mr1 = sum(r.name == "MovedReferences" for r in records)
+    mr2 = sum(r.name == "MovedReferences2" for r in records)
+    if not mr1:
+        return Judgement(status=NA, observed=f"{mr2} MovedReferences2, no MovedReferences", expected=expected)
+    if violations:
+        v = violations[0]
+        seq = records[v.index].seq if v.index is not None else -1
+        return Judgement(
+            status=D,
+            observed=f"{len(violations)} violations, first at seq {seq}: {v.message}",
+            expected=expected,
+            evidence=tuple(r.seq for r in records)[:40],
+        )
+    return Judgement(
+        status=C,
+        observed=f"{mr2} MovedReferences2, each followed by MovedReferences ({mr1})",
+        expected=expected,
+        evidence=tuple(r.seq for r in records)[:40],
+    )
+
+
+def judge_mr2_12(ev: Evidence) -> Judgement:
+    violations, records = _violations(ev.trace, "MR2-12")
+    failed = [r for r in records if r.name == "MovedReferences2" and hresult_failed(r.hr)]
+    mr1 = [r for r in records if r.name == "MovedReferences"]
+    expected = "no MovedReferences after a MovedReferences2 that returned a failure HRESULT"
+    evidence = tuple(r.seq for r in records)[:40]
+    if not failed:
+        return Judgement(
+            status=NA, observed="the probe returned no failure from MovedReferences2", expected=expected
+        )
+    hr = format_hresult(failed[0].hr)
+    if violations:
+        return Judgement(
+            status=D,
+            observed=f"{len(mr1)} MovedReferences after {len(failed)} MovedReferences2 returning {hr}",
+            expected=expected,
+            evidence=evidence,
+        )
+    return Judgement(
+        status=C,
+        observed=f"{len(failed)} MovedReferences2 returned {hr}; {len(mr1)} MovedReferences",
+        expected=expected,
+        evidence=evidence,
+    )
+
+
+def judge_mr2_16(ev: Evidence) -> Judgement:
+    run, t = _run(ev)
+    table = _needs_table(run, t)
+    origin = run.before.ids
+    live_truth = dict(zip(origin[: run.live], run.after.ids, strict=True))
+    dead = set(origin[run.live :])
+    # the model's two policies; which one does the runtime's table need?
+    report: dict[str, str] = {}
+    right: dict[str, bool] = {}
+    for policy in ("dead", "unmoved"):
+        snap = HeapSnapshot(origin, policy=policy)
+        gc = snap.apply(table)
+        live_ok = all(snap.current(o) == n for o, n in live_truth.items())
+        dead_ok = all(snap.current(o) is None for o in dead)
+        right[policy] = live_ok and (policy == "unmoved" or dead_ok)
+        report[policy] = f"{policy}: {gc.in_no_range} in no range, live {'ok' if live_ok else 'lost'}" + (
+            f", dead {'dropped' if dead_ok else 'kept'}"
+            if policy == "dead"
+            else f", {gc.conflicts.size} conflicts"
+        )
+    zero = int((table.old == table.new).sum())
+    in_none_live = sum(table.index_of(o) is None for o in origin[: run.live])
+    expected = (
+        "model choice: remap() gives None, the caller picks 'dead' or 'unmoved'; one of the two "
+        "policies must reproduce the scenario's addresses"
+    )
+    observed = (
+        f"{in_none_live} of {run.live} live and {sum(table.index_of(o) is None for o in dead)} of "
+        f"{run.dead} dead ids in no range; {zero} ranges with old == new; " + "; ".join(report.values())
+    )
+    status = C if right["dead"] or right["unmoved"] else D
+    return Judgement(status=status, observed=observed, expected=expected, evidence=run.evidence())
+
+
+def judge_mr2_17(ev: Evidence) -> Judgement:
+    run, t = _run(ev)
+    table = _needs_table(run, t)
+    before = run.before.ids[: run.live]
+    changed = sum(b != a for b, a in zip(before, run.after.ids, strict=True))
+    snap = HeapSnapshot(before, policy="dead")
+    snap.apply(table)
+    tracked = sum(snap.current(b) == a for b, a in zip(before, run.after.ids, strict=True))
+    expected = (
+        "ObjectIDs may change at a compacting GC; remapping through the ranges (HeapSnapshot) finds them"
+    )
+    if not changed:
+        return Judgement(status=NA, observed="no tracked ObjectID changed", expected=expected)
+    status = C if tracked == run.live else D
+    return Judgement(
+        status=status,
+        observed=f"{changed} of {run.live} ObjectIDs changed; HeapSnapshot tracked {tracked}",
+        expected=expected,
+        evidence=run.evidence(),
+    )
+
+
+# --- experiments --------------------------------------------------------------------------------------
+
+
+def _scenario_plan() -> dict[str, Any]:
+    plan: dict[str, Any] = json.loads((SCENARIOS_DIR / SCENARIO / "plan.json").read_text(encoding="utf-8"))
+    return plan
+
+
+def fail_mr2_plan() -> dict[str, Any]:
+    """The scenario's plan, with the probe returning E_FAIL from MovedReferences2 (MR2-12)."""
+    plan = _scenario_plan()
+    plan["replies"] = {"MovedReferences2": int(HResult.E_FAIL)}
+    return plan
+
+
+JUDGES: Sequence[Judge] = (
+    Judge("MR2-01", judge_mr2_01, "MovedReferences2 arrives inside the forced compacting GC"),
+    Judge(
+        "MR2-02",
+        judge_mr2_02,
+        "MovedReferences2 is delivered to a profiler implementing ICorProfilerCallback4",
+    ),
+    Judge("MR2-03", judge_mr2_03, "three parallel arrays of cMovedObjectIDRanges entries"),
+    Judge("MR2-04", judge_mr2_04, "ranges hold live objects only: dead tracked objects in no range"),
+    Judge("MR2-05", judge_mr2_05, "a range's new start is its first object's new address"),
+    Judge("MR2-06", judge_mr2_06, "every block has a SIZE_T length; MovedReferences = the ULONG cut"),
+    Judge("MR2-07", judge_mr2_07, "every live tracked object lies in a range (half-open membership)"),
+    Judge("MR2-08", judge_mr2_08, "model remap of the old address == the scenario's new address"),
+    Judge("MR2-10", judge_mr2_10, "after GarbageCollectionFinished the objects are at the model's addresses"),
+    Judge("MR2-11", judge_mr2_11, "MovedReferences2 before MovedReferences in every batch"),
+    _overlap_judge("MR2-14", "old"),
+    _overlap_judge("MR2-15", "new"),
+    Judge("MR2-16", judge_mr2_16, "tracked ids in no range: which MR2-16 policy matches the runtime"),
+    Judge("MR2-17", judge_mr2_17, "tracked ObjectIDs change and remapping finds them"),
+)
+
+EXPERIMENTS: tuple[LiveExperiment, ...] = (
+    LiveExperiment(id="gc-moves", scenario=SCENARIO, judges=tuple(JUDGES)),
+    LiveExperiment(
+        id="gc-moves-fail-mr2",
+        scenario=SCENARIO,
+        judges=(
+            Judge("MR2-12", judge_mr2_12, "MovedReferences2 returning E_FAIL suppresses MovedReferences"),
+        ),
+        plan=fail_mr2_plan(),
+    ),
+)
