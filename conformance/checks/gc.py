@@ -386,7 +386,9 @@ def judge_mr2_08(ev: Evidence) -> Judgement:
     _, new, found = _split(run, table)
     after = np.array(run.after.ids, dtype=np.uint64)
     wrong = np.flatnonzero(found & (new != after))
-    expected = "model remap new_i + (old - old_i) == the scenario's address after the GC, per object in a range"
+    expected = (
+        "model remap new_i + (old - old_i) == the scenario's address after the GC, per object in a range"
+    )
     if not found.any():
         return Judgement(status=NA, observed="no tracked object in any range", expected=expected)
     if wrong.size:
