@@ -214,9 +214,11 @@ class Prediction:
 
 
 def _decode_text(call: BufferCall) -> str | None:
-    if call.hex is None or call.nul_at is None:
+    if call.hex is None:
         return None
-    raw = bytes.fromhex(call.hex[: 4 * call.nul_at])
+    # Up to the NUL; a full answer without one is taken whole (BUF-09 then reports the missing NUL).
+    units = call.nul_at if call.nul_at is not None else call.size
+    raw = bytes.fromhex(call.hex[: 4 * units])
     return raw.decode("utf-16-le", "surrogatepass")
 
 
