@@ -30,8 +30,9 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="BUF-04", title="NULL buffer needs size 0", document=_D, section="Behaviour",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
-        paraphrase="A caller passing a NULL InfoBuffer must pass cBufferSizeStart 0.",
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V, LV}),
+        paraphrase="A caller passing a NULL InfoBuffer must pass cBufferSizeStart 0 (live: every method "
+        "accepts that legal (NULL, 0) form).",
         quote="If InfoBuffer is null, cBufferSizeStart must be 0.",
     ),
     Clause(
