@@ -608,7 +608,7 @@ PROFHARNESS_EXPORT std::int32_t profharness_mark_ids(const char16_t* name, const
             if (failed(hr)) {
                 cls = 0;
                 if (!failed(first_failure)) first_failure = hr;
-                // Outside a callback the runtime refuses GetClassFromObject (CORPROF_E_UNSUPPORTED_CALL_SEQUENCE);
+                // Outside a callback the runtime refuses GetClassFromObject (0x80131363, unsupported call sequence);
                 // a non-array object's ClassID is its method table pointer (TypeHandle), the first word.
                 std::uint64_t probe_word = 0;
                 if (read_own(w[0], &probe_word, sizeof probe_word)) cls = static_cast<ClassID>(w[0]);
