@@ -107,9 +107,13 @@ def _ground(trace: Trace, mark: str) -> Ground:
         raise JudgeInputError(f"{trace.path}: no mark {mark!r} with a payload")
     try:
         data = json.loads(marks[0].payload)
-        return Ground(mark, marks[0].seq, list(data["stack"]), list(data.get("above", [])), int(data["nativeAfter"]))
+        return Ground(
+            mark, marks[0].seq, list(data["stack"]), list(data.get("above", [])), int(data["nativeAfter"])
+        )
     except (ValueError, KeyError, TypeError) as exc:
-        raise JudgeInputError(f"{trace.path}: mark {mark!r} (seq {marks[0].seq}): bad payload ({exc})") from exc
+        raise JudgeInputError(
+            f"{trace.path}: mark {mark!r} (seq {marks[0].seq}): bad payload ({exc})"
+        ) from exc
 
 
 def _label(frame: dict[str, Any]) -> str:
@@ -162,11 +166,7 @@ class Walk:
 
 def _walk(trace: Trace, experiment: str) -> Walk:
     """The experiment's walk (not its capture walk)."""
-    calls = [
-        c
-        for c in trace.calls("DoStackSnapshot", experiment)
-        if c.args.get("purpose") != "capture"
-    ]
+    calls = [c for c in trace.calls("DoStackSnapshot", experiment) if c.args.get("purpose") != "capture"]
     if not calls:
         raise JudgeInputError(f"{trace.path}: no DoStackSnapshot call record of experiment {experiment!r}")
     call = calls[0]
@@ -183,7 +183,9 @@ def _function_names(trace: Trace) -> dict[int, tuple[str, int]]:
     return out
 
 
-def observed_callbacks(walk: Walk, names: dict[int, tuple[str, int]], ident: Identities) -> list[ObservedCallback]:
+def observed_callbacks(
+    walk: Walk, names: dict[int, tuple[str, int]], ident: Identities
+) -> list[ObservedCallback]:
     out: list[ObservedCallback] = []
     for n, f in enumerate(walk.frames):
         fid = 0
@@ -222,11 +224,13 @@ class Check:
     @property
     def expected_text(self) -> str:
         snap = snapshot(self.input)
-        return f"{format_hresult(snap.hresult)}, {len(snap.callbacks)} callback(s) [{_seq_text(snap.callbacks, self.labels)}]"
+        frames = _seq_text(snap.callbacks, self.labels)
+        return f"{format_hresult(snap.hresult)}, {len(snap.callbacks)} callback(s) [{frames}]"
 
     @property
     def observed_text(self) -> str:
-        return f"{format_hresult(self.walk.hr)}, {len(self.observed)} callback(s) [{_seq_text(self.observed, self.labels)}]"
+        frames = _seq_text(self.observed, self.labels)
+        return f"{format_hresult(self.walk.hr)}, {len(self.observed)} callback(s) [{frames}]"
 
     def picture(self) -> list[dict[str, Any]]:
         snap = snapshot(self.input)
@@ -328,12 +332,16 @@ def _verdict(
     if problems:
         return Judgement(
             status=Status.DIVERGES,
-            observed=f"{problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "") + f" | {observed}",
+            observed=f"{problems[0]}"
+            + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+            + f" | {observed}",
             expected=expected,
             evidence=tuple(evidence),
             picture=pic,
         )
-    return Judgement(status=Status.CONFORMS, observed=observed, expected=expected, evidence=tuple(evidence), picture=pic)
+    return Judgement(
+        status=Status.CONFORMS, observed=observed, expected=expected, evidence=tuple(evidence), picture=pic
+    )
 
 
 _MARK = (ThreadState.CURRENT_OUTSIDE_CALLBACK, "mark")  # walks from inside the probe's mark export
@@ -374,7 +382,9 @@ def judge_dss15(ev: Evidence) -> Judgement:
     # the model must see an unmanaged run between managed frames, or this scenario shows nothing
     inner = [i for i, c in enumerate(predicted) if c.func_id == 0 and 0 < i < len(predicted) - 1]
     if not inner:
-        extra.append((check, "the model's thread has no unmanaged run between managed frames (scenario broken)"))
+        extra.append(
+            (check, "the model's thread has no unmanaged run between managed frames (scenario broken)")
+        )
     return _verdict([check], {"DSS-15", "DSS-03"}, extra)
 
 
@@ -417,7 +427,13 @@ def judge_dss14(ev: Evidence) -> Judgement:
             if raw.get("inCall") is not True:
                 extra.append((c, f"callback {f.index} was not delivered inside DoStackSnapshot"))
             if raw.get("cbOsTid") is not None and raw.get("cbOsTid") != call.os_tid:
-                extra.append((c, f"callback {f.index} ran on OS thread {raw.get('cbOsTid')}, the call on {call.os_tid}"))
+                extra.append(
+                    (
+                        c,
+                        f"callback {f.index} ran on OS thread {raw.get('cbOsTid')},"
+                        f" the call on {call.os_tid}",
+                    )
+                )
             if ret is not None and raw.get("cbOrder") is not None and int(raw["cbOrder"]) >= int(ret):
                 extra.append((c, f"callback {f.index} delivered after DoStackSnapshot returned"))
         predicted = len(snapshot(c.input).callbacks)
@@ -468,7 +484,9 @@ def judge_dss12(ev: Evidence) -> Judgement:
     checks: list[Check] = []
     for size in ("zero", "runtime-1", "small", "larger"):
         walk = _walk(ev.trace, f"now-size-{size}")
-        rule = _unchecked_size if int(walk.arg("contextSize", 0)) < _platform(ev).runtime_context_size else None
+        rule = (
+            _unchecked_size if int(walk.arg("contextSize", 0)) < _platform(ev).runtime_context_size else None
+        )
         try:
             checks.append(_at_mark(ev, f"now-size-{size}", context_size_rule=rule))
         except ContextTooSmall as exc:  # pragma: no cover - the rule above avoids it
@@ -532,11 +550,18 @@ def judge_dss19(ev: Evidence) -> Judgement:
             )
     managed = sum(1 for c in calls if c.args.get("what") == "frame")
     observed = f"{len(calls)} calls ({managed} frame ips): " + "; ".join(parts[:3])
-    expected = "S_OK; FunctionID 0 for the probe's native address and each unmanaged run, the walked FunctionID for each managed frame"
+    expected = (
+        "S_OK; FunctionID 0 for the probe's native address and each unmanaged run,"
+        " the walked FunctionID for each managed frame"
+    )
     seqs = tuple([*walk.seqs, *(c.seq for c in calls)])
     if problems:
-        return Judgement(status=Status.DIVERGES, observed=f"{problems[0]} (+{len(problems) - 1} more) | {observed}",
-                         expected=expected, evidence=seqs)
+        return Judgement(
+            status=Status.DIVERGES,
+            observed=f"{problems[0]} (+{len(problems) - 1} more) | {observed}",
+            expected=expected,
+            evidence=seqs,
+        )
     return Judgement(status=Status.CONFORMS, observed=observed, expected=expected, evidence=seqs)
 
 
@@ -556,7 +581,11 @@ def _guard(fn: Callable[[Evidence], Judgement]) -> Callable[[Evidence], Judgemen
 _JUDGES: tuple[tuple[str, Callable[[Evidence], Judgement], str], ...] = (
     ("DSS-01", judge_dss01, "NULL thread: the walk equals the mark's reflection stack"),
     ("DSS-03", judge_dss03, "one callback per managed frame and per unmanaged run (reverse P/Invoke)"),
-    ("DSS-04", judge_dss04, "clientData reaches every callback unchanged (DEFAULT and REGISTER_CONTEXT walks)"),
+    (
+        "DSS-04",
+        judge_dss04,
+        "clientData reaches every callback unchanged (DEFAULT and REGISTER_CONTEXT walks)",
+    ),
     ("DSS-05", judge_dss05, "DEFAULT: no context; REGISTER_CONTEXT: sizeof(CONTEXT), rip == ip per frame"),
     ("DSS-07", judge_dss07, "a managed frame's CONTEXT as seed, P/Invoke on top: seed ignored, same frames"),
     ("DSS-10", judge_dss10, "synchronous walk at ExceptionThrown, NULL thread and context: S_OK, complete"),
