@@ -618,7 +618,9 @@ def judge_mr2_16(ev: Evidence) -> Judgement:
         f"{in_none_live} of {run.live} live and {sum(table.index_of(o) is None for o in dead)} of "
         f"{run.dead} dead ids in no range; {zero} ranges with old == new; " + "; ".join(report.values())
     )
-    status = C if right["dead"] or right["unmoved"] else D
+    fits = [p for p, ok in right.items() if ok]
+    observed += f"; policies that reproduce the scenario: {', '.join(fits) or 'none'}"
+    status = C if fits else D
     return Judgement(status=status, observed=observed, expected=expected, evidence=run.evidence())
 
 
