@@ -473,12 +473,21 @@ def judge_dss28(ev: Evidence) -> Judgement:
     trace = ev.trace
     truth = ground_truth(trace)
     walk = _need(trace, SIGNAL_UNSEEDED)
+    in_leaf, why, fseq = _interrupted_in_leaf(trace, SIGNAL_UNSEEDED, truth)
+    if not in_leaf:
+        # the signal landed in runtime code (a helper or stub), not in the spinning managed frame
+        return Judgement(
+            status=Status.NOT_APPLICABLE,
+            observed=f"the signal did not interrupt the leaf managed frame: {why}",
+            expected=f"a signal interrupting {truth.label(0)}",
+            evidence=(truth.seq, *walk.evidence, *((fseq,) if fseq is not None else ())),
+        )
     inp = _model_input(truth, walk, ThreadState.CURRENT_SIGNAL_INTERRUPTED)
     problems = _compare(inp, walk, truth)
     return Judgement(
         status=Status.DIVERGES if problems else Status.CONFORMS,
-        observed=f"unseeded DoStackSnapshot(NULL) from a signal handler on {TARGET}: {walk.describe()}"
-        + (f" [{_first(problems)}]" if problems else ""),
+        observed=f"unseeded DoStackSnapshot(NULL) from a signal handler interrupting {truth.label(0)}: "
+        f"{walk.describe()}" + (f" [{_first(problems)}]" if problems else ""),
         expected=f"not an error, possibly incomplete: {_predicted(inp, truth)}",
         evidence=(truth.seq, *walk.evidence),
         picture=_picture(inp, walk, truth),

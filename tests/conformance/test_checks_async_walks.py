@@ -248,6 +248,11 @@ def test_DSS_08_signal_outside_the_leaf_is_not_applicable(tmp_path: Path) -> Non
     assert j.status is Status.NOT_APPLICABLE and "not the leaf" in j.observed
 
 
+def test_DSS_28_signal_outside_the_leaf_is_not_applicable(tmp_path: Path) -> None:
+    j = judge("DSS-28", replace(base(), interrupted_token=STACK[1][0]), tmp_path)
+    assert j.status is Status.NOT_APPLICABLE and "not the leaf" in j.observed
+
+
 def test_DSS_25_warm_up_success_conforms(tmp_path: Path) -> None:
     assert judge("DSS-25", replace(base(), warmup=(S_OK, list(FULL))), tmp_path).status is Status.CONFORMS
 

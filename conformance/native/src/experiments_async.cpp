@@ -415,40 +415,72 @@ void async_signal_walk(ExperimentContext& ctx) {
         req.seed = g_seed;
         req.contextSize = static_cast<ULONG32>(kContextBufferSize);
     }
-    auto* walk = new Walk(req);  // freed after recording; leaked if the handler never finishes
-    g_signal.walk.store(walk, std::memory_order_release);
-    g_signal.targetOsTid = target.osTid;
-    g_signal.seeded = seeded;
-    g_signal.handlerOsTid = 0;
-    g_signal.rip = g_signal.rsp = g_signal.rbp = 0;
-    g_signal.hr = S_OK;
-    g_signal.state.store(kRequested, std::memory_order_release);
-
-    const int kill_rc = pthread_kill(target.pthread, kWalkSignal);
+    // With requireManagedTop (default true) a walk whose signal interrupted code outside JIT-compiled code
+    // (GetFunctionFromIP fails or answers 0: a runtime helper, a stub) is discarded and the signal sent again,
+    // up to maxAttempts times; out.attempts and out.skippedIps of the pthread_kill record say so.
+    const bool require_managed = ctx.bool_arg("requireManagedTop", true);
+    const std::int64_t max_attempts = ctx.int_arg("maxAttempts", 20);
+    Json skipped = Json::array();
+    std::int64_t attempts = 0;
+    Walk* walk = nullptr;
+    bool finished = false;
+    int kill_rc = 0, st = kIdle;
     std::int64_t waited = 0;
-    if (kill_rc == 0) {
-        while (g_signal.state.load(std::memory_order_acquire) != kDone && waited < timeout_ms) {
-            sleep_ms(1);
-            ++waited;
+    FunctionID top = 0;
+    HRESULT fh = E_FAIL;
+    while (attempts < max_attempts) {
+        ++attempts;
+        std::memset(g_seed, 0, sizeof g_seed);
+        walk = new Walk(req);  // freed after recording; leaked if the handler never finishes
+        g_signal.walk.store(walk, std::memory_order_release);
+        g_signal.targetOsTid = target.osTid;
+        g_signal.seeded = seeded;
+        g_signal.handlerOsTid = 0;
+        g_signal.rip = g_signal.rsp = g_signal.rbp = 0;
+        g_signal.hr = S_OK;
+        g_signal.state.store(kRequested, std::memory_order_release);
+
+        kill_rc = pthread_kill(target.pthread, kWalkSignal);
+        waited = 0;
+        if (kill_rc == 0) {
+            while (g_signal.state.load(std::memory_order_acquire) != kDone && waited < timeout_ms) {
+                sleep_ms(1);
+                ++waited;
+            }
         }
-    }
-    int st = g_signal.state.load(std::memory_order_acquire);
-    bool finished = st == kDone;
-    if (!finished) {
-        int requested = kRequested;
-        if (g_signal.state.compare_exchange_strong(requested, kAbandoned)) {
-            // the handler never started: the walk can go, and later walks may be tried again
-            delete walk;
-            g_signal.walk.store(nullptr);
-            g_signal.state.store(kIdle);
-        }  // else: the handler is inside DoStackSnapshot; leave the walk and the busy state alone
+        st = g_signal.state.load(std::memory_order_acquire);
+        finished = st == kDone;
+        if (!finished) {
+            int requested = kRequested;
+            if (g_signal.state.compare_exchange_strong(requested, kAbandoned)) {
+                // the handler never started: the walk can go, and later walks may be tried again
+                delete walk;
+                walk = nullptr;
+                g_signal.walk.store(nullptr);
+                g_signal.state.store(kIdle);
+            }  // else: the handler is inside DoStackSnapshot; leave the walk and the busy state alone
+            break;
+        }
+        // The seed procedure's first step (DSS-19), made from the walking thread: is the interrupted ip managed?
+        top = 0;
+        fh = s.info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(g_signal.rip), &top);
+        const bool managed_top = !failed(fh) && top != 0;
+        if (managed_top || !require_managed || attempts >= max_attempts) break;
+        skipped.push(Json(g_signal.rip));
+        delete walk;
+        walk = nullptr;
+        g_signal.walk.store(nullptr);
+        g_signal.state.store(kIdle, std::memory_order_release);
+        sleep_ms(1);
     }
 
     Json kargs = Json::object();
     kargs.set("target", target_json(target)).set("signal", "SIGUSR2").set("seeded", Json(seeded));
+    kargs.set("requireManagedTop", Json(require_managed));
     Json kout = Json::object();
     kout.set("rc", Json(kill_rc)).set("finished", Json(finished)).set("timedOut", Json(!finished));
     kout.set("waitedMs", Json(waited)).set("handlerOsTid", Json(static_cast<std::int64_t>(g_signal.handlerOsTid)));
+    kout.set("attempts", Json(attempts)).set("skippedIps", skipped);
     if (finished) {
         Json uc = Json::object();
         uc.set("rip", Json(g_signal.rip)).set("rsp", Json(g_signal.rsp)).set("rbp", Json(g_signal.rbp));
@@ -461,9 +493,6 @@ void async_signal_walk(ExperimentContext& ctx) {
                       ctx.planned.id);
         return;
     }
-    // The seed procedure's first step (DSS-19), made from the walking thread: is the interrupted ip managed?
-    FunctionID top = 0;
-    HRESULT fh = s.info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(g_signal.rip), &top);
     {
         Json a = Json::object();
         a.set("ip", Json(g_signal.rip)).set("role", "interrupted-ip");
@@ -501,7 +530,8 @@ const ExperimentEntry kRows[] = {
      "Sends SIGUSR2 to args.target's pthread; its handler calls DoStackSnapshot(NULL thread) unseeded or seeded "
      "with a CONTEXT built from the ucontext_t (all GPRs, rip, rsp, rbp; contextSize = 8192). args: target str, "
      "seed bool (false), infoFlags int (0), resolve bool (true), timeoutMs int (3000, the wait for the handler), "
-     "walker str (\"self\" or \"native\", as async_cross_walk)."},
+     "walker str (\"self\" or \"native\", as async_cross_walk), requireManagedTop bool (true: resend until the "
+     "signal interrupts JIT-compiled code), maxAttempts int (20)."},
 };
 
 }  // namespace
