@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from clr_model.errors import InvalidInput
+from clr_model.flags import CorPrfMonitor
 from clr_model.hresults import format_hresult, hresult_failed, to_unsigned
 from clr_model.violations import Violation
 
@@ -44,10 +45,10 @@ __all__ = [
 ]
 
 # COR_PRF_MONITOR values (corprof.idl)
-COR_PRF_MONITOR_ENTERLEAVE = 0x00000020
-COR_PRF_ENABLE_FUNCTION_ARGS = 0x02000000
-COR_PRF_ENABLE_FUNCTION_RETVAL = 0x04000000
-COR_PRF_ENABLE_FRAME_INFO = 0x08000000
+COR_PRF_MONITOR_ENTERLEAVE = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE)
+COR_PRF_ENABLE_FUNCTION_ARGS = int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS)
+COR_PRF_ENABLE_FUNCTION_RETVAL = int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_RETVAL)
+COR_PRF_ENABLE_FRAME_INFO = int(CorPrfMonitor.COR_PRF_ENABLE_FRAME_INFO)
 
 #: FunctionEnter2's four parameters on x86: FunctionID, UINT_PTR, COR_PRF_FRAME_INFO, pointer.
 HOOK_PARAM_BYTES = 16

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clr_model.context import AMD64_CONTEXT, X86_CONTEXT, Arch, ContextLayout
 from clr_model.errors import InvalidInput
+from clr_model.flags import CorPrfSnapshotInfo
 from clr_model.hresults import HResult, format_hresult
 from clr_model.violations import Violation as Violation
 
@@ -57,8 +58,8 @@ U32 = Annotated[int, Field(ge=0, lt=2**32)]
 U64 = Annotated[int, Field(ge=0, lt=2**64)]
 
 #: COR_PRF_SNAPSHOT_INFO (corprof.idl)
-COR_PRF_SNAPSHOT_DEFAULT = 0x0
-COR_PRF_SNAPSHOT_REGISTER_CONTEXT = 0x1
+COR_PRF_SNAPSHOT_DEFAULT = int(CorPrfSnapshotInfo.COR_PRF_SNAPSHOT_DEFAULT)
+COR_PRF_SNAPSHOT_REGISTER_CONTEXT = int(CorPrfSnapshotInfo.COR_PRF_SNAPSHOT_REGISTER_CONTEXT)
 COR_PRF_SNAPSHOT_X86_OPTIMIZED = 0x2
 
 _S_OK = int(HResult.S_OK)

@@ -43,7 +43,15 @@ REFERENCE_ASSEMBLIES: tuple[str, ...] = (
     "System.Collections.dll",
 )
 
-MCS_FLAGS: tuple[str, ...] = ("-nostdlib", "-noconfig", "-target:exe", "-optimize-", "-debug-", "-nologo", "-unsafe")
+MCS_FLAGS: tuple[str, ...] = (
+    "-nostdlib",
+    "-noconfig",
+    "-target:exe",
+    "-optimize-",
+    "-debug-",
+    "-nologo",
+    "-unsafe",
+)
 
 
 class Scenario(BaseModel):

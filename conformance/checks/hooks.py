@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clr_model.flags import CorPrfMonitor
 from clr_model.function_enter import (
     COR_PRF_ENABLE_FRAME_INFO,
     COR_PRF_ENABLE_FUNCTION_ARGS,
@@ -43,8 +44,7 @@ from conformance.trace import CallbackRecord, MarkRecord, Trace
 from conformance.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
 
 SCENARIO = "hooks-enter"
-#: COR_PRF_MONITOR_ENTERLEAVE per corprof.idl (0x1000; 0x20 is COR_PRF_MONITOR_JIT_COMPILATION)
-COR_PRF_MONITOR_ENTERLEAVE = 0x00001000
+COR_PRF_MONITOR_ENTERLEAVE = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE)
 #: the clientData the probe's mapper returns is funcId ^ XOR_MASK
 XOR_MASK = 0x0FE6DFDBFF59B2E2
 #: bytes of each argument type the scenario declares

@@ -25,7 +25,7 @@ from clr_model.strategies.function_enter import (
 )
 
 FAST = settings(max_examples=75, deadline=None)
-MASK = 0x20
+MASK = 0x1000  # COR_PRF_MONITOR_ENTERLEAVE
 ARGS_MASK = MASK | COR_PRF_ENABLE_FUNCTION_ARGS
 
 
