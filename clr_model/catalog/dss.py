@@ -144,7 +144,7 @@ CLAUSES: tuple[Clause, ...] = (
         "stacks whose top is CLR helper code, see DSS-28).",
         _PARAMS,
         Kind.AUTHOR_RULE,
-        {_M, _V},
+        {_M, _V, _L},
         "A seed must be supplied for an asynchronous walk.",
     ),
     _c(
@@ -306,7 +306,7 @@ CLAUSES: tuple[Clause, ...] = (
         "suspend another thread.",
         _ASYNC,
         Kind.AUTHOR_RULE,
-        {_M, _V},
+        {_M, _V, _L},
         "When you directly suspend threads, remember that only a thread that has never run managed code "
         "can suspend another thread.",
     ),

@@ -137,7 +137,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="MR2-17", title="earlier ObjectIDs must be remapped", document=_D, section="Remarks",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V, LV}),
         paraphrase="ObjectIDs handed out by earlier notifications may change at a compacting GC; a profiler "
         "that keeps them must remap them through the ranges before using them again.",
         quote="live objects might be moved within the heap, and ObjectID values distributed by previous "
