@@ -23,6 +23,7 @@ inline constexpr HRESULT CORPROF_E_NOT_MANAGED_THREAD = hr_of(0x80131355u);
 inline constexpr HRESULT CORPROF_E_STACKSNAPSHOT_INVALID_TGT_THREAD = hr_of(0x8013135Eu);
 inline constexpr HRESULT CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX = hr_of(0x8013135Fu);
 inline constexpr HRESULT CORPROF_E_STACKSNAPSHOT_UNSAFE = hr_of(0x80131360u);
+inline constexpr HRESULT CORPROF_E_UNSUPPORTED_CALL_SEQUENCE = hr_of(0x80131363u);
 
 inline constexpr bool failed(HRESULT hr) { return hr < 0; }
 
