@@ -31,10 +31,21 @@ def _cell(verdict: Verdict | None) -> str:
     return text
 
 
+def _weight(verdict: Verdict) -> int:
+    """How much a verdict says: a matrix cell shows the weightiest of its clause's verdicts on a runtime."""
+    if verdict.outcome in (Outcome.ERROR, Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION):
+        return 4
+    return {Status.ERROR: 4, Status.DIVERGES: 3, Status.CONFORMS: 2, Status.NOT_APPLICABLE: 1}[verdict.status]
+
+
 def _by_clause(result: SuiteResult) -> dict[str, dict[str, Verdict]]:
+    """clause -> runtime -> the verdict its matrix cell shows (a clause judged by several experiments
+    on one runtime shows the weightiest; the evidence section lists them all)."""
     table: dict[str, dict[str, Verdict]] = defaultdict(dict)
     for verdict in result.verdicts:
-        table[verdict.clause][verdict.runtime] = verdict
+        shown = table[verdict.clause].get(verdict.runtime)
+        if shown is None or _weight(verdict) > _weight(shown):
+            table[verdict.clause][verdict.runtime] = verdict
     return dict(sorted(table.items()))
 
 
@@ -96,7 +107,7 @@ def write_junit(result: SuiteResult, path: Path) -> None:
             case = ET.SubElement(
                 suite,
                 "testcase",
-                classname=f"profharness.{runtime}",
+                classname=f"profharness.{runtime}.{verdict.experiment}",
                 name=f"{verdict.clause}[{runtime}]",
                 time="0",
             )
@@ -196,7 +207,7 @@ def _has_evidence(verdict: Verdict) -> bool:
 
 
 def _anchor(verdict: Verdict) -> str:
-    return f"ev-{verdict.clause}-{verdict.runtime}"
+    return f"ev-{verdict.clause}-{verdict.runtime}-{verdict.experiment}"
 
 
 _OUTCOME_WORDS = {
@@ -245,35 +256,36 @@ def render_html(result: SuiteResult) -> str:
     )
     out.append("<h2>Divergences, errors and their evidence</h2>")
     shown = 0
-    for clause_id, per_runtime in table.items():
-        for runtime, verdict in per_runtime.items():
-            if not _has_evidence(verdict):
-                continue
-            shown += 1
-            known = CATALOG.get(clause_id)
-            how = _OUTCOME_WORDS.get(verdict.outcome) if verdict.outcome else None
-            out.append(
-                f"<div class='ev' id='{html.escape(_anchor(verdict))}'><h3>{html.escape(clause_id)} on "
-                f"{html.escape(runtime)}: {html.escape(verdict.status.value)}"
-                f"{f' ({how})' if how else ''}</h3>"
-            )
-            if known:
-                out.append(f"<p><i>{html.escape(known.paraphrase)}</i></p>")
-            out.append(
-                f"<p><b>observed</b> {html.escape(verdict.observed)}<br>"
-                f"<b>model</b> {html.escape(verdict.expected)}</p>"
-            )
-            if verdict.expectation:
-                out.append(f"<p><b>known divergence</b>: {html.escape(verdict.expectation.why)}</p>")
-            out.append(
-                f"<p class='small'>{html.escape(verdict.outcome_message)}<br>trace "
-                f"{html.escape(str(verdict.trace))} sha256 {html.escape(str(verdict.trace_sha256))}</p>"
-            )
-            out.append(frames_svg(verdict.picture))
-            if verdict.evidence:
-                excerpt = "\n".join(json.dumps(r, sort_keys=True) for r in verdict.evidence)
-                out.append(f"<pre>{html.escape(excerpt)}</pre>")
-            out.append("</div>")
+    for verdict in sorted(result.verdicts, key=lambda v: (v.clause, v.runtime, v.experiment)):
+        clause_id, runtime = verdict.clause, verdict.runtime
+        if not _has_evidence(verdict):
+            continue
+        shown += 1
+        known = CATALOG.get(clause_id)
+        how = _OUTCOME_WORDS.get(verdict.outcome) if verdict.outcome else None
+        out.append(
+            f"<div class='ev' id='{html.escape(_anchor(verdict))}'><h3>{html.escape(clause_id)} on "
+            f"{html.escape(runtime)}: {html.escape(verdict.status.value)}"
+            f"{f' ({how})' if how else ''} <span class='small'>experiment {html.escape(verdict.experiment)}"
+            "</span></h3>"
+        )
+        if known:
+            out.append(f"<p><i>{html.escape(known.paraphrase)}</i></p>")
+        out.append(
+            f"<p><b>observed</b> {html.escape(verdict.observed)}<br>"
+            f"<b>model</b> {html.escape(verdict.expected)}</p>"
+        )
+        if verdict.expectation:
+            out.append(f"<p><b>known divergence</b>: {html.escape(verdict.expectation.why)}</p>")
+        out.append(
+            f"<p class='small'>{html.escape(verdict.outcome_message)}<br>trace "
+            f"{html.escape(str(verdict.trace))} sha256 {html.escape(str(verdict.trace_sha256))}</p>"
+        )
+        out.append(frames_svg(verdict.picture))
+        if verdict.evidence:
+            excerpt = "\n".join(json.dumps(r, sort_keys=True) for r in verdict.evidence)
+            out.append(f"<pre>{html.escape(excerpt)}</pre>")
+        out.append("</div>")
     if not table:
         out.append("<p>None: no clause was judged (no experiment ran on these runtimes).</p>")
     elif not shown:

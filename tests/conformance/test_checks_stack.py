@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,9 +12,10 @@ import pytest
 from conformance.checks import stack
 from conformance.errors import HarnessError
 from conformance.runtimes import Runtime
-from conformance.suite import run_suite
 from conformance.trace import RECORD_ADAPTER, Trace
-from conformance.verdicts import Evidence, Judgement, Outcome, Status
+from conformance.verdicts import Evidence, Judgement, Status
+
+from .live import assert_area_as_documented_or_expected
 
 JUDGES = {j.clause: j.judge for j in stack.EXPERIMENTS[0].judges}
 
@@ -475,13 +475,4 @@ def test_runtime_context_sizes() -> None:
 def test_live_DSS_01_03_04_05_07_10_11_12_14_15_16_17_19_21_26_27_29_as_documented_or_expected(
     runtimes: list[Runtime],
 ) -> None:
-    result = run_suite("all", clauses=sorted(JUDGES))
-    assert {v.runtime for v in result.verdicts} == {r.version for r in runtimes}
-    assert len(result.verdicts) == len(JUDGES) * len(runtimes)
-    for verdict in result.verdicts:
-        assert verdict.outcome in {Outcome.AS_DOCUMENTED, Outcome.EXPECTED_DIVERGENCE}, (
-            verdict.outcome_message
-        )
-        assert verdict.status is not Status.NOT_APPLICABLE, verdict.observed
-        assert verdict.trace is not None and Path(verdict.trace).is_file()
-        assert hashlib.sha256(Path(verdict.trace).read_bytes()).hexdigest() == verdict.trace_sha256
+    assert_area_as_documented_or_expected(sorted(JUDGES), runtimes)

@@ -89,3 +89,15 @@ def test_html_escapes_and_draws_frames() -> None:
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "<svg" in page and "App::Thrower" in page and "#fbb" in page
     assert "Linux cannot suspend a thread safely." in page
+
+
+def test_a_clause_judged_twice_on_a_runtime_shows_its_weightiest_verdict() -> None:
+    result = sample()
+    extra = result.verdicts[1].model_copy(
+        update={"experiment": "other", "status": Status.DIVERGES, "outcome": Outcome.UNEXPECTED}
+    )
+    result = result.model_copy(update={"verdicts": [*result.verdicts, extra]})
+    row = next(line for line in report.render_matrix(result).splitlines() if line.startswith("DSS-16"))
+    assert row.split()[-3:] == ["ok", "DIVERGES", "!"]
+    page = report.render_html(result)
+    assert "ev-DSS-16-8.0.4-other" in page
