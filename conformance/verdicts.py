@@ -185,6 +185,13 @@ def classify(verdict: Verdict, expectation: Expectation | None) -> tuple[Outcome
             )
         return Outcome.AS_DOCUMENTED, f"{label}: {verdict.status}"
     if expectation.status is not verdict.status:
+        if verdict.status is Status.NOT_APPLICABLE:
+            # The run could not exercise the clause (e.g. a signal that landed outside the code under test):
+            # nothing contradicts the expectation, and the matrix shows n/a.
+            return (
+                Outcome.AS_DOCUMENTED,
+                f"{label}: not applicable in this run ({verdict.observed}); the expectation was not exercised",
+            )
         if expectation.status is Status.DIVERGES:
             return (
                 Outcome.STALE_EXPECTATION,

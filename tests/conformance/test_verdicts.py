@@ -66,3 +66,11 @@ def test_shipped_expectation_files_parse_and_explain_every_entry() -> None:
     for path in sorted(EXPECTATIONS_DIR.glob("*.toml")):
         for clause_id, expectation in load_expectations(path.stem).items():
             assert len(expectation.why.split()) >= 5, f"{path.name} [{clause_id}] needs a real explanation"
+
+
+def test_not_applicable_run_does_not_contradict_an_expected_divergence() -> None:
+    outcome, message = classify(
+        verdict(Status.NOT_APPLICABLE, "the signal landed in runtime code"),
+        Expectation(status=Status.DIVERGES, why=WHY),
+    )
+    assert outcome is Outcome.AS_DOCUMENTED and "not exercised" in message
