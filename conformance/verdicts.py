@@ -190,7 +190,7 @@ def classify(verdict: Verdict, expectation: Expectation | None) -> tuple[Outcome
             # nothing contradicts the expectation, and the matrix shows n/a.
             return (
                 Outcome.AS_DOCUMENTED,
-                f"{label}: not applicable in this run ({verdict.observed}); the expectation was not exercised",
+                f"{label}: not applicable in this run ({verdict.observed}); expectation not exercised",
             )
         if expectation.status is Status.DIVERGES:
             return (
