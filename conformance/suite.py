@@ -8,6 +8,7 @@ nothing is unexpected: no undocumented divergence, no error, no stale expectatio
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -116,16 +117,7 @@ def select_experiments(
     for experiment in experiments:
         judges = tuple(j for j in experiment.judges if j.clause in clauses)
         if judges:
-            chosen.append(
-                LiveExperiment(
-                    id=experiment.id,
-                    scenario=experiment.scenario,
-                    judges=judges,
-                    plan=experiment.plan,
-                    timeout_s=experiment.timeout_s,
-                    only_on=experiment.only_on,
-                )
-            )
+            chosen.append(dataclasses.replace(experiment, judges=judges))
     return chosen
 
 
@@ -146,18 +138,16 @@ def run_suite(
     chosen = select_experiments(clauses, experiments)
     probe_so = probe.build_probe()
     reference = reference_runtime()
-    compiled: dict[str, Path] = {}
-    for name in sorted({e.scenario for e in chosen}):
-        compiled[name] = scenarios.compile_scenario(scenarios.load_scenario(name), reference)
+    loaded = {name: scenarios.load_scenario(name) for name in sorted({e.scenario for e in chosen})}
+    compiled = {name: scenarios.compile_scenario(scenario, reference) for name, scenario in loaded.items()}
 
     jobs = [(e, rt) for rt in selected for e in chosen if e.applies_to(rt)]
     done = 0
 
     def one(job: tuple[LiveExperiment, Runtime]) -> tuple[LiveExperiment, Runtime, RunResult]:
         experiment, runtime = job
-        scenario = scenarios.load_scenario(experiment.scenario)
         result = execute(
-            scenario,
+            loaded[experiment.scenario],
             compiled[experiment.scenario],
             runtime,
             probe_so,
