@@ -1,9 +1,18 @@
 """FunctionEnter2 (FunctionEnter2.md): event rules over recorded hook sequences, and x86 ABI predicates.
 
 Event rules (:func:`check_hook_events`): FE2-01 funcId is the entered function, FE2-02 clientData is
-the FunctionIDMapper result, FE2-03 the frame handle is accepted during the hook, FE2-04 argumentInfo
-only with COR_PRF_ENABLE_FUNCTION_ARGS, FE2-05 no use of func/argumentInfo after the hook returned,
-FE2-10/11/12 no blocking, GC, managed call or managed allocation inside the hook.
+the FunctionIDMapper result, FE2-03 the frame handle is accepted during the hook and names the entered
+function, FE2-04 argumentInfo non-NULL exactly when COR_PRF_ENABLE_FUNCTION_ARGS is set, FE2-05 no use of
+func/argumentInfo after the hook returned, FE2-10/11/12 no blocking, GC, managed call or managed allocation
+inside the hook.
+
+Argument ranges (FE2-14): :func:`predict_argument_ranges` gives, from a method's signature and the values
+it was called with, the ranges COR_PRF_FUNCTION_ARGUMENT_INFO should describe; :func:`check_argument_info`
+compares what a hook saw with that prediction.
+
+``func`` is opaque (FE2-03 model choice): the model never judges its value, NULL included, and expects
+GetFunctionInfo2 to accept it during the hook whatever the event mask, because the page conditions only
+argumentInfo on a flag (COR_PRF_ENABLE_FRAME_INFO is not mentioned).
 
 ABI predicates (x86 only, FE2-13 model choice), over :class:`MachineState` snapshots:
 
@@ -19,6 +28,7 @@ ABI predicates (x86 only, FE2-13 model choice), over :class:`MachineState` snaps
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Literal
 
@@ -30,18 +40,25 @@ from clr_model.hresults import format_hresult, hresult_failed, to_unsigned
 from clr_model.violations import Violation
 
 __all__ = [
+    "ARGUMENT_TYPE_SIZES",
     "COR_PRF_ENABLE_FRAME_INFO",
     "COR_PRF_ENABLE_FUNCTION_ARGS",
     "COR_PRF_ENABLE_FUNCTION_RETVAL",
     "COR_PRF_MONITOR_ENTERLEAVE",
     "EFLAGS_PRESERVED",
     "HOOK_PARAM_BYTES",
+    "Argument",
+    "ArgumentPrediction",
     "HookEvent",
     "MachineState",
+    "ObservedArgumentInfo",
+    "ObservedRange",
     "abi_clauses",
+    "check_argument_info",
     "check_hook_abi",
     "check_hook_entry",
     "check_hook_events",
+    "predict_argument_ranges",
 ]
 
 # COR_PRF_MONITOR values (corprof.idl)
@@ -182,7 +199,7 @@ HookKind = Literal[
     "mapper",  # FunctionIDMapper(func_id) returned client_data
     "enter",  # FunctionEnter2(func_id, client_data, func, argument_info); target = function really entered
     "leave",  # the hook returned (ret)
-    "use_frame_info",  # the profiler passed `func` to api (e.g. GetFunctionInfo2) and got hr
+    "use_frame_info",  # the profiler passed `func` to api (e.g. GetFunctionInfo2) and got hr (and token)
     "use_argument_info",  # the profiler read through `argument_info`
     "block",  # waited on a lock/event/IO
     "gc",  # attempted a GC (e.g. ForceGC)
@@ -206,6 +223,9 @@ class HookEvent(BaseModel):
     mask: int | None = None
     api: str | None = None
     hr: int | None = None
+    #: "enter": the metadata token of the function really entered (ground truth, optional);
+    #: "use_frame_info": the token the API returned for the frame
+    token: int | None = None
 
 
 _INSIDE_RULES = {"block": ("FE2-10", "blocks"), "gc": ("FE2-11", "attempts a GC"),
@@ -248,6 +268,9 @@ def check_hook_events(
             if ev.argument_info and not mask & COR_PRF_ENABLE_FUNCTION_ARGS:
                 out.append(Violation(clause="FE2-04", index=i, message="argumentInfo is non-NULL without "
                                      "COR_PRF_ENABLE_FUNCTION_ARGS"))
+            elif ev.argument_info == 0 and mask & COR_PRF_ENABLE_FUNCTION_ARGS:
+                out.append(Violation(clause="FE2-04", index=i, message="argumentInfo is NULL with "
+                                     "COR_PRF_ENABLE_FUNCTION_ARGS set"))
             current[ev.thread] = ev
             if ev.func is not None:
                 expired_frames.discard(ev.func)
@@ -268,6 +291,11 @@ def check_hook_events(
             elif live and ev.hr is not None and hresult_failed(to_unsigned(ev.hr)):
                 out.append(Violation(clause="FE2-03", index=i, message=f"{ev.api or 'GetFunctionInfo2'} "
                                      f"refused the hook's own frame info: {format_hresult(ev.hr)}"))
+            elif live and inside is not None and ev.token is not None and inside.token is not None \
+                    and ev.token != inside.token:
+                out.append(Violation(clause="FE2-03", index=i, message=f"{ev.api or 'GetFunctionInfo2'} "
+                                     f"with the hook's frame info gave token {ev.token:#010x}, the entered "
+                                     f"function is {inside.token:#010x}"))
         elif ev.kind == "use_argument_info":
             live = inside is not None and ev.argument_info == inside.argument_info
             if not live and ev.argument_info in expired_args:
@@ -276,4 +304,123 @@ def check_hook_events(
         elif inside is not None:
             clause, what = _INSIDE_RULES[ev.kind]
             out.append(Violation(clause=clause, index=i, message=f"FunctionEnter2 hook {what}"))
+    return out
+
+
+# --- FE2-14: argument ranges --------------------------------------------------------------------------
+
+#: bytes of each argument type the model knows; "ptr" (object references, native ints, `this`) is the
+#: pointer size, given per call
+ARGUMENT_TYPE_SIZES: dict[str, int] = {
+    "bool": 1, "byte": 1, "sbyte": 1, "char": 2, "short": 2, "ushort": 2, "int": 4, "uint": 4,
+    "long": 8, "ulong": 8, "float": 4, "double": 8,
+}
+_POINTER_TYPES = ("ptr", "object", "nint", "nuint")
+_UNSIGNED = ("bool", "byte", "char", "ushort", "uint", "ulong", "nuint", "ptr", "object")
+
+
+class Argument(BaseModel):
+    """One argument as the caller passed it: its type and value (None: value unknown, size still known)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str
+    value: int | float | None = None
+
+
+class ArgumentPrediction(BaseModel):
+    """What COR_PRF_FUNCTION_ARGUMENT_INFO should describe: per range its length and, where the value is
+    known, its bytes (little-endian, as passed); ``total`` = totalArgumentSize."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    labels: tuple[str, ...]
+    lengths: tuple[int, ...]
+    contents: tuple[bytes | None, ...]
+    total: int
+
+
+class ObservedRange(BaseModel):
+    """One COR_PRF_FUNCTION_ARGUMENT_RANGE as a hook saw it, with the first bytes read at it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: int = Field(ge=0)
+    length: int = Field(ge=0)
+    data: bytes = b""
+
+
+class ObservedArgumentInfo(BaseModel):
+    """A hook's argumentInfo: 0 = NULL (then no ranges), else numRanges, totalArgumentSize and ranges."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    argument_info: int = Field(ge=0)
+    num_ranges: int | None = None
+    total_size: int | None = None
+    ranges: tuple[ObservedRange, ...] = ()
+
+
+def _encode(arg: Argument, size: int, where: str) -> bytes | None:
+    if arg.value is None:
+        return None
+    if arg.type in ("float", "double"):
+        return struct.pack("<f" if arg.type == "float" else "<d", float(arg.value))
+    if isinstance(arg.value, float):
+        raise InvalidInput(f"{where}: {arg.type} value {arg.value!r} is not an integer")
+    signed = arg.type not in _UNSIGNED
+    try:
+        return arg.value.to_bytes(size, "little", signed=signed)
+    except OverflowError:
+        raise InvalidInput(f"{where}: {arg.value} does not fit in a {size}-byte {arg.type}") from None
+
+
+def predict_argument_ranges(
+    args: Sequence[Argument], this: Argument | None = None, pointer_size: int = 8
+) -> ArgumentPrediction:
+    """FE2-14 (model choice): one range per argument in declaration order, ``this`` first for an instance
+    method, each as long as its type and holding the value as passed; totalArgumentSize is their sum."""
+    if pointer_size not in (4, 8):
+        raise InvalidInput(f"pointer_size={pointer_size}: expected 4 or 8")
+    labels: list[str] = []
+    lengths: list[int] = []
+    contents: list[bytes | None] = []
+    whole = ([("this", this)] if this is not None else []) + [(f"arg {j}", a) for j, a in enumerate(args)]
+    for label, arg in whole:
+        if arg.type in _POINTER_TYPES:
+            size = pointer_size
+        elif arg.type in ARGUMENT_TYPE_SIZES:
+            size = ARGUMENT_TYPE_SIZES[arg.type]
+        else:
+            raise InvalidInput(f"{label}: unknown argument type {arg.type!r}")
+        shown = f"{arg.type} {arg.value}" if arg.value is not None else arg.type
+        labels.append(f"{label} ({shown})")
+        lengths.append(size)
+        contents.append(_encode(arg, size, label))
+    return ArgumentPrediction(labels=tuple(labels), lengths=tuple(lengths), contents=tuple(contents),
+                              total=sum(lengths))
+
+
+def check_argument_info(observed: ObservedArgumentInfo, expected: ArgumentPrediction) -> list[Violation]:
+    """FE2-14: the hook's argumentInfo against :func:`predict_argument_ranges`; index = the range."""
+    if not observed.argument_info:
+        return [Violation(clause="FE2-14", message="argumentInfo is NULL: no argument locations")]
+    out: list[Violation] = []
+    n = len(expected.lengths)
+    if observed.num_ranges != n:
+        out.append(Violation(clause="FE2-14", message=f"numRanges {observed.num_ranges}, {n} arguments"))
+    if observed.total_size != expected.total:
+        out.append(Violation(clause="FE2-14", message=f"totalArgumentSize {observed.total_size}, "
+                             f"expected {expected.total}"))
+    if len(observed.ranges) < n and observed.num_ranges == n:
+        out.append(Violation(clause="FE2-14", message=f"{len(observed.ranges)} ranges recorded of {n}"))
+    for j, (label, length, want, got) in enumerate(
+        zip(expected.labels, expected.lengths, expected.contents, observed.ranges, strict=False)
+    ):
+        if got.length != length:
+            out.append(Violation(clause="FE2-14", index=j, message=f"{label}: range of {got.length} bytes, "
+                                 f"expected {length}"))
+        elif want is not None and got.data[:length] != want:
+            out.append(Violation(clause="FE2-14", index=j, message=f"{label}: range holds "
+                                 f"{got.data[:length].hex() or 'nothing'}, expected {want.hex()}"))
     return out

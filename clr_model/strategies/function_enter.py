@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from clr_model.function_enter import COR_PRF_ENABLE_FUNCTION_ARGS, HOOK_PARAM_BYTES, HookEvent, MachineState
+from clr_model.function_enter import (
+    ARGUMENT_TYPE_SIZES,
+    COR_PRF_ENABLE_FUNCTION_ARGS,
+    HOOK_PARAM_BYTES,
+    Argument,
+    HookEvent,
+    MachineState,
+)
 
-__all__ = ["conforming_returns", "entry_states", "hook_event_sequences", "machine_states"]
+__all__ = ["arguments", "conforming_returns", "entry_states", "hook_event_sequences", "machine_states"]
 
 _u32 = st.integers(0, 2**32 - 1)
 
@@ -64,11 +71,12 @@ def hook_event_sequences(draw: st.DrawFn, conforming: bool = True) -> tuple[list
         thread = draw(st.integers(0, 2))
         args = 0x1000 + n * 16 if mask & COR_PRF_ENABLE_FUNCTION_ARGS else 0
         frame = 0x9000 + n
+        token = 0x06000000 + fid
         events.append(HookEvent(kind="enter", thread=thread, func_id=fid, client_data=mapped[fid],
-                                func=frame, argument_info=args, target=fid))
+                                func=frame, argument_info=args, target=fid, token=token))
         if draw(st.booleans()):
             events.append(HookEvent(kind="use_frame_info", thread=thread, func=frame, api="GetFunctionInfo2",
-                                    hr=0))
+                                    hr=0, token=token))
         events.append(HookEvent(kind="leave", thread=thread))
     if not conforming:
         for _ in range(draw(st.integers(0, 4))):
@@ -82,3 +90,25 @@ def hook_event_sequences(draw: st.DrawFn, conforming: bool = True) -> tuple[list
                                         mask=draw(st.integers(0, 2**32 - 1)),
                                         hr=draw(st.sampled_from([0, 0x80070057]))))
     return events, mask
+
+
+_RANGES = {"bool": (0, 1), "byte": (0, 255), "sbyte": (-128, 127), "char": (0, 0xFFFF),
+           "short": (-(2**15), 2**15 - 1), "ushort": (0, 2**16 - 1), "int": (-(2**31), 2**31 - 1),
+           "uint": (0, 2**32 - 1), "long": (-(2**63), 2**63 - 1), "ulong": (0, 2**64 - 1),
+           "ptr": (0, 2**32 - 1), "object": (0, 2**32 - 1), "nint": (-(2**31), 2**31 - 1),
+           "nuint": (0, 2**32 - 1)}
+
+
+@st.composite
+def arguments(draw: st.DrawFn) -> Argument:
+    """One argument of a known type with a value that fits it (pointer types: values fit 4 bytes), or no
+    value at all."""
+    kind = draw(st.sampled_from(sorted(set(ARGUMENT_TYPE_SIZES) | set(_RANGES))))
+    if draw(st.integers(0, 9)) == 0:
+        return Argument(type=kind)
+    if kind in ("float", "double"):
+        value: int | float = draw(st.floats(allow_nan=False, width=32 if kind == "float" else 64))
+    else:
+        lo, hi = _RANGES[kind]
+        value = draw(st.integers(lo, hi))
+    return Argument(type=kind, value=value)

@@ -10,14 +10,20 @@ from pydantic import ValidationError
 from clr_model.errors import InvalidInput, ModelError
 from clr_model.function_enter import (
     COR_PRF_ENABLE_FUNCTION_ARGS,
+    Argument,
     HookEvent,
     MachineState,
+    ObservedArgumentInfo,
+    ObservedRange,
     abi_clauses,
+    check_argument_info,
     check_hook_abi,
     check_hook_entry,
     check_hook_events,
+    predict_argument_ranges,
 )
 from clr_model.strategies.function_enter import (
+    arguments,
     conforming_returns,
     entry_states,
     hook_event_sequences,
@@ -100,6 +106,42 @@ def test_FE2_04_argument_info_needs_flag_example() -> None:
     assert ids([enter(args=0x1000), LEAVE], event_mask=ARGS_MASK) == []
     switch = HookEvent(kind="set_event_mask", mask=ARGS_MASK)
     assert ids([switch, enter(args=0x1000), LEAVE], event_mask=MASK) == []
+
+
+def test_FE2_03_frame_names_the_entered_function_example() -> None:
+    entered = enter().model_copy(update={"token": 0x06000001})
+    use = HookEvent(kind="use_frame_info", func=0x900, api="GetFunctionInfo2", hr=0, token=0x06000001)
+    assert ids([entered, use, LEAVE]) == []
+    assert ids([entered, use.model_copy(update={"token": 0x06000002}), LEAVE]) == ["FE2-03"]
+    assert ids([enter(), use.model_copy(update={"token": 0x06000002}), LEAVE]) == []  # no ground truth
+    assert ids([enter(func=0), use.model_copy(update={"func": 0}), LEAVE]) == []  # opaque: NULL is a value
+
+
+@FAST
+@given(hook_event_sequences(), st.integers(1, 2**16))
+def test_FE2_03_frame_names_the_entered_function_property(case: tuple[list[HookEvent], int],
+                                                          delta: int) -> None:
+    events, mask = case
+    other = [e.model_copy(update={"token": (e.token or 0) + delta}) if e.kind == "use_frame_info" else e
+             for e in events]
+    assert ids(other, event_mask=mask).count("FE2-03") == sum(e.kind == "use_frame_info" for e in events)
+
+
+def test_FE2_04_argument_info_present_with_flag_example() -> None:
+    assert ids([enter(args=0), LEAVE], event_mask=ARGS_MASK) == ["FE2-04"]
+    assert ids([enter(args=0), LEAVE], event_mask=MASK) == []
+    unknown = enter().model_copy(update={"argument_info": None})
+    assert ids([unknown, LEAVE], event_mask=ARGS_MASK) == []  # not recorded: nothing to judge
+
+
+@FAST
+@given(hook_event_sequences())
+def test_FE2_04_argument_info_present_with_flag_property(case: tuple[list[HookEvent], int]) -> None:
+    events, _mask = case
+    none = [e.model_copy(update={"argument_info": 0}) if e.kind == "enter" else e for e in events]
+    n = sum(e.kind == "enter" for e in events)
+    assert ids(none, event_mask=ARGS_MASK).count("FE2-04") == n
+    assert ids(none, event_mask=MASK).count("FE2-04") == 0
 
 
 @FAST
@@ -263,7 +305,68 @@ def test_FE2_13_x86_only_property(arch: str) -> None:
         assert bool(got) == (arch in ("x86", "i386"))
 
 
+# FE2-14: argument ranges -------------------------------------------------------------------------------
+
+def _seen(pred_lengths: tuple[int, ...], contents: list[bytes]) -> ObservedArgumentInfo:
+    ranges = tuple(ObservedRange(start=0x7000 + 16 * j, length=n, data=d)
+                   for j, (n, d) in enumerate(zip(pred_lengths, contents, strict=True)))
+    return ObservedArgumentInfo(argument_info=0x6000, num_ranges=len(ranges), total_size=sum(pred_lengths),
+                                ranges=ranges)
+
+
+def test_FE2_14_argument_ranges_example() -> None:
+    pred = predict_argument_ranges([Argument(type="int", value=-2), Argument(type="long", value=6)])
+    assert pred.lengths == (4, 8) and pred.total == 12
+    assert pred.contents == ((-2).to_bytes(4, "little", signed=True), (6).to_bytes(8, "little"))
+    good = _seen(pred.lengths, [b"\xfe\xff\xff\xff", b"\x06" + bytes(7)])
+    assert check_argument_info(good, pred) == []
+    wrong = _seen(pred.lengths, [b"\xfe\xff\xff\xff", b"\x07" + bytes(7)])
+    assert [(v.clause, v.index) for v in check_argument_info(wrong, pred)] == [("FE2-14", 1)]
+    assert [v.clause for v in check_argument_info(ObservedArgumentInfo(argument_info=0), pred)] == ["FE2-14"]
+    inst = predict_argument_ranges([Argument(type="int", value=1)], this=Argument(type="object"),
+                                   pointer_size=8)
+    assert inst.lengths == (8, 4) and inst.contents[0] is None and inst.total == 12
+    with pytest.raises(InvalidInput, match="arg 0: unknown argument type 'decimal'"):
+        predict_argument_ranges([Argument(type="decimal", value=1)])
+    with pytest.raises(InvalidInput, match="does not fit"):
+        predict_argument_ranges([Argument(type="int", value=2**31)])
+
+
+@FAST
+@given(st.lists(arguments(), max_size=9), st.one_of(st.none(), arguments()), st.sampled_from([4, 8]),
+       st.data())
+def test_FE2_14_argument_ranges_property(args: list[Argument], this: Argument | None, ptr: int,
+                                         data: st.DataObject) -> None:
+    pred = predict_argument_ranges(args, this=this, pointer_size=ptr)
+    assert len(pred.lengths) == len(args) + (this is not None) and pred.total == sum(pred.lengths)
+    contents = [c if c is not None else bytes(n) for c, n in zip(pred.contents, pred.lengths, strict=True)]
+    assert check_argument_info(_seen(pred.lengths, contents), pred) == []
+    known = [j for j, c in enumerate(pred.contents) if c is not None]
+    if known:  # a flipped byte of a known value is found, at its range
+        j = data.draw(st.sampled_from(known))
+        k = data.draw(st.integers(0, pred.lengths[j] - 1))
+        bent = list(contents)
+        bent[j] = bent[j][:k] + bytes([bent[j][k] ^ 0xFF]) + bent[j][k + 1:]
+        assert [(v.clause, v.index) for v in check_argument_info(_seen(pred.lengths, bent), pred)] == [
+            ("FE2-14", j)]
+    if pred.lengths:  # a missing range is found
+        shorter = _seen(pred.lengths[:-1], contents[:-1])
+        assert check_argument_info(shorter, pred)
+
+
 # totality ---------------------------------------------------------------------------------------------
+
+@FAST
+@given(st.lists(arguments(), max_size=4), st.integers(0, 2**16), st.one_of(st.none(), st.integers(0, 40)),
+       st.one_of(st.none(), st.integers(0, 40)),
+       st.lists(st.tuples(st.integers(0, 64), st.binary(max_size=12)), max_size=6))
+def test_check_argument_info_is_total(args: list[Argument], info: int, n: int | None, total: int | None,
+                                      ranges: list[tuple[int, bytes]]) -> None:
+    seen = ObservedArgumentInfo(argument_info=info, num_ranges=n, total_size=total,
+                                ranges=tuple(ObservedRange(start=0, length=ln, data=d) for ln, d in ranges))
+    for v in check_argument_info(seen, predict_argument_ranges(args)):
+        assert v.clause == "FE2-14"
+
 
 @FAST
 @given(hook_event_sequences(conforming=False))
