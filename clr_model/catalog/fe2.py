@@ -29,12 +29,17 @@ CLAUSES: tuple[Clause, ...] = (
         "ICorProfilerInfo2::GetFunctionInfo2 during the hook it must be accepted.",
         quote="The profiler should treat this as an opaque handle that can be passed back to the execution "
         "engine in the ICorProfilerInfo2::GetFunctionInfo2 method.",
+        model_choice="func is opaque, so the model never judges its value (NULL included); it predicts that "
+        "GetFunctionInfo2(funcId, func) during the hook succeeds and names the entered function, whatever "
+        "the event mask. The page conditions only argumentInfo on a flag and never mentions "
+        "COR_PRF_ENABLE_FRAME_INFO, so the model does not require it for func (a runtime that, without "
+        "it, passes a handle GetFunctionInfo2 refuses would diverge).",
     ),
     Clause(
         id="FE2-04", title="argumentInfo needs ENABLE_FUNCTION_ARGS", document=_D, section="Parameters",
         kind=Kind.INVARIANT, layers=frozenset({M, LV}),
         paraphrase="Argument information is available only when COR_PRF_ENABLE_FUNCTION_ARGS (0x02000000) is "
-        "set in the event mask; the model expects argumentInfo NULL otherwise.",
+        "set in the event mask; the model expects argumentInfo NULL otherwise, and non-NULL when it is set.",
         quote="In order to access argument information, the COR_PRF_ENABLE_FUNCTION_ARGS flag must be set.",
     ),
     Clause(
@@ -110,11 +115,14 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-14", title="argumentInfo locates the arguments", document=_D, section="Parameters",
-        kind=Kind.INVARIANT, layers=frozenset({LV, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M, LV, V}),
         paraphrase="argumentInfo points to a COR_PRF_FUNCTION_ARGUMENT_INFO giving the memory locations of "
         "the function's arguments.",
         quote="A pointer to a COR_PRF_FUNCTION_ARGUMENT_INFO structure that specifies the locations in "
         "memory "
         "of the function's arguments.",
+        model_choice="The page does not say how the locations are cut into ranges; predict_argument_ranges "
+        "reads it as one range per argument in declaration order ('this' first for an instance method), "
+        "each as long as the argument's type and holding the value as passed, totalArgumentSize their sum.",
     ),
 )
