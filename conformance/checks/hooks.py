@@ -13,10 +13,11 @@ methods it called, in order, with their reflection metadata tokens and the argum
 
 The prediction comes from the model: :func:`clr_model.function_enter.check_hook_events` runs over the hook
 events built from the trace, with the target of each entry taken from the scenario's call list (FE2-01),
-the mapper's results from the probe's mapper (FE2-02), the hook's own GetFunctionInfo2 call (FE2-03) and
-the event mask the plan asked for (FE2-04). Argument values (FE2-14) and the positive half of FE2-04
-(argumentInfo present with COR_PRF_ENABLE_FUNCTION_ARGS) have no model predicate yet and are predicted here
-from the scenario's declared argument types and values.
+the mapper's results from the probe's mapper (FE2-02), the hook's own GetFunctionInfo2 call and the
+entered function's token (the scenario's reflection token, or the mapper's GetFunctionInfo token for the
+other hooked functions) (FE2-03) and the event mask the plan asked for (FE2-04, both halves). For FE2-14
+:func:`clr_model.function_enter.predict_argument_ranges` predicts the ranges from the scenario's declared
+argument types and values and :func:`clr_model.function_enter.check_argument_info` compares the hook's.
 
 Two runs per runtime: ``fe2-hooks-args`` (COR_PRF_ENABLE_FUNCTION_ARGS | COR_PRF_ENABLE_FRAME_INFO) and
 ``fe2-hooks-noargs`` (COR_PRF_ENABLE_FRAME_INFO only, so the runtime still takes its slow path and passes a
@@ -30,12 +31,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from clr_model.errors import ModelError
 from clr_model.flags import CorPrfMonitor
 from clr_model.function_enter import (
+    ARGUMENT_TYPE_SIZES,
     COR_PRF_ENABLE_FRAME_INFO,
     COR_PRF_ENABLE_FUNCTION_ARGS,
+    Argument,
+    ArgumentPrediction,
     HookEvent,
+    ObservedArgumentInfo,
+    ObservedRange,
+    check_argument_info,
     check_hook_events,
+    predict_argument_ranges,
 )
 from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.violations import Violation
@@ -47,8 +58,8 @@ SCENARIO = "hooks-enter"
 COR_PRF_MONITOR_ENTERLEAVE = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE)
 #: the clientData the probe's mapper returns is funcId ^ XOR_MASK
 XOR_MASK = 0x0FE6DFDBFF59B2E2
-#: bytes of each argument type the scenario declares
-TYPE_SIZES = {"int": 4, "long": 8}
+#: argument types a scenario may declare: those the model knows the size of
+TYPE_SIZES = ARGUMENT_TYPE_SIZES
 
 C, D, NA = Status.CONFORMS, Status.DIVERGES, Status.NOT_APPLICABLE
 
@@ -293,8 +304,10 @@ def _model_events(
 ) -> tuple[list[HookEvent], list[int]]:
     """Model input: set_event_mask, the mapper's results, then enter [use_frame_info] leave per entry.
 
-    ``targets``: hook_index -> the funcId the scenario says control passes to. Returns the events and,
-    for each, the trace seq that shows it."""
+    ``targets``: hook_index -> the funcId the scenario says control passes to. Each entry carries the
+    entered function's token from the mapper record (for the scenario's called methods that is the
+    scenario's reflection token: :func:`target_enters` selects them by it). Returns the events and, for
+    each, the trace seq that shows it."""
     events = [HookEvent(kind="set_event_mask", mask=run.event_mask)]
     seqs = [run.hooks_seq or 0]
     for m in run.mappings.values():
@@ -305,6 +318,7 @@ def _model_events(
             events.append(HookEvent(kind="mapper", func_id=e.func_id, client_data=e.func_id ^ run.xor))
             seqs.append(e.seq)
         target = targets.get(e.hook_index) if targets is not None else None
+        mapped = run.mappings.get(e.func_id)
         events.append(
             HookEvent(
                 kind="enter",
@@ -314,6 +328,7 @@ def _model_events(
                 func=e.func,
                 argument_info=e.argument_info,
                 target=target,
+                token=mapped.token if mapped is not None else None,
             )
         )
         seqs.append(e.seq)
@@ -321,7 +336,12 @@ def _model_events(
         if with_frames and use is not None:
             events.append(
                 HookEvent(
-                    kind="use_frame_info", thread=e.os_tid, func=e.func, api="GetFunctionInfo2", hr=use.hr
+                    kind="use_frame_info",
+                    thread=e.os_tid,
+                    func=e.func,
+                    api="GetFunctionInfo2",
+                    hr=use.hr,
+                    token=use.token,
                 )
             )
             seqs.append(use.seq)
@@ -437,22 +457,12 @@ def judge_fe2_03(evidence: Evidence) -> Judgement:
     ev: list[int] = []
     for e in run.enters:
         use = run.frame_uses.get(e.hook_index)
-        m = run.mappings.get(e.func_id)
-        if use is None:
+        if use is None:  # the record the model needs is missing: the probe did not do its part
             bad.append(f"no GetFunctionInfo2 record for hook #{e.hook_index} (seq {e.seq})")
             continue
         ev.append(use.seq)
-        if not hresult_failed(use.hr) and m is not None and use.token != m.token:
-            bad.append(
-                f"GetFunctionInfo2 with the frame info gave token {_hex(use.token or 0)} for funcId "
-                f"{e.func_id:#x}, GetFunctionInfo {_hex(m.token)} (seq {use.seq})"
-            )
-    for e, token in found:  # the scenario's own ground truth for the called methods
-        use = run.frame_uses.get(e.hook_index)
-        if use is not None and not hresult_failed(use.hr) and use.token != token:
-            bad.append(
-                f"hook #{e.hook_index}: token {_hex(use.token or 0)}, the scenario called {_hex(token)}"
-            )
+        if not hresult_failed(use.hr) and use.token is None:
+            bad.append(f"GetFunctionInfo2 in hook #{e.hook_index} succeeded without a token (seq {use.seq})")
     expected = "S_OK and the entered method's token from GetFunctionInfo2(funcId, func) in every hook"
     if not bad:
         return Judgement(
@@ -487,11 +497,6 @@ def judge_fe2_04(evidence: Evidence) -> Judgement:
         f"event mask {run.event_mask:#x} ({'with' if with_args else 'without'} COR_PRF_ENABLE_FUNCTION_ARGS)"
     )
     if with_args:
-        bad += [
-            f"argumentInfo NULL for hook #{e.hook_index} (seq {e.seq})"
-            for e in run.enters
-            if not e.argument_info
-        ]
         expected = f"{flag}: argumentInfo non-NULL in every entry"
     else:
         expected = f"{flag}: argumentInfo NULL in every entry"
@@ -502,11 +507,26 @@ def judge_fe2_04(evidence: Evidence) -> Judgement:
     return Judgement(status=D, observed=f"{observed}; first: {bad[0]}", expected=expected, evidence=ev)
 
 
-def _decode(data: bytes, kind: str) -> int | None:
-    size = TYPE_SIZES[kind]
-    if len(data) < size:
-        return None
-    return int.from_bytes(data[:size], "little", signed=True)
+def _observed_args(e: Enter) -> ObservedArgumentInfo:
+    try:
+        return ObservedArgumentInfo(
+            argument_info=e.argument_info,
+            num_ranges=e.num_ranges,
+            total_size=e.total_size,
+            ranges=tuple(ObservedRange(start=r.start, length=r.length, data=r.data) for r in e.ranges),
+        )
+    except ValidationError as exc:
+        raise HarnessError(
+            f"seq {e.seq} FunctionEnter2: argument ranges are not addresses/lengths "
+            f"({exc.error_count()} errors, first: {exc.errors()[0]['msg']})"
+        ) from None
+
+
+def _predicted_args(call: Call) -> ArgumentPrediction:
+    try:
+        return predict_argument_ranges([Argument(type=k, value=v) for k, v in call.args])
+    except ModelError as exc:
+        raise HarnessError(f"mark fe2.calls: {call.method}: {exc}") from None
 
 
 def judge_fe2_14(evidence: Evidence) -> Judgement:
@@ -530,18 +550,8 @@ def judge_fe2_14(evidence: Evidence) -> Judgement:
         problems = []
         if token != call.token:
             problems.append(f"entry is {_hex(token)}, call is {call.method}")
-        elif not e.argument_info:
-            problems.append("argumentInfo NULL")
         else:
-            if e.num_ranges != len(call.args):
-                problems.append(f"numRanges {e.num_ranges}, {len(call.args)} arguments")
-            want_total = sum(TYPE_SIZES[k] for k, _ in call.args)
-            if e.total_size != want_total:
-                problems.append(f"totalArgumentSize {e.total_size}, expected {want_total}")
-            for j, ((kind, value), r) in enumerate(zip(call.args, e.ranges, strict=False)):
-                got = _decode(r.data, kind)
-                if r.length != TYPE_SIZES[kind] or got != value:
-                    problems.append(f"arg {j} ({kind} {value}): range of {r.length} bytes holds {got}")
+            problems += [v.message for v in check_argument_info(_observed_args(e), _predicted_args(call))]
         picture.append(
             {"label": f"{call.method}({', '.join(str(v) for _, v in call.args)})", "ok": not problems}
         )

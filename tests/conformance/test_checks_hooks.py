@@ -272,6 +272,14 @@ def test_FE2_03_frame_info_naming_another_method_diverges(tmp_path: Path) -> Non
     assert judge(tmp_path, hooks.judge_fe2_03, records).status is Status.DIVERGES
 
 
+def test_FE2_03_frame_info_naming_another_method_in_an_uncalled_hook_diverges(tmp_path: Path) -> None:
+    records = _records()
+    _frame_use(records, 0)["out"]["token"] = METHODS["Add"][0]  # hook 0 is Main's
+    result = judge(tmp_path, hooks.judge_fe2_03, records)
+    assert result.status is Status.DIVERGES
+    assert f"the entered function is {MAIN[0]:#010x}" in result.observed
+
+
 def test_FE2_04_argument_info_without_the_flag_diverges(tmp_path: Path) -> None:
     records = _records(function_args=False)
     _entry(records, 1)["args"]["argumentInfo"] = 0x7FFD_0040
@@ -305,6 +313,28 @@ def test_FE2_14_wrong_range_length_or_count_diverges(tmp_path: Path) -> None:
     records = _records()
     _entry(records, 1)["args"]["totalArgumentSize"] = 16
     assert judge(tmp_path, hooks.judge_fe2_14, records).status is Status.DIVERGES
+
+
+def test_FE2_14_truncated_range_bytes_diverge(tmp_path: Path) -> None:
+    records = _records()
+    _entry(records, 2)["args"]["ranges"][1]["bytes"] = "06"  # the probe read one byte of a long
+    result = judge(tmp_path, hooks.judge_fe2_14, records)
+    assert result.status is Status.DIVERGES
+    assert "arg 1 (long 6)" in result.observed
+
+
+def test_FE2_14_bad_ranges_or_values_are_one_line_harness_errors(tmp_path: Path) -> None:
+    records = _records()
+    _entry(records, 1)["args"]["ranges"][0]["length"] = -4
+    with pytest.raises(HarnessError, match=r"seq \d+ FunctionEnter2: argument ranges"):
+        judge(tmp_path, hooks.judge_fe2_14, records)
+    records = _records()
+    mark = next(r for r in records if r.get("name") == "fe2.calls")
+    payload = json.loads(mark["payload"])
+    payload["calls"][0]["args"][0]["value"] = 2**40  # no int holds it
+    mark["payload"] = json.dumps(payload)
+    with pytest.raises(HarnessError, match=r"fe2\.calls: Targets::Add: arg 0: .*does not fit"):
+        judge(tmp_path, hooks.judge_fe2_14, records)
 
 
 def test_FE2_hooks_refused_make_every_clause_not_applicable(tmp_path: Path) -> None:
