@@ -407,6 +407,19 @@ def judge_dss08(ev: Evidence) -> Judgement:
     )
 
 
+def judge_dss06(ev: Evidence) -> Judgement:
+    """DSS-06: the seed is a Win32-layout CONTEXT (the PAL's AMD64 CONTEXT on Linux, built from the
+    interrupted ucontext) of contextSize bytes; the runtime reads the walk's start from its registers, so the
+    seeded walk starts at the frame those registers describe (the same observation as DSS-08)."""
+    seen = judge_dss08(ev)
+    return seen.model_copy(
+        update={
+            "observed": f"PAL AMD64 CONTEXT seed: {seen.observed}",
+            "expected": f"the CONTEXT's registers seed the walk: {seen.expected}",
+        }
+    )
+
+
 def judge_dss09(ev: Evidence) -> Judgement:
     """DSS-09 (author rule, checked live from the runtime's side): the walk the rule asks for (seeded) gives
     the stack; the validator flags the unseeded one, and the runtime does not deliver it either."""
@@ -617,6 +630,7 @@ EXPERIMENTS: tuple[LiveExperiment, ...] = (
         scenario=SCENARIO,
         judges=(
             Judge("DSS-02", judge_dss02, "walk of a running other thread: the CLR suspends it (page)"),
+            Judge("DSS-06", judge_dss06, "a CONTEXT seed's registers start the walk (signal handler)"),
             Judge("DSS-08", judge_dss08, "seeded signal-handler walk starts at the seed's frame"),
             Judge("DSS-09", judge_dss09, "asynchronous walk with the seed the rule asks for"),
             Judge(

@@ -506,6 +506,13 @@ def judge_dss29(ev: Evidence) -> Judgement:
     return _verdict([_at_mark(ev, "now-seed-zero"), _at_throw(ev, "throw-seed-zero")], None)
 
 
+def judge_dss30(ev: Evidence) -> Judgement:
+    """Unmanaged code on top (the probe's P/Invoke target at a mark, CLR helper code at ExceptionThrown):
+    the model reports no FunctionID 0 callback for it (its DSS-30 choice; a leading run for P/Invoke code is
+    accepted as the other reading, one for helper code is not)."""
+    return _verdict([_at_mark(ev, "now-default"), _at_throw(ev, "throw-sync")], None)
+
+
 def judge_dss11(ev: Evidence) -> Judgement:
     """No COR_PRF_SNAPSHOT_CONTEXT: a seed with infoFlags 0 (no context flag at all), below helper code;
     the model honours it whatever infoFlags says."""
@@ -600,6 +607,7 @@ _JUDGES: tuple[tuple[str, Callable[[Evidence], Judgement], str], ...] = (
     ("DSS-26", judge_dss26, "callback returns E_FAIL / S_FALSE at frame 2"),
     ("DSS-27", judge_dss27, "infoFlags X86_OPTIMIZED on AMD64, and an undefined bit"),
     ("DSS-29", judge_dss29, "zeroed seed: P/Invoke on top and helper code on top"),
+    ("DSS-30", judge_dss30, "unmanaged code on top (P/Invoke target, CLR helper): no leading FunctionID 0"),
 )
 
 EXPERIMENTS: tuple[LiveExperiment, ...] = (
