@@ -28,3 +28,9 @@ def test_experiment_ids_are_unique_and_scenarios_exist() -> None:
 def test_at_least_30_clauses_have_a_live_experiment() -> None:
     judged = {j.clause for e in all_experiments() for j in e.judges}
     assert len(judged) >= 30, sorted(judged)
+
+
+def test_every_live_clause_of_the_catalog_has_a_judge() -> None:
+    judged = {j.clause for e in all_experiments() for j in e.judges}
+    unjudged = sorted(c.id for c in CATALOG.values() if Layer.LIVE in c.layers and c.id not in judged)
+    assert not unjudged, f"clauses with a live layer but no live experiment: {unjudged}"
