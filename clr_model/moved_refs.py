@@ -5,7 +5,8 @@
 * :meth:`RangeTable.remap` / :meth:`RangeTable.remap_many` apply MR2-07/MR2-08. An ObjectID in no range
   gives None / ``found == False``: what it means is the MR2-16 ambiguity, decided by the caller.
 * :class:`HeapSnapshot` carries tracked ObjectIDs across a sequence of GCs with an explicit MR2-16
-  policy; :func:`compose` folds two successive tables into one (policy "dead").
+  policy; :meth:`HeapSnapshot.fit` says which policy reproduces a known outcome of one GC;
+  :func:`compose` folds two successive tables into one (policy "dead").
 * :func:`check_gc_events` checks MR2-01/02/09/10/11/12/17 over a sequence of callbacks and inspections.
 * :func:`to_v1` shows what ICorProfilerCallback::MovedReferences' ULONG lengths lose (MR2-13).
 
@@ -15,7 +16,7 @@ cover nothing) and ignored by the overlap checks and by remapping.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -34,6 +35,7 @@ __all__ = [
     "HeapEvent",
     "HeapSnapshot",
     "Policy",
+    "PolicyFit",
     "RangeOverflow",
     "RangeOverlap",
     "RangeTable",
@@ -350,6 +352,40 @@ class HeapSnapshot:
     def live_ids(self) -> U64:
         return self.ids[self.alive]
 
+    @classmethod
+    def fit(
+        cls, table: RangeTable, live: Mapping[int, int], dead: Sequence[int] = ()
+    ) -> tuple[PolicyFit, PolicyFit]:
+        """MR2-16: which policy reproduces one GC whose outcome is known from elsewhere.
+
+        ``live``: ObjectID before the GC -> ObjectID after it, of objects known to survive; ``dead``:
+        ObjectIDs of objects known to have died. A policy fits when every live id ends where ``live``
+        says and, for "dead", every dead id is dropped ("unmoved" keeps ids in no range by definition,
+        so dead ones cannot contradict it). Returns the fits of "dead" and "unmoved", in that order."""
+        origin = [*live, *dead]
+        out: list[PolicyFit] = []
+        for policy in ("dead", "unmoved"):
+            snap = cls(origin, policy=policy)
+            report = snap.apply(table)
+            live_ok = all(snap.current(o) == n for o, n in live.items())
+            dropped = policy == "dead" and all(snap.current(o) is None for o in dead)
+            out.append(PolicyFit(policy, report, live_ok, dropped))
+        return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class PolicyFit:
+    """How one MR2-16 policy fares against a known GC outcome (:meth:`HeapSnapshot.fit`)."""
+
+    policy: Policy
+    report: GcReport
+    live_ok: bool  # every surviving id ends at its known new id
+    dead_dropped: bool  # "dead" only: every known dead id was dropped
+
+    @property
+    def fits(self) -> bool:
+        return self.live_ok and (self.policy == "unmoved" or self.dead_dropped)
+
 
 # --- MR2-13: what MovedReferences (ULONG lengths) loses ----------------------------------------------
 
@@ -378,7 +414,9 @@ class HeapEvent(BaseModel):
     ``callback``: ``name`` is the callback (GarbageCollectionStarted, MovedReferences2, MovedReferences,
     GarbageCollectionFinished, ObjectAllocated, ...), ``hr`` what the profiler returned, ``ranges``
     the (old, new, length) triples of a MovedReferences2/MovedReferences, ``object_ids`` ids it handed
-    out. ``inspect``: the profiler used ``object_id`` with ``name`` (GetClassFromObject, GetObjectSize...).
+    out. ``inspect``: the profiler used ``object_id`` with ``name`` (GetClassFromObject, GetObjectSize...);
+    ``object_key``, when known, names the object it means (the profiler's own handle, a tag: anything
+    that stays the same across GCs), so MR2-17 can tell a stale id from an address another object now has.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -389,6 +427,7 @@ class HeapEvent(BaseModel):
     ranges: tuple[tuple[int, int, int], ...] | None = None
     object_ids: tuple[int, ...] = ()
     object_id: int | None = None
+    object_key: int | None = None
 
 
 def _table_of(event: HeapEvent, index: int, out: list[Violation]) -> RangeTable | None:
@@ -402,6 +441,90 @@ def _table_of(event: HeapEvent, index: int, out: list[Violation]) -> RangeTable 
         return None
 
 
+class _Objects:
+    """MR2-17's bookkeeping: objects by identity, each with its present ObjectID.
+
+    An object is known from the first id it is handed out or inspected with (and from its key, if the
+    inspection names one). Each GarbageCollectionFinished remaps every object through that GC's tables;
+    an object in no range keeps its id and is "unresolved" (MR2-16: the model does not decide where it
+    is). An id an object left is stale until some object has it again."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []  # object -> present ObjectID
+        self.resolved: list[bool] = []  # the last GC placed it (or no GC since it was first seen)
+        self.before: list[int | None] = []  # its id before the last GC, if that GC moved it
+        self.at: dict[int, int] = {}  # present ObjectID -> object
+        self.keys: dict[int, int] = {}  # object_key -> object
+        self.stale: dict[int, int] = {}  # ObjectID an object moved away from -> that object
+
+    def seen_at(self, oid: int) -> int:
+        """The object at ``oid`` now; a new one if none is known there."""
+        obj = self.at.get(oid)
+        if obj is None:
+            obj = len(self.ids)
+            self.ids.append(oid)
+            self.resolved.append(True)
+            self.before.append(None)
+            self.at[oid] = obj
+            self.stale.pop(oid, None)
+        return obj
+
+    def gc(self, tables: Sequence[RangeTable]) -> None:
+        if not self.ids:
+            return
+        ids = np.array(self.ids, dtype=np.uint64)
+        new = ids.copy()
+        found = np.zeros(ids.shape, dtype=bool)
+        for table in tables:
+            todo = np.flatnonzero(~found)
+            if todo.size == 0:
+                break
+            moved, hit = table.remap_many(ids[todo])
+            new[todo[hit]] = moved[hit]
+            found[todo[hit]] = True
+        old_ids = self.ids
+        self.ids = [int(v) for v in new]
+        self.resolved = found.tolist()
+        self.before = [o if n != o else None for o, n in zip(old_ids, self.ids, strict=True)]
+        self.at = {}
+        for obj, oid in enumerate(self.ids):
+            self.at.setdefault(oid, obj)
+        for obj, o in enumerate(self.before):
+            if o is not None:
+                self.stale[o] = obj
+        for oid in self.at:
+            self.stale.pop(oid, None)
+
+    def inspect(self, ev: HeapEvent, oid: int, index: int) -> Violation | None:
+        if ev.object_key is None:
+            if oid in self.at or oid not in self.stale:
+                self.seen_at(oid)
+                return None
+            obj = self.stale[oid]
+            return Violation(clause="MR2-17", index=index, message=f"{ev.name} uses ObjectID {oid:#x} from "
+                             f"before the GC; that object moved to {self.ids[obj]:#x}")
+        obj_or_none = self.keys.get(ev.object_key)
+        if obj_or_none is None:
+            self.keys[ev.object_key] = self.seen_at(oid)
+            return None
+        obj = obj_or_none
+        want = self.ids[obj]
+        if oid == want:
+            return None
+        if not self.resolved[obj]:  # MR2-16: the model does not say where it went; take the profiler's word
+            self.at.pop(want, None)
+            self.ids[obj] = oid
+            self.at.setdefault(oid, obj)
+            self.stale.pop(oid, None)
+            return None
+        if oid == self.before[obj]:
+            what = "from before the GC; it moved to"
+        else:
+            what = f"for object {ev.object_key}, whose ObjectID after remapping is"
+        return Violation(clause="MR2-17", index=index, message=f"{ev.name} uses ObjectID {oid:#x} {what} "
+                         f"{want:#x}")
+
+
 def check_gc_events(
     events: Sequence[HeapEvent], implements_callback4: bool = True, implements_v1: bool = True
 ) -> list[Violation]:
@@ -411,17 +534,18 @@ def check_gc_events(
     MovedReferences preceded by a MovedReferences2, and (profiler implementing both) each successful
     MovedReferences2 followed by its MovedReferences; MR2-12 no MovedReferences after a failed
     MovedReferences2; MR2-09 no inspection between MovedReferences2 and GarbageCollectionFinished
-    (MR2-10: allowed again after it); MR2-17 an ObjectID handed out before a GC and inspected after it
-    without remapping, while that GC moved its block elsewhere. Range tables are validated too.
+    (MR2-10: allowed again after it); MR2-17 an inspection with an ObjectID that an object left at a GC
+    (its block moved elsewhere) while no object has it now, or, when the inspection names the object
+    (``object_key``), with any id but the one remapping gives that object. Objects are tracked by
+    identity, not address: an id another object was remapped to is that object's, not stale. Range
+    tables are validated too.
     """
     out: list[Violation] = []
     in_gc = False
     moving = False
     pending: tuple[int, bool] | None = None  # (index of the MovedReferences2, it succeeded)
-    epoch = 0
-    seen: dict[int, int] = {}  # ObjectID -> epoch it was last handed out or used in
+    objects = _Objects()
     gc_tables: list[RangeTable] = []
-    last_gc: tuple[int, list[RangeTable]] | None = None
 
     def unmatched(where: int) -> None:
         nonlocal pending
@@ -436,22 +560,13 @@ def check_gc_events(
                 out.append(Violation(clause="MR2-09", index=i, message=f"{ev.name} inspects ObjectID "
                                      f"{ev.object_id} between MovedReferences2 and "
                                      "GarbageCollectionFinished"))
-            elif ev.object_id is not None and last_gc is not None:
-                when = seen.get(ev.object_id)
-                gc_epoch, tables = last_gc
-                if when is not None and when < gc_epoch:
-                    for table in tables:
-                        new_id = table.remap(ev.object_id)
-                        if new_id is not None and new_id != ev.object_id:
-                            out.append(Violation(clause="MR2-17", index=i, message=f"{ev.name} uses ObjectID "
-                                                 f"{ev.object_id:#x} from before the GC; it moved to "
-                                                 f"{new_id:#x}"))
-                            break
-            if ev.object_id is not None:
-                seen[ev.object_id] = epoch
+            elif ev.object_id is not None:
+                found = objects.inspect(ev, ev.object_id, i)
+                if found is not None:
+                    out.append(found)
             continue
         for oid in ev.object_ids:
-            seen[oid] = epoch
+            objects.seen_at(oid)
         if ev.name == "GarbageCollectionStarted":
             unmatched(i)
             in_gc, moving, gc_tables = True, False, []
@@ -480,7 +595,6 @@ def check_gc_events(
             moving = True
         elif ev.name == "GarbageCollectionFinished":
             unmatched(i)
-            epoch += 1
-            last_gc = (epoch, gc_tables)
+            objects.gc(gc_tables)
             in_gc, moving, gc_tables = False, False, []
     return out

@@ -129,7 +129,8 @@ def gc_event_sequences(draw: st.DrawFn, max_events: int = 16) -> list[HeapEvent]
     for _ in range(draw(st.integers(0, max_events))):
         if draw(st.integers(0, 4)) == 0:
             events.append(HeapEvent(kind="inspect", name="GetClassFromObject",
-                                    object_id=draw(st.integers(0, 2**20))))
+                                    object_id=draw(st.integers(0, 2**20)),
+                                    object_key=draw(st.one_of(st.none(), st.integers(0, 3)))))
             continue
         name = draw(st.sampled_from(_CALLBACKS))
         ranges = None

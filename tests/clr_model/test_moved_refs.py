@@ -47,8 +47,8 @@ def cb(name: str, hr: int = 0, ranges: tuple[tuple[int, int, int], ...] | None =
     return HeapEvent(kind="callback", name=name, hr=hr, ranges=ranges, object_ids=ids)
 
 
-def inspect(oid: int) -> HeapEvent:
-    return HeapEvent(kind="inspect", name="GetClassFromObject", object_id=oid)
+def inspect(oid: int, key: int | None = None) -> HeapEvent:
+    return HeapEvent(kind="inspect", name="GetClassFromObject", object_id=oid, object_key=key)
 
 
 def good_gc(hrs: list[int], ranges: tuple[tuple[int, int, int], ...] = ()) -> list[HeapEvent]:
@@ -358,6 +358,32 @@ def test_MR2_16_policy_property(case: tuple[Arrays, list[int]]) -> None:
         assert unmoved.current(oid) == (oid if moved is None else moved)
 
 
+def test_MR2_16_fit_example() -> None:
+    table = RangeTable([0x1000], [0x800], [0x100])
+    dead, unmoved = HeapSnapshot.fit(table, {0x1010: 0x810, 0x5000: 0x5000}, dead=[0x3000])
+    assert (dead.policy, dead.live_ok, dead.dead_dropped, dead.fits) == ("dead", False, True, False)
+    assert (unmoved.policy, unmoved.fits, unmoved.report.in_no_range) == ("unmoved", True, 2)
+    dead, unmoved = HeapSnapshot.fit(table, {0x1010: 0x810}, dead=[0x3000])
+    assert dead.fits and unmoved.fits
+    dead, unmoved = HeapSnapshot.fit(table, {0x1010: 0x820})  # the table says 0x810: no policy fits
+    assert not dead.fits and not unmoved.fits
+
+
+@FAST
+@given(valid_tables().flatmap(lambda a: st.tuples(st.just(a), st.lists(object_ids_for(a), max_size=20))))
+def test_MR2_16_fit_property(case: tuple[Arrays, list[int]]) -> None:
+    arrays, ids = case
+    table = RangeTable(*arrays)
+    moved = {oid: brute(arrays, oid) for oid in set(ids)}
+    inside = {o: n for o, n in moved.items() if n is not None}
+    outside = [o for o, n in moved.items() if n is None]
+    dead, unmoved = HeapSnapshot.fit(table, inside, dead=outside)
+    assert dead.fits and unmoved.fits  # ranges list the survivors: both readings agree
+    if outside:  # the outside ids survive where they were: only "unmoved" reproduces that
+        dead, unmoved = HeapSnapshot.fit(table, inside | {o: o for o in outside})
+        assert not dead.fits and unmoved.fits
+
+
 # MR2-17: remap what you keep ----------------------------------------------------------------------------
 
 def test_MR2_17_stale_ids_example() -> None:
@@ -365,6 +391,42 @@ def test_MR2_17_stale_ids_example() -> None:
     before = [cb("ObjectAllocated", ids=(0x1010,))]
     assert clauses([*before, *good_gc([0], ranges), inspect(0x1010)]) == ["MR2-17"]
     assert clauses([*before, *good_gc([0], ranges), inspect(0x810)]) == []
+
+
+def test_MR2_17_address_reuse_example() -> None:
+    # A at 0x1010 moves to 0x810; B at 0x2000 moves into A's old address 0x1010
+    ranges = ((0x1000, 0x800, 0x100), (0x2000, 0x1010, 0x10))
+    before = [cb("ObjectAllocated", ids=(0x1010, 0x2000))]
+    assert clauses([*before, *good_gc([0], ranges), inspect(0x1010)]) == []  # B's id now: not stale
+    assert clauses([*before, *good_gc([0], ranges), inspect(0x2000)]) == ["MR2-17"]
+    keyed = [inspect(0x1010, key=1), inspect(0x2000, key=2)]
+    assert clauses([*keyed, *good_gc([0], ranges), inspect(0x810, 1), inspect(0x1010, 2)]) == []
+    bad = clauses([*keyed, *good_gc([0], ranges), inspect(0x1010, 1), inspect(0x1010, 2)])
+    assert bad == ["MR2-17"]  # A inspected at its old address, which B has now
+    assert clauses([*keyed, *good_gc([0], ranges), inspect(0x900, 1)]) == ["MR2-17"]  # not where A went
+    # in no range (MR2-16): the model does not say where it went, so any id is taken
+    assert clauses([inspect(0x9000, key=3), *good_gc([0], ranges), inspect(0x7000, 3)]) == []
+
+
+@FAST
+@given(valid_tables(max_ranges=6).flatmap(
+    lambda a: st.tuples(st.just(a), st.lists(object_ids_for(a), max_size=20, unique=True))))
+def test_MR2_17_identity_not_address_property(case: tuple[Arrays, list[int]]) -> None:
+    arrays, ids = case
+    ranges = tuple(zip(*arrays, strict=True))
+    where = {oid: brute(arrays, oid) for oid in ids}
+    gc = good_gc([0], ranges)
+    handed = [cb("ObjectAllocated", ids=tuple(ids))]
+    now = [n if n is not None else o for o, n in where.items()]
+    # every object inspected at its remapped id: never stale, whatever address it now shares
+    assert clauses([*handed, *gc, *(inspect(n) for n in now)]) == []
+    keyed = [inspect(o, key=k) for k, o in enumerate(ids)]
+    assert clauses([*keyed, *gc, *(inspect(n, key=k) for k, n in enumerate(now))]) == []
+    moved = [k for k, o in enumerate(ids) if where[o] not in (None, o)]
+    # by key, every moved object inspected at its old id is a violation, whoever is there now
+    got = check_gc_events([*keyed, *gc, *(inspect(ids[k], key=k) for k in moved)])
+    first = len(keyed) + len(gc)
+    assert [(v.clause, v.index) for v in got] == [("MR2-17", first + j) for j in range(len(moved))]
 
 
 @FAST
