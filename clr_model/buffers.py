@@ -6,9 +6,25 @@ request; :func:`check_observed` compares a recorded call with it; :func:`single_
 given as a callable ``impl(c_buffer_size_start, buffer) -> (hr, pc_buffer_max)`` that fills ``buffer``
 (a list of ``c_buffer_size_start`` slots, or None for a NULL buffer) in place.
 
+Elements are unsigned integers: an element's bytes read little-endian (a WCHAR is its UTF-16 code unit,
+a ClassID its value). :func:`expected_content` says which elements a conforming method writes for a full
+answer; :func:`string_elements` is the full answer of a WCHAR method for a text.
+
 Decisions the page leaves open are the catalog's model choices: BUF-09 (a too-small buffer gets S_OK
-and a truncated fill; strings count their NUL) and BUF-10 (no element returned: S_OK, total in
-*pcBufferMax). BUF-11: both strategies re-check after every call.
+and a truncated fill; strings count their NUL and a cut string ends with a NUL) and BUF-10 (no element
+returned: S_OK, total in *pcBufferMax). BUF-11: both strategies re-check after every call.
+
+How :func:`check_observed` attributes an observation (each observed field to one clause):
+
+* anything changed past cBufferSizeStart (``written_beyond``, e.g. a guard) -> BUF-01, whatever the
+  size: a NUL "pre-stored" into a zero-element buffer is a write past it;
+* *pcBufferMax not the total -> BUF-02, except a WCHAR count that leaves out the NUL -> BUF-09;
+* the number of elements written, or an element differing from the full answer's prefix -> BUF-03,
+  whatever the HRESULT (the page: "this buffer will be filled with as many elements as possible").
+  A lone NUL in element 0 of a too-small string buffer is one element written, the wrong one;
+* the last written element of a string that is written but is not the NUL -> BUF-09 (termination);
+* the HRESULT: BUF-09 for 0 < size < total, BUF-05 when elements are returned, BUF-10 when none are;
+  an argument error for the legal (NULL, 0) form -> BUF-04.
 """
 
 from __future__ import annotations
@@ -17,13 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clr_model.errors import InvalidInput, ModelError
 from clr_model.hresults import HResult, format_hresult, hresult_failed, to_unsigned
 from clr_model.violations import Violation as Violation
 
 __all__ = [
+    "NUL",
     "ULONG32_MAX",
     "BufferCallFailed",
     "BufferNeverSettled",
@@ -39,15 +56,19 @@ __all__ = [
     "check_observed",
     "double_pass",
     "expected",
+    "expected_content",
     "expected_string",
     "single_pass",
+    "string_elements",
     "utf16_units",
 ]
 
 T = TypeVar("T")
 
 ULONG32_MAX = 2**32 - 1
+NUL = 0  # the WCHAR terminator as an element
 _INSUFFICIENT = HResult.HRESULT_ERROR_INSUFFICIENT_BUFFER.value
+_ARGUMENT_ERRORS = frozenset({HResult.E_INVALIDARG.value, HResult.E_POINTER.value})
 
 
 class CallerBrokeContract(InvalidInput):
@@ -135,6 +156,55 @@ def utf16_units(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
+def _text(text: object) -> str:
+    if not isinstance(text, str):
+        raise InvalidInput(f"text: expected str, got {type(text).__name__}")
+    if "\x00" in text:
+        raise InvalidInput(f"text contains a NUL at {text.index(chr(0))}; a C string cannot hold one")
+    return text
+
+
+def string_elements(text: str) -> tuple[int, ...]:
+    """The full answer of a WCHAR method for ``text``: its UTF-16 code units and the terminating NUL,
+    which the count includes (BUF-09 model choice)."""
+    raw = _text(text).encode("utf-16-le", "surrogatepass")
+    return (*(int.from_bytes(raw[i : i + 2], "little") for i in range(0, len(raw), 2)), NUL)
+
+
+def _full_answer(full_answer: Sequence[int], string: bool) -> tuple[int, ...]:
+    if isinstance(full_answer, str | bytes) or not isinstance(full_answer, Sequence):
+        raise InvalidInput(f"full_answer: expected a sequence of elements, got {type(full_answer).__name__}")
+    for i, e in enumerate(full_answer):
+        if isinstance(e, bool) or not isinstance(e, int) or e < 0:
+            raise InvalidInput(f"full_answer[{i}]={e!r} is not an element (an unsigned int)")
+    full = tuple(full_answer)
+    _count("available", len(full))
+    if string:
+        if not full or full[-1] != NUL:
+            raise InvalidInput("full_answer: a string's full answer ends with its NUL terminator (BUF-09)")
+        if NUL in full[:-1]:
+            raise InvalidInput(f"full_answer: a NUL at {full.index(NUL)} inside the string")
+    return full
+
+
+def expected_content(
+    full_answer: Sequence[int], c_buffer_size_start: int, buffer_present: bool = True, *, string: bool = False
+) -> tuple[int, ...]:
+    """The elements a conforming method writes into the buffer, given the method's full answer.
+
+    Any buffer: the first min(total, size) elements of the full answer (BUF-03). A string
+    (``string=True``; the full answer ends with its NUL, see :func:`string_elements`) cut by a too-small
+    buffer keeps ``size - 1`` code units and a NUL in its last element (BUF-09 model choice), so the caller
+    always reads a terminated string. Raises :class:`CallerBrokeContract` for (NULL, n > 0) (BUF-04).
+    """
+    full = _full_answer(full_answer, string)
+    outcome = expected(len(full), c_buffer_size_start, buffer_present)
+    n = outcome.elements_written
+    if string and 0 < n < len(full):
+        return (*full[: n - 1], NUL)
+    return full[:n]
+
+
 @dataclass(frozen=True)
 class StringOutcome:
     """What a conforming WCHAR method does: counts include the NUL terminator (BUF-09 model choice)."""
@@ -145,6 +215,7 @@ class StringOutcome:
     text: str  # what the caller reads back as a C string (up to the NUL)
     truncated: bool
     clauses: tuple[str, ...]
+    elements: tuple[int, ...] = ()  # the code units written, the NUL included
 
 
 def expected_string(text: str, cch: int, buffer_present: bool) -> StringOutcome:
@@ -155,21 +226,18 @@ def expected_string(text: str, cch: int, buffer_present: bool) -> StringOutcome:
     caller always reads a terminated (possibly cut) string. A cut may split a surrogate pair; the text
     then ends with a lone high surrogate, which is what the caller would see.
     """
-    if not isinstance(text, str):
-        raise InvalidInput(f"text: expected str, got {type(text).__name__}")
-    if "\x00" in text:
-        raise InvalidInput(f"text contains a NUL at {text.index(chr(0))}; a C string cannot hold one")
-    units = text.encode("utf-16-le", "surrogatepass")
-    outcome = expected(len(units) // 2 + 1, cch, buffer_present)
-    kept = max(outcome.elements_written - 1, 0)
-    shown = units[: 2 * kept].decode("utf-16-le", "surrogatepass")
+    full = string_elements(text)
+    outcome = expected(len(full), cch, buffer_present)
+    written = expected_content(full, cch, buffer_present, string=True)
+    units = b"".join(u.to_bytes(2, "little") for u in written[:-1])
     return StringOutcome(
         hresult=outcome.hresult,
         pc_buffer_max=outcome.pc_buffer_max,
         elements_written=outcome.elements_written,
-        text=shown,
+        text=units.decode("utf-16-le", "surrogatepass"),
         truncated=outcome.elements_written < outcome.pc_buffer_max,
         clauses=outcome.clauses,
+        elements=written,
     )
 
 
@@ -183,46 +251,123 @@ class ObservedCall(BaseModel):
     hr: int = Field(ge=-(2**31), le=ULONG32_MAX)
     pc_buffer_max: int | None = Field(default=None, ge=0, le=ULONG32_MAX, description="None: not set")
     elements_written: int = Field(ge=0, description="elements (not bytes) the method wrote")
+    written_beyond: int = Field(
+        default=0, ge=0, description="elements changed past cBufferSizeStart (a lower bound: a guard that "
+        "only shows that something changed gives 1)")
+    content: tuple[int | None, ...] | None = Field(
+        default=None, description="the buffer's first elements after the call, None where an element was "
+        "left untouched; None: not recorded")
+
+    @model_validator(mode="after")
+    def _content_fits(self) -> ObservedCall:
+        if self.content is not None:
+            if len(self.content) > self.c_buffer_size_start:
+                raise ValueError(f"content holds {len(self.content)} elements, more than cBufferSizeStart="
+                                 f"{self.c_buffer_size_start}")
+            if any(e is not None and e < 0 for e in self.content):
+                raise ValueError("content: elements are unsigned")
+        return self
 
 
-def check_observed(call: ObservedCall, available: int | None = None) -> list[Violation]:
-    """Compare one observed call with the model. ``available``: the true total, when known.
+def _element(value: int | None) -> str:
+    return "untouched" if value is None else f"{value:#x}"
 
-    Mismatches are attributed to one clause each: writing past the buffer BUF-01; *pcBufferMax BUF-02;
-    the fill BUF-03; the HRESULT BUF-05 (elements returned), BUF-09 (buffer too small) or BUF-10 (no
-    element returned). A runtime answering 0x8007007A with nothing written for a too-small buffer gets a
-    single BUF-09 divergence.
+
+def _check_content(call: ObservedCall, full: tuple[int, ...], string: bool) -> list[Violation]:
+    """BUF-03 (the first element that differs from the full answer's prefix) and, for a string, BUF-09
+    (its last written element is written but is not the NUL)."""
+    if call.content is None:
+        return []
+    want = expected_content(full, call.c_buffer_size_start, call.buffer_present, string=string)
+    out: list[Violation] = []
+    seen: set[str] = set()
+    for i, (got, exp) in enumerate(zip(call.content, want, strict=False)):
+        if got == exp:
+            continue
+        if string and i == len(want) - 1 and got is not None:
+            clause = "BUF-09"
+            message = (f"element {i} = {_element(got)}: the string is not NUL-terminated, expected the NUL "
+                       f"in its last written element {i}")
+        else:
+            clause = "BUF-03"
+            message = f"element {i} = {_element(got)}, expected {exp:#x} (the full answer's prefix)"
+        if clause not in seen:
+            seen.add(clause)
+            out.append(Violation(clause=clause, message=message))
+    return out
+
+
+def check_observed(
+    call: ObservedCall,
+    available: int | None = None,
+    *,
+    full_answer: Sequence[int] | None = None,
+    string: bool = False,
+) -> list[Violation]:
+    """Compare one observed call with the model and name the clause each disagreement breaks.
+
+    ``available``: the true total, when known; ``full_answer``: the method's complete answer (its length is
+    the total), when known, which lets the buffer's ``content`` be compared; ``string``: a WCHAR buffer
+    (the full answer ends with its NUL, see :func:`string_elements`). The attribution is the module's
+    (see its docstring): one clause per observed field; a runtime answering 0x8007007A for a too-small
+    buffer breaks BUF-09 (the HRESULT) and, as it fills fewer elements than fit, BUF-03.
     """
     out: list[Violation] = []
     hr = to_unsigned(call.hr)
     size = call.c_buffer_size_start
     if not call.buffer_present and size != 0:
         return [Violation(clause="BUF-04", message=f"InfoBuffer is NULL but cBufferSizeStart={size}")]
+    full: tuple[int, ...] | None = None
+    total = available
+    if full_answer is not None:
+        full = _full_answer(full_answer, string)
+        if available is not None and available != len(full):
+            raise InvalidInput(f"available={available} but the full answer holds {len(full)} elements")
+        total = len(full)
+    elif string and available is not None and available < 1:
+        raise InvalidInput(f"available={available}: a string's count includes its NUL, so it is at least 1")
+    if total is not None:
+        total = _count("available", total)
     capacity = size if call.buffer_present else 0
-    if call.elements_written > capacity:
+    if call.written_beyond > 0:
+        beyond = call.written_beyond
+        out.append(Violation(clause="BUF-01", message=f"wrote past element {size} (at least {beyond} "
+                             f"elements beyond cBufferSizeStart={size}), expected none"))
+    elif call.elements_written > capacity:
         out.append(Violation(clause="BUF-01",
                              message=f"{call.elements_written} elements written into a buffer of {capacity}"))
-    total = available if available is not None else call.pc_buffer_max
+    rejected = not call.buffer_present and hr in _ARGUMENT_ERRORS
+    if rejected:
+        out.append(Violation(clause="BUF-04", message=f"the legal (NULL, 0) form rejected with "
+                             f"{format_hresult(hr)}, expected it to be accepted"))
     if total is None:
-        if call.pc_buffer_max is None and not hresult_failed(hr):
+        if call.pc_buffer_max is None:
             out.append(Violation(clause="BUF-02", message="*pcBufferMax was not set"))
+        if capacity == 0 and hr != HResult.S_OK.value and not rejected:  # nothing fits, whatever the total
+            out.append(Violation(clause="BUF-10", message=f"returned {format_hresult(hr)} with no element "
+                                 f"returned, expected {format_hresult(HResult.S_OK.value)}"))
         return out
     model = expected(total, size, call.buffer_present)
     if call.pc_buffer_max != model.pc_buffer_max:
-        out.append(Violation(clause="BUF-02", message=f"*pcBufferMax={call.pc_buffer_max}, "
-                             f"expected the total {model.pc_buffer_max}"))
-    too_small = 0 < capacity < total
-    if too_small and hr == _INSUFFICIENT and call.elements_written == 0:
-        out.append(Violation(clause="BUF-09", message=f"too-small buffer ({size} < {total}): "
-                             f"{format_hresult(hr)} and nothing written; the model expects S_OK and "
-                             f"{model.elements_written} elements"))
-        return out
+        if string and call.pc_buffer_max == total - 1:
+            out.append(Violation(clause="BUF-09", message=f"*pcBufferMax={call.pc_buffer_max} leaves out the "
+                                 f"NUL terminator, expected {total} (the count includes the NUL)"))
+        else:
+            out.append(Violation(clause="BUF-02", message=f"*pcBufferMax={call.pc_buffer_max}, "
+                                 f"expected the total {model.pc_buffer_max}"))
     if call.elements_written != model.elements_written and call.elements_written <= capacity:
         out.append(Violation(clause="BUF-03", message=f"{call.elements_written} elements written, "
-                             f"expected min({total}, {capacity}) = {model.elements_written}"))
-    if hr != model.hresult:
-        clause = "BUF-09" if too_small else ("BUF-05" if model.elements_written > 0 else "BUF-10")
-        out.append(Violation(clause=clause, message=f"returned {format_hresult(hr)}, expected "
+                             f"expected min(total, size) = {model.elements_written}"))
+    if full is not None:
+        out.extend(_check_content(call, full, string))
+    if hr != model.hresult and not rejected:
+        if 0 < capacity < total:
+            clause, what = "BUF-09", " for a too-small buffer"
+        elif model.elements_written > 0:
+            clause, what = "BUF-05", ""
+        else:
+            clause, what = "BUF-10", " with no element returned"
+        out.append(Violation(clause=clause, message=f"returned {format_hresult(hr)}{what}, expected "
                              f"{format_hresult(model.hresult)}"))
     return out
 

@@ -77,16 +77,22 @@ CLAUSES: tuple[Clause, ...] = (
         "an error code, nor whether a string's count includes its NUL terminator.",
         question="With 0 < cBufferSizeStart < available, is the answer S_OK with a truncated buffer, or "
         "HRESULT_FROM_WIN32(ERROR_INSUFFICIENT_BUFFER)? dotnet/runtime (src/coreclr/vm/"
-        "proftoeeinterfaceimpl.cpp) does not agree with itself: GetModuleInfo2 and GetEnvironmentVariable "
-        "return 0x8007007A and copy nothing when cchName < length; GetClassIDInfo2 clamps, returns S_OK and "
-        "sets *pcNumTypeArgs to the number copied (not the total); the old (Rotor) GetAppDomainInfo copied a "
-        "truncated, NUL-terminated name with S_OK. For WCHAR buffers the runtime counts the terminating NUL "
-        "(trueLen = wcslen + 1), which the page never says.",
+        "proftoeeinterfaceimpl.cpp) does not agree with itself: GetModuleInfo, GetModuleInfo2 and "
+        "GetEnvironmentVariable return 0x8007007A and copy nothing when cchName < length (GetModuleInfo/2 "
+        "leave only the NUL they pre-store in element 0); GetClassIDInfo2 clamps, returns S_OK and sets "
+        "*pcNumTypeArgs to the number copied (not the total); GetAppDomainInfo and GetAssemblyInfo, today "
+        "(observed on 3.1.23 and 8.0.4), copy a truncated, NUL-terminated name with S_OK, and so does 8.0's "
+        "GetRuntimeInformation where 3.1's returned 0x8007007A. For WCHAR buffers the runtime counts the "
+        "terminating NUL (trueLen = wcslen + 1), which the page never says.",
         model_choice="The model follows the page: S_OK, min(available, size) elements written, "
-        "*pcBufferMax = "
-        "total. Strings count the NUL (as GetModuleInfo2/GetAppDomainInfo do) and a truncated string keeps a "
-        "NUL in its last written element. check_observed reports the runtime's 0x8007007A answer as a BUF-09 "
-        "divergence, not as a BUF-05 failure, and the client strategies accept it.",
+        "*pcBufferMax = total. Strings count the NUL (as GetModuleInfo2/GetAppDomainInfo do) and a truncated "
+        "string keeps a NUL in its last written element (expected_content, string_elements). check_observed "
+        "gives each observed field one clause: the HRESULT of a too-small buffer is BUF-09 (not BUF-05); "
+        "the fill is BUF-03 whatever the HRESULT, so the runtime's 0x8007007A answer with nothing, or only "
+        "the pre-stored NUL, in element 0 is a BUF-09 and a BUF-03 divergence (the NUL is one element "
+        "written; at cBufferSizeStart 1 it is exactly the model's cut string); a string's *pcBufferMax one "
+        "short of the model's (the NUL left out) and a written last element of a string that is not the NUL "
+        "are BUF-09, other counts BUF-02, other elements BUF-03. The client strategies accept 0x8007007A.",
     ),
     Clause(
         id="BUF-10", title="HRESULT when nothing is returned", document=_D, section="Behaviour",
@@ -95,7 +101,9 @@ CLAUSES: tuple[Clause, ...] = (
         question="What does the method return when no element is returned: a size-0 / NULL buffer (the first "
         "call of the double-pass method) or nothing available?",
         model_choice="S_OK with *pcBufferMax = total, as dotnet/runtime does for a zero-size query "
-        "(GetModuleInfo2, GetClassIDInfo2); the double-pass method of the same page depends on it.",
+        "(GetModuleInfo2, GetClassIDInfo2); the double-pass method of the same page depends on it. An "
+        "argument error (E_INVALIDARG, E_POINTER) for the legal (NULL, 0) form is attributed to BUF-04 (the "
+        "form was refused), not to BUF-10.",
     ),
     Clause(
         id="BUF-11", title="truncation check under the wrong method", document=_D, section="Remarks",

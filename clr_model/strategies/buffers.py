@@ -23,6 +23,8 @@ __all__ = [
     "observed_calls",
     "requests",
     "sizes_around",
+    "string_requests",
+    "strings",
 ]
 
 
@@ -59,9 +61,25 @@ def observed_calls(draw: st.DrawFn) -> tuple[ObservedCall, int | None]:
     hr = draw(st.sampled_from([HResult.S_OK.value, HResult.HRESULT_ERROR_INSUFFICIENT_BUFFER.value,
                                HResult.E_INVALIDARG.value, HResult.S_FALSE.value]))
     pc_max = draw(st.one_of(st.none(), st.just(total), st.integers(0, 60)))
+    content = draw(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(0, 2**16)),
+                                                 max_size=min(size, 60)).map(tuple)))
     call = ObservedCall(c_buffer_size_start=size, buffer_present=present, hr=hr, pc_buffer_max=pc_max,
-                        elements_written=written)
+                        elements_written=written, written_beyond=draw(st.integers(0, 3)), content=content)
     return call, draw(st.one_of(st.none(), st.just(total)))
+
+
+def strings() -> st.SearchStrategy[str]:
+    """C strings: any text without a NUL, surrogates and non-BMP characters included."""
+    return st.text(max_size=12).filter(lambda s: "\x00" not in s)
+
+
+@st.composite
+def string_requests(draw: st.DrawFn) -> tuple[str, int, bool]:
+    """A valid WCHAR request: (text, cch, buffer present); NULL buffers have size 0."""
+    text = draw(strings())
+    present = draw(st.booleans())
+    cch = draw(sizes_around(len(text.encode("utf-16-le", "surrogatepass")) // 2 + 1)) if present else 0
+    return text, cch, present
 
 
 @dataclass

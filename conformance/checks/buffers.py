@@ -5,12 +5,16 @@ ExceptionThrown the probe's ``buffer_probe`` experiment calls a dozen ICorProfil
 the sizes (NULL, 0), 0, 1, needed-1, needed, needed+k with sentinel-filled buffers and guard elements
 (``conformance/native/src/experiments_buffers.cpp``), one ``call`` record per size.
 
-For every (method, size) the judges ask :mod:`clr_model.buffers` what a conforming method does. The inputs
-are independent of the call being judged: the total comes from the (NULL, 0) call (and, where the scenario
-knows it, from its ``expect.buffers`` mark: module path, assembly name, type-argument ClassIDs, field
-count), the content from the call at size ``needed`` (checked against the scenario's ground truth where it
-has one). Each clause gets one verdict per runtime over all methods and sizes; ``observed`` names the first
-disagreement (method, size, field, observed vs expected).
+The judges are thin: for every (method, size) they turn the record into a
+:class:`clr_model.buffers.ObservedCall` (hr, *pcBufferMax, elements changed, guard -> ``written_beyond``,
+the buffer's elements with untouched ones as None) and hand it, with the model's inputs, to
+:func:`clr_model.buffers.check_observed`, which predicts and names the clause of each disagreement. The
+inputs are independent of the call being judged: the full answer comes from the scenario's
+``expect.buffers`` mark where it knows it (module path, assembly name, type-argument ClassIDs; field count
+for the total), otherwise from the runtime's own answers to other calls (the total from the (NULL, 0) call,
+the content from the call at size ``needed``; a string's text up to its first NUL, the model adding the
+NUL). Each clause gets one verdict per runtime over all methods and sizes; ``observed`` names the first
+disagreement (method, size, what the model says).
 """
 
 from __future__ import annotations
@@ -25,11 +29,10 @@ from clr_model.buffers import (
     ObservedCall,
     check_observed,
     expected,
-    expected_string,
-    utf16_units,
+    string_elements,
 )
 from clr_model.errors import ModelError
-from clr_model.hresults import HResult, format_hresult, hresult_failed
+from clr_model.hresults import format_hresult, hresult_failed
 from conformance.trace import CallRecord, Trace
 from conformance.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
 
@@ -50,8 +53,6 @@ __all__ = [
 
 SCENARIO = "buffers-basic"
 TRUTH_MARK = "expect.buffers"
-_S_OK = HResult.S_OK.value
-_ARGUMENT_ERRORS = {HResult.E_INVALIDARG.value, HResult.E_POINTER.value}
 
 
 @dataclass(frozen=True)
@@ -66,23 +67,41 @@ class BufferCall:
     pc_max: int | None
     element_size: int
     changed: int
+    extent: int
     guard_intact: bool
     hex: str | None
     wide: bool
-    nul_at: int | None
 
     @property
     def label(self) -> str:
         buffer = "buffer" if self.present else "NULL"
         return f"{self.method} size={self.size} ({buffer})"
 
-    def elements(self, count: int) -> list[str]:
-        """The first ``count`` elements of the buffer (0xCD pass) as hex strings."""
-        width = 2 * self.element_size
-        text = self.hex or ""
-        return [
-            text[i * width : (i + 1) * width] for i in range(min(count, len(text) // width if width else 0))
-        ]
+    def elements(self) -> list[int]:
+        """The buffer's elements (0xCD pass), each read little-endian as an unsigned int."""
+        raw = bytes.fromhex(self.hex or "")
+        width = self.element_size
+        if width <= 0:
+            return []
+        return [int.from_bytes(raw[i : i + width], "little") for i in range(0, len(raw) - width + 1, width)]
+
+    def observed(self) -> ObservedCall:
+        """The record as the model's observation. Elements at or past ``extent`` (the last changed one + 1)
+        were unchanged in both sentinel passes: untouched (None). The guard only tells whether anything
+        past the buffer changed: ``written_beyond`` 1 is a lower bound."""
+        content: tuple[int | None, ...] | None = None
+        if self.present and self.hex is not None:
+            values = self.elements()[: self.size]
+            content = tuple(v if i < self.extent else None for i, v in enumerate(values))
+        return ObservedCall(
+            c_buffer_size_start=self.size,
+            buffer_present=self.present,
+            hr=self.hr,
+            pc_buffer_max=self.pc_max,
+            elements_written=self.changed,
+            written_beyond=0 if self.guard_intact or not self.present else 1,
+            content=content,
+        )
 
 
 @dataclass
@@ -109,11 +128,15 @@ class MethodCalls:
             return None
         return next((c for c in self.calls if c.present and c.size == needed), None)
 
+    @property
+    def wide(self) -> bool:
+        return any(c.wide for c in self.calls)
+
 
 @dataclass(frozen=True)
 class Disagreement:
     call: BufferCall
-    what: str  # field: observed vs expected
+    what: str  # what the model says
 
     def __str__(self) -> str:
         return f"{self.call.label}: {self.what}"
@@ -133,10 +156,10 @@ def _call_from_record(record: CallRecord) -> BufferCall | None:
         pc_max=int(pc) if isinstance(pc, int) else None,
         element_size=int(args.get("elementSize", 1)),
         changed=int(out.get("changed", 0)),
+        extent=int(out.get("extent", out.get("changed", 0))),
         guard_intact=bool(out.get("guardIntact", True)),
         hex=out.get("hex") if isinstance(out.get("hex"), str) else None,
         wide="text" in out,
-        nul_at=out.get("nulAt") if isinstance(out.get("nulAt"), int) else None,
     )
 
 
@@ -159,16 +182,12 @@ class Truth:
     """What the scenario itself knows (mark ``expect.buffers``); None where it knows nothing."""
 
     texts: dict[str, str]  # method -> the string the method should return
-    elements: dict[str, list[str]]  # method -> element hex strings (ClassIDs)
-    totals: dict[str, int]  # method -> element count
+    elements: dict[str, list[int]]  # method -> elements (ClassIDs)
+    totals: dict[str, int]  # method -> element count (non-string methods)
 
     @staticmethod
     def empty() -> Truth:
         return Truth({}, {}, {})
-
-
-def _le_hex(value: int, width: int = 8) -> str:
-    return bytes((value % 2 ** (8 * width)).to_bytes(width, "little")).hex()
 
 
 def read_truth(trace: Trace) -> Truth:
@@ -182,7 +201,7 @@ def read_truth(trace: Trace) -> Truth:
     if not isinstance(data, dict):
         return Truth.empty()
     texts: dict[str, str] = {}
-    elements: dict[str, list[str]] = {}
+    elements: dict[str, list[int]] = {}
     totals: dict[str, int] = {}
     if isinstance(data.get("modulePath"), str):
         texts["GetModuleInfo"] = texts["GetModuleInfo2"] = data["modulePath"]
@@ -190,204 +209,98 @@ def read_truth(trace: Trace) -> Truth:
         texts["GetAssemblyInfo"] = data["assemblyName"]
     for key, method in (("classTypeArgs", "GetClassIDInfo2"), ("methodTypeArgs", "GetFunctionInfo2")):
         values = data.get(key)
-        if isinstance(values, list) and all(isinstance(v, int) for v in values):
-            elements[method] = [_le_hex(v) for v in values]
+        if isinstance(values, list) and all(isinstance(v, int) and v >= 0 for v in values):
+            elements[method] = list(values)
     if isinstance(data.get("instanceFields"), int):
         totals["GetClassLayout"] = data["instanceFields"]
-    for method, text in texts.items():
-        totals[method] = utf16_units(text) + 1
-    for method, items in elements.items():
-        totals[method] = len(items)
     return Truth(texts, elements, totals)
 
 
-# --- the model's prediction for one call -------------------------------------------------------------
+# --- the model's inputs for one method ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Prediction:
-    hresult: int
-    pc_max: int
-    written: int
-    content: list[str]  # element hex strings the first `written` elements must hold
-    truncated: bool
+class ModelInputs:
+    """What :func:`clr_model.buffers.check_observed` is given besides the observation."""
+
+    available: int | None
+    full_answer: tuple[int, ...] | None
+    string: bool
 
 
-def _decode_text(call: BufferCall) -> str | None:
-    if call.hex is None:
-        return None
-    # Up to the NUL; a full answer without one is taken whole (BUF-09 then reports the missing NUL).
-    units = call.nul_at if call.nul_at is not None else call.size
-    raw = bytes.fromhex(call.hex[: 4 * units])
-    return raw.decode("utf-16-le", "surrogatepass")
+def _reference_text(reference: BufferCall) -> str:
+    """The string the full-answer call holds, up to its first NUL (all of it when it has none)."""
+    units = reference.elements()
+    end = units.index(0) if 0 in units else len(units)
+    return b"".join(u.to_bytes(2, "little") for u in units[:end]).decode("utf-16-le", "surrogatepass")
 
 
-def _units_hex(text: str) -> list[str]:
-    raw = text.encode("utf-16-le", "surrogatepass")
-    return [raw[i : i + 2].hex() for i in range(0, len(raw), 2)]
-
-
-def predict(group: MethodCalls, call: BufferCall, truth: Truth) -> Prediction | None:
-    """The model's answer for ``call``; None when the inputs are missing (no total, no full answer).
-
-    Raises CallerBrokeContract for a NULL buffer with a non-zero size (BUF-04).
-    """
-    needed = group.needed
+def model_inputs(group: MethodCalls, truth: Truth) -> ModelInputs | None:
+    """The model's inputs for ``group``, from the scenario's truth or the runtime's other answers; None when
+    there are none (no total, or a string without any full answer)."""
     reference = group.reference
-    if needed is None:
-        return None
-    if call.wide:
+    if group.wide:
         text = truth.texts.get(group.method)
-        if text is None and reference is not None:
-            text = _decode_text(reference)
+        if text is None and reference is not None and reference.hex is not None:
+            text = _reference_text(reference)
         if text is None:
             return None
-        s = expected_string(text, call.size, call.present)
-        shown = _units_hex(s.text)
-        content = [*shown, "0000"][: s.elements_written] if s.elements_written else []
-        return Prediction(s.hresult, needed, s.elements_written, content, s.truncated)
-    if reference is None or hresult_failed(reference.hr):
-        outcome = expected(needed, call.size, call.present)
-        return Prediction(
-            outcome.hresult,
-            outcome.pc_buffer_max,
-            outcome.elements_written,
-            [],
-            outcome.elements_written < outcome.pc_buffer_max,
-        )
-    data = reference.elements(needed)
-    outcome_e = expected(data, call.size, call.present)
-    return Prediction(
-        outcome_e.hresult,
-        outcome_e.pc_buffer_max,
-        outcome_e.elements_written,
-        list(outcome_e.elements or ()),
-        outcome_e.elements_written < outcome_e.pc_buffer_max,
-    )
+        return ModelInputs(None, string_elements(text), True)
+    total = truth.totals.get(group.method)
+    known = truth.elements.get(group.method)
+    if known is not None:
+        return ModelInputs(None, tuple(known), False)
+    if reference is not None and not hresult_failed(reference.hr) and reference.hex is not None:
+        content = tuple(reference.elements())
+        if total is None or total == len(content):
+            return ModelInputs(None, content, False)
+    total = total if total is not None else group.needed
+    return ModelInputs(total, None, False) if total is not None else None
 
 
 def _fmt(hr: int) -> str:
     return format_hresult(hr)
 
 
-# --- per-clause checks -------------------------------------------------------------------------------
-
-Check = Callable[[MethodCalls, BufferCall, Prediction, Truth], list[str]]
+# --- per-clause verdicts -----------------------------------------------------------------------------
 
 
-def _model_violations(group: MethodCalls, call: BufferCall, clause: str) -> list[str]:
-    """The clause's violations according to clr_model.buffers.check_observed."""
-    observed = ObservedCall(
-        c_buffer_size_start=call.size,
-        buffer_present=call.present,
-        hr=call.hr,
-        pc_buffer_max=call.pc_max,
-        elements_written=call.changed,
-    )
-    return [v.message for v in check_observed(observed, group.needed) if v.clause == clause]
-
-
-def _check_01(group: MethodCalls, call: BufferCall, p: Prediction, truth: Truth) -> list[str]:
-    problems = _model_violations(group, call, "BUF-01")
-    if call.present and not call.guard_intact:
-        problems.append(
-            f"wrote past element {call.size} (guard changed), expected nothing beyond "
-            f"cBufferSizeStart={call.size}"
-        )
-    return problems
-
-
-def _check_02(group: MethodCalls, call: BufferCall, p: Prediction, truth: Truth) -> list[str]:
-    problems: list[str] = []
-    if call.pc_max != p.pc_max:
-        problems.append(f"*pcBufferMax={call.pc_max}, expected the total {p.pc_max}")
-    total = truth.totals.get(group.method)
-    if call is group.null_zero and total is not None and call.pc_max != total:
-        problems.append(f"*pcBufferMax={call.pc_max}, expected {total} (the scenario's own count)")
-    return problems
-
-
-def _check_03(group: MethodCalls, call: BufferCall, p: Prediction, truth: Truth) -> list[str]:
-    if call.hr in _ARGUMENT_ERRORS:
-        return [f"rejected with {_fmt(call.hr)}, expected {p.written} elements"]
-    problems: list[str] = []
-    if call.changed != p.written:
-        problems.append(f"{call.changed} elements written, expected min(total, size) = {p.written}")
-    got = call.elements(p.written)
-    if p.content and got != p.content:
-        first = next((i for i, (a, b) in enumerate(zip(got, p.content, strict=False)) if a != b), len(got))
-        seen = got[first] if first < len(got) else "(missing)"
-        problems.append(f"element {first} = {seen}, expected {p.content[first]} (full answer's prefix)")
-    if call is group.reference:
-        want = truth.elements.get(group.method)
-        if want is not None and got != want:
-            problems.append(f"full answer {got}, expected the scenario's ClassIDs {want}")
-    return problems
-
-
-def _check_05(group: MethodCalls, call: BufferCall, p: Prediction, truth: Truth) -> list[str]:
-    if p.written == 0 or p.truncated:
-        return []  # BUF-05 speaks of a complete answer; BUF-09 / BUF-10 decide the rest
-    return [f"returned {_fmt(call.hr)}, expected {_fmt(p.hresult)}"] if call.hr != p.hresult else []
-
-
-def _check_09(group: MethodCalls, call: BufferCall, p: Prediction, truth: Truth) -> list[str]:
-    problems: list[str] = []
-    if call is group.reference and call.wide and group.needed is not None:
-        # The string question: does the count include the terminating NUL?
-        if call.nul_at != group.needed - 1:
-            problems.append(
-                f"NUL at {call.nul_at} in the full answer, expected at {group.needed - 1} "
-                f"(the count includes the NUL)"
-            )
-    if not (p.written > 0 and p.truncated):
-        return problems
-    if call.hr != p.hresult:
-        problems.append(f"returned {_fmt(call.hr)} for a too-small buffer, expected {_fmt(p.hresult)}")
-    if call.wide and call.nul_at != p.written - 1:
-        problems.append(f"truncated string NUL at {call.nul_at}, expected at {p.written - 1}")
-    return problems
-
-
-def _check_10(group: MethodCalls, call: BufferCall, p: Prediction, truth: Truth) -> list[str]:
-    if p.written != 0:
-        return []
-    return (
-        [f"returned {_fmt(call.hr)} with no element returned, expected {_fmt(p.hresult)}"]
-        if call.hr != p.hresult
-        else []
-    )
+def model_disagreements(call: BufferCall, inputs: ModelInputs | None, clause: str) -> list[str]:
+    """The clause's disagreements with the model for one call (check_observed's messages)."""
+    available = inputs.available if inputs is not None else None
+    full = inputs.full_answer if inputs is not None else None
+    string = inputs.string if inputs is not None else False
+    violations = check_observed(call.observed(), available, full_answer=full, string=string)
+    return [v.message for v in violations if v.clause == clause]
 
 
 @dataclass(frozen=True)
 class ClauseRule:
     clause: str
     expected: str
-    check: Check
 
 
 RULES: dict[str, ClauseRule] = {
-    "BUF-01": ClauseRule(
-        "BUF-01", "nothing written beyond cBufferSizeStart elements (guard untouched)", _check_01
-    ),
-    "BUF-02": ClauseRule("BUF-02", "*pcBufferMax = total available at every size", _check_02),
+    "BUF-01": ClauseRule("BUF-01", "nothing written beyond cBufferSizeStart elements (guard untouched)"),
+    "BUF-02": ClauseRule("BUF-02", "*pcBufferMax = total available at every size"),
     "BUF-03": ClauseRule(
         "BUF-03",
-        "min(total, size) elements written, byte for byte the full answer's prefix "
+        "min(total, size) elements written, the full answer's prefix "
         "(a truncated string: size-1 units + NUL)",
-        _check_03,
     ),
-    "BUF-05": ClauseRule("BUF-05", "S_OK when the whole answer is returned", _check_05),
+    "BUF-04": ClauseRule(
+        "BUF-04",
+        "(NULL, 0) accepted by every method; (NULL, n>0) is the caller's error (answer unconstrained)",
+    ),
+    "BUF-05": ClauseRule("BUF-05", "S_OK when the whole answer is returned"),
     "BUF-09": ClauseRule(
         "BUF-09",
         "model choice: S_OK and a truncated fill for 0 < size < total; strings count "
         "their NUL and stay NUL-terminated when cut",
-        _check_09,
     ),
     "BUF-10": ClauseRule(
         "BUF-10",
         "model choice: S_OK with *pcBufferMax = total when no element is returned (size 0, NULL or not)",
-        _check_10,
     ),
 }
 
@@ -411,24 +324,31 @@ def _judge_clause(trace: Trace, rule: ClauseRule) -> Judgement:
                 else "no (NULL, 0) call"
             )
             unjudged.append(f"{group.method}: {why}")
-            if first is not None and rule.clause in ("BUF-02", "BUF-10"):
-                disagreements.append(Disagreement(first, f"{why}; expected S_OK and the total"))
+            if first is not None:  # what the model can say without a total
+                disagreements.extend(
+                    Disagreement(first, what) for what in model_disagreements(first, None, rule.clause)
+                )
+            continue
+        try:
+            inputs = model_inputs(group, truth)
+        except ModelError as exc:
+            unjudged.append(f"{group.method}: model: {exc}")
+            continue
+        if inputs is None:
+            unjudged.append(f"{group.method}: no full answer to compare with")
             continue
         for call in group.calls:
             try:
-                prediction = predict(group, call, truth)
+                expected(inputs.available or 0, call.size, call.present)
             except CallerBrokeContract:
-                continue  # BUF-04's business
+                continue  # the probe's deliberate caller error: BUF-04's business, judged there
+            try:
+                found = model_disagreements(call, inputs, rule.clause)
             except ModelError as exc:
                 unjudged.append(f"{call.label}: model: {exc}")
                 continue
-            if prediction is None:
-                unjudged.append(f"{call.label}: no full answer to compare with")
-                continue
             judged.append(call)
-            disagreements.extend(
-                Disagreement(call, what) for what in rule.check(group, call, prediction, truth)
-            )
+            disagreements.extend(Disagreement(call, what) for what in found)
     methods = sorted({c.method for c in judged})
     scope = f"{len(judged)} calls of {len(methods)} methods"
     if disagreements:
@@ -482,10 +402,9 @@ def judge_buf10(ev: Evidence) -> Judgement:
 def judge_buf04(ev: Evidence) -> Judgement:
     """BUF-04 puts the NULL rule on the caller: a NULL buffer with size 0 is the legal form, which the
     runtime must accept (not reject as an argument error); a NULL buffer with a non-zero size is a caller
-    error (the model raises CallerBrokeContract), whose answer is reported but not judged."""
-    expected_line = (
-        "(NULL, 0) accepted by every method; (NULL, n>0) is the caller's error (answer unconstrained)"
-    )
+    error (the model raises CallerBrokeContract), whose answer is reported but not judged. The model
+    (check_observed) names an argument error for the legal form as a BUF-04 disagreement."""
+    expected_line = RULES["BUF-04"].expected
     groups = collect(ev.trace)
     legal: list[BufferCall] = []
     broken: list[BufferCall] = []
@@ -500,12 +419,7 @@ def judge_buf04(ev: Evidence) -> Judgement:
                 broken.append(call)
                 continue
             legal.append(call)
-            if call.hr in _ARGUMENT_ERRORS:
-                bad.append(
-                    Disagreement(
-                        call, f"rejected with {_fmt(call.hr)}, expected the legal NULL form to be accepted"
-                    )
-                )
+            bad.extend(Disagreement(call, what) for what in model_disagreements(call, None, "BUF-04"))
     answers = ", ".join(f"{c.method} {_fmt(c.hr)}" for c in broken)
     tail = f"; caller-error calls (NULL, n>0) answered: {answers}" if broken else ""
     if bad:

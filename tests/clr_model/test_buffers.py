@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clr_model.buffers import (
+    NUL,
     BufferCallFailed,
     BufferNeverSettled,
     BufferUnderfilled,
@@ -15,8 +16,10 @@ from clr_model.buffers import (
     check_observed,
     double_pass,
     expected,
+    expected_content,
     expected_string,
     single_pass,
+    string_elements,
     utf16_units,
 )
 from clr_model.errors import InvalidInput, ModelError
@@ -29,6 +32,8 @@ from clr_model.strategies.buffers import (
     growing_impls,
     observed_calls,
     requests,
+    string_requests,
+    strings,
 )
 
 S_OK = HResult.S_OK.value
@@ -39,7 +44,24 @@ FAST = settings(max_examples=75, deadline=None)
 def _conforming(data: list[int], size: int, present: bool) -> ObservedCall:
     model = expected(data, size, present)
     return ObservedCall(c_buffer_size_start=size, buffer_present=present, hr=model.hresult,
-                        pc_buffer_max=model.pc_buffer_max, elements_written=model.elements_written)
+                        pc_buffer_max=model.pc_buffer_max, elements_written=model.elements_written,
+                        content=_buffer(model.elements or (), size if present else 0))
+
+
+def _buffer(written: tuple[int, ...], size: int) -> tuple[int | None, ...]:
+    """A buffer of ``size`` slots holding ``written`` and untouched (None) after it."""
+    return (*written, *[None] * (size - len(written)))
+
+
+def _string_call(text: str, cch: int, present: bool) -> ObservedCall:
+    model = expected_string(text, cch, present)
+    return ObservedCall(c_buffer_size_start=cch, buffer_present=present, hr=model.hresult,
+                        pc_buffer_max=model.pc_buffer_max, elements_written=model.elements_written,
+                        content=_buffer(model.elements, cch if present else 0))
+
+
+def _clauses(call: ObservedCall, **inputs: object) -> list[str]:
+    return sorted({v.clause for v in check_observed(call, **inputs)})  # type: ignore[arg-type]
 
 
 # BUF-01 ---------------------------------------------------------------------------------------------
@@ -51,11 +73,28 @@ def test_BUF_01_never_past_the_buffer_example() -> None:
     assert [v.clause for v in check_observed(over, available=3)] == ["BUF-01"]
 
 
+def test_BUF_01_written_beyond_example() -> None:
+    # GetModuleInfo's "safe default": a NUL stored into element 0 of a zero-element buffer.
+    prestored = ObservedCall(c_buffer_size_start=0, buffer_present=True, hr=S_OK, pc_buffer_max=82,
+                             elements_written=0, written_beyond=1, content=())
+    violations = check_observed(prestored, full_answer=string_elements("x" * 81), string=True)
+    assert [v.clause for v in violations] == ["BUF-01"]
+    assert violations[0].message.startswith("wrote past element 0")
+
+
 @FAST
 @given(requests())
 def test_BUF_01_never_past_the_buffer_property(req: tuple[list[int], int, bool]) -> None:
     data, size, present = req
     assert expected(data, size, present).elements_written <= size
+
+
+@FAST
+@given(requests(), st.integers(1, 5))
+def test_BUF_01_written_beyond_is_buf01_only_property(req: tuple[list[int], int, bool], beyond: int) -> None:
+    data, size, present = req
+    call = _conforming(data, size, present).model_copy(update={"written_beyond": beyond})
+    assert [v.clause for v in check_observed(call, full_answer=data)] == ["BUF-01"]
 
 
 # BUF-02 ---------------------------------------------------------------------------------------------
@@ -84,13 +123,45 @@ def test_BUF_03_as_many_as_fit_example() -> None:
     assert [v.clause for v in check_observed(short, available=3)] == ["BUF-03"]
 
 
+def test_BUF_03_expected_content_example() -> None:
+    assert expected_content([10, 11, 12], 2) == (10, 11)
+    assert expected_content([10, 11, 12], 0, False) == ()
+    assert expected_content(string_elements("ab"), 2, string=True) == (0x61, NUL)
+    assert expected_content(string_elements("ab"), 9, string=True) == (0x61, 0x62, NUL)
+    with pytest.raises(InvalidInput, match="ends with its NUL"):
+        expected_content([0x61, 0x62], 1, string=True)
+    wrong = ObservedCall(c_buffer_size_start=3, buffer_present=True, hr=S_OK, pc_buffer_max=3,
+                         elements_written=2, content=(10, 99, None))
+    messages = [(v.clause, v.message) for v in check_observed(wrong, full_answer=[10, 11, 12])]
+    assert messages == [("BUF-03", "2 elements written, expected min(total, size) = 3"),
+                        ("BUF-03", "element 1 = 0x63, expected 0xb (the full answer's prefix)")]
+
+
 @FAST
 @given(requests())
 def test_BUF_03_as_many_as_fit_property(req: tuple[list[int], int, bool]) -> None:
     data, size, present = req
     outcome = expected(data, size, present)
     assert outcome.elements == tuple(data[: min(len(data), size)])
+    assert expected_content(data, size, present) == outcome.elements
     assert check_observed(_conforming(data, size, present), available=len(data)) == []
+    assert check_observed(_conforming(data, size, present), full_answer=data) == []
+
+
+@FAST
+@given(requests(), st.data())
+def test_BUF_03_doctored_element_is_buf03_property(
+    req: tuple[list[int], int, bool], data: st.DataObject
+) -> None:
+    full, size, present = req
+    call = _conforming(full, size, present)
+    if not call.elements_written:
+        return
+    i = data.draw(st.integers(0, call.elements_written - 1))
+    content = list(call.content or ())
+    content[i] = full[i] + 1
+    doctored = call.model_copy(update={"content": tuple(content)})
+    assert [v.clause for v in check_observed(doctored, full_answer=full)] == ["BUF-03"]
 
 
 # BUF-04 ---------------------------------------------------------------------------------------------
@@ -102,6 +173,10 @@ def test_BUF_04_null_needs_zero_example() -> None:
                         elements_written=0)
     assert [v.clause for v in check_observed(call)] == ["BUF-04"]
     assert expected(3, 0, False).elements_written == 0
+    rejected = ObservedCall(c_buffer_size_start=0, buffer_present=False, hr=HResult.E_INVALIDARG.value,
+                            pc_buffer_max=None, elements_written=0)
+    assert _clauses(rejected) == ["BUF-02", "BUF-04"]  # not BUF-10: the legal form was refused
+    assert _clauses(rejected, available=3) == ["BUF-02", "BUF-04"]
 
 
 @FAST
@@ -193,9 +268,42 @@ def test_BUF_09_too_small_example() -> None:
     name = expected_string("abc", 2, True)  # the NUL counts: 4 needed
     assert (name.pc_buffer_max, name.elements_written, name.text, name.truncated) == (4, 2, "a", True)
     assert expected_string("abc", 4, True).text == "abc"
+    # An error answer that writes nothing breaks the HRESULT choice (BUF-09) and the fill (BUF-03).
     runtime = ObservedCall(c_buffer_size_start=2, buffer_present=True, hr=INSUFFICIENT, pc_buffer_max=4,
                            elements_written=0)
-    assert [v.clause for v in check_observed(runtime, available=4)] == ["BUF-09"]
+    assert [v.clause for v in check_observed(runtime, available=4)] == ["BUF-03", "BUF-09"]
+
+
+def test_BUF_09_insufficient_buffer_with_lone_nul_example() -> None:
+    """GetModuleInfo/GetModuleInfo2: 0x8007007A and the NUL pre-stored in element 0. The NUL is one element
+    written (the page: "filled with as many elements as possible"): BUF-03 for the fill, BUF-09 for the
+    HRESULT; at cch 1 the lone NUL is exactly the model's truncated string, so only BUF-09 remains."""
+    path = string_elements("/tmp/app.dll")
+    total = len(path)
+    cut = ObservedCall(c_buffer_size_start=total - 1, buffer_present=True, hr=INSUFFICIENT,
+                       pc_buffer_max=total, elements_written=1, content=_buffer((NUL,), total - 1))
+    violations = check_observed(cut, full_answer=path, string=True)
+    assert [v.clause for v in violations] == ["BUF-03", "BUF-03", "BUF-09"]
+    assert violations[0].message == f"1 elements written, expected min(total, size) = {total - 1}"
+    assert violations[-1].message.startswith("returned 0x8007007A")
+    one = ObservedCall(c_buffer_size_start=1, buffer_present=True, hr=INSUFFICIENT, pc_buffer_max=total,
+                       elements_written=1, content=(NUL,))
+    assert _clauses(one, full_answer=path, string=True) == ["BUF-09"]
+
+
+def test_BUF_09_string_count_and_termination_example() -> None:
+    app = string_elements("app")
+    assert app == (0x61, 0x70, 0x70, NUL)
+    no_nul = ObservedCall(c_buffer_size_start=3, buffer_present=True, hr=S_OK, pc_buffer_max=3,
+                          elements_written=3, content=app[:3])
+    messages = [(v.clause, v.message) for v in check_observed(no_nul, full_answer=app, string=True)]
+    assert messages == [
+        ("BUF-09", "*pcBufferMax=3 leaves out the NUL terminator, expected 4 (the count includes the NUL)"),
+        ("BUF-09", "element 2 = 0x70: the string is not NUL-terminated, expected the NUL in its last written "
+                   "element 2"),
+    ]
+    doubled = no_nul.model_copy(update={"pc_buffer_max": 5})
+    assert _clauses(doubled, full_answer=app, string=True) == ["BUF-02", "BUF-09"]
 
 
 @FAST
@@ -210,6 +318,23 @@ def test_BUF_09_strings_count_the_nul_property(text: str, cch: int, present: boo
     assert outcome.truncated == (outcome.elements_written < outcome.pc_buffer_max)
     if not outcome.truncated:
         assert outcome.text == text
+
+
+@FAST
+@given(string_requests())
+def test_BUF_09_string_observations_property(req: tuple[str, int, bool]) -> None:
+    text, cch, present = req
+    full = string_elements(text)
+    call = _string_call(text, cch, present)
+    assert check_observed(call, full_answer=full, string=True) == []
+    n = call.elements_written
+    if 0 < n < len(full):  # a cut string: its NUL replaced by the next code unit -> termination only
+        content = (*(call.content or ())[: n - 1], full[n - 1], *(call.content or ())[n:])
+        doctored = call.model_copy(update={"content": content})
+        assert [v.clause for v in check_observed(doctored, full_answer=full, string=True)] == ["BUF-09"]
+    if 0 < cch < len(full):  # the runtime's error answer is BUF-09 for the HRESULT, whatever it wrote
+        failed = call.model_copy(update={"hr": INSUFFICIENT})
+        assert _clauses(failed, full_answer=full, string=True) == ["BUF-09"]
 
 
 @FAST
@@ -291,6 +416,42 @@ def test_check_observed_is_total_and_names_clauses(obs: tuple[ObservedCall, int 
     call, total = obs
     for violation in check_observed(call, available=total):
         assert violation.clause.startswith("BUF-") and str(violation)
+
+
+@FAST
+@given(observed_calls(), st.one_of(st.none(), st.lists(st.integers(-2, 3), max_size=8)), st.booleans())
+def test_check_observed_with_full_answer_is_total(
+    obs: tuple[ObservedCall, int | None], full: list[int] | None, string: bool
+) -> None:
+    call, total = obs
+    try:
+        violations = check_observed(call, total, full_answer=full, string=string)
+    except ModelError:
+        return
+    assert all(v.clause.startswith("BUF-") and v.message for v in violations)
+
+
+@FAST
+@given(st.one_of(st.text(max_size=5), st.integers(), st.none(), st.lists(st.integers(-1, 2), max_size=4)),
+       st.integers(-1, 6), st.booleans(), st.booleans())
+def test_expected_content_and_string_elements_are_total(full: object, size: int, present: bool,
+                                                        string: bool) -> None:
+    try:
+        expected_content(full, size, present, string=string)  # type: ignore[arg-type]
+    except ModelError:
+        pass
+    try:
+        string_elements(full)  # type: ignore[arg-type]
+    except ModelError:
+        pass
+
+
+@FAST
+@given(strings())
+def test_string_elements_roundtrip(text: str) -> None:
+    full = string_elements(text)
+    assert full[-1] == NUL and len(full) == utf16_units(text) + 1
+    assert expected_string(text, len(full), True).elements == full
 
 
 def test_failed_call_and_underfilled_buffer_are_typed() -> None:

@@ -173,7 +173,24 @@ def test_BUF_01_guard_written_diverges() -> None:
     find(calls, "GetModuleInfo", 0)["guard"] = False  # the runtime's NUL pre-store into a 0-element buffer
     result = judge("BUF-01", calls)
     assert result.status is Status.DIVERGES
-    assert "GetModuleInfo size=0 (buffer)" in result.observed and "guard" in result.observed
+    assert "GetModuleInfo size=0 (buffer): wrote past element 0" in result.observed
+    assert judge("BUF-03", calls).status is Status.CONFORMS
+
+
+@pytest.mark.clause("BUF-01")
+def test_BUF_01_guard_becomes_written_beyond() -> None:
+    trace = make_trace([dict(find(base_calls(), "GetCodeInfo2", 1), guard=False)], None)
+    (group,) = buffers.collect(trace)
+    assert group.calls[0].observed().written_beyond == 1
+    assert buffers.collect(make_trace(base_calls(), None))[0].calls[1].observed().written_beyond == 0
+
+
+def test_observed_call_marks_elements_past_extent_untouched() -> None:
+    call = dict(find(base_calls(), "GetClassIDInfo2", 6))
+    (group,) = buffers.collect(make_trace([call], None))
+    observed = group.calls[0].observed()
+    assert observed.content == (*CLASS_ARGS, None, None, None)
+    assert observed.elements_written == 3 and observed.pc_buffer_max == 3
 
 
 @pytest.mark.clause("BUF-02")
@@ -192,7 +209,8 @@ def test_BUF_02_total_checked_against_scenario_truth() -> None:
     wrong = conforming_calls("GetAssemblyInfo", [*_wide("app"), "0000"], wide=True)
     assert judge("BUF-02", calls).status is Status.CONFORMS
     result = judge("BUF-02", wrong)
-    assert result.status is Status.DIVERGES and "scenario's own count" in result.observed
+    assert result.status is Status.DIVERGES
+    assert "GetAssemblyInfo size=0 (NULL): *pcBufferMax=5, expected the total 4" in result.observed
 
 
 @pytest.mark.clause("BUF-03")
@@ -213,14 +231,16 @@ def test_BUF_03_content_compared_byte_for_byte() -> None:
     cut["elems"] = [cut["elems"][0], "ff" * 8]  # right count, wrong second element
     result = judge("BUF-03", calls)
     assert result.status is Status.DIVERGES
-    assert "element 1 = ffffffffffffffff" in result.observed
+    assert "element 1 = 0xffffffffffffffff, expected 0x7f0000002000" in result.observed
 
 
 @pytest.mark.clause("BUF-03")
 def test_BUF_03_full_answer_checked_against_scenario_classids() -> None:
     other = conforming_calls("GetClassIDInfo2", _ids([1, 2, 3]), wide=False)
     result = judge("BUF-03", other)
-    assert result.status is Status.DIVERGES and "scenario's ClassIDs" in result.observed
+    assert result.status is Status.DIVERGES
+    assert "GetClassIDInfo2 size=1 (buffer): element 0 = 0x1, expected 0x7f0000001000" in result.observed
+    assert judge("BUF-03", other, truth=None).status is Status.CONFORMS  # consistent with itself
 
 
 @pytest.mark.clause("BUF-04")
@@ -255,9 +275,39 @@ def test_BUF_09_truncated_string_without_nul_diverges() -> None:
     calls = base_calls()
     find(calls, "GetAssemblyInfo", 3)["elems"] = _wide("app")[:3]  # "app" cut without a terminator
     result = judge("BUF-09", calls)
-    assert (
-        result.status is Status.DIVERGES and "truncated string NUL at None, expected at 2" in result.observed
+    assert result.status is Status.DIVERGES
+    assert "element 2 = 0x70: the string is not NUL-terminated" in result.observed
+    assert judge("BUF-03", calls).status is Status.CONFORMS  # the termination is BUF-09's question
+
+
+@pytest.mark.clause("BUF-03", "BUF-09")
+def test_BUF_03_BUF_09_insufficient_buffer_with_lone_nul() -> None:
+    """GetModuleInfo's pattern: 0x8007007A and a NUL stored in element 0 of a too-small buffer. One
+    element written of the size-1 that fit (BUF-03) and an error HRESULT (BUF-09); nothing past the
+    buffer (BUF-01)."""
+    calls = base_calls()
+    total = len(_wide(MODULE_PATH))
+    for n in (1, total - 1):
+        cut = find(calls, "GetModuleInfo", n)
+        cut["hr"], cut["elems"] = INSUFFICIENT, ["0000"]
+    b03, b09 = judge("BUF-03", calls), judge("BUF-09", calls)
+    assert b03.status is Status.DIVERGES
+    assert f"size={total - 1} (buffer): 1 elements written, expected min(total, size)" in b03.observed
+    assert b09.status is Status.DIVERGES
+    assert "size=1 (buffer): returned 0x8007007A HRESULT_ERROR_INSUFFICIENT_BUFFER for a too-small" in (
+        b09.observed
     )
+    assert judge("BUF-01", calls).status is Status.CONFORMS
+    assert judge("BUF-05", calls).status is Status.CONFORMS
+
+
+@pytest.mark.clause("BUF-09")
+def test_BUF_09_count_without_nul_against_truth_is_buf09_not_buf02() -> None:
+    calls = conforming_calls("GetAssemblyInfo", _wide("app")[:3], wide=True)  # counts 3 for "app"
+    result = judge("BUF-09", calls)
+    assert result.status is Status.DIVERGES
+    assert "*pcBufferMax=3 leaves out the NUL terminator, expected 4" in result.observed
+    assert judge("BUF-02", calls).status is Status.CONFORMS
 
 
 @pytest.mark.clause("BUF-09")
@@ -281,8 +331,20 @@ def test_BUF_10_size_zero_error_diverges() -> None:
 def test_BUF_10_null_call_without_total_diverges() -> None:
     calls = base_calls()
     first = find(calls, "GetCodeInfo2", 0, present=False)
-    first["hr"], first["pc"] = E_INVALIDARG, None
+    first["hr"], first["pc"] = INSUFFICIENT, None
     assert judge("BUF-10", calls).status is Status.DIVERGES
+    assert judge("BUF-02", calls).status is Status.DIVERGES
+    assert "*pcBufferMax was not set" in judge("BUF-02", calls).observed
+
+
+@pytest.mark.clause("BUF-04", "BUF-10")
+def test_BUF_04_null_zero_argument_error_is_buf04_not_buf10() -> None:
+    calls = base_calls()
+    first = find(calls, "GetCodeInfo2", 0, present=False)
+    first["hr"], first["pc"] = E_INVALIDARG, None
+    result = judge("BUF-04", calls)
+    assert result.status is Status.DIVERGES and "the legal (NULL, 0) form rejected" in result.observed
+    assert judge("BUF-10", calls).status is Status.CONFORMS
     assert judge("BUF-02", calls).status is Status.DIVERGES
 
 
