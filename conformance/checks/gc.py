@@ -9,7 +9,9 @@ object ``k`` Tag ``-(k + 1)``, and ``Twin = ~Tag`` (mark ``expect.objects``).
 The prediction comes from the model (:mod:`clr_model.moved_refs`): a :class:`RangeTable` built from the
 ranges the runtime reported for that GC remaps each old address; the judges compare the model's answer
 with the scenario's after-address, never the ranges with themselves. The event-rule checker
-:func:`check_gc_events` runs over the recorded callback sequence.
+:func:`check_gc_events` runs over the recorded callback sequence; for MR2-17 it also gets the two captures
+as inspections naming each object by its Tag, so the model itself says where each object must be after
+the GC. :meth:`HeapSnapshot.fit` says which MR2-16 policy reproduces the scenario's outcome.
 
 Two runs per runtime: ``gc-moves`` (the probe returns S_OK from every callback) and ``gc-moves-fail-mr2``
 (the probe returns E_FAIL from MovedReferences2, for MR2-12).
@@ -231,6 +233,24 @@ def heap_events(trace: Trace) -> list[HeapEvent]:
             ranges = tuple(zip(old, new, length, strict=False))
         events.append(HeapEvent(kind="callback", name=r.name, hr=r.hr, ranges=ranges))
     return events
+
+
+def inspected_events(trace: Trace, run: GcRun) -> tuple[list[HeapEvent], list[int]]:
+    """The GC callbacks and the scenario's two captures as inspections, in trace order, with their seqs.
+
+    Each captured object is named by its Tag (``object_key``): the model tracks it by identity through
+    the GC and says whether the after-capture used the id remapping gives it (MR2-17)."""
+    tags = run.tags
+    timeline: list[tuple[int, HeapEvent]] = list(zip((r.seq for r in _gc_records(trace)), heap_events(trace),
+                                                     strict=True))
+    for capture in (run.before, run.after):
+        for i, oid in enumerate(capture.ids):
+            timeline.append(
+                (capture.seq, HeapEvent(kind="inspect", name="GetClassFromObject", object_id=oid,
+                                        object_key=tags[i]))
+            )
+    timeline.sort(key=lambda item: item[0])  # stable: a capture's objects stay in order
+    return [e for _, e in timeline], [s for s, _ in timeline]
 
 
 def _gc_records(trace: Trace) -> list[CallbackRecord]:
@@ -595,19 +615,13 @@ def judge_mr2_16(ev: Evidence) -> Judgement:
     live_truth = dict(zip(origin[: run.live], run.after.ids, strict=True))
     dead = set(origin[run.live :])
     # the model's two policies; which one does the runtime's table need?
-    report: dict[str, str] = {}
-    right: dict[str, bool] = {}
-    for policy in ("dead", "unmoved"):
-        snap = HeapSnapshot(origin, policy=policy)
-        gc = snap.apply(table)
-        live_ok = all(snap.current(o) == n for o, n in live_truth.items())
-        dead_ok = all(snap.current(o) is None for o in dead)
-        right[policy] = live_ok and (policy == "unmoved" or dead_ok)
-        report[policy] = f"{policy}: {gc.in_no_range} in no range, live {'ok' if live_ok else 'lost'}" + (
-            f", dead {'dropped' if dead_ok else 'kept'}"
-            if policy == "dead"
-            else f", {gc.conflicts.size} conflicts"
-        )
+    fits = HeapSnapshot.fit(table, live_truth, dead=sorted(dead))
+    report = [
+        f"{f.policy}: {f.report.in_no_range} in no range, live {'ok' if f.live_ok else 'lost'}"
+        + (f", dead {'dropped' if f.dead_dropped else 'kept'}" if f.policy == "dead"
+           else f", {f.report.conflicts.size} conflicts")
+        for f in fits
+    ]
     zero = int((table.old == table.new).sum())
     in_none_live = sum(table.index_of(o) is None for o in origin[: run.live])
     expected = (
@@ -616,11 +630,11 @@ def judge_mr2_16(ev: Evidence) -> Judgement:
     )
     observed = (
         f"{in_none_live} of {run.live} live and {sum(table.index_of(o) is None for o in dead)} of "
-        f"{run.dead} dead ids in no range; {zero} ranges with old == new; " + "; ".join(report.values())
+        f"{run.dead} dead ids in no range; {zero} ranges with old == new; " + "; ".join(report)
     )
-    fits = [p for p, ok in right.items() if ok]
-    observed += f"; policies that reproduce the scenario: {', '.join(fits) or 'none'}"
-    status = C if fits else D
+    fitting = [f.policy for f in fits if f.fits]
+    observed += f"; policies that reproduce the scenario: {', '.join(fitting) or 'none'}"
+    status = C if fitting else D
     return Judgement(status=status, observed=observed, expected=expected, evidence=run.evidence())
 
 
@@ -633,17 +647,22 @@ def judge_mr2_17(ev: Evidence) -> Judgement:
     snap.apply(table)
     tracked = sum(snap.current(b) == a for b, a in zip(before, run.after.ids, strict=True))
     expected = (
-        "ObjectIDs may change at a compacting GC; remapping through the ranges (HeapSnapshot) finds them"
+        "ObjectIDs may change at a compacting GC; the after-capture uses, for each object, the id the "
+        "model's remapping gives it (check_gc_events, objects by Tag) and HeapSnapshot finds every one"
     )
     if not changed:
         return Judgement(status=NA, observed="no tracked ObjectID changed", expected=expected)
-    status = C if tracked == run.live else D
-    return Judgement(
-        status=status,
-        observed=f"{changed} of {run.live} ObjectIDs changed; HeapSnapshot tracked {tracked}",
-        expected=expected,
-        evidence=run.evidence(),
-    )
+    events, seqs = inspected_events(ev.trace, run)
+    stale = [v for v in check_gc_events(events) if v.clause == "MR2-17"]
+    observed = f"{changed} of {run.live} ObjectIDs changed; HeapSnapshot tracked {tracked}"
+    if stale:
+        first = stale[0]
+        observed += (
+            f"; {len(stale)} after-capture ids not the remapped ones, first (seq "
+            f"{seqs[first.index or 0]}): {first.message}"
+        )
+    status = C if tracked == run.live and not stale else D
+    return Judgement(status=status, observed=observed, expected=expected, evidence=run.evidence())
 
 
 # --- experiments --------------------------------------------------------------------------------------

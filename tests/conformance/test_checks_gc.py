@@ -297,6 +297,38 @@ def test_MR2_17_remapping_that_misses_diverges(tmp_path: Path) -> None:
     assert judge(tmp_path, gc.judge_mr2_17, _records(heap)).status is Status.DIVERGES
 
 
+def _compacted_in_place() -> Heap:
+    """The synthetic GC, but compacting down onto the first live object: objects reuse old addresses."""
+    heap = Heap.make()
+    shift = heap.before[0] - heap.ranges[0][1]
+    heap.after = [a + shift for a in heap.after]
+    heap.ranges = [[o, n + shift, n_len] for o, n, n_len in heap.ranges]
+    return heap
+
+
+def test_MR2_17_an_address_another_object_moved_into_is_not_stale(tmp_path: Path) -> None:
+    heap = _compacted_in_place()
+    reused = {a for a in heap.after} & set(heap.before)
+    assert any(heap.after[i] != heap.before[i] and heap.after[i] in reused for i in range(LIVE))
+    result = judge(tmp_path, gc.judge_mr2_17, _records(heap))
+    assert result.status is Status.CONFORMS, result.observed
+
+
+def test_MR2_17_an_after_capture_at_the_old_address_diverges(tmp_path: Path) -> None:
+    heap = _compacted_in_place()
+    moved = next(i for i in range(LIVE) if heap.after[i] != heap.before[i])
+    heap.after[moved] = heap.before[moved]
+    result = judge(tmp_path, gc.judge_mr2_17, _records(heap))
+    assert result.status is Status.DIVERGES
+    assert f"uses ObjectID {heap.before[moved]:#x} from before the GC" in result.observed
+
+
+def test_MR2_16_policy_fit_comes_from_the_model(tmp_path: Path) -> None:
+    result = judge(tmp_path, gc.judge_mr2_16, _records(_compacted_in_place()))
+    assert result.status is Status.CONFORMS
+    assert "policies that reproduce the scenario: dead, unmoved" in result.observed
+
+
 def test_missing_ground_truth_is_a_one_line_harness_error(tmp_path: Path) -> None:
     records = [r for r in _records(Heap.make()) if r.get("name") != "ids.after"]
     with pytest.raises(HarnessError, match=r"ids\.after"):
