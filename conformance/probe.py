@@ -13,11 +13,10 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from conformance.errors import HarnessError
-from conformance.paths import NATIVE_DIR, cache_dir
+from conformance.paths import NATIVE_DIR, cache_dir, staged
 
 #: The probe's class id (CORECLR_PROFILER), as probe.cpp declares it.
 CLSID = "{8C3B5D2E-6F4A-4B1C-9E7D-2A5F3C1B0D9E}"
@@ -42,7 +41,8 @@ def _tool_version(tool: str) -> str:
 
 def _source_files(native_dir: Path) -> list[Path]:
     return sorted(
-        p for p in native_dir.rglob("*")
+        p
+        for p in native_dir.rglob("*")
         if p.is_file() and not _SKIPPED_PARTS.intersection(p.relative_to(native_dir).parts)
     )
 
@@ -90,28 +90,21 @@ def build_probe(native_dir: Path = NATIVE_DIR) -> Path:
     built = final / PROBE_FILE_NAME
     if built.is_file():
         return built
-    root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{key[:12]}-", dir=root))
-    log = work / BUILD_LOG_NAME
-    build_dir = work / "build"
-    cmake = shutil.which("cmake") or "cmake"
-    ok = _run_logged(
-        [cmake, "-S", str(native_dir), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"], log, work
-    ) and _run_logged([cmake, "--build", str(build_dir), "-j", str(os.cpu_count() or 1)], log, work)
-    produced = build_dir / PROBE_FILE_NAME
-    if not ok or not produced.is_file():
-        failed_log = root / f"{key}.failed.log"
-        shutil.copyfile(log, failed_log)
-        text = log.read_text(errors="replace")
-        shutil.rmtree(work, ignore_errors=True)
-        raise HarnessError(f"probe build failed: {first_error_line(text)} (full log: {failed_log})")
-    shutil.copyfile(produced, work / PROBE_FILE_NAME)
-    shutil.rmtree(build_dir, ignore_errors=True)
-    try:
-        os.rename(work, final)
-    except OSError:
-        # Another build renamed its folder into place first: use that one.
-        shutil.rmtree(work, ignore_errors=True)
+    with staged(final, prefix=f"{key[:12]}-") as work:
+        log = work / BUILD_LOG_NAME
+        build_dir = work / "build"
+        cmake = shutil.which("cmake") or "cmake"
+        ok = _run_logged(
+            [cmake, "-S", str(native_dir), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"], log, work
+        ) and _run_logged([cmake, "--build", str(build_dir), "-j", str(os.cpu_count() or 1)], log, work)
+        produced = build_dir / PROBE_FILE_NAME
+        if not ok or not produced.is_file():
+            failed_log = root / f"{key}.failed.log"
+            shutil.copyfile(log, failed_log)
+            text = log.read_text(errors="replace")
+            raise HarnessError(f"probe build failed: {first_error_line(text)} (full log: {failed_log})")
+        shutil.copyfile(produced, work / PROBE_FILE_NAME)
+        shutil.rmtree(build_dir, ignore_errors=True)
     if not built.is_file():
         raise HarnessError(f"probe build produced no {PROBE_FILE_NAME} in {final}")
     return built

@@ -13,17 +13,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from conformance.errors import HarnessError
-from conformance.paths import SCENARIOS_DIR, cache_dir
+from conformance.paths import SCENARIOS_DIR, cache_dir, staged
 from conformance.runtimes import Runtime
 
 COMMON_DIR_NAME = "_common"
@@ -201,9 +199,7 @@ def compile_scenario(scenario: Scenario, reference: Runtime) -> Path:
     app_dll = final / APP_DLL
     if app_dll.is_file():
         return app_dll
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{scenario.name}-", dir=root))
-    try:
+    with staged(final, prefix=f".{scenario.name}-") as tmp:
         command = [
             mcs,
             *MCS_FLAGS,
@@ -218,14 +214,6 @@ def compile_scenario(scenario: Scenario, reference: Runtime) -> Path:
         (tmp / "mcs.log").write_text(" ".join(command) + "\n" + output + "\n")
         (tmp / "scenario.txt").write_text(scenario.name + "\n")
         tmp.chmod(0o755)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            # Another process compiled the same key first: use theirs.
-            if not app_dll.is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return app_dll
 
 
