@@ -71,3 +71,12 @@ def test_tests_name_only_clauses_that_exist() -> None:
 def test_catalog_covers_all_four_documents_with_at_least_45_clauses() -> None:
     assert len(CATALOG) >= 45
     assert {c.id.split("-")[0] for c in CATALOG.values()} == {"DSS", "FE2", "MR2", "BUF"}
+
+
+def test_strategies_are_public_as_one_package() -> None:
+    import clr_model.strategies as strategies
+    from clr_model.strategies import moved_refs, stacks
+
+    assert strategies.valid_tables is moved_refs.valid_tables
+    assert strategies.thread_models is stacks.thread_models
+    assert all(hasattr(strategies, name) for name in strategies.__all__)
