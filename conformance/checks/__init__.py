@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from conformance.verdicts import LiveExperiment
+from conformance.suite.verdicts import LiveExperiment
 
 #: module names under conformance.checks, in report order
 AREAS: tuple[str, ...] = ("stack", "async_walks", "buffers", "gc", "hooks")

@@ -60,9 +60,9 @@ from clr_model.stacksnapshot import (
     author_violations,
     snapshot,
 )
-from conformance.errors import HarnessError
-from conformance.trace import CallRecord, FrameRecord, ProbeErrorRecord, Trace
-from conformance.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.core.errors import HarnessError
+from conformance.core.trace import CallRecord, FrameRecord, ProbeErrorRecord, Trace
+from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
 
 __all__ = [
     "EXPERIMENTS",

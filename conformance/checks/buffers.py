@@ -33,8 +33,8 @@ from clr_model.buffers import (
 )
 from clr_model.errors import ModelError
 from clr_model.hresults import format_hresult, hresult_failed
-from conformance.trace import CallRecord, Trace
-from conformance.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.core.trace import CallRecord, Trace
+from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
 
 __all__ = [
     "EXPERIMENTS",

@@ -36,10 +36,10 @@ from clr_model.moved_refs import (
     to_v1,
 )
 from clr_model.violations import Violation
-from conformance.errors import HarnessError
-from conformance.paths import SCENARIOS_DIR
-from conformance.trace import CallbackRecord, MarkRecord, Trace
-from conformance.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.core.errors import HarnessError
+from conformance.core.paths import SCENARIOS_DIR
+from conformance.core.trace import CallbackRecord, MarkRecord, Trace
+from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
 
 SCENARIO = "gc-moves"
 #: bytes of a Tagged object from its ObjectID: method table pointer + Tag + Twin

@@ -50,9 +50,9 @@ from clr_model.function_enter import (
 )
 from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.violations import Violation
-from conformance.errors import HarnessError
-from conformance.trace import CallbackRecord, MarkRecord, Trace
-from conformance.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.core.errors import HarnessError
+from conformance.core.trace import CallbackRecord, MarkRecord, Trace
+from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
 
 SCENARIO = "hooks-enter"
 COR_PRF_MONITOR_ENTERLEAVE = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE)

@@ -46,9 +46,9 @@ from clr_model.stacksnapshot import (
     function_from_ip,
     snapshot,
 )
-from conformance.errors import HarnessError
-from conformance.trace import CallRecord, FrameRecord, Trace
-from conformance.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.core.errors import HarnessError
+from conformance.core.trace import CallRecord, FrameRecord, Trace
+from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
 
 __all__ = ["EXPERIMENTS", "RUNTIME_CONTEXT_SIZES", "runtime_context_size"]
 

@@ -7,7 +7,7 @@ as an error (``console.error``/``console.assert`` calls, uncaught exceptions, ``
 ``error`` such as failed resource loads), evaluate a few expressions, and save a full-page PNG screenshot.
 
 Every wait is bounded by a deadline; the browser's whole process group is ended on exit, also on failure.
-Failures are raised as :class:`~conformance.errors.HarnessError` with one line naming what and where.
+Failures are raised as :class:`~conformance.core.errors.HarnessError` with one line naming what and where.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from conformance.errors import HarnessError
+from conformance.core.errors import HarnessError
 
 #: where Debian 12 puts the browser (package ``chromium``)
 CHROMIUM_CANDIDATES = ("chromium", "/usr/bin/chromium", "chromium-browser")

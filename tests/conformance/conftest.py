@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.errors import HarnessError
-from conformance.runtimes import Runtime, install_bundled
+from conformance.core.errors import HarnessError
+from conformance.core.runtimes import Runtime, install_bundled
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,9 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from conformance.runtimes import Runtime
-from conformance.suite import run_suite
-from conformance.verdicts import Outcome, Status, SuiteResult
+from conformance.core.runtimes import Runtime
+from conformance.suite.orchestrate import run_suite
+from conformance.suite.verdicts import Outcome, Status, SuiteResult
 
 
 def assert_area_as_documented_or_expected(

@@ -1,0 +1,74 @@
+"""The ``profharness`` command.
+
+Subcommands live in their own modules and are registered in :data:`COMMANDS` (name -> module). A module
+provides ``HELP: str``, ``add_arguments(parser)`` and ``main(args) -> int``. A module that does not exist
+(yet) simply has no subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from conformance.core.errors import HarnessError
+
+#: Subcommand name -> module implementing it.
+COMMANDS: dict[str, str] = {
+    "runtimes": "conformance.cli.runtimes",
+    "run": "conformance.cli.run",
+    "schema": "conformance.cli.schema",
+    "clauses": "conformance.cli.clauses",
+    "conformance": "conformance.cli.conformance",
+}
+
+
+def _load(module_name: str) -> ModuleType:
+    return importlib.import_module(module_name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="profharness",
+        description="Check the .NET profiling API against its documented contract on live runtimes.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, module_name in COMMANDS.items():
+        try:
+            module = _load(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            # One broken command must not take the others down: it answers with one line instead.
+            broken = sub.add_parser(name, help=f"(unavailable: {exc})")
+            broken.add_argument("rest", nargs=argparse.REMAINDER)
+            broken.set_defaults(_broken=f"command {name!r} is unavailable: {exc}")
+            continue
+        command_parser = sub.add_parser(name, help=getattr(module, "HELP", None))
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_broken", None):
+        print(f"profharness: error: {args._broken}", file=sys.stderr)
+        return 2
+    try:
+        result: int = args._module.main(args)
+    except HarnessError as exc:
+        print(f"profharness: error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("profharness: interrupted", file=sys.stderr)
+        return 130
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

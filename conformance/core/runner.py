@@ -1,0 +1,250 @@
+"""Run a scenario under the probe on live runtimes: ``profharness run SCENARIO --runtime VERSION|all``.
+
+One run = one process: the compiled scenario on one runtime, with the probe loaded as profiler and a plan
+in the environment. A watchdog bounds it: a scenario that hangs is killed and reported as ``hung``, one
+that dies of a signal as ``crashed`` (or ``killed`` for SIGKILL), always with the path of its trace, whose
+good prefix is parsed and kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from conformance.core import probe, runtimes, scenarios
+from conformance.core.errors import HarnessError
+from conformance.core.paths import runs_dir
+from conformance.core.runtimes import Runtime
+from conformance.core.trace import Trace, read_trace
+
+DEFAULT_TIMEOUT_S = 60.0
+_POLL_S = 0.02
+
+
+class Outcome(StrEnum):
+    OK = "ok"  # exit code 0
+    FAILED = "failed"  # non-zero exit code
+    CRASHED = "crashed"  # died of a signal other than SIGKILL
+    KILLED = "killed"  # SIGKILL: asked for (kill_when) or from outside
+    HUNG = "hung"  # the watchdog's timeout expired; the harness killed it
+
+
+class RunResult(BaseModel):
+    """What one scenario run on one runtime did."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    scenario: str
+    runtime: str
+    runtime_source: str
+    outcome: Outcome
+    exit_code: int | None = None
+    signal: str | None = None
+    seconds: float
+    run_dir: Path
+    trace_path: Path
+    trace_sha256: str | None = None
+    trace_problem: str | None = None
+    trace_torn_tail: bool = False
+    record_count: int = 0
+    last_callback: str | None = None
+    stderr_tail: str = ""
+    trace: Trace | None = Field(default=None, exclude=True)
+
+    def describe_failure(self) -> str:
+        """One line for a run that did not end normally."""
+        what = {
+            Outcome.FAILED: f"exited with code {self.exit_code}",
+            Outcome.CRASHED: f"crashed ({self.signal})",
+            Outcome.KILLED: f"was killed ({self.signal})",
+            Outcome.HUNG: "hung and was killed by the watchdog",
+            Outcome.OK: "ended normally",
+        }[self.outcome]
+        last = f"; last callback {self.last_callback}" if self.last_callback else ""
+        return f"{self.scenario} on {self.runtime} {what}{last}; trace: {self.trace_path}"
+
+
+def _sha256(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def probe_environment(
+    runtime: Runtime, probe_path: Path, plan: Mapping[str, Any], trace_path: Path
+) -> dict[str, str]:
+    """The environment that loads the probe as profiler into ``runtime`` with ``plan``."""
+    env = dict(os.environ)
+    # A profiler the user has set for themselves must not be loaded into our runs.
+    for key in list(env):
+        if key.startswith(("CORECLR_", "COR_PROFILER", "DOTNET_")) and key != "DOTNET_ROOT":
+            del env[key]
+    env.update(runtime.env())
+    env.update(
+        {
+            "CORECLR_ENABLE_PROFILING": "1",
+            "CORECLR_PROFILER": probe.CLSID,
+            "CORECLR_PROFILER_PATH": str(probe_path),
+            "PROFHARNESS_PLAN": json.dumps(plan, sort_keys=True),
+            "PROFHARNESS_TRACE": str(trace_path),
+        }
+    )
+    return env
+
+
+def _new_run_dir(scenario: str, runtime: Runtime) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = runs_dir() / f"{stamp}-{scenario}-{runtime.version}-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def execute(
+    scenario: scenarios.Scenario,
+    app_dll: Path,
+    runtime: Runtime,
+    probe_so: Path,
+    *,
+    plan: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    kill_when: Callable[[Path], bool] | None = None,
+    run_dir: Path | None = None,
+) -> RunResult:
+    """Run ``app_dll`` on ``runtime`` under the probe, bounded by ``timeout_s``.
+
+    ``kill_when(trace_path)`` is polled while the process runs; when it returns True the process gets
+    SIGKILL (used to test that a killed run loses nothing already recorded).
+    """
+    run_dir = run_dir or _new_run_dir(scenario.name, runtime)
+    app = scenarios.prepare_run_dir(app_dll, runtime, run_dir)
+    probe_copy = app.parent / probe.PROBE_FILE_NAME
+    shutil.copyfile(probe_so, probe_copy)
+    trace_path = run_dir / "trace.jsonl"
+    effective_plan = dict(plan if plan is not None else scenario.plan)
+    env = probe_environment(runtime, probe_copy, effective_plan, trace_path)
+    (run_dir / "plan.json").write_text(json.dumps(effective_plan, indent=2, sort_keys=True))
+
+    started = time.monotonic()
+    hung = False
+    with (run_dir / "stdout.txt").open("wb") as out, (run_dir / "stderr.txt").open("wb") as err:
+        try:
+            process = subprocess.Popen(
+                [str(runtime.host), str(app)],
+                cwd=run_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise HarnessError(f"cannot start {runtime.host}: {exc.strerror}") from exc
+        try:
+            while process.poll() is None:
+                if time.monotonic() - started > timeout_s:
+                    hung = True
+                    _kill_group(process)
+                    break
+                if kill_when is not None and kill_when(trace_path):
+                    _kill_group(process)
+                    break
+                time.sleep(_POLL_S)
+            returncode = process.wait()
+        finally:
+            if process.poll() is None:
+                _kill_group(process)
+                process.wait()
+    seconds = time.monotonic() - started
+
+    if hung:
+        outcome, sig = Outcome.HUNG, _signal_name(signal.SIGKILL)
+    elif returncode < 0:
+        number = -returncode
+        sig = _signal_name(number)
+        outcome = Outcome.KILLED if number == signal.SIGKILL else Outcome.CRASHED
+    else:
+        sig = None
+        outcome = Outcome.OK if returncode == 0 else Outcome.FAILED
+
+    trace: Trace | None = None
+    problem: str | None = None
+    if trace_path.is_file():
+        trace = read_trace(trace_path)
+        problem = str(trace.problem) if trace.problem else None
+    else:
+        problem = f"{trace_path}: no trace was written (the probe did not load)"
+    last = trace.last_callback() if trace else None
+    stderr_text = (run_dir / "stderr.txt").read_text(errors="replace")
+    return RunResult(
+        scenario=scenario.name,
+        runtime=runtime.version,
+        runtime_source=runtime.source,
+        outcome=outcome,
+        exit_code=returncode if returncode >= 0 else None,
+        signal=sig,
+        seconds=round(seconds, 3),
+        run_dir=run_dir,
+        trace_path=trace_path,
+        trace_sha256=_sha256(trace_path),
+        trace_problem=problem,
+        trace_torn_tail=trace.torn_tail if trace else False,
+        record_count=len(trace.records) if trace else 0,
+        last_callback=last.name if last else None,
+        stderr_tail="\n".join(stderr_text.strip().splitlines()[-5:]),
+        trace=trace,
+    )
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def reference_runtime() -> Runtime:
+    """The runtime whose reference assemblies scenarios compile against (the bundled 3.1)."""
+    return runtimes.select("3.1.23")[0]
+
+
+def run_scenario(
+    name: str,
+    runtime_spec: str = "all",
+    *,
+    dotnet: Path | None = None,
+    plan: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    kill_when: Callable[[Path], bool] | None = None,
+) -> list[RunResult]:
+    """Compile ``name``, build the probe, run on every runtime ``runtime_spec`` selects."""
+    scenario = scenarios.load_scenario(name)
+    selected = runtimes.select(runtime_spec, dotnet)
+    app_dll = scenarios.compile_scenario(scenario, reference_runtime())
+    probe_so = probe.build_probe()
+    return [
+        execute(scenario, app_dll, rt, probe_so, plan=plan, timeout_s=timeout_s, kill_when=kill_when)
+        for rt in selected
+    ]

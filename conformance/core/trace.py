@@ -1,0 +1,258 @@
+"""The probe's trace: pydantic models of its records and a reader that keeps every good record.
+
+The probe writes JSON Lines (``docs/design.md``): one record per line, each flushed with one write, so a
+crash or SIGKILL loses at most the line being written. :func:`read_trace` parses a trace and reports the
+first malformed line as ``file:line: what is wrong`` while keeping every good record before it; a torn
+last line (no newline at the end of the file) is the mark of a killed process, not corruption.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from conformance.core.errors import HarnessError
+
+U64 = Annotated[int, Field(ge=0, lt=2**64)]
+R = TypeVar("R", bound=BaseModel)
+HR = Annotated[int, Field(ge=0, lt=2**32, description="HRESULT as unsigned 32-bit")]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    seq: int = Field(ge=0)
+    os_tid: int = Field(ge=0)
+    tid: U64 | None = None
+
+
+class RuntimeInfo(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    clr_type: int | str | None = None
+    major: int
+    minor: int
+    build: int
+    qfe: int
+
+    @property
+    def version(self) -> str:
+        return f"{self.major}.{self.minor}.{self.build}"
+
+
+class HeaderRecord(_Record):
+    kind: Literal["header"]
+    probe: str
+    pid: int
+    runtime: RuntimeInfo | None = None
+    plan: dict[str, Any] = Field(default_factory=dict)
+    context_size: int | None = None
+
+
+class CallbackRecord(_Record):
+    kind: Literal["callback"]
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    hr: HR = 0
+
+
+class CallRecord(_Record):
+    kind: Literal["call"]
+    name: str
+    experiment: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    out: dict[str, Any] = Field(default_factory=dict)
+    hr: HR
+
+
+class FrameContext(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    rip: U64
+    rsp: U64
+    rbp: U64
+
+
+class FrameRecord(_Record):
+    """One StackSnapshotCallback invocation."""
+
+    kind: Literal["frame"]
+    walk: int = Field(ge=0)
+    index: int = Field(ge=0)
+    funcId: U64
+    ip: U64
+    frameInfo: U64 = 0
+    clientData: U64 = 0
+    contextSize: int = 0
+    context: FrameContext | None = None
+    hr: HR = 0
+
+
+class MarkRecord(_Record):
+    kind: Literal["mark"]
+    name: str
+    payload: str | None = None
+
+
+class CountsRecord(_Record):
+    kind: Literal["counts"]
+    counts: dict[str, int]
+
+
+class ProbeErrorRecord(_Record):
+    kind: Literal["probe_error"]
+    what: str
+    where: str = ""
+
+
+class EndRecord(_Record):
+    kind: Literal["end"]
+
+
+Record = Annotated[
+    HeaderRecord
+    | CallbackRecord
+    | CallRecord
+    | FrameRecord
+    | MarkRecord
+    | CountsRecord
+    | ProbeErrorRecord
+    | EndRecord,
+    Field(discriminator="kind"),
+]
+
+RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
+
+
+def record_schema() -> dict[str, Any]:
+    """JSON Schema of one trace record (``profharness schema trace``)."""
+    schema = RECORD_ADAPTER.json_schema()
+    schema["title"] = "profharness trace record"
+    schema["description"] = "One line of a profharness probe trace (JSON Lines). See docs/design.md."
+    return schema
+
+
+class TraceProblem(BaseModel):
+    """Why a trace stopped parsing: ``file:line: what``."""
+
+    path: str
+    line: int
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.what}"
+
+
+class Trace(BaseModel):
+    """The good records of a trace, and what (if anything) stopped the reading."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    path: Path
+    records: list[Record]
+    problem: TraceProblem | None = None
+    #: The last line had no newline: the writer died in the middle of it (SIGKILL, crash).
+    torn_tail: bool = False
+
+    @property
+    def header(self) -> HeaderRecord | None:
+        for record in self.records:
+            if isinstance(record, HeaderRecord):
+                return record
+        return None
+
+    @property
+    def ended(self) -> bool:
+        """The probe saw Shutdown: the process ended normally."""
+        return any(isinstance(r, EndRecord) for r in self.records)
+
+    def of_kind(self, kind: type[R]) -> list[R]:
+        return [r for r in self.records if isinstance(r, kind)]
+
+    def callbacks(self, name: str | None = None) -> list[CallbackRecord]:
+        return [r for r in self.of_kind(CallbackRecord) if name is None or r.name == name]
+
+    def calls(self, name: str | None = None, experiment: str | None = None) -> list[CallRecord]:
+        return [
+            r
+            for r in self.of_kind(CallRecord)
+            if (name is None or r.name == name) and (experiment is None or r.experiment == experiment)
+        ]
+
+    def marks(self, name: str | None = None) -> list[MarkRecord]:
+        return [r for r in self.of_kind(MarkRecord) if name is None or r.name == name]
+
+    def frames(self, walk: int) -> list[FrameRecord]:
+        return sorted((r for r in self.of_kind(FrameRecord) if r.walk == walk), key=lambda r: r.index)
+
+    def last_callback(self) -> CallbackRecord | None:
+        found = self.callbacks()
+        return found[-1] if found else None
+
+    def final_counts(self) -> dict[str, int]:
+        counts = self.of_kind(CountsRecord)
+        return dict(counts[-1].counts) if counts else {}
+
+
+def _describe(error: ValidationError, kind: object) -> str:
+    first = error.errors()[0]
+    loc = list(first["loc"])
+    if loc and loc[0] == kind:  # the discriminator's branch, already named below
+        loc = loc[1:]
+    where = ".".join(str(p) for p in loc)
+    prefix = f"{kind} record: " if isinstance(kind, str) else ""
+    return f"{prefix}{where}: {first['msg']}" if where else f"{prefix}{first['msg']}"
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, raw line, ended by newline)."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            yield number, raw, raw.endswith(b"\n")
+
+
+def read_trace(path: Path, *, strict: bool = False) -> Trace:
+    """Parse a trace file.
+
+    Reading stops at the first malformed record; everything before it is kept and the problem is
+    returned in :attr:`Trace.problem`. A torn final line (no newline) is not a problem: it is recorded as
+    :attr:`Trace.torn_tail`. With ``strict`` a problem raises :class:`HarnessError` (``file:line: what``).
+    """
+    if not path.is_file():
+        raise HarnessError(f"{path}: no trace file (the probe did not start, or wrote elsewhere)")
+    records: list[Record] = []
+    problem: TraceProblem | None = None
+    torn = False
+    seen: set[int] = set()
+    for number, raw, complete in _lines(path):
+        if not complete:
+            torn = True
+            break
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            problem = TraceProblem(path=str(path), line=number, what=f"not JSON ({exc})")
+            break
+        if not isinstance(data, dict):
+            problem = TraceProblem(path=str(path), line=number, what="a record must be a JSON object")
+            break
+        try:
+            record = RECORD_ADAPTER.validate_python(data)
+        except ValidationError as exc:
+            problem = TraceProblem(path=str(path), line=number, what=_describe(exc, data.get("kind")))
+            break
+        if record.seq in seen:
+            problem = TraceProblem(path=str(path), line=number, what=f"seq {record.seq} appears twice")
+            break
+        seen.add(record.seq)
+        records.append(record)
+    if problem is not None and strict:
+        raise HarnessError(str(problem))
+    return Trace(path=path, records=records, problem=problem, torn_tail=torn)

@@ -1,0 +1,298 @@
+"""Reports of a conformance run: terminal matrix, JSON, JUnit XML and HTML."""
+
+from __future__ import annotations
+
+import html
+import json
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from clr_model.clauses import CATALOG
+from conformance.suite.verdicts import Outcome, Status, SuiteResult, Verdict
+
+_CELL = {
+    Status.CONFORMS: "ok",
+    Status.DIVERGES: "DIVERGES",
+    Status.NOT_APPLICABLE: "n/a",
+    Status.ERROR: "ERROR",
+}
+
+
+def _cell(verdict: Verdict | None) -> str:
+    if verdict is None:
+        return "-"
+    text = _CELL[verdict.status]
+    if verdict.outcome is Outcome.EXPECTED_DIVERGENCE:
+        text = "diverges*"
+    elif verdict.outcome in (Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION):
+        text += " !"
+    return text
+
+
+def _weight(verdict: Verdict) -> int:
+    """How much a verdict says: a matrix cell shows the weightiest of its clause's verdicts on a runtime."""
+    if verdict.outcome in (Outcome.ERROR, Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION):
+        return 4
+    return {Status.ERROR: 4, Status.DIVERGES: 3, Status.CONFORMS: 2, Status.NOT_APPLICABLE: 1}[verdict.status]
+
+
+def _by_clause(result: SuiteResult) -> dict[str, dict[str, Verdict]]:
+    """clause -> runtime -> the verdict its matrix cell shows (a clause judged by several experiments
+    on one runtime shows the weightiest; the evidence section lists them all)."""
+    table: dict[str, dict[str, Verdict]] = defaultdict(dict)
+    for verdict in result.verdicts:
+        shown = table[verdict.clause].get(verdict.runtime)
+        if shown is None or _weight(verdict) > _weight(shown):
+            table[verdict.clause][verdict.runtime] = verdict
+    return dict(sorted(table.items()))
+
+
+def render_matrix(result: SuiteResult) -> str:
+    table = _by_clause(result)
+    width = max([len(r) for r in result.runtimes] + [11])
+    title_width = 46
+    header = f"{'clause':<8} {'what':<{title_width}} " + " ".join(f"{r:>{width}}" for r in result.runtimes)
+    lines = [header, "-" * len(header)]
+    for clause_id, per_runtime in table.items():
+        known = CATALOG.get(clause_id)
+        title = (known.title if known else "(not in catalog)")[:title_width]
+        cells = " ".join(f"{_cell(per_runtime.get(r)):>{width}}" for r in result.runtimes)
+        lines.append(f"{clause_id:<8} {title:<{title_width}} {cells}")
+    counts: dict[str, int] = defaultdict(int)
+    for verdict in result.verdicts:
+        counts[verdict.status.value] += 1
+    failures = result.failures
+    lines.append("-" * len(header))
+    lines.append(
+        f"{len(table)} clauses x {len(result.runtimes)} runtimes in {result.seconds:.1f}s: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        + f"; {len(failures)} unexpected"
+    )
+    lines.append("legend: ok = conforms, diverges* = known divergence (expectation file), ! = unexpected")
+    return "\n".join(lines)
+
+
+def write_json(result: SuiteResult, path: Path) -> None:
+    data = json.loads(result.model_dump_json())
+    data["ok"] = result.ok
+    data["clauses_with_live_verdict"] = sorted(
+        {v.clause for v in result.verdicts if v.status is not Status.ERROR and v.experiment != "-"}
+    )
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+
+def write_junit(result: SuiteResult, path: Path) -> None:
+    """JUnit XML: one testsuite per runtime, one testcase per clause (name ``DSS-05[8.0.4]``)."""
+    suites = ET.Element("testsuites", name="profharness conformance", time=f"{result.seconds:.3f}")
+    for runtime in result.runtimes:
+        mine = [v for v in result.verdicts if v.runtime == runtime]
+        failures = [v for v in mine if v.outcome in (Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION)]
+        errors = [v for v in mine if v.outcome is Outcome.ERROR]
+        skipped = [
+            v for v in mine if v.status is Status.NOT_APPLICABLE and v.outcome is Outcome.AS_DOCUMENTED
+        ]
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=f"profharness[{runtime}]",
+            tests=str(len(mine)),
+            failures=str(len(failures)),
+            errors=str(len(errors)),
+            skipped=str(len(skipped)),
+            time="0",
+        )
+        for verdict in mine:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"profharness.{runtime}.{verdict.experiment}",
+                name=f"{verdict.clause}[{runtime}]",
+                time="0",
+            )
+            if verdict in failures:
+                failure = ET.SubElement(
+                    case, "failure", message=verdict.outcome_message, type=verdict.status.value
+                )
+                failure.text = (
+                    f"observed: {verdict.observed}\nexpected: {verdict.expected}\ntrace: {verdict.trace}"
+                )
+            elif verdict in errors:
+                error = ET.SubElement(case, "error", message=verdict.outcome_message, type="error")
+                error.text = f"{verdict.observed}\ntrace: {verdict.trace}"
+            elif verdict in skipped:
+                ET.SubElement(case, "skipped", message=verdict.observed)
+            out = ET.SubElement(case, "system-out")
+            out.text = (
+                f"{verdict.status.value}: {verdict.observed}\ntrace: {verdict.trace} ({verdict.trace_sha256})"
+            )
+    ET.indent(suites)
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# HTML
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2330}
+h1{font-size:20px} h2{font-size:16px;margin-top:28px}
+table.matrix{border-collapse:collapse} .matrix th,.matrix td{border:1px solid #ccd;padding:3px 8px}
+.matrix th{background:#eef} td.ok{background:#dfd} td.div{background:#fdd} td.exp{background:#fec}
+td.na{background:#eee} td.err{background:#f99} td.bad{outline:2px solid #c00}
+.matrix td a{color:inherit}
+.ev{border:1px solid #ccd;margin:12px 0;padding:8px 12px} pre{background:#f6f6fa;padding:6px;overflow:auto}
+.ev svg{display:block;max-width:100%;height:auto}
+.small{color:#556;font-size:12px}
+"""
+
+#: frame pictures: advance of one character of 12px monospace (DejaVu/Liberation Mono: 7.2px) plus margin
+_SVG_CHAR_PX = 7.5
+#: longer frame labels are cut (with an ellipsis); the full label is the frame's tooltip
+_SVG_MAX_CHARS = 120
+
+
+def _css_class(verdict: Verdict | None) -> str:
+    if verdict is None:
+        return ""
+    cls = {
+        Status.CONFORMS: "ok",
+        Status.DIVERGES: "div",
+        Status.NOT_APPLICABLE: "na",
+        Status.ERROR: "err",
+    }[verdict.status]
+    if verdict.outcome is Outcome.EXPECTED_DIVERGENCE:
+        cls = "exp"
+    if verdict.outcome in (Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION):
+        cls += " bad"
+    return cls
+
+
+def frames_svg(picture: list[dict[str, Any]]) -> str:
+    """A small picture of a stack walk: one box per frame, leaf on top; red where it disagrees.
+
+    The picture is as wide as its longest label (labels over ``_SVG_MAX_CHARS`` characters are cut, the
+    whole label stays in the frame's tooltip) and scales down in a narrower window.
+    """
+    if not picture:
+        return ""
+    labels = [f"{i}: {frame.get('label', '?')}" for i, frame in enumerate(picture)]
+    shown = [t if len(t) <= _SVG_MAX_CHARS else t[: _SVG_MAX_CHARS - 1] + "\u2026" for t in labels]
+    row = 22
+    width = max(460, round(max(len(t) for t in shown) * _SVG_CHAR_PX) + 16)
+    height = row * len(picture) + 24
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" role="img" aria-label="stack walk, leaf first">',
+        '<text x="4" y="14" font-size="11" fill="#556">leaf (first callback)</text>',
+    ]
+    for i, (frame, full, text) in enumerate(zip(picture, labels, shown, strict=True)):
+        y = 20 + i * row
+        fill = "#dfd" if frame.get("ok", True) else "#fbb"
+        parts.append(
+            f"<g><title>{html.escape(full)}</title>"
+            f'<rect x="2" y="{y}" width="{width - 4}" height="{row - 3}" fill="{fill}" stroke="#889"/>'
+            f'<text x="8" y="{y + 14}" font-size="12" font-family="monospace">{html.escape(text)}</text></g>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _has_evidence(verdict: Verdict) -> bool:
+    """Whether the report shows the verdict's evidence (divergences, errors, anything unexpected)."""
+    return verdict.status in (Status.DIVERGES, Status.ERROR) or verdict.outcome in (
+        Outcome.UNEXPECTED,
+        Outcome.STALE_EXPECTATION,
+    )
+
+
+def _anchor(verdict: Verdict) -> str:
+    return f"ev-{verdict.clause}-{verdict.runtime}-{verdict.experiment}"
+
+
+_OUTCOME_WORDS = {
+    Outcome.EXPECTED_DIVERGENCE: "known divergence",
+    Outcome.UNEXPECTED: "unexpected",
+    Outcome.STALE_EXPECTATION: "stale expectation",
+}
+
+
+def render_html(result: SuiteResult) -> str:
+    table = _by_clause(result)
+    out = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<title>profharness conformance</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>profharness conformance report</h1>",
+        f"<p class='small'>{len(table)} clauses on {len(result.runtimes)} runtimes in {result.seconds:.1f}s; "
+        f"{len(result.failures)} unexpected.</p>",
+        "<table class='matrix'><tr><th>clause</th><th>what</th>",
+    ]
+    out += [
+        f"<th>{html.escape(r)}<br><span class='small'>{html.escape(result.runtime_sources.get(r, ''))}"
+        "</span></th>"
+        for r in result.runtimes
+    ]
+    out.append("</tr>")
+    for clause_id, per_runtime in table.items():
+        known = CATALOG.get(clause_id)
+        title = html.escape(known.title if known else "(not in catalog)")
+        first = next((v for v in per_runtime.values() if _has_evidence(v)), None)
+        name = html.escape(clause_id)
+        link = f"<a href='#{html.escape(_anchor(first))}'>{name}</a>" if first else name
+        out.append(f"<tr><td>{link}</td><td>{title}</td>")
+        for runtime in result.runtimes:
+            verdict = per_runtime.get(runtime)
+            text = html.escape(_cell(verdict))
+            if verdict is not None and _has_evidence(verdict):
+                text = f"<a href='#{html.escape(_anchor(verdict))}'>{text}</a>"
+            tip = html.escape(verdict.observed if verdict else "")
+            out.append(f"<td class='{_css_class(verdict)}' title='{tip}'>{text}</td>")
+        out.append("</tr>")
+    out.append("</table>")
+    out.append(
+        "<p class='small'>ok = conforms, diverges* = known divergence (expectation file),"
+        " ! = unexpected, n/a = not applicable, - = not run; hover a cell for what was observed.</p>"
+    )
+    out.append("<h2>Divergences, errors and their evidence</h2>")
+    shown = 0
+    for verdict in sorted(result.verdicts, key=lambda v: (v.clause, v.runtime, v.experiment)):
+        clause_id, runtime = verdict.clause, verdict.runtime
+        if not _has_evidence(verdict):
+            continue
+        shown += 1
+        known = CATALOG.get(clause_id)
+        how = _OUTCOME_WORDS.get(verdict.outcome) if verdict.outcome else None
+        out.append(
+            f"<div class='ev' id='{html.escape(_anchor(verdict))}'><h3>{html.escape(clause_id)} on "
+            f"{html.escape(runtime)}: {html.escape(verdict.status.value)}"
+            f"{f' ({how})' if how else ''} <span class='small'>experiment {html.escape(verdict.experiment)}"
+            "</span></h3>"
+        )
+        if known:
+            out.append(f"<p><i>{html.escape(known.paraphrase)}</i></p>")
+        out.append(
+            f"<p><b>observed</b> {html.escape(verdict.observed)}<br>"
+            f"<b>model</b> {html.escape(verdict.expected)}</p>"
+        )
+        if verdict.expectation:
+            out.append(f"<p><b>known divergence</b>: {html.escape(verdict.expectation.why)}</p>")
+        out.append(
+            f"<p class='small'>{html.escape(verdict.outcome_message)}<br>trace "
+            f"{html.escape(str(verdict.trace))} sha256 {html.escape(str(verdict.trace_sha256))}</p>"
+        )
+        out.append(frames_svg(verdict.picture))
+        if verdict.evidence:
+            excerpt = "\n".join(json.dumps(r, sort_keys=True) for r in verdict.evidence)
+            out.append(f"<pre>{html.escape(excerpt)}</pre>")
+        out.append("</div>")
+    if not table:
+        out.append("<p>None: no clause was judged (no experiment ran on these runtimes).</p>")
+    elif not shown:
+        out.append("<p>None: every judged clause conforms on every runtime.</p>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def write_html(result: SuiteResult, path: Path) -> None:
+    path.write_text(render_html(result))

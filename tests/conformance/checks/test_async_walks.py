@@ -1,0 +1,322 @@
+"""The async_walks area's judges on synthetic traces (conforming and doctored), one live run on both runtimes.
+
+The synthetic trace mimics what the probe records for the ``async-walks`` scenario (experiments_async.cpp);
+each doctored variant changes one fact the runtime reports and must flip the clause's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clr_model.hresults import HResult
+from conformance.checks import async_walks as aw
+from conformance.core.errors import HarnessError
+from conformance.core.runtimes import Runtime
+from conformance.core.trace import read_trace
+from conformance.suite.verdicts import Evidence, Judgement, Status
+from tests.conformance.live import assert_area_as_documented_or_expected
+
+ASYNC_CLAUSES = [
+    "DSS-02",
+    "DSS-06",
+    "DSS-08",
+    "DSS-09",
+    "DSS-13",
+    "DSS-18",
+    "DSS-20",
+    "DSS-22",
+    "DSS-25",
+    "DSS-28",
+]
+
+S_OK = HResult.S_OK.value
+E_FAIL = HResult.E_FAIL.value
+E_NOTIMPL = HResult.E_NOTIMPL.value
+UNSUPPORTED = HResult.CORPROF_E_UNSUPPORTED_CALL_SEQUENCE.value
+NOT_MANAGED = HResult.CORPROF_E_NOT_MANAGED_THREAD.value
+TARGET_ID = 0x5555_0000_1000
+CLIENT = 0x5EED5EED
+
+# the target's stack, leaf first: (token, type, method)
+TYPE = "ProfHarness.Scenarios.AsyncWalks"
+STACK = [
+    (0x06000006, TYPE, "Park"),
+    (0x06000005, TYPE, "Level3"),
+    (0x06000004, TYPE, "Level2"),
+    (0x06000003, TYPE, "Level1"),
+    (0x06000002, TYPE, "Spin"),
+]
+FULL: list[int | None] = [*range(len(STACK)), None]  # indices into STACK, None = the unmanaged run below
+
+
+@dataclass
+class Walks:
+    """What the runtime answered, per walk: (HRESULT, frames as STACK indices / None for unmanaged)."""
+
+    running: tuple[int, list[int | None]] = (E_NOTIMPL, [])
+    managed_suspend_hr: int = UNSUPPORTED
+    warmup: tuple[int, list[int | None]] = (E_NOTIMPL, [])
+    native_suspend_hr: int = S_OK
+    suspended: tuple[int, list[int | None]] = (S_OK, FULL)
+    unseeded: tuple[int, list[int | None]] = (E_FAIL, [])
+    seeded: tuple[int, list[int | None]] = (S_OK, FULL)
+    interrupted_token: int = STACK[0][0]
+    ground_truth: bool = True
+
+
+def base() -> Walks:
+    return Walks()
+
+
+def build(w: Walks, path: Path) -> Evidence:
+    seq = 0
+    out: list[dict[str, Any]] = []
+    walk_no = 0
+
+    def rec(kind: str, os_tid: int = 100, **fields: Any) -> None:
+        nonlocal seq
+        out.append({"seq": seq, "kind": kind, "os_tid": os_tid, "tid": None, **fields})
+        seq += 1
+
+    def call(
+        name: str, experiment: str, hr: int, os_tid: int = 100, args: Any = None, out_: Any = None
+    ) -> None:
+        rec("call", os_tid=os_tid, name=name, experiment=experiment, args=args or {}, out=out_ or {}, hr=hr)
+
+    def walk(experiment: str, result: tuple[int, list[int | None]], os_tid: int, **args: Any) -> None:
+        nonlocal walk_no
+        hr, frames = result
+        resolved: list[dict[str, Any]] = []
+        for index, f in enumerate(frames):
+            if f is None:
+                rec("frame", os_tid=os_tid, walk=walk_no, index=index, funcId=0, ip=0x7000, clientData=CLIENT)
+                resolved.append({"funcId": 0, "ip": 0x7000, "token": None, "type": None, "method": None})
+            else:
+                token, type_, method = STACK[f]
+                fid = 0xF000 + f
+                rec(
+                    "frame",
+                    os_tid=os_tid,
+                    walk=walk_no,
+                    index=index,
+                    funcId=fid,
+                    ip=0x9000 + f,
+                    clientData=CLIENT,
+                )
+                resolved.append(
+                    {"funcId": fid, "ip": 0x9000 + f, "token": token, "type": type_, "method": method}
+                )
+        a = {"infoFlags": 0, "clientData": CLIENT, "walk": walk_no, "contextSize": 0, "context": None, **args}
+        call("DoStackSnapshot", experiment, hr, os_tid, a, {"frameCount": len(frames), "frames": resolved})
+        walk_no += 1
+
+    rec("header", probe="0.1.0", pid=1, plan={})
+    if w.ground_truth:
+        truth = [{"token": t, "type": ty, "method": m, "module": "app.dll"} for t, ty, m in STACK]
+        rec("mark", os_tid=101, name="target.stack", payload=json.dumps({"name": "spinner", "stack": truth}))
+    call(
+        "GetCurrentThreadID",
+        aw.REGISTER,
+        S_OK,
+        101,
+        {"name": "spinner"},
+        {"threadId": TARGET_ID, "osTid": 101},
+    )
+    rec("mark", name="walk.target", payload=None)
+    walk(aw.CROSS_RUNNING, w.running, 100, thread=TARGET_ID, role="running")
+    call("SuspendRuntime", aw.CROSS_SUSPENDED_MANAGED, w.managed_suspend_hr, 100)
+    call("ProfilerThreadCreated", aw.NATIVE_THREAD, NOT_MANAGED, 102, {"osTid": 102}, {"threadId": 0})
+    walk(aw.NATIVE_THREAD, w.warmup, 102, thread=TARGET_ID, role="warmup")
+    call("SuspendRuntime", aw.NATIVE_THREAD, w.native_suspend_hr, 102)
+    if w.native_suspend_hr == S_OK:
+        walk(aw.NATIVE_THREAD, w.suspended, 102, thread=TARGET_ID, role="suspended")
+        call("ResumeRuntime", aw.NATIVE_THREAD, S_OK, 102)
+    for experiment, seeded, result in (
+        (aw.SIGNAL_UNSEEDED, False, w.unseeded),
+        (aw.SIGNAL_SEEDED, True, w.seeded),
+    ):
+        call("ProfilerThreadCreated", experiment, NOT_MANAGED, 103)
+        call("pthread_kill", experiment, S_OK, 103, {"signal": "SIGUSR2"}, {"finished": True})
+        call(
+            "GetFunctionFromIP",
+            experiment,
+            S_OK,
+            103,
+            {"ip": 0x9000},
+            {"functionId": 0xF000, "token": w.interrupted_token},
+        )
+        walk(experiment, result, 103, thread=0, role=experiment, contextSize=8192 if seeded else 0)
+    rec("end")
+    path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    runtime = Runtime(
+        version="8.0.4", host=Path("/nonexistent/dotnet"), framework_dir=Path("/nonexistent"), source="test"
+    )
+    return Evidence(trace=read_trace(path, strict=True), runtime=runtime, plan={})
+
+
+def judge(clause: str, w: Walks, tmp_path: Path) -> Judgement:
+    (experiment,) = aw.EXPERIMENTS
+    (j,) = [j for j in experiment.judges if j.clause == clause]
+    return j.judge(build(w, tmp_path / "trace.jsonl"))
+
+
+# --- the Linux-like trace: what each judge says --------------------------------------------------------
+
+
+@pytest.mark.clause(*ASYNC_CLAUSES)
+@pytest.mark.parametrize(
+    ("clause", "status"),
+    [
+        ("DSS-02", Status.DIVERGES),
+        ("DSS-08", Status.CONFORMS),
+        ("DSS-09", Status.CONFORMS),
+        ("DSS-13", Status.CONFORMS),
+        ("DSS-18", Status.CONFORMS),
+        ("DSS-20", Status.CONFORMS),
+        ("DSS-22", Status.CONFORMS),
+        ("DSS-25", Status.DIVERGES),
+        ("DSS-28", Status.DIVERGES),
+    ],
+)
+def test_linux_like_trace_verdicts(clause: str, status: Status, tmp_path: Path) -> None:
+    j = judge(clause, base(), tmp_path)
+    assert j.status is status, j
+    assert j.observed and j.expected and j.evidence
+    assert "\n" not in j.observed and "\n" not in j.expected
+
+
+def test_DSS_02_running_target_walked_by_the_clr_conforms(tmp_path: Path) -> None:
+    j = judge("DSS-02", replace(base(), running=(S_OK, list(FULL))), tmp_path)
+    assert j.status is Status.CONFORMS, j
+    assert [p["ok"] for p in j.picture] == [True] * len(FULL)
+    assert j.picture[0]["label"] == f"{TYPE}::Park"
+
+
+def test_DSS_02_diverges_names_the_hresult(tmp_path: Path) -> None:
+    j = judge("DSS-02", base(), tmp_path)
+    assert "E_NOTIMPL" in j.observed and "S_OK" in j.expected
+
+
+def test_DSS_13_running_walk_that_succeeds_diverges_from_the_unix_model(tmp_path: Path) -> None:
+    assert judge("DSS-13", replace(base(), running=(S_OK, list(FULL))), tmp_path).status is Status.DIVERGES
+
+
+@pytest.mark.clause("DSS-13", "DSS-18", "DSS-20")
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [0, 1, 3, 4, None],  # a middle frame missing
+        [1, 0, 2, 3, 4, None],  # out of order
+        [0, 1, 2, 3, 4, 4, None],  # a frame twice
+        [0, 1, 2, 3, 4],  # the unmanaged run below missing
+    ],
+)
+def test_doctored_suspended_walk_diverges(frames: list[int | None], tmp_path: Path) -> None:
+    w = replace(base(), suspended=(S_OK, frames))
+    for clause in ("DSS-13", "DSS-18", "DSS-20"):
+        assert judge(clause, w, tmp_path).status is Status.DIVERGES, clause
+
+
+def test_DSS_20_top_frames_skipped_is_allowed(tmp_path: Path) -> None:
+    w = replace(base(), suspended=(S_OK, [2, 3, 4, None]), unseeded=(S_OK, [1, 2, 3, 4, None]))
+    assert judge("DSS-20", w, tmp_path).status is Status.CONFORMS
+
+
+def test_DSS_20_unseeded_signal_walk_missing_a_middle_frame_diverges(tmp_path: Path) -> None:
+    w = replace(base(), unseeded=(E_FAIL, [0, 2, 3, 4, None]))
+    j = judge("DSS-20", w, tmp_path)
+    assert j.status is Status.DIVERGES and "DSS-20" in j.observed
+
+
+def test_DSS_28_unseeded_signal_walk_that_walks_conforms(tmp_path: Path) -> None:
+    assert judge("DSS-28", replace(base(), unseeded=(S_OK, list(FULL))), tmp_path).status is Status.CONFORMS
+    # incomplete at the top is the model's allowed outcome too
+    assert judge("DSS-28", replace(base(), unseeded=(S_OK, [3, 4, None])), tmp_path).status is Status.CONFORMS
+
+
+@pytest.mark.clause("DSS-08", "DSS-18", "DSS-09")
+def test_seeded_walk_not_starting_at_the_seed_diverges(tmp_path: Path) -> None:
+    w = replace(base(), seeded=(S_OK, [1, 2, 3, 4, None]))
+    for clause in ("DSS-08", "DSS-18", "DSS-09"):
+        assert judge(clause, w, tmp_path).status is Status.DIVERGES, clause
+
+
+def test_DSS_08_failed_seeded_walk_diverges(tmp_path: Path) -> None:
+    j = judge(
+        "DSS-08", replace(base(), seeded=(HResult.CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX.value, [])), tmp_path
+    )
+    assert j.status is Status.DIVERGES
+
+
+def test_DSS_06_failed_seeded_walk_diverges(tmp_path: Path) -> None:
+    j = judge(
+        "DSS-06", replace(base(), seeded=(HResult.CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX.value, [])), tmp_path
+    )
+    assert j.status is Status.DIVERGES and j.observed.startswith("PAL AMD64 CONTEXT seed")
+
+
+def test_DSS_08_signal_outside_the_leaf_is_not_applicable(tmp_path: Path) -> None:
+    j = judge("DSS-08", replace(base(), interrupted_token=STACK[2][0]), tmp_path)
+    assert j.status is Status.NOT_APPLICABLE and "not the leaf" in j.observed
+
+
+def test_DSS_28_signal_outside_the_leaf_is_not_applicable(tmp_path: Path) -> None:
+    j = judge("DSS-28", replace(base(), interrupted_token=STACK[1][0]), tmp_path)
+    assert j.status is Status.NOT_APPLICABLE and "not the leaf" in j.observed
+
+
+def test_DSS_25_warm_up_success_conforms(tmp_path: Path) -> None:
+    assert judge("DSS-25", replace(base(), warmup=(S_OK, list(FULL))), tmp_path).status is Status.CONFORMS
+
+
+def test_DSS_25_warm_up_success_without_frames_diverges(tmp_path: Path) -> None:
+    assert judge("DSS-25", replace(base(), warmup=(S_OK, [])), tmp_path).status is Status.DIVERGES
+
+
+def test_DSS_25_divergence_names_the_async_safety_violation(tmp_path: Path) -> None:
+    j = judge("DSS-25", base(), tmp_path)
+    assert "DSS-25" in j.observed and "E_NOTIMPL" in j.observed
+
+
+@pytest.mark.parametrize(
+    ("managed", "native"),
+    [(S_OK, S_OK), (UNSUPPORTED, UNSUPPORTED), (S_OK, UNSUPPORTED)],
+)
+def test_DSS_22_runtime_against_the_rule_diverges(managed: int, native: int, tmp_path: Path) -> None:
+    w = replace(base(), managed_suspend_hr=managed, native_suspend_hr=native)
+    assert judge("DSS-22", w, tmp_path).status is Status.DIVERGES
+
+
+def test_missing_ground_truth_is_a_one_line_harness_error(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match=r"no target\.stack mark"):
+        judge("DSS-13", replace(base(), ground_truth=False), tmp_path)
+
+
+def test_missing_walk_is_a_harness_error(tmp_path: Path) -> None:
+    w = replace(base(), native_suspend_hr=UNSUPPORTED)
+    with pytest.raises(HarnessError, match="native-thread \\(suspended\\)"):
+        judge("DSS-18", w, tmp_path)
+
+
+def test_thread_model_ends_in_native_code_and_starts_with_helper() -> None:
+    truth = aw.GroundTruth(frames=tuple({"token": t, "type": ty, "method": m} for t, ty, m in STACK), seq=0)
+    model = aw.thread_model(truth)
+    assert model.top_kind == "helper"
+    assert model.frames[-1].kind == "native"
+    assert len(model.frames) == len(STACK) + 2
+
+
+# --- live --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.live
+@pytest.mark.clause(*ASYNC_CLAUSES)
+def test_DSS_async_live_suite_on_every_runtime(runtimes: list[Runtime]) -> None:
+    assert_area_as_documented_or_expected(
+        ASYNC_CLAUSES, runtimes, may_be_not_applicable=["DSS-06", "DSS-08", "DSS-28"]
+    )

@@ -1,0 +1,479 @@
+"""Judges of conformance.checks.stack: synthetic stack-walks traces (conforming, doctored) and a live run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.checks import stack
+from conformance.core.errors import HarnessError
+from conformance.core.runtimes import Runtime
+from conformance.core.trace import RECORD_ADAPTER, Trace
+from conformance.suite.verdicts import Evidence, Judgement, Status
+from tests.conformance.live import assert_area_as_documented_or_expected
+
+JUDGES = {j.clause: j.judge for j in stack.EXPERIMENTS[0].judges}
+
+E_FAIL = 0x80004005
+E_INVALIDARG = 0x80070057
+ABORTED = 0x80131361
+UNMANAGED_CTX = 0x8013135F
+UNSAFE = 0x80131360
+CTX = 3104  # 8.0's sizeof(CONTEXT)
+NATIVE_IP = 0x7F0000001000
+CLIENT = 0x5EED5EED
+
+# reflection ground truth: name -> (token, pinvoke)
+METHODS: dict[str, tuple[int, bool]] = {
+    "profharness_mark": (0x06000030, True),
+    "Mark": (0x06000031, False),
+    "Main": (0x06000003, False),
+    "Outer": (0x06000004, False),
+    "Middle": (0x06000005, False),
+    "Leaf": (0x06000006, False),
+    "Reverse": (0x06000007, False),
+    "Callee": (0x06000008, False),
+    "Throwing": (0x06000009, False),
+    "Thrower": (0x0600000A, False),
+    "profharness_call_back": (0x06000001, True),
+}
+MARK_WALK = ["Mark", "Leaf", "Middle", "Outer", "Main", None]
+REVERSE_WALK = ["Mark", "Callee", None, "Reverse", "Main", None]
+THROW_WALK = ["Thrower", "Throwing", "Main", None]
+
+
+def fid(name: str | None) -> int:
+    return 0 if name is None else 0x10000 + (METHODS[name][0] & 0xFFFF) * 0x40
+
+
+def ip_of(name: str | None, walk: int) -> int:
+    return 0x7F0000100000 + (fid(name) or 0x999) * 0x10 + walk
+
+
+def frame_json(name: str) -> dict[str, Any]:
+    token, pinvoke = METHODS[name]
+    type_ = (
+        "ProfHarness.Probe" if name in ("Mark", "profharness_mark") else "ProfHarness.Scenarios.StackWalks"
+    )
+    return {"token": token, "type": type_, "method": name, "module": "app.dll", "pinvoke": pinvoke}
+
+
+def payload(stack_names: list[str], native_after: int) -> str:
+    return json.dumps(
+        {
+            "stack": [frame_json(n) for n in stack_names],
+            "above": [frame_json("profharness_mark"), frame_json("Mark")],
+            "nativeAfter": native_after,
+        }
+    )
+
+
+class Builder:
+    """A stack-walks trace, record by record, as the probe writes it."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = [
+            {"seq": 0, "kind": "header", "os_tid": 7, "probe": "t", "pid": 1}
+        ]
+        self.walks = 0
+        self.order = 0
+
+    def add(self, kind: str, **fields: Any) -> dict[str, Any]:
+        rec = {"seq": len(self.records), "kind": kind, "os_tid": 7, **fields}
+        self.records.append(rec)
+        return rec
+
+    def mark(self, name: str, text: str | None) -> None:
+        self.add("mark", name=name, payload=text)
+
+    def walk(
+        self,
+        exp: str,
+        names: list[str | None],
+        *,
+        flags: int = 0,
+        client: int = CLIENT,
+        hr: int = 0,
+        replies: dict[int, int] | None = None,
+        seed: dict[str, int] | None = None,
+        size: int = 0,
+        extra: dict[str, Any] | None = None,
+        resolve: bool = True,
+    ) -> int:
+        walk = self.walks
+        self.walks += 1
+        for i, n in enumerate(names):
+            ip = ip_of(n, walk)
+            ctx = {"rip": ip, "rsp": 0x7FFF0000 + i * 64, "rbp": 0} if flags & 1 else None
+            self.add(
+                "frame",
+                walk=walk,
+                index=i,
+                funcId=fid(n),
+                ip=ip,
+                frameInfo=1,
+                clientData=client,
+                contextSize=CTX if flags & 1 else 0,
+                context=ctx,
+                hr=(replies or {}).get(i, 0),
+                cbOsTid=7,
+                inCall=True,
+                cbOrder=self.order,
+            )
+            self.order += 1
+        out: dict[str, Any] = {"frameCount": len(names), "returnOrder": self.order}
+        if resolve:
+            out["frames"] = [
+                {
+                    "funcId": fid(n),
+                    "ip": ip_of(n, walk),
+                    "token": None if n is None else METHODS[n][0],
+                    "module": None if n is None else "/run/app.dll",
+                    "type": None,
+                    "method": None,
+                }
+                for n in names
+            ]
+        args = {
+            "thread": 0,
+            "infoFlags": flags,
+            "clientData": client,
+            "context": seed,
+            "contextSize": size,
+            "walk": walk,
+            "at": "x",
+            **(extra or {}),
+        }
+        self.add("call", name="DoStackSnapshot", experiment=exp, args=args, out=out, hr=hr)
+        return walk
+
+    def seeded(
+        self, exp: str, names: list[str | None], kind: str, size_arg: str, size: int, **kw: Any
+    ) -> None:
+        self.walk(exp, names, flags=1, extra={"purpose": "capture"}, resolve=False)
+        rip = {"captured": ip_of("Mark", 0), "native": NATIVE_IP, "zero": 0}[kind]
+        seed = {"rip": rip, "rsp": 0 if kind == "zero" else 0x7FFF0000, "rbp": 0}
+        extra = {
+            "seedKind": kind,
+            "contextSizeArg": size_arg,
+            "runtimeContextSize": CTX,
+            "nativeIp": NATIVE_IP,
+        }
+        self.walk(exp, names if kw.pop("ok", True) else [], seed=seed, size=size, extra=extra, **kw)
+
+    def trace(self) -> Trace:
+        return Trace(
+            path=Path("synthetic.jsonl"), records=[RECORD_ADAPTER.validate_python(r) for r in self.records]
+        )
+
+
+def build(doctor: dict[str, Callable[[Builder], object]] | None = None) -> Trace:
+    """A conforming stack-walks run; ``doctor`` replaces the named experiments' records."""
+    d = doctor or {}
+    b = Builder()
+
+    def run(exp: str, normal: Callable[[], object]) -> None:
+        (d[exp] if exp in d else (lambda _b: normal()))(b)
+
+    run("init-walk", lambda: b.walk("init-walk", [], resolve=False))
+    b.mark("walk-now", payload(["Leaf", "Middle", "Outer", "Main"], -1))
+    run("now-default", lambda: b.walk("now-default", list(MARK_WALK), client=0x1234ABCD))
+    run("now-regctx", lambda: b.walk("now-regctx", list(MARK_WALK), flags=1, client=0x0BADC0DE))
+    abort = {"abortAt": 2, "abortReply": E_FAIL}
+    run(
+        "now-abort-efail",
+        lambda: b.walk("now-abort-efail", MARK_WALK[:3], hr=ABORTED, replies={2: E_FAIL}, extra=abort),
+    )
+    sfalse = {"abortAt": 2, "abortReply": 1}
+    run(
+        "now-abort-sfalse",
+        lambda: b.walk("now-abort-sfalse", MARK_WALK[:3], hr=ABORTED, replies={2: 1}, extra=sfalse),
+    )
+    run("now-flags-x86", lambda: b.walk("now-flags-x86", [], flags=2, hr=E_INVALIDARG))
+    run("now-flags-undefined", lambda: b.walk("now-flags-undefined", [], flags=0x10, hr=E_INVALIDARG))
+    run("now-seed-managed", lambda: b.seeded("now-seed-managed", list(MARK_WALK), "captured", "runtime", CTX))
+
+    def sized(name: str, size: int) -> Callable[[], object]:
+        return lambda: b.seeded(f"now-size-{name}", list(MARK_WALK), "captured", name, size)
+
+    for name, size in (("zero", 0), ("runtime-1", CTX - 1), ("small", 16), ("larger", CTX + 256)):
+        run(f"now-size-{name}", sized(name, size))
+    run("now-seed-zero", lambda: b.seeded("now-seed-zero", list(MARK_WALK), "zero", "runtime", CTX))
+
+    def from_ip() -> None:
+        w = b.walk("now-from-ip", list(MARK_WALK), flags=1, resolve=False)
+        b.add(
+            "call",
+            name="GetFunctionFromIP",
+            experiment="now-from-ip",
+            args={"ip": NATIVE_IP, "what": "native"},
+            out={"functionId": 0, "written": True},
+            hr=0,
+        )
+        for n in MARK_WALK:
+            b.add(
+                "call",
+                name="GetFunctionFromIP",
+                experiment="now-from-ip",
+                args={"ip": ip_of(n, w), "what": "frame"},
+                out={"functionId": fid(n), "written": True},
+                hr=0,
+            )
+
+    run("now-from-ip", from_ip)
+    b.mark(
+        "walk-reverse",
+        payload(["Callee", "profharness_call_back", "profharness_call_back", "Reverse", "Main"], 0),
+    )
+    run("reverse-regctx", lambda: b.walk("reverse-regctx", list(REVERSE_WALK), flags=1))
+    b.mark("expect.throw", payload(["Thrower", "Throwing", "Main"], -1))
+    run("throw-sync", lambda: b.walk("throw-sync", list(THROW_WALK)))
+    run(
+        "throw-seed-native",
+        lambda: b.seeded(
+            "throw-seed-native",
+            list(THROW_WALK),
+            "native",
+            "runtime",
+            CTX,
+            flags=0,
+            hr=UNMANAGED_CTX,
+            ok=False,
+        ),
+    )
+    run(
+        "throw-seed-zero",
+        lambda: b.seeded(
+            "throw-seed-zero", list(THROW_WALK), "zero", "runtime", CTX, flags=0, hr=UNMANAGED_CTX, ok=False
+        ),
+    )
+    return b.trace()
+
+
+def evidence(trace: Trace, version: str = "8.0.4") -> Evidence:
+    runtime = Runtime(version=version, host=Path("/x/dotnet"), framework_dir=Path("/x/fx"), source="test")
+    return Evidence(trace=trace, runtime=runtime, plan={})
+
+
+def judge(clause: str, trace: Trace, version: str = "8.0.4") -> Judgement:
+    return JUDGES[clause](evidence(trace, version))
+
+
+# --------------------------------------------------------------------------------------------------
+# Conforming run
+
+
+@pytest.mark.clause(*sorted(JUDGES))
+@pytest.mark.parametrize("clause", sorted(JUDGES))
+def test_conforming_run_conforms_for_every_clause(clause: str) -> None:
+    j = judge(clause, build())
+    assert j.status is Status.CONFORMS, (clause, j.observed)
+    assert j.evidence and j.observed and j.expected
+
+
+def test_pictures_are_leaf_first_labels() -> None:
+    j = judge("DSS-16", build())
+    labels = [p["label"] for p in j.picture]
+    assert labels[:2] == ["ProfHarness.Probe::Mark", "ProfHarness.Scenarios.StackWalks::Leaf"]
+    assert labels[-1] == "[unmanaged]" and all(p["ok"] for p in j.picture)
+
+
+def test_3_1_uses_its_own_context_size() -> None:
+    # 8.0 CONTEXT sizes on a 3.1 runtime diverge (DSS-05 takes the size from the version, not the trace)
+    assert judge("DSS-05", build(), "3.1.23").status is Status.DIVERGES
+    assert judge("DSS-05", build(), "9.9.9").status is Status.NOT_APPLICABLE
+
+
+# --------------------------------------------------------------------------------------------------
+# Doctored runs flip the verdict
+
+
+def _swap(names: list[str | None], i: int, j: int) -> list[str | None]:
+    out = list(names)
+    out[i], out[j] = out[j], out[i]
+    return out
+
+
+DOCTORED: dict[str, dict[str, Callable[[Builder], object]]] = {
+    "DSS-01": {
+        "now-default": lambda b: b.walk(
+            "now-default", [n for n in MARK_WALK if n != "Outer"], client=0x1234ABCD
+        )
+    },
+    "DSS-16": {"now-default": lambda b: b.walk("now-default", _swap(MARK_WALK, 1, 2), client=0x1234ABCD)},
+    "DSS-03": {
+        "reverse-regctx": lambda b: b.walk(
+            "reverse-regctx", ["Mark", "Callee", "Callee", None, "Reverse", "Main", None], flags=1
+        )
+    },
+    "DSS-15": {
+        "reverse-regctx": lambda b: b.walk(
+            "reverse-regctx", ["Mark", "Callee", None, None, "Reverse", "Main", None], flags=1
+        )
+    },
+    "DSS-05": {
+        "now-default": lambda b: b.walk(
+            "now-default", list(MARK_WALK), flags=1, client=0x1234ABCD, extra={"infoFlags": 0}
+        )
+    },
+    "DSS-10": {"throw-sync": lambda b: b.walk("throw-sync", THROW_WALK[1:])},
+    # a FunctionID 0 callback for the CLR helper code on top of the ExceptionThrown walk
+    "DSS-30": {"throw-sync": lambda b: b.walk("throw-sync", [None, *THROW_WALK])},
+    "DSS-17": {"init-walk": lambda b: b.walk("init-walk", [], hr=UNSAFE, resolve=False)},
+    "DSS-26": {
+        "now-abort-sfalse": lambda b: b.walk(
+            "now-abort-sfalse",
+            MARK_WALK[:4],
+            hr=ABORTED,
+            replies={2: 1},
+            extra={"abortAt": 2, "abortReply": 1},
+        )
+    },
+    "DSS-27": {"now-flags-undefined": lambda b: b.walk("now-flags-undefined", list(MARK_WALK), flags=0x10)},
+    "DSS-12": {
+        "now-size-small": lambda b: b.seeded(
+            "now-size-small", list(MARK_WALK), "captured", "small", 16, hr=E_INVALIDARG, ok=False
+        )
+    },
+    "DSS-07": {
+        "now-seed-managed": lambda b: b.seeded("now-seed-managed", MARK_WALK[1:], "captured", "runtime", CTX)
+    },
+    "DSS-21": {
+        "throw-seed-native": lambda b: b.seeded(
+            "throw-seed-native", list(THROW_WALK), "native", "runtime", CTX, flags=0
+        )
+    },
+    "DSS-11": {
+        "throw-seed-native": lambda b: b.seeded(
+            "throw-seed-native", list(THROW_WALK), "native", "runtime", CTX, flags=0
+        )
+    },
+    "DSS-29": {
+        "throw-seed-zero": lambda b: b.seeded(
+            "throw-seed-zero", list(THROW_WALK), "zero", "runtime", CTX, flags=0
+        )
+    },
+}
+
+
+def _fromip_unwritten(b: Builder) -> None:
+    b.walk("now-from-ip", list(MARK_WALK), flags=1, resolve=False)
+    b.add(
+        "call",
+        name="GetFunctionFromIP",
+        experiment="now-from-ip",
+        args={"ip": NATIVE_IP, "what": "native"},
+        out={"functionId": None, "written": False},
+        hr=E_FAIL,
+    )
+
+
+DOCTORED["DSS-19"] = {"now-from-ip": _fromip_unwritten}
+
+
+def _late(b: Builder) -> None:
+    b.walk("now-default", list(MARK_WALK), client=0x1234ABCD)
+    # the last callback arrived after the call returned, outside the call
+    for r in b.records:
+        if r["kind"] == "frame" and r["walk"] == b.walks - 1 and r["index"] == 5:
+            r["inCall"] = False
+            r["cbOrder"] = 10**6
+
+
+DOCTORED["DSS-14"] = {"now-default": _late}
+
+
+def _other_client(b: Builder) -> None:
+    b.walk("now-regctx", list(MARK_WALK), flags=1, client=0x0BADC0DE)
+    for r in b.records:  # one callback got another clientData than the call passed
+        if r["kind"] == "frame" and r["walk"] == b.walks - 1 and r["index"] == 3:
+            r["clientData"] = 0x0BADC0DF
+
+
+DOCTORED["DSS-04"] = {"now-regctx": _other_client}
+
+
+@pytest.mark.clause(*sorted(DOCTORED))
+@pytest.mark.parametrize("clause", sorted(DOCTORED))
+def test_doctored_run_diverges(clause: str) -> None:
+    j = judge(clause, build(DOCTORED[clause]))
+    assert j.status is Status.DIVERGES, (clause, j.observed)
+    assert j.evidence
+
+
+def test_every_judge_has_a_doctored_case() -> None:
+    assert set(DOCTORED) == set(JUDGES)
+
+
+@pytest.mark.clause("DSS-05")
+def test_DSS_05_context_rip_must_be_the_frame_ip() -> None:
+    def bad(b: Builder) -> None:
+        b.walk("now-regctx", list(MARK_WALK), flags=1, client=0x0BADC0DE)
+        for r in b.records:
+            if r["kind"] == "frame" and r["walk"] == b.walks - 1 and r["index"] == 1:
+                r["context"] = {"rip": r["ip"] + 8, "rsp": 0, "rbp": 0}
+
+    j = judge("DSS-05", build({"now-regctx": bad}))
+    assert j.status is Status.DIVERGES and "rip" in j.observed
+
+
+@pytest.mark.clause("DSS-26")
+def test_DSS_26_a_walk_that_ignores_E_FAIL_diverges() -> None:
+    def go_on(b: Builder) -> None:
+        b.walk(
+            "now-abort-efail",
+            list(MARK_WALK),
+            hr=0,
+            replies={2: E_FAIL},
+            extra={"abortAt": 2, "abortReply": E_FAIL},
+        )
+
+    assert judge("DSS-26", build({"now-abort-efail": go_on})).status is Status.DIVERGES
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_missing_mark_is_a_one_line_harness_error() -> None:
+    trace = build()
+    records = [r for r in trace.records if not (r.kind == "mark" and getattr(r, "name", "") == "walk-now")]
+    with pytest.raises(HarnessError, match="no mark 'walk-now'"):
+        judge("DSS-01", Trace(path=trace.path, records=records))
+
+
+def test_missing_experiment_is_a_one_line_harness_error() -> None:
+    trace = build()
+    records = [r for r in trace.records if getattr(r, "experiment", None) != "throw-sync"]
+    with pytest.raises(HarnessError, match="no DoStackSnapshot call record of experiment 'throw-sync'"):
+        judge("DSS-10", Trace(path=trace.path, records=records))
+
+
+def test_bad_payload_names_the_mark_and_seq() -> None:
+    b = Builder()
+    b.mark("walk-now", "{not json")
+    b.walk("now-default", list(MARK_WALK))
+    with pytest.raises(HarnessError, match=r"mark 'walk-now' \(seq 1\): bad payload"):
+        judge("DSS-01", b.trace())
+
+
+def test_runtime_context_sizes() -> None:
+    assert stack.runtime_context_size("3.1.23") == 1232
+    assert stack.runtime_context_size("8.0.4") == 3104
+    assert stack.runtime_context_size("5.0.0") is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Live
+
+
+@pytest.mark.live
+@pytest.mark.clause(*sorted(JUDGES))
+def test_live_DSS_01_03_04_05_07_10_11_12_14_15_16_17_19_21_26_27_29_30_as_documented_or_expected(
+    runtimes: list[Runtime],
+) -> None:
+    assert_area_as_documented_or_expected(sorted(JUDGES), runtimes)

@@ -1,0 +1,148 @@
+"""The conformance suite on both bundled runtimes: the main job, as users and CI run it.
+
+- ``profharness_suite`` collects every live clause x runtime as its own test (``DSS-05[8.0.4]``);
+- the CLI run writes JSON, JUnit and HTML, each checked (schema, headless Chromium);
+- changing one expectation, or one model rule, makes the suite fail with a message naming the clause.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xmlschema
+
+from conformance.core.paths import EXPECTATIONS_DIR
+from conformance.core.runtimes import Runtime
+from conformance.suite.orchestrate import run_suite
+from conformance.suite.pytest_plugin import ProfharnessSuite
+from conformance.suite.verdicts import Outcome, Status
+from tests.conformance import browser
+
+HERE = Path(__file__).parent
+pytestmark = pytest.mark.live
+
+#: every live clause on every bundled runtime, one test each
+profharness_suite = ProfharnessSuite()
+
+
+def profharness(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "conformance", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory: pytest.TempPathFactory, runtimes: list[Runtime]) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("suite")
+    done = profharness(
+        "conformance",
+        "--json",
+        str(out / "r.json"),
+        "--junit",
+        str(out / "r.xml"),
+        "--html",
+        str(out / "r.html"),
+    )
+    return {"proc": done, "dir": out, "json": json.loads((out / "r.json").read_text())}
+
+
+def test_suite_exits_0_with_30_plus_live_clauses_on_both_runtimes(cli_run: dict[str, Any]) -> None:
+    proc, data = cli_run["proc"], cli_run["json"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert data["ok"] is True and sorted(data["runtimes"]) == ["3.1.23", "8.0.4"]
+    assert len(data["clauses_with_live_verdict"]) >= 30
+    for runtime in data["runtimes"]:
+        judged = {v["clause"] for v in data["verdicts"] if v["runtime"] == runtime and v["status"] != "error"}
+        assert len(judged) >= 30, runtime
+    assert "unexpected" in proc.stdout and "clause" in proc.stdout.splitlines()[0]
+
+
+def test_every_verdict_names_the_trace_it_came_from(cli_run: dict[str, Any]) -> None:
+    for verdict in cli_run["json"]["verdicts"]:
+        trace = Path(verdict["trace"])
+        assert trace.is_file(), verdict["clause"]
+        assert hashlib.sha256(trace.read_bytes()).hexdigest() == verdict["trace_sha256"]
+
+
+def test_every_divergence_is_explained_by_an_expectation(cli_run: dict[str, Any]) -> None:
+    for verdict in cli_run["json"]["verdicts"]:
+        if verdict["status"] == Status.DIVERGES:
+            assert verdict["expectation"] and len(verdict["expectation"]["why"]) > 20, verdict["clause"]
+            assert verdict["outcome"] == Outcome.EXPECTED_DIVERGENCE
+
+
+def test_junit_report_passes_the_schema(cli_run: dict[str, Any]) -> None:
+    xmlschema.XMLSchema(HERE / "data" / "junit.xsd").validate(cli_run["dir"] / "r.xml")
+
+
+def test_html_report_renders_in_chromium_without_console_errors(cli_run: dict[str, Any]) -> None:
+    if browser.find_chromium() is None:
+        pytest.skip("chromium is not installed (Debian package `chromium`; ./dev setup installs it)")
+    with browser.Chromium(timeout_s=20.0) as chromium:
+        seen = chromium.render(
+            cli_run["dir"] / "r.html",
+            evaluate={"rows": "document.querySelectorAll('table.matrix tr').length"},
+        )
+    assert seen.errors == []
+    assert seen.screenshot.is_file() and seen.screenshot.stat().st_size > 5_000
+    assert seen.values["rows"] == len(cli_run["json"]["clauses_with_live_verdict"]) + 1
+
+
+def _copy_expectations(tmp_path: Path) -> Path:
+    target = tmp_path / "expectations"
+    shutil.copytree(EXPECTATIONS_DIR, target)
+    return target
+
+
+def _drop_table(path: Path, clause: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"[{clause}]")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+    path.write_text("".join(lines[:start] + lines[end:]))
+
+
+def test_removing_one_expectation_fails_naming_the_clause(tmp_path: Path, runtimes: list[Runtime]) -> None:
+    expectations = _copy_expectations(tmp_path)
+    _drop_table(expectations / "8.0.4.toml", "DSS-02")
+    done = profharness(
+        "conformance", "--runtime", "8.0", "--clause", "DSS-02", "--expectations", str(expectations)
+    )
+    assert done.returncode == 1
+    assert "DSS-02[8.0.4]: diverges and no expectation explains it" in done.stderr
+
+
+def test_an_expected_divergence_that_no_longer_occurs_fails(tmp_path: Path, runtimes: list[Runtime]) -> None:
+    expectations = _copy_expectations(tmp_path)
+    with (expectations / "3.1.23.toml").open("a") as handle:
+        handle.write('\n[DSS-16]\nstatus = "diverges"\nwhy = "A wrong expectation, written by this test."\n')
+    done = profharness(
+        "conformance", "--runtime", "3.1", "--clause", "DSS-16", "--expectations", str(expectations)
+    )
+    assert done.returncode == 1
+    assert "DSS-16[3.1.23]: the expectation file expects a divergence that no longer occurs" in done.stderr
+
+
+def test_changing_one_model_rule_fails_naming_the_clause(
+    monkeypatch: pytest.MonkeyPatch, runtimes: list[Runtime]
+) -> None:
+    """Make the model predict main-first order: the live walks (leaf first) now contradict it."""
+    from clr_model import stacksnapshot
+
+    original = stacksnapshot._reports
+
+    def main_first(frames: Sequence[Any], start: int) -> list[Any]:
+        return list(reversed(original(frames, start)))
+
+    monkeypatch.setattr(stacksnapshot, "_reports", main_first)
+    result = run_suite("8.0", clauses=["DSS-16"])
+    (verdict,) = result.verdicts
+    assert verdict.status is Status.DIVERGES and verdict.outcome is Outcome.UNEXPECTED
+    assert verdict.outcome_message.startswith("DSS-16[8.0.4]: diverges")
+    assert not result.ok
