@@ -1,31 +1,15 @@
-"""Live experiments, one module per area, each exporting ``EXPERIMENTS: tuple[LiveExperiment, ...]``.
-
-Register a new area by adding its module to :data:`AREAS`; nothing else changes.
+"""The judges of the live layer, one module per area (``stack``, ``async_walks``, ``buffers``, ``gc``,
+``hooks``). Each module declares its experiments and registers each judge with the decorator of
+:mod:`conformance.suite.registry`; importing the module is all it takes (the registry lists the areas).
 """
 
 from __future__ import annotations
 
-import importlib
-
 from conformance.suite.verdicts import LiveExperiment
-
-#: module names under conformance.checks, in report order
-AREAS: tuple[str, ...] = ("stack", "async_walks", "buffers", "gc", "hooks")
 
 
 def all_experiments() -> list[LiveExperiment]:
-    experiments: list[LiveExperiment] = []
-    seen: set[str] = set()
-    for area in AREAS:
-        try:
-            module = importlib.import_module(f"conformance.checks.{area}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"conformance.checks.{area}":
-                continue  # an area not written yet
-            raise
-        for experiment in module.EXPERIMENTS:
-            if experiment.id in seen:
-                raise ValueError(f"live experiment id {experiment.id!r} is defined twice")
-            seen.add(experiment.id)
-            experiments.append(experiment)
-    return experiments
+    """Every registered live experiment (see :func:`conformance.suite.registry.all_experiments`)."""
+    from conformance.suite.registry import all_experiments as registered
+
+    return registered()

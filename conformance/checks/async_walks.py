@@ -62,10 +62,10 @@ from clr_model.stacksnapshot import (
 )
 from conformance.core.errors import HarnessError
 from conformance.core.trace import CallRecord, FrameRecord, ProbeErrorRecord, Trace
-from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.suite.registry import experiment, judge
+from conformance.suite.verdicts import Evidence, Judgement, Status
 
 __all__ = [
-    "EXPERIMENTS",
     "TARGET",
     "GroundTruth",
     "LiveWalk",
@@ -624,24 +624,17 @@ def judge_dss22(ev: Evidence) -> Judgement:
 
 _WHAT = "async-walks: cross-thread and signal-handler DoStackSnapshot against the model"
 
-EXPERIMENTS: tuple[LiveExperiment, ...] = (
-    LiveExperiment(
-        id="async-walks",
-        scenario=SCENARIO,
-        judges=(
-            Judge("DSS-02", judge_dss02, "walk of a running other thread: the CLR suspends it (page)"),
-            Judge("DSS-06", judge_dss06, "a CONTEXT seed's registers start the walk (signal handler)"),
-            Judge("DSS-08", judge_dss08, "seeded signal-handler walk starts at the seed's frame"),
-            Judge("DSS-09", judge_dss09, "asynchronous walk with the seed the rule asks for"),
-            Judge(
-                "DSS-13", judge_dss13, "other threads: E_NOTIMPL running, stack under SuspendRuntime (model)"
-            ),
-            Judge("DSS-18", judge_dss18, "asynchronous walks: other thread and signal-hijacked own thread"),
-            Judge("DSS-20", judge_dss20, "unseeded asynchronous walks skip only top managed frames"),
-            Judge("DSS-22", judge_dss22, "SuspendRuntime from a managed vs a never-managed thread"),
-            Judge("DSS-25", judge_dss25, "profiler thread: warm-up walk of a running thread, then suspend"),
-            Judge("DSS-28", judge_dss28, "unseeded signal-handler walk: error or incomplete walk"),
-        ),
-        timeout_s=60.0,
-    ),
-)
+ASYNC_WALKS = experiment("async-walks", scenario=SCENARIO, timeout_s=60.0)
+for _clause, _fn, _what in (
+    ("DSS-02", judge_dss02, "walk of a running other thread: the CLR suspends it (page)"),
+    ("DSS-06", judge_dss06, "a CONTEXT seed's registers start the walk (signal handler)"),
+    ("DSS-08", judge_dss08, "seeded signal-handler walk starts at the seed's frame"),
+    ("DSS-09", judge_dss09, "asynchronous walk with the seed the rule asks for"),
+    ("DSS-13", judge_dss13, "other threads: E_NOTIMPL running, stack under SuspendRuntime (model)"),
+    ("DSS-18", judge_dss18, "asynchronous walks: other thread and signal-hijacked own thread"),
+    ("DSS-20", judge_dss20, "unseeded asynchronous walks skip only top managed frames"),
+    ("DSS-22", judge_dss22, "SuspendRuntime from a managed vs a never-managed thread"),
+    ("DSS-25", judge_dss25, "profiler thread: warm-up walk of a running thread, then suspend"),
+    ("DSS-28", judge_dss28, "unseeded signal-handler walk: error or incomplete walk"),
+):
+    judge(_clause, ASYNC_WALKS, what=_what)(_fn)

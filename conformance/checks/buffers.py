@@ -34,10 +34,10 @@ from clr_model.buffers import (
 from clr_model.errors import ModelError
 from clr_model.hresults import format_hresult, hresult_failed
 from conformance.core.trace import CallRecord, Trace
-from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.suite.registry import experiment, judge
+from conformance.suite.verdicts import Evidence, Judge, Judgement, Status
 
 __all__ = [
-    "EXPERIMENTS",
     "BufferCall",
     "Disagreement",
     "MethodCalls",
@@ -445,12 +445,8 @@ def _judges(pairs: Sequence[tuple[str, Callable[[Evidence], Judgement], str]]) -
     return tuple(Judge(clause=c, judge=f, what=w) for c, f, w in pairs)
 
 
-EXPERIMENTS: tuple[LiveExperiment, ...] = (
-    LiveExperiment(
-        id="buffers-basic",
-        scenario=SCENARIO,
-        judges=_judges(
-            (
+BUFFERS_BASIC = experiment("buffers-basic", scenario=SCENARIO)
+for _clause, _fn, _what in (
                 ("BUF-01", judge_buf01, "no buffer method writes beyond cBufferSizeStart (guard elements)"),
                 ("BUF-02", judge_buf02, "*pcBufferMax is the total at every size"),
                 (
@@ -466,10 +462,8 @@ EXPERIMENTS: tuple[LiveExperiment, ...] = (
                     "too-small buffer: S_OK + truncated, NUL-terminated fill (model choice)",
                 ),
                 ("BUF-10", judge_buf10, "no element returned: S_OK + total (model choice)"),
-            )
-        ),
-    ),
-)
+):
+    judge(_clause, BUFFERS_BASIC, what=_what)(_fn)
 
 
 def summary(trace: Trace) -> list[dict[str, Any]]:

@@ -39,7 +39,8 @@ from clr_model.violations import Violation
 from conformance.core.errors import HarnessError
 from conformance.core.paths import SCENARIOS_DIR
 from conformance.core.trace import CallbackRecord, MarkRecord, Trace
-from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.suite.registry import experiment, judge
+from conformance.suite.verdicts import Evidence, Judge, Judgement, Status
 
 SCENARIO = "gc-moves"
 #: bytes of a Tagged object from its ObjectID: method table pointer + Tag + Twin
@@ -701,14 +702,10 @@ JUDGES: Sequence[Judge] = (
     Judge("MR2-17", judge_mr2_17, "tracked ObjectIDs change and remapping finds them"),
 )
 
-EXPERIMENTS: tuple[LiveExperiment, ...] = (
-    LiveExperiment(id="gc-moves", scenario=SCENARIO, judges=tuple(JUDGES)),
-    LiveExperiment(
-        id="gc-moves-fail-mr2",
-        scenario=SCENARIO,
-        judges=(
-            Judge("MR2-12", judge_mr2_12, "MovedReferences2 returning E_FAIL suppresses MovedReferences"),
-        ),
-        plan=fail_mr2_plan(),
-    ),
+GC_MOVES = experiment("gc-moves", scenario=SCENARIO)
+for _j in JUDGES:
+    judge(_j.clause, GC_MOVES, what=_j.what)(_j.judge)
+GC_MOVES_FAIL_MR2 = experiment("gc-moves-fail-mr2", scenario=SCENARIO, plan_overlay=fail_mr2_plan())
+judge("MR2-12", GC_MOVES_FAIL_MR2, what="MovedReferences2 returning E_FAIL suppresses MovedReferences")(
+    judge_mr2_12
 )

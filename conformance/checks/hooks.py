@@ -52,7 +52,8 @@ from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.violations import Violation
 from conformance.core.errors import HarnessError
 from conformance.core.trace import CallbackRecord, MarkRecord, Trace
-from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.suite.registry import experiment, judge
+from conformance.suite.verdicts import Evidence, Judgement, Status
 
 SCENARIO = "hooks-enter"
 COR_PRF_MONITOR_ENTERLEAVE = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE)
@@ -580,27 +581,17 @@ def judge_fe2_14(evidence: Evidence) -> Judgement:
 
 # --- the experiments ----------------------------------------------------------------------------------
 
-EXPERIMENTS: tuple[LiveExperiment, ...] = (
-    LiveExperiment(
-        id="fe2-hooks-args",
-        scenario=SCENARIO,
-        plan=hooks_plan(function_args=True),
-        judges=(
-            Judge(
-                "FE2-01",
-                judge_fe2_01,
-                "FunctionEnter2 funcId = the called method (reflection token, call order)",
-            ),
-            Judge("FE2-02", judge_fe2_02, "clientData = the FunctionIDMapper2 result for funcId"),
-            Judge("FE2-03", judge_fe2_03, "GetFunctionInfo2(funcId, func) inside the hook: S_OK, same token"),
-            Judge("FE2-04", judge_fe2_04, "argumentInfo present with COR_PRF_ENABLE_FUNCTION_ARGS"),
-            Judge("FE2-14", judge_fe2_14, "argument ranges hold the scenario's int/long argument values"),
-        ),
-    ),
-    LiveExperiment(
-        id="fe2-hooks-noargs",
-        scenario=SCENARIO,
-        plan=hooks_plan(function_args=False),
-        judges=(Judge("FE2-04", judge_fe2_04, "argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS"),),
-    ),
+FE2_HOOKS_ARGS = experiment("fe2-hooks-args", scenario=SCENARIO, plan_overlay=hooks_plan(function_args=True))
+for _clause, _fn, _what in (
+    ("FE2-01", judge_fe2_01, "FunctionEnter2 funcId = the called method (reflection token, call order)"),
+    ("FE2-02", judge_fe2_02, "clientData = the FunctionIDMapper2 result for funcId"),
+    ("FE2-03", judge_fe2_03, "GetFunctionInfo2(funcId, func) inside the hook: S_OK, same token"),
+    ("FE2-04", judge_fe2_04, "argumentInfo present with COR_PRF_ENABLE_FUNCTION_ARGS"),
+    ("FE2-14", judge_fe2_14, "argument ranges hold the scenario's int/long argument values"),
+):
+    judge(_clause, FE2_HOOKS_ARGS, what=_what)(_fn)
+
+FE2_HOOKS_NOARGS = experiment(
+    "fe2-hooks-noargs", scenario=SCENARIO, plan_overlay=hooks_plan(function_args=False)
 )
+judge("FE2-04", FE2_HOOKS_NOARGS, what="argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS")(judge_fe2_04)

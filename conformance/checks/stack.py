@@ -48,9 +48,10 @@ from clr_model.stacksnapshot import (
 )
 from conformance.core.errors import HarnessError
 from conformance.core.trace import CallRecord, FrameRecord, Trace
-from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment, Status
+from conformance.suite.registry import experiment, judge
+from conformance.suite.verdicts import Evidence, Judgement, Status
 
-__all__ = ["EXPERIMENTS", "RUNTIME_CONTEXT_SIZES", "runtime_context_size"]
+__all__ = ["RUNTIME_CONTEXT_SIZES", "runtime_context_size"]
 
 #: The runtime's sizeof(CONTEXT) on Linux x64 by version prefix: pal.h of 3.1 ends the AMD64 CONTEXT at
 #: LastExceptionFromRip (1232 bytes); 8.0's pal.h appends the XSTATE / AVX / AVX-512 tail (3104 bytes).
@@ -610,10 +611,6 @@ _JUDGES: tuple[tuple[str, Callable[[Evidence], Judgement], str], ...] = (
     ("DSS-30", judge_dss30, "unmanaged code on top (P/Invoke target, CLR helper): no leading FunctionID 0"),
 )
 
-EXPERIMENTS: tuple[LiveExperiment, ...] = (
-    LiveExperiment(
-        id="stack-walks",
-        scenario="stack-walks",
-        judges=tuple(Judge(clause=c, judge=_guard(fn), what=what) for c, fn, what in _JUDGES),
-    ),
-)
+STACK_WALKS = experiment("stack-walks", scenario="stack-walks")
+for _clause, _fn, _what in _JUDGES:
+    judge(_clause, STACK_WALKS, what=_what)(_guard(_fn))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,8 @@ from typing import Any
 from conformance.checks import all_experiments
 from conformance.core import probe, runtimes, scenarios
 from conformance.core.errors import HarnessError
+from conformance.core.paths import NATIVE_DIR, SCENARIOS_DIR
+from conformance.core.plans import resolve_plan
 from conformance.core.runner import Outcome as RunOutcome
 from conformance.core.runner import RunResult, execute, reference_runtime
 from conformance.core.runtimes import Runtime
@@ -43,8 +45,18 @@ def _excerpt(result: RunResult, seqs: Iterable[int]) -> list[dict[str, Any]]:
     return [json.loads(r.model_dump_json()) for r in result.trace.records if r.seq in wanted][:40]
 
 
-def judge_run(experiment: LiveExperiment, runtime: Runtime, result: RunResult) -> list[Verdict]:
-    """Every clause verdict of one experiment run."""
+def effective_plan(experiment: LiveExperiment, scenario: scenarios.Scenario) -> dict[str, Any]:
+    """The plan as the harness writes it for this experiment: the scenario's plan.json with the
+    experiment's overlay merged over its top-level keys. Judges read this, never the probe's echo."""
+    plan = dict(scenario.plan)
+    plan.update(experiment.plan_overlay or {})
+    return resolve_plan(plan)
+
+
+def judge_run(
+    experiment: LiveExperiment, runtime: Runtime, result: RunResult, plan: Mapping[str, Any]
+) -> list[Verdict]:
+    """Every clause verdict of one experiment run (``plan``: what the harness asked the probe to do)."""
     base = {
         "runtime": runtime.version,
         "experiment": experiment.id,
@@ -64,7 +76,7 @@ def judge_run(experiment: LiveExperiment, runtime: Runtime, result: RunResult) -
             )
             for j in experiment.judges
         ]
-    evidence = Evidence(trace=result.trace, runtime=runtime, plan=experiment.plan or {})
+    evidence = Evidence(trace=result.trace, runtime=runtime, plan=plan)
     verdicts: list[Verdict] = []
     for judge in experiment.judges:
         try:
@@ -128,17 +140,24 @@ def run_suite(
     expectations_dir: Path | None = None,
     progress: ProgressFn | None = None,
     experiments: Sequence[LiveExperiment] | None = None,
+    native_dir: Path = NATIVE_DIR,
+    scenarios_root: Path = SCENARIOS_DIR,
 ) -> SuiteResult:
+    """Run and judge the chosen experiments on the selected runtimes. ``native_dir`` and ``scenarios_root``
+    let tests run the suite with a probe or scenarios built from a (deliberately broken) copy."""
     started = time.monotonic()
     selected = runtimes.select(runtime_spec, dotnet)
     chosen = select_experiments(clauses, experiments)
-    probe_so = probe.build_probe()
+    probe_so = probe.build_probe(native_dir)
     reference = reference_runtime()
-    loaded = {name: scenarios.load_scenario(name) for name in sorted({e.scenario for e in chosen})}
+    names = sorted({e.scenario for e in chosen})
+    loaded = {name: scenarios.load_scenario(name, scenarios_root) for name in names}
     compiled = {name: scenarios.compile_scenario(scenario, reference) for name, scenario in loaded.items()}
 
     jobs = [(e, rt) for rt in selected for e in chosen if e.applies_to(rt)]
     done = 0
+
+    plans = {e.id: effective_plan(e, loaded[e.scenario]) for e in chosen}
 
     def one(job: tuple[LiveExperiment, Runtime]) -> tuple[LiveExperiment, Runtime, RunResult]:
         experiment, runtime = job
@@ -147,7 +166,7 @@ def run_suite(
             compiled[experiment.scenario],
             runtime,
             probe_so,
-            plan=experiment.plan,
+            plan=plans[experiment.id],
             timeout_s=experiment.timeout_s,
         )
         return experiment, runtime, result
@@ -159,7 +178,7 @@ def run_suite(
             done += 1
             if progress:
                 progress(done, len(jobs), f"{experiment.id} on {runtime.version}")
-            verdicts.extend(judge_run(experiment, runtime, result))
+            verdicts.extend(judge_run(experiment, runtime, result, plans[experiment.id]))
             runs.append(
                 {
                     "experiment": experiment.id,

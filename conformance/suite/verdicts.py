@@ -49,6 +49,9 @@ class Judgement(BaseModel):
     evidence: tuple[int, ...] = ()
     #: optional frames to draw (stack walks): [{"label": str, "ok": bool}], leaf first
     picture: tuple[Mapping[str, Any], ...] = ()
+    #: every disagreement with the model, one stable line each (no addresses, paths or per-run ids), so an
+    #: expectation can pin each one: a new disagreement in a clause with a known divergence is unexpected
+    disagreements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,8 @@ class Judge:
     judge: JudgeFn
     #: short description of the check, for reports
     what: str
+    #: the plan entries it reads (experiment entry ids, or dotted plan keys such as ``replies.X``)
+    uses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,8 @@ class LiveExperiment:
     id: str
     scenario: str
     judges: tuple[Judge, ...]
-    plan: Mapping[str, Any] | None = None  # None: the scenario's own plan.json
+    #: top-level keys merged over the scenario's own plan.json (None: that plan as it is)
+    plan_overlay: Mapping[str, Any] | None = None
     timeout_s: float = 60.0
     #: runtimes (version prefixes) the experiment applies to; empty = all
     only_on: tuple[str, ...] = field(default=())

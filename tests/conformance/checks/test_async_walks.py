@@ -160,7 +160,7 @@ def build(w: Walks, path: Path) -> Evidence:
 
 
 def judge(clause: str, w: Walks, tmp_path: Path) -> Judgement:
-    (experiment,) = aw.EXPERIMENTS
+    experiment = aw.ASYNC_WALKS
     (j,) = [j for j in experiment.judges if j.clause == clause]
     return j.judge(build(w, tmp_path / "trace.jsonl"))
 

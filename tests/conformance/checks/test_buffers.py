@@ -348,7 +348,7 @@ def test_BUF_04_null_zero_argument_error_is_buf04_not_buf10() -> None:
 
 
 def test_experiment_registered() -> None:
-    (experiment,) = buffers.EXPERIMENTS
+    experiment = buffers.BUFFERS_BASIC
     assert experiment.scenario == "buffers-basic"
     assert {j.clause for j in experiment.judges} == set(JUDGES)
 

@@ -16,7 +16,7 @@ from conformance.core.trace import RECORD_ADAPTER, Trace
 from conformance.suite.verdicts import Evidence, Judgement, Status
 from tests.conformance.live import assert_area_as_documented_or_expected
 
-JUDGES = {j.clause: j.judge for j in stack.EXPERIMENTS[0].judges}
+JUDGES = {j.clause: j.judge for j in stack.STACK_WALKS.judges}
 
 E_FAIL = 0x80004005
 E_INVALIDARG = 0x80070057

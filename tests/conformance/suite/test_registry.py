@@ -1,0 +1,92 @@
+"""conformance.suite.registry: the live experiment registry agrees with the clause catalog and the plans."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from clr_model.clauses import CATALOG, Layer
+from conformance.checks import all_experiments
+from conformance.core.scenarios import load_scenario, scenario_names
+from conformance.suite.orchestrate import effective_plan
+from conformance.suite.registry import ExperimentSpec
+from conformance.suite.registry import judge as register_judge
+from conformance.suite.verdicts import Evidence, Judgement
+
+
+def test_every_judged_clause_is_a_live_clause_of_the_catalog() -> None:
+    for experiment in all_experiments():
+        for judge in experiment.judges:
+            assert judge.clause in CATALOG, f"{experiment.id}: {judge.clause} is not in the catalog"
+            assert Layer.LIVE in CATALOG[judge.clause].layers, (
+                f"{experiment.id} judges {judge.clause} live, but the catalog gives it no 'live' layer"
+            )
+
+
+def test_experiment_ids_are_unique_and_scenarios_exist() -> None:
+    experiments = all_experiments()
+    ids = [e.id for e in experiments]
+    assert len(ids) == len(set(ids))
+    known = set(scenario_names())
+    for experiment in experiments:
+        assert experiment.scenario in known, f"{experiment.id}: no scenario {experiment.scenario!r}"
+
+
+def test_at_least_30_clauses_have_a_live_experiment() -> None:
+    judged = {j.clause for e in all_experiments() for j in e.judges}
+    assert len(judged) >= 30, sorted(judged)
+
+
+def test_every_live_clause_of_the_catalog_has_a_judge() -> None:
+    judged = {j.clause for e in all_experiments() for j in e.judges}
+    unjudged = sorted(c.id for c in CATALOG.values() if Layer.LIVE in c.layers and c.id not in judged)
+    assert not unjudged, f"clauses with a live layer but no live experiment: {unjudged}"
+
+
+def _plan_names(plan: Mapping[str, Any]) -> set[str]:
+    """What a judge's ``uses`` may name: plan experiment entry ids and dotted paths to plan keys."""
+    names = {str(e["id"]) for e in plan.get("experiments", []) if isinstance(e, dict) and "id" in e}
+
+    def walk(prefix: str, value: Any) -> None:
+        names.add(prefix)
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                walk(f"{prefix}.{key}", sub)
+
+    for key, value in plan.items():
+        if key != "experiments":
+            walk(str(key), value)
+    return names
+
+
+def test_every_plan_entry_a_judge_uses_exists_in_its_experiments_plan() -> None:
+    missing = []
+    for experiment in all_experiments():
+        plan = effective_plan(experiment, load_scenario(experiment.scenario))
+        names = _plan_names(plan)
+        missing += [
+            f"{experiment.id}: {j.clause} uses {u!r}"
+            for j in experiment.judges
+            for u in j.uses
+            if u not in names
+        ]
+    assert not missing, missing
+
+
+def test_registry_equals_the_catalogs_live_layer() -> None:
+    judged = {j.clause for e in all_experiments() for j in e.judges}
+    live = {c.id for c in CATALOG.values() if Layer.LIVE in c.layers}
+    assert judged == live, {"judged, not live": judged - live, "live, not judged": live - judged}
+
+
+def test_registering_a_clause_twice_on_one_experiment_is_refused() -> None:
+    spec = ExperimentSpec(id="x", scenario="stack-basic")
+
+    def fn(ev: Evidence) -> Judgement:
+        raise AssertionError
+
+    register_judge("DSS-01", spec, what="first")(fn)
+    with pytest.raises(ValueError, match="DSS-01 has two judges"):
+        register_judge("DSS-01", spec, what="second")(fn)
