@@ -1,6 +1,7 @@
 """FunctionEnter2 (FunctionEnter2.md): event rules over recorded hook sequences, and x86 ABI predicates.
 
-Event rules (:func:`check_hook_events`): FE2-01 funcId is the entered function, FE2-02 clientData is
+Event rules (:func:`check_hook_events`, over the shared vocabulary of :mod:`clr_model.events`): FE2-01
+funcId is the entered function, FE2-02 clientData is
 the FunctionIDMapper result, FE2-03 the frame handle is accepted during the hook and names the entered
 function, FE2-04 argumentInfo non-NULL exactly when COR_PRF_ENABLE_FUNCTION_ARGS is set, FE2-05 no use of
 func/argumentInfo after the hook returned, FE2-10/11/12 no blocking, GC, managed call or managed allocation
@@ -32,9 +33,19 @@ import struct
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from clr_model.errors import InvalidInput
+from clr_model.events import (
+    Event,
+    InfoCall,
+    ProfilerCallback,
+    ThreadOperation,
+    ThreadOperationName,
+    begins,
+    ends,
+    int_arg,
+)
 from clr_model.flags import CorPrfMonitor
 from clr_model.hresults import format_hresult, hresult_failed, to_unsigned
 from clr_model.violations import Violation
@@ -49,6 +60,7 @@ __all__ = [
     "HOOK_PARAM_BYTES",
     "Argument",
     "ArgumentPrediction",
+    "Event",
     "HookEvent",
     "MachineState",
     "ObservedArgumentInfo",
@@ -209,7 +221,10 @@ HookKind = Literal[
 
 
 class HookEvent(BaseModel):
-    """One step of a recorded FunctionEnter2 trace, per thread (``thread``) in order."""
+    """One step of a recorded FunctionEnter2 trace, per thread (``thread``) in order.
+
+    The FE2 rules' own shorthand from before the shared vocabulary: :meth:`to_event` gives the
+    :mod:`clr_model.events` event it stands for, and :func:`check_hook_events` accepts either."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -227,83 +242,164 @@ class HookEvent(BaseModel):
     #: "use_frame_info": the token the API returned for the frame
     token: int | None = None
 
+    def to_event(self) -> Event:
+        """The event of the shared vocabulary this step stands for."""
+        t = self.thread
+        hook = "FunctionEnter2"
+        if self.kind == "set_event_mask":
+            return InfoCall(thread=t, name="SetEventMask", args=_present(dwEvents=self.mask))
+        if self.kind == "mapper":
+            return ProfilerCallback(thread=t, name="FunctionIDMapper", args=_present(funcId=self.func_id),
+                                    out=_present(clientData=self.client_data))
+        if self.kind == "enter":
+            args = _present(funcId=self.func_id, clientData=self.client_data, func=self.func,
+                            argumentInfo=self.argument_info)
+            return ProfilerCallback(thread=t, name=hook, phase="enter", args=args,
+                                    truth=_present(funcId=self.target, token=self.token))
+        if self.kind == "leave":
+            return ProfilerCallback(thread=t, name=hook, phase="return")
+        if self.kind == "use_frame_info":
+            try:
+                hr = to_unsigned(self.hr) if self.hr is not None else None
+            except ValueError as err:
+                raise InvalidInput(f"use_frame_info: hr {err}") from None
+            return InfoCall(thread=t, name=self.api or "GetFunctionInfo2", args={"frameInfo": self.func},
+                            out=_present(token=self.token), hr=hr)
+        if self.kind == "use_argument_info":
+            if self.argument_info is not None and not 0 <= self.argument_info < 2**64:
+                raise InvalidInput(f"use_argument_info: argumentInfo {self.argument_info} is not an address")
+            return ThreadOperation(thread=t, op="ReadArgumentInfo", address=self.argument_info)
+        if self.kind == "gc":
+            return InfoCall(thread=t, name="ForceGC")
+        return ThreadOperation(thread=t, op=_INSIDE_OPS[self.kind])
 
-_INSIDE_RULES = {"block": ("FE2-10", "blocks"), "gc": ("FE2-11", "attempts a GC"),
-                 "managed_call": ("FE2-12", "calls managed code"),
-                 "managed_alloc": ("FE2-12", "allocates managed memory")}
+
+_INSIDE_OPS: dict[str, ThreadOperationName] = {
+    "block": "Block", "managed_call": "ManagedCodeRan", "managed_alloc": "ManagedAllocation"}
+#: what a hook must not do (FE2-10/11/12): thread operations, and calls that trigger a GC
+_INSIDE_RULES: dict[str, tuple[str, str]] = {
+    "Block": ("FE2-10", "blocks"), "ManagedCodeRan": ("FE2-12", "calls managed code"),
+    "ManagedAllocation": ("FE2-12", "allocates managed memory")}
+_HOOK = "FunctionEnter2"
+_MAPPERS = ("FunctionIDMapper", "FunctionIDMapper2")
+_EVENT_MASK_CALLS = ("SetEventMask", "SetEventMask2")
+
+
+def _present(**values: int | None) -> dict[str, JsonValue]:
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def check_hook_events(
-    events: Sequence[HookEvent], event_mask: int = COR_PRF_MONITOR_ENTERLEAVE, mapper_installed: bool = False
+    events: Sequence[Event | HookEvent],
+    event_mask: int = COR_PRF_MONITOR_ENTERLEAVE,
+    mapper_installed: bool = False,
 ) -> list[Violation]:
     """Check the FE2 event rules. Without a FunctionIDMapper the runtime's default gives clientData =
-    funcId (``mapper_installed=False``); a ``mapper`` event in the trace means one is installed."""
+    funcId (``mapper_installed=False``); a FunctionIDMapper callback in the sequence means one is installed.
+
+    Reads (:mod:`clr_model.events`): SetEventMask/SetEventMask2 calls that did not fail, FunctionIDMapper
+    callbacks (``args.funcId``, ``out.clientData``), FunctionEnter2 callbacks (``args``: funcId,
+    clientData, func, argumentInfo; ``truth``: the funcId and token of the function really entered),
+    calls with a ``frameInfo`` argument (``out.token``), ReadArgumentInfo, Block, ManagedCodeRan,
+    ManagedAllocation and calls that trigger a GC; every other event is ignored. :class:`HookEvent` steps
+    are read as :meth:`HookEvent.to_event`. Violations carry the index in ``events``."""
     out: list[Violation] = []
     mask = event_mask
     mapped: dict[int, int] = {}
-    current: dict[int, HookEvent] = {}  # thread -> the enter event whose hook is running
+    current: dict[int, tuple[int, ProfilerCallback]] = {}  # thread -> (index, FunctionEnter2 whose hook runs)
     expired_frames: set[int] = set()
     expired_args: set[int] = set()
 
-    for i, ev in enumerate(events):
+    def enter(i: int, ev: ProfilerCallback) -> None:
         inside = current.get(ev.thread)
-        if ev.kind == "set_event_mask":
-            mask = ev.mask if ev.mask is not None else mask
-        elif ev.kind == "mapper":
-            if ev.func_id is not None and ev.client_data is not None:
-                mapped[ev.func_id] = ev.client_data
-                mapper_installed = True
-        elif ev.kind == "enter":
-            if inside is not None:
-                out.append(Violation(clause="FE2-12", index=i, message="FunctionEnter2 entered again while "
-                                     f"the hook of #{events.index(inside)} runs: the hook ran managed code"))
-            if ev.target is not None and ev.func_id != ev.target:
-                out.append(Violation(clause="FE2-01", index=i, message=f"funcId {ev.func_id} but control "
-                                     f"passes to {ev.target}"))
-            if ev.func_id is not None and ev.client_data is not None:
-                want = mapped.get(ev.func_id) if mapper_installed else ev.func_id
-                if want is not None and ev.client_data != want:
-                    out.append(Violation(clause="FE2-02", index=i, message=f"clientData {ev.client_data:#x} "
-                                         f"for funcId {ev.func_id:#x}, the mapper gave {want:#x}"))
-            if ev.argument_info and not mask & COR_PRF_ENABLE_FUNCTION_ARGS:
-                out.append(Violation(clause="FE2-04", index=i, message="argumentInfo is non-NULL without "
-                                     "COR_PRF_ENABLE_FUNCTION_ARGS"))
-            elif ev.argument_info == 0 and mask & COR_PRF_ENABLE_FUNCTION_ARGS:
-                out.append(Violation(clause="FE2-04", index=i, message="argumentInfo is NULL with "
-                                     "COR_PRF_ENABLE_FUNCTION_ARGS set"))
-            current[ev.thread] = ev
-            if ev.func is not None:
-                expired_frames.discard(ev.func)
-            if ev.argument_info:
-                expired_args.discard(ev.argument_info)
-        elif ev.kind == "leave":
-            if inside is not None:
-                if inside.func is not None:
-                    expired_frames.add(inside.func)
-                if inside.argument_info:
-                    expired_args.add(inside.argument_info)
-            current.pop(ev.thread, None)
-        elif ev.kind == "use_frame_info":
-            live = inside is not None and ev.func == inside.func
-            if not live and ev.func in expired_frames:
-                out.append(Violation(clause="FE2-05", index=i, message=f"frame info {ev.func:#x} used after "
-                                     "its FunctionEnter2 returned"))
-            elif live and ev.hr is not None and hresult_failed(to_unsigned(ev.hr)):
-                out.append(Violation(clause="FE2-03", index=i, message=f"{ev.api or 'GetFunctionInfo2'} "
-                                     f"refused the hook's own frame info: {format_hresult(ev.hr)}"))
-            elif live and inside is not None and ev.token is not None and inside.token is not None \
-                    and ev.token != inside.token:
-                out.append(Violation(clause="FE2-03", index=i, message=f"{ev.api or 'GetFunctionInfo2'} "
-                                     f"with the hook's frame info gave token {ev.token:#010x}, the entered "
-                                     f"function is {inside.token:#010x}"))
-        elif ev.kind == "use_argument_info":
-            live = inside is not None and ev.argument_info == inside.argument_info
-            if not live and ev.argument_info in expired_args:
-                out.append(Violation(clause="FE2-05", index=i, message=f"argumentInfo {ev.argument_info:#x} "
-                                     "used after its FunctionEnter2 returned"))
-        elif inside is not None:
-            clause, what = _INSIDE_RULES[ev.kind]
+        if inside is not None:
+            out.append(Violation(clause="FE2-12", index=i, message="FunctionEnter2 entered again while "
+                                 f"the hook of #{inside[0]} runs: the hook ran managed code"))
+        func_id, client_data = int_arg(ev.args, "funcId"), int_arg(ev.args, "clientData")
+        target = int_arg(ev.truth, "funcId")
+        argument_info = int_arg(ev.args, "argumentInfo")
+        if target is not None and func_id != target:
+            out.append(Violation(clause="FE2-01", index=i, message=f"funcId {func_id} but control "
+                                 f"passes to {target}"))
+        if func_id is not None and client_data is not None:
+            want = mapped.get(func_id) if mapper_installed else func_id
+            if want is not None and client_data != want:
+                out.append(Violation(clause="FE2-02", index=i, message=f"clientData {client_data:#x} "
+                                     f"for funcId {func_id:#x}, the mapper gave {want:#x}"))
+        if argument_info and not mask & COR_PRF_ENABLE_FUNCTION_ARGS:
+            out.append(Violation(clause="FE2-04", index=i, message="argumentInfo is non-NULL without "
+                                 "COR_PRF_ENABLE_FUNCTION_ARGS"))
+        elif argument_info == 0 and mask & COR_PRF_ENABLE_FUNCTION_ARGS:
+            out.append(Violation(clause="FE2-04", index=i, message="argumentInfo is NULL with "
+                                 "COR_PRF_ENABLE_FUNCTION_ARGS set"))
+        current[ev.thread] = (i, ev)
+        func = int_arg(ev.args, "func")
+        if func is not None:
+            expired_frames.discard(func)
+        if argument_info:
+            expired_args.discard(argument_info)
+
+    def leave(thread: int) -> None:
+        inside = current.pop(thread, None)
+        if inside is not None:
+            func = int_arg(inside[1].args, "func")
+            if func is not None:
+                expired_frames.add(func)
+            argument_info = int_arg(inside[1].args, "argumentInfo")
+            if argument_info:
+                expired_args.add(argument_info)
+
+    def use_frame_info(i: int, ev: InfoCall) -> None:
+        inside = current.get(ev.thread)
+        func = int_arg(ev.args, "frameInfo")
+        live = inside is not None and func == int_arg(inside[1].args, "func")
+        token = int_arg(ev.out, "token")
+        entered = int_arg(inside[1].truth, "token") if inside is not None else None
+        if not live and func is not None and func in expired_frames:
+            out.append(Violation(clause="FE2-05", index=i, message=f"frame info {func:#x} used after "
+                                 "its FunctionEnter2 returned"))
+        elif live and ev.hr is not None and hresult_failed(ev.hr):
+            out.append(Violation(clause="FE2-03", index=i, message=f"{ev.name} refused the hook's own "
+                                 f"frame info: {format_hresult(ev.hr)}"))
+        elif live and token is not None and entered is not None and token != entered:
+            out.append(Violation(clause="FE2-03", index=i, message=f"{ev.name} with the hook's frame info "
+                                 f"gave token {token:#010x}, the entered function is {entered:#010x}"))
+
+    def inside_rule(i: int, thread: int, clause: str, what: str) -> None:
+        if thread in current:
             out.append(Violation(clause=clause, index=i, message=f"FunctionEnter2 hook {what}"))
+
+    for i, item in enumerate(events):
+        ev = item.to_event() if isinstance(item, HookEvent) else item
+        if isinstance(ev, ProfilerCallback):
+            if ev.name in _MAPPERS and begins(ev):
+                func_id, client_data = int_arg(ev.args, "funcId"), int_arg(ev.out, "clientData")
+                if func_id is not None and client_data is not None:
+                    mapped[func_id] = client_data
+                    mapper_installed = True
+            elif ev.name == _HOOK:
+                if begins(ev):
+                    enter(i, ev)
+                if ends(ev):
+                    leave(ev.thread)
+        elif isinstance(ev, InfoCall):
+            if ev.name in _EVENT_MASK_CALLS and ends(ev):
+                new_mask = int_arg(ev.args, "dwEvents", "dwEventsLow")
+                if new_mask is not None and (ev.hr is None or not hresult_failed(ev.hr)):
+                    mask = new_mask
+            elif "frameInfo" in ev.args and ends(ev):
+                use_frame_info(i, ev)
+            elif ev.triggers_gc and begins(ev):
+                inside_rule(i, ev.thread, "FE2-11", "attempts a GC")
+        elif isinstance(ev, ThreadOperation):
+            if ev.op == "ReadArgumentInfo":
+                inside = current.get(ev.thread)
+                live = inside is not None and ev.address == int_arg(inside[1].args, "argumentInfo")
+                if not live and ev.address is not None and ev.address in expired_args:
+                    out.append(Violation(clause="FE2-05", index=i, message=f"argumentInfo {ev.address:#x} "
+                                         "used after its FunctionEnter2 returned"))
+            elif ev.op in _INSIDE_RULES:
+                inside_rule(i, ev.thread, *_INSIDE_RULES[ev.op])
     return out
 
 

@@ -7,7 +7,8 @@
 * :class:`HeapSnapshot` carries tracked ObjectIDs across a sequence of GCs with an explicit MR2-16
   policy; :meth:`HeapSnapshot.fit` says which policy reproduces a known outcome of one GC;
   :func:`compose` folds two successive tables into one (policy "dead").
-* :func:`check_gc_events` checks MR2-01/02/09/10/11/12/17 over a sequence of callbacks and inspections.
+* :func:`check_gc_events` checks MR2-01/02/09/10/11/12/17 over a sequence of callbacks and inspections
+  (the shared event vocabulary of :mod:`clr_model.events`).
 * :func:`to_v1` shows what ICorProfilerCallback::MovedReferences' ULONG lengths lose (MR2-13).
 
 Addresses are 64-bit (SIZE_T / ObjectID on a 64-bit runtime). Zero-length ranges are accepted (they
@@ -22,15 +23,18 @@ from typing import Literal, cast
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from clr_model.errors import InvalidInput
+from clr_model.events import Event, ObjectInspection, ProfilerCallback, begins, int_arg
 from clr_model.hresults import hresult_failed, to_unsigned
 from clr_model.violations import Violation
 
 __all__ = [
+    "GC_CALLBACK_NAMES",
     "U64_MAX",
     "ULONG_MAX",
+    "Event",
     "GcReport",
     "HeapEvent",
     "HeapSnapshot",
@@ -411,6 +415,9 @@ def to_v1(table: RangeTable) -> V1Projection:
 class HeapEvent(BaseModel):
     """One step of a recorded sequence: a callback the runtime made, or an inspection the profiler made.
 
+    The MR2 rules' own shorthand from before the shared vocabulary (:mod:`clr_model.events`):
+    :meth:`to_event` gives the event it stands for, and :func:`check_gc_events` accepts either.
+
     ``callback``: ``name`` is the callback (GarbageCollectionStarted, MovedReferences2, MovedReferences,
     GarbageCollectionFinished, ObjectAllocated, ...), ``hr`` what the profiler returned, ``ranges``
     the (old, new, length) triples of a MovedReferences2/MovedReferences, ``object_ids`` ids it handed
@@ -429,13 +436,59 @@ class HeapEvent(BaseModel):
     object_id: int | None = None
     object_key: int | None = None
 
+    def to_event(self) -> ProfilerCallback | ObjectInspection:
+        """The event of the shared vocabulary this step stands for."""
+        try:
+            if self.kind == "inspect":
+                return ObjectInspection(name=self.name, object_id=self.object_id, object_key=self.object_key)
+            args: dict[str, JsonValue] = {}
+            if self.ranges is not None:
+                args["cMovedObjectIDRanges"] = len(self.ranges)
+                for j, key in enumerate(_ARRAYS):
+                    args[key] = [r[j] for r in self.ranges]
+            if self.object_ids:
+                args[_HANDED_OUT_LIST] = list(self.object_ids)
+            hr = to_unsigned(self.hr) if self.hr is not None else None
+            return ProfilerCallback(name=self.name, args=args, hr=hr)
+        except (ValueError, ValidationError) as err:
+            raise InvalidInput(f"HeapEvent {self.name}: {err}".splitlines()[0]) from None
 
-def _table_of(event: HeapEvent, index: int, out: list[Violation]) -> RangeTable | None:
-    if event.ranges is None:
+
+#: ObjectIDs a callback hands out, by parameter name: a single ObjectID or an array of them.
+#: ``objectIds`` is the form a recorder uses when it lists the ids of a callback it does not keep whole.
+_HANDED_OUT_ONE = ("objectId", "thrownObjectId")
+_HANDED_OUT_LIST = "objectIds"
+_HANDED_OUT_MANY = ("objectRefIds", "rootRefIds", _HANDED_OUT_LIST)
+#: The callbacks the MR2 rules read.
+GC_CALLBACK_NAMES = ("GarbageCollectionStarted", "MovedReferences2", "MovedReferences",
+                     "GarbageCollectionFinished")
+
+
+def _handed_out(ev: ProfilerCallback) -> list[int]:
+    ids: list[int] = []
+    for key in _HANDED_OUT_ONE:
+        one = int_arg(ev.args, key)
+        if one is not None:
+            ids.append(one)
+    for key in _HANDED_OUT_MANY:
+        many = ev.args.get(key)
+        if isinstance(many, list):
+            ids += [v for v in many if isinstance(v, int) and not isinstance(v, bool)]
+    return ids
+
+
+def _table_of(event: ProfilerCallback, index: int, out: list[Violation]) -> RangeTable | None:
+    """The range table of a MovedReferences(2) callback (None when the event carries no arrays)."""
+    arrays = [event.args.get(key) for key in _ARRAYS]
+    if all(a is None for a in arrays):
         return None
     try:
-        old, new, lengths = ([r[j] for r in event.ranges] for j in range(3))
-        return RangeTable(old, new, lengths)
+        for key, a in zip(_ARRAYS, arrays, strict=True):
+            if not isinstance(a, list):
+                raise UnequalArrays("MR2-03", None, f"{key} is missing or not an array")
+        old, new, lengths = (cast("list[int]", a) for a in arrays)  # RangeTable checks every item (MR2-06)
+        count = event.args.get("cMovedObjectIDRanges")
+        return RangeTable(old, new, lengths, count if isinstance(count, int) else None)
     except RangeTableError as err:
         out.append(Violation(clause=err.clause, message=str(err), index=index))
         return None
@@ -495,7 +548,7 @@ class _Objects:
         for oid in self.at:
             self.stale.pop(oid, None)
 
-    def inspect(self, ev: HeapEvent, oid: int, index: int) -> Violation | None:
+    def inspect(self, ev: ObjectInspection, oid: int, index: int) -> Violation | None:
         if ev.object_key is None:
             if oid in self.at or oid not in self.stale:
                 self.seen_at(oid)
@@ -526,7 +579,7 @@ class _Objects:
 
 
 def check_gc_events(
-    events: Sequence[HeapEvent], implements_callback4: bool = True, implements_v1: bool = True
+    events: Sequence[Event | HeapEvent], implements_callback4: bool = True, implements_v1: bool = True
 ) -> list[Violation]:
     """Check the MovedReferences2 event rules over one thread-ordered sequence.
 
@@ -539,6 +592,13 @@ def check_gc_events(
     (``object_key``), with any id but the one remapping gives that object. Objects are tracked by
     identity, not address: an id another object was remapped to is that object's, not stale. Range
     tables are validated too.
+
+    Reads (:mod:`clr_model.events`): the callbacks GarbageCollectionStarted, MovedReferences2 (its three
+    arrays by their parameter names; its ``hr``, from the event or from its ``return``),
+    MovedReferences and GarbageCollectionFinished, the ObjectIDs any callback hands out (objectId,
+    objectRefIds, rootRefIds, ...), and object inspections; every other event is ignored.
+    :class:`HeapEvent` steps are read as :meth:`HeapEvent.to_event`. Violations carry the index in
+    ``events``.
     """
     out: list[Violation] = []
     in_gc = False
@@ -554,8 +614,9 @@ def check_gc_events(
                                  f"but no MovedReferences followed before #{where}"))
         pending = None
 
-    for i, ev in enumerate(events):
-        if ev.kind == "inspect":
+    for i, item in enumerate(events):
+        ev = item.to_event() if isinstance(item, HeapEvent) else item
+        if isinstance(ev, ObjectInspection):
             if moving:
                 out.append(Violation(clause="MR2-09", index=i, message=f"{ev.name} inspects ObjectID "
                                      f"{ev.object_id} between MovedReferences2 and "
@@ -565,7 +626,13 @@ def check_gc_events(
                 if found is not None:
                     out.append(found)
             continue
-        for oid in ev.object_ids:
+        if not isinstance(ev, ProfilerCallback):
+            continue
+        if not begins(ev):  # the return of a callback seen at its entry: only MovedReferences2's hr counts
+            if ev.name == "MovedReferences2" and pending is not None and ev.hr is not None:
+                pending = (pending[0], not hresult_failed(ev.hr))
+            continue
+        for oid in _handed_out(ev):
             objects.seen_at(oid)
         if ev.name == "GarbageCollectionStarted":
             unmatched(i)
@@ -577,7 +644,7 @@ def check_gc_events(
             if not in_gc:
                 out.append(Violation(clause="MR2-01", index=i, message="MovedReferences2 outside a GC"))
             unmatched(i)
-            ok = ev.hr is None or not hresult_failed(to_unsigned(ev.hr))
+            ok = ev.hr is None or not hresult_failed(ev.hr)
             pending = (i, ok)
             moving = True
             parsed = _table_of(ev, i, out)

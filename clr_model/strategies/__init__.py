@@ -27,7 +27,15 @@ from clr_model.strategies.context import (
     layouts,
     scalar_fields,
 )
-from clr_model.strategies.events import UNSAFE_CLAUSES, safe_sequences, unsafe_sequences
+from clr_model.strategies.events import (
+    AREAS,
+    UNSAFE_CLAUSES,
+    any_events,
+    area_sequences,
+    mixed_sequences,
+    safe_sequences,
+    unsafe_sequences,
+)
 from clr_model.strategies.function_enter import (
     arguments,
     conforming_returns,
@@ -53,12 +61,15 @@ from clr_model.strategies.stacks import (
 )
 
 __all__ = [
+    "AREAS",
     "UNSAFE_CLAUSES",
     "Arrays",
     "GrowingImpl",
     "ModelImpl",
     "RuntimeLikeImpl",
+    "any_events",
     "any_requests",
+    "area_sequences",
     "arguments",
     "buffers",
     "callback_behaviours",
@@ -78,6 +89,7 @@ __all__ = [
     "invalid_tables",
     "layouts",
     "machine_states",
+    "mixed_sequences",
     "moved_refs",
     "object_ids_for",
     "observed_calls",

@@ -1,8 +1,13 @@
-"""Hypothesis strategies for asynchronous-walk event sequences: safe ones, and unsafe ones per clause."""
+"""Hypothesis strategies for the shared event vocabulary (clr_model.events): any single event, sequences
+mixing the three rule areas on disjoint threads, and asynchronous-walk sequences (safe ones, and unsafe
+ones per clause)."""
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from hypothesis import strategies as st
+from pydantic import JsonValue
 
 from clr_model.async_safety import (
     CallThatMayTriggerGC,
@@ -18,8 +23,29 @@ from clr_model.async_safety import (
     ThreadCreated,
     ThreadDestroyed,
 )
+from clr_model.events import (
+    InfoCall,
+    Mark,
+    ObjectInspection,
+    Phase,
+    ProfilerCallback,
+    ThreadOperation,
+    ThreadOperationName,
+)
+from clr_model.strategies.function_enter import hook_event_sequences
+from clr_model.strategies.moved_refs import gc_event_sequences
 
-__all__ = ["UNSAFE_CLAUSES", "safe_sequences", "unsafe_sequences"]
+__all__ = [
+    "AREAS",
+    "HOOK_THREADS",
+    "UNSAFE_CLAUSES",
+    "Area",
+    "any_events",
+    "area_sequences",
+    "mixed_sequences",
+    "safe_sequences",
+    "unsafe_sequences",
+]
 
 #: The clauses :func:`unsafe_sequences` can break.
 UNSAFE_CLAUSES = ("DSS-22", "DSS-23", "DSS-24", "DSS-25")
@@ -112,3 +138,80 @@ def unsafe_sequences(draw: st.DrawFn, clause: str) -> list[Event]:
     else:
         raise ValueError(f"unsafe_sequences: no breach for clause {clause!r}")
     return events
+
+
+# --- any event, mixed sequences ---------------------------------------------------------------------------
+
+_threads = st.integers(0, 2**64 - 1)
+_u32 = st.integers(0, 2**32 - 1)
+_names = st.sampled_from(["GarbageCollectionStarted", "MovedReferences2", "FunctionEnter2", "ThreadDestroyed",
+                          "DoStackSnapshot", "GetClassFromObject", "SetEventMask", "x"])
+_json: st.SearchStrategy[JsonValue] = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_args = st.dictionaries(st.text(max_size=12), _json, max_size=4)
+_phases = st.sampled_from(get_args(Phase))
+_common = {"seq": st.integers(0, 2**40), "thread": _threads}
+
+
+def any_events() -> st.SearchStrategy[Event]:
+    """Any one event of the vocabulary, with arbitrary JSON arguments."""
+    return st.one_of(
+        st.builds(ProfilerCallback, name=_names, phase=_phases, args=_args, out=_args, hr=st.none() | _u32,
+                  truth=_args, **_common),
+        st.builds(InfoCall, name=_names, phase=_phases, args=_args, out=_args, hr=st.none() | _u32,
+                  may_trigger_gc=st.booleans(), **_common),
+        st.builds(ThreadOperation, op=st.sampled_from(get_args(ThreadOperationName)),
+                  target=st.none() | _threads, lock=st.none() | st.text(max_size=4),
+                  address=st.none() | st.integers(0, 2**64 - 1), args=_args, **_common),
+        st.builds(ObjectInspection, name=_names, object_id=st.none() | st.integers(0, 2**64 - 1),
+                  object_key=st.none() | st.integers(-5, 5), within=st.none() | _names, hr=st.none() | _u32,
+                  **_common),
+        st.builds(Mark, name=_names, payload=st.none() | st.text(max_size=8), data=_args, **_common),
+    )
+
+
+Area = Literal["async_safety", "function_enter", "moved_refs"]
+#: The three rule areas a recorded sequence feeds: asynchronous walks, FunctionEnter2, MovedReferences2.
+AREAS: tuple[Area, ...] = ("async_safety", "function_enter", "moved_refs")
+#: FunctionEnter2 hooks run on threads none of the other areas' strategies use.
+HOOK_THREADS = (2000, 2001, 2002)
+
+
+@st.composite
+def area_sequences(draw: st.DrawFn, area: Area) -> list[Event]:
+    """A sequence one area's checker judges (conforming or not), as events of the shared vocabulary; the
+    FunctionEnter2 one begins with the SetEventMask call that sets its event mask.
+
+    The areas' threads are disjoint: asynchronous walks use 1..4, 900, 901, 1000, 1001; hooks use
+    :data:`HOOK_THREADS`; the GC sequence's callbacks and inspections are on thread 0."""
+    if area == "async_safety":
+        clause = draw(st.sampled_from([None, *UNSAFE_CLAUSES]))
+        return draw(safe_sequences() if clause is None else unsafe_sequences(clause))
+    if area == "function_enter":
+        hooks, mask = draw(hook_event_sequences(conforming=draw(st.booleans()), threads=HOOK_THREADS))
+        set_mask = InfoCall(thread=HOOK_THREADS[0], name="SetEventMask", args={"dwEvents": mask}, hr=0)
+        return [set_mask, *(h.to_event() for h in hooks)]
+    if area == "moved_refs":
+        return [h.to_event() for h in draw(gc_event_sequences())]
+    raise ValueError(f"area_sequences: unknown area {area!r}")
+
+
+@st.composite
+def mixed_sequences(draw: st.DrawFn) -> tuple[list[Event], dict[Area, list[int]]]:
+    """One interleaving of one sequence per area, each event's ``seq`` its position, and per area the
+    positions its events took (in its own order)."""
+    parts = {area: draw(area_sequences(area)) for area in AREAS}
+    tags = [area for area in AREAS for _ in parts[area]]
+    placed = draw(st.permutations(tags))  # which area's next event takes each position
+    cursor = dict.fromkeys(AREAS, 0)
+    positions: dict[Area, list[int]] = {area: [] for area in AREAS}
+    merged: list[Event] = []
+    for pos, area in enumerate(placed):
+        merged.append(parts[area][cursor[area]].model_copy(update={"seq": pos}))
+        cursor[area] += 1
+        positions[area].append(pos)
+    return merged, positions

@@ -57,9 +57,11 @@ def conforming_returns(draw: st.DrawFn) -> tuple[MachineState, MachineState]:
 
 
 @st.composite
-def hook_event_sequences(draw: st.DrawFn, conforming: bool = True) -> tuple[list[HookEvent], int]:
-    """(events, event mask) of enter/leave pairs on a few threads; conforming ones keep every rule,
-    the others may also contain any event anywhere."""
+def hook_event_sequences(
+    draw: st.DrawFn, conforming: bool = True, threads: tuple[int, ...] = (0, 1, 2)
+) -> tuple[list[HookEvent], int]:
+    """(events, event mask) of enter/leave pairs on a few ``threads``; conforming ones keep every rule,
+    the others may also contain any event anywhere (on those threads)."""
     mask = draw(st.sampled_from([0x20, 0x20 | COR_PRF_ENABLE_FUNCTION_ARGS]))
     events: list[HookEvent] = []
     mapped: dict[int, int] = {}
@@ -68,7 +70,7 @@ def hook_event_sequences(draw: st.DrawFn, conforming: bool = True) -> tuple[list
         if fid not in mapped:
             mapped[fid] = draw(st.integers(0, 2**32 - 1))
             events.append(HookEvent(kind="mapper", func_id=fid, client_data=mapped[fid]))
-        thread = draw(st.integers(0, 2))
+        thread = draw(st.sampled_from(threads))
         args = 0x1000 + n * 16 if mask & COR_PRF_ENABLE_FUNCTION_ARGS else 0
         frame = 0x9000 + n
         token = 0x06000000 + fid
@@ -83,7 +85,7 @@ def hook_event_sequences(draw: st.DrawFn, conforming: bool = True) -> tuple[list
             kind = draw(st.sampled_from(["block", "gc", "managed_call", "managed_alloc", "use_frame_info",
                                          "use_argument_info", "enter", "leave", "set_event_mask"]))
             at = draw(st.integers(0, len(events)))
-            events.insert(at, HookEvent(kind=kind, thread=draw(st.integers(0, 2)),
+            events.insert(at, HookEvent(kind=kind, thread=draw(st.sampled_from(threads)),
                                         func_id=draw(st.integers(0, 6)), client_data=draw(st.integers(0, 9)),
                                         func=draw(st.integers(0x9000, 0x9008)),
                                         argument_info=draw(st.integers(0, 0x1100)),

@@ -1,0 +1,1 @@
+"""Tests of the trace-to-model adapters (conformance.adapters)."""
