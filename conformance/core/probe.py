@@ -1,28 +1,38 @@
 """Build and cache the native probe profiler (``conformance/native``, CMake) in the harness cache.
 
-The cache key is the sha256 of every file under ``conformance/native`` plus the first lines of
-``g++ --version`` and ``cmake --version``; a build lives in ``cache_dir()/probe/<key>/`` and is reused.
-Builds happen in a temporary folder beside it and are renamed into place, so concurrent builds (two
-pytest workers) never leave a half-written cache entry.
+The headers generated from the Python tables (``profharness/hresults.h`` from ``clr_model/hresults.py``,
+``profharness/flags.h`` from ``clr_model/flags.py``, by ``conformance/native/tools/gen_constants.py``) are
+written into the build folder before CMake runs and never committed, so they cannot go stale.
+
+The cache key is the sha256 of every file under ``conformance/native``, of the generated headers (a change
+to a Python table rebuilds the probe) and of the first lines of ``g++ --version`` and ``cmake --version``;
+a build lives in ``cache_dir()/probe/<key>/`` and is reused. Builds happen in a temporary folder beside it
+and are renamed into place, so concurrent builds (two pytest workers) never leave a half-written cache entry.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import ModuleType
 
 from conformance.core.errors import HarnessError
 from conformance.core.paths import NATIVE_DIR, cache_dir, staged
 
-#: The probe's class id (CORECLR_PROFILER), as probe.cpp declares it.
+#: The probe's class id (CORECLR_PROFILER), as src/factory.cpp declares it.
 CLSID = "{8C3B5D2E-6F4A-4B1C-9E7D-2A5F3C1B0D9E}"
 #: The file name of the built probe, and of its copy next to a scenario app.
 PROBE_FILE_NAME = "libprofharness_probe.so"
 BUILD_LOG_NAME = "build.log"
+#: The generator of the constant headers, relative to the native folder.
+GENERATOR = Path("tools") / "gen_constants.py"
+#: Where the generated headers go in a build folder (passed to CMake as PROFHARNESS_GENERATED_DIR).
+GENERATED_DIR_NAME = "generated"
 
 _SKIPPED_PARTS = {"__pycache__"}
 
@@ -47,13 +57,52 @@ def _source_files(native_dir: Path) -> list[Path]:
     )
 
 
+def _load_generator(native_dir: Path) -> ModuleType:
+    path = native_dir / GENERATOR
+    spec = importlib.util.spec_from_file_location("_profharness_gen_constants", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise HarnessError(f"{path}: the constant header generator is missing")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a broken generator is a build failure, reported in one line
+        raise HarnessError(f"{path}: cannot load the generator: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def generated_headers(native_dir: Path = NATIVE_DIR) -> dict[str, str]:
+    """The headers ``tools/gen_constants.py`` renders from the Python tables: relative path -> text."""
+    outputs = _load_generator(native_dir).outputs()
+    if not isinstance(outputs, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in outputs.items()
+    ):
+        raise HarnessError(f"{native_dir / GENERATOR}: outputs() must map relative paths to header text")
+    return dict(sorted(outputs.items()))
+
+
+def write_generated_headers(out_dir: Path, native_dir: Path = NATIVE_DIR) -> dict[str, str]:
+    """Writes the generated headers under ``out_dir``; returns what was written."""
+    headers = generated_headers(native_dir)
+    for rel, text in headers.items():
+        path = out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return headers
+
+
 def build_key(native_dir: Path = NATIVE_DIR) -> str:
-    """sha256 over every source file (path and content) and the compiler and cmake versions."""
+    """sha256 over every source file (path and content), the generated headers and the compiler and cmake
+    versions."""
     digest = hashlib.sha256()
     for path in _source_files(native_dir):
         digest.update(path.relative_to(native_dir).as_posix().encode())
         digest.update(b"\0")
         digest.update(path.read_bytes())
+        digest.update(b"\0")
+    for rel, text in generated_headers(native_dir).items():
+        digest.update(f"{GENERATED_DIR_NAME}/{rel}".encode())
+        digest.update(b"\0")
+        digest.update(text.encode())
         digest.update(b"\0")
     digest.update(_tool_version("g++").encode())
     digest.update(b"\0")
@@ -93,10 +142,13 @@ def build_probe(native_dir: Path = NATIVE_DIR) -> Path:
     with staged(final, prefix=f"{key[:12]}-") as work:
         log = work / BUILD_LOG_NAME
         build_dir = work / "build"
+        generated = work / GENERATED_DIR_NAME
+        write_generated_headers(generated, native_dir)
         cmake = shutil.which("cmake") or "cmake"
-        ok = _run_logged(
-            [cmake, "-S", str(native_dir), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"], log, work
-        ) and _run_logged([cmake, "--build", str(build_dir), "-j", str(os.cpu_count() or 1)], log, work)
+        configure = [cmake, "-S", str(native_dir), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+                     f"-DPROFHARNESS_GENERATED_DIR={generated}"]
+        build_cmd = [cmake, "--build", str(build_dir), "-j", str(os.cpu_count() or 1)]
+        ok = _run_logged(configure, log, work) and _run_logged(build_cmd, log, work)
         produced = build_dir / PROBE_FILE_NAME
         if not ok or not produced.is_file():
             failed_log = root / f"{key}.failed.log"

@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-#include "json.h"
+#include "profharness/json.h"
 #include "profharness/hresults.h"
 #include "profharness/types.h"
 

@@ -1,6 +1,6 @@
 // The experiment table and its experiments. Each row: name, function, documented args.
 // New experiments (cross-thread walks under SuspendRuntime, seeded walks, buffer probes, MovedReferences2
-// tag checks, enter/leave hooks) are new rows here; run_experiments_at (probe.cpp) does not change.
+// tag checks, enter/leave hooks) are new rows here; run_experiments_at (dispatch.cpp) does not change.
 #include "experiments.h"
 
 #include <cstring>

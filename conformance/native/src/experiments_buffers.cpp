@@ -38,6 +38,7 @@
 
 #include "experiments.h"
 #include "profharness/hresults.h"
+#include "profharness/metadata.h"
 
 namespace profharness {
 
@@ -188,22 +189,12 @@ HRESULT collect_frame(FunctionID funcId, UINT_PTR, COR_PRF_FRAME_INFO, ULONG32, 
 }
 
 std::string method_name(ProbeState& s, FunctionID fid) {
-    IUnknown* unk = nullptr;
+    ComHolder<IMetaDataImport> md;
     mdToken tok = 0;
-    HRESULT hr = s.info->GetTokenAndMetaDataFromFunction(fid, IID_IMetaDataImport, &unk, &tok);
-    if (failed(hr) || !unk) return std::string();
-    auto* md = static_cast<IMetaDataImport*>(unk);
-    mdTypeDef owner = 0;
-    WCHAR name[256];
-    ULONG n = 0;
-    DWORD attr = 0, impl = 0;
-    PCCOR_SIGNATURE sig = nullptr;
-    ULONG cbSig = 0, rva = 0;
-    std::string result;
-    HRESULT mh = md->GetMethodProps(tok, &owner, name, 256, &n, &attr, &sig, &cbSig, &rva, &impl);
-    if (!failed(mh) && n > 0 && n <= 256) result = utf16_to_utf8(name, static_cast<long>(name[n - 1] == 0 ? n - 1 : n));
-    md->Release();
-    return result;
+    HRESULT hr = function_metadata(s.info, fid, md, tok);
+    if (failed(hr) || !md) return std::string();
+    const MethodProps m = method_props(md.get(), tok, 256);
+    return failed(m.hr) ? std::string() : m.name;
 }
 
 // Walks the current thread and fills t from the first frame named `frame`; false when it is not there.

@@ -1,16 +1,17 @@
-// Process-wide probe state: the plan, the profiler-info interface, the trace, callback counters.
-// Created once (never destroyed: runtime threads may call in during process exit).
+// Process-wide probe state: the plan, the profiler-info interface, the trace, callback counters
+// (state.cpp). Created once (never destroyed: runtime threads may call in during process exit).
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "json.h"
+#include "profharness/json.h"
 #include "profharness/interfaces.h"
-#include "trace.h"
+#include "profharness/trace.h"
 
 namespace profharness {
 
@@ -35,9 +36,12 @@ struct Plan {
     std::vector<std::unique_ptr<PlannedExperiment>> experiments;
 };
 
+// The calling thread's managed ThreadID for the trace writer (state().current_managed_thread()).
+Json managed_thread_of_caller();
+
 class ProbeState {
  public:
-    TraceWriter trace;
+    TraceWriter trace{&managed_thread_of_caller};
     Plan plan;
     ICorProfilerInfo* info = nullptr;  // the highest ICorProfilerInfoN obtained (single-inheritance chain)
     int info_level = 0;
@@ -61,10 +65,18 @@ class ProbeState {
 
 ProbeState& state();
 
-// Runs the experiments planned at `point` (a callback name or "mark:NAME") on the calling thread.
+// Runs the experiments planned at `point` (a callback name or "mark:NAME") on the calling thread
+// (dispatch.cpp).
 void run_experiments_at(const std::string& point);
 
-// Plan parsing (probe.cpp): fills state().plan; problems become probe_error records.
+// Plan parsing (plan.cpp): fills state().plan; problems become probe_error records.
 void load_plan(const char* text);
+
+// What load_plan sets beside state().plan (plan.cpp):
+// plan "replies": {callback name: HRESULT} the probe returns instead of S_OK (CallbackEvent::finish),
+extern bool g_reply_set[kCallbackCountMax];
+extern HRESULT g_reply[kCallbackCountMax];
+// plan "max_ranges": ranges logged per MovedReferences* / SurvivingReferences2 call (SIZE_MAX = all).
+extern std::size_t g_max_ranges;
 
 }  // namespace profharness

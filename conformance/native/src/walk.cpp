@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "events.h"
+#include "profharness/metadata.h"
 
 namespace profharness {
 
@@ -28,7 +29,7 @@ std::uint64_t read_u64(const BYTE* base, std::size_t offset) {
 }
 
 // Resolves one FunctionID: GetFunctionInfo, GetModuleInfo, GetTokenAndMetaDataFromFunction,
-// GetMethodProps, GetTypeDefProps; each recorded as a `call` record.
+// GetMethodProps, GetTypeDefProps (metadata.h); each recorded as a `call` record.
 class Resolver {
  public:
     explicit Resolver(const char* experiment) : exp_(experiment) {}
@@ -55,59 +56,42 @@ class Resolver {
             r.token = Json(tok);
             r.module = module_name(mod);
         }
-        IUnknown* unk = nullptr;
+        ComHolder<IMetaDataImport> md;
         mdToken mdtok = 0;
-        hr = s.info->GetTokenAndMetaDataFromFunction(fid, IID_IMetaDataImport, &unk, &mdtok);
+        hr = function_metadata(s.info, fid, md, mdtok);
         {
             Json a = Json::object();
             a.set("functionId", Json(static_cast<std::uint64_t>(fid))).set("riid", "IMetaDataImport");
             Json o = Json::object();
-            o.set("ppImport", Json::pointer(unk)).set("token", Json(mdtok));
+            o.set("ppImport", Json::pointer(md.get())).set("token", Json(mdtok));
             s.call("GetTokenAndMetaDataFromFunction", exp_, a, o, hr);
         }
-        if (!failed(hr) && unk) {
-            auto* md = static_cast<IMetaDataImport*>(unk);
+        if (!failed(hr) && md) {
             if (r.token.is_null()) r.token = Json(mdtok);
-            mdTypeDef owner = 0;
-            WCHAR name[512];
-            ULONG n = 0;
-            DWORD attr = 0, impl = 0;
-            PCCOR_SIGNATURE sig = nullptr;
-            ULONG cbSig = 0, rva = 0;
-            HRESULT mh = md->GetMethodProps(mdtok, &owner, name, 512, &n, &attr, &sig, &cbSig, &rva, &impl);
+            const MethodProps m = method_props(md.get(), mdtok);
             {
                 Json a = Json::object();
-                a.set("mb", Json(mdtok)).set("cchMethod", Json(512u));
+                a.set("mb", Json(mdtok)).set("cchMethod", Json(kNameChars));
                 Json o = Json::object();
-                o.set("pClass", Json(owner)).set("pchMethod", Json(n));
-                o.set("szMethod", failed(mh) ? Json() : Json(wide_name(name, n)));
-                o.set("pdwAttr", Json(attr)).set("pdwImplFlags", Json(impl));
-                s.call("GetMethodProps", exp_, a, o, mh);
+                o.set("pClass", Json(m.owner)).set("pchMethod", Json(m.pchMethod));
+                o.set("szMethod", failed(m.hr) ? Json() : Json(m.name));
+                o.set("pdwAttr", Json(m.attr)).set("pdwImplFlags", Json(m.implFlags));
+                s.call("GetMethodProps", exp_, a, o, m.hr);
             }
-            if (!failed(mh)) {
-                r.method = Json(wide_name(name, n));
-                WCHAR tname[512];
-                ULONG tn = 0;
-                DWORD tflags = 0;
-                mdToken ext = 0;
-                HRESULT th = md->GetTypeDefProps(owner, tname, 512, &tn, &tflags, &ext);
+            if (!failed(m.hr)) {
+                r.method = Json(m.name);
+                const TypeDefProps t = type_def_props(md.get(), m.owner);
                 Json a = Json::object();
-                a.set("td", Json(owner)).set("cchTypeDef", Json(512u));
+                a.set("td", Json(m.owner)).set("cchTypeDef", Json(kNameChars));
                 Json o = Json::object();
-                o.set("pchTypeDef", Json(tn)).set("szTypeDef", failed(th) ? Json() : Json(wide_name(tname, tn)));
-                o.set("pdwTypeDefFlags", Json(tflags)).set("ptkExtends", Json(ext));
-                s.call("GetTypeDefProps", exp_, a, o, th);
-                if (!failed(th)) r.type = Json(wide_name(tname, tn));
+                o.set("pchTypeDef", Json(t.pchTypeDef)).set("szTypeDef", failed(t.hr) ? Json() : Json(t.name));
+                o.set("pdwTypeDefFlags", Json(t.flags)).set("ptkExtends", Json(t.extends));
+                s.call("GetTypeDefProps", exp_, a, o, t.hr);
+                if (!failed(t.hr)) r.type = Json(t.name);
             }
-            md->Release();
         }
         cache_[fid] = r;
         return r;
-    }
-
-    static std::string wide_name(const WCHAR* buf, ULONG n) {
-        if (n == 0) return std::string();
-        return utf16_to_utf8(buf, static_cast<long>(buf[n - 1] == 0 ? n - 1 : n));
     }
 
  private:
@@ -133,10 +117,10 @@ class Resolver {
             Json o = Json::object();
             o.set("ppBaseLoadAddress", Json::pointer(base)).set("pcchName", Json(needed));
             bool fits = !failed(hr) && needed <= size;
-            o.set("szName", fits ? Json(wide_name(buf.data(), needed)) : Json());
+            o.set("szName", fits ? Json(wide_name(buf.data(), needed, size)) : Json());
             o.set("pAssemblyId", Json(static_cast<std::uint64_t>(asm_id)));
             s.call("GetModuleInfo", exp_, a, o, hr);
-            if (fits) { result = Json(wide_name(buf.data(), needed)); break; }
+            if (fits) { result = Json(wide_name(buf.data(), needed, size)); break; }
             if (needed <= size || needed > (1u << 20)) break;
             buf.assign(needed, 0);
         }

@@ -36,7 +36,8 @@
 #include <vector>
 
 #include "experiments.h"
-#include "json.h"
+#include "profharness/json.h"
+#include "profharness/flags.h"
 #include "profharness/hresults.h"
 #include "profharness/interfaces.h"
 #include "profharness/types.h"

@@ -1,5 +1,6 @@
-"""conformance.core.probe: build + cache the probe; the built .so's exports, class factory, QueryInterface,
-Initialize without a trace, and its trace writer (driven through the COM vtable from a subprocess)."""
+"""conformance.core.probe: build + cache the probe (key over the sources and the generated headers); the
+built .so's exports, class factory, QueryInterface, Initialize without a trace, and its trace writer (driven
+through the COM vtable from a subprocess); the static common library linked into another shared library."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from enum import IntEnum
 from pathlib import Path
 
 import pytest
@@ -56,15 +58,36 @@ def test_key_changes_with_sources(tmp_path: Path) -> None:
     shutil.copytree(NATIVE_DIR, copy)
     key = probe.build_key(copy)
     assert key == probe.build_key(NATIVE_DIR)
-    (copy / "src" / "json.cpp").write_text((copy / "src" / "json.cpp").read_text() + "\n// changed\n")
+    (copy / "common" / "json.cpp").write_text((copy / "common" / "json.cpp").read_text() + "\n// changed\n")
     assert probe.build_key(copy) != key
+
+
+def test_key_changes_with_the_hresult_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generated header is part of the key: a change to clr_model/hresults.py rebuilds the probe."""
+    import clr_model.hresults as hresults
+
+    key = probe.build_key()
+    members = {n: int(m) for n, m in HResult.__members__.items()}
+    monkeypatch.setattr(hresults, "HResult", IntEnum("HResult", {**members, "E_FAIL": 0x80004006}))
+    assert probe.build_key() != key
+    monkeypatch.setattr(hresults, "HResult", IntEnum("HResult", members))
+    assert probe.build_key() == key
+
+
+def test_a_broken_generator_is_one_line(tmp_path: Path) -> None:
+    copy = tmp_path / "native"
+    shutil.copytree(NATIVE_DIR, copy)
+    (copy / probe.GENERATOR).write_text("raise RuntimeError('boom')\n")
+    expected = r"gen_constants\.py: cannot load the generator: RuntimeError: boom$"
+    with pytest.raises(HarnessError, match=expected):
+        probe.build_key(copy)
 
 
 def test_build_failure_names_first_error_and_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROFHARNESS_CACHE", str(tmp_path / "cache"))
     copy = tmp_path / "native"
     shutil.copytree(NATIVE_DIR, copy)
-    (copy / "src" / "json.cpp").write_text("this is not C++;\n")
+    (copy / "common" / "json.cpp").write_text("this is not C++;\n")
     with pytest.raises(HarnessError) as info:
         probe.build_probe(copy)
     message = info.value.message
@@ -240,3 +263,79 @@ def test_bad_plan_is_reported_not_fatal(probe_so: Path, tmp_path: Path) -> None:
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert any(r["kind"] == "probe_error" and "not JSON" in r["what"] for r in records)
     assert records[-1]["kind"] == "end"
+
+
+# A stand-in for a recording proxy: a shared library of its own, linking only profharness_common. It writes
+# a trace through the common TraceWriter (with its own managed-thread source) and holds a fake COM object in
+# a ComHolder, whose Release must run exactly once when the holder goes out of scope.
+PROXY_SOURCE = r"""
+#include <cstdint>
+#include "profharness/com.h"
+#include "profharness/hresults.h"
+#include "profharness/trace.h"
+using namespace profharness;
+namespace {
+struct Counted : IUnknown {
+    int refs = 1, releases = 0;
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID, void**) override { return E_NOINTERFACE; }
+    ULONG STDMETHODCALLTYPE AddRef() override { return static_cast<ULONG>(++refs); }
+    ULONG STDMETHODCALLTYPE Release() override { ++releases; return static_cast<ULONG>(--refs); }
+};
+Json seven() { return Json(7); }
+}
+extern "C" __attribute__((visibility("default"))) std::int64_t proxy_run(const char* path) {
+    TraceWriter trace(&seven);
+    std::string err;
+    if (!trace.open(path, err)) return -1;
+    Counted obj;
+    {
+        ComHolder<IUnknown> held(&obj);
+        ComHolder<IUnknown> moved(std::move(held));
+        Json f = Json::object();
+        f.set("held", Json(static_cast<bool>(moved))).set("released_inside", Json(obj.releases));
+        trace.write("proxy", f);
+    }
+    Json f = Json::object();
+    f.set("releases", Json(obj.releases)).set("e_fail", Json(static_cast<std::uint32_t>(E_FAIL)));
+    trace.write("proxy", f);
+    return trace.count();
+}
+"""
+
+
+def test_common_library_links_into_another_shared_library(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    generated = tmp_path / "generated"
+    probe.write_generated_headers(generated)
+    cmake = shutil.which("cmake") or "cmake"
+    subprocess.run(
+        [cmake, "-S", str(NATIVE_DIR), "-B", str(build), f"-DPROFHARNESS_GENERATED_DIR={generated}"],
+        check=True, capture_output=True, text=True, timeout=600,
+    )
+    subprocess.run(
+        [cmake, "--build", str(build), "--target", "profharness_common"],
+        check=True, capture_output=True, text=True, timeout=600,
+    )
+    archive = build / "libprofharness_common.a"
+    assert archive.is_file()
+    source = tmp_path / "proxy.cpp"
+    source.write_text(PROXY_SOURCE)
+    proxy = tmp_path / "libproxy.so"
+    done = subprocess.run(
+        ["g++", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
+         f"-I{NATIVE_DIR / 'include'}", f"-I{generated}", str(source), str(archive), "-o", str(proxy)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr  # a non-PIC archive fails to link here
+    trace = tmp_path / "proxy.jsonl"
+    script = (
+        "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); lib.proxy_run.restype = ctypes.c_int64;"
+        "print(lib.proxy_run(sys.argv[2].encode()))"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(proxy), str(trace)],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "2"
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [(r["seq"], r["kind"], r["tid"]) for r in records] == [(0, "proxy", 7), (1, "proxy", 7)]
+    assert (records[0]["held"], records[0]["released_inside"]) == (True, 0)
+    assert records[1]["releases"] == 1 and records[1]["e_fail"] == HResult.E_FAIL

@@ -1,5 +1,6 @@
-"""The probe's own interface header: vtable slots computed by the compiler, anchored by published facts;
-HRESULT constants equal to clr_model.hresults; generated files up to date with tools/interfaces.txt."""
+"""The probe's own headers: interface vtable slots computed by the compiler, anchored by published facts;
+generated files up to date with tools/interfaces.txt; the HRESULT and flag headers generated from
+clr_model.hresults / clr_model.flags (one table per fact: never committed, never redefined by hand)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import re
 import shutil
 import subprocess
 import sys
+from enum import IntEnum
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from clr_model.flags import CorPrfHighMonitor, CorPrfMonitor, CorPrfSnapshotInfo
 from clr_model.hresults import HResult
+from conformance.core import probe
 from conformance.core.paths import NATIVE_DIR
 
 TOOLS = NATIVE_DIR / "tools"
@@ -128,23 +132,82 @@ def test_generated_files_up_to_date() -> None:
         assert Path(path).read_text() == text, f"{path} is stale: run tools/gen_interfaces.py"
 
 
+#: every native source folder: the probe (src), the common library (common) and its headers (include)
+NATIVE_SOURCES = ("src", "common", "include")
+HRESULT_NAME = r"\b((?:S|E|CLASS_E|CORPROF_E|HRESULT_ERROR)_[A-Z0-9_]+)\b"
+
+
+def native_sources() -> list[Path]:
+    return sorted(p for folder in NATIVE_SOURCES for p in (NATIVE_DIR / folder).rglob("*.*") if p.is_file())
+
+
+def generated(rel: str) -> str:
+    return probe.generated_headers()[rel]
+
+
 def header_hresults() -> dict[str, int]:
-    text = (INCLUDE / "profharness" / "hresults.h").read_text()
-    found = re.findall(r"inline constexpr HRESULT (\w+) = hr_of\(0x([0-9A-Fa-f]{8})u\);", text)
+    pattern = r"inline constexpr HRESULT (\w+) = hr_of\(0x([0-9A-F]{8})u\);"
+    found = re.findall(pattern, generated("profharness/hresults.h"))
     return {name: int(value, 16) for name, value in found}
 
 
-def test_header_hresults_equal_model_table() -> None:
-    constants = header_hresults()
-    assert len(constants) >= 10
-    for name, value in constants.items():
-        assert name in HResult.__members__, f"{name} missing from clr_model.hresults"
-        assert HResult[name].value == value, name
+def test_generated_hresults_header_equals_model_table() -> None:
+    """Every HResult name, in table order, with its value: nothing added, nothing left out."""
+    assert list(header_hresults().items()) == [(n, int(m)) for n, m in HResult.__members__.items()]
+
+
+def test_generated_flags_header_equals_model_tables() -> None:
+    pattern = r"inline constexpr (?:DWORD|ULONG32) (\w+) = 0x([0-9A-F]{8})u;"
+    found = re.findall(pattern, generated("profharness/flags.h"))
+    expected = [
+        (name, int(member))
+        for table in (CorPrfMonitor, CorPrfHighMonitor, CorPrfSnapshotInfo)
+        for name, member in table.__members__.items()
+    ]
+    assert [(name, int(value, 16)) for name, value in found] == expected
+
+
+def test_generated_headers_follow_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The header is rendered from the table at build time: a new table entry appears in it."""
+    import clr_model.hresults as hresults
+
+    members = {n: int(m) for n, m in HResult.__members__.items()}
+    grown = IntEnum("HResult", {**members, "E_NEW_ONE": 0x80001234})
+    monkeypatch.setattr(hresults, "HResult", grown)
+    assert "inline constexpr HRESULT E_NEW_ONE = hr_of(0x80001234u);" in generated("profharness/hresults.h")
+
+
+def test_generated_headers_are_not_committed() -> None:
+    """They live only in the build folder, so a committed copy can never go stale."""
+    for rel in probe.generated_headers():
+        assert not (INCLUDE / rel).exists(), f"{INCLUDE / rel} must not be committed (built from the table)"
+        assert not (NATIVE_DIR / "src" / Path(rel).name).exists()
 
 
 def test_probe_sources_use_only_declared_hresults() -> None:
     declared = set(header_hresults())
     used: set[str] = set()
-    for path in (NATIVE_DIR / "src").glob("*.*"):
-        used |= set(re.findall(r"\b((?:S|E|CLASS_E|CORPROF_E|HRESULT_ERROR)_[A-Z_]+)\b", path.read_text()))
+    for path in native_sources():
+        used |= set(re.findall(HRESULT_NAME, path.read_text()))
     assert used <= declared, used - declared
+    assert {"S_OK", "E_FAIL", "CORPROF_E_UNSUPPORTED_CALL_SEQUENCE"} <= used  # the scan sees the sources
+
+
+def hand_defined(text: str) -> set[str]:
+    """Names a C++ text defines as a constant or macro."""
+    constants = re.findall(r"\bconstexpr\s+[\w:<>]+\s+(\w+)\s*[={]", text)
+    macros = re.findall(r"^\s*#\s*define\s+(\w+)", text, flags=re.MULTILINE)
+    return set(constants) | set(macros)
+
+
+def test_no_source_defines_an_hresult_or_flag_by_hand() -> None:
+    """One table per fact: constants of the Python tables are only defined by the generated headers."""
+    sample = "inline constexpr HRESULT S_OK = hr_of(0u);\n#define E_FAIL 1\nconstexpr ULONG32 COR_X{2};\n"
+    assert hand_defined(sample) == {"S_OK", "E_FAIL", "COR_X"}
+    assert hand_defined(generated("profharness/flags.h")) >= set(CorPrfSnapshotInfo.__members__)
+    names = set(HResult.__members__)
+    for table in (CorPrfMonitor, CorPrfHighMonitor, CorPrfSnapshotInfo):
+        names |= set(table.__members__)
+    for path in native_sources():
+        clash = hand_defined(path.read_text()) & names
+        assert not clash, f"{path.relative_to(NATIVE_DIR)} defines {sorted(clash)}: use the generated header"

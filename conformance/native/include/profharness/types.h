@@ -81,10 +81,8 @@ using COR_PRF_RUNTIME_TYPE = std::int32_t;
 using COR_PRF_GC_GENERATION = std::int32_t;
 using COR_PRF_CLAUSE_TYPE = std::int32_t;
 
-// COR_PRF_SNAPSHOT_INFO
-inline constexpr ULONG32 COR_PRF_SNAPSHOT_DEFAULT = 0x0;
-inline constexpr ULONG32 COR_PRF_SNAPSHOT_REGISTER_CONTEXT = 0x1;
-inline constexpr ULONG32 COR_PRF_SNAPSHOT_X86_OPTIMIZED = 0x2;
+// Flag values (COR_PRF_MONITOR, COR_PRF_HIGH_MONITOR, COR_PRF_SNAPSHOT_INFO) are in the generated
+// profharness/flags.h, HRESULTs in the generated profharness/hresults.h (tools/gen_constants.py).
 
 // COR_PRF_RUNTIME_TYPE
 inline constexpr COR_PRF_RUNTIME_TYPE COR_PRF_DESKTOP_CLR = 0x1;

@@ -1,5 +1,6 @@
 // The trace writer (docs/design.md "The trace"): JSON Lines, one write(2) per record on an O_APPEND
 // descriptor, seq assigned in write order, os_tid and managed tid on every record.
+// Part of profharness_common: the probe and a recording proxy write the same records.
 #pragma once
 
 #include <atomic>
@@ -7,12 +8,20 @@
 #include <mutex>
 #include <string>
 
-#include "json.h"
+#include "profharness/json.h"
 
 namespace profharness {
 
 class TraceWriter {
  public:
+    // The managed ThreadID of the calling thread as JSON (null when it has none). The writer's owner
+    // supplies it (the probe asks ICorProfilerInfo::GetCurrentThreadID); without one every tid is null.
+    using ManagedThreadFn = Json (*)();
+
+    explicit TraceWriter(ManagedThreadFn managed_thread = nullptr) : managed_thread_(managed_thread) {}
+    TraceWriter(const TraceWriter&) = delete;
+    TraceWriter& operator=(const TraceWriter&) = delete;
+
     // Creates (truncates) the file. Returns false with a one-line reason.
     bool open(const char* path, std::string& error);
     bool is_open() const { return fd_ >= 0; }
@@ -21,6 +30,7 @@ class TraceWriter {
     std::int64_t count() const { return written_.load(); }
 
  private:
+    ManagedThreadFn managed_thread_;
     int fd_ = -1;
     std::mutex mu_;
     std::int64_t next_seq_ = 0;

@@ -1,12 +1,11 @@
-#include "trace.h"
+// The trace writer of profharness_common (include/profharness/trace.h).
+#include "profharness/trace.h"
 
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include "state.h"
 
 namespace profharness {
 
@@ -22,7 +21,7 @@ bool TraceWriter::open(const char* path, std::string& error) {
 void TraceWriter::write(const char* kind, const Json& fields) {
     if (fd_ < 0) return;
     const long os_tid = static_cast<long>(::syscall(SYS_gettid));
-    Json tid = state().current_managed_thread();
+    Json tid = managed_thread_ ? managed_thread_() : Json();
     std::string tail;
     fields.dump(tail);  // "{...}"
     std::string head;

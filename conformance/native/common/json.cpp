@@ -1,4 +1,4 @@
-#include "json.h"
+#include "profharness/json.h"
 
 #include <cerrno>
 #include <cmath>
