@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, overload
+from typing import Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -46,8 +46,10 @@ __all__ = [
     "BufferNeverSettled",
     "BufferOutcome",
     "BufferUnderfilled",
-    "CallRecord",
+    "BufferViolation",
+    "CallField",
     "CallerBrokeContract",
+    "ClientCall",
     "ClientResult",
     "Impl",
     "ObservedCall",
@@ -269,6 +271,34 @@ class ObservedCall(BaseModel):
         return self
 
 
+#: which observed field a :class:`BufferViolation` is about
+CallField = Literal[
+    "beyond",  # something changed past cBufferSizeStart (BUF-01)
+    "overfill",  # more elements written than the buffer holds (BUF-01)
+    "null-sized",  # the request itself: NULL buffer with a non-zero size (BUF-04)
+    "rejected",  # the legal (NULL, 0) form refused with an argument error (BUF-04)
+    "unset",  # *pcBufferMax not set (BUF-02)
+    "count",  # *pcBufferMax is not the total (BUF-02)
+    "count-without-nul",  # a string's *pcBufferMax leaves out the NUL (BUF-09)
+    "written",  # number of elements written (BUF-03)
+    "element",  # an element differs from the full answer's prefix (BUF-03)
+    "unterminated",  # a string's last written element is not the NUL (BUF-09)
+    "hresult",  # the HRESULT (BUF-05, BUF-09, BUF-10)
+]
+
+
+class BufferViolation(Violation):
+    """A disagreement of one observed call with the model, with the field it is about and the two values
+    (``got`` observed, ``want`` the model's; an HRESULT, a count or an element), so a caller can render it
+    without the values that vary between machines or runs (a path's length, a ClassID)."""
+
+    field: CallField
+    got: int | None = None
+    want: int | None = None
+    element: int | None = Field(default=None, description="index of the element (element, unterminated)")
+    size: int = Field(default=0, description="the call's cBufferSizeStart")
+
+
 def _element(value: int | None) -> str:
     return "untouched" if value is None else f"{value:#x}"
 
@@ -281,19 +311,22 @@ def _check_content(call: ObservedCall, full: tuple[int, ...], string: bool) -> l
     want = expected_content(full, call.c_buffer_size_start, call.buffer_present, string=string)
     out: list[Violation] = []
     seen: set[str] = set()
+    size = call.c_buffer_size_start
     for i, (got, exp) in enumerate(zip(call.content, want, strict=False)):
         if got == exp:
             continue
+        field: CallField
         if string and i == len(want) - 1 and got is not None:
-            clause = "BUF-09"
+            clause, field = "BUF-09", "unterminated"
             message = (f"element {i} = {_element(got)}: the string is not NUL-terminated, expected the NUL "
                        f"in its last written element {i}")
         else:
-            clause = "BUF-03"
+            clause, field = "BUF-03", "element"
             message = f"element {i} = {_element(got)}, expected {exp:#x} (the full answer's prefix)"
         if clause not in seen:
             seen.add(clause)
-            out.append(Violation(clause=clause, message=message))
+            out.append(BufferViolation(clause=clause, message=message, field=field, got=got, want=exp,
+                                       element=i, size=size))
     return out
 
 
@@ -315,8 +348,16 @@ def check_observed(
     out: list[Violation] = []
     hr = to_unsigned(call.hr)
     size = call.c_buffer_size_start
+
+    def add(clause: str, field: CallField, message: str, got: int | None = None, want: int | None = None
+            ) -> None:
+        out.append(
+            BufferViolation(clause=clause, message=message, field=field, got=got, want=want, size=size)
+        )
+
     if not call.buffer_present and size != 0:
-        return [Violation(clause="BUF-04", message=f"InfoBuffer is NULL but cBufferSizeStart={size}")]
+        add("BUF-04", "null-sized", f"InfoBuffer is NULL but cBufferSizeStart={size}", got=size)
+        return out
     full: tuple[int, ...] | None = None
     total = available
     if full_answer is not None:
@@ -331,33 +372,37 @@ def check_observed(
     capacity = size if call.buffer_present else 0
     if call.written_beyond > 0:
         beyond = call.written_beyond
-        out.append(Violation(clause="BUF-01", message=f"wrote past element {size} (at least {beyond} "
-                             f"elements beyond cBufferSizeStart={size}), expected none"))
+        add("BUF-01", "beyond", f"wrote past element {size} (at least {beyond} elements beyond "
+            f"cBufferSizeStart={size}), expected none", got=beyond)
     elif call.elements_written > capacity:
-        out.append(Violation(clause="BUF-01",
-                             message=f"{call.elements_written} elements written into a buffer of {capacity}"))
+        add("BUF-01", "overfill", f"{call.elements_written} elements written into a buffer of {capacity}",
+            got=call.elements_written, want=capacity)
     rejected = not call.buffer_present and hr in _ARGUMENT_ERRORS
     if rejected:
-        out.append(Violation(clause="BUF-04", message=f"the legal (NULL, 0) form rejected with "
-                             f"{format_hresult(hr)}, expected it to be accepted"))
+        add("BUF-04", "rejected", f"the legal (NULL, 0) form rejected with {format_hresult(hr)}, expected it "
+            "to be accepted", got=hr, want=HResult.S_OK.value)
     if total is None:
         if call.pc_buffer_max is None:
-            out.append(Violation(clause="BUF-02", message="*pcBufferMax was not set"))
+            add("BUF-02", "unset", "*pcBufferMax was not set")
         if capacity == 0 and hr != HResult.S_OK.value and not rejected:  # nothing fits, whatever the total
-            out.append(Violation(clause="BUF-10", message=f"returned {format_hresult(hr)} with no element "
-                                 f"returned, expected {format_hresult(HResult.S_OK.value)}"))
+            add("BUF-10", "hresult", f"returned {format_hresult(hr)} with no element returned, expected "
+                f"{format_hresult(HResult.S_OK.value)}", got=hr, want=HResult.S_OK.value)
         return out
     model = expected(total, size, call.buffer_present)
     if call.pc_buffer_max != model.pc_buffer_max:
-        if string and call.pc_buffer_max == total - 1:
-            out.append(Violation(clause="BUF-09", message=f"*pcBufferMax={call.pc_buffer_max} leaves out the "
-                                 f"NUL terminator, expected {total} (the count includes the NUL)"))
+        if call.pc_buffer_max is None:
+            add("BUF-02", "unset", f"*pcBufferMax was not set, expected the total {model.pc_buffer_max}",
+                want=model.pc_buffer_max)
+        elif string and call.pc_buffer_max == total - 1:
+            add("BUF-09", "count-without-nul", f"*pcBufferMax={call.pc_buffer_max} leaves out the NUL "
+                f"terminator, expected {total} (the count includes the NUL)", got=call.pc_buffer_max,
+                want=total)
         else:
-            out.append(Violation(clause="BUF-02", message=f"*pcBufferMax={call.pc_buffer_max}, "
-                                 f"expected the total {model.pc_buffer_max}"))
+            add("BUF-02", "count", f"*pcBufferMax={call.pc_buffer_max}, expected the total "
+                f"{model.pc_buffer_max}", got=call.pc_buffer_max, want=model.pc_buffer_max)
     if call.elements_written != model.elements_written and call.elements_written <= capacity:
-        out.append(Violation(clause="BUF-03", message=f"{call.elements_written} elements written, "
-                             f"expected min(total, size) = {model.elements_written}"))
+        add("BUF-03", "written", f"{call.elements_written} elements written, expected min(total, size) = "
+            f"{model.elements_written}", got=call.elements_written, want=model.elements_written)
     if full is not None:
         out.extend(_check_content(call, full, string))
     if hr != model.hresult and not rejected:
@@ -367,8 +412,8 @@ def check_observed(
             clause, what = "BUF-05", ""
         else:
             clause, what = "BUF-10", " with no element returned"
-        out.append(Violation(clause=clause, message=f"returned {format_hresult(hr)}{what}, expected "
-                             f"{format_hresult(model.hresult)}"))
+        add(clause, "hresult", f"returned {format_hresult(hr)}{what}, expected "
+            f"{format_hresult(model.hresult)}", got=hr, want=model.hresult)
     return out
 
 
@@ -378,7 +423,7 @@ Impl = Callable[[int, list[T | None] | None], tuple[int, int]]
 
 
 @dataclass(frozen=True)
-class CallRecord:
+class ClientCall:
     """One call a strategy made: what it asked and what it got."""
 
     c_buffer_size_start: int
@@ -390,23 +435,23 @@ class CallRecord:
 @dataclass(frozen=True)
 class ClientResult(Generic[T]):
     elements: list[T]
-    log: list[CallRecord] = field(default_factory=list)
+    log: list[ClientCall] = field(default_factory=list)
 
 
-def _call(impl: Impl[T], size: int, log: list[CallRecord]) -> tuple[list[T | None] | None, int, int]:
+def _call(impl: Impl[T], size: int, log: list[ClientCall]) -> tuple[list[T | None] | None, int, int]:
     buffer: list[T | None] | None = [None] * size if size > 0 else None
     answer = impl(size, buffer)
     if not (isinstance(answer, tuple) and len(answer) == 2):
         raise InvalidInput(f"impl({size}) returned {answer!r}, expected (hr, pc_buffer_max)")
     hr, pc_max = to_unsigned(answer[0]), _count("pc_buffer_max", answer[1])
-    log.append(CallRecord(c_buffer_size_start=size, buffer_present=buffer is not None, hr=hr,
+    log.append(ClientCall(c_buffer_size_start=size, buffer_present=buffer is not None, hr=hr,
                           pc_buffer_max=pc_max))
     if hresult_failed(hr) and not (hr == _INSUFFICIENT and pc_max > size):
         raise BufferCallFailed(f"call #{len(log) - 1} (cBufferSizeStart={size}) failed: {format_hresult(hr)}")
     return buffer, hr, pc_max
 
 
-def _take(buffer: list[T | None] | None, n: int, log: list[CallRecord]) -> list[T]:
+def _take(buffer: list[T | None] | None, n: int, log: list[ClientCall]) -> list[T]:
     got = (buffer or [])[:n]
     missing = [i for i, v in enumerate(got) if v is None]
     if len(got) < n or missing:
@@ -419,7 +464,7 @@ def single_pass(impl: Impl[T], initial: int, max_rounds: int = 8) -> ClientResul
     """BUF-06/BUF-08: call with a buffer of ``initial`` elements; while *pcBufferMax exceeds the buffer,
     reallocate *pcBufferMax elements and call again (at most ``max_rounds`` calls)."""
     size = _count("initial", initial)
-    log: list[CallRecord] = []
+    log: list[ClientCall] = []
     for _ in range(max(max_rounds, 1)):
         buffer, _hr, pc_max = _call(impl, size, log)
         if pc_max <= size:  # BUF-08: not truncated
@@ -432,7 +477,7 @@ def single_pass(impl: Impl[T], initial: int, max_rounds: int = 8) -> ClientResul
 def double_pass(impl: Impl[T], max_rounds: int = 8) -> ClientResult[T]:
     """BUF-07: ask with a zero-length (NULL) buffer, then allocate exactly *pcBufferMax and call again;
     if the answer grew meanwhile, retry with the new size (BUF-11), at most ``max_rounds`` sized calls."""
-    log: list[CallRecord] = []
+    log: list[ClientCall] = []
     _buffer, _hr, size = _call(impl, 0, log)
     if size == 0:
         return ClientResult(elements=[], log=log)

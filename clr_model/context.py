@@ -8,8 +8,9 @@ below were read from public headers and declared here by field name, offset and 
   XSTATE state after it (``XStateFeaturesMask``, ``XStateReserved0``, ``Ymm0H..Ymm15H``,
   ``KMask0..KMask7``, ``Zmm0H..Zmm15H``, ``Zmm16..Zmm31``), so the Linux CONTEXT of later runtimes is
   larger (3104 bytes with the AVX-512 tail) while .NET Core 3.1's is 1232: see :data:`AMD64_PAL_XSTATE`.
-  Never hard-code the size a runtime uses; take it from the runtime (the probe's header record) and
-  :meth:`ContextLayout.with_size` or :func:`amd64_layout_for_size`.
+  The size each known runtime uses is in :data:`RUNTIME_CONTEXT_LAYOUTS` (by runtime version, the one
+  table of that fact: :func:`runtime_context_size`); for others use :meth:`ContextLayout.with_size` or
+  :func:`amd64_layout_for_size` with the size the runtime reports.
 * x86: winnt.h ``CONTEXT`` (716 = 0x2CC bytes, 4-aligned) with its 112-byte ``FLOATING_SAVE_AREA``.
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "AMD64_PAL_XSTATE",
     "CONTEXT_AMD64",
     "CONTEXT_I386",
+    "RUNTIME_CONTEXT_LAYOUTS",
     "X86_CONTEXT",
     "Arch",
     "ContextError",
@@ -37,6 +39,8 @@ __all__ = [
     "ContextTooShort",
     "amd64_flags",
     "amd64_layout_for_size",
+    "runtime_context_layout",
+    "runtime_context_size",
     "x86_flags",
 ]
 
@@ -351,3 +355,24 @@ def amd64_layout_for_size(size: int) -> ContextLayout:
     if size > AMD64_PAL_XSTATE.size:
         return AMD64_PAL_XSTATE.with_size(size)
     return AMD64_CONTEXT.with_size(size)
+
+
+#: The Linux x64 CONTEXT of each known runtime, by version prefix: .NET Core 3.1's pal.h ends the AMD64
+#: CONTEXT at LastExceptionFromRip (1232 bytes); .NET 8's appends the XSTATE / AVX / AVX-512 tail (3104).
+RUNTIME_CONTEXT_LAYOUTS: Mapping[str, ContextLayout] = MappingProxyType(
+    {"3.": AMD64_CONTEXT, "8.": AMD64_PAL_XSTATE}
+)
+
+
+def runtime_context_layout(version: str) -> ContextLayout | None:
+    """The CONTEXT layout of runtime ``version`` (e.g. "8.0.4"); None when the harness does not know it."""
+    for prefix, layout in RUNTIME_CONTEXT_LAYOUTS.items():
+        if version.startswith(prefix):
+            return layout
+    return None
+
+
+def runtime_context_size(version: str) -> int | None:
+    """sizeof(CONTEXT) of the runtime ``version``; None when the harness does not know it."""
+    layout = runtime_context_layout(version)
+    return layout.size if layout is not None else None

@@ -12,7 +12,7 @@ a :class:`~clr_model.errors.ModelError`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from clr_model.context import AMD64_CONTEXT, X86_CONTEXT, Arch, ContextLayout
 from clr_model.errors import InvalidInput
 from clr_model.flags import CorPrfSnapshotInfo
-from clr_model.hresults import HResult, format_hresult
+from clr_model.hresults import HResult, format_hresult, hresult_failed
 from clr_model.violations import Violation as Violation
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "ManagedFrame",
     "ObservedCallback",
     "Os",
-    "Outcome",
     "Platform",
     "Seed",
     "SeedNotOnStack",
@@ -46,6 +45,8 @@ __all__ = [
     "ThreadState",
     "UnmanagedFrame",
     "Violation",
+    "WalkOutcome",
+    "align",
     "author_violations",
     "check_observed",
     "function_from_ip",
@@ -234,7 +235,9 @@ class Callback(ObservedCallback):
     clauses: tuple[str, ...] = ()
 
 
-class Outcome(BaseModel):
+class WalkOutcome(BaseModel):
+    """One outcome of a walk: the HRESULT and the callbacks, with the clauses that justify them."""
+
     model_config = _FROZEN
     hresult: U32
     callbacks: tuple[Callback, ...]
@@ -251,12 +254,12 @@ class Snapshot(BaseModel):
     input: SnapshotInput
     synchronous: bool
     #: alternatives[0] is the exact conforming outcome
-    alternatives: tuple[Outcome, ...]
+    alternatives: tuple[WalkOutcome, ...]
     #: DSS-20: how many managed frames at the top an unseeded asynchronous walk may skip
     may_skip_top_managed: int = 0
 
     @property
-    def exact(self) -> Outcome:
+    def exact(self) -> WalkOutcome:
         return self.alternatives[0]
 
     @property
@@ -268,17 +271,44 @@ class Snapshot(BaseModel):
         return self.exact.callbacks
 
     def conforms(
-        self, observed: Sequence[ObservedCallback], observed_hr: int, *, compare_addresses: bool = True
+        self,
+        observed: Sequence[ObservedCallback],
+        observed_hr: int,
+        *,
+        compare_addresses: bool = True,
+        names: Mapping[int, str] | None = None,
     ) -> list[Violation]:
-        """Violations of an observed walk; empty when it matches any allowed outcome."""
+        """Every violation of an observed walk against the closest allowed outcome; [] when it matches one.
+
+        ``names`` (FunctionID -> a name) makes the messages name functions instead of giving their ids."""
+        return self.closest(observed, observed_hr, compare_addresses=compare_addresses, names=names)[1]
+
+    def closest(
+        self,
+        observed: Sequence[ObservedCallback],
+        observed_hr: int,
+        *,
+        compare_addresses: bool = True,
+        names: Mapping[int, str] | None = None,
+    ) -> tuple[WalkOutcome, list[Violation]]:
+        """The allowed outcome the observed walk matches (violations []), or else the closest one (the most
+        callbacks in common, then the fewest violations, then the document's order) with all its
+        violations."""
         observed = tuple(observed)
         hr = observed_hr & 0xFFFFFFFF
-        problems = [_diff(alt, observed, hr, self, compare_addresses) for alt in self.alternatives]
-        for found in problems:
-            if not found:
-                return []
-        best = min(range(len(problems)), key=lambda i: (-_common_prefix(self.alternatives[i], observed), i))
-        return problems[best]
+        found = [
+            (alt, _diff(alt, observed, hr, self, compare_addresses, names or {})) for alt in self.alternatives
+        ]
+        for alt, problems in found:
+            if not problems:
+                return alt, []
+        ids = [o.func_id for o in observed]
+
+        def rank(i: int) -> tuple[int, int, int]:
+            alt, problems = found[i]
+            return (-len(align([c.func_id for c in alt.callbacks], ids)), len(problems), i)
+
+        return found[min(range(len(found)), key=rank)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -346,7 +376,7 @@ def _leading_run(frames: Sequence[ManagedFrame | UnmanagedFrame]) -> _Report:
 
 def _deliver(
     reports: Sequence[_Report], inp: SnapshotInput, walk_clauses: tuple[str, ...], reason: str
-) -> Outcome:
+) -> WalkOutcome:
     with_ctx = bool(inp.info_flags & COR_PRF_SNAPSHOT_REGISTER_CONTEXT)
     size = inp.platform.runtime_context_size if with_ctx else 0
     callbacks: list[Callback] = []
@@ -364,12 +394,14 @@ def _deliver(
             )
         )
         if returned != _S_OK:
-            return Outcome(hresult=_ABORTED, callbacks=tuple(callbacks), clauses=("DSS-26",), reason=reason)
-    return Outcome(hresult=_S_OK, callbacks=tuple(callbacks), clauses=walk_clauses, reason=reason)
+            return WalkOutcome(
+                hresult=_ABORTED, callbacks=tuple(callbacks), clauses=("DSS-26",), reason=reason
+            )
+    return WalkOutcome(hresult=_S_OK, callbacks=tuple(callbacks), clauses=walk_clauses, reason=reason)
 
 
-def _error(hr: int, clauses: tuple[str, ...], reason: str = "") -> Outcome:
-    return Outcome(hresult=hr, callbacks=(), clauses=clauses, reason=reason)
+def _error(hr: int, clauses: tuple[str, ...], reason: str = "") -> WalkOutcome:
+    return WalkOutcome(hresult=hr, callbacks=(), clauses=clauses, reason=reason)
 
 
 def snapshot(inp: SnapshotInput) -> Snapshot:
@@ -379,8 +411,8 @@ def snapshot(inp: SnapshotInput) -> Snapshot:
     kind_clause = "DSS-17" if sync else "DSS-18"
     who = ("DSS-01",) if inp.state.is_current else ("DSS-02", "DSS-13")
 
-    def result(alternatives: list[Outcome], skip: int = 0) -> Snapshot:
-        unique: list[Outcome] = []
+    def result(alternatives: list[WalkOutcome], skip: int = 0) -> Snapshot:
+        unique: list[WalkOutcome] = []
         for alt in alternatives:
             if all((alt.hresult, alt.callbacks) != (u.hresult, u.callbacks) for u in unique):
                 unique.append(alt)
@@ -414,9 +446,9 @@ def snapshot(inp: SnapshotInput) -> Snapshot:
     if sync:
         walk_clauses += ("DSS-10",)
 
-    def unseeded() -> tuple[list[_Report], list[Outcome], int]:
+    def unseeded() -> tuple[list[_Report], list[WalkOutcome], int]:
         reports = _reports(frames, first_managed) if first_managed is not None else []
-        extra: list[Outcome] = []
+        extra: list[WalkOutcome] = []
         skip = 0
         if top in ("native", "pinvoke"):
             # DSS-30: the other reading reports the unmanaged code on top as a run.
@@ -470,25 +502,53 @@ def snapshot(inp: SnapshotInput) -> Snapshot:
 # Comparing an observed walk with the model
 
 
-def _common_prefix(alt: Outcome, observed: Sequence[ObservedCallback]) -> int:
-    n = 0
-    for exp, obs in zip(alt.callbacks, observed, strict=False):
-        if exp.func_id != obs.func_id:
-            break
-        n += 1
-    return n
+def align(expected: Sequence[int], observed: Sequence[int]) -> list[tuple[int, int]]:
+    """The longest common subsequence of two FunctionID sequences as (expected index, observed index)
+    pairs, in order: the callbacks an observed walk has in common with a predicted one."""
+    n, m = len(expected), len(observed)
+    # lengths[i][j]: LCS length of expected[i:] and observed[j:]
+    lengths = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            if expected[i] == observed[j]:
+                lengths[i][j] = lengths[i + 1][j + 1] + 1
+            else:
+                lengths[i][j] = max(lengths[i + 1][j], lengths[i][j + 1])
+    pairs: list[tuple[int, int]] = []
+    i = j = 0
+    while i < n and j < m:
+        if expected[i] == observed[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif lengths[i + 1][j] >= lengths[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+def _who(func_id: int, names: Mapping[int, str]) -> str:
+    if func_id == 0:
+        return "an unmanaged run (FunctionID 0)"
+    return names.get(func_id) or f"FunctionID {func_id:#x}"
+
+
+def _chain(func_id: int, names: Mapping[int, str]) -> str:
+    return "[unmanaged]" if func_id == 0 else _who(func_id, names)
 
 
 def _diff(
-    alt: Outcome,
+    alt: WalkOutcome,
     observed: Sequence[ObservedCallback],
     hr: int,
     snap: Snapshot,
     compare_addresses: bool,
+    names: Mapping[int, str],
 ) -> list[Violation]:
-    out: list[Violation] = []
+    """Every way ``observed`` differs from ``alt``, each with its clause (not only the first)."""
     expected = alt.callbacks
     inp = snap.input
+    out: list[Violation] = []
     if hr != alt.hresult:
         out.append(
             Violation(
@@ -497,90 +557,188 @@ def _diff(
                 f"{format_hresult(alt.hresult)}",
             )
         )
-    # callbacks after a callback returned something other than S_OK (DSS-26)
-    for i, obs in enumerate(observed[:-1]):
-        if obs.hr is not None and obs.hr != _S_OK:
+    exp_ids = [c.func_id for c in expected]
+    obs_ids = [o.func_id for o in observed]
+    error_clause = alt.clauses[0] if alt.hresult != _S_OK and alt.hresult != _ABORTED and alt.clauses else ""
+    if not observed and expected:
+        # a walk that failed and delivered nothing is one disagreement: its HRESULT (reported above)
+        if not (hresult_failed(hr) and hr != alt.hresult):
+            shown = " > ".join(_chain(f, names) for f in exp_ids)
             out.append(
+                Violation(clause="DSS-03", message=f"no callback; the model has {len(expected)}: {shown}")
+            )
+        return out
+    if observed and not expected:
+        shown = " > ".join(_chain(f, names) for f in obs_ids)
+        out.append(
+            Violation(
+                clause=error_clause or ("DSS-26" if alt.hresult == _ABORTED else "DSS-03"),
+                message=f"{len(observed)} callback(s) where the model has none: {shown}",
+            )
+        )
+        return out
+
+    pairs = align(exp_ids, obs_ids)
+    paired_exp = {i for i, _ in pairs}
+    paired_obs = {j for _, j in pairs}
+    lost = [i for i in range(len(expected)) if i not in paired_exp]
+    extra = [j for j in range(len(observed)) if j not in paired_obs]
+    # a managed frame reported in another place than the model's: out of order (DSS-16)
+    moved: list[tuple[int, int]] = []
+    for j in list(extra):
+        if obs_ids[j] == 0:
+            continue
+        i = next((i for i in lost if exp_ids[i] == obs_ids[j]), None)
+        if i is not None:
+            moved.append((i, j))
+            lost.remove(i)
+            extra.remove(j)
+    seeded_start = inp.seed is not None and inp.thread.top_kind == "helper"
+    first_exp = pairs[0][0] if pairs else len(expected)
+    first_obs = pairs[0][1] if pairs else len(observed)
+
+    # (sort position, violation): sequence faults in walk order
+    found: list[tuple[int, Violation]] = []
+    for i, j in moved:
+        found.append(
+            (
+                j,
                 Violation(
-                    clause="DSS-26",
-                    message=f"the callback returned {format_hresult(obs.hr)} but the walk went on "
-                    f"({len(observed) - i - 1} more callback(s))",
-                    index=i + 1,
+                    clause="DSS-16",
+                    message=f"{_who(obs_ids[j], names)} comes out of order: the model has it at #{i} "
+                    "(leaf first)",
+                    index=j,
+                ),
+            )
+        )
+
+    def gap_of(index: int, side: int) -> int:
+        """How many aligned pairs come before ``index`` (0: expected side, 1: observed side)."""
+        return sum(1 for p in pairs if p[side] < index)
+
+    for gap in range(len(pairs) + 1):
+        gap_lost = [i for i in lost if gap_of(i, 0) == gap]
+        gap_extra = [j for j in extra if gap_of(j, 1) == gap]
+        substituted = list(zip(gap_lost, gap_extra, strict=False))
+        for i, j in substituted:
+            e, o = exp_ids[i], obs_ids[j]
+            if seeded_start and i < first_exp:
+                clause = "DSS-08"
+            elif (e == 0) != (o == 0):
+                clause = "DSS-30" if o == 0 and j == 0 and inp.thread.top_kind == "helper" else "DSS-15"
+            else:
+                clause = "DSS-03"
+            found.append(
+                (
+                    j,
+                    Violation(
+                        clause=clause,
+                        message=f"a callback for {_who(o, names)} where the model has {_who(e, names)} "
+                        f"(its #{i})",
+                        index=j,
+                    ),
                 )
             )
-            break
-    common = _common_prefix(alt, observed)
-    if common < min(len(expected), len(observed)):
-        exp, obs = expected[common], observed[common]
-        if (exp.func_id == 0) != (obs.func_id == 0):
-            clause = "DSS-15"
-            msg = f"FunctionID {obs.func_id:#x} where the model has {exp.func_id:#x} (0 = unmanaged run)"
-        elif any(e.func_id == obs.func_id for e in expected[common + 1 :]):
-            clause = (
-                "DSS-20" if snap.may_skip_top_managed and common <= snap.may_skip_top_managed else "DSS-16"
+        for i in gap_lost[len(substituted) :]:
+            e = exp_ids[i]
+            if e == 0:
+                clause = "DSS-15"
+            elif seeded_start and i < first_exp:
+                clause = "DSS-08"
+            elif snap.may_skip_top_managed and i < first_exp:
+                clause = "DSS-20"
+            else:
+                clause = "DSS-03"
+            found.append(
+                (
+                    first_obs if gap == 0 else pairs[gap - 1][1] + 1,
+                    Violation(clause=clause, message=f"no callback for {_who(e, names)}, the model's #{i}"),
+                )
             )
-            msg = f"FunctionID {obs.func_id:#x} comes too early: {exp.func_id:#x} expected first"
-        else:
-            clause = "DSS-03"
-            msg = f"FunctionID {obs.func_id:#x} is not the model's frame {exp.func_id:#x}"
-        if common == 0 and inp.seed is not None and inp.thread.top_kind == "helper":
-            clause = "DSS-08"
-            msg = f"a seeded walk must start at the seed's frame {exp.func_id:#x}, not {obs.func_id:#x}"
-        out.append(Violation(clause=clause, message=msg, index=common))
-    elif len(observed) > len(expected):
-        clause = "DSS-26" if alt.hresult == _ABORTED else "DSS-03"
-        out.append(
-            Violation(
-                clause=clause,
-                message=f"{len(observed) - len(expected)} callback(s) more than the model's {len(expected)}",
-                index=len(expected),
-            )
-        )
-    elif len(observed) < len(expected):
-        missing = expected[len(observed)]
-        out.append(
-            Violation(
-                clause="DSS-20" if snap.may_skip_top_managed else "DSS-03",
-                message=f"{len(expected) - len(observed)} callback(s) missing, from FunctionID "
-                f"{missing.func_id:#x}",
-                index=len(observed),
-            )
-        )
-    for i, (exp, obs) in enumerate(zip(expected, observed, strict=False)):
-        if i >= common:
-            break
-        if obs.client_data != inp.client_data:
-            out.append(
-                Violation(
-                    clause="DSS-04",
-                    message=f"clientData {obs.client_data:#x}, passed {inp.client_data:#x}",
-                    index=i,
+        for j in gap_extra[len(substituted) :]:
+            o = obs_ids[j]
+            if alt.hresult == _ABORTED and j >= len(expected):
+                clause, msg = "DSS-26", f"a callback for {_who(o, names)} after the walk was to stop"
+            elif error_clause:
+                clause, msg = error_clause, f"a callback for {_who(o, names)} where the model fails the walk"
+            elif o == 0 and j == 0:
+                clause, msg = (
+                    "DSS-30",
+                    "a FunctionID 0 callback for the unmanaged code on top (the model has none)",
+                )
+            elif o == 0:
+                clause, msg = "DSS-15", "a FunctionID 0 callback where the model has no unmanaged run"
+            elif seeded_start and j < first_obs:
+                clause, msg = "DSS-08", f"a callback for {_who(o, names)} above the seed's frame"
+            elif o in exp_ids:
+                clause, msg = "DSS-03", f"{_who(o, names)} reported again"
+            else:
+                clause, msg = "DSS-03", f"a callback for {_who(o, names)}, not a frame of the thread"
+            found.append((j, Violation(clause=clause, message=msg, index=j)))
+
+    for i, j in sorted([*pairs, *moved], key=lambda p: p[1]):
+        exp, obs = expected[i], observed[j]
+        if obs.client_data != exp.client_data:  # DSS-04: the model's prediction for this callback
+            found.append(
+                (
+                    j,
+                    Violation(
+                        clause="DSS-04",
+                        message=f"clientData {obs.client_data:#x}, the model's callback gets "
+                        f"{exp.client_data:#x}",
+                        index=j,
+                    ),
                 )
             )
         if (obs.context is None) != (exp.context is None) or obs.context_size != exp.context_size:
-            out.append(
-                Violation(
-                    clause="DSS-05",
-                    message=f"context {'present' if obs.context else 'absent'} (size {obs.context_size}), "
-                    f"infoFlags {inp.info_flags:#x} calls for "
-                    f"{'one' if exp.context else 'none'} (size {exp.context_size})",
-                    index=i,
+            found.append(
+                (
+                    j,
+                    Violation(
+                        clause="DSS-05",
+                        message=f"context {'present' if obs.context else 'absent'} (size {obs.context_size}),"
+                        f" infoFlags {inp.info_flags:#x} calls for "
+                        f"{'one' if exp.context else 'none'} (size {exp.context_size})",
+                        index=j,
+                    ),
+                )
+            )
+        if obs.hr is not None and exp.hr is not None and obs.hr != exp.hr:
+            found.append(
+                (
+                    j,
+                    Violation(
+                        clause="DSS-26",
+                        message=f"the callback returned {format_hresult(obs.hr)}, the model's callback "
+                        f"returns {format_hresult(exp.hr)}",
+                        index=j,
+                    ),
                 )
             )
         if compare_addresses:
             if obs.ip != exp.ip:
-                out.append(
-                    Violation(clause="DSS-03", message=f"ip {obs.ip:#x}, the frame's is {exp.ip:#x}", index=i)
-                )
-            if obs.context is not None and exp.context is not None and obs.context != exp.context:
-                out.append(
-                    Violation(
-                        clause="DSS-05",
-                        message=f"context ip/sp {obs.context.ip:#x}/{obs.context.sp:#x}, the frame's are "
-                        f"{exp.context.ip:#x}/{exp.context.sp:#x}",
-                        index=i,
+                found.append(
+                    (
+                        j,
+                        Violation(
+                            clause="DSS-03", message=f"ip {obs.ip:#x}, the frame's is {exp.ip:#x}", index=j
+                        ),
                     )
                 )
+            if obs.context is not None and exp.context is not None and obs.context != exp.context:
+                found.append(
+                    (
+                        j,
+                        Violation(
+                            clause="DSS-05",
+                            message=f"context ip/sp {obs.context.ip:#x}/{obs.context.sp:#x}, the frame's "
+                            f"are {exp.context.ip:#x}/{exp.context.sp:#x}",
+                            index=j,
+                        ),
+                    )
+                )
+    found.sort(key=lambda f: f[0])
+    out.extend(v for _, v in found)
     return out
 
 
@@ -590,10 +748,12 @@ def check_observed(
     observed_hr: int,
     *,
     compare_addresses: bool = True,
+    names: Mapping[int, str] | None = None,
 ) -> list[Violation]:
-    """Compare a live DoStackSnapshot (its callbacks and HRESULT) with the model; [] when it conforms."""
+    """Compare a live DoStackSnapshot (its callbacks and HRESULT) with the model: every violation, each
+    with its clause; [] when it conforms. ``names`` (FunctionID -> name) is used in the messages."""
     return snapshot(model_input).conforms(
-        observed_callbacks, observed_hr, compare_addresses=compare_addresses
+        observed_callbacks, observed_hr, compare_addresses=compare_addresses, names=names
     )
 
 

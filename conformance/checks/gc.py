@@ -14,19 +14,24 @@ as inspections naming each object by its Tag, so the model itself says where eac
 the GC. :meth:`HeapSnapshot.fit` says which MR2-16 policy reproduces the scenario's outcome.
 
 Two runs per runtime: ``gc-moves`` (the probe returns S_OK from every callback) and ``gc-moves-fail-mr2``
-(the probe returns E_FAIL from MovedReferences2, for MR2-12).
+(the plan's ``replies`` make the probe return E_FAIL from MovedReferences2, for MR2-12). What the profiler
+returned from each callback is taken from the plan the harness wrote (``Evidence.plan``), never from the
+HRESULT the probe recorded: a probe that ignores ``replies`` is judged by what it was asked to do.
+
+Every judge lists each disagreement in ``Judgement.disagreements``, one stable line each (object numbers
+of the scenario, clause names, HRESULT names; no addresses or trace positions).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from clr_model.hresults import HResult, format_hresult, hresult_failed
+from clr_model.hresults import HResult, format_hresult, hresult_failed, to_unsigned
 from clr_model.moved_refs import (
     HeapEvent,
     HeapSnapshot,
@@ -37,10 +42,9 @@ from clr_model.moved_refs import (
 )
 from clr_model.violations import Violation
 from conformance.core.errors import HarnessError
-from conformance.core.paths import SCENARIOS_DIR
 from conformance.core.trace import CallbackRecord, MarkRecord, Trace
 from conformance.suite.registry import experiment, judge
-from conformance.suite.verdicts import Evidence, Judge, Judgement, Status
+from conformance.suite.verdicts import Evidence, Judgement, Status
 
 SCENARIO = "gc-moves"
 #: bytes of a Tagged object from its ObjectID: method table pointer + Tag + Twin
@@ -222,8 +226,29 @@ def _needs_table(run: GcRun, table: RangeTable | RangeTableError) -> RangeTable:
     return table
 
 
-def heap_events(trace: Trace) -> list[HeapEvent]:
-    """The recorded GC callbacks as the model's event sequence (ranges of MovedReferences2 included)."""
+# --- what the harness asked the probe to return ------------------------------------------------------------
+
+
+def planned_replies(plan: Mapping[str, Any]) -> dict[str, int]:
+    """The plan's ``replies`` (callback name -> HRESULT the probe is to return); the probe returns S_OK from
+    every other callback. Read from the plan the harness wrote, never from the probe's records."""
+    raw = plan.get("replies", {})
+    if not isinstance(raw, Mapping):
+        raise HarnessError(f"plan 'replies' must be a table of callback name -> HRESULT, got {raw!r}")
+    out: dict[str, int] = {}
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise HarnessError(f"plan replies.{name}: expected an HRESULT number, got {value!r}")
+        out[str(name)] = to_unsigned(value)
+    return out
+
+
+def heap_events(trace: Trace, replies: Mapping[str, int] | None = None) -> list[HeapEvent]:
+    """The recorded GC callbacks as the model's event sequence (ranges of MovedReferences2 included).
+
+    ``replies``: what the profiler returned from each callback, from the plan (:func:`planned_replies`;
+    S_OK for a callback it does not name). Without it (None) the recorded HRESULTs are used, which only
+    reports and tests of the probe itself should do."""
     events: list[HeapEvent] = []
     for r in trace.callbacks():
         if r.name not in GC_CALLBACKS:
@@ -232,18 +257,22 @@ def heap_events(trace: Trace) -> list[HeapEvent]:
         if r.name == "MovedReferences2" and "old" in r.args and not r.args.get("truncated"):
             old, new, length, _ = _ranges(r)
             ranges = tuple(zip(old, new, length, strict=False))
-        events.append(HeapEvent(kind="callback", name=r.name, hr=r.hr, ranges=ranges))
+        hr = r.hr if replies is None else replies.get(r.name, int(HResult.S_OK))
+        events.append(HeapEvent(kind="callback", name=r.name, hr=hr, ranges=ranges))
     return events
 
 
-def inspected_events(trace: Trace, run: GcRun) -> tuple[list[HeapEvent], list[int]]:
+def inspected_events(
+    trace: Trace, run: GcRun, replies: Mapping[str, int] | None = None
+) -> tuple[list[HeapEvent], list[int]]:
     """The GC callbacks and the scenario's two captures as inspections, in trace order, with their seqs.
 
     Each captured object is named by its Tag (``object_key``): the model tracks it by identity through
     the GC and says whether the after-capture used the id remapping gives it (MR2-17)."""
     tags = run.tags
-    timeline: list[tuple[int, HeapEvent]] = list(zip((r.seq for r in _gc_records(trace)), heap_events(trace),
-                                                     strict=True))
+    timeline: list[tuple[int, HeapEvent]] = list(
+        zip((r.seq for r in _gc_records(trace)), heap_events(trace, replies), strict=True)
+    )
     for capture in (run.before, run.after):
         for i, oid in enumerate(capture.ids):
             timeline.append(
@@ -258,23 +287,56 @@ def _gc_records(trace: Trace) -> list[CallbackRecord]:
     return [r for r in trace.callbacks() if r.name in GC_CALLBACKS]
 
 
-def _violations(trace: Trace, clause: str) -> tuple[list[Violation], list[CallbackRecord]]:
-    records = _gc_records(trace)
-    found = [v for v in check_gc_events(heap_events(trace)) if v.clause == clause]
+def _violations(ev: Evidence, clause: str) -> tuple[list[Violation], list[CallbackRecord]]:
+    records = _gc_records(ev.trace)
+    events = heap_events(ev.trace, planned_replies(ev.plan))
+    found = [v for v in check_gc_events(events) if v.clause == clause]
     return found, records
+
+
+def _lines(items: list[str]) -> tuple[str, ...]:
+    """Disagreement lines: each once, in first-seen order."""
+    return tuple(dict.fromkeys(items))
+
+
+def _object_lines(what: str, indexes: Any) -> list[str]:
+    return [f"live object #{int(i)}: {what}" for i in indexes]
+
+
+# --- experiments --------------------------------------------------------------------------------------
+
+GC_MOVES = experiment("gc-moves", scenario=SCENARIO)
+#: MR2-12: only the reply differs from the scenario's plan.json (the probe returns E_FAIL from
+#: MovedReferences2). Numbers until conformance.core.plans resolves symbolic names ("E_FAIL").
+GC_MOVES_FAIL_MR2 = experiment(
+    "gc-moves-fail-mr2",
+    scenario=SCENARIO,
+    plan_overlay={"replies": {"MovedReferences2": "E_FAIL"}},
+)
+
+
+def fail_mr2_plan() -> dict[str, Any]:
+    """The overlay of the MR2-12 experiment (what differs from the scenario's plan.json)."""
+    return dict(GC_MOVES_FAIL_MR2.plan_overlay or {})
 
 
 # --- judges -------------------------------------------------------------------------------------------
 
 
+@judge("MR2-01", GC_MOVES, what="MovedReferences2 arrives inside the forced compacting GC")
 def judge_mr2_01(ev: Evidence) -> Judgement:
     run = read_run(ev.trace)
-    violations, records = _violations(ev.trace, "MR2-01")
+    violations, records = _violations(ev, "MR2-01")
     expected = (
         "every MovedReferences2 between GarbageCollectionStarted and GarbageCollectionFinished; "
         ">= 1 in the forced compacting GC"
     )
     evidence = tuple(r.seq for r in records)[:40]
+    lines = [v.message for v in violations]
+    if len(run.started) != 1:
+        lines.append(f"{len(run.started)} GarbageCollectionStarted between the captures, expected 1")
+    if not run.batches:
+        lines.append("no MovedReferences2 in the forced compacting GC")
     if violations:
         v = violations[0]
         return Judgement(
@@ -282,13 +344,15 @@ def judge_mr2_01(ev: Evidence) -> Judgement:
             observed=f"{len(violations)} outside a GC, first: {v.message} (seq {records[v.index or 0].seq})",
             expected=expected,
             evidence=evidence,
+            disagreements=_lines(lines),
         )
-    if not run.batches or len(run.started) != 1:
+    if lines:
         return Judgement(
             status=D,
             observed=f"{len(run.batches)} MovedReferences2 in {len(run.started)} GC(s) between the captures",
             expected=expected,
             evidence=run.evidence(),
+            disagreements=_lines(lines),
         )
     total = sum(1 for r in records if r.name == "MovedReferences2")
     return Judgement(
@@ -299,14 +363,24 @@ def judge_mr2_01(ev: Evidence) -> Judgement:
     )
 
 
+@judge(
+    "MR2-02",
+    GC_MOVES,
+    what="MovedReferences2 is delivered to a profiler implementing ICorProfilerCallback4",
+)
 def judge_mr2_02(ev: Evidence) -> Judgement:
-    violations, records = _violations(ev.trace, "MR2-02")
+    violations, records = _violations(ev, "MR2-02")
     mr2 = [r for r in records if r.name == "MovedReferences2"]
     expected = "MovedReferences2 delivered to the probe, which implements ICorProfilerCallback4"
     evidence = tuple(r.seq for r in mr2)[:40]
     if violations or not mr2:
+        lines = [v.message for v in violations] or ["no MovedReferences2 delivered"]
         return Judgement(
-            status=D, observed=f"{len(mr2)} MovedReferences2 delivered", expected=expected, evidence=evidence
+            status=D,
+            observed=f"{len(mr2)} MovedReferences2 delivered",
+            expected=expected,
+            evidence=evidence,
+            disagreements=_lines(lines),
         )
     return Judgement(
         status=C,
@@ -317,6 +391,7 @@ def judge_mr2_02(ev: Evidence) -> Judgement:
     )
 
 
+@judge("MR2-03", GC_MOVES, what="three parallel arrays of cMovedObjectIDRanges entries")
 def judge_mr2_03(ev: Evidence) -> Judgement:
     run = read_run(ev.trace)
     expected = (
@@ -326,15 +401,24 @@ def judge_mr2_03(ev: Evidence) -> Judgement:
     records = [r for r in ev.trace.callbacks("MovedReferences2")]
     if not records:
         return Judgement(status=NA, observed="no MovedReferences2 recorded", expected=expected)
+    bad: list[tuple[CallbackRecord, RangeTableError]] = []
     for r in records:
         old, new, length, count = _ranges(r)
         try:
             RangeTable(old, new, length, count=count)
         except RangeTableError as err:
             if err.clause == "MR2-03":
-                return Judgement(
-                    status=D, observed=f"seq {r.seq}: {err}", expected=expected, evidence=(r.seq,)
-                )
+                bad.append((r, err))
+    if bad:
+        first, first_err = bad[0]
+        doc = (type(first_err).__doc__ or "").strip().splitlines()[0]
+        return Judgement(
+            status=D,
+            observed=f"{len(bad)} of {len(records)} calls; first seq {first.seq}: {first_err}",
+            expected=expected,
+            evidence=tuple(b.seq for b, _ in bad)[:40],
+            disagreements=_lines([f"MovedReferences2 ranges: {doc}"]),
+        )
     sizes = sorted({int(r.args["cMovedObjectIDRanges"]) for r in records})
     return Judgement(
         status=C,
@@ -345,15 +429,24 @@ def judge_mr2_03(ev: Evidence) -> Judgement:
     )
 
 
-def _overlap_judge(clause: str, space: str) -> Judge:
-    def judge(ev: Evidence) -> Judgement:
+def _overlap_judge(clause: str, space: str) -> Callable[[Evidence], Judgement]:
+    def judge_overlap(ev: Evidence) -> Judgement:
         run, table = _run(ev)
         expected = f"the GC's ranges are disjoint in {space} space (RangeTable validation)"
         if isinstance(table, RangeTableError):
             if table.clause == clause:
-                return Judgement(status=D, observed=str(table), expected=expected, evidence=run.evidence())
+                return Judgement(
+                    status=D,
+                    observed=str(table),
+                    expected=expected,
+                    evidence=run.evidence(),
+                    disagreements=(f"ranges of the forced compacting GC overlap in {space} space",),
+                )
             return Judgement(
-                status=NA, observed=f"table invalid for another rule: {table}", expected=expected
+                status=NA,
+                observed=f"the ranges are not a valid table for another rule ({table}): {clause} cannot "
+                "be judged",
+                expected=expected,
             )
         return Judgement(
             status=C,
@@ -362,7 +455,13 @@ def _overlap_judge(clause: str, space: str) -> Judge:
             evidence=run.evidence(),
         )
 
-    return Judge(clause, judge, f"MovedReferences2 ranges of one GC do not overlap in {space} space")
+    judge_overlap.__name__ = judge_overlap.__qualname__ = f"judge_{clause.lower().replace('-', '_')}"
+    return judge_overlap
+
+
+_OVERLAP = "MovedReferences2 ranges of one GC do not overlap in {} space"
+judge_mr2_14 = judge("MR2-14", GC_MOVES, what=_OVERLAP.format("old"))(_overlap_judge("MR2-14", "old"))
+judge_mr2_15 = judge("MR2-15", GC_MOVES, what=_OVERLAP.format("new"))(_overlap_judge("MR2-15", "new"))
 
 
 def _split(
@@ -374,6 +473,7 @@ def _split(
     return live_before, new, found
 
 
+@judge("MR2-07", GC_MOVES, what="every live tracked object lies in a range (half-open membership)")
 def judge_mr2_07(ev: Evidence) -> Judgement:
     run, t = _run(ev)
     table = _needs_table(run, t)
@@ -392,6 +492,7 @@ def judge_mr2_07(ev: Evidence) -> Judgement:
             f"first #{i} {int(live_before[i]):#x} -> {int(after[i]):#x}",
             expected=expected,
             evidence=run.evidence(),
+            disagreements=tuple(_object_lines("in no range, yet it moved", lost)),
         )
     return Judgement(
         status=C,
@@ -401,6 +502,7 @@ def judge_mr2_07(ev: Evidence) -> Judgement:
     )
 
 
+@judge("MR2-08", GC_MOVES, what="model remap of the old address == the scenario's new address")
 def judge_mr2_08(ev: Evidence) -> Judgement:
     run, t = _run(ev)
     table = _needs_table(run, t)
@@ -420,6 +522,8 @@ def judge_mr2_08(ev: Evidence) -> Judgement:
             f"{int(new[i]):#x}, scenario {int(after[i]):#x}",
             expected=expected,
             evidence=run.evidence(),
+            disagreements=tuple(_object_lines("the model's remapped id is not its address after the GC",
+                                              wrong)),
         )
     return Judgement(
         status=C,
@@ -429,6 +533,7 @@ def judge_mr2_08(ev: Evidence) -> Judgement:
     )
 
 
+@judge("MR2-04", GC_MOVES, what="ranges hold live objects only: dead tracked objects in no range")
 def judge_mr2_04(ev: Evidence) -> Judgement:
     run, t = _run(ev)
     table = _needs_table(run, t)
@@ -454,7 +559,11 @@ def judge_mr2_04(ev: Evidence) -> Judgement:
         )
         if spilled:
             what += f"{'; ' if what else ''}{len(spilled)} live objects cross a range end"
-        return Judgement(status=D, observed=what, expected=expected, evidence=run.evidence())
+        lines = [f"dead object #{int(k)}: inside a range" for k in np.flatnonzero(found)]
+        lines += _object_lines("crosses the end of its range", spilled)
+        return Judgement(
+            status=D, observed=what, expected=expected, evidence=run.evidence(), disagreements=tuple(lines)
+        )
     return Judgement(
         status=C,
         observed=f"0 of {run.dead} dead objects in a range; {int(live_found.sum())} live "
@@ -464,6 +573,7 @@ def judge_mr2_04(ev: Evidence) -> Judgement:
     )
 
 
+@judge("MR2-05", GC_MOVES, what="a range's new start is its first object's new address")
 def judge_mr2_05(ev: Evidence) -> Judgement:
     run, t = _run(ev)
     table = _needs_table(run, t)
@@ -481,6 +591,9 @@ def judge_mr2_05(ev: Evidence) -> Judgement:
             f"{int(table.new[k]):#x}, object #{i} is at {run.after.ids[i]:#x}",
             expected=expected,
             evidence=run.evidence(),
+            disagreements=tuple(
+                _object_lines("its range's new start is not its address after the GC", (i for _, i in bad))
+            ),
         )
     return Judgement(
         status=C,
@@ -490,14 +603,17 @@ def judge_mr2_05(ev: Evidence) -> Judgement:
     )
 
 
+@judge("MR2-06", GC_MOVES, what="every block has a SIZE_T length; MovedReferences = the ULONG cut")
 def judge_mr2_06(ev: Evidence) -> Judgement:
     run, t = _run(ev)
     table = _needs_table(run, t)
     expected = "a SIZE_T length for every block; MovedReferences carries the same blocks with to_v1(lengths)"
     zero = int((table.lengths == 0).sum())
     problems: list[str] = []
+    lines: list[str] = []
     if zero:
         problems.append(f"{zero} zero lengths")
+        lines.append("a range of length 0")
     for b in run.batches:
         if b.mr1 is None:
             continue
@@ -508,10 +624,16 @@ def judge_mr2_06(ev: Evidence) -> Judgement:
             problems.append(
                 f"MovedReferences seq {b.mr1.seq} differs from MovedReferences2 seq {b.mr2.seq} cut to ULONG"
             )
-            break
+            lines.append("a MovedReferences differs from its MovedReferences2 cut to ULONG lengths")
     biggest = int(table.lengths.max()) if len(table) else 0
     if problems:
-        return Judgement(status=D, observed="; ".join(problems), expected=expected, evidence=run.evidence())
+        return Judgement(
+            status=D,
+            observed="; ".join(problems[:3]) + (f" ({len(problems)} problems)" if len(problems) > 3 else ""),
+            expected=expected,
+            evidence=run.evidence(),
+            disagreements=_lines(lines),
+        )
     return Judgement(
         status=C,
         observed=f"{len(table)} lengths, all > 0 (largest {biggest:#x}); "
@@ -521,6 +643,7 @@ def judge_mr2_06(ev: Evidence) -> Judgement:
     )
 
 
+@judge("MR2-10", GC_MOVES, what="after GarbageCollectionFinished the objects are at the model's addresses")
 def judge_mr2_10(ev: Evidence) -> Judgement:
     run, t = _run(ev)
     table = _needs_table(run, t)
@@ -535,20 +658,30 @@ def judge_mr2_10(ev: Evidence) -> Judgement:
         )
     tags = run.tags
     bad: list[str] = []
+    lines: list[str] = []
     for i in range(run.live):
         w = run.after.words[i]
         if not found[i] and run.before.ids[i] != run.after.ids[i]:
             bad.append(f"#{i} in no range and moved")
+            lines.append(f"live object #{i}: in no range, yet it moved")
         elif found[i] and int(new[i]) != run.after.ids[i]:
             bad.append(f"#{i} model {int(new[i]):#x} != object at {run.after.ids[i]:#x}")
+            lines.append(f"live object #{i}: not at the model's new ObjectID")
         elif not w or w[0] != tags[i] or w[1] != ~tags[i]:
             bad.append(f"#{i} reads {w} at its new address, expected Tag {tags[i]}")
+            lines.append(f"live object #{i}: its new address does not hold Tag {tags[i]}")
         elif run.after.class_ids[i] != run.before.class_ids[i] or not run.after.class_ids[i]:
             bad.append(f"#{i} ClassID {run.after.class_ids[i]:#x} after, {run.before.class_ids[i]:#x} before")
-        if len(bad) > 2:
-            break
+            lines.append(f"live object #{i}: ClassID after the GC differs from before")
     if bad:
-        return Judgement(status=D, observed="; ".join(bad), expected=expected, evidence=run.evidence())
+        more = f" ({len(bad)} objects)" if len(bad) > 3 else ""
+        return Judgement(
+            status=D,
+            observed="; ".join(bad[:3]) + more,
+            expected=expected,
+            evidence=run.evidence(),
+            disagreements=tuple(lines),
+        )
     classes = {c for c in run.after.class_ids}
     return Judgement(
         status=C,
@@ -559,8 +692,9 @@ def judge_mr2_10(ev: Evidence) -> Judgement:
     )
 
 
+@judge("MR2-11", GC_MOVES, what="MovedReferences2 before MovedReferences in every batch")
 def judge_mr2_11(ev: Evidence) -> Judgement:
-    violations, records = _violations(ev.trace, "MR2-11")
+    violations, records = _violations(ev, "MR2-11")
     expected = "each MovedReferences after its MovedReferences2; each successful MovedReferences2 followed"
     mr1 = sum(r.name == "MovedReferences" for r in records)
     mr2 = sum(r.name == "MovedReferences2" for r in records)
@@ -574,6 +708,7 @@ def judge_mr2_11(ev: Evidence) -> Judgement:
             observed=f"{len(violations)} violations, first at seq {seq}: {v.message}",
             expected=expected,
             evidence=tuple(r.seq for r in records)[:40],
+            disagreements=_lines([_without_positions(v.message) for v in violations]),
         )
     return Judgement(
         status=C,
@@ -583,32 +718,72 @@ def judge_mr2_11(ev: Evidence) -> Judgement:
     )
 
 
+def _without_positions(message: str) -> str:
+    """A model message without its event positions (``#12``), which vary between runs."""
+    return " ".join(w for w in message.split() if not (w.startswith("#") and w[1:].isdigit()))
+
+
+@judge(
+    "MR2-12",
+    GC_MOVES_FAIL_MR2,
+    what="MovedReferences2 returning a failure (the plan's reply) suppresses MovedReferences",
+    uses=("replies.MovedReferences2",),
+)
 def judge_mr2_12(ev: Evidence) -> Judgement:
-    violations, records = _violations(ev.trace, "MR2-12")
-    failed = [r for r in records if r.name == "MovedReferences2" and hresult_failed(r.hr)]
-    mr1 = [r for r in records if r.name == "MovedReferences"]
+    """MR2-12: no MovedReferences after a MovedReferences2 that returned a failure HRESULT.
+
+    What MovedReferences2 returned is the plan's ``replies.MovedReferences2`` (what the harness asked the
+    probe to return), not the HRESULT the probe recorded: the model is fed the planned replies, so a probe
+    that ignores them (returns S_OK, and the runtime then sends MovedReferences) diverges."""
+    replies = planned_replies(ev.plan)
     expected = "no MovedReferences after a MovedReferences2 that returned a failure HRESULT"
-    evidence = tuple(r.seq for r in records)[:40]
-    if not failed:
+    planned = replies.get("MovedReferences2")
+    if planned is None or not hresult_failed(planned):
+        asked = "no reply" if planned is None else format_hresult(planned)
         return Judgement(
-            status=NA, observed="the probe returned no failure from MovedReferences2", expected=expected
+            status=NA,
+            observed=f"the plan asks for {asked} from MovedReferences2, not a failure: MR2-12 is not "
+            "exercised",
+            expected=expected,
         )
-    hr = format_hresult(failed[0].hr)
-    if violations:
+    hr = format_hresult(planned)
+    violations, records = _violations(ev, "MR2-12")
+    mr2 = [r for r in records if r.name == "MovedReferences2"]
+    mr1 = [r for r in records if r.name == "MovedReferences"]
+    evidence = tuple(r.seq for r in records)[:40]
+    if not mr2:
         return Judgement(
-            status=D,
-            observed=f"{len(mr1)} MovedReferences after {len(failed)} MovedReferences2 returning {hr}",
+            status=NA,
+            observed=f"the plan asks for {hr} from MovedReferences2, but no MovedReferences2 was delivered",
             expected=expected,
             evidence=evidence,
         )
+    unfaithful = [r for r in mr2 if to_unsigned(r.hr) != planned]
+    note = (
+        f"; the probe recorded another HRESULT than the plan's for {len(unfaithful)} of them (first "
+        f"{format_hresult(unfaithful[0].hr)})"
+        if unfaithful
+        else ""
+    )
+    if violations:
+        return Judgement(
+            status=D,
+            observed=f"{len(mr1)} MovedReferences after {len(mr2)} MovedReferences2 answered {hr} "
+            f"(the plan's reply){note}",
+            expected=expected,
+            evidence=evidence,
+            disagreements=(f"MovedReferences delivered after a MovedReferences2 answered {hr}",),
+        )
     return Judgement(
         status=C,
-        observed=f"{len(failed)} MovedReferences2 returned {hr}; {len(mr1)} MovedReferences",
+        observed=f"{len(mr2)} MovedReferences2 answered {hr} (the plan's reply); {len(mr1)} MovedReferences"
+        f"{note}",
         expected=expected,
         evidence=evidence,
     )
 
 
+@judge("MR2-16", GC_MOVES, what="tracked ids in no range: which MR2-16 policy matches the runtime")
 def judge_mr2_16(ev: Evidence) -> Judgement:
     run, t = _run(ev)
     table = _needs_table(run, t)
@@ -635,10 +810,19 @@ def judge_mr2_16(ev: Evidence) -> Judgement:
     )
     fitting = [f.policy for f in fits if f.fits]
     observed += f"; policies that reproduce the scenario: {', '.join(fitting) or 'none'}"
-    status = C if fitting else D
-    return Judgement(status=status, observed=observed, expected=expected, evidence=run.evidence())
+    if fitting:
+        return Judgement(status=C, observed=observed, expected=expected, evidence=run.evidence())
+    lines = [
+        f"policy '{f.policy}' does not reproduce the scenario: "
+        + ("live objects lost" if not f.live_ok else "dead objects kept")
+        for f in fits
+    ]
+    return Judgement(
+        status=D, observed=observed, expected=expected, evidence=run.evidence(), disagreements=tuple(lines)
+    )
 
 
+@judge("MR2-17", GC_MOVES, what="tracked ObjectIDs change and remapping finds them")
 def judge_mr2_17(ev: Evidence) -> Judgement:
     run, t = _run(ev)
     table = _needs_table(run, t)
@@ -646,14 +830,15 @@ def judge_mr2_17(ev: Evidence) -> Judgement:
     changed = sum(b != a for b, a in zip(before, run.after.ids, strict=True))
     snap = HeapSnapshot(before, policy="dead")
     snap.apply(table)
-    tracked = sum(snap.current(b) == a for b, a in zip(before, run.after.ids, strict=True))
+    lost = [i for i, (b, a) in enumerate(zip(before, run.after.ids, strict=True)) if snap.current(b) != a]
+    tracked = run.live - len(lost)
     expected = (
         "ObjectIDs may change at a compacting GC; the after-capture uses, for each object, the id the "
         "model's remapping gives it (check_gc_events, objects by Tag) and HeapSnapshot finds every one"
     )
     if not changed:
         return Judgement(status=NA, observed="no tracked ObjectID changed", expected=expected)
-    events, seqs = inspected_events(ev.trace, run)
+    events, seqs = inspected_events(ev.trace, run, planned_replies(ev.plan))
     stale = [v for v in check_gc_events(events) if v.clause == "MR2-17"]
     observed = f"{changed} of {run.live} ObjectIDs changed; HeapSnapshot tracked {tracked}"
     if stale:
@@ -662,50 +847,16 @@ def judge_mr2_17(ev: Evidence) -> Judgement:
             f"; {len(stale)} after-capture ids not the remapped ones, first (seq "
             f"{seqs[first.index or 0]}): {first.message}"
         )
-    status = C if tracked == run.live and not stale else D
-    return Judgement(status=status, observed=observed, expected=expected, evidence=run.evidence())
-
-
-# --- experiments --------------------------------------------------------------------------------------
-
-
-def _scenario_plan() -> dict[str, Any]:
-    plan: dict[str, Any] = json.loads((SCENARIOS_DIR / SCENARIO / "plan.json").read_text(encoding="utf-8"))
-    return plan
-
-
-def fail_mr2_plan() -> dict[str, Any]:
-    """The scenario's plan, with the probe returning E_FAIL from MovedReferences2 (MR2-12)."""
-    plan = _scenario_plan()
-    plan["replies"] = {"MovedReferences2": int(HResult.E_FAIL)}
-    return plan
-
-
-JUDGES: Sequence[Judge] = (
-    Judge("MR2-01", judge_mr2_01, "MovedReferences2 arrives inside the forced compacting GC"),
-    Judge(
-        "MR2-02",
-        judge_mr2_02,
-        "MovedReferences2 is delivered to a profiler implementing ICorProfilerCallback4",
-    ),
-    Judge("MR2-03", judge_mr2_03, "three parallel arrays of cMovedObjectIDRanges entries"),
-    Judge("MR2-04", judge_mr2_04, "ranges hold live objects only: dead tracked objects in no range"),
-    Judge("MR2-05", judge_mr2_05, "a range's new start is its first object's new address"),
-    Judge("MR2-06", judge_mr2_06, "every block has a SIZE_T length; MovedReferences = the ULONG cut"),
-    Judge("MR2-07", judge_mr2_07, "every live tracked object lies in a range (half-open membership)"),
-    Judge("MR2-08", judge_mr2_08, "model remap of the old address == the scenario's new address"),
-    Judge("MR2-10", judge_mr2_10, "after GarbageCollectionFinished the objects are at the model's addresses"),
-    Judge("MR2-11", judge_mr2_11, "MovedReferences2 before MovedReferences in every batch"),
-    _overlap_judge("MR2-14", "old"),
-    _overlap_judge("MR2-15", "new"),
-    Judge("MR2-16", judge_mr2_16, "tracked ids in no range: which MR2-16 policy matches the runtime"),
-    Judge("MR2-17", judge_mr2_17, "tracked ObjectIDs change and remapping finds them"),
-)
-
-GC_MOVES = experiment("gc-moves", scenario=SCENARIO)
-for _j in JUDGES:
-    judge(_j.clause, GC_MOVES, what=_j.what)(_j.judge)
-GC_MOVES_FAIL_MR2 = experiment("gc-moves-fail-mr2", scenario=SCENARIO, plan_overlay=fail_mr2_plan())
-judge("MR2-12", GC_MOVES_FAIL_MR2, what="MovedReferences2 returning E_FAIL suppresses MovedReferences")(
-    judge_mr2_12
-)
+    if not lost and not stale:
+        return Judgement(status=C, observed=observed, expected=expected, evidence=run.evidence())
+    tags = run.tags
+    key_of = {tags[i]: i for i in range(run.live)}
+    lines = _object_lines("HeapSnapshot does not find it at its address after the GC", lost)
+    for v in stale:
+        ev_index = v.index if v.index is not None else -1
+        key = events[ev_index].object_key if 0 <= ev_index < len(events) else None
+        who = f"live object #{key_of[key]}" if key in key_of else "a tracked object"
+        lines.append(f"{who}: the after-capture id is not the one the model's remapping gives it")
+    return Judgement(
+        status=D, observed=observed, expected=expected, evidence=run.evidence(), disagreements=_lines(lines)
+    )

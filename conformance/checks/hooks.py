@@ -21,13 +21,21 @@ argument types and values and :func:`clr_model.function_enter.check_argument_inf
 
 Two runs per runtime: ``fe2-hooks-args`` (COR_PRF_ENABLE_FUNCTION_ARGS | COR_PRF_ENABLE_FRAME_INFO) and
 ``fe2-hooks-noargs`` (COR_PRF_ENABLE_FRAME_INFO only, so the runtime still takes its slow path and passes a
-frame-info handle, but no argument information).
+frame-info handle, but no argument information). The plan is the one the harness wrote (``Evidence.plan``:
+the event mask, the ``xor`` of entry ``fe2-hooks``), never the probe's echo of it in the trace header.
+
+Honest n/a: hooks never installed (no SetEnterLeaveFunctionHooks2, no entry) or refused, or an enter buffer
+never flushed, make a clause not applicable with the reason (the suite fails it unless an expectation says
+so); hooks installed but never called diverge on every clause, one line per call the scenario made. Each
+judge lists every disagreement in ``Judgement.disagreements``, naming functions by the scenario's method
+name (or metadata token) and calls by their position in the scenario's list, never by funcId or address.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +45,6 @@ from clr_model.errors import ModelError
 from clr_model.flags import CorPrfMonitor
 from clr_model.function_enter import (
     ARGUMENT_TYPE_SIZES,
-    COR_PRF_ENABLE_FRAME_INFO,
     COR_PRF_ENABLE_FUNCTION_ARGS,
     Argument,
     ArgumentPrediction,
@@ -65,28 +72,20 @@ TYPE_SIZES = ARGUMENT_TYPE_SIZES
 C, D, NA = Status.CONFORMS, Status.DIVERGES, Status.NOT_APPLICABLE
 
 
-def hooks_plan(function_args: bool) -> dict[str, Any]:
-    """The probe plan of one run: hooks at Initialize, the buffer written at mark fe2.flush."""
-    mask = COR_PRF_MONITOR_ENTERLEAVE | COR_PRF_ENABLE_FRAME_INFO
-    if function_args:
-        mask |= COR_PRF_ENABLE_FUNCTION_ARGS
-    return {
-        "version": 1,
-        "event_mask": mask,
-        "event_mask_hi": 0,
-        "record": [],
-        "count": [],
-        "experiments": [
-            {
-                "id": "fe2-hooks",
-                "at": "Initialize",
-                "run": "enter_leave_hooks",
-                "args": {"module": "app.dll", "xor": XOR_MASK, "mapper": 2},
-                "times": 1,
-            },
-            {"id": "fe2-flush", "at": "mark:fe2.flush", "run": "enter_leave_flush", "args": {}, "times": 0},
-        ],
-    }
+#: the plan entries the judges read: the hooks experiment (its ``xor``) and the event mask
+USES = ("fe2-hooks", "event_mask")
+
+# --- the experiments ----------------------------------------------------------------------------------
+# The scenario's plan.json installs the hooks at Initialize with COR_PRF_ENABLE_FUNCTION_ARGS |
+# COR_PRF_ENABLE_FRAME_INFO: the args run is that plan as it is; the noargs run differs only in its event mask
+# (numbers until conformance.core.plans resolves symbolic flag names).
+
+FE2_HOOKS_ARGS = experiment("fe2-hooks-args", scenario=SCENARIO)
+FE2_HOOKS_NOARGS = experiment(
+    "fe2-hooks-noargs",
+    scenario=SCENARIO,
+    plan_overlay={"event_mask": ["COR_PRF_MONITOR_ENTERLEAVE", "COR_PRF_ENABLE_FRAME_INFO"]},
+)
 
 
 # --- reading the run ----------------------------------------------------------------------------------
@@ -145,6 +144,7 @@ class HookRun:
     xor: int
     hooks_hr: int | None
     hooks_seq: int | None
+    flushed: bool  # the probe wrote out its enter buffer (enter_leave_flush at mark fe2.flush)
     mappings: dict[int, Mapped]
     enters: tuple[Enter, ...]
     frame_uses: dict[int, FrameUse]  # hook_index -> GetFunctionInfo2 inside that hook
@@ -184,18 +184,14 @@ def _calls(mark: MarkRecord) -> tuple[Call, ...]:
     return tuple(calls)
 
 
-def _plan_of(evidence: Evidence) -> Mapping[str, Any]:
-    if evidence.plan:
-        return evidence.plan
-    header = evidence.trace.header
-    return header.plan if header is not None else {}
-
-
 def _xor_of(plan: Mapping[str, Any]) -> int:
+    """The ``xor`` the plan gives the probe's mapper (plan entry ``fe2-hooks``, run enter_leave_hooks)."""
     for e in plan.get("experiments", []):
         if isinstance(e, dict) and e.get("run") == "enter_leave_hooks":
             return _int(e.get("args", {}).get("xor", XOR_MASK), "plan enter_leave_hooks args.xor")
-    raise HarnessError("the plan has no enter_leave_hooks experiment")
+    raise HarnessError(
+        "the plan has no enter_leave_hooks experiment (entry fe2-hooks): nothing installs the hooks"
+    )
 
 
 def _enter(record: CallbackRecord) -> Enter:
@@ -233,7 +229,7 @@ def _enter(record: CallbackRecord) -> Enter:
 def read_run(evidence: Evidence) -> HookRun:
     """Everything the FE2 judges need from one run; a malformed trace raises HarnessError naming it."""
     trace = evidence.trace
-    plan = _plan_of(evidence)
+    plan = evidence.plan  # as the harness wrote it; never the probe's echo of it
     mark = _mark(trace, "fe2.calls")
     hooks_calls = trace.calls("SetEnterLeaveFunctionHooks2")
     mappings: dict[int, Mapped] = {}
@@ -262,6 +258,7 @@ def read_run(evidence: Evidence) -> HookRun:
         xor=_xor_of(plan),
         hooks_hr=hooks_calls[0].hr if hooks_calls else None,
         hooks_seq=hooks_calls[0].seq if hooks_calls else None,
+        flushed=bool(trace.calls("enter_leave_flush")),
         mappings=mappings,
         enters=tuple(enters),
         frame_uses=uses,
@@ -282,22 +279,48 @@ def target_enters(run: HookRun) -> list[tuple[Enter, int]]:
     return out
 
 
-def _not_hooked(run: HookRun) -> Judgement | None:
-    """Not applicable when the hooks could not be installed or never fired (nothing to judge)."""
-    if run.hooks_hr is None:
+def _not_hooked(run: HookRun, clause: str) -> Judgement | None:
+    """Not applicable when the hooks were never installed: the runtime was not exercised."""
+    if run.hooks_hr is not None and hresult_failed(run.hooks_hr):
         return Judgement(
             status=NA,
-            observed="the probe never called SetEnterLeaveFunctionHooks2",
-            expected="hooks installed at Initialize",
-        )
-    if hresult_failed(run.hooks_hr):
-        return Judgement(
-            status=NA,
-            observed=f"SetEnterLeaveFunctionHooks2 failed: {format_hresult(run.hooks_hr)}",
-            expected="S_OK at Initialize",
+            observed=f"SetEnterLeaveFunctionHooks2 failed: {format_hresult(run.hooks_hr)}; {clause} "
+            "cannot be judged",
+            expected="S_OK at Initialize (plan entry fe2-hooks)",
             evidence=(run.hooks_seq or 0,),
         )
+    if run.hooks_hr is None and not run.enters:
+        return Judgement(
+            status=NA,
+            observed=f"the probe never called SetEnterLeaveFunctionHooks2 (plan entry fe2-hooks) and no "
+            f"FunctionEnter2 was recorded: {clause} cannot be judged",
+            expected="the ELT hooks installed at Initialize",
+            evidence=(run.mark_seq,),
+        )
     return None
+
+
+def _no_entries(run: HookRun, clause: str, expected: str) -> Judgement | None:
+    """Hooks installed, yet not one FunctionEnter2 record: the runtime never called the enter hook (diverges),
+    or the probe never wrote its buffer out (not applicable: nothing recorded to judge)."""
+    if run.enters:
+        return None
+    if not run.flushed:
+        return Judgement(
+            status=NA,
+            observed=f"no FunctionEnter2 record and the probe never flushed its enter buffer (plan entry "
+            f"fe2-flush at mark fe2.flush): {clause} cannot be judged",
+            expected=expected,
+            evidence=(run.mark_seq,),
+        )
+    return Judgement(
+        status=D,
+        observed=f"SetEnterLeaveFunctionHooks2 returned S_OK, yet the runtime never called the enter hook: "
+        f"0 FunctionEnter2 for the scenario's {len(run.calls)} calls",
+        expected=expected,
+        evidence=(run.mark_seq,),
+        disagreements=tuple(f"call {k} {c.method}: no FunctionEnter2" for k, c in enumerate(run.calls, 1)),
+    )
 
 
 def _model_events(
@@ -362,54 +385,114 @@ def _hex(token: int) -> str:
     return f"{token:#010x}"
 
 
+
+
+def _who(run: HookRun, e: Enter) -> str:
+    """A stable name for an entry's function: the scenario's method name, else its metadata token."""
+    mapped = run.mappings.get(e.func_id)
+    if mapped is None:
+        return "a function the mapper never saw"
+    names = {c.token: c.method for c in run.calls}
+    return names.get(mapped.token, f"function {_hex(mapped.token)}")
+
+
+def _by_seq(run: HookRun) -> dict[int, Enter]:
+    """Entry of each enter record and of each in-hook GetFunctionInfo2 record, by trace seq."""
+    out = {e.seq: e for e in run.enters}
+    for e in run.enters:
+        use = run.frame_uses.get(e.hook_index)
+        if use is not None:
+            out[use.seq] = e
+    return out
+
+
+def _stable(run: HookRun, found: list[tuple[Violation, int]], what: Callable[[Violation], str]) -> list[str]:
+    """One line per violation, naming the entered function (no funcIds, addresses or hook positions)."""
+    entries = _by_seq(run)
+    lines = []
+    for v, seq in found:
+        e = entries.get(seq)
+        lines.append(f"{_who(run, e) if e is not None else 'an entry'}: {what(v)}")
+    return list(dict.fromkeys(lines))
+
+
 # --- judges -------------------------------------------------------------------------------------------
 
 
+@judge(
+    "FE2-01",
+    FE2_HOOKS_ARGS,
+    what="FunctionEnter2 funcId = the called method (reflection token, call order)",
+    uses=USES,
+)
 def judge_fe2_01(evidence: Evidence) -> Judgement:
     """FE2-01: the entries into the called methods carry their funcIds, in the scenario's call order."""
     run = read_run(evidence)
-    if (na := _not_hooked(run)) is not None:
+    want = "entries into " + ", ".join(f"{c.method} {_hex(c.token)}" for c in run.calls)
+    if (na := _not_hooked(run, "FE2-01")) is not None:
         return na
+    if (none := _no_entries(run, "FE2-01", want)) is not None:
+        return none
     expected = [c.token for c in run.calls]
     found = target_enters(run)
-    token_to_func = {m.token: m.func_id for m in run.mappings.values()}
-    targets: dict[int, int] = {}
-    for (e, _), call in zip(found, run.calls, strict=False):
-        if call.token in token_to_func:
-            targets[e.hook_index] = token_to_func[call.token]
-    events, seqs = _model_events(run, [e for e, _ in found], targets)
-    bad = _violations(run, "FE2-01", events, seqs)
     observed_tokens = [t for _, t in found]
     names = {c.token: c.method for c in run.calls}
+    token_to_func = {m.token: m.func_id for m in run.mappings.values()}
+    # Align the entries with the calls (a missing or extra entry is one disagreement, not a shift of all
+    # the later ones); the model is told, for each aligned entry, where control passes (FE2-01).
+    lines: list[str] = []
+    targets: dict[int, int] = {}
+    call_of: dict[int, int] = {}  # entry seq -> index of the call it is aligned with
+    matcher = difflib.SequenceMatcher(a=expected, b=observed_tokens, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        paired = min(i2 - i1, j2 - j1) if tag in ("equal", "replace") else 0
+        for i, j in zip(range(i1, i1 + paired), range(j1, j1 + paired), strict=True):
+            entry = found[j][0]
+            call_of[entry.seq] = i
+            if run.calls[i].token in token_to_func:
+                targets[entry.hook_index] = token_to_func[run.calls[i].token]
+        lines += [f"call {i + 1} {run.calls[i].method}: no entry" for i in range(i1 + paired, i2)]
+        lines += [
+            f"entry into {names.get(observed_tokens[j], '?')}: no such call at that point"
+            for j in range(j1 + paired, j2)
+        ]
+    events, seqs = _model_events(run, [e for e, _ in found], targets)
+    bad = _violations(run, "FE2-01", events, seqs)
+    for _v, seq in bad:
+        if seq in call_of:
+            i = call_of[seq]
+            into = names.get(found[[e.seq for e, _ in found].index(seq)][1], "?")
+            lines.append(f"call {i + 1} {run.calls[i].method}: the entry's funcId is {into}'s")
     picture = tuple(
         {"label": names.get(t, _hex(t)), "ok": i < len(expected) and t == expected[i]}
         for i, t in enumerate(observed_tokens)
     )
     ev = (run.mark_seq, *(e.seq for e, _ in found))
-    want = "entries into " + ", ".join(f"{c.method} {_hex(c.token)}" for c in run.calls)
     got = ", ".join(f"{names.get(t, '?')} {_hex(t)}" for t in observed_tokens) or "none"
-    if observed_tokens == expected and not bad:
+    if not lines:
         return Judgement(
             status=C, observed=f"{len(found)} entries: {got}", expected=want, evidence=ev, picture=picture
         )
     why = bad[0][0].message if bad else f"{len(found)} entries ({got})"
     return Judgement(
-        status=D, observed=why, expected=want, evidence=ev + tuple(s for _, s in bad[:5]), picture=picture
+        status=D,
+        observed=why,
+        expected=want,
+        evidence=ev + tuple(s for _, s in bad[:5]),
+        picture=picture,
+        disagreements=tuple(dict.fromkeys(lines)),
     )
 
 
+@judge("FE2-02", FE2_HOOKS_ARGS, what="clientData = the FunctionIDMapper2 result for funcId", uses=USES)
 def judge_fe2_02(evidence: Evidence) -> Judgement:
     """FE2-02: every entry's clientData is what the mapper returned for its funcId (funcId ^ xor)."""
     run = read_run(evidence)
-    if (na := _not_hooked(run)) is not None:
+    expected = f"clientData = the mapper's result for funcId (funcId ^ {run.xor:#x}) on every entry"
+    if (na := _not_hooked(run, "FE2-02")) is not None:
         return na
-    if not run.enters:
-        return Judgement(
-            status=D,
-            observed="no FunctionEnter2 call at all",
-            expected="one per hooked call",
-            evidence=(run.mark_seq,),
-        )
+    if (none := _no_entries(run, "FE2-02", expected)) is not None:
+        return none
     events, seqs = _model_events(run, run.enters)
     bad = _violations(run, "FE2-02", events, seqs)
     # the mapper's own results against its documented rule: a probe bug must not pass as conformance
@@ -437,34 +520,49 @@ def judge_fe2_02(evidence: Evidence) -> Judgement:
         observed=f"{len(bad)} of {len(run.enters)} entries differ; first: {bad[0][0].message}",
         expected=expected,
         evidence=tuple(s for _, s in bad[:20]),
+        disagreements=tuple(_stable(run, bad, lambda v: "clientData is not the mapper's result for funcId")),
     )
 
 
+def _frame_info_problem(v: Violation) -> str:
+    if "refused" in v.message:
+        return f"GetFunctionInfo2 refused the hook's frame info: {v.message.rsplit(': ', 1)[-1]}"
+    return "GetFunctionInfo2 with the hook's frame info names another function"
+
+
+@judge(
+    "FE2-03",
+    FE2_HOOKS_ARGS,
+    what="GetFunctionInfo2(funcId, func) inside the hook: S_OK, same token",
+    uses=USES,
+)
 def judge_fe2_03(evidence: Evidence) -> Judgement:
     """FE2-03: GetFunctionInfo2(funcId, func) inside the hook accepts func and names the entered method."""
     run = read_run(evidence)
-    if (na := _not_hooked(run)) is not None:
+    expected = "S_OK and the entered method's token from GetFunctionInfo2(funcId, func) in every hook"
+    if (na := _not_hooked(run, "FE2-03")) is not None:
         return na
+    if (none := _no_entries(run, "FE2-03", expected)) is not None:
+        return none
     found = target_enters(run)
-    if not found:
-        return Judgement(
-            status=D,
-            observed="no entry into a called method",
-            expected="one per call",
-            evidence=(run.mark_seq,),
-        )
     events, seqs = _model_events(run, run.enters, with_frames=True)
-    bad = [f"{v.message} (seq {s})" for v, s in _violations(run, "FE2-03", events, seqs)]
+    violations = _violations(run, "FE2-03", events, seqs)
+    bad = [f"{v.message} (seq {s})" for v, s in violations]
+    lines = _stable(run, violations, _frame_info_problem)
+    if not found:
+        bad.append("no entry into a called method")
+        lines.append("no entry into any of the scenario's called methods")
     ev: list[int] = []
     for e in run.enters:
         use = run.frame_uses.get(e.hook_index)
         if use is None:  # the record the model needs is missing: the probe did not do its part
             bad.append(f"no GetFunctionInfo2 record for hook #{e.hook_index} (seq {e.seq})")
+            lines.append(f"{_who(run, e)}: no in-hook GetFunctionInfo2 record")
             continue
         ev.append(use.seq)
         if not hresult_failed(use.hr) and use.token is None:
             bad.append(f"GetFunctionInfo2 in hook #{e.hook_index} succeeded without a token (seq {use.seq})")
-    expected = "S_OK and the entered method's token from GetFunctionInfo2(funcId, func) in every hook"
+            lines.append(f"{_who(run, e)}: GetFunctionInfo2 succeeded without a token")
     if not bad:
         return Judgement(
             status=C,
@@ -474,26 +572,20 @@ def judge_fe2_03(evidence: Evidence) -> Judgement:
             evidence=tuple(ev[:20]),
         )
     return Judgement(
-        status=D, observed=f"{len(bad)} problems; first: {bad[0]}", expected=expected, evidence=tuple(ev[:20])
+        status=D,
+        observed=f"{len(bad)} problems; first: {bad[0]}",
+        expected=expected,
+        evidence=tuple(ev[:20]) or (run.mark_seq,),
+        disagreements=tuple(dict.fromkeys(lines)),
     )
 
 
+@judge("FE2-04", FE2_HOOKS_ARGS, what="argumentInfo present with COR_PRF_ENABLE_FUNCTION_ARGS", uses=USES)
+@judge("FE2-04", FE2_HOOKS_NOARGS, what="argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS", uses=USES)
 def judge_fe2_04(evidence: Evidence) -> Judgement:
     """FE2-04: argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS, present with it."""
     run = read_run(evidence)
-    if (na := _not_hooked(run)) is not None:
-        return na
-    if not run.enters:
-        return Judgement(
-            status=D,
-            observed="no FunctionEnter2 call at all",
-            expected="one per hooked call",
-            evidence=(run.mark_seq,),
-        )
     with_args = bool(run.event_mask & COR_PRF_ENABLE_FUNCTION_ARGS)
-    events, seqs = _model_events(run, run.enters)
-    bad = [f"{v.message} (seq {s})" for v, s in _violations(run, "FE2-04", events, seqs)]
-    present = [e for e in run.enters if e.argument_info]
     flag = (
         f"event mask {run.event_mask:#x} ({'with' if with_args else 'without'} COR_PRF_ENABLE_FUNCTION_ARGS)"
     )
@@ -501,11 +593,25 @@ def judge_fe2_04(evidence: Evidence) -> Judgement:
         expected = f"{flag}: argumentInfo non-NULL in every entry"
     else:
         expected = f"{flag}: argumentInfo NULL in every entry"
+    if (na := _not_hooked(run, "FE2-04")) is not None:
+        return na
+    if (none := _no_entries(run, "FE2-04", expected)) is not None:
+        return none
+    events, seqs = _model_events(run, run.enters)
+    violations = _violations(run, "FE2-04", events, seqs)
+    bad = [f"{v.message} (seq {s})" for v, s in violations]
+    present = [e for e in run.enters if e.argument_info]
     observed = f"{flag}: argumentInfo non-NULL in {len(present)} of {len(run.enters)} entries"
     ev = tuple(e.seq for e in run.enters[:20])
     if not bad:
         return Judgement(status=C, observed=observed, expected=expected, evidence=ev)
-    return Judgement(status=D, observed=f"{observed}; first: {bad[0]}", expected=expected, evidence=ev)
+    return Judgement(
+        status=D,
+        observed=f"{observed}; first: {bad[0]}",
+        expected=expected,
+        evidence=ev,
+        disagreements=tuple(_stable(run, violations, lambda v: v.message)),
+    )
 
 
 def _observed_args(e: Enter) -> ObservedArgumentInfo:
@@ -530,11 +636,15 @@ def _predicted_args(call: Call) -> ArgumentPrediction:
         raise HarnessError(f"mark fe2.calls: {call.method}: {exc}") from None
 
 
+@judge("FE2-14", FE2_HOOKS_ARGS, what="argument ranges hold the scenario's int/long arguments", uses=USES)
 def judge_fe2_14(evidence: Evidence) -> Judgement:
     """FE2-14: the argument ranges locate the arguments: one range per argument, of the type's size, holding
     the value the scenario passed; totalArgumentSize is their sum."""
     run = read_run(evidence)
-    if (na := _not_hooked(run)) is not None:
+    expected = "one range per argument, sized by its type, holding the value passed: " + "; ".join(
+        f"{c.method}({', '.join(str(v) for _, v in c.args)})" for c in run.calls
+    )
+    if (na := _not_hooked(run, "FE2-14")) is not None:
         return na
     if not run.event_mask & COR_PRF_ENABLE_FUNCTION_ARGS:
         return Judgement(
@@ -542,12 +652,16 @@ def judge_fe2_14(evidence: Evidence) -> Judgement:
             observed=f"event mask {run.event_mask:#x} has no COR_PRF_ENABLE_FUNCTION_ARGS",
             expected="argument ranges only with COR_PRF_ENABLE_FUNCTION_ARGS",
         )
+    if (none := _no_entries(run, "FE2-14", expected)) is not None:
+        return none
     found = target_enters(run)
     bad: list[str] = []
+    lines: list[str] = []
     if len(found) != len(run.calls):
         bad.append(f"{len(found)} entries into the called methods for {len(run.calls)} calls")
+        lines += [f"call {k} {c.method}: no entry" for k, c in enumerate(run.calls, 1) if k > len(found)]
     picture = []
-    for (e, token), call in zip(found, run.calls, strict=False):
+    for k, ((e, token), call) in enumerate(zip(found, run.calls, strict=False), 1):
         problems = []
         if token != call.token:
             problems.append(f"entry is {_hex(token)}, call is {call.method}")
@@ -557,9 +671,7 @@ def judge_fe2_14(evidence: Evidence) -> Judgement:
             {"label": f"{call.method}({', '.join(str(v) for _, v in call.args)})", "ok": not problems}
         )
         bad += [f"{call.method} (seq {e.seq}): {p}" for p in problems]
-    expected = "one range per argument, sized by its type, holding the value passed: " + "; ".join(
-        f"{c.method}({', '.join(str(v) for _, v in c.args)})" for c in run.calls
-    )
+        lines += [f"call {k} {call.method}: {p}" for p in problems]
     ev = (run.mark_seq, *(e.seq for e, _ in found))
     if not bad:
         n = sum(len(c.args) for c in run.calls)
@@ -576,22 +688,5 @@ def judge_fe2_14(evidence: Evidence) -> Judgement:
         expected=expected,
         evidence=ev,
         picture=tuple(picture),
+        disagreements=tuple(dict.fromkeys(lines)),
     )
-
-
-# --- the experiments ----------------------------------------------------------------------------------
-
-FE2_HOOKS_ARGS = experiment("fe2-hooks-args", scenario=SCENARIO, plan_overlay=hooks_plan(function_args=True))
-for _clause, _fn, _what in (
-    ("FE2-01", judge_fe2_01, "FunctionEnter2 funcId = the called method (reflection token, call order)"),
-    ("FE2-02", judge_fe2_02, "clientData = the FunctionIDMapper2 result for funcId"),
-    ("FE2-03", judge_fe2_03, "GetFunctionInfo2(funcId, func) inside the hook: S_OK, same token"),
-    ("FE2-04", judge_fe2_04, "argumentInfo present with COR_PRF_ENABLE_FUNCTION_ARGS"),
-    ("FE2-14", judge_fe2_14, "argument ranges hold the scenario's int/long argument values"),
-):
-    judge(_clause, FE2_HOOKS_ARGS, what=_what)(_fn)
-
-FE2_HOOKS_NOARGS = experiment(
-    "fe2-hooks-noargs", scenario=SCENARIO, plan_overlay=hooks_plan(function_args=False)
-)
-judge("FE2-04", FE2_HOOKS_NOARGS, what="argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS")(judge_fe2_04)

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "schema": "conformance.cli.schema",
     "clauses": "conformance.cli.clauses",
     "conformance": "conformance.cli.conformance",
+    "expectations": "conformance.cli.expectations",
 }
 
 

@@ -1,4 +1,5 @@
-"""``profharness clauses``: list the contract clauses (the catalog in :mod:`clr_model.clauses`)."""
+"""``profharness clauses``: list the contract clauses (the catalog in :mod:`clr_model.clauses`);
+``--where ID``: every hop of one clause with its path (:mod:`conformance.cli.where`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from clr_model.clauses import CATALOG, Clause, Document, Layer
 from conformance.core.errors import HarnessError
 
-HELP = "list the contract clauses (id, kind, layers, title); --json for the full records"
+HELP = "list the contract clauses (id, kind, layers, title); --where ID shows where one clause lives"
 
 _DOCUMENT_ALIASES: dict[str, Document] = {}
 for _doc in Document:
@@ -31,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--layer",
         metavar="L",
         help="only clauses checked by this layer: " + ", ".join(layer.value for layer in Layer),
+    )
+    parser.add_argument(
+        "--where",
+        metavar="ID",
+        help="every hop of one clause with its path: catalog, model, judges, plan entries, native rows,"
+        " tests, expectation entries",
     )
     parser.add_argument(
         "--document",
@@ -92,7 +99,27 @@ def table(clauses: list[Clause]) -> str:
     return "\n".join(lines)
 
 
+def _where(clause_id: str, as_json: bool) -> int:
+    from conformance.cli import where
+
+    wanted = clause_id.strip().upper()
+    known = CATALOG.get(wanted)
+    if known is None:
+        raise HarnessError(
+            f"--where {clause_id!r}: no such clause (ids look like DSS-05; list them with"
+            " `profharness clauses`, or `profharness clauses --layer live`)"
+        )
+    hops = where.where(wanted)
+    if as_json:
+        print(where.dumps(where.to_json(wanted, known.title, hops)))
+    else:
+        print(where.render(wanted, known.title, hops))
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.where:
+        return _where(args.where, args.json)
     layer = _parse_layer(args.layer) if args.layer else None
     document = _parse_document(args.document) if args.document else None
     clauses = select(layer, document)

@@ -1,26 +1,36 @@
-"""``profharness conformance``: the suite on live runtimes, the clause x runtime matrix and the reports."""
+"""``profharness conformance``: the suite on live runtimes, the clause x runtime matrix and the reports.
+
+Every output path is checked before any runtime starts (a one-line error, exit 2); the reports are written
+atomically at the end, each on its own: when one cannot be written the others still are, and the JSON
+result is kept in a file the message names.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from conformance.core.errors import HarnessError
+from conformance.core.fsio import check_output_path
 from conformance.suite import report
-from conformance.suite.orchestrate import run_suite
+from conformance.suite.orchestrate import ProgressFn, run_suite
+from conformance.suite.verdicts import SuiteResult
 
 HELP = "run the conformance suite on live runtimes and print the clause x runtime matrix"
 
-
-def _progress_bar(done: int, total: int, label: str) -> None:
-    if not sys.stderr.isatty():
-        print(f"[{done}/{total}] {label}", file=sys.stderr)
-        return
-    width = 30
-    filled = width * done // max(total, 1)
-    bar = "#" * filled + "-" * (width - filled)
-    end = "\n" if done == total else ""
-    print(f"\r[{bar}] {done}/{total} {label[:50]:<50}", end=end, file=sys.stderr, flush=True)
+#: option -> writer, in the order the reports are written
+REPORTS: dict[str, Callable[[SuiteResult, Path], None]] = {
+    "--json": report.write_json,
+    "--junit": report.write_junit,
+    "--html": report.write_html,
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,21 +50,99 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expectations", type=Path, metavar="DIR", help="expectation files folder (tests)")
 
 
-def main(args: argparse.Namespace) -> int:
-    result = run_suite(
-        args.runtime,
-        clauses=args.clause,
-        dotnet=args.dotnet,
-        expectations_dir=args.expectations,
-        progress=_progress_bar,
+def _outputs(args: argparse.Namespace) -> dict[str, Path]:
+    """option -> path of every report asked for."""
+    chosen = {option: getattr(args, option.removeprefix("--")) for option in REPORTS}
+    return {option: path for option, path in chosen.items() if path is not None}
+
+
+def check_outputs(outputs: dict[str, Path]) -> None:
+    """Every report path must be writable before any runtime starts (finding 7 of issue 7)."""
+    for option, path in outputs.items():
+        check_output_path(path, option)
+    seen: dict[Path, str] = {}
+    for option, path in outputs.items():
+        resolved = path.resolve()
+        if resolved in seen:
+            raise HarnessError(f"{seen[resolved]} and {option} name the same file {path}")
+        seen[resolved] = option
+
+
+@contextmanager
+def progress_reporter(stream: Console) -> Iterator[ProgressFn]:
+    """A rich progress bar on a terminal; one plain line per finished run otherwise."""
+    if not stream.is_terminal:
+
+        def plain(done: int, total: int, label: str) -> None:
+            if done:
+                print(f"[{done}/{total}] {label}", file=stream.file, flush=True)
+
+        yield plain
+        return
+    bar = Progress(
+        TextColumn("[bold]conformance"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=stream,
+        transient=False,
     )
-    print(report.render_matrix(result))
-    if args.json:
-        report.write_json(result, args.json)
-    if args.junit:
-        report.write_junit(result, args.junit)
-    if args.html:
-        report.write_html(result, args.html)
+    task = bar.add_task("starting", total=None)
+
+    def update(done: int, total: int, label: str) -> None:
+        bar.update(task, completed=done, total=total, description=label)
+
+    with bar:
+        yield update
+
+
+def write_reports(result: SuiteResult, outputs: dict[str, Path]) -> list[str]:
+    """Write every report (each on its own); the one-line problems of those that failed."""
+    problems: list[str] = []
+    for option, path in outputs.items():
+        try:
+            REPORTS[option](result, path)
+        except OSError as exc:
+            problems.append(f"{option} {path}: could not write the report ({exc.strerror or exc})")
+    if not problems:
+        return problems
+    json_failed = any(p.startswith("--json ") for p in problems)
+    if "--json" in outputs and not json_failed:
+        problems.append(f"the other reports were written; the result is in {outputs['--json']}")
+        return problems
+    # keep the result somewhere: its JSON report failed too, or none was asked for
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="profharness-result-", suffix=".json", delete=False
+    ) as handle:
+        kept = Path(handle.name)
+    try:
+        report.write_json(result, kept)
+        problems.append(f"the result is kept in {kept}")
+    except OSError as exc:
+        problems.append(f"the result could not be kept either ({exc})")
+    return problems
+
+
+def main(args: argparse.Namespace) -> int:
+    outputs = _outputs(args)
+    check_outputs(outputs)
+    out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    err = Console(stderr=True, highlight=False)
+    with progress_reporter(err) as progress:
+        result = run_suite(
+            args.runtime,
+            clauses=args.clause,
+            dotnet=args.dotnet,
+            expectations_dir=args.expectations,
+            progress=progress,
+        )
+    out.print(report.matrix_renderable(result))
+    problems = write_reports(result, outputs)
     for verdict in result.failures:
         print(f"profharness: {verdict.outcome_message}", file=sys.stderr)
+    for problem in problems:
+        print(f"profharness: error: {problem}", file=sys.stderr)
+    if problems:
+        return 2
     return 0 if result.ok else 1

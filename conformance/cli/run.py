@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.core.errors import HarnessError
-from conformance.core.runner import DEFAULT_TIMEOUT_S, Outcome, RunResult, run_scenario
+from conformance.core.runner import DEFAULT_TIMEOUT_S, RunOutcome, RunResult, run_scenario
 from conformance.core.trace import ProbeErrorRecord, Trace
 
 HELP = "run one scenario under the probe on live runtimes and summarise its trace"
@@ -107,7 +107,7 @@ def render_text(summary: dict[str, Any]) -> str:
         f"{summary['scenario']} on {summary['runtime']} ({summary['runtime_source']}): {summary['outcome']}"
         f" in {summary['seconds']:.2f}s, {summary['record_count']} records, trace {summary['trace_path']}"
     ]
-    if summary["outcome"] != Outcome.OK:
+    if summary["outcome"] != RunOutcome.OK:
         detail = summary.get("signal") or f"exit code {summary.get('exit_code')}"
         lines.append(f"  ! {detail}; last callback: {summary.get('last_callback')}")
         if summary.get("stderr_tail"):
@@ -175,6 +175,6 @@ def main(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(render_text(s) for s in summaries))
     for result in results:
-        if result.outcome is not Outcome.OK:
+        if result.outcome is not RunOutcome.OK:
             print(f"profharness: {result.describe_failure()}", file=sys.stderr)
-    return 0 if all(r.outcome is Outcome.OK for r in results) else 1
+    return 0 if all(r.outcome is RunOutcome.OK for r in results) else 1

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from conformance.core import probe, runtimes, scenarios
 from conformance.core.errors import HarnessError
 from conformance.core.paths import runs_dir
+from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
 from conformance.core.trace import Trace, read_trace
 
@@ -33,7 +34,7 @@ DEFAULT_TIMEOUT_S = 60.0
 _POLL_S = 0.02
 
 
-class Outcome(StrEnum):
+class RunOutcome(StrEnum):
     OK = "ok"  # exit code 0
     FAILED = "failed"  # non-zero exit code
     CRASHED = "crashed"  # died of a signal other than SIGKILL
@@ -49,7 +50,7 @@ class RunResult(BaseModel):
     scenario: str
     runtime: str
     runtime_source: str
-    outcome: Outcome
+    outcome: RunOutcome
     exit_code: int | None = None
     signal: str | None = None
     seconds: float
@@ -66,11 +67,11 @@ class RunResult(BaseModel):
     def describe_failure(self) -> str:
         """One line for a run that did not end normally."""
         what = {
-            Outcome.FAILED: f"exited with code {self.exit_code}",
-            Outcome.CRASHED: f"crashed ({self.signal})",
-            Outcome.KILLED: f"was killed ({self.signal})",
-            Outcome.HUNG: "hung and was killed by the watchdog",
-            Outcome.OK: "ended normally",
+            RunOutcome.FAILED: f"exited with code {self.exit_code}",
+            RunOutcome.CRASHED: f"crashed ({self.signal})",
+            RunOutcome.KILLED: f"was killed ({self.signal})",
+            RunOutcome.HUNG: "hung and was killed by the watchdog",
+            RunOutcome.OK: "ended normally",
         }[self.outcome]
         last = f"; last callback {self.last_callback}" if self.last_callback else ""
         return f"{self.scenario} on {self.runtime} {what}{last}; trace: {self.trace_path}"
@@ -143,7 +144,7 @@ def execute(
     probe_copy = app.parent / probe.PROBE_FILE_NAME
     shutil.copyfile(probe_so, probe_copy)
     trace_path = run_dir / "trace.jsonl"
-    effective_plan = dict(plan if plan is not None else scenario.plan)
+    effective_plan = resolve_plan(plan if plan is not None else scenario.plan)
     env = probe_environment(runtime, probe_copy, effective_plan, trace_path)
     (run_dir / "plan.json").write_text(json.dumps(effective_plan, indent=2, sort_keys=True))
 
@@ -180,14 +181,14 @@ def execute(
     seconds = time.monotonic() - started
 
     if hung:
-        outcome, sig = Outcome.HUNG, _signal_name(signal.SIGKILL)
+        outcome, sig = RunOutcome.HUNG, _signal_name(signal.SIGKILL)
     elif returncode < 0:
         number = -returncode
         sig = _signal_name(number)
-        outcome = Outcome.KILLED if number == signal.SIGKILL else Outcome.CRASHED
+        outcome = RunOutcome.KILLED if number == signal.SIGKILL else RunOutcome.CRASHED
     else:
         sig = None
-        outcome = Outcome.OK if returncode == 0 else Outcome.FAILED
+        outcome = RunOutcome.OK if returncode == 0 else RunOutcome.FAILED
 
     trace: Trace | None = None
     problem: str | None = None

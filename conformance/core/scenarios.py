@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from conformance.core.errors import HarnessError
 from conformance.core.paths import SCENARIOS_DIR, cache_dir, staged
+from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
 
 COMMON_DIR_NAME = "_common"
@@ -92,7 +93,7 @@ def _read_plan(path: Path) -> dict[str, Any]:
         raise HarnessError(f"{path}:1: the plan must be a JSON object, not {type(plan).__name__}")
     if plan.get("version") != 1:
         raise HarnessError(f"{path}: unsupported plan version {plan.get('version')!r} (expected 1)")
-    return plan
+    return resolve_plan(plan, where=str(path))
 
 
 def common_sources(root: Path = SCENARIOS_DIR) -> list[Path]:

@@ -69,7 +69,9 @@ class CallRecord(_Record):
     hr: HR
 
 
-class FrameContext(BaseModel):
+class FrameRegisters(BaseModel):
+    """The registers a frame record read from the CONTEXT the runtime passed its callback."""
+
     model_config = ConfigDict(extra="allow", frozen=True)
 
     rip: U64
@@ -88,7 +90,7 @@ class FrameRecord(_Record):
     frameInfo: U64 = 0
     clientData: U64 = 0
     contextSize: int = 0
-    context: FrameContext | None = None
+    context: FrameRegisters | None = None
     hr: HR = 0
 
 

@@ -1,14 +1,16 @@
 """The conformance suite: ``profharness conformance``.
 
-Runs every live experiment on every selected runtime, judges each clause against the model, measures the
-verdicts against the runtime's expectation file and prints the clause x runtime matrix. Exits 0 only when
-nothing is unexpected: no undocumented divergence, no error, no stale expectation.
+Runs every live experiment on every selected runtime, judges each clause against the model and measures
+the verdicts against the expectation files (:mod:`conformance.suite.expectations`). The run is ok only when
+nothing is unexpected: no undocumented divergence or disagreement, no undeclared not-applicable, no error,
+no stale expectation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,18 +22,17 @@ from conformance.core import probe, runtimes, scenarios
 from conformance.core.errors import HarnessError
 from conformance.core.paths import NATIVE_DIR, SCENARIOS_DIR
 from conformance.core.plans import resolve_plan
-from conformance.core.runner import Outcome as RunOutcome
-from conformance.core.runner import RunResult, execute, reference_runtime
+from conformance.core.runner import RunOutcome, RunResult, execute, reference_runtime
 from conformance.core.runtimes import Runtime
+from conformance.suite.expectations import ExpectationSet, classify, load_expectations
 from conformance.suite.verdicts import (
     Evidence,
+    Judgement,
     LiveExperiment,
-    Outcome,
     Status,
     SuiteResult,
     Verdict,
-    classify,
-    load_expectations,
+    VerdictOutcome,
 )
 
 #: how many scenario processes run at once (the machine has 2 cores)
@@ -50,7 +51,7 @@ def effective_plan(experiment: LiveExperiment, scenario: scenarios.Scenario) -> 
     experiment's overlay merged over its top-level keys. Judges read this, never the probe's echo."""
     plan = dict(scenario.plan)
     plan.update(experiment.plan_overlay or {})
-    return resolve_plan(plan)
+    return resolve_plan(plan, where=f"experiment {experiment.id} ({scenario.name}/plan.json + overlay)")
 
 
 def judge_run(
@@ -102,10 +103,66 @@ def judge_run(
                 expected=judgement.expected,
                 evidence=_excerpt(result, judgement.evidence),
                 picture=[dict(p) for p in judgement.picture],
+                disagreements=disagreements_of(judgement),
                 **base,
             )
         )
     return verdicts
+
+
+#: per-run values in a judge's observed line: addresses (more than 8 hex digits) and thread or process ids
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{9,}\b")
+_LONG_NUMBER = re.compile(r"(?<![\w.])\d{5,}(?![\w.])")
+
+
+def disagreements_of(judgement: Judgement) -> list[str]:
+    """The lines an expectation entry must pin: the judge's own, or (transition, for a judge that gives
+    none for a divergence) its observed line, with addresses and long ids masked, as the single line."""
+    if judgement.disagreements:
+        return list(dict.fromkeys(judgement.disagreements))
+    if judgement.status is Status.DIVERGES:
+        return [_LONG_NUMBER.sub("N", _ADDRESS.sub("0xADDR", judgement.observed))]
+    return []
+
+
+def apply_expectations(
+    verdicts: list[Verdict],
+    runtime_versions: Sequence[str],
+    expectations: ExpectationSet,
+    clauses: Sequence[str] | None = None,
+) -> list[Verdict]:
+    """Measure every verdict against the entry covering its clause and runtime (setting its outcome), and
+    add a stale verdict for each entry of a selected runtime whose clause produced no verdict."""
+    out = list(verdicts)
+    for version in runtime_versions:
+        entries = expectations.for_runtime(version)
+        seen = set()
+        for verdict in verdicts:
+            if verdict.runtime != version:
+                continue
+            seen.add(verdict.clause)
+            entry = entries.get(verdict.clause)
+            verdict.expectation = entry.applied() if entry else None
+            verdict.outcome, verdict.outcome_message = classify(verdict, entry)
+        for clause_id, entry in entries.items():
+            if clause_id in seen or (clauses and clause_id not in clauses):
+                continue
+            out.append(
+                Verdict(
+                    clause=clause_id,
+                    runtime=version,
+                    experiment="-",
+                    status=Status.NOT_APPLICABLE,
+                    observed="no live experiment produced a verdict",
+                    expected="/".join(s.value for s in entry.status),
+                    expectation=entry.applied(),
+                    outcome=VerdictOutcome.STALE_EXPECTATION,
+                    outcome_message=f"{clause_id}[{version}]: the expectation entry {entry.source} names a"
+                    " clause that no experiment checks on this runtime",
+                )
+            )
+    out.sort(key=lambda v: (v.clause, v.runtime))
+    return out
 
 
 def select_experiments(
@@ -129,6 +186,7 @@ def select_experiments(
     return chosen
 
 
+#: progress(done, total, label): called once with done=0 before the runs start, then after each run
 ProgressFn = Callable[[int, int, str], None]
 
 
@@ -146,6 +204,7 @@ def run_suite(
     """Run and judge the chosen experiments on the selected runtimes. ``native_dir`` and ``scenarios_root``
     let tests run the suite with a probe or scenarios built from a (deliberately broken) copy."""
     started = time.monotonic()
+    expectations = load_expectations(expectations_dir)  # a broken expectation file fails before any run
     selected = runtimes.select(runtime_spec, dotnet)
     chosen = select_experiments(clauses, experiments)
     probe_so = probe.build_probe(native_dir)
@@ -173,6 +232,8 @@ def run_suite(
 
     verdicts: list[Verdict] = []
     runs: list[dict[str, Any]] = []
+    if progress:
+        progress(0, len(jobs), "starting")
     with ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
         for experiment, runtime, result in pool.map(one, jobs):
             done += 1
@@ -191,33 +252,7 @@ def run_suite(
                 }
             )
 
-    for runtime in selected:
-        expectations = load_expectations(runtime.version, expectations_dir)
-        seen = set()
-        for verdict in verdicts:
-            if verdict.runtime != runtime.version:
-                continue
-            seen.add(verdict.clause)
-            expectation = expectations.get(verdict.clause)
-            verdict.expectation = expectation
-            verdict.outcome, verdict.outcome_message = classify(verdict, expectation)
-        for clause_id, expectation in expectations.items():
-            if clause_id not in seen and (not clauses or clause_id in clauses):
-                verdicts.append(
-                    Verdict(
-                        clause=clause_id,
-                        runtime=runtime.version,
-                        experiment="-",
-                        status=Status.NOT_APPLICABLE,
-                        observed="no live experiment produced a verdict",
-                        expected=expectation.status.value,
-                        expectation=expectation,
-                        outcome=Outcome.STALE_EXPECTATION,
-                        outcome_message=f"{clause_id}[{runtime.version}]: the expectation file names a clause"
-                        " that no experiment checks",
-                    )
-                )
-    verdicts.sort(key=lambda v: (v.clause, v.runtime))
+    verdicts = apply_expectations(verdicts, [rt.version for rt in selected], expectations, clauses)
     return SuiteResult(
         runtimes=[rt.version for rt in selected],
         runtime_sources={rt.version: rt.source for rt in selected},

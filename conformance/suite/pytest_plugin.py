@@ -9,7 +9,8 @@ Installed with profharness (entry point ``pytest11``). In any test module, write
 
 and pytest collects one test per clause and runtime. The suite runs once per session for each distinct
 suite object; each test then reports its verdict: it fails on anything unexpected (an undocumented
-divergence, a stale expectation, a crash or hang) with the one-line message naming the clause.
+divergence or disagreement line, a not-applicable verdict no expectation entry allows, a stale expectation,
+a crash or hang) with the one-line message naming the clause.
 Options: ``--profharness-runtime SPEC`` overrides every suite's runtime selection.
 """
 
@@ -22,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from conformance.suite.verdicts import LiveExperiment, Outcome, SuiteResult, Verdict
+from conformance.suite.verdicts import LiveExperiment, SuiteResult, Verdict, VerdictOutcome
 
-_BAD = {Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION, Outcome.ERROR}
+_BAD = {VerdictOutcome.UNEXPECTED, VerdictOutcome.STALE_EXPECTATION, VerdictOutcome.ERROR}
 
 
 @dataclass(eq=False)

@@ -1,16 +1,26 @@
-"""Reports of a conformance run: terminal matrix, JSON, JUnit XML and HTML."""
+"""Reports of a conformance run: terminal matrix (rich), JSON, JUnit XML and HTML.
+
+The files are written atomically (:mod:`conformance.core.fsio`): a failed write leaves the old report.
+"""
 
 from __future__ import annotations
 
 import html
+import io
 import json
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
 from clr_model.clauses import CATALOG
-from conformance.suite.verdicts import Outcome, Status, SuiteResult, Verdict
+from conformance.core.fsio import atomic_write_bytes, atomic_write_text
+from conformance.suite.verdicts import Status, SuiteResult, Verdict, VerdictOutcome
 
 _CELL = {
     Status.CONFORMS: "ok",
@@ -24,16 +34,22 @@ def _cell(verdict: Verdict | None) -> str:
     if verdict is None:
         return "-"
     text = _CELL[verdict.status]
-    if verdict.outcome is Outcome.EXPECTED_DIVERGENCE:
+    if verdict.outcome is VerdictOutcome.EXPECTED_DIVERGENCE:
         text = "diverges*"
-    elif verdict.outcome in (Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION):
+    elif (
+        verdict.status is Status.NOT_APPLICABLE
+        and verdict.outcome is VerdictOutcome.AS_DOCUMENTED
+        and verdict.expectation is not None
+    ):
+        text = "n/a*"  # not applicable, as an expectation entry says
+    elif verdict.outcome in (VerdictOutcome.UNEXPECTED, VerdictOutcome.STALE_EXPECTATION):
         text += " !"
     return text
 
 
 def _weight(verdict: Verdict) -> int:
     """How much a verdict says: a matrix cell shows the weightiest of its clause's verdicts on a runtime."""
-    if verdict.outcome in (Outcome.ERROR, Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION):
+    if verdict.outcome in (VerdictOutcome.ERROR, VerdictOutcome.UNEXPECTED, VerdictOutcome.STALE_EXPECTATION):
         return 4
     return {Status.ERROR: 4, Status.DIVERGES: 3, Status.CONFORMS: 2, Status.NOT_APPLICABLE: 1}[verdict.status]
 
@@ -49,29 +65,67 @@ def _by_clause(result: SuiteResult) -> dict[str, dict[str, Verdict]]:
     return dict(sorted(table.items()))
 
 
-def render_matrix(result: SuiteResult) -> str:
-    table = _by_clause(result)
-    width = max([len(r) for r in result.runtimes] + [11])
-    title_width = 46
-    header = f"{'clause':<8} {'what':<{title_width}} " + " ".join(f"{r:>{width}}" for r in result.runtimes)
-    lines = [header, "-" * len(header)]
-    for clause_id, per_runtime in table.items():
+#: rich style of each matrix cell (colours show only on a terminal)
+_STYLE_OF = {
+    "ok": "green",
+    "diverges*": "yellow",
+    "n/a": "dim",
+    "n/a*": "dim",
+    "-": "dim",
+}
+
+#: the clause title column of the matrix
+_TITLE_WIDTH = 46
+
+LEGEND = (
+    "legend: ok = conforms, diverges* = known divergence (expectation file), n/a* = not applicable as an"
+    " expectation says, ! = unexpected"
+)
+
+
+def _cell_text(verdict: Verdict | None) -> Text:
+    text = _cell(verdict)
+    style = "bold red" if text.endswith("!") or text == "ERROR" else _STYLE_OF.get(text, "")
+    return Text(text, style=style)
+
+
+def matrix_table(result: SuiteResult) -> Table:
+    """The clause x runtime matrix as a rich table (no outer frame: each row starts with its clause)."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("clause", no_wrap=True)
+    table.add_column("what", no_wrap=True, overflow="ellipsis", max_width=_TITLE_WIDTH)
+    for runtime in result.runtimes:
+        table.add_column(runtime, justify="right", no_wrap=True, min_width=11)
+    for clause_id, per_runtime in _by_clause(result).items():
         known = CATALOG.get(clause_id)
-        title = (known.title if known else "(not in catalog)")[:title_width]
-        cells = " ".join(f"{_cell(per_runtime.get(r)):>{width}}" for r in result.runtimes)
-        lines.append(f"{clause_id:<8} {title:<{title_width}} {cells}")
+        title = (known.title if known else "(not in catalog)")[:_TITLE_WIDTH]
+        table.add_row(clause_id, title, *(_cell_text(per_runtime.get(r)) for r in result.runtimes))
+    return table
+
+
+def summary_line(result: SuiteResult) -> str:
     counts: dict[str, int] = defaultdict(int)
     for verdict in result.verdicts:
         counts[verdict.status.value] += 1
-    failures = result.failures
-    lines.append("-" * len(header))
-    lines.append(
-        f"{len(table)} clauses x {len(result.runtimes)} runtimes in {result.seconds:.1f}s: "
+    return (
+        f"{len(_by_clause(result))} clauses x {len(result.runtimes)} runtimes in {result.seconds:.1f}s: "
         + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        + f"; {len(failures)} unexpected"
+        + f"; {len(result.failures)} unexpected"
     )
-    lines.append("legend: ok = conforms, diverges* = known divergence (expectation file), ! = unexpected")
-    return "\n".join(lines)
+
+
+def matrix_renderable(result: SuiteResult) -> Group:
+    """The matrix, its summary line and the legend (what ``profharness conformance`` prints)."""
+    summary = Text(summary_line(result), style="bold red" if result.failures else "bold green")
+    return Group(matrix_table(result), summary, Text(LEGEND, style="dim"))
+
+
+def render_matrix(result: SuiteResult, width: int = 200) -> str:
+    """The matrix as plain text (no colours): for tests and logs."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
+    console.print(matrix_renderable(result))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 
 
 def write_json(result: SuiteResult, path: Path) -> None:
@@ -80,7 +134,7 @@ def write_json(result: SuiteResult, path: Path) -> None:
     data["clauses_with_live_verdict"] = sorted(
         {v.clause for v in result.verdicts if v.status is not Status.ERROR and v.experiment != "-"}
     )
-    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def write_junit(result: SuiteResult, path: Path) -> None:
@@ -88,10 +142,12 @@ def write_junit(result: SuiteResult, path: Path) -> None:
     suites = ET.Element("testsuites", name="profharness conformance", time=f"{result.seconds:.3f}")
     for runtime in result.runtimes:
         mine = [v for v in result.verdicts if v.runtime == runtime]
-        failures = [v for v in mine if v.outcome in (Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION)]
-        errors = [v for v in mine if v.outcome is Outcome.ERROR]
+        failures = [
+            v for v in mine if v.outcome in (VerdictOutcome.UNEXPECTED, VerdictOutcome.STALE_EXPECTATION)
+        ]
+        errors = [v for v in mine if v.outcome is VerdictOutcome.ERROR]
         skipped = [
-            v for v in mine if v.status is Status.NOT_APPLICABLE and v.outcome is Outcome.AS_DOCUMENTED
+            v for v in mine if v.status is Status.NOT_APPLICABLE and v.outcome is VerdictOutcome.AS_DOCUMENTED
         ]
         suite = ET.SubElement(
             suites,
@@ -128,7 +184,7 @@ def write_junit(result: SuiteResult, path: Path) -> None:
                 f"{verdict.status.value}: {verdict.observed}\ntrace: {verdict.trace} ({verdict.trace_sha256})"
             )
     ET.indent(suites)
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+    atomic_write_bytes(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -161,9 +217,9 @@ def _css_class(verdict: Verdict | None) -> str:
         Status.NOT_APPLICABLE: "na",
         Status.ERROR: "err",
     }[verdict.status]
-    if verdict.outcome is Outcome.EXPECTED_DIVERGENCE:
+    if verdict.outcome is VerdictOutcome.EXPECTED_DIVERGENCE:
         cls = "exp"
-    if verdict.outcome in (Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION):
+    if verdict.outcome in (VerdictOutcome.UNEXPECTED, VerdictOutcome.STALE_EXPECTATION):
         cls += " bad"
     return cls
 
@@ -201,8 +257,8 @@ def frames_svg(picture: list[dict[str, Any]]) -> str:
 def _has_evidence(verdict: Verdict) -> bool:
     """Whether the report shows the verdict's evidence (divergences, errors, anything unexpected)."""
     return verdict.status in (Status.DIVERGES, Status.ERROR) or verdict.outcome in (
-        Outcome.UNEXPECTED,
-        Outcome.STALE_EXPECTATION,
+        VerdictOutcome.UNEXPECTED,
+        VerdictOutcome.STALE_EXPECTATION,
     )
 
 
@@ -211,9 +267,9 @@ def _anchor(verdict: Verdict) -> str:
 
 
 _OUTCOME_WORDS = {
-    Outcome.EXPECTED_DIVERGENCE: "known divergence",
-    Outcome.UNEXPECTED: "unexpected",
-    Outcome.STALE_EXPECTATION: "stale expectation",
+    VerdictOutcome.EXPECTED_DIVERGENCE: "known divergence",
+    VerdictOutcome.UNEXPECTED: "unexpected",
+    VerdictOutcome.STALE_EXPECTATION: "stale expectation",
 }
 
 
@@ -275,8 +331,19 @@ def render_html(result: SuiteResult) -> str:
             f"<p><b>observed</b> {html.escape(verdict.observed)}<br>"
             f"<b>model</b> {html.escape(verdict.expected)}</p>"
         )
+        if verdict.disagreements:
+            listed = set(verdict.expectation.disagreements) if verdict.expectation else set()
+            items = "".join(
+                f"<li>{html.escape(line)}{'' if line in listed else ' <b>(not in an expectation)</b>'}</li>"
+                for line in verdict.disagreements
+            )
+            out.append(f"<p><b>disagreements</b></p><ul class='dis'>{items}</ul>")
         if verdict.expectation:
-            out.append(f"<p><b>known divergence</b>: {html.escape(verdict.expectation.why)}</p>")
+            source = html.escape(verdict.expectation.source)
+            out.append(
+                f"<p><b>expectation</b> <span class='small'>{source}</span>: "
+                f"{html.escape(verdict.expectation.why)}</p>"
+            )
         out.append(
             f"<p class='small'>{html.escape(verdict.outcome_message)}<br>trace "
             f"{html.escape(str(verdict.trace))} sha256 {html.escape(str(verdict.trace_sha256))}</p>"
@@ -295,4 +362,4 @@ def render_html(result: SuiteResult) -> str:
 
 
 def write_html(result: SuiteResult, path: Path) -> None:
-    path.write_text(render_html(result))
+    atomic_write_text(path, render_html(result))

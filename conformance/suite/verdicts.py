@@ -1,31 +1,24 @@
-"""Verdicts, live experiments and expectation files: the vocabulary of the conformance suite.
+"""Verdicts and live experiments: the vocabulary of the conformance suite.
 
 A :class:`LiveExperiment` is a scenario plus a probe plan, run once per runtime; each of its
 :class:`Judge` functions turns the recording into a :class:`Judgement` for one clause, by comparing what
-the runtime did with what the model predicts from *independent* inputs (the call's arguments, the
-scenario's own ground truth), never from the observation itself.
+the runtime did with what the model predicts from *independent* inputs (the plan the harness wrote, the
+scenario's own ground truth, the model), never from the observation itself.
 
-Known divergences live in ``conformance/expectations/<runtime version>.toml``, one table per clause::
-
-    [DSS-12]
-    status = "diverges"                 # what this runtime is known to do for the clause
-    observed = "0x80070057"             # optional: a substring the verdict's observed text must contain
-    why = "One sentence: why the runtime differs from the document."
+A judge attached to an experiment *declares* that its clause applies to that experiment's run: a
+not-applicable verdict fails the suite unless an expectation entry says so. Known divergences and their
+every disagreement are pinned by the expectation files (:mod:`conformance.suite.expectations`).
 """
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from conformance.core.errors import HarnessError
-from conformance.core.paths import EXPECTATIONS_DIR
 from conformance.core.runtimes import Runtime
 from conformance.core.trace import Trace
 
@@ -107,28 +100,35 @@ class Verdict(BaseModel):
     trace_sha256: str | None = None
     evidence: list[dict[str, Any]] = Field(default_factory=list)
     picture: list[dict[str, Any]] = Field(default_factory=list)
-    #: set when the verdict is compared with the expectation file
-    expectation: Expectation | None = None
-    outcome: Outcome | None = None
+    #: every disagreement with the model, one stable line each (what an expectation entry pins)
+    disagreements: list[str] = Field(default_factory=list)
+    #: set when the verdict is compared with the expectation files
+    expectation: AppliedExpectation | None = None
+    outcome: VerdictOutcome | None = None
     outcome_message: str = ""
 
 
-class Outcome(StrEnum):
+class AppliedExpectation(BaseModel):
+    """The expectation entry a verdict was measured against, as the reports show it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: tuple[Status, ...]
+    why: str
+    disagreements: tuple[str, ...] = ()
+    #: ``file:line`` of the entry
+    source: str = ""
+
+
+class VerdictOutcome(StrEnum):
     """A verdict measured against the runtime's expectation file."""
 
-    AS_DOCUMENTED = "as-documented"  # conforms / n/a, and no expectation says otherwise
-    EXPECTED_DIVERGENCE = "expected-divergence"  # diverges, and the expectation file says so
-    UNEXPECTED = "unexpected"  # differs from what the expectation file (or the document) says
-    STALE_EXPECTATION = "stale-expectation"  # the expectation file expects a divergence no longer seen
+    AS_DOCUMENTED = "as-documented"  # conforms (or n/a where an expectation entry says so)
+    EXPECTED_DIVERGENCE = "expected-divergence"  # diverges with exactly the disagreements an entry lists
+    UNEXPECTED = "unexpected"  # differs from what the expectation files (or the document) say
+    STALE_EXPECTATION = "stale-expectation"  # an entry expects something (a line, a status) no longer seen
     ERROR = "error"  # the run crashed or hung, or the judge itself failed
 
-
-class Expectation(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    status: Status
-    why: str = Field(min_length=10)
-    observed: str | None = None
 
 
 Verdict.model_rebuild()
@@ -143,78 +143,9 @@ class SuiteResult(BaseModel):
 
     @property
     def failures(self) -> list[Verdict]:
-        bad = {Outcome.UNEXPECTED, Outcome.STALE_EXPECTATION, Outcome.ERROR}
+        bad = {VerdictOutcome.UNEXPECTED, VerdictOutcome.STALE_EXPECTATION, VerdictOutcome.ERROR}
         return [v for v in self.verdicts if v.outcome in bad]
 
     @property
     def ok(self) -> bool:
         return not self.failures
-
-
-def expectations_path(runtime_version: str, directory: Path | None = None) -> Path:
-    return (directory or EXPECTATIONS_DIR) / f"{runtime_version}.toml"
-
-
-def load_expectations(runtime_version: str, directory: Path | None = None) -> dict[str, Expectation]:
-    """The expectation file of a runtime version (empty when it has none)."""
-    path = expectations_path(runtime_version, directory)
-    if not path.is_file():
-        return {}
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path}: not valid TOML ({exc})") from exc
-    result: dict[str, Expectation] = {}
-    for clause_id, table in raw.items():
-        if not isinstance(table, dict):
-            raise HarnessError(f"{path}: [{clause_id}] must be a table")
-        try:
-            result[clause_id] = Expectation.model_validate(table)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise HarnessError(f"{path}: [{clause_id}] {where}: {first['msg']}") from exc
-    return result
-
-
-def classify(verdict: Verdict, expectation: Expectation | None) -> tuple[Outcome, str]:
-    """Measure a verdict against its expectation; the message names the clause and the runtime."""
-    label = f"{verdict.clause}[{verdict.runtime}]"
-    if verdict.status is Status.ERROR:
-        return Outcome.ERROR, f"{label}: error: {verdict.observed}"
-    if expectation is None:
-        if verdict.status is Status.DIVERGES:
-            return (
-                Outcome.UNEXPECTED,
-                f"{label}: diverges and no expectation explains it: observed {verdict.observed};"
-                f" expected {verdict.expected}",
-            )
-        return Outcome.AS_DOCUMENTED, f"{label}: {verdict.status}"
-    if expectation.status is not verdict.status:
-        if verdict.status is Status.NOT_APPLICABLE:
-            # The run could not exercise the clause (e.g. a signal that landed outside the code under test):
-            # nothing contradicts the expectation, and the matrix shows n/a.
-            return (
-                Outcome.AS_DOCUMENTED,
-                f"{label}: not applicable in this run ({verdict.observed}); expectation not exercised",
-            )
-        if expectation.status is Status.DIVERGES:
-            return (
-                Outcome.STALE_EXPECTATION,
-                f"{label}: the expectation file expects a divergence that no longer occurs"
-                f" (now {verdict.status}: {verdict.observed})",
-            )
-        return (
-            Outcome.UNEXPECTED,
-            f"{label}: expected {expectation.status} per the expectation file, got {verdict.status}:"
-            f" observed {verdict.observed}; model expects {verdict.expected}",
-        )
-    if expectation.observed is not None and expectation.observed not in verdict.observed:
-        return (
-            Outcome.UNEXPECTED,
-            f"{label}: {verdict.status} as expected, but observed {verdict.observed!r} does not show"
-            f" {expectation.observed!r}",
-        )
-    if verdict.status is Status.DIVERGES:
-        return Outcome.EXPECTED_DIVERGENCE, f"{label}: known divergence: {expectation.why}"
-    return Outcome.AS_DOCUMENTED, f"{label}: {verdict.status} (as the expectation file says)"

@@ -11,6 +11,7 @@ from clr_model.buffers import (
     BufferCallFailed,
     BufferNeverSettled,
     BufferUnderfilled,
+    BufferViolation,
     CallerBrokeContract,
     ObservedCall,
     check_observed,
@@ -461,3 +462,19 @@ def test_failed_call_and_underfilled_buffer_are_typed() -> None:
         single_pass(lambda size, buf: (S_OK, 1), initial=2)
     with pytest.raises(InvalidInput, match="expected"):
         single_pass(lambda size, buf: S_OK, initial=2)  # type: ignore[arg-type,return-value]
+
+
+def test_check_observed_names_the_field_and_both_values_BUF_02_03_09() -> None:
+    """Each disagreement is a BufferViolation naming the observed field and the two values, so a judge can
+    write it without what varies between machines (a path's length) or runs (a ClassID)."""
+    cut = ObservedCall(c_buffer_size_start=80, buffer_present=True, hr=0x8007007A, pc_buffer_max=80,
+                       elements_written=1, content=(0, *([None] * 79)))
+    found = check_observed(cut, full_answer=string_elements("x" * 80), string=True)
+    assert all(isinstance(v, BufferViolation) and v.size == 80 for v in found)
+    fields = {(v.clause, v.field, v.got, v.want) for v in found if isinstance(v, BufferViolation)}
+    assert fields == {
+        ("BUF-09", "count-without-nul", 80, 81),
+        ("BUF-03", "written", 1, 80),
+        ("BUF-03", "element", 0, ord("x")),
+        ("BUF-09", "hresult", 0x8007007A, 0),
+    }

@@ -18,6 +18,8 @@ from clr_model.context import (
     ContextMisaligned,
     ContextTooShort,
     amd64_layout_for_size,
+    runtime_context_layout,
+    runtime_context_size,
 )
 from clr_model.errors import ModelError
 from clr_model.strategies.context import context_buffers, context_values, layouts
@@ -191,3 +193,17 @@ def test_validate_is_total_on_adversarial_buffers(data: st.DataObject) -> None:
         assert str(exc).startswith(layout.name)
     else:
         assert len(buf) >= layout.size
+
+
+@pytest.mark.parametrize(
+    ("version", "size"),
+    [("3.1.23", 1232), ("8.0.4", 3104), ("8.0.0-rc.1", 3104), ("5.0.0", None), ("", None)],
+)
+def test_runtime_context_size_by_version(version: str, size: int | None) -> None:
+    assert runtime_context_size(version) == size
+
+
+def test_runtime_context_layouts_are_the_declared_layouts() -> None:
+    assert runtime_context_layout("3.1.23") is AMD64_CONTEXT
+    assert runtime_context_layout("8.0.4") is AMD64_PAL_XSTATE
+    assert runtime_context_layout("9.0.0") is None

@@ -26,6 +26,8 @@ from clr_model.stacksnapshot import (
     ThreadModel,
     ThreadState,
     UnmanagedFrame,
+    WalkOutcome,
+    align,
     author_violations,
     check_observed,
     function_from_ip,
@@ -641,3 +643,65 @@ def test_check_observed_is_total(inp: SnapshotInput, obs: list[ObservedCallback]
         return
     for v in violations:
         assert v.clause.startswith("DSS-") and "\n" not in v.message
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+def test_align_is_the_longest_common_subsequence() -> None:
+    assert align([1, 2, 3, 0], [1, 3, 0]) == [(0, 0), (2, 1), (3, 2)]
+    assert align([1, 2, 3], [2, 1, 3]) in ([(0, 1), (2, 2)], [(1, 0), (2, 2)])
+    assert align([], [1]) == [] and align([1], []) == []
+
+
+def test_check_observed_reports_two_independent_faults_with_their_clauses() -> None:
+    # issue 7, finding 4: the leaf-first order broken at the top, and another clientData further down
+    s = run(MANAGED_TOP, client_data=7)
+    walk = observed(s)
+    walk[0], walk[1] = walk[1], walk[0]
+    walk[3] = walk[3].model_copy(update={"client_data": 8})
+    violations = s.conforms(walk, S_OK, names={0xA: "A", 0xB: "B", 0xC: "C"})
+    assert [(v.clause, v.index) for v in violations] == [("DSS-16", 1), ("DSS-04", 3)]
+    assert str(violations[0]) == "DSS-16 at #1: A comes out of order: the model has it at #0 (leaf first)"
+
+
+def test_check_observed_names_every_missing_callback_of_a_short_walk() -> None:
+    # issue 7, finding 4: 9 callbacks expected, 6 observed; the first difference is an order one (the
+    # old comparison named only it, as DSS-16, so a judge of DSS-15 saw nothing)
+    frames = [M(1, 0x10, 0x100), U("native", 0x20, 0x200), M(2, 0x30, 0x300), M(3, 0x40, 0x400)]
+    frames += [M(4, 0x50, 0x500), U("native", 0x60, 0x600), M(5, 0x70, 0x700), M(6, 0x80, 0x800)]
+    frames += [U("native", 0x90, 0x900)]
+    s = run(ThreadModel(frames=tuple(frames)))
+    assert len(s.callbacks) == 9
+    full = observed(s)
+    short = [full[i] for i in (0, 1, 2, 3, 7, 8)]  # 0x4, the second run and 0x5 missing: 0x6 "too early"
+    violations = s.conforms(short, S_OK)
+    assert [(v.clause, v.message) for v in violations] == [
+        ("DSS-03", "no callback for FunctionID 0x4, the model's #4"),
+        ("DSS-15", "no callback for an unmanaged run (FunctionID 0), the model's #5"),
+        ("DSS-03", "no callback for FunctionID 0x5, the model's #6"),
+    ]
+
+
+def test_DSS_04_client_data_is_compared_with_the_models_prediction() -> None:
+    # issue 7, finding 5: the comparison reads each predicted callback's clientData, not the call's input
+    s = run(MANAGED_TOP, client_data=7)
+    predicted = s.exact.model_copy(
+        update={"callbacks": tuple(c.model_copy(update={"client_data": 9}) for c in s.exact.callbacks)}
+    )
+    other = s.model_copy(update={"alternatives": (predicted,)})
+    as_input = observed(s)  # clientData 7 everywhere: what the call passed
+    as_predicted = [o.model_copy(update={"client_data": 9}) for o in as_input]
+    assert other.conforms(as_predicted, S_OK) == []
+    assert {v.clause for v in other.conforms(as_input, S_OK)} == {"DSS-04"}
+    assert len(other.conforms(as_input, S_OK)) == len(as_input)
+
+
+def test_closest_outcome_is_the_one_with_most_callbacks_in_common() -> None:
+    s = run(STACK, state=ThreadState.OTHER_RUNTIME_SUSPENDED, platform=UNIX)
+    assert s.may_skip_top_managed == 2
+    skipped = observed(s)[1:]  # the top managed frame skipped: an allowed outcome
+    alt, violations = s.closest(skipped, S_OK)
+    assert violations == [] and alt.reason.startswith("DSS-20")
+    wrong = [*skipped[:1], skipped[0], *skipped[1:]]  # ... and one frame twice
+    alt, violations = s.closest(wrong, S_OK)
+    assert alt.reason.startswith("DSS-20") and [v.clause for v in violations] == ["DSS-03"]
+    assert isinstance(alt, WalkOutcome)

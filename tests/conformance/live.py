@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conformance.core.runtimes import Runtime
 from conformance.suite.orchestrate import run_suite
-from conformance.suite.verdicts import Outcome, Status, SuiteResult
+from conformance.suite.verdicts import Status, SuiteResult, VerdictOutcome
 
 
 def assert_area_as_documented_or_expected(
@@ -16,14 +16,15 @@ def assert_area_as_documented_or_expected(
 ) -> SuiteResult:
     """Run the suite for ``clauses`` on every bundled runtime and check what the suite promises.
 
-    Each clause is judged on each runtime; nothing is unexpected; no clause is "not applicable" unless
-    listed; every verdict names a trace file whose sha256 matches the one recorded.
+    Each clause is judged on each runtime; nothing is unexpected (so a not-applicable verdict is one an
+    expectation entry allows); no clause is "not applicable" unless listed here too; every verdict names a
+    trace file whose sha256 matches the one recorded.
     """
     result = run_suite("all", clauses=list(clauses))
     judged = {(v.clause, v.runtime) for v in result.verdicts}  # a clause may be judged by several experiments
     assert judged == {(c, rt.version) for c in clauses for rt in runtimes}
     for verdict in result.verdicts:
-        accepted = (Outcome.AS_DOCUMENTED, Outcome.EXPECTED_DIVERGENCE)
+        accepted = (VerdictOutcome.AS_DOCUMENTED, VerdictOutcome.EXPECTED_DIVERGENCE)
         assert verdict.outcome in accepted, verdict.outcome_message
         if verdict.clause not in may_be_not_applicable:
             assert verdict.status is not Status.NOT_APPLICABLE, f"{verdict.clause}: {verdict.observed}"

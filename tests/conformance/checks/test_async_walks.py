@@ -7,17 +7,22 @@ each doctored variant changes one fact the runtime reports and must flip the cla
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from clr_model.hresults import HResult
+from conformance.adapters.stack import reflection_frames
 from conformance.checks import async_walks as aw
 from conformance.core.errors import HarnessError
 from conformance.core.runtimes import Runtime
+from conformance.core.scenarios import load_scenario
 from conformance.core.trace import read_trace
+from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Judgement, Status
 from tests.conformance.live import assert_area_as_documented_or_expected
 
@@ -73,7 +78,13 @@ def base() -> Walks:
     return Walks()
 
 
-def build(w: Walks, path: Path) -> Evidence:
+@cache
+def scenario_plan() -> Mapping[str, Any]:
+    """The plan the harness writes for the async-walks experiment."""
+    return effective_plan(aw.ASYNC_WALKS.build(), load_scenario(aw.SCENARIO))
+
+
+def build(w: Walks, path: Path, plan: Mapping[str, Any] | None = None) -> Evidence:
     seq = 0
     out: list[dict[str, Any]] = []
     walk_no = 0
@@ -95,7 +106,9 @@ def build(w: Walks, path: Path) -> Evidence:
         for index, f in enumerate(frames):
             if f is None:
                 rec("frame", os_tid=os_tid, walk=walk_no, index=index, funcId=0, ip=0x7000, clientData=CLIENT)
-                resolved.append({"funcId": 0, "ip": 0x7000, "token": None, "type": None, "method": None})
+                resolved.append(
+                    {"funcId": 0, "ip": 0x7000, "token": None, "module": None, "type": None, "method": None}
+                )
             else:
                 token, type_, method = STACK[f]
                 fid = 0xF000 + f
@@ -109,7 +122,14 @@ def build(w: Walks, path: Path) -> Evidence:
                     clientData=CLIENT,
                 )
                 resolved.append(
-                    {"funcId": fid, "ip": 0x9000 + f, "token": token, "type": type_, "method": method}
+                    {
+                        "funcId": fid,
+                        "ip": 0x9000 + f,
+                        "token": token,
+                        "module": "/run/app.dll",
+                        "type": type_,
+                        "method": method,
+                    }
                 )
         a = {"infoFlags": 0, "clientData": CLIENT, "walk": walk_no, "contextSize": 0, "context": None, **args}
         call("DoStackSnapshot", experiment, hr, os_tid, a, {"frameCount": len(frames), "frames": resolved})
@@ -136,6 +156,8 @@ def build(w: Walks, path: Path) -> Evidence:
     if w.native_suspend_hr == S_OK:
         walk(aw.NATIVE_THREAD, w.suspended, 102, thread=TARGET_ID, role="suspended")
         call("ResumeRuntime", aw.NATIVE_THREAD, S_OK, 102)
+    # the FunctionID of the interrupted function (as the walks report it) and its token agree
+    interrupted = next(i for i, f in enumerate(STACK) if f[0] == w.interrupted_token)
     for experiment, seeded, result in (
         (aw.SIGNAL_UNSEEDED, False, w.unseeded),
         (aw.SIGNAL_SEEDED, True, w.seeded),
@@ -148,7 +170,7 @@ def build(w: Walks, path: Path) -> Evidence:
             S_OK,
             103,
             {"ip": 0x9000},
-            {"functionId": 0xF000, "token": w.interrupted_token},
+            {"functionId": 0xF000 + interrupted, "token": w.interrupted_token},
         )
         walk(experiment, result, 103, thread=0, role=experiment, contextSize=8192 if seeded else 0)
     rec("end")
@@ -156,13 +178,15 @@ def build(w: Walks, path: Path) -> Evidence:
     runtime = Runtime(
         version="8.0.4", host=Path("/nonexistent/dotnet"), framework_dir=Path("/nonexistent"), source="test"
     )
-    return Evidence(trace=read_trace(path, strict=True), runtime=runtime, plan={})
+    return Evidence(
+        trace=read_trace(path, strict=True), runtime=runtime, plan=scenario_plan() if plan is None else plan
+    )
 
 
-def judge(clause: str, w: Walks, tmp_path: Path) -> Judgement:
+def judge(clause: str, w: Walks, tmp_path: Path, plan: Mapping[str, Any] | None = None) -> Judgement:
     experiment = aw.ASYNC_WALKS
     (j,) = [j for j in experiment.judges if j.clause == clause]
-    return j.judge(build(w, tmp_path / "trace.jsonl"))
+    return j.judge(build(w, tmp_path / "trace.jsonl", plan))
 
 
 # --- the Linux-like trace: what each judge says --------------------------------------------------------
@@ -304,7 +328,8 @@ def test_missing_walk_is_a_harness_error(tmp_path: Path) -> None:
 
 
 def test_thread_model_ends_in_native_code_and_starts_with_helper() -> None:
-    truth = aw.GroundTruth(frames=tuple({"token": t, "type": ty, "method": m} for t, ty, m in STACK), seq=0)
+    raw = [{"token": t, "type": ty, "method": m, "module": "app.dll"} for t, ty, m in STACK]
+    truth = aw.GroundTruth(name="spinner", frames=reflection_frames(raw, "test"), seq=0)
     model = aw.thread_model(truth)
     assert model.top_kind == "helper"
     assert model.frames[-1].kind == "native"
@@ -320,3 +345,65 @@ def test_DSS_async_live_suite_on_every_runtime(runtimes: list[Runtime]) -> None:
     assert_area_as_documented_or_expected(
         ASYNC_CLAUSES, runtimes, may_be_not_applicable=["DSS-06", "DSS-08", "DSS-28"]
     )
+
+
+# --- issue 7: every disagreement, one stable line each; plan entries as the judges' inputs --------------
+
+
+@pytest.mark.clause("DSS-02", "DSS-25", "DSS-28")
+def test_linux_like_trace_disagreement_lines(tmp_path: Path) -> None:
+    """The lines the live runs give (both runtimes alike: a failed walk is one disagreement, its HRESULT)."""
+    assert judge("DSS-02", base(), tmp_path).disagreements == (
+        "cross-running: DSS-02: DoStackSnapshot returned 0x80004001 E_NOTIMPL, the model says"
+        " 0x00000000 S_OK",
+    )
+    assert judge("DSS-28", base(), tmp_path).disagreements == (
+        "signal-unseeded: DSS-01: DoStackSnapshot returned 0x80004005 E_FAIL, the model says 0x00000000 S_OK",
+    )
+    assert judge("DSS-25", base(), tmp_path).disagreements == (
+        "native-thread (warmup): DSS-25: the warm-up walk of the running spinner returned"
+        " 0x80004001 E_NOTIMPL with 0 callback(s), the procedure needs success with at least one",
+        "native-thread: DSS-25 at #3: profiler thread 1 suspends thread 2 before a warm-up DoStackSnapshot of"
+        " an unsuspended thread succeeded with at least one frame (thread 1: the native walker,"
+        " thread 2: spinner)",
+    )
+    for clause in ("DSS-08", "DSS-09", "DSS-13", "DSS-18", "DSS-20", "DSS-22"):
+        assert judge(clause, base(), tmp_path).disagreements == (), clause
+
+
+@pytest.mark.clause("DSS-13", "DSS-18")
+def test_a_walk_with_two_faults_gives_both_lines(tmp_path: Path) -> None:
+    # Level3 before Park (order) and Spin twice (an extra callback): both named, each with its clause
+    w = replace(base(), suspended=(S_OK, [1, 0, 2, 3, 4, 4, None]))
+    expected = (
+        "native-thread (suspended): DSS-16 at #1: AsyncWalks::Park comes out of order: the model has it at #0"
+        " (leaf first)",
+        "native-thread (suspended): DSS-03 at #5: AsyncWalks::Spin reported again",
+    )
+    assert judge("DSS-18", w, tmp_path).disagreements == expected
+    assert judge("DSS-13", w, tmp_path).disagreements == expected
+
+
+@pytest.mark.clause("DSS-09")
+def test_DSS_09_the_seeded_walk_is_the_one_the_plan_seeds(tmp_path: Path) -> None:
+    plan = dict(scenario_plan())
+    plan["experiments"] = [
+        {**e, "args": {**e["args"], "seed": False}} if e["id"] == aw.SIGNAL_SEEDED else e
+        for e in plan["experiments"]
+    ]
+    with pytest.raises(HarnessError, match="author rule does not separate"):
+        judge("DSS-09", base(), tmp_path, plan)
+
+
+@pytest.mark.parametrize("clause", ASYNC_CLAUSES)
+def test_every_plan_entry_a_judge_uses_is_read(clause: str, tmp_path: Path) -> None:
+    """``uses`` names exactly the plan entries the judge reads."""
+    (registered,) = [j for j in aw.ASYNC_WALKS.judges if j.clause == clause]
+    plan = scenario_plan()
+    assert registered.uses, clause
+    for entry in registered.uses:
+        without = {**plan, "experiments": [e for e in plan["experiments"] if e["id"] != entry]}
+        with pytest.raises(HarnessError, match=f"the plan has no experiment entry '{entry}'"):
+            judge(clause, base(), tmp_path, without)
+    only = {**plan, "experiments": [e for e in plan["experiments"] if e["id"] in registered.uses]}
+    assert judge(clause, base(), tmp_path, only) == judge(clause, base(), tmp_path)

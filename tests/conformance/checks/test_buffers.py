@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 
 from conformance.checks import buffers
+from conformance.core.errors import HarnessError
 from conformance.core.runtimes import Runtime
+from conformance.core.scenarios import load_scenario
 from conformance.core.trace import RECORD_ADAPTER, Trace
+from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Judgement, Status
 from tests.conformance.live import assert_area_as_documented_or_expected
 
@@ -145,9 +148,21 @@ JUDGES: dict[str, Callable[[Evidence], Judgement]] = {
 }
 
 
-def judge(clause: str, calls: list[Call], truth: dict[str, Any] | None = TRUTH) -> Judgement:
+def plan_for(calls: list[Call]) -> dict[str, Any]:
+    """The scenario's plan (as the harness writes it), cut to the methods ``calls`` holds (all, if none)."""
+    plan = effective_plan(buffers.BUFFERS_BASIC.build(), load_scenario(buffers.SCENARIO))
+    methods = {c["method"] for c in calls}
+    if methods:
+        plan["experiments"] = [e for e in plan["experiments"] if e["args"]["method"] in methods]
+    return plan
+
+
+def judge(
+    clause: str, calls: list[Call], truth: dict[str, Any] | None = TRUTH, plan: dict[str, Any] | None = None
+) -> Judgement:
     runtime = Runtime(version="8.0.4", host=Path("/x/dotnet"), framework_dir=Path("/x/fx"), source="test")
-    return JUDGES[clause](Evidence(trace=make_trace(calls, truth), runtime=runtime, plan={}))
+    plan = plan_for(calls) if plan is None else plan
+    return JUDGES[clause](Evidence(trace=make_trace(calls, truth), runtime=runtime, plan=plan))
 
 
 def find(calls: list[Call], method: str, size: int, present: bool = True) -> Call:
@@ -159,11 +174,34 @@ def test_conforming_trace_conforms_BUF_01_02_03_04_05_09_10(clause: str) -> None
     result = judge(clause, base_calls())
     assert result.status is Status.CONFORMS, result.observed
     assert result.evidence
+    assert result.disagreements == ()
 
 
 @pytest.mark.parametrize("clause", sorted(JUDGES))
-def test_empty_trace_is_not_applicable(clause: str) -> None:
-    assert judge(clause, [], None).status is Status.NOT_APPLICABLE
+def test_BUF_target_method_missing_is_not_applicable_with_the_reason(clause: str) -> None:
+    """Issue 7 finding 1: with the scenario's target method renamed the probe records no buffer call; every
+    BUF clause must say why it was not judged (n/a, which the suite fails), never conform."""
+    result = judge(clause, [], {})
+    assert result.status is Status.NOT_APPLICABLE
+    assert result.observed.startswith("no buffer_probe call recorded for any of the 12 planned methods")
+    assert "the frame 'Pick' the plan names was never on the stack" in result.observed
+
+
+@pytest.mark.parametrize("clause", sorted(JUDGES))
+def test_BUF_a_planned_method_never_recorded_is_an_error(clause: str) -> None:
+    calls = base_calls()
+    plan = plan_for([*calls, *conforming_calls("GetClassLayout", ["00"], wide=False)])
+    result = judge(clause, calls, plan=plan)
+    assert result.status is Status.ERROR
+    assert "planned but never recorded: GetClassLayout (buf-GetClassLayout)" in result.observed
+
+
+def test_BUF_judges_are_registered_with_the_plan_entries_they_read() -> None:
+    experiment = buffers.BUFFERS_BASIC.build()
+    plan_ids = {e["id"] for e in plan_for([])["experiments"]}
+    for j in experiment.judges:
+        assert j.uses == buffers.PLAN_ENTRIES
+        assert set(j.uses) == plan_ids
 
 
 @pytest.mark.clause("BUF-01")
@@ -173,6 +211,7 @@ def test_BUF_01_guard_written_diverges() -> None:
     result = judge("BUF-01", calls)
     assert result.status is Status.DIVERGES
     assert "GetModuleInfo size=0 (buffer): wrote past element 0" in result.observed
+    assert result.disagreements == ("GetModuleInfo size=0 (buffer): wrote past element 0",)
     assert judge("BUF-03", calls).status is Status.CONFORMS
 
 
@@ -238,8 +277,11 @@ def test_BUF_03_full_answer_checked_against_scenario_classids() -> None:
     other = conforming_calls("GetClassIDInfo2", _ids([1, 2, 3]), wide=False)
     result = judge("BUF-03", other)
     assert result.status is Status.DIVERGES
-    assert "GetClassIDInfo2 size=1 (buffer): element 0 = 0x1, expected 0x7f0000001000" in result.observed
-    assert judge("BUF-03", other, truth=None).status is Status.CONFORMS  # consistent with itself
+    # one line for the one fact (no ClassID values: they differ between runs), not one per size
+    assert result.disagreements == (
+        "GetClassIDInfo2: element 0 differs from the scenario's class type arguments (RuntimeTypeHandle)",
+    )
+    assert judge("BUF-03", other, truth={}).status is Status.CONFORMS  # consistent with itself
 
 
 @pytest.mark.clause("BUF-04")
@@ -313,7 +355,7 @@ def test_BUF_09_count_without_nul_against_truth_is_buf09_not_buf02() -> None:
 def test_BUF_09_count_without_nul_diverges() -> None:
     # A runtime that counts 3 for "app" (no NUL) and fills exactly that.
     calls = conforming_calls("GetAssemblyInfo", _wide("app")[:3], wide=True)
-    result = judge("BUF-09", calls, truth=None)
+    result = judge("BUF-09", calls, truth={})
     assert result.status is Status.DIVERGES and "count includes the NUL" in result.observed
 
 
@@ -345,10 +387,115 @@ def test_BUF_04_null_zero_argument_error_is_buf04_not_buf10() -> None:
     assert result.status is Status.DIVERGES and "the legal (NULL, 0) form rejected" in result.observed
     assert judge("BUF-10", calls).status is Status.CONFORMS
     assert judge("BUF-02", calls).status is Status.DIVERGES
+    # without a total the clauses that need one cannot judge GetCodeInfo2: said, never a conformance
+    assert judge("BUF-05", calls).disagreements == (
+        "GetCodeInfo2: (NULL, 0) returned 0x80070057 E_INVALIDARG without *pcBufferMax: cannot be judged",
+    )
+
+
+# --- the scenario's truth (issue 7 finding 6) ---------------------------------------------------------
+
+
+def _domain_calls(name: str) -> list[Call]:
+    return conforming_calls("GetAppDomainInfo", _wide(name), wide=True)
+
+
+@pytest.mark.clause("BUF-02", "BUF-03")
+def test_BUF_02_03_app_domain_name_is_checked_against_the_scenarios_friendly_name() -> None:
+    """Finding 6: the scenario's AppDomain name was read and ignored; a runtime answering another name
+    consistently at every size passed. Now its full answer is compared with the scenario's."""
+    truth = {**TRUTH, "appDomainName": "app"}
+    assert judge("BUF-03", _domain_calls("app"), truth).status is Status.CONFORMS
+    b03 = judge("BUF-03", _domain_calls("clrhost"), truth)
+    b02 = judge("BUF-02", _domain_calls("clrhost"), truth)
+    assert b03.status is Status.DIVERGES and b02.status is Status.DIVERGES
+    assert b03.disagreements == (
+        "GetAppDomainInfo: answers 'clrhost', the scenario's AppDomain.CurrentDomain.FriendlyName is 'app'",
+    )
+    assert b02.disagreements == (
+        "GetAppDomainInfo: the total is 8, the scenario's AppDomain.CurrentDomain.FriendlyName gives 4",
+    )
+    # the protocol itself is fine: the other clauses conform
+    for clause in ("BUF-01", "BUF-05", "BUF-09", "BUF-10"):
+        assert judge(clause, _domain_calls("clrhost"), truth).status is Status.CONFORMS
+
+
+@pytest.mark.clause("BUF-03")
+def test_BUF_03_runtime_version_against_environment_version_where_comparable() -> None:
+    calls = conforming_calls("GetRuntimeInformation", _wide("8.0.4"), wide=True)
+    assert judge("BUF-03", calls, {**TRUTH, "runtimeVersion": "8.0.4"}).status is Status.CONFORMS
+    wrong = judge("BUF-03", calls, {**TRUTH, "runtimeVersion": "8.0.5"})
+    assert wrong.disagreements == (
+        "GetRuntimeInformation: answers '8.0.4', the scenario's Environment.Version is '8.0.5'",
+    )
+    # 3.1 answers "v4.0.30319", which Environment.Version (3.1.23) cannot give: said, not compared
+    old = conforming_calls("GetRuntimeInformation", _wide("v4.0.30319"), wide=True)
+    result = judge("BUF-03", old, {**TRUTH, "runtimeVersion": "3.1.23"})
+    assert result.status is Status.CONFORMS
+    said = "self-consistency only: GetRuntimeInformation (before .NET 5 the CLR 4 compatibility version, not "
+    assert said + "Environment.Version 3.1.23)" in result.observed
+
+
+@pytest.mark.clause("BUF-02", "BUF-03")
+def test_BUF_02_03_app_domains_holding_the_module_and_class_layout_from_the_scenario() -> None:
+    domain = 0x5600_0000_1000
+    two = conforming_calls("GetAppDomainsContainingModule", _ids([domain, domain + 8]), wide=False)
+    result = judge("BUF-02", two, {**TRUTH, "appDomainsHoldingModule": 1})
+    assert result.disagreements == (
+        "GetAppDomainsContainingModule: the total is 2, the scenario's app domains holding the assembly "
+        "gives 1",
+    )
+    one = conforming_calls("GetAppDomainsContainingModule", _ids([domain]), wide=False)
+    ok = judge("BUF-02", one, {**TRUTH, "appDomainsHoldingModule": 1})
+    assert ok.status is Status.CONFORMS
+    assert "GetAppDomainsContainingModule (AppDomainIDs; their number is the scenario's)" in ok.observed
+    fields = [{"name": "First", "token": 0x04000001, "offset": 24}, {"name": "Second", "token": 0x04000002,
+                                                                      "offset": 8}]
+    layout = conforming_calls("GetClassLayout", ["0100000418000000", "0200000408000000"], wide=False)
+    assert judge("BUF-03", layout, {**TRUTH, "fields": fields}).status is Status.CONFORMS
+    fields[1]["offset"] = 16  # the scenario measured another offset
+    bad = judge("BUF-03", layout, {**TRUTH, "fields": fields})
+    assert bad.disagreements == (
+        "GetClassLayout: the elements are not the scenario's instance fields (FieldInfo.MetadataToken, "
+        "offset)",
+    )
+
+
+def test_BUF_self_consistency_only_is_said_where_no_truth_can_exist() -> None:
+    result = judge("BUF-05", base_calls())
+    assert result.status is Status.CONFORMS
+    assert "self-consistency only: GetCodeInfo2 (code regions)" in result.observed
+    assert "3 methods against the scenario's truth" in result.observed
+
+
+def test_BUF_disagreement_lines_do_not_depend_on_the_path_length() -> None:
+    """A path's length differs between machines: its sizes and counts are written relative to needed and
+    the total, its characters left out, so an expectation pins the same lines everywhere."""
+    lines = []
+    for path in ("/tmp/run/app.dll", "/home/someone/longer/runs/app.dll"):
+        calls = conforming_calls("GetModuleInfo", _wide(path), wide=True)
+        total = len(_wide(path))
+        for n in (1, total - 1):
+            cut = find(calls, "GetModuleInfo", n)
+            cut["hr"], cut["elems"] = INSUFFICIENT, ["0000"]
+        truth = {**TRUTH, "modulePath": path}
+        lines.append([judge(c, calls, truth).disagreements for c in ("BUF-03", "BUF-09")])
+    assert lines[0] == lines[1]
+    assert lines[0][0] == (
+        "GetModuleInfo size=needed-1 (buffer): 1 elements written, expected min(total, size) = total-1",
+        "GetModuleInfo size=needed-1 (buffer): an element differs from the full answer's prefix",
+    )
+
+
+def test_BUF_truth_mark_missing_or_malformed_is_a_one_line_harness_error() -> None:
+    with pytest.raises(HarnessError, match=r"expected one mark 'expect\.buffers'"):
+        judge("BUF-02", base_calls(), None)
+    with pytest.raises(HarnessError, match=r"classTypeArgs: expected a list of non-negative integers"):
+        judge("BUF-02", base_calls(), {"classTypeArgs": [1, -2]})
 
 
 def test_experiment_registered() -> None:
-    experiment = buffers.BUFFERS_BASIC
+    experiment = buffers.BUFFERS_BASIC.build()
     assert experiment.scenario == "buffers-basic"
     assert {j.clause for j in experiment.judges} == set(JUDGES)
 

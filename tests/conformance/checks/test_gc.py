@@ -13,8 +13,11 @@ import pytest
 from clr_model.hresults import HResult
 from conformance.checks import gc
 from conformance.core.errors import HarnessError
+from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
+from conformance.core.scenarios import load_scenario
 from conformance.core.trace import read_trace
+from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Judge, Judgement, Status
 from tests.conformance.live import assert_area_as_documented_or_expected
 
@@ -138,15 +141,27 @@ def _records(
     return out
 
 
-def _evidence(tmp_path: Path, records: list[dict[str, Any]]) -> Evidence:
+#: the plan of the MR2-12 experiment, as the harness writes it: the probe answers MovedReferences2 with E_FAIL
+FAIL_PLAN: dict[str, Any] = {"replies": {"MovedReferences2": int(HResult.E_FAIL)}}
+FAILED_THEN_V1 = "MovedReferences delivered after a MovedReferences2 answered 0x80004005 E_FAIL"
+#: every judge of the gc-moves experiment, as registered
+JUDGES: tuple[Judge, ...] = gc.GC_MOVES.build().judges
+
+
+def _evidence(tmp_path: Path, records: list[dict[str, Any]], plan: dict[str, Any] | None = None) -> Evidence:
     path = tmp_path / "trace.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     runtime = Runtime(version="9.9.9", host=tmp_path / "dotnet", framework_dir=tmp_path, source="synthetic")
-    return Evidence(trace=read_trace(path, strict=True), runtime=runtime, plan={})
+    return Evidence(trace=read_trace(path, strict=True), runtime=runtime, plan=plan or {})
 
 
-def judge(tmp_path: Path, fn: Callable[[Evidence], Judgement], records: list[dict[str, Any]]) -> Judgement:
-    return fn(_evidence(tmp_path, records))
+def judge(
+    tmp_path: Path,
+    fn: Callable[[Evidence], Judgement],
+    records: list[dict[str, Any]],
+    plan: dict[str, Any] | None = None,
+) -> Judgement:
+    return fn(_evidence(tmp_path, records, plan))
 
 
 def _set_field(records: list[dict[str, Any]], name: str, fn: Callable[[dict[str, Any]], None]) -> None:
@@ -158,11 +173,18 @@ def _set_field(records: list[dict[str, Any]], name: str, fn: Callable[[dict[str,
 # --- conforming --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("j", gc.JUDGES, ids=[j.clause for j in gc.JUDGES])
+@pytest.mark.parametrize("j", JUDGES, ids=[j.clause for j in JUDGES])
 def test_every_judge_conforms_on_a_consistent_gc(tmp_path: Path, j: Judge) -> None:
     result = judge(tmp_path, j.judge, _records(Heap.make()))
     assert result.status is Status.CONFORMS, result.observed
     assert result.evidence
+    assert result.disagreements == ()
+
+
+def test_the_registry_holds_every_gc_clause_once() -> None:
+    assert sorted(j.clause for j in JUDGES) == [c for c in GC_CLAUSES if c != "MR2-12"]
+    assert [j.clause for j in gc.GC_MOVES_FAIL_MR2.build().judges] == ["MR2-12"]
+    assert gc.GC_MOVES_FAIL_MR2.build().judges[0].uses == ("replies.MovedReferences2",)
 
 
 # --- doctored ----------------------------------------------------------------------------------------
@@ -171,9 +193,14 @@ def test_every_judge_conforms_on_a_consistent_gc(tmp_path: Path, j: Judge) -> No
 def test_MR2_08_a_wrong_new_start_diverges(tmp_path: Path) -> None:
     heap = Heap.make()
     heap.after[0] += 8  # the scenario found the first object elsewhere than the ranges say
+    heap.after[5] += 8
     result = judge(tmp_path, gc.judge_mr2_08, _records(heap, words_after=None))
     assert result.status is Status.DIVERGES
     assert "#0" in result.observed
+    assert result.disagreements == (  # every object, one stable line each (no address)
+        "live object #0: the model's remapped id is not its address after the GC",
+        "live object #5: the model's remapped id is not its address after the GC",
+    )
 
 
 def test_MR2_05_new_start_not_the_first_objects_address_diverges(tmp_path: Path) -> None:
@@ -234,10 +261,11 @@ def test_MR2_14_MR2_15_overlapping_ranges_diverge(
 ) -> None:
     heap = Heap.make()
     heap.ranges[1][index] = heap.ranges[0][index] + 8
-    fn = next(j.judge for j in gc.JUDGES if j.clause == clause)
+    fn = next(j.judge for j in JUDGES if j.clause == clause)
     result = judge(tmp_path, fn, _records(heap))
     assert result.status is Status.DIVERGES
     assert f"{space} space" in result.observed
+    assert result.disagreements == (f"ranges of the forced compacting GC overlap in {space} space",)
 
 
 def test_MR2_01_movedreferences2_outside_a_gc_diverges(tmp_path: Path) -> None:
@@ -266,9 +294,9 @@ def test_MR2_11_movedreferences_first_diverges(tmp_path: Path) -> None:
 
 
 def test_MR2_12_no_movedreferences_after_failure_conforms(tmp_path: Path) -> None:
-    result = judge(tmp_path, gc.judge_mr2_12, _records(Heap.make(), mr2_hr=int(HResult.E_FAIL)))
+    result = judge(tmp_path, gc.judge_mr2_12, _records(Heap.make(), mr2_hr=int(HResult.E_FAIL)), FAIL_PLAN)
     assert result.status is Status.CONFORMS
-    assert "E_FAIL" in result.observed
+    assert "E_FAIL" in result.observed and "the plan's reply" in result.observed
 
 
 def test_MR2_12_movedreferences_after_failure_diverges(tmp_path: Path) -> None:
@@ -276,11 +304,49 @@ def test_MR2_12_movedreferences_after_failure_diverges(tmp_path: Path) -> None:
     _set_field(
         records, "MovedReferences2", lambda r: r.__setitem__("hr", int(HResult.E_FAIL))
     )  # ... that failed
-    assert judge(tmp_path, gc.judge_mr2_12, records).status is Status.DIVERGES
+    result = judge(tmp_path, gc.judge_mr2_12, records, FAIL_PLAN)
+    assert result.status is Status.DIVERGES
+    assert result.disagreements == (FAILED_THEN_V1,)
 
 
-def test_MR2_12_not_applicable_when_the_probe_succeeded(tmp_path: Path) -> None:
-    assert judge(tmp_path, gc.judge_mr2_12, _records(Heap.make())).status is Status.NOT_APPLICABLE
+def test_MR2_12_a_probe_that_ignores_the_plans_replies_diverges(tmp_path: Path) -> None:
+    """Finding 2 of issue 7: the judge took the failed replies from the HRESULT the probe recorded, so a
+    probe that ignored the plan's ``replies`` (returned and recorded S_OK; the runtime then sent
+    MovedReferences) made MR2-12 n/a. The replies come from the plan now: the model, told MovedReferences2
+    answered E_FAIL, sees each MovedReferences that followed."""
+    records = _records(Heap.make())  # S_OK recorded, MovedReferences after each MovedReferences2
+    result = judge(tmp_path, gc.judge_mr2_12, records, FAIL_PLAN)
+    assert result.status is Status.DIVERGES
+    assert "the probe recorded another HRESULT than the plan's for 2 of them (first 0x00000000 S_OK)" in (
+        result.observed
+    )
+    assert result.disagreements == (FAILED_THEN_V1,)
+
+
+def test_MR2_12_a_recorded_failure_the_plan_did_not_ask_for_is_no_conformance(tmp_path: Path) -> None:
+    """The probe's record alone (E_FAIL recorded, no reply in the plan) is not the profiler's answer."""
+    result = judge(tmp_path, gc.judge_mr2_12, _records(Heap.make(), mr2_hr=int(HResult.E_FAIL)))
+    assert result.status is Status.NOT_APPLICABLE
+    assert "the plan asks for no reply from MovedReferences2" in result.observed
+
+
+def test_MR2_12_not_applicable_when_the_plan_asks_for_success(tmp_path: Path) -> None:
+    plan = {"replies": {"MovedReferences2": 0}}
+    result = judge(tmp_path, gc.judge_mr2_12, _records(Heap.make()), plan)
+    assert result.status is Status.NOT_APPLICABLE
+
+
+def test_MR2_12_a_malformed_reply_in_the_plan_is_a_one_line_harness_error(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match=r"plan replies\.MovedReferences2: expected an HRESULT number"):
+        judge(tmp_path, gc.judge_mr2_12, _records(Heap.make()), {"replies": {"MovedReferences2": "E_FAIL?"}})
+
+
+def test_MR2_11_judges_the_plans_replies_not_the_probes_record(tmp_path: Path) -> None:
+    """A probe recording E_FAIL it was not asked to return: MR2-11 still expects each MovedReferences2
+    (answered S_OK per the plan) to be followed by MovedReferences."""
+    records = _records(Heap.make())
+    _set_field(records, "MovedReferences2", lambda r: r.__setitem__("hr", int(HResult.E_FAIL)))
+    assert judge(tmp_path, gc.judge_mr2_11, records).status is Status.CONFORMS
 
 
 def test_MR2_17_ids_that_did_not_change_are_not_applicable(tmp_path: Path) -> None:
@@ -341,10 +407,12 @@ def test_a_disturbed_capture_is_a_harness_error(tmp_path: Path) -> None:
         judge(tmp_path, gc.judge_mr2_08, records)
 
 
-def test_fail_plan_asks_the_probe_for_e_fail() -> None:
-    plan = gc.fail_mr2_plan()
+def test_fail_plan_overlay_carries_only_the_reply() -> None:
+    assert gc.fail_mr2_plan() == {"replies": {"MovedReferences2": "E_FAIL"}}
+    assert resolve_plan(gc.fail_mr2_plan()) == {"replies": {"MovedReferences2": 0x80004005}}
+    plan = effective_plan(gc.GC_MOVES_FAIL_MR2.build(), load_scenario(gc.SCENARIO))
     assert plan["replies"] == {"MovedReferences2": 0x80004005}
-    assert plan["max_ranges"] == 0
+    assert plan["max_ranges"] == 0  # the rest is the scenario's plan.json
 
 
 # --- live --------------------------------------------------------------------------------------------

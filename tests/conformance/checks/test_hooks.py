@@ -12,9 +12,11 @@ import pytest
 
 from conformance.checks import hooks
 from conformance.core.errors import HarnessError
-from conformance.core.paths import SCENARIOS_DIR
+from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
+from conformance.core.scenarios import load_scenario
 from conformance.core.trace import read_trace
+from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Judgement, Status
 from tests.conformance.live import assert_area_as_documented_or_expected
 
@@ -65,9 +67,24 @@ def _ranges(args: list[tuple[str, int]]) -> list[dict[str, Any]]:
     return out
 
 
+JUDGES: tuple[Callable[[Evidence], Judgement], ...] = (
+    hooks.judge_fe2_01,
+    hooks.judge_fe2_02,
+    hooks.judge_fe2_03,
+    hooks.judge_fe2_04,
+    hooks.judge_fe2_14,
+)
+
+
+def plan_of(function_args: bool = True) -> dict[str, Any]:
+    """The plan the harness writes for the args (or noargs) run: plan.json with the experiment's overlay."""
+    experiment = hooks.FE2_HOOKS_ARGS if function_args else hooks.FE2_HOOKS_NOARGS
+    return effective_plan(experiment.build(), load_scenario(hooks.SCENARIO))
+
+
 def _records(function_args: bool = True) -> list[dict[str, Any]]:
     """A hooks-enter trace as the probe writes it: Main is entered first, then the five calls."""
-    plan = hooks.hooks_plan(function_args)
+    plan = plan_of(function_args)
     recs: list[dict[str, Any]] = [
         {"kind": "header", "probe": "0.1.0", "pid": 1, "plan": plan},
         {
@@ -146,6 +163,17 @@ def _records(function_args: bool = True) -> list[dict[str, Any]]:
                 "hr": 0,
             }
         )
+    n = len(entries)
+    recs.append(
+        {
+            "kind": "call",
+            "name": "enter_leave_flush",
+            "experiment": "fe2-flush",
+            "args": {},
+            "out": {"enters": n, "flushed": n, "dropped": 0},
+            "hr": 0,
+        }
+    )
     recs.append({"kind": "end"})
     return recs
 
@@ -169,15 +197,15 @@ def judge(
     fn: Callable[[Evidence], Judgement],
     records: list[dict[str, Any]],
     function_args: bool = True,
+    plan: dict[str, Any] | None = None,
 ) -> Judgement:
     path = tmp_path / "trace.jsonl"
     with path.open("w") as f:
         for seq, r in enumerate(records):
             f.write(json.dumps({"seq": seq, "os_tid": TID, "tid": None, **r}) + "\n")
     runtime = Runtime(version="9.9.9", host=tmp_path / "dotnet", framework_dir=tmp_path, source="synthetic")
-    return fn(
-        Evidence(trace=read_trace(path, strict=True), runtime=runtime, plan=hooks.hooks_plan(function_args))
-    )
+    plan = plan_of(function_args) if plan is None else plan
+    return fn(Evidence(trace=read_trace(path, strict=True), runtime=runtime, plan=plan))
 
 
 # --- conforming traces ----------------------------------------------------------------------------------
@@ -186,16 +214,11 @@ def judge(
 @pytest.mark.clause("FE2-01", "FE2-02", "FE2-03", "FE2-04", "FE2-14")
 def test_FE2_conforming_trace_conforms_on_every_clause(tmp_path: Path) -> None:
     records = _records()
-    for fn in (
-        hooks.judge_fe2_01,
-        hooks.judge_fe2_02,
-        hooks.judge_fe2_03,
-        hooks.judge_fe2_04,
-        hooks.judge_fe2_14,
-    ):
+    for fn in JUDGES:
         result = judge(tmp_path, fn, records)
         assert result.status is Status.CONFORMS, (fn.__name__, result.observed)
         assert result.evidence
+        assert result.disagreements == ()
 
 
 def test_FE2_01_picture_names_the_calls_in_order(tmp_path: Path) -> None:
@@ -225,6 +248,7 @@ def test_FE2_01_caller_funcid_instead_of_callee_diverges(tmp_path: Path) -> None
     entry["args"]["clientData"] = MAIN[1] ^ XOR
     result = judge(tmp_path, hooks.judge_fe2_01, records)
     assert result.status is Status.DIVERGES
+    assert result.disagreements == ("call 2 Targets::Mul: no entry",)  # one line, not a shift of the rest
     assert not all(p["ok"] for p in result.picture) or len(result.picture) != len(CALLS)
 
 
@@ -232,15 +256,23 @@ def test_FE2_01_calls_out_of_order_diverge(tmp_path: Path) -> None:
     records = _records()
     a, b = _entry(records, 2)["args"], _entry(records, 3)["args"]  # Mul and Five swapped
     a["funcId"], b["funcId"] = b["funcId"], a["funcId"]
-    assert judge(tmp_path, hooks.judge_fe2_01, records).status is Status.DIVERGES
+    result = judge(tmp_path, hooks.judge_fe2_01, records)
+    assert result.status is Status.DIVERGES
+    assert result.disagreements, result.observed
+    assert all(line.startswith(("call ", "entry into ")) for line in result.disagreements)
 
 
 def test_FE2_02_client_data_not_the_mappers_diverges(tmp_path: Path) -> None:
     records = _records()
     _entry(records, 3)["args"]["clientData"] += 1
+    _entry(records, 0)["args"]["clientData"] += 1
     result = judge(tmp_path, hooks.judge_fe2_02, records)
     assert result.status is Status.DIVERGES
-    assert "FE2-02" not in result.expected and "1 of 6" in result.observed
+    assert "FE2-02" not in result.expected and "2 of 6" in result.observed
+    assert result.disagreements == (  # every entry, named by the scenario's method or its token
+        f"function {MAIN[0]:#010x}: clientData is not the mapper's result for funcId",
+        "Targets::Five: clientData is not the mapper's result for funcId",
+    )
 
 
 def test_FE2_02_client_data_equal_to_funcid_diverges_when_a_mapper_is_installed(tmp_path: Path) -> None:
@@ -263,6 +295,9 @@ def test_FE2_03_frame_info_refused_inside_the_hook_diverges(tmp_path: Path) -> N
     result = judge(tmp_path, hooks.judge_fe2_03, records)
     assert result.status is Status.DIVERGES
     assert "E_INVALIDARG" in result.observed or "0x80070057" in result.observed
+    assert result.disagreements == (
+        "Targets::Eight: GetFunctionInfo2 refused the hook's frame info: 0x80070057 E_INVALIDARG",
+    )
 
 
 def test_FE2_03_frame_info_naming_another_method_diverges(tmp_path: Path) -> None:
@@ -285,6 +320,9 @@ def test_FE2_04_argument_info_without_the_flag_diverges(tmp_path: Path) -> None:
     result = judge(tmp_path, hooks.judge_fe2_04, records, function_args=False)
     assert result.status is Status.DIVERGES
     assert "non-NULL in 1 of 6" in result.observed
+    assert result.disagreements == (
+        "Targets::Add: argumentInfo is non-NULL without COR_PRF_ENABLE_FUNCTION_ARGS",
+    )
 
 
 def test_FE2_04_null_argument_info_with_the_flag_diverges(tmp_path: Path) -> None:
@@ -296,10 +334,15 @@ def test_FE2_04_null_argument_info_with_the_flag_diverges(tmp_path: Path) -> Non
 def test_FE2_14_wrong_argument_value_diverges(tmp_path: Path) -> None:
     records = _records()
     _entry(records, 3)["args"]["ranges"][1]["bytes"] = (-3).to_bytes(4, "little", signed=True).hex()
+    _entry(records, 5)["args"]["ranges"][0]["bytes"] = (101).to_bytes(4, "little", signed=True).hex()
     result = judge(tmp_path, hooks.judge_fe2_14, records)
     assert result.status is Status.DIVERGES
     assert "Five" in result.observed
-    assert [p["ok"] for p in result.picture] == [True, True, False, True, True]
+    assert result.disagreements == (  # both calls, each with its own line
+        "call 3 Targets::Five: arg 1 (int -2): range holds fdffffff, expected feffffff",
+        "call 5 Targets::Add: arg 0 (int 100): range holds 65000000, expected 64000000",
+    )
+    assert [p["ok"] for p in result.picture] == [True, True, False, True, False]
 
 
 def test_FE2_14_wrong_range_length_or_count_diverges(tmp_path: Path) -> None:
@@ -361,11 +404,70 @@ def test_FE2_bad_call_list_mark_is_a_one_line_harness_error(tmp_path: Path) -> N
         judge(tmp_path, hooks.judge_fe2_01, records)
 
 
-def test_FE2_scenario_plan_json_is_the_args_plan() -> None:
-    plan = json.loads((SCENARIOS_DIR / hooks.SCENARIO / "plan.json").read_text())
-    assert plan == hooks.hooks_plan(function_args=True)
-    assert hooks.hooks_plan(False)["event_mask"] == 0x08001000
-    assert hooks.hooks_plan(True)["event_mask"] == 0x0A001000
+def test_FE2_overlays_are_minimal_and_the_effective_plans_ask_for_the_right_flags() -> None:
+    assert hooks.FE2_HOOKS_ARGS.plan_overlay is None  # the scenario's plan.json as it is
+    assert hooks.FE2_HOOKS_NOARGS.plan_overlay == {
+        "event_mask": ["COR_PRF_MONITOR_ENTERLEAVE", "COR_PRF_ENABLE_FRAME_INFO"]
+    }
+    assert resolve_plan(hooks.FE2_HOOKS_NOARGS.plan_overlay)["event_mask"] == 0x08001000
+    assert plan_of(True)["event_mask"] == 0x0A001000  # ENTERLEAVE | FUNCTION_ARGS | FRAME_INFO
+    assert plan_of(False)["event_mask"] == 0x08001000  # ENTERLEAVE | FRAME_INFO
+    assert plan_of(False)["experiments"] == plan_of(True)["experiments"]
+
+
+def test_FE2_registry_judges_and_uses() -> None:
+    args, noargs = hooks.FE2_HOOKS_ARGS.build(), hooks.FE2_HOOKS_NOARGS.build()
+    assert sorted(j.clause for j in args.judges) == FE2_CLAUSES
+    assert [j.clause for j in noargs.judges] == ["FE2-04"]
+    assert all(j.uses == ("fe2-hooks", "event_mask") for j in (*args.judges, *noargs.judges))
+
+
+@pytest.mark.clause("FE2-04")
+def test_FE2_judges_read_the_harness_plan_never_the_probes_echo(tmp_path: Path) -> None:
+    """The header's plan echo says "with function args"; the plan the harness wrote says without: FE2-04
+    judges by the latter (argumentInfo present everywhere is then a divergence)."""
+    records = _records(function_args=True)
+    result = judge(tmp_path, hooks.judge_fe2_04, records, function_args=False)
+    assert result.status is Status.DIVERGES
+    assert "without COR_PRF_ENABLE_FUNCTION_ARGS" in result.observed
+    with pytest.raises(HarnessError, match="the plan has no enter_leave_hooks experiment"):
+        judge(tmp_path, hooks.judge_fe2_01, records, plan={})  # no fallback to the echo
+
+
+@pytest.mark.clause("FE2-01", "FE2-02", "FE2-03", "FE2-04", "FE2-14")
+def test_FE2_hooks_installed_but_no_entry_recorded_diverges_on_every_clause(tmp_path: Path) -> None:
+    """Issue 7 finding 1: with no enter records every FE2 clause went n/a. Hooks installed (S_OK) and the
+    buffer flushed, yet no FunctionEnter2: every clause diverges with a line that says so."""
+    records = [r for r in _records() if r.get("name") not in ("FunctionEnter2", "GetFunctionInfo2")]
+    for fn in JUDGES:
+        result = judge(tmp_path, fn, records)
+        assert result.status is Status.DIVERGES, (fn.__name__, result.observed)
+        assert "yet the runtime never called the enter hook: 0 FunctionEnter2" in result.observed
+        assert result.disagreements[0] == "call 1 Targets::Add: no FunctionEnter2"
+        assert len(result.disagreements) == len(CALLS)
+    noargs = [r for r in _records(False) if r.get("name") not in ("FunctionEnter2", "GetFunctionInfo2")]
+    assert judge(tmp_path, hooks.judge_fe2_04, noargs, function_args=False).status is Status.DIVERGES
+
+
+@pytest.mark.clause("FE2-01", "FE2-02", "FE2-03", "FE2-04", "FE2-14")
+def test_FE2_hooks_never_installed_is_not_applicable_with_the_reason(tmp_path: Path) -> None:
+    """No SetEnterLeaveFunctionHooks2 and no entry: nothing was exercised; n/a (which the suite fails
+    unless an expectation says so), never conforms."""
+    drop = ("FunctionEnter2", "GetFunctionInfo2", "SetEnterLeaveFunctionHooks2")
+    records = [r for r in _records() if r.get("name") not in drop]
+    for fn in JUDGES:
+        result = judge(tmp_path, fn, records)
+        assert result.status is Status.NOT_APPLICABLE, (fn.__name__, result.observed)
+        assert "the probe never called SetEnterLeaveFunctionHooks2 (plan entry fe2-hooks)" in result.observed
+
+
+def test_FE2_entries_never_flushed_are_not_applicable(tmp_path: Path) -> None:
+    drop = ("FunctionEnter2", "GetFunctionInfo2", "enter_leave_flush")
+    records = [r for r in _records() if r.get("name") not in drop]
+    for fn in JUDGES:
+        result = judge(tmp_path, fn, records)
+        assert result.status is Status.NOT_APPLICABLE
+        assert "never flushed its enter buffer" in result.observed
 
 
 # --- live ------------------------------------------------------------------------------------------------

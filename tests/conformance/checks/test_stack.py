@@ -1,9 +1,15 @@
-"""Judges of conformance.checks.stack: synthetic stack-walks traces (conforming, doctored) and a live run."""
+"""Judges of conformance.checks.stack: synthetic stack-walks traces (conforming, doctored) and a live run.
+
+The synthetic trace mimics what the probe records for the ``stack-walks`` scenario; every judge reads it
+with the scenario's own effective plan (what the harness writes), as in a live run.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +18,16 @@ import pytest
 from conformance.checks import stack
 from conformance.core.errors import HarnessError
 from conformance.core.runtimes import Runtime
+from conformance.core.scenarios import load_scenario
 from conformance.core.trace import RECORD_ADAPTER, Trace
+from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Judgement, Status
 from tests.conformance.live import assert_area_as_documented_or_expected
 
 JUDGES = {j.clause: j.judge for j in stack.STACK_WALKS.judges}
+USES = {j.clause: j.uses for j in stack.STACK_WALKS.judges}
+#: a per-run address (12 hex digits in these traces) must never appear in a disagreement line
+ADDRESS = re.compile(r"0x[0-9A-Fa-f]{9,}")
 
 E_FAIL = 0x80004005
 E_INVALIDARG = 0x80070057
@@ -163,6 +174,7 @@ class Builder:
             "runtimeContextSize": CTX,
             "nativeIp": NATIVE_IP,
         }
+        kw.setdefault("flags", 1)  # the plan's infoFlags of the seeded entries, unless given
         self.walk(exp, names if kw.pop("ok", True) else [], seed=seed, size=size, extra=extra, **kw)
 
     def trace(self) -> Trace:
@@ -171,8 +183,14 @@ class Builder:
         )
 
 
-def build(doctor: dict[str, Callable[[Builder], object]] | None = None) -> Trace:
-    """A conforming stack-walks run; ``doctor`` replaces the named experiments' records."""
+REVERSE_STACK = ["Callee", "profharness_call_back", "profharness_call_back", "Reverse", "Main"]
+
+
+def build(
+    doctor: dict[str, Callable[[Builder], object]] | None = None, *, reverse_stack: list[str] | None = None
+) -> Trace:
+    """A conforming stack-walks run; ``doctor`` replaces the named experiments' records, ``reverse_stack``
+    the ground truth of the ``walk-reverse`` mark."""
     d = doctor or {}
     b = Builder()
 
@@ -225,10 +243,7 @@ def build(doctor: dict[str, Callable[[Builder], object]] | None = None) -> Trace
             )
 
     run("now-from-ip", from_ip)
-    b.mark(
-        "walk-reverse",
-        payload(["Callee", "profharness_call_back", "profharness_call_back", "Reverse", "Main"], 0),
-    )
+    b.mark("walk-reverse", payload(reverse_stack or REVERSE_STACK, 0))
     run("reverse-regctx", lambda: b.walk("reverse-regctx", list(REVERSE_WALK), flags=1))
     b.mark("expect.throw", payload(["Thrower", "Throwing", "Main"], -1))
     run("throw-sync", lambda: b.walk("throw-sync", list(THROW_WALK)))
@@ -254,13 +269,21 @@ def build(doctor: dict[str, Callable[[Builder], object]] | None = None) -> Trace
     return b.trace()
 
 
-def evidence(trace: Trace, version: str = "8.0.4") -> Evidence:
+@cache
+def scenario_plan() -> Mapping[str, Any]:
+    """The plan the harness writes for the stack-walks experiment."""
+    return effective_plan(stack.STACK_WALKS.build(), load_scenario("stack-walks"))
+
+
+def evidence(trace: Trace, version: str = "8.0.4", plan: Mapping[str, Any] | None = None) -> Evidence:
     runtime = Runtime(version=version, host=Path("/x/dotnet"), framework_dir=Path("/x/fx"), source="test")
-    return Evidence(trace=trace, runtime=runtime, plan={})
+    return Evidence(trace=trace, runtime=runtime, plan=scenario_plan() if plan is None else plan)
 
 
-def judge(clause: str, trace: Trace, version: str = "8.0.4") -> Judgement:
-    return JUDGES[clause](evidence(trace, version))
+def judge(
+    clause: str, trace: Trace, version: str = "8.0.4", plan: Mapping[str, Any] | None = None
+) -> Judgement:
+    return JUDGES[clause](evidence(trace, version, plan))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -273,6 +296,7 @@ def test_conforming_run_conforms_for_every_clause(clause: str) -> None:
     j = judge(clause, build())
     assert j.status is Status.CONFORMS, (clause, j.observed)
     assert j.evidence and j.observed and j.expected
+    assert j.disagreements == ()
 
 
 def test_pictures_are_leaf_first_labels() -> None:
@@ -403,6 +427,10 @@ def test_doctored_run_diverges(clause: str) -> None:
     j = judge(clause, build(DOCTORED[clause]))
     assert j.status is Status.DIVERGES, (clause, j.observed)
     assert j.evidence
+    # every disagreement is listed, one line each, with no per-run address; observed stays one line
+    assert j.disagreements and j.observed.startswith(j.disagreements[0])
+    assert all(not ADDRESS.search(line) and "\n" not in line for line in j.disagreements), j.disagreements
+    assert "\n" not in j.observed
 
 
 def test_every_judge_has_a_doctored_case() -> None:
@@ -449,7 +477,7 @@ def test_missing_mark_is_a_one_line_harness_error() -> None:
 def test_missing_experiment_is_a_one_line_harness_error() -> None:
     trace = build()
     records = [r for r in trace.records if getattr(r, "experiment", None) != "throw-sync"]
-    with pytest.raises(HarnessError, match="no DoStackSnapshot call record of experiment 'throw-sync'"):
+    with pytest.raises(HarnessError, match="no DoStackSnapshot call record of experiment throw-sync"):
         judge("DSS-10", Trace(path=trace.path, records=records))
 
 
@@ -461,10 +489,11 @@ def test_bad_payload_names_the_mark_and_seq() -> None:
         judge("DSS-01", b.trace())
 
 
-def test_runtime_context_sizes() -> None:
-    assert stack.runtime_context_size("3.1.23") == 1232
-    assert stack.runtime_context_size("8.0.4") == 3104
-    assert stack.runtime_context_size("5.0.0") is None
+def test_missing_plan_entry_is_a_one_line_harness_error() -> None:
+    plan = dict(scenario_plan())
+    plan["experiments"] = [e for e in plan["experiments"] if e["id"] != "now-default"]
+    with pytest.raises(HarnessError, match="the plan has no experiment entry 'now-default'"):
+        judge("DSS-01", build(), plan=plan)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -477,3 +506,119 @@ def test_live_DSS_01_03_04_05_07_10_11_12_14_15_16_17_19_21_26_27_29_30_as_docum
     runtimes: list[Runtime],
 ) -> None:
     assert_area_as_documented_or_expected(sorted(JUDGES), runtimes)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 7 findings: expected values from the plan, every mismatch with its clause, stable lines
+
+
+def _never_aborts(exp: str) -> Callable[[Builder], object]:
+    """A probe that ignores the plan's abortAt/abortReply: all frames delivered, no claim."""
+    return lambda b: b.walk(exp, list(MARK_WALK))
+
+
+@pytest.mark.clause("DSS-26")
+def test_DSS_26_a_probe_that_never_aborts_diverges_on_the_plans_replies() -> None:
+    # finding 2: the abort index and reply come from the plan entries, not from the probe's call record
+    assert set(USES["DSS-26"]) == {"now-abort-efail", "now-abort-sfalse"}
+    j = judge("DSS-26", build({"now-abort-efail": _never_aborts("now-abort-efail")}))
+    assert j.status is Status.DIVERGES
+    assert j.disagreements == (
+        "now-abort-efail: DSS-26: DoStackSnapshot returned 0x00000000 S_OK, the model says 0x80131361"
+        " CORPROF_E_STACKSNAPSHOT_ABORTED",
+        "now-abort-efail: DSS-26 at #2: the callback returned 0x00000000 S_OK, the model's callback returns"
+        " 0x80004005 E_FAIL",
+        "now-abort-efail: DSS-26 at #3: a callback for StackWalks::Outer after the walk was to stop",
+        "now-abort-efail: DSS-26 at #4: a callback for StackWalks::Main after the walk was to stop",
+        "now-abort-efail: DSS-26 at #5: a callback for an unmanaged run (FunctionID 0) after the walk was"
+        " to stop",
+    )
+    both = build({e: _never_aborts(e) for e in ("now-abort-efail", "now-abort-sfalse")})
+    assert judge("DSS-26", both).status is Status.DIVERGES
+    assert judge("DSS-26", build()).status is Status.CONFORMS
+
+
+@pytest.mark.clause("DSS-15")
+def test_DSS_15_six_callbacks_where_nine_are_expected_diverges() -> None:
+    # finding 4: the ground truth has a second reverse P/Invoke (9 callbacks), the walk shows 6. The first
+    # mismatch is an order one (Main too early): the old comparison blamed only DSS-16 and DSS-15 conformed.
+    truth = ["Callee", "profharness_call_back", "profharness_call_back", "Reverse", "Leaf"]
+    truth += ["profharness_call_back", "Middle", "Main"]
+    j = judge("DSS-15", build(reverse_stack=truth))
+    assert j.status is Status.DIVERGES, j.observed
+    assert "9 callback(s)" in j.expected and "6 callback(s)" in j.observed
+    assert j.disagreements == (
+        "reverse-regctx: DSS-03: no callback for StackWalks::Leaf, the model's #4",
+        "reverse-regctx: DSS-15: no callback for an unmanaged run (FunctionID 0), the model's #5",
+        "reverse-regctx: DSS-03: no callback for StackWalks::Middle, the model's #6",
+    )
+
+
+def _two_faults(b: Builder) -> None:
+    """now-default with Leaf and Middle swapped (DSS-16) and another clientData at callback 4 (DSS-04)."""
+    b.walk("now-default", _swap(MARK_WALK, 1, 2), client=0x1234ABCD)
+    for r in b.records:
+        if r["kind"] == "frame" and r["walk"] == b.walks - 1 and r["index"] == 4:
+            r["clientData"] = 0x1234ABCE
+
+
+@pytest.mark.clause("DSS-01", "DSS-04", "DSS-16")
+def test_two_independent_faults_give_both_violations_with_their_clauses() -> None:
+    # finding 4: the old comparison stopped at the first mismatch (the order) and never compared the
+    # clientData after it, so DSS-04 conformed
+    trace = build({"now-default": _two_faults})
+    order = (
+        "now-default: DSS-16 at #2: StackWalks::Leaf comes out of order: the model has it at #1 (leaf first)"
+    )
+    client = "now-default: DSS-04 at #4: clientData 0x1234abce, the model's callback gets 0x1234abcd"
+    assert judge("DSS-01", trace).disagreements == (order, client)
+    assert judge("DSS-16", trace).disagreements == (order,)
+    assert judge("DSS-04", trace).disagreements == (client,)
+
+
+@pytest.mark.clause("DSS-19")
+def test_DSS_19_one_disagreement_line_per_walk_and_ip_kind() -> None:
+    def unwritten(b: Builder) -> None:
+        w = b.walk("now-from-ip", list(MARK_WALK), flags=1, resolve=False)
+        b.add(
+            "call",
+            name="GetFunctionFromIP",
+            experiment="now-from-ip",
+            args={"ip": NATIVE_IP, "what": "native"},
+            out={"functionId": None, "written": False},
+            hr=E_FAIL,
+        )
+        for n in MARK_WALK:
+            failed = n is None
+            b.add(
+                "call",
+                name="GetFunctionFromIP",
+                experiment="now-from-ip",
+                args={"ip": ip_of(n, w), "what": "frame"},
+                out={"functionId": None if failed else fid(n), "written": not failed},
+                hr=E_FAIL if failed else 0,
+            )
+
+    j = judge("DSS-19", build({"now-from-ip": unwritten}))
+    assert j.status is Status.DIVERGES
+    assert j.disagreements == (
+        "walk-now: GetFunctionFromIP(native ip of the probe) returned E_FAIL, expected S_OK with"
+        " FunctionID 0",
+        "walk-now: GetFunctionFromIP(ip of frame #5, [unmanaged]) returned E_FAIL, expected S_OK with"
+        " FunctionID 0",
+    )
+    assert "native ip 0x" in j.observed  # the readable summary keeps the addresses
+
+
+@pytest.mark.parametrize("clause", sorted(USES))
+def test_every_plan_entry_a_judge_uses_is_read(clause: str) -> None:
+    """``uses`` names exactly the plan entries the judge reads: without one of them the judge cannot run,
+    and the plan's other entries do not change its verdict."""
+    plan = scenario_plan()
+    assert USES[clause], clause
+    for entry in USES[clause]:
+        without = {**plan, "experiments": [e for e in plan["experiments"] if e["id"] != entry]}
+        with pytest.raises(HarnessError, match=f"the plan has no experiment entry '{entry}'"):
+            judge(clause, build(), plan=without)
+    only = {**plan, "experiments": [e for e in plan["experiments"] if e["id"] in USES[clause]]}
+    assert judge(clause, build(), plan=only) == judge(clause, build())

@@ -1,14 +1,16 @@
-"""`profharness clauses`: table and JSON views of the clause catalog."""
+"""`profharness clauses`: table and JSON views of the clause catalog; `--where ID`: every hop of a clause."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
 from clr_model.clauses import CATALOG, Document, Layer
 from conformance.cli import clauses as cmd_clauses
+from conformance.cli import where
 from conformance.core.errors import HarnessError
 
 
@@ -42,8 +44,18 @@ def test_json_has_all_fields_and_sorted_layers(capsys: pytest.CaptureFixture[str
     assert rc == 0
     data = json.loads(out)
     assert [d["id"] for d in data] == [c for c in CATALOG if c.startswith("DSS-")]
-    keys = {"id", "title", "paraphrase", "document", "section", "kind", "layers", "quote", "question",
-            "model_choice"}
+    keys = {
+        "id",
+        "title",
+        "paraphrase",
+        "document",
+        "section",
+        "kind",
+        "layers",
+        "quote",
+        "question",
+        "model_choice",
+    }
     for item in data:
         assert set(item) == keys
         assert item["layers"] == sorted(item["layers"])
@@ -79,3 +91,80 @@ def test_bad_filter_is_a_one_line_harness_error(
         _run(argv, capsys)
     assert needle in info.value.message
     assert "\n" not in info.value.message
+
+
+# --- --where: every hop of a clause, derived from the code ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _hop_path(path: str) -> Path:
+    return ROOT / path
+
+
+def test_where_dss05_prints_every_hop_kind_with_existing_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _run(["--where", "DSS-05"], capsys)
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0] == f"DSS-05: {CATALOG['DSS-05'].title}"
+    kinds = {line.split()[0] for line in lines[1:]}
+    assert set(where.HOPS) <= kinds
+    for line in lines[1:]:
+        kind, rest = line.split(maxsplit=1)
+        if rest == "(none)":
+            assert kind == "expectation", f"DSS-05 has no {kind} hop"
+            continue
+        location = rest.split()[0]
+        path, number = location.rsplit(":", 1)
+        assert _hop_path(path).is_file(), line
+        assert int(number) >= 1, line
+    assert "clr_model/catalog/dss.py:" in out and "conformance/checks/stack.py:" in out
+    assert "conformance/scenarios/stack-walks/plan.json:" in out and "now-regctx" in out
+    assert "conformance/native/src/experiments_stack.cpp:" in out and "'stack_walk'" in out
+    assert "test_DSS_05_" in out
+
+
+def test_where_line_numbers_point_at_the_thing_named() -> None:
+    hops = {h.kind: h for h in reversed(where.where("DSS-05"))}
+
+    def source(hop: where.Hop) -> str:
+        return _hop_path(hop.path).read_text().splitlines()[hop.line - 1]
+
+    assert "DSS-05" in _hop_path(hops["catalog"].path).read_text().splitlines()[hops["catalog"].line]
+    judge_lines = _hop_path(hops["judge"].path).read_text().splitlines()[hops["judge"].line - 1 :]
+    assert next(line for line in judge_lines if line.startswith("def ")).startswith("def judge_dss05")
+    assert '"stack_walk"' in source(hops["native"])
+    assert "now-default" in source(hops["plan"]) or "now-regctx" in source(hops["plan"])
+    assert source(hops["test"]).lstrip().startswith("def test_")
+
+
+def test_where_json_groups_hops_by_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _run(["--where", "dss-05", "--json"], capsys)
+    data = json.loads(out)
+    assert rc == 0 and data["id"] == "DSS-05" and list(data["hops"]) == list(where.HOPS)
+    assert data["hops"]["judge"][0]["path"] == "conformance/checks/stack.py"
+
+
+def test_where_shows_expectation_entries_and_overlay_plan_keys() -> None:
+    from conformance.suite.expectations import load_expectations
+
+    entry = next(e for e in load_expectations().entries if e.clause == "DSS-02")
+    hops = [h for h in where.where("DSS-02") if h.kind == "expectation"]
+    assert [(h.path, h.line) for h in hops] == [(f"conformance/expectations/{entry.file.name}", entry.line)]
+
+
+def test_where_an_unknown_id_is_one_line_saying_how_to_find_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(HarnessError) as info:
+        _run(["--where", "XYZ-99"], capsys)
+    assert "--where 'XYZ-99': no such clause" in info.value.message
+    assert "profharness clauses" in info.value.message and "\n" not in info.value.message
+
+
+def test_every_live_clause_has_a_catalog_entry_a_judge_and_a_test() -> None:
+    missing = []
+    for clause in CATALOG.values():
+        if Layer.LIVE not in clause.layers:
+            continue
+        kinds = {h.kind for h in where.where(clause.id)}
+        missing += [f"{clause.id}: no {kind}" for kind in ("catalog", "judge", "test") if kind not in kinds]
+    assert not missing, missing

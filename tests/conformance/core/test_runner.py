@@ -14,7 +14,7 @@ import pytest
 
 from conformance.cli.run import expected_stack, walk_summaries
 from conformance.core import probe, scenarios
-from conformance.core.runner import Outcome, RunResult, execute, reference_runtime
+from conformance.core.runner import RunOutcome, RunResult, execute, reference_runtime
 from conformance.core.runtimes import Runtime
 from conformance.core.trace import MarkRecord, read_trace
 
@@ -36,7 +36,7 @@ def stack_basic_runs(runtimes: list[Runtime]) -> list[RunResult]:
 def test_stack_basic_walks_match_the_scenarios_own_stack(stack_basic_runs: list[RunResult]) -> None:
     assert len(stack_basic_runs) == 2
     for result in stack_basic_runs:
-        assert result.outcome is Outcome.OK, result.describe_failure()
+        assert result.outcome is RunOutcome.OK, result.describe_failure()
         assert result.trace is not None and result.trace.problem is None and result.trace.ended
         header = result.trace.header
         assert header is not None and header.runtime is not None
@@ -63,7 +63,7 @@ def test_gc_compact_reports_moved_references2(runtimes: list[Runtime]) -> None:
     scenario = scenarios.load_scenario("gc-compact")
     for runtime in runtimes:
         result = run(scenario, runtime)
-        assert result.outcome is Outcome.OK, result.describe_failure()
+        assert result.outcome is RunOutcome.OK, result.describe_failure()
         trace = result.trace
         assert trace is not None and trace.problem is None
         moved = trace.callbacks("MovedReferences2")
@@ -84,7 +84,7 @@ def test_sigkill_mid_run_is_reported_and_the_trace_prefix_parses(runtimes: list[
 
     for runtime in runtimes:
         result = run(scenario, runtime, kill_when=after_first_gc)
-        assert result.outcome is Outcome.KILLED and result.signal == "SIGKILL"
+        assert result.outcome is RunOutcome.KILLED and result.signal == "SIGKILL"
         assert result.seconds < 20
         assert result.trace is not None and result.trace.problem is None
         assert not result.trace.ended
@@ -95,7 +95,7 @@ def test_sigkill_mid_run_is_reported_and_the_trace_prefix_parses(runtimes: list[
 def test_hung_scenario_is_killed_by_the_watchdog(runtimes: list[Runtime]) -> None:
     scenario = scenarios.load_scenario_dir(HERE / "scenarios" / "hang")
     result = run(scenario, runtimes[-1], timeout_s=5.0)
-    assert result.outcome is Outcome.HUNG
+    assert result.outcome is RunOutcome.HUNG
     assert result.seconds < 30
     assert result.trace is not None
     assert [m.name for m in result.trace.of_kind(MarkRecord)] == ["hanging"]
@@ -105,7 +105,7 @@ def test_hung_scenario_is_killed_by_the_watchdog(runtimes: list[Runtime]) -> Non
 def test_crashing_scenario_is_reported_with_its_signal(runtimes: list[Runtime]) -> None:
     scenario = scenarios.load_scenario_dir(HERE / "scenarios" / "crash")
     result = run(scenario, runtimes[-1])
-    assert result.outcome is Outcome.CRASHED and result.signal == "SIGABRT"
+    assert result.outcome is RunOutcome.CRASHED and result.signal == "SIGABRT"
     assert result.trace is not None and result.trace.marks("crashing")
 
 

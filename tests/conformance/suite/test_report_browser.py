@@ -15,7 +15,7 @@ import pytest
 
 from conformance.core.errors import HarnessError
 from conformance.suite import report
-from conformance.suite.verdicts import Outcome, Status, SuiteResult, Verdict
+from conformance.suite.verdicts import Status, SuiteResult, Verdict, VerdictOutcome
 from tests.conformance import browser
 from tests.conformance.suite.test_report import sample
 
@@ -45,7 +45,7 @@ def realistic() -> SuiteResult:
             update={
                 "clause": "DSS-05",
                 "status": Status.DIVERGES,
-                "outcome": Outcome.UNEXPECTED,
+                "outcome": VerdictOutcome.UNEXPECTED,
                 "observed": "frame 3 has no context although REGISTER_CONTEXT was asked",
                 "expected": "a context on every frame",
                 "picture": [{"label": label, "ok": i != 3} for i, label in enumerate(_WALK)],
@@ -68,7 +68,7 @@ def realistic() -> SuiteResult:
                 "clause": "DSS-05",
                 "runtime": "3.1.23",
                 "status": Status.CONFORMS,
-                "outcome": Outcome.AS_DOCUMENTED,
+                "outcome": VerdictOutcome.AS_DOCUMENTED,
             }
         ),
         base.model_copy(
@@ -76,7 +76,7 @@ def realistic() -> SuiteResult:
                 "clause": "MR2-08",
                 "runtime": "3.1.23",
                 "status": Status.NOT_APPLICABLE,
-                "outcome": Outcome.AS_DOCUMENTED,
+                "outcome": VerdictOutcome.AS_DOCUMENTED,
                 "observed": "no compacting GC happened",
             }
         ),

@@ -2,7 +2,8 @@
 
 - ``profharness_suite`` collects every live clause x runtime as its own test (``DSS-05[8.0.4]``);
 - the CLI run writes JSON, JUnit and HTML, each checked (schema, headless Chromium);
-- changing one expectation, or one model rule, makes the suite fail with a message naming the clause.
+- changing one expectation (an entry, one of its disagreement lines), or one model rule, makes the suite fail
+  with a message naming the clause.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import xmlschema
 
 from conformance.core.paths import EXPECTATIONS_DIR
 from conformance.core.runtimes import Runtime
+from conformance.suite.expectations import load_expectations
 from conformance.suite.orchestrate import run_suite
 from conformance.suite.pytest_plugin import ProfharnessSuite
-from conformance.suite.verdicts import Outcome, Status
+from conformance.suite.verdicts import Status, VerdictOutcome
 from tests.conformance import browser
 
 HERE = Path(__file__).parent
@@ -75,7 +77,7 @@ def test_every_divergence_is_explained_by_an_expectation(cli_run: dict[str, Any]
     for verdict in cli_run["json"]["verdicts"]:
         if verdict["status"] == Status.DIVERGES:
             assert verdict["expectation"] and len(verdict["expectation"]["why"]) > 20, verdict["clause"]
-            assert verdict["outcome"] == Outcome.EXPECTED_DIVERGENCE
+            assert verdict["outcome"] == VerdictOutcome.EXPECTED_DIVERGENCE
 
 
 def test_junit_report_passes_the_schema(cli_run: dict[str, Any]) -> None:
@@ -110,7 +112,8 @@ def _drop_table(path: Path, clause: str) -> None:
 
 def test_removing_one_expectation_fails_naming_the_clause(tmp_path: Path, runtimes: list[Runtime]) -> None:
     expectations = _copy_expectations(tmp_path)
-    _drop_table(expectations / "8.0.4.toml", "DSS-02")
+    entry = load_expectations(expectations).for_runtime("8.0.4")["DSS-02"]
+    _drop_table(entry.file, "DSS-02")
     done = profharness(
         "conformance", "--runtime", "8.0", "--clause", "DSS-02", "--expectations", str(expectations)
     )
@@ -121,12 +124,36 @@ def test_removing_one_expectation_fails_naming_the_clause(tmp_path: Path, runtim
 def test_an_expected_divergence_that_no_longer_occurs_fails(tmp_path: Path, runtimes: list[Runtime]) -> None:
     expectations = _copy_expectations(tmp_path)
     with (expectations / "3.1.23.toml").open("a") as handle:
-        handle.write('\n[DSS-16]\nstatus = "diverges"\nwhy = "A wrong expectation, written by this test."\n')
+        handle.write(
+            '\n[DSS-16]\nruntimes = ["3.1.23"]\nstatus = "diverges"\ndisagreements = ["frame 1 is Main"]\n'
+            'why = "A wrong expectation, written by this test."\n'
+        )
     done = profharness(
         "conformance", "--runtime", "3.1", "--clause", "DSS-16", "--expectations", str(expectations)
     )
     assert done.returncode == 1
-    assert "DSS-16[3.1.23]: the expectation file expects a divergence that no longer occurs" in done.stderr
+    assert "DSS-16[3.1.23]: the expectation entry 3.1.23.toml:" in done.stderr
+    assert "expects diverges, which no longer occurs" in done.stderr
+
+
+def test_finding3_a_changed_disagreement_line_fails_naming_the_new_and_the_vanished_line(
+    tmp_path: Path, runtimes: list[Runtime]
+) -> None:
+    """Pin DSS-02 on 8.0 with a line the runtime does not give: the run's real line is new (unexpected)."""
+    expectations = _copy_expectations(tmp_path)
+    entry = load_expectations(expectations).for_runtime("8.0.4")["DSS-02"]
+    (real,) = entry.disagreements[:1]
+    text = entry.file.read_text()
+    entry.file.write_text(text.replace(json.dumps(real), json.dumps("a line this runtime never gives"), 1))
+    done = profharness(
+        "conformance", "--runtime", "8.0", "--clause", "DSS-02", "--expectations", str(expectations)
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"DSS-02[8.0.4]: new disagreement(s) not listed in the expectation entry {entry.source}"
+        in done.stderr
+    )
+    assert real in done.stderr
 
 
 def test_changing_one_model_rule_fails_naming_the_clause(
@@ -143,6 +170,6 @@ def test_changing_one_model_rule_fails_naming_the_clause(
     monkeypatch.setattr(stacksnapshot, "_reports", main_first)
     result = run_suite("8.0", clauses=["DSS-16"])
     (verdict,) = result.verdicts
-    assert verdict.status is Status.DIVERGES and verdict.outcome is Outcome.UNEXPECTED
+    assert verdict.status is Status.DIVERGES and verdict.outcome is VerdictOutcome.UNEXPECTED
     assert verdict.outcome_message.startswith("DSS-16[8.0.4]: diverges")
     assert not result.ok

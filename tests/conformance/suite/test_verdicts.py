@@ -1,4 +1,9 @@
-"""Verdicts measured against expectation files: what makes the suite fail, and the message it gives."""
+"""Verdicts measured against expectation entries: what makes the suite fail, and the message it gives.
+
+Findings 1 and 3 of issue 7: a not-applicable verdict never passes silently (it fails unless an entry says
+``not-applicable``; a listed divergence that comes back n/a fails), and an entry pins every disagreement
+(a new line is unexpected, a vanished one is stale), each message naming the clause and the runtime.
+"""
 
 from __future__ import annotations
 
@@ -7,70 +12,214 @@ from pathlib import Path
 import pytest
 
 from conformance.core.errors import HarnessError
-from conformance.suite.verdicts import Expectation, Outcome, Status, Verdict, classify, load_expectations
+from conformance.suite.expectations import Expectation, classify, load_expectations
+from conformance.suite.orchestrate import apply_expectations, disagreements_of
+from conformance.suite.verdicts import Judgement, Status, Verdict, VerdictOutcome
+
+WHY = "The runtime checks contextSize against its own CONTEXT size."
+LINE_A = "now-size-small: DoStackSnapshot returned E_INVALIDARG, expected S_OK"
+LINE_B = "now-size-zero: DoStackSnapshot returned E_INVALIDARG, expected S_OK"
+LINE_NEW = "now-size-larger: DoStackSnapshot returned E_FAIL, expected S_OK"
 
 
-def verdict(status: Status, observed: str = "hr=0x80070057") -> Verdict:
+def verdict(status: Status, *lines: str, observed: str = "hr=0x80070057") -> Verdict:
     return Verdict(
-        clause="DSS-12", runtime="8.0.4", experiment="x", status=status, observed=observed, expected="S_OK"
+        clause="DSS-12",
+        runtime="8.0.4",
+        experiment="stack-walks",
+        status=status,
+        observed=observed,
+        expected="S_OK",
+        disagreements=list(lines),
     )
 
 
-WHY = "The runtime checks contextSize against its own CONTEXT size."
+def entry(
+    *status: Status, lines: tuple[str, ...] = (), runtimes: tuple[str, ...] = ("8.0.4",)
+) -> Expectation:
+    return Expectation(
+        clause="DSS-12",
+        runtimes=runtimes,
+        status=status,
+        why=WHY,
+        disagreements=lines,
+        file=Path("8.0.4.toml"),
+        line=7,
+    )
 
 
 def test_conforming_without_expectation_is_as_documented() -> None:
-    assert classify(verdict(Status.CONFORMS), None)[0] is Outcome.AS_DOCUMENTED
+    assert classify(verdict(Status.CONFORMS), None)[0] is VerdictOutcome.AS_DOCUMENTED
 
 
-def test_divergence_without_expectation_is_unexpected_and_names_the_clause() -> None:
-    outcome, message = classify(verdict(Status.DIVERGES), None)
-    assert outcome is Outcome.UNEXPECTED
-    assert message.startswith("DSS-12[8.0.4]: diverges")
+def test_divergence_without_expectation_is_unexpected_and_names_clause_and_lines() -> None:
+    outcome, message = classify(verdict(Status.DIVERGES, LINE_A, LINE_B), None)
+    assert outcome is VerdictOutcome.UNEXPECTED
+    assert message.startswith("DSS-12[8.0.4]: diverges and no expectation explains it")
+    assert LINE_A in message and LINE_B in message
 
 
-def test_expected_divergence() -> None:
-    expectation = Expectation(status=Status.DIVERGES, why=WHY, observed="0x80070057")
-    assert classify(verdict(Status.DIVERGES), expectation)[0] is Outcome.EXPECTED_DIVERGENCE
+# --- finding 1: not-applicable never passes silently ------------------------------------------------------
 
 
-def test_expected_divergence_with_other_observation_is_unexpected() -> None:
-    expectation = Expectation(status=Status.DIVERGES, why=WHY, observed="0x8013135F")
-    outcome, message = classify(verdict(Status.DIVERGES), expectation)
-    assert outcome is Outcome.UNEXPECTED and "0x8013135F" in message
+def test_finding1_not_applicable_without_entry_is_unexpected_naming_clause_and_runtime() -> None:
+    outcome, message = classify(verdict(Status.NOT_APPLICABLE, observed="no buffer_probe call"), None)
+    assert outcome is VerdictOutcome.UNEXPECTED
+    assert message.startswith("DSS-12[8.0.4]: not applicable")
+    assert "stack-walks declares the clause applies" in message and "no buffer_probe call" in message
 
 
-def test_divergence_that_no_longer_occurs_is_stale() -> None:
-    outcome, message = classify(verdict(Status.CONFORMS), Expectation(status=Status.DIVERGES, why=WHY))
-    assert outcome is Outcome.STALE_EXPECTATION
+def test_finding1_listed_divergence_that_comes_back_not_applicable_fails() -> None:
+    outcome, message = classify(
+        verdict(Status.NOT_APPLICABLE, observed="the hooks were not installed"),
+        entry(Status.DIVERGES, lines=(LINE_A,)),
+    )
+    assert outcome is VerdictOutcome.UNEXPECTED
+    assert message.startswith("DSS-12[8.0.4]: not applicable, but the expectation entry 8.0.4.toml:7")
+    assert "must be exercised" in message
+
+
+def test_finding1_not_applicable_passes_only_where_an_entry_says_so() -> None:
+    outcome, message = classify(verdict(Status.NOT_APPLICABLE), entry(Status.NOT_APPLICABLE))
+    assert outcome is VerdictOutcome.AS_DOCUMENTED and WHY in message
+    # an entry that allows n/a as one of the outcomes (a run that cannot always exercise the clause)
+    either = entry(Status.DIVERGES, Status.NOT_APPLICABLE, lines=(LINE_A,))
+    assert classify(verdict(Status.NOT_APPLICABLE), either)[0] is VerdictOutcome.AS_DOCUMENTED
+    assert classify(verdict(Status.DIVERGES, LINE_A), either)[0] is VerdictOutcome.EXPECTED_DIVERGENCE
+
+
+def test_finding1_not_applicable_entry_that_now_conforms_is_stale() -> None:
+    outcome, message = classify(verdict(Status.CONFORMS), entry(Status.NOT_APPLICABLE))
+    assert outcome is VerdictOutcome.STALE_EXPECTATION and "DSS-12[8.0.4]" in message
+
+
+def test_finding1_suite_fails_on_a_not_applicable_verdict_of_a_registered_judge() -> None:
+    from conformance.suite.expectations import ExpectationSet
+    from conformance.suite.verdicts import SuiteResult
+
+    verdicts = apply_expectations(
+        [verdict(Status.NOT_APPLICABLE, observed="no walk")], ["8.0.4"], ExpectationSet((), Path("."))
+    )
+    result = SuiteResult(runtimes=["8.0.4"], runtime_sources={}, verdicts=verdicts, seconds=0, runs=[])
+    assert not result.ok
+    assert result.failures[0].outcome_message.startswith("DSS-12[8.0.4]: not applicable")
+
+
+# --- finding 3: every disagreement is pinned --------------------------------------------------------------
+
+
+def test_finding3_expected_divergence_with_exactly_the_listed_lines() -> None:
+    known = entry(Status.DIVERGES, lines=(LINE_A, LINE_B))
+    outcome, _ = classify(verdict(Status.DIVERGES, LINE_B, LINE_A), known)
+    assert outcome is VerdictOutcome.EXPECTED_DIVERGENCE
+
+
+def test_finding3_a_new_disagreement_in_a_clause_with_a_known_divergence_fails_naming_it() -> None:
+    known = entry(Status.DIVERGES, lines=(LINE_A, LINE_B))
+    outcome, message = classify(verdict(Status.DIVERGES, LINE_A, LINE_B, LINE_NEW), known)
+    assert outcome is VerdictOutcome.UNEXPECTED
+    assert message.startswith(
+        "DSS-12[8.0.4]: new disagreement(s) not listed in the expectation entry 8.0.4.toml:7"
+    )
+    assert LINE_NEW in message and LINE_A not in message
+
+
+def test_finding3_a_vanished_disagreement_is_stale_naming_it() -> None:
+    known = entry(Status.DIVERGES, lines=(LINE_A, LINE_B))
+    outcome, message = classify(verdict(Status.DIVERGES, LINE_A), known)
+    assert outcome is VerdictOutcome.STALE_EXPECTATION
+    assert message.startswith("DSS-12[8.0.4]: listed disagreement(s)") and LINE_B in message
+
+
+def test_finding3_divergence_that_no_longer_occurs_is_stale() -> None:
+    outcome, message = classify(verdict(Status.CONFORMS), entry(Status.DIVERGES, lines=(LINE_A,)))
+    assert outcome is VerdictOutcome.STALE_EXPECTATION
     assert "DSS-12[8.0.4]" in message and "no longer occurs" in message
 
 
+def test_finding3_a_divergence_without_the_judges_lines_uses_its_observed_line() -> None:
+    judgement = Judgement(status=Status.DIVERGES, observed="walk has 6 callbacks, 9 expected", expected="9")
+    assert disagreements_of(judgement) == ["walk has 6 callbacks, 9 expected"]
+    given = Judgement(
+        status=Status.DIVERGES, observed="2 problems", expected="-", disagreements=("a", "b", "a")
+    )
+    assert disagreements_of(given) == ["a", "b"]
+    assert disagreements_of(Judgement(status=Status.CONFORMS, observed="ok", expected="ok")) == []
+    # the transition's observed line is pinned without its per-run values (addresses, thread ids)
+    masked = Judgement(
+        status=Status.DIVERGES, observed="ip 0x7fe1dffd4c14: 0x80004005 E_FAIL, thread 17278", expected=""
+    )
+    assert disagreements_of(masked) == ["ip 0xADDR: 0x80004005 E_FAIL, thread N"]
+
+
 def test_error_is_always_a_failure() -> None:
-    assert classify(verdict(Status.ERROR, "crashed (SIGSEGV)"), None)[0] is Outcome.ERROR
+    assert classify(verdict(Status.ERROR, observed="crashed (SIGSEGV)"), None)[0] is VerdictOutcome.ERROR
 
 
-def test_expectation_file_errors_name_file_and_clause(tmp_path: Path) -> None:
-    (tmp_path / "8.0.4.toml").write_text('[DSS-12]\nstatus = "sideways"\nwhy = "x"\n')
-    with pytest.raises(HarnessError, match=r"8\.0\.4\.toml: \[DSS-12\] status"):
-        load_expectations("8.0.4", tmp_path)
-    (tmp_path / "8.0.4.toml").write_text("[DSS-12\n")
-    with pytest.raises(HarnessError, match=r"8\.0\.4\.toml: not valid TOML"):
-        load_expectations("8.0.4", tmp_path)
-    assert load_expectations("9.9.9", tmp_path) == {}
+# --- the files --------------------------------------------------------------------------------------------
+
+ENTRY = 'runtimes = ["{rt}"]\nstatus = "diverges"\ndisagreements = ["x: 1 != 2"]\nwhy = "{why}"\n'
 
 
-def test_shipped_expectation_files_parse_and_explain_every_entry() -> None:
+def test_an_entry_covers_several_runtimes_and_version_prefixes(tmp_path: Path) -> None:
+    (tmp_path / "common.toml").write_text(
+        '[DSS-12]\nruntimes = ["3.1.23", "8.0"]\nstatus = "diverges"\ndisagreements = ["x: 1 != 2"]\n'
+        f'why = "{WHY}"\n'
+    )
+    found = load_expectations(tmp_path)
+    assert set(found.for_runtime("3.1.23")) == {"DSS-12"}
+    assert set(found.for_runtime("8.0.4")) == {"DSS-12"}
+    assert found.for_runtime("8.01.0") == {} and found.for_runtime("3.1.2") == {}
+    assert found.for_runtime("8.0.4")["DSS-12"].source == "common.toml:1"
+
+
+def test_a_duplicate_entry_is_one_line_naming_both_files(tmp_path: Path) -> None:
+    (tmp_path / "common.toml").write_text("# shared\n[DSS-12]\n" + ENTRY.format(rt="8.0", why=WHY))
+    (tmp_path / "8.0.4.toml").write_text("[DSS-12]\n" + ENTRY.format(rt="8.0.4", why=WHY))
+    with pytest.raises(HarnessError) as info:
+        load_expectations(tmp_path)
+    message = info.value.message
+    assert "\n" not in message and "[DSS-12] runtime" in message
+    assert "8.0.4.toml:1" in message and "common.toml:2" in message
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ('runtimes = ["8.0.4"]\nstatus = "sideways"\nwhy = "long enough reason"\n', "[DSS-12] status"),
+        ("[DSS-12\n", "not valid TOML"),
+        ('runtimes = ["8.0.4"]\nstatus = "diverges"\nwhy = "long enough reason"\n', "every disagreement"),
+        (
+            'runtimes = ["8.0.4"]\nstatus = "diverges"\nobserved = "0x8"\nwhy = "long enough reason"\n',
+            "old form",
+        ),
+        (ENTRY.format(rt="8.0.4", why="WRITE-ME: why does 8.0.4 differ?"), "placeholder"),
+        (ENTRY.format(rt="8.x", why=WHY), "not a version"),
+        ('runtimes = ["8.0.4"]\nstatus = "conforms"\nwhy = "long enough reason"\n', "says nothing"),
+    ],
+)
+def test_expectation_file_errors_name_file_and_clause(tmp_path: Path, body: str, needle: str) -> None:
+    text = body if body.startswith("[") else "[DSS-12]\n" + body
+    (tmp_path / "8.0.4.toml").write_text(text)
+    with pytest.raises(HarnessError) as info:
+        load_expectations(tmp_path)
+    assert "8.0.4.toml" in info.value.message and needle in info.value.message
+    assert "\n" not in info.value.message
+
+
+def test_no_folder_means_no_entries(tmp_path: Path) -> None:
+    assert load_expectations(tmp_path / "none").entries == ()
+
+
+def test_shipped_expectation_files_parse_explain_and_pin_every_entry() -> None:
     from conformance.core.paths import EXPECTATIONS_DIR
 
+    found = load_expectations(EXPECTATIONS_DIR)
+    assert found.entries
+    for item in found.entries:
+        assert len(item.why.split()) >= 5, f"{item.source} [{item.clause}] needs a real explanation"
+        if Status.DIVERGES in item.status:
+            assert item.disagreements, f"{item.source} [{item.clause}]"
     for path in sorted(EXPECTATIONS_DIR.glob("*.toml")):
-        for clause_id, expectation in load_expectations(path.stem).items():
-            assert len(expectation.why.split()) >= 5, f"{path.name} [{clause_id}] needs a real explanation"
-
-
-def test_not_applicable_run_does_not_contradict_an_expected_divergence() -> None:
-    outcome, message = classify(
-        verdict(Status.NOT_APPLICABLE, "the signal landed in runtime code"),
-        Expectation(status=Status.DIVERGES, why=WHY),
-    )
-    assert outcome is Outcome.AS_DOCUMENTED and "expectation not exercised" in message
+        assert path.read_text().startswith("#"), f"{path.name}: say at the top what the file holds"
+        assert "observed =" not in path.read_text(), f"{path.name} still uses the old 'observed' form"

@@ -1,0 +1,353 @@
+"""The stack adapter: recorded DoStackSnapshot walks -> the DoStackSnapshot model's inputs and observations.
+
+One recorded walk is a ``call`` record named ``DoStackSnapshot`` (its ``args``: what the probe passed, its
+``out.frames``: what it resolved) and the ``frame`` records of its callbacks (``walk`` = the call's
+``args.walk``). This module turns
+
+* the scenario's ground truth (reflection frames: ``{"token", "type", "method", "module", "pinvoke"}``)
+  into the model's :class:`~clr_model.stacksnapshot.ThreadModel` (:func:`thread_from_reflection`),
+* the walk's frame records into :class:`~clr_model.stacksnapshot.ObservedCallback` (:func:`observed`),
+  with functions named by :mod:`conformance.adapters.identity`,
+* the plan entry that asked for the walk into what the model must assume (:class:`WalkRequest`: the
+  callback's replies, infoFlags, clientData as the harness wrote them),
+
+and compares them (:func:`compare_walk`): every violation, stable one-line disagreements, a picture.
+It imports only the trace model and :mod:`clr_model` (never the suite or the CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from clr_model.hresults import HResult, format_hresult
+from clr_model.stacksnapshot import (
+    CallbackBehaviour,
+    FrameContext,
+    ManagedFrame,
+    ObservedCallback,
+    Snapshot,
+    SnapshotInput,
+    ThreadModel,
+    UnmanagedFrame,
+    Violation,
+    WalkOutcome,
+    align,
+    snapshot,
+)
+from conformance.adapters.identity import FunctionIdentities, FunctionKey, ObservedNames, short_label
+from conformance.core.errors import HarnessError
+from conformance.core.trace import CallRecord, FrameRecord, ProbeErrorRecord, Trace
+
+__all__ = [
+    "ReflectionFrame",
+    "TraceWalk",
+    "WalkComparison",
+    "WalkInputError",
+    "WalkRequest",
+    "compare_walk",
+    "find_walk",
+    "need_walk",
+    "observed",
+    "plan_value",
+    "reflection_frames",
+    "summary",
+    "thread_from_reflection",
+]
+
+_S_OK = int(HResult.S_OK)
+#: synthetic addresses of the model's frames: frame n of the thread at ip (n + 1) * _STEP, sp ip + 0x100
+_STEP = 0x1000
+
+
+class WalkInputError(HarnessError):
+    """The trace or the plan lacks what a comparison needs (a mark, a call record, a plan entry)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan: what the harness asked for
+
+
+def plan_value(value: Any, where: str) -> int:
+    """A number of the effective plan (symbolic names are resolved before judges see the plan:
+    :func:`conformance.core.plans.resolve_plan`); anything else is a one-line error naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WalkInputError(f"{where}: {value!r} is not a number (is the plan resolved?)")
+    return value
+
+
+@dataclass(frozen=True)
+class WalkRequest:
+    """The plan entry (``experiments[].id``) that asked for a walk: its ``args`` as the harness wrote them."""
+
+    entry: str
+    args: Mapping[str, Any]
+    #: where the probe runs it ("mark:walk-now", "ExceptionThrown", ...)
+    at: str = ""
+
+    @classmethod
+    def from_plan(cls, plan: Mapping[str, Any], entry: str) -> WalkRequest:
+        for item in plan.get("experiments") or []:
+            if isinstance(item, Mapping) and item.get("id") == entry:
+                args = item.get("args") or {}
+                if not isinstance(args, Mapping):
+                    raise WalkInputError(f"plan entry {entry!r}: 'args' must be an object")
+                return cls(entry, args, str(item.get("at") or ""))
+        raise WalkInputError(f"the plan has no experiment entry {entry!r}")
+
+    def number(self, name: str, default: int) -> int:
+        """``args[name]`` as a number; ``default`` when the plan leaves it to the probe."""
+        if name not in self.args:
+            return default
+        return plan_value(self.args[name], f"plan entry {self.entry!r} args.{name}")
+
+    def info_flags(self, walk: TraceWalk) -> int:
+        """infoFlags as planned (the probe's default, the value it passed, when the plan has none)."""
+        return self.number("infoFlags", int(walk.arg("infoFlags", 0))) & 0xFFFFFFFF
+
+    def client_data(self, walk: TraceWalk) -> int:
+        """clientData as planned (the value the probe chose when the plan has none)."""
+        return self.number("clientData", int(walk.arg("clientData", 0))) & (2**64 - 1)
+
+    def callback(self) -> CallbackBehaviour:
+        """What the probe's StackSnapshotCallback is to return: ``abortReply`` at ``abortAt`` (DSS-26),
+        S_OK everywhere else. Only the plan says so, never the probe's record of what it did."""
+        at = self.number("abortAt", -1)
+        if at < 0:
+            return CallbackBehaviour()
+        reply = self.number("abortReply", _S_OK) & 0xFFFFFFFF
+        return CallbackBehaviour(returns=(*([_S_OK] * at), reply))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.args.get(name, default)
+
+
+# --------------------------------------------------------------------------------------------------
+# Ground truth: the scenario's reflection frames
+
+
+@dataclass(frozen=True)
+class ReflectionFrame:
+    """One frame of the scenario's own reflection stack (System.Diagnostics.StackTrace)."""
+
+    token: int
+    type: str
+    method: str
+    module: str
+    #: a P/Invoke method: its frame is unmanaged code (the native target)
+    pinvoke: bool = False
+
+    @property
+    def key(self) -> FunctionKey:
+        return FunctionKey.of(self.module, self.token)
+
+    @property
+    def label(self) -> str:
+        return f"{self.type or '?'}::{self.method or '?'}"
+
+
+def reflection_frames(raw: Any, where: str) -> tuple[ReflectionFrame, ...]:
+    """Reflection frames from a mark payload's list; a bad entry is a one-line error naming ``where``."""
+    if not isinstance(raw, list):
+        raise WalkInputError(f"{where}: a list of frames is needed")
+    out: list[ReflectionFrame] = []
+    for n, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise WalkInputError(f"{where}: frame {n} is not an object")
+        try:
+            out.append(
+                ReflectionFrame(
+                    token=int(entry.get("token") or 0),
+                    type=str(entry.get("type") or ""),
+                    method=str(entry.get("method") or ""),
+                    module=str(entry.get("module") or ""),
+                    pinvoke=bool(entry.get("pinvoke")),
+                )
+            )
+        except (TypeError, ValueError) as exc:
+            raise WalkInputError(f"{where}: frame {n}: {exc}") from exc
+    return tuple(out)
+
+
+def thread_from_reflection(
+    frames: Sequence[ReflectionFrame],
+    ids: FunctionIdentities,
+    *,
+    above: Sequence[ReflectionFrame] = (),
+    helper_on_top: bool = False,
+    native_after: int = -1,
+) -> ThreadModel:
+    """The model's thread, leaf first: [CLR helper code], ``above`` (frames the walk sees above the
+    reflection stack), ``frames`` (native code after index ``native_after``: a reverse P/Invoke), and the
+    native code that started the thread (the host calling Main, the runtime's thread start).
+
+    A P/Invoke method is unmanaged code; managed frames get model FunctionIDs from ``ids`` and every frame
+    synthetic, distinct addresses (the model's seed procedure can find them; they are never compared)."""
+    kinds: list[ReflectionFrame | str] = ["helper"] if helper_on_top else []
+    kinds.extend(above)
+    for i, f in enumerate(frames):
+        kinds.append(f)
+        if i == native_after:
+            kinds.append("native")
+    kinds.append("native")
+    model: list[ManagedFrame | UnmanagedFrame] = []
+    for n, item in enumerate(kinds):
+        ip = (n + 1) * _STEP
+        if isinstance(item, str):
+            model.append(UnmanagedFrame.model_validate({"kind": item, "ip": ip, "sp": ip + 0x100}))
+        elif item.pinvoke:
+            model.append(UnmanagedFrame(kind="pinvoke", ip=ip, sp=ip + 0x100))
+        else:
+            model.append(ManagedFrame(function_id=ids.model_id(item.key, item.label), ip=ip, sp=ip + 0x100))
+    return ThreadModel(frames=tuple(model))
+
+
+# --------------------------------------------------------------------------------------------------
+# Observed walks
+
+
+@dataclass(frozen=True)
+class TraceWalk:
+    """One recorded DoStackSnapshot: its call record and its callbacks' frame records (index order)."""
+
+    call: CallRecord
+    frames: tuple[FrameRecord, ...]
+
+    @property
+    def hr(self) -> int:
+        return self.call.hr & 0xFFFFFFFF
+
+    @property
+    def seqs(self) -> tuple[int, ...]:
+        """The records that show the walk: the call, then its frames."""
+        return (self.call.seq, *(f.seq for f in self.frames))
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        return self.call.args.get(name, default)
+
+
+def find_walk(trace: Trace, experiment: str, role: str | None = None) -> TraceWalk | None:
+    """The first DoStackSnapshot of plan entry ``experiment`` (``args.role == role`` when given), not a
+    capture walk (``args.purpose == "capture"``: the one that only captures a seed); None if there is none."""
+    for call in trace.calls("DoStackSnapshot", experiment):
+        if call.args.get("purpose") == "capture":
+            continue
+        if role is not None and call.args.get("role") != role:
+            continue
+        walk = call.args.get("walk")
+        frames = trace.frames(int(walk)) if isinstance(walk, int) else []
+        return TraceWalk(call, tuple(sorted(frames, key=lambda f: f.index)))
+    return None
+
+
+def need_walk(trace: Trace, experiment: str, role: str | None = None) -> TraceWalk:
+    """:func:`find_walk`, or a one-line error naming the experiment (and the probe's own error, if any)."""
+    walk = find_walk(trace, experiment, role)
+    if walk is None:
+        what = f"{experiment} ({role})" if role else experiment
+        problems = [p.what for p in trace.of_kind(ProbeErrorRecord) if p.where == experiment]
+        why = f": the probe says {'; '.join(problems)}" if problems else ""
+        raise WalkInputError(f"{trace.path}: no DoStackSnapshot call record of experiment {what}{why}")
+    return walk
+
+
+def observed(walk: TraceWalk, ids: FunctionIdentities, names: ObservedNames) -> list[ObservedCallback]:
+    """The walk's callbacks as the model's observations (FunctionIDs translated by ``ids``)."""
+    out: list[ObservedCallback] = []
+    for f in walk.frames:
+        ctx = f.context
+        out.append(
+            ObservedCallback(
+                func_id=ids.observed(f.funcId, names),
+                ip=f.ip,
+                client_data=f.clientData,
+                context_size=f.contextSize,
+                context=None if ctx is None else FrameContext(ip=ctx.rip, sp=ctx.rsp),
+                hr=f.hr,
+            )
+        )
+    return out
+
+
+def summary(hr: int, labels: Sequence[str]) -> str:
+    """``0x00000000 S_OK, 3 callback(s): Probe::Mark > StackWalks::Leaf > [unmanaged]``."""
+    shown = " > ".join(short_label(label) for label in labels) if labels else "no callback"
+    return f"{format_hresult(hr)}, {len(labels)} callback(s): {shown}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparing
+
+
+@dataclass
+class WalkComparison:
+    """One recorded walk compared with the model: every violation, each with its clause."""
+
+    #: how disagreement lines name the walk (a plan entry id, "init-walk (Initialize)", ...)
+    name: str
+    walk: TraceWalk
+    input: SnapshotInput
+    observed: list[ObservedCallback]
+    ids: FunctionIdentities
+    compare_addresses: bool = False
+    closest: WalkOutcome = field(init=False)
+    violations: list[Violation] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.closest, self.violations = self.snapshot.closest(
+            self.observed,
+            self.walk.hr,
+            compare_addresses=self.compare_addresses,
+            names=self.ids.short_labels(),
+        )
+
+    @cached_property
+    def snapshot(self) -> Snapshot:
+        return snapshot(self.input)
+
+    def relevant(self, clauses: Sequence[str] | None) -> list[Violation]:
+        """The violations of ``clauses`` (None: all)."""
+        return [v for v in self.violations if clauses is None or v.clause in clauses]
+
+    def lines(self, clauses: Sequence[str] | None = None) -> list[str]:
+        """One stable disagreement line per violation of ``clauses``: walk, clause, frame index, what."""
+        return [f"{self.name}: {v}" for v in self.relevant(clauses)]
+
+    @property
+    def observed_text(self) -> str:
+        return summary(self.walk.hr, [self.ids.label(o.func_id) for o in self.observed])
+
+    @property
+    def expected_text(self) -> str:
+        exact = self.snapshot.exact
+        text = summary(exact.hresult, [self.ids.label(c.func_id) for c in exact.callbacks])
+        skip = self.snapshot.may_skip_top_managed
+        return text + (f" (or up to {skip} top managed frame(s) skipped)" if skip else "")
+
+    def picture(self) -> list[dict[str, Any]]:
+        """The observed frames, leaf first, each ok when it is where the closest allowed walk has it and
+        no violation names it."""
+        exp_ids = [c.func_id for c in self.closest.callbacks]
+        aligned = {j for _, j in align(exp_ids, [o.func_id for o in self.observed])}
+        bad = {v.index for v in self.violations if v.index is not None}
+        return [
+            {"label": self.ids.label(o.func_id), "ok": j in aligned and j not in bad}
+            for j, o in enumerate(self.observed)
+        ]
+
+
+def compare_walk(
+    name: str,
+    walk: TraceWalk,
+    model_input: SnapshotInput,
+    ids: FunctionIdentities,
+    names: ObservedNames,
+    *,
+    compare_addresses: bool = False,
+) -> WalkComparison:
+    """Compare one recorded walk with the model's answer to ``model_input``."""
+    return WalkComparison(
+        name, walk, model_input, observed(walk, ids, names), ids, compare_addresses=compare_addresses
+    )

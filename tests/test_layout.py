@@ -1,0 +1,89 @@
+"""The layout rules of issue 7, read from the sources with ``ast`` so that they cannot drift:
+
+- a file's layer is its folder: argparse only in ``conformance/cli``; judges only in ``conformance/checks``
+  (the registry's ``judge`` decorator is applied nowhere else);
+- the harness core and the adapters import neither the suite nor the CLI, so the emulator and the
+  validator can use them alone; the model imports nothing of the harness;
+- no class name stands for two different things across the packages.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("clr_model", "conformance", "emu")
+
+
+def sources(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py") if "native" not in p.parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def test_argparse_only_in_the_cli_package() -> None:
+    offenders = [
+        rel(p)
+        for p in sources(*PACKAGES)
+        if "argparse" in imported_modules(p) and not rel(p).startswith("conformance/cli/")
+    ]
+    assert not offenders, f"argparse outside conformance/cli: {offenders}"
+
+
+def test_core_and_adapters_import_neither_the_suite_nor_the_cli() -> None:
+    offenders = []
+    for path in sources("conformance/core", "conformance/adapters"):
+        bad = sorted(
+            m
+            for m in imported_modules(path)
+            if m.startswith(("conformance.suite", "conformance.cli", "conformance.checks"))
+        )
+        if bad:
+            offenders.append(f"{rel(path)}: {bad}")
+    assert not offenders, offenders
+
+
+def test_the_model_imports_nothing_of_the_harness() -> None:
+    offenders = [
+        f"{rel(p)}: {sorted(m for m in imported_modules(p) if m.startswith(('conformance', 'emu')))}"
+        for p in sources("clr_model")
+        if any(m.startswith(("conformance", "emu")) for m in imported_modules(p))
+    ]
+    assert not offenders, offenders
+
+
+def test_judges_are_registered_only_in_the_checks_package() -> None:
+    offenders = []
+    for path in sources("conformance"):
+        if rel(path).startswith(("conformance/checks/", "conformance/suite/registry.py")):
+            continue
+        if "conformance.suite.registry.judge" in imported_modules(path):
+            offenders.append(rel(path))
+    assert not offenders, f"judges registered outside conformance/checks: {offenders}"
+
+
+def test_no_class_name_names_two_different_things() -> None:
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sources(*PACKAGES):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(f"{rel(path)}:{node.lineno}")
+    twice = {name: places for name, places in where.items() if len(places) > 1}
+    assert not twice, twice
