@@ -11,7 +11,7 @@ from clr_model.catalog import buf, fe2, mr2
 from clr_model.catalog.base import Clause, Document, Kind, Layer
 from clr_model.clauses import CATALOG
 
-SPEC = Path("/work/shared/spec")
+SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec"  # ../shared beside the clone
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 MINE = {c.id: c for c in (*fe2.CLAUSES, *mr2.CLAUSES, *buf.CLAUSES)}
 
