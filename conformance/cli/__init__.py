@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -22,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "schema": "conformance.cli.schema",
     "clauses": "conformance.cli.clauses",
     "conformance": "conformance.cli.conformance",
+    "capture": "conformance.cli.capture",
+    "replay": "conformance.cli.replay",
     "expectations": "conformance.cli.expectations",
 }
 
@@ -68,6 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("profharness: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``profharness ... | head``): stop quietly, as other command-line tools do.
+        # Point stdout at /dev/null so the interpreter's final flush cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     return result
 
 

@@ -1,19 +1,34 @@
-"""``profharness schema trace``: the JSON Schema of a trace record."""
+"""``profharness schema trace|capture``: the JSON Schema of a trace record or of a capture's manifest."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import Any
 
-from conformance.core.trace import record_schema
+HELP = "print a JSON Schema (trace: one record of the probe's trace; capture: an emu capture's manifest)"
 
-HELP = "print a JSON Schema (trace: one record of the probe's trace)"
+
+def _trace() -> dict[str, Any]:
+    from conformance.core.trace import record_schema
+
+    return record_schema()
+
+
+def _capture() -> dict[str, Any]:
+    from emu.capture import capture_schema
+
+    return capture_schema()
+
+
+SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {"trace": _trace, "capture": _capture}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=["trace"], help="which schema")
+    parser.add_argument("what", choices=sorted(SCHEMAS), help="which schema")
 
 
 def main(args: argparse.Namespace) -> int:
-    print(json.dumps(record_schema(), indent=2, sort_keys=True))
+    print(json.dumps(SCHEMAS[args.what](), indent=2, sort_keys=True))
     return 0

@@ -168,3 +168,18 @@ def test_every_live_clause_has_a_catalog_entry_a_judge_and_a_test() -> None:
         kinds = {h.kind for h in where.where(clause.id)}
         missing += [f"{clause.id}: no {kind}" for kind in ("catalog", "judge", "test") if kind not in kinds]
     assert not missing, missing
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``profharness clauses | head -1``: no BrokenPipeError traceback (stdout is a pipe nobody reads)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1); "
+        "from conformance.cli import main; sys.exit(main(['clauses']))"
+    )
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

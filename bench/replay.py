@@ -1,0 +1,106 @@
+"""Benchmark: replay a 64-frame capture (median and p99, per capture and per frame).
+
+Run from the repository root:  python bench/replay.py  [--capture PATH] [--frames N] [--runs N]
+
+The capture is the committed gcc fixture stopped in a stub under 64 C frames
+(tests/data/captures/fixture-deep.phcap: a stub emulated forward, CFI frames, two managed frames on the
+frame-pointer chain, libc); the walk is cut at ``--frames`` (64) frames. Three ways, in one process:
+
+* warm: one capture object replayed again and again (CFI rows decoded once, the CPU's translated code
+  kept: what a table over many samples of one process costs per sample);
+* file: ``replay_capture(path)`` each time (read, decompress, validate, replay; CFI tables shared by
+  content across captures);
+* baseline: as ``file`` but with every cache emptied before each replay (the cost of a first look).
+
+The ratio printed is baseline / warm. Every replay's JSON is checked equal to the first one's.
+Target: warm median <= 2 ms per 64-frame capture on this machine. Exit status 0 on PASS, 1 on FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from emu import cfi
+from emu.capture import read_capture
+from emu.replay import ReplayResult, replay
+
+TARGET_MS = 2.0
+DEFAULT = Path(__file__).resolve().parents[1] / "tests" / "data" / "captures" / "fixture-deep.phcap"
+
+
+def measure(fn: Callable[[], ReplayResult], runs: int, reference: str) -> list[float]:
+    times: list[float] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+        if result.model_dump_json() != reference:
+            raise SystemExit("FAIL: a replay gave different JSON")
+    return times
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--capture", type=Path, default=DEFAULT)
+    ap.add_argument("--frames", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--baseline-runs", type=int, default=100)
+    args = ap.parse_args(argv)
+
+    cap = read_capture(args.capture)
+    first = replay(cap, allow_disk=False, max_frames=args.frames)
+    frames = len(first.frames)
+    reference = first.model_dump_json()
+
+    def warm() -> ReplayResult:
+        return replay(cap, allow_disk=False, max_frames=args.frames)
+
+    def from_file() -> ReplayResult:
+        return replay(read_capture(args.capture), allow_disk=False, max_frames=args.frames)
+
+    def baseline() -> ReplayResult:
+        cfi._TABLES.clear()
+        cfi._ELF_CACHE.clear()
+        return from_file()
+
+    for fn in (warm, from_file):
+        fn()  # warm-up
+    t_warm = measure(warm, args.runs, reference)
+    t_file = measure(from_file, max(args.runs // 4, 1), reference)
+    t_base = measure(baseline, args.baseline_runs, reference)
+
+    print(
+        f"capture: {args.capture.name}, {frames} frames "
+        f"({first.emulated_instructions} instructions emulated), stop: {first.stop.kind.value}"
+    )
+    for name, ts in (("warm", t_warm), ("file", t_file), ("baseline (no caches)", t_base)):
+        med, tail = statistics.median(ts) * 1e3, p99(ts) * 1e3
+        print(
+            f"{name:<21} n={len(ts):>5}  median {med:7.3f} ms  p99 {tail:7.3f} ms  per frame: median "
+            f"{med * 1e3 / frames:6.1f} us  p99 {tail * 1e3 / frames:6.1f} us"
+        )
+    ratio = statistics.median(t_base) / statistics.median(t_warm)
+    warm_med = statistics.median(t_warm) * 1e3
+    print(
+        f"ratio baseline/warm: {ratio:.1f}x; "
+        f"target: warm median <= {TARGET_MS:.1f} ms per {frames}-frame capture"
+    )
+    ok = warm_med <= TARGET_MS
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,629 @@
+"""The capture file: one instant of one thread, self-describing and versioned.
+
+A capture holds what an asynchronous stack walk depended on at the instant a thread was stopped: its
+registers (the ucontext general registers plus fs_base, and the runtime's CONTEXT when there is one), the
+stack from SP up to min(SP + 64 KiB, the thread's stack end), code bytes around the IP and around candidate
+return addresses, the module map, the JIT code map, what the live runtime answered (a naive-seed
+DoStackSnapshot) and the managed frames the scenario knows are on the stack.
+
+File layout (all integers little-endian)::
+
+    offset  size  field
+    0       8     magic  89 50 48 43 41 50 0D 0A  ("\\x89PHCAP\\r\\n": binary, and line-ending mangling shows)
+    8       4     format version (:data:`FORMAT_VERSION`)
+    12      4     manifest length M (at most :data:`MAX_MANIFEST_BYTES`)
+    16      4     CRC-32 of the manifest bytes
+    20      M     manifest: UTF-8 JSON of :class:`CaptureManifest` (its JSON Schema: :func:`capture_schema`)
+    20+M    ...   segment payloads, each where its manifest entry says (``offset``, ``stored_size``),
+                  zlib-compressed or stored, with the CRC-32 of the uncompressed bytes in the entry
+
+A segment is either ``memory`` (bytes of the process at ``address``) or a ``blob`` (bytes that are not
+process memory at an address: the CONTEXT record, an embedded ``.eh_frame``). Memory segments never
+overlap; payloads never overlap and lie inside the file after the manifest.
+
+Readers reject a truncated, corrupt or hostile file with one :class:`~emu.errors.CaptureFormatError`
+naming the file and the offset or manifest field: sizes past the end of the file, overlapping segments or
+payloads, memory ending above ``2**64 - 4096`` (page rounding would overflow), more than
+:data:`MAX_SEGMENTS` segments, decompressed sizes above the limits (checked while decompressing, so a
+zlib bomb costs at most the declared size). Reading is linear in the file size. Writes are atomic: a
+temporary name in the same folder, fsync, then rename.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from clr_model.context import ContextError, runtime_context_layout
+from emu.errors import CaptureFormatError
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MAGIC",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SEGMENTS",
+    "MAX_SEGMENT_BYTES",
+    "MAX_TOTAL_BYTES",
+    "STACK_CAPTURE_BYTES",
+    "Capture",
+    "CaptureArch",
+    "CaptureManifest",
+    "CodeRange",
+    "EmbeddedCfi",
+    "JitMap",
+    "JitMethod",
+    "KnownFrame",
+    "LiveFrame",
+    "LiveWalk",
+    "ModuleEntry",
+    "ReadyToRunModule",
+    "RuntimeContext",
+    "SegmentEntry",
+    "SegmentPayload",
+    "StackInfo",
+    "X64Registers",
+    "capture_schema",
+    "read_capture",
+    "write_capture",
+]
+
+MAGIC = b"\x89PHCAP\r\n"
+FORMAT_NAME: Final = "profharness-capture"
+FORMAT_VERSION: Final = 1
+_HEADER = struct.Struct("<8sIII")
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_SEGMENTS = 4096
+MAX_SEGMENT_BYTES = 64 << 20
+MAX_TOTAL_BYTES = 512 << 20
+#: memory may not end above this (2**64 - one page): rounding an end up to a page must not overflow
+MAX_ADDRESS_END = 2**64 - 4096
+#: how much stack a capture holds above SP at most (perf's maximum is 65528; its default 8 KiB is too little)
+STACK_CAPTURE_BYTES = 64 << 10
+
+U32 = Annotated[int, Field(ge=0, lt=2**32)]
+U64 = Annotated[int, Field(ge=0, lt=2**64)]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@/+-]{1,128}$")]
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class CaptureArch(StrEnum):
+    X64 = "x64"
+    #: reserved: 32-bit x86 captures (registers of their own, :class:`X64Registers` does not apply)
+    X86 = "x86"
+
+
+class X64Registers(BaseModel):
+    """The ucontext general registers (``gregs``, sys/ucontext.h names, lower case) plus ``fs_base``."""
+
+    model_config = _FROZEN
+    arch: Literal["x64"] = "x64"
+    r8: U64 = 0
+    r9: U64 = 0
+    r10: U64 = 0
+    r11: U64 = 0
+    r12: U64 = 0
+    r13: U64 = 0
+    r14: U64 = 0
+    r15: U64 = 0
+    rdi: U64 = 0
+    rsi: U64 = 0
+    rbp: U64 = 0
+    rbx: U64 = 0
+    rdx: U64 = 0
+    rax: U64 = 0
+    rcx: U64 = 0
+    rsp: U64
+    rip: U64
+    efl: U64 = 0
+    csgsfs: U64 = 0
+    err: U64 = 0
+    trapno: U64 = 0
+    oldmask: U64 = 0
+    cr2: U64 = 0
+    fs_base: U64 = 0
+
+    def general(self) -> dict[str, int]:
+        """The integer registers by name (r8..r15, rdi, ..., rsp, rip, efl, fs_base)."""
+        skip = {"arch", "csgsfs", "err", "trapno", "oldmask", "cr2"}
+        return {k: v for k, v in self.model_dump().items() if k not in skip}
+
+
+class SegmentEntry(BaseModel):
+    """Where one segment's bytes are in the file and what they are."""
+
+    model_config = _FROZEN
+    name: Name
+    kind: Literal["memory", "blob"]
+    role: Literal["stack", "code", "data", "context", "eh_frame", "eh_frame_hdr", "other"]
+    #: process address of the first byte (memory segments only)
+    address: U64 | None = None
+    #: uncompressed size
+    size: Annotated[int, Field(ge=0, le=MAX_SEGMENT_BYTES)]
+    #: absolute file offset and size of the stored (possibly compressed) bytes
+    offset: Annotated[int, Field(ge=0, lt=2**63)]
+    stored_size: Annotated[int, Field(ge=0, lt=2**63)]
+    compression: Literal["zlib", "none"] = "zlib"
+    crc32: U32
+
+    @model_validator(mode="after")
+    def _address_fits_kind(self) -> SegmentEntry:
+        if self.kind == "memory":
+            if self.address is None:
+                raise ValueError("a memory segment needs an address")
+            if self.size == 0:
+                raise ValueError("a memory segment may not be empty")
+            if self.address + self.size > MAX_ADDRESS_END:
+                raise ValueError(f"memory at {self.address:#x}+{self.size:#x} ends above 2**64 - 4096")
+        elif self.address is not None:
+            raise ValueError("a blob segment has no address")
+        if self.compression == "none" and self.stored_size != self.size:
+            raise ValueError("a stored (uncompressed) segment's stored_size must equal its size")
+        return self
+
+
+class RuntimeContext(BaseModel):
+    """The runtime's Win32 CONTEXT at the instant (layout and size from :mod:`clr_model.context`)."""
+
+    model_config = _FROZEN
+    #: the runtime version the CONTEXT belongs to, e.g. "8.0.4"
+    runtime: Annotated[str, Field(min_length=1, max_length=64)]
+    size: Annotated[int, Field(gt=0, lt=2**16)]
+    #: the blob segment holding the bytes
+    segment: Name
+
+
+class StackInfo(BaseModel):
+    """The captured stack: [sp, captured_end); ``truncated`` is stated, never guessed."""
+
+    model_config = _FROZEN
+    sp: U64
+    captured_end: U64
+    #: the end (highest address) of the thread's stack; None when the capturer did not know it
+    stack_end: U64 | None
+    #: True when the capture stops before the stack end (or the end is unknown)
+    truncated: bool
+    segment: Name
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StackInfo:
+        limit = self.sp + STACK_CAPTURE_BYTES
+        want_end = limit if self.stack_end is None else min(limit, self.stack_end)
+        if self.captured_end != want_end:
+            raise ValueError(
+                f"captured_end {self.captured_end:#x} is not min(sp + 64 KiB, stack_end) = {want_end:#x}"
+            )
+        want_trunc = self.stack_end is None or limit < self.stack_end
+        if self.truncated != want_trunc:
+            raise ValueError(f"truncated is {self.truncated}, the bounds say {want_trunc}")
+        return self
+
+
+class ModuleEntry(BaseModel):
+    """One mapping of /proc/PID/maps, with the build-id of its file when it has one."""
+
+    model_config = _FROZEN
+    start: U64
+    end: U64
+    offset: U64 = 0
+    perms: Annotated[str, Field(pattern=r"^[r-][w-][x-][ps]$")]
+    #: the file (or a pseudo name such as "[stack]"); None for anonymous memory
+    path: Annotated[str, Field(max_length=4096)] | None = None
+    #: hex GNU build-id of the file
+    build_id: Annotated[str, Field(pattern=r"^[0-9a-f]{2,128}$")] | None = None
+    #: executable memory no file holds (stubs, the write-barrier copy, JIT code)
+    anonymous_executable: bool = False
+
+    @property
+    def is_file(self) -> bool:
+        return bool(self.path) and not str(self.path).startswith("[")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModuleEntry:
+        if self.end <= self.start:
+            raise ValueError(f"end {self.end:#x} is not above start {self.start:#x}")
+        marked = "x" in self.perms and not self.is_file
+        if self.anonymous_executable != marked:
+            raise ValueError(f"anonymous_executable is {self.anonymous_executable}, perms/path say {marked}")
+        return self
+
+
+class CodeRange(BaseModel):
+    model_config = _FROZEN
+    start: U64
+    end: U64
+    #: the code version ("tier0", "tier1", "osr", "rejit", "r2r", ...)
+    tier: Annotated[str, Field(min_length=1, max_length=32)] = "jit"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CodeRange:
+        if self.end <= self.start:
+            raise ValueError(f"end {self.end:#x} is not above start {self.start:#x}")
+        return self
+
+
+class JitMethod(BaseModel):
+    """One FunctionID and every code range it had up to the instant (no tier is ever dropped)."""
+
+    model_config = _FROZEN
+    function_id: Annotated[int, Field(gt=0, lt=2**64)]
+    name: Annotated[str, Field(max_length=1024)] | None = None
+    ranges: Annotated[tuple[CodeRange, ...], Field(min_length=1)]
+
+
+class ReadyToRunModule(BaseModel):
+    model_config = _FROZEN
+    path: Annotated[str, Field(max_length=4096)]
+    start: U64
+    end: U64
+
+
+class JitMap(BaseModel):
+    """FunctionID -> code ranges (every tier) and the ReadyToRun modules' ranges, as at the instant."""
+
+    model_config = _FROZEN
+    methods: tuple[JitMethod, ...] = ()
+    ready_to_run: tuple[ReadyToRunModule, ...] = ()
+
+    @model_validator(mode="after")
+    def _no_overlap(self) -> JitMap:
+        spans = sorted((r.start, r.end, m.function_id) for m in self.methods for r in m.ranges)
+        for (_s0, e0, f0), (s1, _e1, f1) in itertools.pairwise(spans):
+            if s1 < e0:
+                raise ValueError(f"code ranges of FunctionIDs {f0:#x} and {f1:#x} overlap at {s1:#x}")
+        return self
+
+
+class LiveFrame(BaseModel):
+    """One StackSnapshotCallback of the live walk."""
+
+    model_config = _FROZEN
+    function_id: U64
+    ip: U64
+    sp: U64 | None = None
+
+
+class LiveWalk(BaseModel):
+    """What the live runtime said at the instant: DoStackSnapshot seeded from the ucontext as it was."""
+
+    model_config = _FROZEN
+    seed: Literal["naive", "none"] = "naive"
+    hresult: U32
+    frames: tuple[LiveFrame, ...] = ()
+
+
+class KnownFrame(BaseModel):
+    """A managed frame the scenario knows is on the stack (leaf first in the list)."""
+
+    model_config = _FROZEN
+    function_id: Annotated[int, Field(gt=0, lt=2**64)] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class EmbeddedCfi(BaseModel):
+    """A module's ``.eh_frame`` (and ``.eh_frame_hdr``) carried in the capture, so no file is needed."""
+
+    model_config = _FROZEN
+    path: Annotated[str, Field(max_length=4096)]
+    build_id: Annotated[str, Field(pattern=r"^[0-9a-f]{2,128}$")] | None = None
+    #: runtime address = link-time address + load_bias
+    load_bias: U64
+    eh_frame_vaddr: U64
+    eh_frame: Name
+    eh_frame_hdr_vaddr: U64 | None = None
+    eh_frame_hdr: Name | None = None
+
+
+class CaptureManifest(BaseModel):
+    """The manifest of a capture file (see the module docstring for the file layout)."""
+
+    model_config = _FROZEN
+    format: Literal["profharness-capture"] = FORMAT_NAME
+    version: Literal[1] = FORMAT_VERSION
+    arch: CaptureArch = CaptureArch.X64
+    #: where the thread was stopped: "managed", "native", "helper:<kind>" (alloc, gc, monitor, jit, stub...)
+    place: Annotated[str, Field(pattern=r"^[a-z0-9]+(:[a-z0-9_-]+)?$")] = "unknown"
+    scenario: Annotated[str, Field(max_length=256)] | None = None
+    pid: U32 | None = None
+    tid: U32 | None = None
+    registers: X64Registers
+    context: RuntimeContext | None = None
+    stack: StackInfo
+    modules: Annotated[tuple[ModuleEntry, ...], Field(max_length=65536)] = ()
+    jit: JitMap = JitMap()
+    cfi: tuple[EmbeddedCfi, ...] = ()
+    live: LiveWalk | None = None
+    known_managed: tuple[KnownFrame, ...] | None = None
+    segments: Annotated[tuple[SegmentEntry, ...], Field(max_length=MAX_SEGMENTS)] = ()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> CaptureManifest:
+        if self.arch is not CaptureArch.X64:
+            raise ValueError(f"arch {self.arch.value}: only x64 captures are defined by this version")
+        by_name: dict[str, SegmentEntry] = {}
+        for seg in self.segments:
+            if seg.name in by_name:
+                raise ValueError(f"segments: name {seg.name!r} used twice")
+            by_name[seg.name] = seg
+        memory = sorted((s for s in self.segments if s.kind == "memory"), key=lambda s: s.address or 0)
+        for a, b in itertools.pairwise(memory):
+            assert a.address is not None and b.address is not None
+            if b.address < a.address + a.size:
+                raise ValueError(
+                    f"segments: memory segments {a.name!r} and {b.name!r} overlap at {b.address:#x}"
+                )
+
+        def need(name: str | None, kind: str, what: str) -> SegmentEntry:
+            seg = by_name.get(name or "")
+            if seg is None or seg.kind != kind:
+                raise ValueError(f"{what}: no {kind} segment named {name!r}")
+            return seg
+
+        stack = need(self.stack.segment, "memory", "stack.segment")
+        if stack.address != self.stack.sp or stack.size != self.stack.captured_end - self.stack.sp:
+            raise ValueError("stack.segment: does not cover [stack.sp, stack.captured_end)")
+        if self.stack.sp != self.registers.rsp:
+            raise ValueError(f"stack.sp: {self.stack.sp:#x} is not registers.rsp {self.registers.rsp:#x}")
+        if self.context is not None:
+            blob = need(self.context.segment, "blob", "context.segment")
+            layout = runtime_context_layout(self.context.runtime)
+            if layout is not None and self.context.size != layout.size:
+                raise ValueError(
+                    f"context.size: {self.context.size} is not sizeof(CONTEXT) {layout.size} of runtime "
+                    f"{self.context.runtime}"
+                )
+            if blob.size != self.context.size:
+                raise ValueError(
+                    f"context.segment: holds {blob.size} bytes, context.size is {self.context.size}"
+                )
+        for i, cfi in enumerate(self.cfi):
+            need(cfi.eh_frame, "blob", f"cfi.{i}.eh_frame")
+            if (cfi.eh_frame_hdr is None) != (cfi.eh_frame_hdr_vaddr is None):
+                raise ValueError(f"cfi.{i}: eh_frame_hdr and eh_frame_hdr_vaddr go together")
+            if cfi.eh_frame_hdr is not None:
+                need(cfi.eh_frame_hdr, "blob", f"cfi.{i}.eh_frame_hdr")
+        return self
+
+
+@dataclass(frozen=True)
+class SegmentPayload:
+    """Bytes to write as one segment (the writer fills in offsets, sizes and checksums)."""
+
+    name: str
+    kind: Literal["memory", "blob"]
+    role: Literal["stack", "code", "data", "context", "eh_frame", "eh_frame_hdr", "other"]
+    data: bytes
+    address: int | None = None
+    compress: bool = True
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A capture in memory: its manifest and every segment's bytes by name."""
+
+    manifest: CaptureManifest
+    segments: Mapping[str, bytes]
+    path: str | None = field(default=None, compare=False)
+    #: derived state a replay may keep for the next replay of the same capture (code map, CPU)
+    cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    def memory_ranges(self) -> list[tuple[int, bytes]]:
+        """(address, bytes) of every memory segment, by address."""
+        out = [
+            (s.address, self.segments[s.name])
+            for s in self.manifest.segments
+            if s.kind == "memory" and s.address is not None
+        ]
+        return sorted(out, key=lambda r: r[0])
+
+    def blob(self, name: str) -> bytes:
+        return self.segments[name]
+
+    def context_bytes(self) -> bytes | None:
+        ctx = self.manifest.context
+        return None if ctx is None else self.segments[ctx.segment]
+
+
+def capture_schema() -> dict[str, Any]:
+    """The JSON Schema of :class:`CaptureManifest` (``profharness schema capture``)."""
+    schema = CaptureManifest.model_json_schema()
+    schema["$comment"] = (
+        f"manifest of a {FORMAT_NAME} file, version {FORMAT_VERSION}; layout in emu/capture.py's docstring"
+    )
+    return schema
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing
+
+
+def write_capture(
+    path: str | os.PathLike[str],
+    manifest: CaptureManifest | Mapping[str, Any],
+    payloads: Sequence[SegmentPayload],
+) -> Path:
+    """Write the manifest fields (a :class:`CaptureManifest`, or its fields but ``segments`` as a mapping,
+    since a manifest cannot validate before its segments exist) with ``payloads`` to ``path`` atomically.
+
+    The result is read back through the same validation a reader applies before it is renamed into place,
+    so an invalid capture is never published."""
+    target = Path(path)
+    if isinstance(manifest, CaptureManifest):
+        fields: dict[str, Any] = manifest.model_dump(mode="python", exclude={"segments"})
+    else:
+        fields = {k: v for k, v in manifest.items() if k != "segments"}
+    stored: list[tuple[SegmentPayload, bytes]] = []
+    for p in payloads:
+        body = zlib.compress(p.data, 6) if p.compress else p.data
+        stored.append((p, body))
+    # the manifest's length depends on the offsets it holds: iterate until it is stable (twice at most
+    # in practice, since offsets only grow by a few digits)
+    manifest_bytes = b""
+    for _ in range(8):
+        offset = _HEADER.size + len(manifest_bytes)
+        entries: list[SegmentEntry] = []
+        for p, body in stored:
+            entries.append(
+                SegmentEntry(
+                    name=p.name,
+                    kind=p.kind,
+                    role=p.role,
+                    address=p.address,
+                    size=len(p.data),
+                    offset=offset,
+                    stored_size=len(body),
+                    compression="zlib" if p.compress else "none",
+                    crc32=zlib.crc32(p.data),
+                )
+            )
+            offset += len(body)
+        try:
+            full = CaptureManifest.model_validate({**fields, "segments": entries})
+        except ValidationError as exc:
+            raise CaptureFormatError(f"{target}: {_first_error(exc)} (not written)") from None
+        candidate = full.model_dump_json().encode()
+        if len(candidate) == len(manifest_bytes):
+            manifest_bytes = candidate
+            break
+        manifest_bytes = candidate
+    else:  # pragma: no cover - the lengths converge
+        raise CaptureFormatError(f"{target}: manifest length did not converge (not written)")
+    if len(manifest_bytes) > MAX_MANIFEST_BYTES:
+        raise CaptureFormatError(f"{target}: manifest of {len(manifest_bytes)} bytes is over the limit")
+    data = b"".join(
+        [_HEADER.pack(MAGIC, FORMAT_VERSION, len(manifest_bytes), zlib.crc32(manifest_bytes)), manifest_bytes]
+        + [body for _, body in stored]
+    )
+    parse_capture(data, str(target))  # never publish what a reader would reject
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(part) for part in err["loc"]) or "manifest"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {msg}"
+
+
+def read_capture(path: str | os.PathLike[str]) -> Capture:
+    """Read and validate a capture file; any problem is one :class:`CaptureFormatError` line."""
+    name = str(path)
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_TOTAL_BYTES + MAX_MANIFEST_BYTES + _HEADER.size:
+            raise CaptureFormatError(f"{name}: offset 0: file of {size} bytes is over the limit")
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CaptureFormatError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    return parse_capture(data, name)
+
+
+def parse_capture(data: bytes, name: str = "<capture>") -> Capture:
+    """Validate the bytes of a capture file (see :func:`read_capture`)."""
+    if len(data) < _HEADER.size:
+        raise CaptureFormatError(
+            f"{name}: offset 0: {len(data)} bytes, shorter than the {_HEADER.size}-byte header"
+        )
+    magic, version, mlen, mcrc = _HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise CaptureFormatError(f"{name}: offset 0: not a capture file (bad magic {magic!r})")
+    if version != FORMAT_VERSION:
+        raise CaptureFormatError(
+            f"{name}: offset 8: format version {version}, this reader knows {FORMAT_VERSION}"
+        )
+    if mlen > MAX_MANIFEST_BYTES:
+        raise CaptureFormatError(f"{name}: offset 12: manifest length {mlen} is over the limit")
+    end = _HEADER.size + mlen
+    if end > len(data):
+        raise CaptureFormatError(
+            f"{name}: offset 12: manifest length {mlen} runs past the end of the file ({len(data)} bytes)"
+        )
+    raw = data[_HEADER.size : end]
+    if zlib.crc32(raw) != mcrc:
+        raise CaptureFormatError(f"{name}: offset {_HEADER.size}: manifest checksum mismatch (corrupt)")
+    try:
+        json.loads(raw)  # a cheap first pass that gives a byte offset for malformed JSON
+    except (ValueError, RecursionError) as exc:
+        pos = getattr(exc, "pos", 0)
+        raise CaptureFormatError(f"{name}: offset {_HEADER.size + pos}: manifest is not JSON") from None
+    try:
+        manifest = CaptureManifest.model_validate_json(raw)
+    except ValidationError as exc:
+        raise CaptureFormatError(f"{name}: {_first_error(exc)}") from None
+    total = 0
+    spans = sorted((s.offset, s.stored_size, i) for i, s in enumerate(manifest.segments))
+    last_end = end
+    for off, stored, i in spans:
+        seg = manifest.segments[i]
+        where = f"segments.{i} ({seg.name})"
+        if off < last_end:
+            raise CaptureFormatError(
+                f"{name}: offset {off}: {where} overlaps the manifest or another segment's payload"
+            )
+        if off + stored > len(data):
+            raise CaptureFormatError(
+                f"{name}: offset {off}: {where} stored_size {stored} runs past the end of the file "
+                f"({len(data)} bytes)"
+            )
+        last_end = off + stored
+        total += seg.size
+        if total > MAX_TOTAL_BYTES:
+            raise CaptureFormatError(f"{name}: {where}: segments hold over {MAX_TOTAL_BYTES} bytes in all")
+    segments: dict[str, bytes] = {}
+    for i, seg in enumerate(manifest.segments):
+        stored_bytes = data[seg.offset : seg.offset + seg.stored_size]
+        if seg.compression == "none":
+            body = stored_bytes
+        else:
+            dec = zlib.decompressobj()
+            try:
+                body = dec.decompress(stored_bytes, seg.size + 1)
+            except zlib.error as exc:
+                raise CaptureFormatError(
+                    f"{name}: offset {seg.offset}: segments.{i} ({seg.name}): {exc}"
+                ) from None
+            if len(body) != seg.size or not dec.eof or dec.unconsumed_tail:
+                raise CaptureFormatError(
+                    f"{name}: offset {seg.offset}: segments.{i} ({seg.name}) does not decompress to its "
+                    f"size {seg.size}"
+                )
+        if zlib.crc32(body) != seg.crc32:
+            raise CaptureFormatError(
+                f"{name}: offset {seg.offset}: segments.{i} ({seg.name}) checksum mismatch"
+            )
+        segments[seg.name] = body
+    if manifest.context is not None:
+        layout = runtime_context_layout(manifest.context.runtime)
+        if layout is not None:
+            try:
+                layout.validate(segments[manifest.context.segment])
+            except ContextError as exc:
+                raise CaptureFormatError(f"{name}: context: {exc}") from None
+    return Capture(manifest=manifest, segments=segments, path=name)

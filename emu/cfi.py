@@ -1,0 +1,397 @@
+"""Call frame information from ``.eh_frame`` (parsed with pyelftools) and one CFI unwind step.
+
+A :class:`CfiTable` is one module's ``.eh_frame`` at its link-time addresses. FDEs are found through the
+``.eh_frame_hdr`` binary-search table when there is one (only the FDEs a walk needs are parsed), else by
+parsing the whole section once. Decoded FDEs are cached per table, and tables are cached per content, so
+replaying the same capture again costs lookups only.
+
+Sources: an ELF file on disk (:func:`table_from_elf`, which also gives the build-id and load segments) or
+the bytes a capture embeds (:class:`emu.capture.EmbeddedCfi`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from elftools.dwarf.callframe import FDE, CallFrameInfo, CFARule, RegisterRule
+from elftools.dwarf.dwarf_expr import DWARFExprParser
+from elftools.dwarf.structs import DWARFStructs
+from elftools.elf.elffile import ELFFile
+
+from emu.errors import EmuError, MemoryFault
+from emu.memory import CaptureMemory
+
+__all__ = [
+    "DWARF_REGISTERS",
+    "CfiError",
+    "CfiRow",
+    "CfiTable",
+    "ElfInfo",
+    "cfi_step",
+    "load_bias",
+    "read_elf",
+    "table_for",
+]
+
+#: x86-64 DWARF register numbers (System V psABI) -> register names; 16 is the return address column
+DWARF_REGISTERS: Mapping[int, str] = {
+    0: "rax", 1: "rdx", 2: "rcx", 3: "rbx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
+    8: "r8", 9: "r9", 10: "r10", 11: "r11", 12: "r12", 13: "r13", 14: "r14", 15: "r15", 16: "rip",
+}  # fmt: skip
+_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+_STRUCTS = DWARFStructs(little_endian=True, dwarf_format=32, address_size=8)
+_EXPR = DWARFExprParser(_STRUCTS)
+_BINARY_OPS = frozenset(
+    "DW_OP_plus DW_OP_minus DW_OP_and DW_OP_or DW_OP_shl DW_OP_shr DW_OP_ge DW_OP_gt DW_OP_le DW_OP_lt "
+    "DW_OP_eq DW_OP_ne DW_OP_mul".split()
+)
+
+
+class CfiError(EmuError):
+    """CFI that cannot be used for this step (malformed, unsupported, or needing an unknown register)."""
+
+
+@dataclass(frozen=True)
+class CfiRow:
+    """The unwind rule in force at one address: CFA = reg + offset (or an expression), register rules."""
+
+    start: int
+    end: int
+    cfa: CFARule
+    rules: Mapping[int, RegisterRule]
+    ra_register: int
+
+
+class CfiTable:
+    """One module's ``.eh_frame`` (link-time addresses) with an FDE index."""
+
+    def __init__(
+        self, eh_frame: bytes, eh_frame_vaddr: int, hdr: bytes | None = None, hdr_vaddr: int | None = None
+    ) -> None:
+        self.eh_frame = eh_frame
+        self.vaddr = eh_frame_vaddr
+        self._cfi = CallFrameInfo(
+            stream=io.BytesIO(eh_frame), size=len(eh_frame), address=eh_frame_vaddr,
+            base_structs=_STRUCTS, for_eh_frame=True,
+        )  # fmt: skip
+        self._rows: dict[int, tuple[list[CfiRow], list[int]]] = {}
+        index = (
+            _hdr_index(hdr, hdr_vaddr, eh_frame_vaddr) if hdr is not None and hdr_vaddr is not None else None
+        )
+        if index is None:
+            index = self._full_index()
+        self._locs = [loc for loc, _ in index]
+        self._offsets = [off for _, off in index]
+
+    def _full_index(self) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        try:
+            for entry in self._cfi.get_entries():
+                if isinstance(entry, FDE):
+                    out.append((int(entry.header["initial_location"]), int(entry.offset)))
+        except Exception as exc:  # pyelftools raises asserts and construct errors on malformed input
+            raise CfiError(f"malformed .eh_frame: {type(exc).__name__}: {exc}") from None
+        out.sort()
+        return out
+
+    def row_for(self, pc: int) -> CfiRow | None:
+        """The row covering link-time address ``pc``; None when no FDE covers it."""
+        k = bisect.bisect_right(self._locs, pc) - 1
+        if k < 0:
+            return None
+        got = self._rows.get(k)
+        if got is None:
+            decoded = self._decode(self._offsets[k])
+            got = (decoded, [r.start for r in decoded])
+            self._rows[k] = got
+        rows, starts = got
+        if not rows or not rows[0].start <= pc < rows[-1].end:
+            return None
+        j = bisect.bisect_right(starts, pc) - 1
+        return rows[j] if j >= 0 else None
+
+    def _decode(self, offset: int) -> list[CfiRow]:
+        if not 0 <= offset < len(self.eh_frame):
+            raise CfiError(f".eh_frame_hdr points outside .eh_frame (offset {offset:#x})")
+        try:
+            entry = self._cfi._parse_entry_at(offset)
+            if not isinstance(entry, FDE):
+                raise CfiError(f"no FDE at .eh_frame offset {offset:#x}")
+            start = int(entry.header["initial_location"])
+            end = start + int(entry.header["address_range"])
+            ra = int(entry.cie["return_address_register"]) if entry.cie is not None else 16
+            table = entry.get_decoded().table
+        except CfiError:
+            raise
+        except Exception as exc:
+            raise CfiError(f"malformed FDE at .eh_frame offset {offset:#x}: {type(exc).__name__}") from None
+        rows: list[CfiRow] = []
+        for i, line in enumerate(table):
+            pc = int(line["pc"])
+            nxt = int(table[i + 1]["pc"]) if i + 1 < len(table) else end
+            rules = {int(k): v for k, v in line.items() if isinstance(k, int)}
+            rows.append(CfiRow(start=pc, end=nxt, cfa=line["cfa"], rules=rules, ra_register=ra))
+        return rows
+
+
+def _read_encoded(data: bytes, pos: int, enc: int, base_pc: int, data_base: int) -> tuple[int, int]:
+    fmt = enc & 0x0F
+    sizes = {0x00: ("<Q", 8), 0x02: ("<H", 2), 0x03: ("<I", 4), 0x04: ("<Q", 8),
+             0x0A: ("<h", 2), 0x0B: ("<i", 4), 0x0C: ("<q", 8)}  # fmt: skip
+    if fmt not in sizes:
+        raise CfiError(f".eh_frame_hdr: pointer encoding {enc:#x} is not supported")
+    code, size = sizes[fmt]
+    if pos + size > len(data):
+        raise CfiError(".eh_frame_hdr is truncated")
+    (value,) = struct.unpack_from(code, data, pos)
+    app = enc & 0x70
+    if app == 0x10:
+        value += base_pc + pos
+    elif app == 0x30:
+        value += data_base
+    elif app != 0:
+        raise CfiError(f".eh_frame_hdr: pointer application {app:#x} is not supported")
+    return int(value) & (2**64 - 1), pos + size
+
+
+def _hdr_index(hdr: bytes, hdr_vaddr: int, eh_vaddr: int) -> list[tuple[int, int]] | None:
+    """(link-time start, .eh_frame offset) pairs from the .eh_frame_hdr table; None if it has none."""
+    if len(hdr) < 4 or hdr[0] != 1:
+        return None
+    _, ptr_enc, count_enc, table_enc = hdr[:4]
+    if ptr_enc == 0xFF or count_enc == 0xFF or table_enc != 0x3B:
+        return None
+    _eh, pos = _read_encoded(hdr, 4, ptr_enc, hdr_vaddr, hdr_vaddr)
+    count, pos = _read_encoded(hdr, pos, count_enc, hdr_vaddr, hdr_vaddr)
+    if pos + 8 * count > len(hdr):
+        raise CfiError(f".eh_frame_hdr: {count} entries do not fit in {len(hdr)} bytes")
+    out = [
+        (hdr_vaddr + loc, hdr_vaddr + fde - eh_vaddr)
+        for loc, fde in struct.iter_unpack("<ii", hdr[pos : pos + 8 * count])
+    ]
+    out.sort()
+    return out
+
+
+_TABLES: dict[tuple[bytes, int, bytes, int], CfiTable] = {}
+
+
+def table_for(eh_frame: bytes, eh_vaddr: int, hdr: bytes | None, hdr_vaddr: int | None) -> CfiTable:
+    """A cached :class:`CfiTable` for these bytes (keyed by content: equal bytes share a table; a bytes
+    object caches its hash, so a capture replayed again pays one dictionary lookup)."""
+    key = (eh_frame, eh_vaddr, hdr or b"", hdr_vaddr or 0)
+    table = _TABLES.get(key)
+    if table is None:
+        if len(_TABLES) > 256:
+            _TABLES.clear()
+        table = CfiTable(eh_frame, eh_vaddr, hdr, hdr_vaddr)
+        _TABLES[key] = table
+    return table
+
+
+# --------------------------------------------------------------------------------------------------
+# ELF files
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    path: str
+    build_id: str | None
+    #: PT_LOAD segments: (p_offset, p_vaddr, p_filesz, p_memsz)
+    loads: tuple[tuple[int, int, int, int], ...]
+    eh_frame: bytes | None
+    eh_frame_vaddr: int
+    eh_frame_hdr: bytes | None
+    eh_frame_hdr_vaddr: int
+    #: function symbols: (link-time start, size, name), by start
+    symbols: tuple[tuple[int, int, str], ...]
+
+
+_ELF_CACHE: dict[tuple[str, int, int], ElfInfo] = {}
+
+
+def read_elf(path: str) -> ElfInfo:
+    """Build-id, load segments, ``.eh_frame(_hdr)`` and function symbols of an ELF file (cached)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise CfiError(f"{path}: {exc.strerror or exc}") from None
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    cached = _ELF_CACHE.get(key)
+    if cached is not None:
+        return cached
+    try:
+        with p.open("rb") as fh:
+            elf = ELFFile(fh)
+            build_id: str | None = None
+            note_sec = elf.get_section_by_name(".note.gnu.build-id")
+            if note_sec is not None:
+                for note in note_sec.iter_notes():  # type: ignore[attr-defined]
+                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                        build_id = str(note["n_desc"])
+            loads = tuple(
+                (int(s["p_offset"]), int(s["p_vaddr"]), int(s["p_filesz"]), int(s["p_memsz"]))
+                for s in elf.iter_segments()
+                if s["p_type"] == "PT_LOAD"
+            )
+            eh = elf.get_section_by_name(".eh_frame")
+            hdr = elf.get_section_by_name(".eh_frame_hdr")
+            symbols: list[tuple[int, int, str]] = []
+            for name in (".symtab", ".dynsym"):
+                sec = elf.get_section_by_name(name)
+                if sec is None or not hasattr(sec, "iter_symbols"):
+                    continue
+                for sym in sec.iter_symbols():
+                    if sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
+                        symbols.append((int(sym["st_value"]), int(sym["st_size"]), str(sym.name)))
+                if symbols:
+                    break
+            info = ElfInfo(
+                path=str(p),
+                build_id=build_id,
+                loads=loads,
+                eh_frame=eh.data() if eh is not None else None,
+                eh_frame_vaddr=int(eh["sh_addr"]) if eh is not None else 0,
+                eh_frame_hdr=hdr.data() if hdr is not None else None,
+                eh_frame_hdr_vaddr=int(hdr["sh_addr"]) if hdr is not None else 0,
+                symbols=tuple(sorted(set(symbols))),
+            )
+    except CfiError:
+        raise
+    except Exception as exc:
+        raise CfiError(f"{path}: not a readable ELF file ({type(exc).__name__})") from None
+    _ELF_CACHE[key] = info
+    return info
+
+
+def load_bias(loads: Sequence[tuple[int, int, int, int]], start: int, offset: int) -> int | None:
+    """Runtime address minus link-time address, from one mapping (``start``, file ``offset``)."""
+    for p_offset, p_vaddr, p_filesz, _memsz in loads:
+        if p_offset - 4096 < offset <= p_offset + max(p_filesz, 1) and (p_offset - offset) < 4096:
+            return (start - p_vaddr + (p_offset - offset)) & (2**64 - 1)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# One step
+
+
+def _eval_expr(
+    expr: Sequence[int], regs: Mapping[str, int], memory: CaptureMemory, initial: int | None
+) -> int:
+    stack: list[int] = [] if initial is None else [initial]
+    mask = 2**64 - 1
+    try:
+        ops = _EXPR.parse_expr(bytes(expr))
+    except Exception as exc:
+        raise CfiError(f"malformed DWARF expression ({type(exc).__name__})") from None
+    if len(ops) > 64:
+        raise CfiError("DWARF expression of more than 64 operations")
+    for op in ops:
+        name = op.op_name
+        args: list[Any] = op.args
+        if name.startswith("DW_OP_breg"):
+            reg = DWARF_REGISTERS.get(int(name.removeprefix("DW_OP_breg")))
+            if reg is None or reg not in regs:
+                raise CfiError(f"{name} needs a register whose value is unknown")
+            stack.append((regs[reg] + int(args[0])) & mask)
+        elif name.startswith("DW_OP_lit"):
+            stack.append(int(name.removeprefix("DW_OP_lit")))
+        elif name.startswith("DW_OP_const"):
+            stack.append(int(args[0]) & mask)
+        elif name == "DW_OP_deref":
+            stack.append(memory.read_u64(stack.pop()))
+        elif name == "DW_OP_plus_uconst":
+            stack.append((stack.pop() + int(args[0])) & mask)
+        elif name in _BINARY_OPS:
+            b, a = stack.pop(), stack.pop()
+            value = {
+                "DW_OP_plus": a + b, "DW_OP_minus": a - b, "DW_OP_and": a & b, "DW_OP_or": a | b,
+                "DW_OP_shl": a << (b & 63), "DW_OP_shr": a >> (b & 63), "DW_OP_ge": int(a >= b),
+                "DW_OP_gt": int(a > b), "DW_OP_le": int(a <= b), "DW_OP_lt": int(a < b),
+                "DW_OP_eq": int(a == b), "DW_OP_ne": int(a != b), "DW_OP_mul": a * b,
+            }[name]  # fmt: skip
+            stack.append(value & mask)
+        else:
+            raise CfiError(f"DWARF expression operation {name} is not supported")
+    if not stack:
+        raise CfiError("DWARF expression left an empty stack")
+    return stack[-1]
+
+
+def _int_arg(rule: RegisterRule) -> int:
+    if rule.arg is None:
+        return 0
+    if not isinstance(rule.arg, int):
+        raise CfiError(f"register rule {rule.type} with a non-integer argument")
+    return rule.arg
+
+
+def _expr_arg(rule: RegisterRule) -> list[int]:
+    if rule.arg is None or isinstance(rule.arg, int):
+        raise CfiError(f"register rule {rule.type} without an expression")
+    return [int(b) for b in rule.arg]
+
+
+def cfi_step(row: CfiRow, regs: Mapping[str, int], memory: CaptureMemory) -> dict[str, int]:
+    """The caller's registers by ``row``: rsp = CFA, rip = the return address, callee-saved registers
+    restored (or carried as they are); registers the rules cannot give are absent (unknown)."""
+    cfa_rule = row.cfa
+    try:
+        if cfa_rule.expr is not None:
+            cfa = _eval_expr(cfa_rule.expr, regs, memory, None)
+        else:
+            reg = DWARF_REGISTERS.get(int(cfa_rule.reg or 0))
+            if reg is None or reg not in regs:
+                raise CfiError(f"CFA is based on register {reg or cfa_rule.reg}, whose value is unknown")
+            cfa = (regs[reg] + int(cfa_rule.offset or 0)) & (2**64 - 1)
+        out: dict[str, int] = {"rsp": cfa}
+        for name in _CALLEE_SAVED:
+            if name in regs:
+                out[name] = regs[name]
+        for num, rule in row.rules.items():
+            reg_name = DWARF_REGISTERS.get(num)
+            if reg_name is None or reg_name == "rsp":
+                continue
+            name = reg_name
+            kind = rule.type
+            if kind == RegisterRule.OFFSET:
+                out[name] = memory.read_u64((cfa + _int_arg(rule)) & (2**64 - 1))
+            elif kind == RegisterRule.VAL_OFFSET:
+                out[name] = (cfa + _int_arg(rule)) & (2**64 - 1)
+            elif kind == RegisterRule.SAME_VALUE:
+                if name in regs:
+                    out[name] = regs[name]
+            elif kind == RegisterRule.UNDEFINED:
+                out.pop(name, None)
+                if num == row.ra_register:
+                    out["rip"] = 0
+            elif kind == RegisterRule.REGISTER:
+                src = DWARF_REGISTERS.get(_int_arg(rule))
+                if src is not None and src in regs:
+                    out[name] = regs[src]
+                else:
+                    out.pop(name, None)
+            elif kind == RegisterRule.EXPRESSION:
+                out[name] = memory.read_u64(_eval_expr(_expr_arg(rule), regs, memory, cfa))
+            elif kind == RegisterRule.VAL_EXPRESSION:
+                out[name] = _eval_expr(_expr_arg(rule), regs, memory, cfa)
+            else:
+                raise CfiError(f"register rule {kind} is not supported")
+    except MemoryFault as exc:
+        raise CfiError(f"CFI reads memory outside the capture ({exc.reason} at {exc.address:#x})") from None
+    except IndexError:
+        raise CfiError("DWARF expression pops an empty stack") from None
+    if "rip" not in out:
+        ra = DWARF_REGISTERS.get(row.ra_register, "rip")
+        if row.ra_register not in row.rules:
+            raise CfiError("the row has no rule for the return address")
+        out["rip"] = out.pop(ra) if ra != "rip" else 0
+    return out

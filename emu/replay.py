@@ -1,0 +1,376 @@
+"""Replay a capture: unwind it, build the DoStackSnapshot seed, and ask the model what the walk does.
+
+:func:`replay_capture` (``profharness replay CAPTURE... [--json]``) reads a capture file and returns a
+:class:`ReplayResult`: every frame with its IP, SP and trust (how it was found), the FunctionID of managed
+frames (GetFunctionFromIP over the capture's JIT map), the seed, the callbacks the model
+(:mod:`clr_model.stacksnapshot`) predicts for a walk seeded with it, and why the unwind stopped.
+
+The seed follows the documented procedure (DSS-19): GetFunctionFromIP on the context's IP; while it gives
+0, walk the native frames; seed from the registers of the first managed frame. The result holds no time,
+path or other per-run value, so one capture always replays to byte-identical JSON.
+
+:func:`recovery_table` summarises a folder of captures per place kind: samples, the share where the
+replay recovers, leaf first, the managed frames the scenario knows (``known_managed``), and beside it the
+share where the live naive-seed walk did.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from clr_model.context import (
+    AMD64_CONTEXT,
+    CONTEXT_AMD64,
+    CONTROL,
+    INTEGER,
+    amd64_layout_for_size,
+    runtime_context_layout,
+)
+from clr_model.hresults import HResult, format_hresult
+from clr_model.stacksnapshot import (
+    COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
+    Callback,
+    ManagedFrame,
+    Os,
+    Platform,
+    Seed,
+    SnapshotInput,
+    ThreadModel,
+    ThreadState,
+    UnmanagedFrame,
+    snapshot,
+)
+from emu.capture import Capture, KnownFrame, LiveWalk, read_capture
+from emu.errors import EmuError
+from emu.unwind import StopKind, Trust, UnwoundFrame, unwind
+
+__all__ = [
+    "ModelWalk",
+    "RecoveryRow",
+    "ReplayFrame",
+    "ReplayResult",
+    "ReplaySeed",
+    "ReplayStop",
+    "recovered_leaf_first",
+    "recovery_table",
+    "render_recovery_table",
+    "render_text",
+    "replay",
+    "replay_capture",
+    "seed_context",
+]
+
+U64 = Annotated[int, Field(ge=0, lt=2**64)]
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_RUNTIME_MODULES = ("libcoreclr.so", "libclrjit.so")
+
+
+class ReplayFrame(BaseModel):
+    model_config = _FROZEN
+    index: int
+    ip: U64
+    sp: U64
+    trust: Trust
+    #: "ready_to_run": ReadyToRun code whose method the JIT map does not list (no FunctionID known)
+    kind: Literal["managed", "ready_to_run", "native", "stub"]
+    function_id: U64 | None = None
+    function: str | None = None
+    #: basename of the module file and the IP's offset from the mapping's file start
+    module: str | None = None
+    module_offset: U64 | None = None
+
+
+class ReplaySeed(BaseModel):
+    """The seed CONTEXT the documented procedure builds (DSS-19): the first managed frame's registers."""
+
+    model_config = _FROZEN
+    frame_index: int
+    function_id: U64
+    ip: U64
+    sp: U64
+    fp: U64 | None
+    #: the runtime's sizeof(CONTEXT) the seed is built for
+    context_size: int
+    #: frames walked (native) before the first managed frame
+    native_frames_skipped: int
+
+
+class ReplayStop(BaseModel):
+    model_config = _FROZEN
+    kind: StopKind
+    detail: str
+
+
+class ModelWalk(BaseModel):
+    """What :mod:`clr_model.stacksnapshot` predicts for DoStackSnapshot seeded with :class:`ReplaySeed`."""
+
+    model_config = _FROZEN
+    hresult: str
+    callbacks: tuple[Callback, ...]
+    #: where the model's input is an approximation of the replayed thread
+    notes: tuple[str, ...] = ()
+
+
+class ReplayResult(BaseModel):
+    model_config = _FROZEN
+    capture: str
+    place: str
+    arch: str
+    frames: tuple[ReplayFrame, ...]
+    seed: ReplaySeed | None
+    model: ModelWalk
+    stop: ReplayStop
+    emulated_instructions: int
+    #: the scenario's known managed frames (FunctionIDs, leaf first), None when the capture has none
+    known_managed: tuple[int | str, ...] | None
+    #: whether the replay recovers them leaf first (None without known frames)
+    recovered: bool | None
+    #: the live naive-seed walk: HRESULT name and whether it recovered them (None without a live walk)
+    live_hresult: str | None
+    live_recovered: bool | None
+    #: whether the live walk succeeded and its managed frames equal the model's (FunctionIDs and IPs,
+    #: leaf first); None without a successful live walk
+    live_matches: bool | None = None
+
+
+def _frame_kind(f: UnwoundFrame, index: int) -> Literal["managed", "ready_to_run", "native", "stub"]:
+    if f.function_id:
+        return "managed"
+    if f.ready_to_run:
+        return "ready_to_run"
+    if f.module is not None and not f.module.is_file:
+        return "stub"
+    return "native"
+
+
+def _known_ids(known: Sequence[KnownFrame], names: dict[int, str]) -> list[int | str]:
+    by_name = {v: k for k, v in names.items()}
+    out: list[int | str] = []
+    for k in known:
+        if k.function_id is not None:
+            out.append(k.function_id)
+        else:
+            out.append(by_name.get(k.name, k.name))
+    return out
+
+
+def recovered_leaf_first(known: Sequence[int | str], managed: Sequence[int]) -> bool:
+    """The known managed frames are the first managed frames, leaf first, in order."""
+    return len(known) > 0 and list(managed[: len(known)]) == list(known)
+
+
+def _live_recovered(live: LiveWalk, known: Sequence[int | str]) -> bool:
+    if live.hresult != int(HResult.S_OK):
+        return False
+    return recovered_leaf_first(known, [f.function_id for f in live.frames if f.function_id])
+
+
+def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024) -> ReplayResult:
+    """Replay a capture already read (see the module docstring)."""
+    man = capture.manifest
+    result = unwind(capture, allow_disk=allow_disk, max_frames=max_frames)
+    code = result.code
+    frames: list[ReplayFrame] = []
+    for i, f in enumerate(result.frames):
+        mod = f.module
+        frames.append(
+            ReplayFrame(
+                index=i, ip=f.ip, sp=f.sp, trust=f.trust, kind=_frame_kind(f, i), function_id=f.function_id,
+                function=code.names.get(f.function_id) if f.function_id else None,
+                module=os.path.basename(mod.path) if mod is not None and mod.is_file and mod.path else None,
+                module_offset=(f.ip - mod.start + mod.offset) if mod is not None and mod.is_file else None,
+            )
+        )  # fmt: skip
+    layout = AMD64_CONTEXT
+    if man.context is not None:
+        layout = runtime_context_layout(man.context.runtime) or amd64_layout_for_size(man.context.size)
+    seed: ReplaySeed | None = None
+    for i, f in enumerate(result.frames):
+        if f.function_id:  # DSS-19: GetFunctionFromIP != 0: the first managed frame seeds the walk
+            seed = ReplaySeed(
+                frame_index=i, function_id=f.function_id, ip=f.ip, sp=f.sp, fp=f.registers.get("rbp"),
+                context_size=layout.size, native_frames_skipped=i,
+            )  # fmt: skip
+            break
+    model = _model_walk(frames, seed, man.place, layout.size)
+    known = _known_ids(man.known_managed, code.names) if man.known_managed is not None else None
+    managed_ids = [f.function_id for f in frames if f.function_id]
+    return ReplayResult(
+        capture=os.path.basename(capture.path or "<memory>"),
+        place=man.place,
+        arch=man.arch.value,
+        frames=tuple(frames),
+        seed=seed,
+        model=model,
+        stop=ReplayStop(kind=result.stop, detail=result.detail),
+        emulated_instructions=result.emulated_instructions,
+        known_managed=tuple(known) if known is not None else None,
+        recovered=recovered_leaf_first(known, managed_ids) if known is not None else None,
+        live_hresult=format_hresult(man.live.hresult) if man.live is not None else None,
+        live_recovered=_live_recovered(man.live, known)
+        if man.live is not None and known is not None
+        else None,
+        live_matches=_live_matches(man.live, model) if man.live is not None else None,
+    )
+
+
+def _live_matches(live: LiveWalk, model: ModelWalk) -> bool | None:
+    if live.hresult != int(HResult.S_OK):
+        return None
+    live_frames = [(f.function_id, f.ip) for f in live.frames if f.function_id]
+    return live_frames == [(c.func_id, c.ip) for c in model.callbacks if c.func_id]
+
+
+def seed_context(seed: ReplaySeed) -> bytes:
+    """The seed as CONTEXT bytes of the runtime's size (CONTROL | INTEGER; Rip, Rsp, Rbp)."""
+    layout = amd64_layout_for_size(seed.context_size)
+    values = {"ContextFlags": CONTEXT_AMD64 | CONTROL | INTEGER, "Rip": seed.ip, "Rsp": seed.sp}
+    if seed.fp is not None:
+        values["Rbp"] = seed.fp
+    return layout.pack(values)
+
+
+def _model_walk(
+    frames: Sequence[ReplayFrame], seed: ReplaySeed | None, place: str, context_size: int
+) -> ModelWalk:
+    thread: list[ManagedFrame | UnmanagedFrame] = []
+    top_run = True
+    for f in frames:
+        if f.function_id:
+            thread.append(ManagedFrame(function_id=f.function_id, ip=f.ip, sp=f.sp))
+            top_run = False
+            continue
+        kind: Literal["native", "pinvoke", "helper"] = "native"
+        if top_run and (
+            place.startswith("helper") or f.kind == "stub" or (f.module or "") in _RUNTIME_MODULES
+        ):
+            kind = "helper"
+        thread.append(UnmanagedFrame(kind=kind, ip=f.ip, sp=f.sp))
+    inp = SnapshotInput(
+        thread=ThreadModel(frames=tuple(thread)),
+        state=ThreadState.CURRENT_SIGNAL_INTERRUPTED,
+        info_flags=COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
+        seed=Seed(ip=seed.ip, sp=seed.sp, in_managed_code=True) if seed is not None else None,
+        context_size=context_size,
+        platform=Platform(os=Os.UNIX, context_size=context_size),
+    )
+    snap = snapshot(inp)
+    r2r = sum(1 for f in frames if f.kind == "ready_to_run")
+    notes = (
+        (
+            f"{r2r} ReadyToRun frame(s) without a FunctionID in the JIT map were given to the model "
+            "as unmanaged",
+        )
+        if r2r
+        else ()
+    )
+    return ModelWalk(hresult=format_hresult(snap.hresult), callbacks=snap.callbacks, notes=notes)
+
+
+def replay_capture(path: str | os.PathLike[str], *, allow_disk: bool = True) -> ReplayResult:
+    """Read the capture at ``path`` and replay it (:class:`~emu.errors.CaptureFormatError` if unreadable)."""
+    return replay(read_capture(path), allow_disk=allow_disk)
+
+
+def render_text(result: ReplayResult) -> str:
+    """Frames, trust per frame, the seed, the model's callbacks and the stop reason, for a terminal."""
+    lines = [f"{result.capture}: place {result.place}, {len(result.frames)} frame(s), {result.arch}"]
+    for f in result.frames:
+        where = f.function or (
+            f"{f.module}+{f.module_offset:#x}" if f.module and f.module_offset is not None else f.kind
+        )
+        fid = f" FunctionID {f.function_id:#x}" if f.function_id else ""
+        lines.append(f"  #{f.index:<3} ip {f.ip:#018x} sp {f.sp:#018x}  {f.trust.value:<13} {where}{fid}")
+    lines.append(f"  stop: {result.stop.kind.value}: {result.stop.detail}")
+    if result.emulated_instructions:
+        lines.append(f"  emulated: {result.emulated_instructions} instruction(s)")
+    if result.seed is None:
+        lines.append("  seed: none (no managed frame)")
+    else:
+        s = result.seed
+        fp = f" rbp {s.fp:#x}" if s.fp is not None else ""
+        lines.append(
+            f"  seed: frame #{s.frame_index} FunctionID {s.function_id:#x} rip {s.ip:#x} rsp {s.sp:#x}{fp} "
+            f"(CONTEXT {s.context_size} bytes, {s.native_frames_skipped} native frame(s) walked)"
+        )
+    shown = " > ".join("[unmanaged]" if c.func_id == 0 else f"{c.func_id:#x}" for c in result.model.callbacks)
+    lines.append(
+        f"  model: {result.model.hresult}, {len(result.model.callbacks)} callback(s): {shown or '-'}"
+    )
+    if result.known_managed is not None:
+        lines.append(f"  known managed frames recovered leaf first: {'yes' if result.recovered else 'NO'}")
+    if result.live_hresult is not None:
+        live = (
+            ""
+            if result.live_recovered is None
+            else f" (recovered: {'yes' if result.live_recovered else 'no'})"
+        )
+        lines.append(f"  live naive-seed walk: {result.live_hresult}{live}")
+    return "\n".join(lines)
+
+
+class RecoveryRow(BaseModel):
+    model_config = _FROZEN
+    place: str
+    samples: int
+    #: samples whose replay recovers the known managed frames leaf first, and the share (0..1)
+    recovered: int
+    recovered_share: float
+    #: samples with a live naive-seed walk, those that recovered the known frames, and the share
+    live_samples: int
+    live_recovered: int
+    live_share: float | None
+    #: samples whose capture could not be read or replayed (counted as not recovered)
+    failed: int
+
+
+def recovery_table(paths: Iterable[str | os.PathLike[str]]) -> tuple[RecoveryRow, ...]:
+    """Per place kind over captures (files, or folders searched for ``*.phcap``): samples, replay recovery
+    of the known managed frames leaf first, and the live naive-seed success beside it."""
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        files.extend(sorted(path.rglob("*.phcap")) if path.is_dir() else [path])
+    acc: dict[str, list[int]] = {}
+    for f in files:
+        try:
+            res = replay_capture(f)
+        except EmuError:
+            try:
+                place = read_capture(f).manifest.place
+            except EmuError:
+                place = "unreadable"
+            row = acc.setdefault(place, [0, 0, 0, 0, 0])
+            row[0] += 1
+            row[4] += 1
+            continue
+        row = acc.setdefault(res.place, [0, 0, 0, 0, 0])
+        row[0] += 1
+        row[1] += bool(res.recovered)
+        if res.live_recovered is not None:
+            row[2] += 1
+            row[3] += res.live_recovered
+    out = []
+    for place in sorted(acc):
+        n, rec, ln, lrec, failed = acc[place]
+        out.append(
+            RecoveryRow(
+                place=place, samples=n, recovered=rec, recovered_share=rec / n if n else 0.0,
+                live_samples=ln, live_recovered=lrec, live_share=lrec / ln if ln else None, failed=failed,
+            )
+        )  # fmt: skip
+    return tuple(out)
+
+
+def render_recovery_table(rows: Sequence[RecoveryRow]) -> str:
+    head = f"{'place':<24} {'samples':>7} {'replay recovered':>17} {'live naive seed':>16} {'failed':>6}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        live = f"{r.live_share:.1%}" if r.live_share is not None else "n/a"
+        lines.append(f"{r.place:<24} {r.samples:>7} {r.recovered_share:>17.1%} {live:>16} {r.failed:>6}")
+    return "\n".join(lines)
