@@ -40,6 +40,7 @@ extern const ExperimentTable kAsyncExperiments;   // experiments_async.cpp: cros
 extern const ExperimentTable kBufferExperiments;  // experiments_buffers.cpp: caller-allocated buffer probes
 extern const ExperimentTable kGcExperiments;      // experiments_gc.cpp: MovedReferences2 checks
 extern const ExperimentTable kHookExperiments;    // experiments_hooks.cpp: FunctionEnter2 hooks
+extern const ExperimentTable kCaptureExperiments; // experiments_capture.cpp: sampling captures (emu)
 
 // nullptr when no table has such a name.
 const ExperimentEntry* find_experiment(const std::string& name);

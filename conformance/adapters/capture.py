@@ -1,0 +1,407 @@
+"""Trace -> emu captures: the probe's sampling records (``capture_sample``) as :mod:`emu.capture` files.
+
+The probe's ``capture_sample`` experiment (``conformance/native/src/experiments_capture.cpp``) writes one
+``call`` record per sample (registers, fs_base, the stack from SP to min(SP + 64 KiB, stack end), code around
+the IP, code around candidate return addresses read after the handler, the naive-seed CONTEXT it passed and
+the live DoStackSnapshot result), then ``capture_maps`` (``/proc/self/maps``) and ``capture_jit_map``
+(FunctionID -> every native code version's ranges). The scenario's ``capture.stack`` mark names the managed
+frames it knows are on the sampled thread's stack. :func:`captures_from_trace` turns each sample into a
+manifest and its segments; :func:`write_captures` writes them with emu's writer, one file per sample.
+
+Both maps are taken once per run, after the last sample: the module map and the JIT map hold every mapping
+and method of the instant (the runtime never frees code of a non-collectible method) and perhaps some
+added later.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from clr_model.context import runtime_context_layout
+from conformance.core.errors import HarnessError
+from conformance.core.trace import CallRecord, Trace
+from emu.capture import (
+    STACK_CAPTURE_BYTES,
+    CaptureManifest,
+    CodeRange,
+    JitMap,
+    JitMethod,
+    KnownFrame,
+    LiveFrame,
+    LiveWalk,
+    ModuleEntry,
+    RuntimeContext,
+    SegmentPayload,
+    StackInfo,
+    X64Registers,
+    write_capture,
+)
+from emu.errors import EmuError
+from emu.procfs import parse_maps
+
+__all__ = [
+    "CAPTURE_SUFFIX",
+    "KNOWN_STACK_MARK",
+    "SAMPLE_CALL",
+    "CaptureSpec",
+    "WrittenCaptures",
+    "captures_from_trace",
+    "place_of",
+    "write_captures",
+]
+
+#: The probe's record names (experiments_capture.cpp).
+SAMPLE_CALL = "capture_sample"
+MAPS_CALL = "capture_maps"
+JIT_MAP_CALL = "capture_jit_map"
+REGISTER_CALL = "capture_register_thread"
+#: The scenario's mark naming the managed frames on the sampled thread's stack (leaf first).
+KNOWN_STACK_MARK = "capture.stack"
+CAPTURE_SUFFIX = ".phcap"
+
+_RUNTIME_MODULES = ("libcoreclr", "libclrjit", "libclrgc", "libmscordaccore")
+_PLACE_PART = re.compile(r"[^a-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """One sample ready to write: its manifest and its segments."""
+
+    sample: int
+    manifest: CaptureManifest
+    payloads: tuple[SegmentPayload, ...]
+
+
+@dataclass(frozen=True)
+class WrittenCaptures:
+    """What :func:`write_captures` wrote, and the samples it left out with the reason (one line each)."""
+
+    paths: tuple[Path, ...]
+    skipped: tuple[str, ...]
+    live_successes: int
+    live_walks: int
+
+
+def _first(exc: ValueError) -> str:
+    """The first error of a pydantic validation error as one line (``field: message``)."""
+    if isinstance(exc, ValidationError):
+        err = exc.errors(include_url=False)[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "manifest"
+        return f"{loc}: {str(err['msg']).removeprefix('Value error, ')}"
+    return str(exc).splitlines()[0]
+
+
+def _where(trace: Trace, what: str) -> str:
+    return f"{trace.path}: {what}"
+
+
+def _bytes(trace: Trace, record: CallRecord, field: str, value: object) -> bytes:
+    if not isinstance(value, str):
+        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not a base64 string"))
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not valid base64")) from None
+
+
+def _int(trace: Trace, record: CallRecord, field: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not an integer"))
+    return value
+
+
+def _obj(trace: Trace, record: CallRecord, field: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not an object"))
+    return value
+
+
+def place_of(where: Mapping[str, Any]) -> str:
+    """The capture's place from the probe's per-sample hint: ``managed`` (GetFunctionFromIP knew the IP),
+    ``helper:runtime`` (libcoreclr, libclrjit), ``helper:stub`` (executable memory no ELF file holds:
+    stubs, the write-barrier copy, the double-mapped code heap), ``native:<module>`` (any other module),
+    ``unknown``."""
+    kind = where.get("kind")
+    module = where.get("module") if isinstance(where.get("module"), str) else None
+    if kind == "managed":
+        return "managed"
+    if kind == "anonymous-executable" or (module is not None and module.startswith("/memfd:")):
+        return "helper:stub"
+    if kind == "module" and module:
+        stem = module.rsplit("/", 1)[-1].split(".so", 1)[0].lower()
+        if stem.startswith(_RUNTIME_MODULES):
+            return "helper:runtime"
+        part = _PLACE_PART.sub("-", stem).strip("-") or "module"
+        return f"native:{part[:48]}"
+    return "unknown"
+
+
+def _merge_code(windows: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """Non-overlapping code segments from windows; where windows overlap the earlier one's bytes win (the
+    first window is the one copied at the instant)."""
+    merged: list[tuple[int, bytearray]] = []
+    ordered = sorted(range(len(windows)), key=lambda i: windows[i][0])
+    for i in ordered:
+        start, data = windows[i]
+        if not data:
+            continue
+        if merged and start <= merged[-1][0] + len(merged[-1][1]):
+            m_start, m_data = merged[-1]
+            end = start + len(data)
+            m_end = m_start + len(m_data)
+            if end > m_end:
+                m_data.extend(data[m_end - start :])
+            merged[-1] = (m_start, m_data)
+        else:
+            merged.append((start, bytearray(data)))
+    # the instant's window (index 0) is laid over whatever later reads put in the same bytes
+    if windows and windows[0][1]:
+        first_start, first = windows[0]
+        for m_start, m_data in merged:
+            if m_start <= first_start < m_start + len(m_data):
+                off = first_start - m_start
+                m_data[off : off + len(first)] = first
+                break
+    return [(s, bytes(d)) for s, d in merged]
+
+
+def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int]]:
+    calls = trace.calls(JIT_MAP_CALL)
+    if not calls:
+        return JitMap(), {}
+    record = calls[-1]
+    methods_raw = record.out.get("methods")
+    if not isinstance(methods_raw, list):
+        raise HarnessError(_where(trace, f"seq {record.seq}: out.methods is not a list"))
+    by_fid: dict[int, tuple[str | None, list[tuple[int, int]]]] = {}
+    for i, m in enumerate(methods_raw):
+        m = _obj(trace, record, f"out.methods[{i}]", m)
+        fid = _int(trace, record, f"out.methods[{i}].functionId", m.get("functionId"))
+        name = m.get("name") if isinstance(m.get("name"), str) and m.get("name") else None
+        slot = by_fid.setdefault(fid, (name, []))
+        versions = m.get("versions")
+        if not isinstance(versions, list):
+            raise HarnessError(_where(trace, f"seq {record.seq}: out.methods[{i}].versions is not a list"))
+        for j, v in enumerate(versions):
+            ranges = _obj(trace, record, f"out.methods[{i}].versions[{j}]", v).get("ranges")
+            for k, r in enumerate(ranges if isinstance(ranges, list) else []):
+                r = _obj(trace, record, f"out.methods[{i}].versions[{j}].ranges[{k}]", r)
+                start = _int(trace, record, "range start", r.get("start"))
+                size = _int(trace, record, "range size", r.get("size"))
+                if size > 0 and (start, size) not in slot[1]:
+                    slot[1].append((start, size))
+    methods: list[JitMethod] = []
+    names: dict[str, list[int]] = {}
+    for fid, (name, spans) in sorted(by_fid.items()):
+        if not spans:
+            continue
+        tiered = len(spans) > 1
+        ranges = tuple(
+            CodeRange(start=s, end=s + n, tier=f"version{i}" if tiered else "jit")
+            for i, (s, n) in enumerate(sorted(spans))
+        )
+        methods.append(JitMethod(function_id=fid, name=name[:1024] if name else None, ranges=ranges))
+        if name:
+            names.setdefault(name, []).append(fid)
+    try:
+        jit = JitMap(methods=tuple(methods))
+    except ValueError as exc:
+        raise HarnessError(_where(trace, f"seq {record.seq}: JIT map: {_first(exc)}")) from None
+    unique = {n: fids[0] for n, fids in names.items() if len(fids) == 1}
+    return jit, unique
+
+
+def _known_frames(trace: Trace, target: str, fid_by_name: Mapping[str, int]) -> tuple[KnownFrame, ...] | None:
+    for mark in reversed(trace.marks(KNOWN_STACK_MARK)):
+        if mark.payload is None:
+            continue
+        try:
+            payload = json.loads(mark.payload)
+        except json.JSONDecodeError:
+            raise HarnessError(
+                _where(trace, f"seq {mark.seq}: mark {KNOWN_STACK_MARK} payload is not JSON")
+            ) from None
+        if not isinstance(payload, dict) or payload.get("name") != target:
+            continue
+        stack = payload.get("stack")
+        if not isinstance(stack, list):
+            raise HarnessError(
+                _where(trace, f"seq {mark.seq}: mark {KNOWN_STACK_MARK} payload.stack is not a list")
+            )
+        frames: list[KnownFrame] = []
+        own_module: object = None
+        for f in stack:
+            if not isinstance(f, dict) or not f.get("method"):
+                continue
+            # The scenario's own frames (its module, JIT-compiled, in the JIT map), leaf first, up to the
+            # first frame of another module: below them the runtimes differ (3.1's reflection shows
+            # CoreLib's ReadyToRun thread-start frames, 8.0's does not); those are not the scenario's own.
+            if own_module is None:
+                own_module = f.get("module")
+            elif f.get("module") != own_module:
+                break
+            name = f"{f.get('type') or '?'}::{f['method']}"
+            frames.append(KnownFrame(function_id=fid_by_name.get(name), name=name[:1024]))
+        return tuple(frames)
+    return None
+
+
+def _registers(
+    trace: Trace, record: CallRecord, regs: Mapping[str, Any], fs_fallback: int | None
+) -> X64Registers:
+    values: dict[str, int] = {}
+    for name in X64Registers.model_fields:
+        if name == "arch":
+            continue
+        value = regs.get(name)
+        if name == "fs_base" and value is None:
+            value = fs_fallback if fs_fallback is not None else 0
+        values[name] = _int(trace, record, f"out.registers.{name}", value)
+    try:
+        return X64Registers(**values)
+    except ValueError as exc:
+        raise HarnessError(_where(trace, f"seq {record.seq}: out.registers: {_first(exc)}")) from None
+
+
+def captures_from_trace(
+    trace: Trace, *, runtime: str | None = None, scenario: str | None = None
+) -> tuple[list[CaptureSpec], list[str]]:
+    """Every ``capture_sample`` record of ``trace`` as a capture, and one line per sample left out.
+
+    ``runtime`` is the version the harness ran (it picks the CONTEXT layout); without it the trace header's
+    GetRuntimeInformation answer is used, which .NET Core 3.1 gives as 4.0.30319 (then no CONTEXT is kept)."""
+    header = trace.header
+    if runtime is None:
+        runtime = header.runtime.version if header and header.runtime else None
+    layout = runtime_context_layout(runtime) if runtime else None
+    maps_calls = trace.calls(MAPS_CALL)
+    modules: tuple[ModuleEntry, ...] = ()
+    if maps_calls and isinstance(maps_calls[-1].out.get("maps"), str):
+        try:
+            modules = tuple(parse_maps(maps_calls[-1].out["maps"]))
+        except (ValueError, EmuError) as exc:
+            raise HarnessError(_where(trace, f"seq {maps_calls[-1].seq}: /proc/self/maps: {exc}")) from None
+    jit, fid_by_name = _jit_map(trace)
+    fs_by_tid: dict[int, int] = {}
+    for reg in trace.calls(REGISTER_CALL):
+        if isinstance(reg.out.get("osTid"), int) and isinstance(reg.out.get("fsBase"), int):
+            fs_by_tid[reg.out["osTid"]] = reg.out["fsBase"]
+    specs: list[CaptureSpec] = []
+    skipped: list[str] = []
+    known_cache: dict[str, tuple[KnownFrame, ...] | None] = {}
+    for record in trace.calls(SAMPLE_CALL):
+        sample = _int(trace, record, "args.sample", record.args.get("sample"))
+        out = record.out
+        target = _obj(trace, record, "args.target", record.args.get("target"))
+        target_name = str(target.get("name") or "")
+        os_tid = target.get("osTid") if isinstance(target.get("osTid"), int) else None
+        stack = _obj(trace, record, "out.stack", out.get("stack"))
+        if not stack.get("inRange"):
+            skipped.append(f"sample {sample}: SP outside the registered stack; no stack was copied")
+            continue
+        regs = _registers(trace, record, _obj(trace, record, "out.registers", out.get("registers")),
+                          fs_by_tid.get(os_tid) if os_tid is not None else None)  # fmt: skip
+        sp = _int(trace, record, "out.stack.sp", stack.get("sp"))
+        stack_bytes = _bytes(trace, record, "out.stack.bytes", stack.get("bytes"))
+        high = stack.get("stackHigh") if isinstance(stack.get("stackHigh"), int) else None
+        limit = sp + STACK_CAPTURE_BYTES
+        captured_end = limit if high is None else min(limit, high)
+        if sp + len(stack_bytes) != captured_end:
+            skipped.append(
+                f"sample {sample}: {len(stack_bytes)} stack bytes, min(SP + 64 KiB, stack end) needs "
+                f"{captured_end - sp}"
+            )
+            continue
+        stack_info = StackInfo(
+            sp=sp, captured_end=captured_end, stack_end=high,
+            truncated=high is None or limit < high, segment="stack",
+        )  # fmt: skip
+        payloads: list[SegmentPayload] = [
+            SegmentPayload(name="stack", kind="memory", role="stack", data=stack_bytes, address=sp)
+        ]
+        code = _obj(trace, record, "out.code", out.get("code"))
+        windows = [(_int(trace, record, "out.code.address", code.get("address")),
+                    _bytes(trace, record, "out.code.bytes", code.get("bytes")))]  # fmt: skip
+        candidates = out.get("candidateCode")
+        for i, c in enumerate(candidates if isinstance(candidates, list) else []):
+            c = _obj(trace, record, f"out.candidateCode[{i}]", c)
+            windows.append(
+                (_int(trace, record, f"out.candidateCode[{i}].address", c.get("address")),
+                 _bytes(trace, record, f"out.candidateCode[{i}].bytes", c.get("bytes")))
+            )  # fmt: skip
+        stack_lo, stack_hi = sp, captured_end
+        for n, (addr, data) in enumerate(_merge_code(windows)):
+            if addr < stack_hi and stack_lo < addr + len(data):
+                continue  # stack words pointing into the stack itself: the stack segment holds those bytes
+            payloads.append(
+                SegmentPayload(name=f"code-{n}", kind="memory", role="code", data=data, address=addr)
+            )
+        context: RuntimeContext | None = None
+        if layout is not None and runtime is not None and isinstance(out.get("seedContext"), str):
+            seed = _bytes(trace, record, "out.seedContext", out.get("seedContext"))[: layout.size]
+            blob = seed + bytes(layout.size - len(seed))
+            payloads.append(SegmentPayload(name="context", kind="blob", role="context", data=blob))
+            context = RuntimeContext(runtime=runtime, size=layout.size, segment="context")
+        walk = _obj(trace, record, "out.walk", out.get("walk"))
+        frames_raw = walk.get("frames")
+        live = LiveWalk(
+            seed="naive",
+            hresult=_int(trace, record, "out.walk.hr", walk.get("hr")),
+            frames=tuple(
+                LiveFrame(
+                    function_id=_int(trace, record, "frame funcId", f.get("funcId")),
+                    ip=_int(trace, record, "frame ip", f.get("ip")),
+                    sp=f.get("sp") if isinstance(f.get("sp"), int) else None,
+                )
+                for f in (frames_raw if isinstance(frames_raw, list) else [])
+                if isinstance(f, dict)
+            ),
+        )
+        if target_name not in known_cache:
+            known_cache[target_name] = _known_frames(trace, target_name, fid_by_name)
+        where_raw = out.get("where")
+        where: Mapping[str, Any] = where_raw if isinstance(where_raw, dict) else {}
+        # The manifest's cross-checks need its segment table, which the writer fills in: build it unchecked
+        # here; write_capture validates the whole (and names the field) before anything is written.
+        manifest = CaptureManifest.model_construct(
+            place=place_of(where),
+            scenario=scenario,
+            pid=header.pid if header else None,
+            tid=os_tid,
+            registers=regs,
+            context=context,
+            stack=stack_info,
+            modules=modules,
+            jit=jit,
+            live=live,
+            known_managed=known_cache[target_name],
+        )
+        specs.append(CaptureSpec(sample=sample, manifest=manifest, payloads=tuple(payloads)))
+    return specs, skipped
+
+
+def write_captures(
+    trace: Trace, out_dir: Path, *, runtime: str | None = None, scenario: str | None = None, prefix: str = ""
+) -> WrittenCaptures:
+    """Write every sample of ``trace`` as ``out_dir/<prefix>sample-NNNN.phcap`` (emu's writer)."""
+    specs, skipped = captures_from_trace(trace, runtime=runtime, scenario=scenario)
+    paths: list[Path] = []
+    successes = 0
+    for spec in specs:
+        path = out_dir / f"{prefix}sample-{spec.sample:04d}{CAPTURE_SUFFIX}"
+        write_capture(path, spec.manifest, spec.payloads)
+        paths.append(path)
+        if spec.manifest.live is not None and spec.manifest.live.hresult == 0:
+            successes += 1
+    return WrittenCaptures(
+        paths=tuple(paths), skipped=tuple(skipped), live_successes=successes, live_walks=len(specs)
+    )
