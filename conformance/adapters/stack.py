@@ -17,17 +17,21 @@ It imports only the trace model and :mod:`clr_model` (never the suite or the CLI
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
+from clr_model.context import runtime_context_size
 from clr_model.hresults import HResult, format_hresult
 from clr_model.stacksnapshot import (
     CallbackBehaviour,
     FrameContext,
     ManagedFrame,
     ObservedCallback,
+    Os,
+    Platform,
     Snapshot,
     SnapshotInput,
     ThreadModel,
@@ -42,6 +46,7 @@ from conformance.core.errors import HarnessError
 from conformance.core.trace import CallRecord, FrameRecord, ProbeErrorRecord, Trace
 
 __all__ = [
+    "CONTEXT_SIZE_NAMES",
     "ReflectionFrame",
     "TraceWalk",
     "WalkComparison",
@@ -52,6 +57,7 @@ __all__ = [
     "need_walk",
     "observed",
     "plan_value",
+    "platform_for",
     "reflection_frames",
     "summary",
     "thread_from_reflection",
@@ -64,6 +70,26 @@ _STEP = 0x1000
 
 class WalkInputError(HarnessError):
     """The trace or the plan lacks what a comparison needs (a mark, a call record, a plan entry)."""
+
+
+def platform_for(version: str, os: Os = Os.UNIX) -> Platform:
+    """The model's platform for runtime ``version``: its sizeof(CONTEXT) from the one table of that fact
+    (:func:`clr_model.context.runtime_context_size`; the layout's declared size when the harness does not
+    know the runtime)."""
+    return Platform(os=os, context_size=runtime_context_size(version))
+
+
+#: the plan's symbolic seed ``contextSize`` names and their bytes, from the runtime's sizeof(CONTEXT) (as the
+#: probe's ``stack_seeded`` computes them, experiments_stack.cpp)
+CONTEXT_SIZE_NAMES: Mapping[str, Callable[[int], int]] = MappingProxyType(
+    {
+        "zero": lambda runtime: 0,
+        "small": lambda runtime: 16,
+        "runtime-1": lambda runtime: runtime - 1,
+        "runtime": lambda runtime: runtime,
+        "larger": lambda runtime: runtime + 256,
+    }
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -123,6 +149,29 @@ class WalkRequest:
     def get(self, name: str, default: Any = None) -> Any:
         return self.args.get(name, default)
 
+    def context_size(self, runtime_size: int | None) -> int | None:
+        """The seed's contextSize in bytes as planned (``args.contextSize``: a name of
+        :data:`CONTEXT_SIZE_NAMES` or a number); None when the plan leaves it to the probe."""
+        if "contextSize" not in self.args:
+            return None
+        raw = self.args["contextSize"]
+        where = f"plan entry {self.entry!r} args.contextSize"
+        if not isinstance(raw, str):
+            return plan_value(raw, where)
+        if raw not in CONTEXT_SIZE_NAMES:
+            raise WalkInputError(f"{where}: {raw!r} is none of {', '.join(CONTEXT_SIZE_NAMES)}")
+        if runtime_size is None:
+            raise WalkInputError(
+                f"{where}: {raw!r} needs the runtime's sizeof(CONTEXT), not known to the harness"
+            )
+        return CONTEXT_SIZE_NAMES[raw](runtime_size)
+
+    def require(self, ok: bool, lacks: str) -> None:
+        """A judge relies on a property of this entry (without it the plan no longer exercises its clause):
+        a one-line input error naming the entry and what it lacks."""
+        if not ok:
+            raise WalkInputError(f"plan entry {self.entry!r} lacks {lacks}")
+
 
 # --------------------------------------------------------------------------------------------------
 # Ground truth: the scenario's reflection frames
@@ -177,14 +226,27 @@ def thread_from_reflection(
     *,
     above: Sequence[ReflectionFrame] = (),
     helper_on_top: bool = False,
-    native_after: int = -1,
+    native_after: int | None = None,
+    where: str = "the reflection stack",
 ) -> ThreadModel:
     """The model's thread, leaf first: [CLR helper code], ``above`` (frames the walk sees above the
     reflection stack), ``frames`` (native code after index ``native_after``: a reverse P/Invoke), and the
     native code that started the thread (the host calling Main, the runtime's thread start).
 
     A P/Invoke method is unmanaged code; managed frames get model FunctionIDs from ``ids`` and every frame
-    synthetic, distinct addresses (the model's seed procedure can find them; they are never compared)."""
+    synthetic, distinct addresses (the model's seed procedure can find them; they are never compared).
+
+    ``native_after`` (-1: none) must agree with the P/Invoke frames (one truth per fact): it is the first
+    (leaf-most) index i where a managed frame i is followed by a P/Invoke frame (native code that called into
+    managed code: a reverse P/Invoke), -1 when there is none; otherwise a one-line error naming ``where``."""
+    if native_after is not None:
+        starts = [i for i in range(len(frames) - 1) if not frames[i].pinvoke and frames[i + 1].pinvoke]
+        if native_after != (starts[0] if starts else -1):
+            shown = ", ".join(map(str, starts)) or "none"
+            raise WalkInputError(
+                f"{where}: nativeAfter {native_after} disagrees with the P/Invoke frames"
+                f" (a managed frame followed by a P/Invoke frame at index: {shown})"
+            )
     kinds: list[ReflectionFrame | str] = ["helper"] if helper_on_top else []
     kinds.extend(above)
     for i, f in enumerate(frames):
@@ -346,8 +408,22 @@ def compare_walk(
     names: ObservedNames,
     *,
     compare_addresses: bool = False,
+    planned_context_size: int | None = None,
 ) -> WalkComparison:
-    """Compare one recorded walk with the model's answer to ``model_input``."""
-    return WalkComparison(
+    """Compare one recorded walk with the model's answer to ``model_input``.
+
+    ``planned_context_size``: the seed's contextSize in bytes as the plan asked for it
+    (:meth:`WalkRequest.context_size`); a walk that passed another size is a DSS-12 disagreement."""
+    comparison = WalkComparison(
         name, walk, model_input, observed(walk, ids, names), ids, compare_addresses=compare_addresses
     )
+    if planned_context_size is not None:
+        passed = walk.arg("contextSize")
+        if passed != planned_context_size:
+            comparison.violations.append(
+                Violation(
+                    clause="DSS-12",
+                    message=f"the seed's contextSize is {passed}, the plan asked for {planned_context_size}",
+                )
+            )
+    return comparison

@@ -17,8 +17,9 @@ stores its ThreadID, pthread and gettid). At the main thread's mark ``walk.targe
 Each judge builds the model's input from independent inputs (the reflection stack; the plan entry: the
 target, whether the walk is seeded, infoFlags, clientData; the situation the experiment sets up) and
 compares the runtime's answer with :mod:`clr_model.stacksnapshot` (through the stack adapter,
-:mod:`conformance.adapters.stack`) or :mod:`clr_model.async_safety`. Functions are identified by (module
-file name, metadata token) (:mod:`conformance.adapters.identity`); addresses are not compared.
+:mod:`conformance.adapters.stack`, with the runtime's sizeof(CONTEXT) from
+:func:`~conformance.adapters.stack.platform_for`) or :mod:`clr_model.async_safety`. Functions are identified
+by (module file name, metadata token) (:mod:`conformance.adapters.identity`); addresses are not compared.
 
 Which unmanaged code is on top: a thread stopped by SuspendRuntime waits in the runtime's suspension code;
 a thread walked from inside a signal handler has the runtime's own DoStackSnapshot and the handler above the
@@ -44,10 +45,10 @@ from clr_model.async_safety import (
     SuspendThread,
 )
 from clr_model.async_safety import check as safety_check
+from clr_model.context import runtime_context_size
 from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.stacksnapshot import (
     Os,
-    Platform,
     SnapshotInput,
     ThreadModel,
     ThreadState,
@@ -65,6 +66,7 @@ from conformance.adapters.stack import (
     compare_walk,
     find_walk,
     need_walk,
+    platform_for,
     reflection_frames,
     summary,
     thread_from_reflection,
@@ -176,18 +178,29 @@ def _compare(
     ids = FunctionIdentities()
     thread = thread_model(truth, ids)
     seeded = request.get("seed") is True
+    # the seed's size as planned when the plan names it; else the probe's own buffer size (8192)
+    planned = request.context_size(runtime_context_size(ev.runtime.version)) if seeded else None
+    size = planned if planned is not None else int(walk.arg("contextSize") or 0) if seeded else 0
     model_input = SnapshotInput(
         thread=thread,
         state=state,
         info_flags=request.info_flags(walk),
         seed=seed_for(thread) if seeded else None,
-        context_size=int(walk.arg("contextSize") or 0) if seeded else 0,
+        context_size=size,
         client_data=request.client_data(walk),
-        platform=Platform(os=os),
+        platform=platform_for(ev.runtime.version, os),
         callback=request.callback(),
     )
     names = ObservedNames.from_trace(trace)
-    return truth, compare_walk(_walk_name(entry, role), walk, model_input, ids, names)
+    return truth, compare_walk(
+        _walk_name(entry, role), walk, model_input, ids, names, planned_context_size=planned
+    )
+
+
+def _require_seeded(ev: Evidence, entry: str, seeded: bool) -> None:
+    """Z7: the signal walks' judges rely on the plan entry's seed (a seeded / an unseeded walk)."""
+    request = WalkRequest.from_plan(ev.plan, entry)
+    request.require(request.get("seed") is seeded, f"args.seed {str(seeded).lower()}")
 
 
 def _lines(*checks: WalkComparison) -> list[str]:
@@ -232,7 +245,7 @@ def _judgement(
 def judge_dss02(ev: Evidence) -> Judgement:
     """DSS-02 as the page says it: another thread's ThreadID -> the CLR suspends it, walks, resumes."""
     truth, check = _compare(ev, CROSS_RUNNING, ThreadState.OTHER_SUSPENDED_BY_CLR, os=Os.WINDOWS)
-    unix = snapshot(check.input.model_copy(update={"platform": Platform(os=Os.UNIX)}))
+    unix = snapshot(check.input.model_copy(update={"platform": platform_for(ev.runtime.version, Os.UNIX)}))
     return _judgement(
         check.lines(),
         f"walk of the running target {truth.name} from the main thread: {check.observed_text}",
@@ -262,19 +275,59 @@ def judge_dss06(ev: Evidence) -> Judgement:
     )
 
 
-def _interrupted_in_leaf(trace: Trace, entry: str, truth: GroundTruth) -> tuple[bool, str, int | None]:
+#: the probe's defaults for async_signal_walk's args (experiments_async.cpp) when the plan leaves them out
+_REQUIRE_MANAGED_TOP, _MAX_ATTEMPTS = True, 20
+
+
+def _interrupted_in_leaf(ev: Evidence, entry: str, truth: GroundTruth) -> tuple[bool, str, int]:
     """Did the signal interrupt the target in its leaf frame? GetFunctionFromIP(interrupted ip), the
-    function named by (module, token) where the probe resolved it, else by token."""
+    function named by (module, token) where the probe resolved it, else by token.
+
+    Y3: a missing GetFunctionFromIP record is an input error (never "not in the leaf"). An interrupted ip
+    outside managed code counts as "not in the leaf" only when the probe was allowed to stop there: the
+    plan's ``requireManagedTop`` is false, or its ``pthread_kill`` record shows it ran out of retries (all
+    the plan's ``maxAttempts`` made, every earlier ip skipped); otherwise it is an input error naming the
+    contradiction."""
+    trace = ev.trace
     calls = trace.calls("GetFunctionFromIP", entry)
     if not calls:
-        return False, "no GetFunctionFromIP record for the interrupted ip", None
+        raise HarnessError(
+            f"{trace.path}: experiment {entry}: no GetFunctionFromIP record for the interrupted ip"
+        )
     call = calls[-1]
     func_id = int(call.out.get("functionId") or 0)
     if hresult_failed(call.hr) or func_id == 0:
-        return (
-            False,
-            f"the interrupted ip is not managed code (GetFunctionFromIP {format_hresult(call.hr)})",
-            call.seq,
+        answer = f"GetFunctionFromIP {format_hresult(call.hr)}" + ("" if func_id else ", FunctionID 0")
+        request = WalkRequest.from_plan(ev.plan, entry)
+        require = request.get("requireManagedTop", _REQUIRE_MANAGED_TOP)
+        max_attempts = request.number("maxAttempts", _MAX_ATTEMPTS)
+        if require is False:
+            return (
+                False,
+                f"the interrupted ip is not managed code ({answer}; requireManagedTop false)",
+                call.seq,
+            )
+        kills = trace.calls("pthread_kill", entry)
+        if not kills:
+            raise HarnessError(f"{trace.path}: experiment {entry}: no pthread_kill record")
+        out = kills[-1].out
+        attempts, skipped = out.get("attempts"), out.get("skippedIps")
+        if (
+            isinstance(attempts, int)
+            and attempts >= max_attempts
+            and isinstance(skipped, list)
+            and len(skipped) == attempts - 1
+        ):
+            return (
+                False,
+                f"the interrupted ip is not managed code ({answer}) after {attempts} attempts",
+                call.seq,
+            )
+        shown = len(skipped) if isinstance(skipped, list) else "no"
+        raise HarnessError(
+            f"{trace.path}: experiment {entry}: the interrupted ip is not managed code ({answer}), yet the"
+            f" probe was to resend the signal until it was (requireManagedTop) and its pthread_kill record"
+            f" (seq {kills[-1].seq}) shows {attempts} of {max_attempts} attempts with {shown} skipped ip(s)"
         )
     leaf = truth.frames[0]
     key = ObservedNames.from_trace(trace).keys.get(func_id)
@@ -292,9 +345,10 @@ def _interrupted_in_leaf(trace: Trace, entry: str, truth: GroundTruth) -> tuple[
 )
 def judge_dss08(ev: Evidence) -> Judgement:
     """DSS-08: with helper code on top, the seeded walk starts at the seed's frame (Park)."""
+    _require_seeded(ev, SIGNAL_SEEDED, True)
     truth, check = _compare(ev, SIGNAL_SEEDED, ThreadState.CURRENT_SIGNAL_INTERRUPTED)
-    in_leaf, why, fseq = _interrupted_in_leaf(ev.trace, SIGNAL_SEEDED, truth)
-    evidence = (truth.seq, *check.walk.seqs, *((fseq,) if fseq is not None else ()))
+    in_leaf, why, fseq = _interrupted_in_leaf(ev, SIGNAL_SEEDED, truth)
+    evidence = (truth.seq, *check.walk.seqs, fseq)
     if not in_leaf:
         return Judgement(
             status=Status.NOT_APPLICABLE,
@@ -426,15 +480,16 @@ def judge_dss20(ev: Evidence) -> Judgement:
 )
 def judge_dss28(ev: Evidence) -> Judgement:
     """DSS-28 (ambiguity): model choice: an unseeded asynchronous walk is no error, it may be incomplete."""
+    _require_seeded(ev, SIGNAL_UNSEEDED, False)
     truth, check = _compare(ev, SIGNAL_UNSEEDED, ThreadState.CURRENT_SIGNAL_INTERRUPTED)
-    in_leaf, why, fseq = _interrupted_in_leaf(ev.trace, SIGNAL_UNSEEDED, truth)
+    in_leaf, why, fseq = _interrupted_in_leaf(ev, SIGNAL_UNSEEDED, truth)
     if not in_leaf:
         # the signal landed in runtime code (a helper or stub), not in the spinning managed frame
         return Judgement(
             status=Status.NOT_APPLICABLE,
             observed=f"the signal did not interrupt the leaf managed frame: {why}",
             expected=f"a signal interrupting {truth.label(0)}",
-            evidence=(truth.seq, *check.walk.seqs, *((fseq,) if fseq is not None else ())),
+            evidence=(truth.seq, *check.walk.seqs, fseq),
         )
     return _judgement(
         check.lines(),

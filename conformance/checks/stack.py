@@ -9,9 +9,15 @@ inputs and compares the live walk with it through the stack adapter (:mod:`confo
   target), native code between ``nativeAfter`` and the next frame (reverse P/Invoke), CLR helper code on top
   for walks from ExceptionThrown, and the host's native code that calls ``Main`` at the bottom;
 * what the harness asked for: the plan entry of the walk (infoFlags, clientData, the callback's replies
-  ``abortAt`` / ``abortReply``, the seed's kind); only what the plan leaves to the probe (its default
-  clientData, the seed's registers, the numeric contextSize) comes from the call record;
+  ``abortAt`` / ``abortReply``, the seed's kind, its contextSize by name: "zero", "small" (16), "runtime-1",
+  "runtime", "larger" (runtime + 256)); only what the plan leaves to the probe (its default clientData, the
+  seed's registers) comes from the call record; a recorded contextSize other than the planned one is a
+  DSS-12 disagreement of every clause judging the walk;
 * the runtime's sizeof(CONTEXT) from the runtime version (:func:`clr_model.context.runtime_context_size`).
+
+A judge that relies on a property of a plan entry (the infoFlags of ``now-default`` / ``now-regctx``, the
+callback's replies of the abort entries, the seeds' kinds, the sizes' names) checks that the entry has it:
+a plan that stops exercising the clause is an input error naming the entry, never a quiet verdict.
 
 Managed frames are identified by (module file name, metadata token) (:mod:`conformance.adapters.identity`).
 Addresses are not predicted, except for DSS-05: a per-frame CONTEXT's rip must be that frame's ip.
@@ -28,11 +34,11 @@ from typing import Any
 
 from clr_model.context import runtime_context_size
 from clr_model.errors import ModelError
-from clr_model.hresults import HResult, name_of
+from clr_model.hresults import HResult, hresult_failed, name_of
 from clr_model.stacksnapshot import (
     COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
+    COR_PRF_SNAPSHOT_X86_OPTIMIZED,
     ManagedFrame,
-    Os,
     Platform,
     Seed,
     SnapshotInput,
@@ -51,6 +57,7 @@ from conformance.adapters.stack import (
     WalkRequest,
     compare_walk,
     need_walk,
+    platform_for,
     reflection_frames,
     thread_from_reflection,
 )
@@ -102,12 +109,37 @@ def _ground(trace: Trace, mark: str) -> Ground:
     )
 
 
+def _require(ev: Evidence, entry: str, lacks: str, ok: Callable[[WalkRequest], bool]) -> None:
+    """Z7: the judge relies on ``ok`` of plan entry ``entry``; without it, an input error naming both."""
+    request = WalkRequest.from_plan(ev.plan, entry)
+    request.require(ok(request), lacks)
+
+
+def _flags(request: WalkRequest) -> int:
+    return request.number("infoFlags", -1)
+
+
+def _require_default_and_regctx(ev: Evidence) -> None:
+    """``now-default`` walks with COR_PRF_SNAPSHOT_DEFAULT, ``now-regctx`` with REGISTER_CONTEXT."""
+    _require(ev, "now-default", "infoFlags COR_PRF_SNAPSHOT_DEFAULT", lambda r: _flags(r) == 0)
+    _require(
+        ev,
+        "now-regctx",
+        "infoFlags COR_PRF_SNAPSHOT_REGISTER_CONTEXT",
+        lambda r: _flags(r) == COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
+    )
+
+
+def _require_seed(ev: Evidence, entry: str, kind: str) -> None:
+    _require(ev, entry, f"args.seed {kind!r}", lambda r: r.get("seed") == kind)
+
+
 # --------------------------------------------------------------------------------------------------
 # One walk compared with the model
 
 
 def _platform(evidence: Evidence) -> Platform:
-    return Platform(os=Os.UNIX, context_size=runtime_context_size(evidence.runtime.version))
+    return platform_for(evidence.runtime.version)
 
 
 #: plan ``contextSize`` names of seeds shorter than the runtime's CONTEXT (the others are "runtime", "larger")
@@ -156,9 +188,12 @@ def compare(
         above=() if in_callback else ground.above,
         helper_on_top=in_callback,
         native_after=ground.native_after,
+        where=f"{trace.path}: mark {mark!r} (seq {ground.seq})",
     )
     platform = _platform(ev)
-    size = int(walk.arg("contextSize", 0))
+    # Y2: the planned size (by name, from the runtime's sizeof(CONTEXT)), never the probe's account of it
+    planned = request.context_size(runtime_context_size(ev.runtime.version))
+    size = planned if planned is not None else int(walk.arg("contextSize", 0))
     if context_size_rule is not None:
         size = context_size_rule(size, platform.runtime_context_size)
     state = ThreadState.CURRENT_IN_CALLBACK if in_callback else ThreadState.CURRENT_OUTSIDE_CALLBACK
@@ -172,7 +207,9 @@ def compare(
         platform=platform,
         callback=request.callback(),
     )
-    return compare_walk(entry, walk, model_input, ids, ObservedNames.from_trace(trace))
+    return compare_walk(
+        entry, walk, model_input, ids, ObservedNames.from_trace(trace), planned_context_size=planned
+    )
 
 
 def _at_mark(ev: Evidence, entry: str, mark: str = "walk-now", **kw: Any) -> WalkComparison:
@@ -267,6 +304,7 @@ def judge_dss03(ev: Evidence) -> Judgement:
 )
 @_guarded
 def judge_dss04(ev: Evidence) -> Judgement:
+    _require_default_and_regctx(ev)
     return _verdict([_at_mark(ev, "now-default"), _at_mark(ev, "now-regctx")], ("DSS-04",))
 
 
@@ -302,6 +340,7 @@ def judge_dss05(ev: Evidence) -> Judgement:
             observed=f"sizeof(CONTEXT) of runtime {ev.runtime.version} is not known to the harness",
             expected="a runtime listed in clr_model.context.RUNTIME_CONTEXT_LAYOUTS",
         )
+    _require_default_and_regctx(ev)
     default, regctx = _at_mark(ev, "now-default"), _at_mark(ev, "now-regctx")
     return _verdict([default, regctx], ("DSS-05",), _rip_problems(regctx), picture_of=regctx)
 
@@ -314,6 +353,7 @@ def judge_dss05(ev: Evidence) -> Judgement:
 )
 @_guarded
 def judge_dss07(ev: Evidence) -> Judgement:
+    _require_seed(ev, "now-seed-managed", "captured")
     return _verdict([_at_mark(ev, "now-seed-managed")], None)
 
 
@@ -338,6 +378,8 @@ def judge_dss10(ev: Evidence) -> Judgement:
 def judge_dss11(ev: Evidence) -> Judgement:
     """No COR_PRF_SNAPSHOT_CONTEXT: a seed with infoFlags 0 (no context flag at all), below helper code;
     the model honours it whatever infoFlags says."""
+    _require_seed(ev, "throw-seed-native", "native")
+    _require(ev, "throw-seed-native", "infoFlags COR_PRF_SNAPSHOT_DEFAULT", lambda r: _flags(r) == 0)
     return _verdict([_at_throw(ev, "throw-seed-native")], None)
 
 
@@ -349,6 +391,10 @@ _SIZE_ENTRIES = ("now-size-zero", "now-size-runtime-1", "now-size-small", "now-s
 def judge_dss12(ev: Evidence) -> Judgement:
     checks: list[WalkComparison] = []
     for entry in _SIZE_ENTRIES:
+        name = entry.removeprefix("now-size-")
+        sized = WalkRequest.from_plan(ev.plan, entry)
+        sized.require(sized.get("contextSize") == name, f"args.contextSize {name!r}")
+        _require_seed(ev, entry, "captured")
         short = WalkRequest.from_plan(ev.plan, entry).get("contextSize") in _SHORT_SIZES
         checks.append(_at_mark(ev, entry, context_size_rule=_unchecked_size if short else None))
     return _verdict(checks, None)
@@ -537,6 +583,7 @@ def judge_dss19(ev: Evidence) -> Judgement:
 )
 @_guarded
 def judge_dss21(ev: Evidence) -> Judgement:
+    _require_seed(ev, "throw-seed-native", "native")
     return _verdict([_at_throw(ev, "throw-seed-native")], None)
 
 
@@ -550,6 +597,14 @@ def judge_dss21(ev: Evidence) -> Judgement:
 def judge_dss26(ev: Evidence) -> Judgement:
     """The callback's replies (abortAt, abortReply) come from the plan entries, never from the probe's
     record of what it did: a probe that never aborts gives a full walk where the model stops at frame 2."""
+    for entry, want_failure, reply in (
+        ("now-abort-efail", True, "a failure HRESULT"),
+        ("now-abort-sfalse", False, "S_FALSE"),
+    ):
+        abort = WalkRequest.from_plan(ev.plan, entry)
+        abort.require(abort.number("abortAt", -1) >= 0, "args.abortAt (the frame whose callback aborts)")
+        hr = abort.number("abortReply", _S_OK)
+        abort.require(hresult_failed(hr) if want_failure else hr == 1, f"args.abortReply {reply}")
     return _verdict([_at_mark(ev, "now-abort-efail"), _at_mark(ev, "now-abort-sfalse")], None)
 
 
@@ -561,6 +616,14 @@ def judge_dss26(ev: Evidence) -> Judgement:
 )
 @_guarded
 def judge_dss27(ev: Evidence) -> Judgement:
+    _require(
+        ev,
+        "now-flags-x86",
+        "infoFlags COR_PRF_SNAPSHOT_X86_OPTIMIZED",
+        lambda r: _flags(r) == COR_PRF_SNAPSHOT_X86_OPTIMIZED,
+    )
+    defined = COR_PRF_SNAPSHOT_REGISTER_CONTEXT | COR_PRF_SNAPSHOT_X86_OPTIMIZED
+    _require(ev, "now-flags-undefined", "an undefined infoFlags bit", lambda r: _flags(r) & ~defined > 0)
     return _verdict([_at_mark(ev, "now-flags-x86"), _at_mark(ev, "now-flags-undefined")], None)
 
 
@@ -572,6 +635,8 @@ def judge_dss27(ev: Evidence) -> Judgement:
 )
 @_guarded
 def judge_dss29(ev: Evidence) -> Judgement:
+    _require_seed(ev, "now-seed-zero", "zero")
+    _require_seed(ev, "throw-seed-zero", "zero")
     return _verdict([_at_mark(ev, "now-seed-zero"), _at_throw(ev, "throw-seed-zero")], None)
 
 

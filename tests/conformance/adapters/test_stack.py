@@ -45,9 +45,14 @@ TRUTH = reflection_frames([frame("Leaf", 0x06000006), frame("Main", 0x06000003)]
 def test_thread_from_reflection_puts_every_kind_of_code_in_its_place() -> None:
     ids = FunctionIdentities()
     above = reflection_frames([frame("mark", 0x06000030, pinvoke=True), frame("Mark", 0x06000031)], "t")
-    thread = thread_from_reflection(TRUTH, ids, above=above, native_after=0)
+    # Leaf called back from native code (a reverse P/Invoke) below the P/Invoke method call_back
+    reverse = reflection_frames(
+        [frame("Leaf", 0x06000006), frame("call_back", 0x06000001, pinvoke=True), frame("Main", 0x06000003)],
+        "t",
+    )
+    thread = thread_from_reflection(reverse, ids, above=above, native_after=0)
     kinds = [f.kind for f in thread.frames]
-    assert kinds == ["pinvoke", "managed", "managed", "native", "managed", "native"]
+    assert kinds == ["pinvoke", "managed", "managed", "native", "pinvoke", "managed", "native"]
     assert [ids.label(f.function_id) for f in thread.frames if isinstance(f, ManagedFrame)] == [
         "N.T::Mark",
         "N.T::Leaf",
@@ -58,6 +63,32 @@ def test_thread_from_reflection_puts_every_kind_of_code_in_its_place() -> None:
     assert [f.kind for f in helper.frames] == ["helper", "managed", "managed", "native"]
     seed = seed_for(helper)  # the documented seed procedure finds the first managed frame
     assert seed is not None and seed.ip == helper.frames[1].ip
+
+
+@pytest.mark.parametrize(
+    ("stack", "native_after", "starts"),
+    [
+        # a reverse P/Invoke (Leaf called back from below call_back) that nativeAfter does not name
+        ([("Leaf", False), ("call_back", True), ("Main", False)], -1, "0"),
+        # nativeAfter doctored to another frame
+        ([("Leaf", False), ("call_back", True), ("Main", False)], 1, "0"),
+        # nativeAfter where no managed frame is followed by P/Invoke code
+        ([("Leaf", False), ("Main", False)], 0, "none"),
+    ],
+)
+def test_X10_native_after_must_agree_with_the_pinvoke_frames(
+    stack: list[tuple[str, bool]], native_after: int, starts: str
+) -> None:
+    """One truth per fact: nativeAfter is the first managed frame followed by a P/Invoke frame (else -1)."""
+    truth = reflection_frames([frame(m, 0x06000010 + n, p) for n, (m, p) in enumerate(stack)], "t")
+    with pytest.raises(
+        WalkInputError,
+        match=rf"^mark 'm': nativeAfter {native_after} disagrees with the P/Invoke frames"
+        rf" \(.*index: {starts}\)$",
+    ):
+        thread_from_reflection(truth, FunctionIdentities(), native_after=native_after, where="mark 'm'")
+    # the scenario's own account (not given: no check) and the agreeing one are accepted
+    thread_from_reflection(truth, FunctionIdentities())
 
 
 def test_reflection_frames_reject_bad_entries_in_one_line() -> None:

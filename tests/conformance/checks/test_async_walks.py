@@ -72,6 +72,11 @@ class Walks:
     seeded: tuple[int, list[int | None]] = (S_OK, FULL)
     interrupted_token: int = STACK[0][0]
     ground_truth: bool = True
+    #: GetFunctionFromIP(interrupted ip): recorded at all, its HRESULT (failed: FunctionID 0)
+    from_ip_recorded: bool = True
+    from_ip_hr: int = S_OK
+    #: the pthread_kill record's attempts (the number of skipped ips is one less)
+    attempts: int = 1
 
 
 def base() -> Walks:
@@ -163,15 +168,21 @@ def build(w: Walks, path: Path, plan: Mapping[str, Any] | None = None) -> Eviden
         (aw.SIGNAL_SEEDED, True, w.seeded),
     ):
         call("ProfilerThreadCreated", experiment, NOT_MANAGED, 103)
-        call("pthread_kill", experiment, S_OK, 103, {"signal": "SIGUSR2"}, {"finished": True})
-        call(
-            "GetFunctionFromIP",
-            experiment,
-            S_OK,
-            103,
-            {"ip": 0x9000},
-            {"functionId": 0xF000 + interrupted, "token": w.interrupted_token},
-        )
+        skipped = [0x7000 + n for n in range(w.attempts - 1)]
+        kill_out = {"finished": True, "attempts": w.attempts, "skippedIps": skipped}
+        call("pthread_kill", experiment, S_OK, 103, {"signal": "SIGUSR2"}, kill_out)
+        managed = w.from_ip_hr == S_OK
+        if w.from_ip_recorded:
+            call(
+                "GetFunctionFromIP",
+                experiment,
+                w.from_ip_hr,
+                103,
+                {"ip": 0x9000},
+                {"functionId": 0xF000 + interrupted, "token": w.interrupted_token}
+                if managed
+                else {"functionId": 0},
+            )
         walk(experiment, result, 103, thread=0, role=experiment, contextSize=8192 if seeded else 0)
     rec("end")
     path.write_text("".join(json.dumps(r) + "\n" for r in out))
@@ -407,3 +418,102 @@ def test_every_plan_entry_a_judge_uses_is_read(clause: str, tmp_path: Path) -> N
             judge(clause, base(), tmp_path, without)
     only = {**plan, "experiments": [e for e in plan["experiments"] if e["id"] in registered.uses]}
     assert judge(clause, base(), tmp_path, only) == judge(clause, base(), tmp_path)
+
+
+# --- mutation audit: the signal walks' leaf check (Y3), the runtime's CONTEXT size (async), plan seeds ----
+
+SIGNAL_CLAUSES = ("DSS-06", "DSS-08", "DSS-28")
+
+
+@pytest.mark.clause(*SIGNAL_CLAUSES)
+@pytest.mark.parametrize("clause", SIGNAL_CLAUSES)
+def test_Y3_a_missing_GetFunctionFromIP_record_is_an_input_error_not_na(clause: str, tmp_path: Path) -> None:
+    # before: "not in the leaf" -> n/a, and the expectation files allow n/a for these three clauses
+    with pytest.raises(HarnessError, match=r"experiment signal-\w+: no GetFunctionFromIP record"):
+        judge(clause, replace(base(), from_ip_recorded=False), tmp_path)
+
+
+@pytest.mark.clause(*SIGNAL_CLAUSES)
+@pytest.mark.parametrize("clause", SIGNAL_CLAUSES)
+def test_Y3_a_failed_GetFunctionFromIP_without_exhausted_retries_is_an_input_error(
+    clause: str, tmp_path: Path
+) -> None:
+    # the plan asks the probe to resend until the signal lands in managed code (requireManagedTop, 20
+    # attempts); one attempt, nothing skipped, and an ip outside managed code contradict it
+    w = replace(base(), from_ip_hr=E_FAIL)
+    with pytest.raises(
+        HarnessError, match=r"yet the probe was to resend .* shows 1 of 20 attempts with 0 skipped"
+    ):
+        judge(clause, w, tmp_path)
+
+
+@pytest.mark.clause(*SIGNAL_CLAUSES)
+@pytest.mark.parametrize("clause", SIGNAL_CLAUSES)
+def test_Y3_a_failed_GetFunctionFromIP_is_na_only_when_the_probe_could_stop_there(
+    clause: str, tmp_path: Path
+) -> None:
+    # out of retries: 20 attempts, 19 ips skipped -> the signal truly never landed in the leaf
+    j = judge(clause, replace(base(), from_ip_hr=E_FAIL, attempts=20), tmp_path)
+    assert j.status is Status.NOT_APPLICABLE and "after 20 attempts" in j.observed, j.observed
+    # the plan did not require a managed top: one attempt is all the probe makes
+    entry = aw.SIGNAL_SEEDED if clause != "DSS-28" else aw.SIGNAL_UNSEEDED
+    plan = dict(scenario_plan())
+    plan["experiments"] = [
+        {**e, "args": {**e["args"], "requireManagedTop": False}} if e["id"] == entry else e
+        for e in plan["experiments"]
+    ]
+    j = judge(clause, replace(base(), from_ip_hr=E_FAIL), tmp_path, plan)
+    assert j.status is Status.NOT_APPLICABLE and "requireManagedTop false" in j.observed, j.observed
+
+
+@pytest.mark.clause("DSS-08", "DSS-18")
+def test_async_judges_use_the_runtimes_context_size_on_8_0_4(tmp_path: Path) -> None:
+    """REGISTER_CONTEXT on the seeded signal walk: 8.0.4's CONTEXT is 3104 bytes (the model used 1232)."""
+    plan = dict(scenario_plan())
+    plan["experiments"] = [
+        {**e, "args": {**e["args"], "infoFlags": 1}} if e["id"] == aw.SIGNAL_SEEDED else e
+        for e in plan["experiments"]
+    ]
+
+    def with_contexts(size: int) -> Evidence:
+        ev = build(base(), tmp_path / f"trace-{size}.jsonl", plan)
+        seeded_walk = next(c.args["walk"] for c in ev.trace.calls("DoStackSnapshot", aw.SIGNAL_SEEDED))
+        path = tmp_path / f"doctored-{size}.jsonl"
+        lines = []
+        for line in (tmp_path / f"trace-{size}.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            if r["kind"] == "frame" and r["walk"] == seeded_walk:
+                r["contextSize"] = size
+                r["context"] = {"rip": r["ip"], "rsp": 0x7FFF0000, "rbp": 0}
+            lines.append(json.dumps(r))
+        path.write_text("\n".join(lines) + "\n")
+        return Evidence(trace=read_trace(path, strict=True), runtime=ev.runtime, plan=plan)
+
+    (registered,) = [j for j in aw.ASYNC_WALKS.judges if j.clause == "DSS-08"]
+    right = registered.judge(with_contexts(3104))
+    assert right.status is Status.CONFORMS, right.observed
+    wrong = registered.judge(with_contexts(1232))
+    assert wrong.status is Status.DIVERGES
+    assert all("(size 1232)" in line and "(size 3104)" in line for line in wrong.disagreements), wrong
+
+
+@pytest.mark.clause("DSS-08", "DSS-06", "DSS-28")
+@pytest.mark.parametrize(
+    ("clause", "entry", "seed"),
+    [
+        ("DSS-08", aw.SIGNAL_SEEDED, False),
+        ("DSS-06", aw.SIGNAL_SEEDED, False),
+        ("DSS-28", aw.SIGNAL_UNSEEDED, True),
+    ],
+)
+def test_Z7_a_signal_entry_with_the_other_seed_is_an_input_error(
+    clause: str, entry: str, seed: bool, tmp_path: Path
+) -> None:
+    plan = dict(scenario_plan())
+    plan["experiments"] = [
+        {**e, "args": {**e["args"], "seed": seed}} if e["id"] == entry else e for e in plan["experiments"]
+    ]
+    with pytest.raises(
+        HarnessError, match=rf"^plan entry '{entry}' lacks args.seed {str(not seed).lower()}$"
+    ):
+        judge(clause, base(), tmp_path, plan)

@@ -622,3 +622,92 @@ def test_every_plan_entry_a_judge_uses_is_read(clause: str) -> None:
             judge(clause, build(), plan=without)
     only = {**plan, "experiments": [e for e in plan["experiments"] if e["id"] in USES[clause]]}
     assert judge(clause, build(), plan=only) == judge(clause, build())
+
+
+# --------------------------------------------------------------------------------------------------
+# Mutation audit: the planned contextSize (Y2), plan entries that stop exercising a clause (Z7),
+# nativeAfter as redundant truth (X10)
+
+
+def _plan_with(entry: str, **args: Any) -> Mapping[str, Any]:
+    """The scenario's effective plan with ``entry``'s args changed (a plan that asks for something else)."""
+    plan = scenario_plan()
+    experiments = [
+        {**e, "args": {**e["args"], **args}} if e["id"] == entry else e for e in plan["experiments"]
+    ]
+    assert experiments != plan["experiments"], entry
+    return {**plan, "experiments": experiments}
+
+
+@pytest.mark.clause("DSS-12")
+def test_DSS_12_Y2_a_probe_passing_the_full_size_for_runtime_minus_1_diverges() -> None:
+    # the probe's record says contextSize 3104 where the plan asked for "runtime-1" (3103 on 8.0.4): before,
+    # the judge took the record's word and the model (a short size reads as a full one) agreed
+    wrong = {
+        "now-size-runtime-1": lambda b: b.seeded(
+            "now-size-runtime-1", list(MARK_WALK), "captured", "runtime-1", CTX
+        )
+    }
+    j = judge("DSS-12", build(wrong))
+    assert j.status is Status.DIVERGES, j.observed
+    assert j.disagreements == (
+        f"now-size-runtime-1: DSS-12: the seed's contextSize is {CTX}, the plan asked for {CTX - 1}",
+    )
+
+
+@pytest.mark.clause("DSS-07", "DSS-12")
+def test_DSS_12_Y2_the_planned_size_comes_from_the_runtime_version() -> None:
+    # 8.0's sizes on a 3.1 runtime (sizeof(CONTEXT) 1232): every named size is off, one line per walk
+    j = judge("DSS-12", build(), "3.1.23")
+    assert j.status is Status.DIVERGES
+    assert tuple(line for line in j.disagreements if ": DSS-12: " in line) == (
+        f"now-size-runtime-1: DSS-12: the seed's contextSize is {CTX - 1}, the plan asked for 1231",
+        f"now-size-larger: DSS-12: the seed's contextSize is {CTX + 256}, the plan asked for 1488",
+    )
+    j = judge("DSS-07", build(), "3.1.23")
+    assert tuple(line for line in j.disagreements if ": DSS-12: " in line) == (
+        f"now-seed-managed: DSS-12: the seed's contextSize is {CTX}, the plan asked for 1232",
+    )
+    with pytest.raises(HarnessError, match=r"'runtime' needs the runtime's sizeof\(CONTEXT\)"):
+        judge("DSS-07", build(), "9.9.9")
+
+
+@pytest.mark.clause("DSS-04", "DSS-05", "DSS-07", "DSS-11", "DSS-12", "DSS-21", "DSS-26", "DSS-27", "DSS-29")
+@pytest.mark.parametrize(
+    ("clause", "entry", "args", "lacks"),
+    [
+        ("DSS-05", "now-regctx", {"infoFlags": 0}, "infoFlags COR_PRF_SNAPSHOT_REGISTER_CONTEXT"),
+        ("DSS-05", "now-default", {"infoFlags": 1}, "infoFlags COR_PRF_SNAPSHOT_DEFAULT"),
+        ("DSS-04", "now-regctx", {"infoFlags": 0}, "infoFlags COR_PRF_SNAPSHOT_REGISTER_CONTEXT"),
+        ("DSS-26", "now-abort-efail", {"abortReply": 0}, "args.abortReply a failure HRESULT"),
+        ("DSS-26", "now-abort-sfalse", {"abortReply": E_FAIL}, "args.abortReply S_FALSE"),
+        ("DSS-26", "now-abort-sfalse", {"abortAt": -1}, r"args.abortAt \(the frame whose callback aborts\)"),
+        ("DSS-07", "now-seed-managed", {"seed": "native"}, "args.seed 'captured'"),
+        ("DSS-11", "throw-seed-native", {"infoFlags": 1}, "infoFlags COR_PRF_SNAPSHOT_DEFAULT"),
+        ("DSS-21", "throw-seed-native", {"seed": "zero"}, "args.seed 'native'"),
+        ("DSS-29", "throw-seed-zero", {"seed": "captured"}, "args.seed 'zero'"),
+        ("DSS-12", "now-size-small", {"contextSize": "runtime"}, "args.contextSize 'small'"),
+        ("DSS-27", "now-flags-undefined", {"infoFlags": 1}, "an undefined infoFlags bit"),
+        ("DSS-27", "now-flags-x86", {"infoFlags": 0}, "infoFlags COR_PRF_SNAPSHOT_X86_OPTIMIZED"),
+    ],
+)
+def test_Z7_a_plan_entry_that_stops_exercising_the_clause_is_an_input_error(
+    clause: str, entry: str, args: dict[str, Any], lacks: str
+) -> None:
+    # e.g. DSS-05: now-regctx asking for DEFAULT flags: the model agrees and REGISTER_CONTEXT goes unjudged
+    with pytest.raises(HarnessError, match=rf"^plan entry '{entry}' lacks {lacks}$"):
+        judge(clause, build(), plan=_plan_with(entry, **args))
+
+
+@pytest.mark.clause("DSS-15", "DSS-03")
+def test_X10_a_doctored_nativeAfter_is_an_input_error_naming_the_mark() -> None:
+    trace = build()
+    records = []
+    for r in trace.records:
+        if r.kind == "mark" and getattr(r, "name", "") == "walk-reverse":
+            data = json.loads(getattr(r, "payload", None) or "")
+            r = r.model_copy(update={"payload": json.dumps({**data, "nativeAfter": -1})})
+        records.append(r)
+    trace = Trace(path=trace.path, records=records)
+    with pytest.raises(HarnessError, match=r"mark 'walk-reverse' \(seq \d+\): nativeAfter -1 disagrees with"):
+        judge("DSS-15", trace)
