@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "experiments.h"
+#include "named_registry.h"
 #include "walk.h"
 
 namespace profharness {
@@ -41,20 +42,9 @@ struct RegisteredThread {
     long osTid = 0;
 };
 
-constexpr std::size_t kMaxRegistered = 16;
-std::mutex g_registry_mu;
-RegisteredThread g_registry[kMaxRegistered];
-std::size_t g_registered = 0;
+NamedRegistry<RegisteredThread, 16> g_registry;
 
-bool find_registered(const std::string& name, RegisteredThread& out) {
-    std::lock_guard<std::mutex> lock(g_registry_mu);
-    for (std::size_t i = 0; i < g_registered; ++i)
-        if (g_registry[i].name == name) {
-            out = g_registry[i];
-            return true;
-        }
-    return false;
-}
+bool find_registered(const std::string& name, RegisteredThread& out) { return g_registry.find(name, out); }
 
 long os_tid() { return static_cast<long>(::syscall(SYS_gettid)); }
 
@@ -72,20 +62,7 @@ void async_register_thread(ExperimentContext& ctx) {
     r.threadId = failed(hr) ? 0 : tid;
     r.pthread = pthread_self();
     r.osTid = os_tid();
-    bool stored = false;
-    {
-        std::lock_guard<std::mutex> lock(g_registry_mu);
-        for (std::size_t i = 0; i < g_registered && !stored; ++i)
-            if (g_registry[i].name == name) {
-                g_registry[i] = r;
-                stored = true;
-            }
-        if (!stored && g_registered < kMaxRegistered) {
-            g_registry[g_registered++] = r;
-            stored = true;
-        }
-    }
-    if (!stored) s.probe_error("async_register_thread: registry full", ctx.planned.id);
+    if (!g_registry.put(r)) s.probe_error("async_register_thread: registry full", ctx.planned.id);
     Json args = Json::object();
     args.set("name", name);
     Json out = Json::object();

@@ -44,6 +44,7 @@
 
 #include "experiments.h"
 #include "exports.h"
+#include "named_registry.h"
 #include "profharness/metadata.h"
 #include "walk.h"
 
@@ -138,20 +139,9 @@ struct CaptureThread {
     std::uint64_t stackLow = 0, stackHigh = 0;  // 0, 0: unknown
 };
 
-constexpr std::size_t kMaxThreads = 8;
-std::mutex g_threads_mu;
-CaptureThread g_threads[kMaxThreads];
-std::size_t g_thread_count = 0;
+NamedRegistry<CaptureThread, 8> g_threads;
 
-bool find_thread(const std::string& name, CaptureThread& out) {
-    std::lock_guard<std::mutex> lock(g_threads_mu);
-    for (std::size_t i = 0; i < g_thread_count; ++i)
-        if (g_threads[i].name == name) {
-            out = g_threads[i];
-            return true;
-        }
-    return false;
-}
+bool find_thread(const std::string& name, CaptureThread& out) { return g_threads.find(name, out); }
 
 void capture_register_thread(ExperimentContext& ctx) {
     ProbeState& s = state();
@@ -181,20 +171,7 @@ void capture_register_thread(ExperimentContext& ctx) {
         }
         pthread_attr_destroy(&attr);
     }
-    bool stored = false;
-    {
-        std::lock_guard<std::mutex> lock(g_threads_mu);
-        for (std::size_t i = 0; i < g_thread_count && !stored; ++i)
-            if (g_threads[i].name == name) {
-                g_threads[i] = t;
-                stored = true;
-            }
-        if (!stored && g_thread_count < kMaxThreads) {
-            g_threads[g_thread_count++] = t;
-            stored = true;
-        }
-    }
-    if (!stored) s.probe_error("capture_register_thread: registry full", ctx.planned.id);
+    if (!g_threads.put(t)) s.probe_error("capture_register_thread: registry full", ctx.planned.id);
     Json args = Json::object();
     args.set("name", name);
     Json out = Json::object();
