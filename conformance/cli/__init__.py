@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "capture": "conformance.cli.capture",
     "replay": "conformance.cli.replay",
     "expectations": "conformance.cli.expectations",
+    "check-hook": "conformance.cli.check_hook",
+    "validate": "conformance.cli.validate",
 }
 
 
