@@ -1,10 +1,12 @@
 """The capture file: one instant of one thread, self-describing and versioned.
 
 A capture holds what an asynchronous stack walk depended on at the instant a thread was stopped: its
-registers (the ucontext general registers plus fs_base, and the runtime's CONTEXT when there is one), the
-stack from SP up to min(SP + 64 KiB, the thread's stack end), code bytes around the IP and around candidate
-return addresses, the module map, the JIT code map, what the live runtime answered (a naive-seed
-DoStackSnapshot) and the managed frames the scenario knows are on the stack.
+registers (the ucontext general registers plus fs_base on x64; the i386 general registers plus gs_base on
+x86, the ``arch`` field says which; and the runtime's CONTEXT when there is one: 1232 or more bytes on
+x64, the 716-byte x86 CONTEXT on x86), the stack from SP up to min(SP + 64 KiB, the thread's stack end),
+code bytes around the IP and around candidate return addresses, the module map, the JIT code map, what the
+live runtime answered (a naive-seed DoStackSnapshot) and the managed frames the scenario knows are on the
+stack.
 
 File layout (all integers little-endian)::
 
@@ -23,7 +25,8 @@ overlap; payloads never overlap and lie inside the file after the manifest.
 
 Readers reject a truncated, corrupt or hostile file with one :class:`~emu.errors.CaptureFormatError`
 naming the file and the offset or manifest field: sizes past the end of the file, overlapping segments or
-payloads, memory ending above ``2**64 - 4096`` (page rounding would overflow), more than
+payloads, memory ending above ``2**64 - 4096`` (page rounding would overflow) or, in an x86 capture, above
+``2**32`` (or module map entries, stack bounds or registers beyond 32 bits), more than
 :data:`MAX_SEGMENTS` segments, decompressed sizes above the limits (checked while decompressing, so a
 zlib bomb costs at most the declared size). Reading is linear in the file size. Writes are atomic: a
 temporary name in the same folder, fsync, then rename.
@@ -43,9 +46,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
-from clr_model.context import ContextError, runtime_context_layout
+from clr_model.context import X86_CONTEXT, ContextError, ContextLayout, runtime_context_layout
 from emu.errors import CaptureFormatError
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "EmbeddedCfi",
     "JitMap",
     "JitMethod",
+    "KnownCallees",
     "KnownFrame",
     "LiveFrame",
     "LiveWalk",
@@ -74,7 +78,9 @@ __all__ = [
     "SegmentPayload",
     "StackInfo",
     "X64Registers",
+    "X86Registers",
     "capture_schema",
+    "names_a_file",
     "read_capture",
     "write_capture",
 ]
@@ -89,6 +95,8 @@ MAX_SEGMENT_BYTES = 64 << 20
 MAX_TOTAL_BYTES = 512 << 20
 #: memory may not end above this (2**64 - one page): rounding an end up to a page must not overflow
 MAX_ADDRESS_END = 2**64 - 4096
+#: an x86 capture's memory, modules and stack lie in the 32-bit address space: they end at 2**32 at most
+X86_ADDRESS_END = 2**32
 #: how much stack a capture holds above SP at most (perf's maximum is 65528; its default 8 KiB is too little)
 STACK_CAPTURE_BYTES = 64 << 10
 
@@ -100,7 +108,7 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 class CaptureArch(StrEnum):
     X64 = "x64"
-    #: reserved: 32-bit x86 captures (registers of their own, :class:`X64Registers` does not apply)
+    #: 32-bit x86 (i386) captures: :class:`X86Registers`, 32-bit addresses, the 716-byte x86 CONTEXT
     X86 = "x86"
 
 
@@ -138,6 +146,76 @@ class X64Registers(BaseModel):
         """The integer registers by name (r8..r15, rdi, ..., rsp, rip, efl, fs_base)."""
         skip = {"arch", "csgsfs", "err", "trapno", "oldmask", "cr2"}
         return {k: v for k, v in self.model_dump().items() if k not in skip}
+
+    @property
+    def sp(self) -> int:
+        return self.rsp
+
+    @property
+    def ip(self) -> int:
+        return self.rip
+
+
+class X86Registers(BaseModel):
+    """The i386 general registers (ucontext ``gregs`` names of sys/ucontext.h, lower case: ``efl`` is
+    EFLAGS), the segment selectors, and ``gs_base``: the base of the GS segment, which the i386 ABI uses
+    for thread-local storage (what ``PTRACE_GETREGS`` from a 64-bit tracer reports as ``gs_base``)."""
+
+    model_config = _FROZEN
+    arch: Literal["x86"] = "x86"
+    eax: U32 = 0
+    ecx: U32 = 0
+    edx: U32 = 0
+    ebx: U32 = 0
+    esp: U32
+    ebp: U32 = 0
+    esi: U32 = 0
+    edi: U32 = 0
+    eip: U32
+    efl: U32 = 0
+    cs: Annotated[int, Field(ge=0, lt=2**16)] = 0
+    ss: Annotated[int, Field(ge=0, lt=2**16)] = 0
+    ds: Annotated[int, Field(ge=0, lt=2**16)] = 0
+    es: Annotated[int, Field(ge=0, lt=2**16)] = 0
+    fs: Annotated[int, Field(ge=0, lt=2**16)] = 0
+    gs: Annotated[int, Field(ge=0, lt=2**16)] = 0
+    gs_base: U32 = 0
+
+    def general(self) -> dict[str, int]:
+        """The integer registers by name (eax..edi, esp, ebp, eip, efl, gs_base)."""
+        skip = {"arch", "cs", "ss", "ds", "es", "fs", "gs"}
+        return {k: v for k, v in self.model_dump().items() if k not in skip}
+
+    @property
+    def sp(self) -> int:
+        return self.esp
+
+    @property
+    def ip(self) -> int:
+        return self.eip
+
+
+def _registers_tag(value: Any) -> str:
+    """The ``arch`` tag of a registers object or mapping (x64 when a mapping has none, as version 1
+    files written before x86 captures existed always say it anyway)."""
+    if isinstance(value, Mapping):
+        return str(value.get("arch", "x64"))
+    return str(getattr(value, "arch", "x64"))
+
+
+#: the registers of either architecture, told apart by their ``arch`` field
+Registers = Annotated[
+    Annotated[X64Registers, Tag("x64")] | Annotated[X86Registers, Tag("x86")],
+    Discriminator(_registers_tag),
+]
+
+
+def context_layout_for(arch: CaptureArch, runtime: str) -> ContextLayout | None:
+    """The CONTEXT layout a capture of ``arch`` taken in ``runtime`` carries (x86: always the 716-byte
+    x86 CONTEXT; x64: the runtime's, None when the harness does not know the runtime)."""
+    if arch is CaptureArch.X86:
+        return X86_CONTEXT
+    return runtime_context_layout(runtime)
 
 
 class SegmentEntry(BaseModel):
@@ -210,6 +288,14 @@ class StackInfo(BaseModel):
         return self
 
 
+def names_a_file(path: str | None) -> bool:
+    """Whether a /proc/PID/maps path names a file a replay could read: not anonymous memory, not a pseudo
+    name ("[stack]", "[vdso]"), and not a memfd ("/memfd:doublemapper (deleted)": .NET 8 maps its JIT code,
+    stubs and write-barrier copy through one; no path holds those bytes, so they count as anonymous
+    executable memory, carried by the capture's code segments)."""
+    return bool(path) and not str(path).startswith(("[", "/memfd:"))
+
+
 class ModuleEntry(BaseModel):
     """One mapping of /proc/PID/maps, with the build-id of its file when it has one."""
 
@@ -227,7 +313,7 @@ class ModuleEntry(BaseModel):
 
     @property
     def is_file(self) -> bool:
-        return bool(self.path) and not str(self.path).startswith("[")
+        return names_a_file(self.path)
 
     @model_validator(mode="after")
     def _consistent(self) -> ModuleEntry:
@@ -311,6 +397,27 @@ class KnownFrame(BaseModel):
     name: Annotated[str, Field(min_length=1, max_length=1024)]
 
 
+_CalleeName = Annotated[str, Field(min_length=1, max_length=1024)]
+_CalleePrefix = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class KnownCallees(BaseModel):
+    """What the scenario says may sit above its known frames at the instant: the phase it was in (its own
+    account, read from its phase cell by the sampling handler), its own methods the innermost known frame
+    calls there, and name prefixes of the code those call into (CoreLib). A replay recovers the known frames
+    when every managed frame above them is one of these."""
+
+    model_config = _FROZEN
+    phase: Annotated[str, Field(max_length=64)] | None = None
+    names: Annotated[tuple[_CalleeName, ...], Field(max_length=256)] = ()
+    prefixes: Annotated[tuple[_CalleePrefix, ...], Field(max_length=64)] = ()
+
+    def allows(self, name: str | None) -> bool:
+        """Whether a managed frame of this name may sit above the known frames (a frame whose method has no
+        name, such as a dynamic method's, never does)."""
+        return name is not None and (name in self.names or name.startswith(self.prefixes))
+
+
 class EmbeddedCfi(BaseModel):
     """A module's ``.eh_frame`` (and ``.eh_frame_hdr``) carried in the capture, so no file is needed."""
 
@@ -337,7 +444,7 @@ class CaptureManifest(BaseModel):
     scenario: Annotated[str, Field(max_length=256)] | None = None
     pid: U32 | None = None
     tid: U32 | None = None
-    registers: X64Registers
+    registers: Registers
     context: RuntimeContext | None = None
     stack: StackInfo
     modules: Annotated[tuple[ModuleEntry, ...], Field(max_length=65536)] = ()
@@ -345,12 +452,16 @@ class CaptureManifest(BaseModel):
     cfi: tuple[EmbeddedCfi, ...] = ()
     live: LiveWalk | None = None
     known_managed: tuple[KnownFrame, ...] | None = None
+    #: the frames that may sit above ``known_managed`` (None: none may; the known frames start at the top)
+    known_callees: KnownCallees | None = None
     segments: Annotated[tuple[SegmentEntry, ...], Field(max_length=MAX_SEGMENTS)] = ()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> CaptureManifest:
-        if self.arch is not CaptureArch.X64:
-            raise ValueError(f"arch {self.arch.value}: only x64 captures are defined by this version")
+        if self.registers.arch != self.arch.value:
+            raise ValueError(f"registers: {self.registers.arch} registers in an {self.arch.value} capture")
+        if self.arch is CaptureArch.X86:
+            self._fits_32_bits()
         by_name: dict[str, SegmentEntry] = {}
         for seg in self.segments:
             if seg.name in by_name:
@@ -373,11 +484,14 @@ class CaptureManifest(BaseModel):
         stack = need(self.stack.segment, "memory", "stack.segment")
         if stack.address != self.stack.sp or stack.size != self.stack.captured_end - self.stack.sp:
             raise ValueError("stack.segment: does not cover [stack.sp, stack.captured_end)")
-        if self.stack.sp != self.registers.rsp:
-            raise ValueError(f"stack.sp: {self.stack.sp:#x} is not registers.rsp {self.registers.rsp:#x}")
+        if self.stack.sp != self.registers.sp:
+            sp_name = "rsp" if self.arch is CaptureArch.X64 else "esp"
+            raise ValueError(
+                f"stack.sp: {self.stack.sp:#x} is not registers.{sp_name} {self.registers.sp:#x}"
+            )
         if self.context is not None:
             blob = need(self.context.segment, "blob", "context.segment")
-            layout = runtime_context_layout(self.context.runtime)
+            layout = context_layout_for(self.arch, self.context.runtime)
             if layout is not None and self.context.size != layout.size:
                 raise ValueError(
                     f"context.size: {self.context.size} is not sizeof(CONTEXT) {layout.size} of runtime "
@@ -394,6 +508,30 @@ class CaptureManifest(BaseModel):
             if cfi.eh_frame_hdr is not None:
                 need(cfi.eh_frame_hdr, "blob", f"cfi.{i}.eh_frame_hdr")
         return self
+
+    def _fits_32_bits(self) -> None:
+        """An x86 capture lives below 2**32: memory, modules, stack bounds and the JIT map."""
+        top = X86_ADDRESS_END
+        for i, seg in enumerate(self.segments):
+            if seg.kind == "memory" and seg.address is not None and seg.address + seg.size > top:
+                raise ValueError(
+                    f"segments.{i} ({seg.name}): memory at {seg.address:#x}+{seg.size:#x} ends above 2**32 "
+                    "in an x86 capture"
+                )
+        for i, m in enumerate(self.modules):
+            if m.end > top:
+                raise ValueError(f"modules.{i}: ends at {m.end:#x}, above 2**32 in an x86 capture")
+        for name in ("captured_end", "stack_end"):
+            value = getattr(self.stack, name)
+            if value is not None and value > top:
+                raise ValueError(f"stack.{name}: {value:#x} is above 2**32 in an x86 capture")
+        for method in self.jit.methods:
+            for r in method.ranges:
+                if r.end > top:
+                    raise ValueError(
+                        f"jit: FunctionID {method.function_id:#x} has code up to {r.end:#x}, above 2**32 "
+                        "in an x86 capture"
+                    )
 
 
 @dataclass(frozen=True)
@@ -527,7 +665,10 @@ def write_capture(
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors(include_url=False)[0]
-    loc = ".".join(str(part) for part in err["loc"]) or "manifest"
+    parts = list(err["loc"])
+    if len(parts) > 1 and parts[0] == "registers" and parts[1] in {a.value for a in CaptureArch}:
+        del parts[1]  # the union's tag: "registers.rip", not "registers.x64.rip"
+    loc = ".".join(str(part) for part in parts) or "manifest"
     msg = str(err["msg"]).removeprefix("Value error, ")
     return f"{loc}: {msg}"
 
@@ -620,7 +761,7 @@ def parse_capture(data: bytes, name: str = "<capture>") -> Capture:
             )
         segments[seg.name] = body
     if manifest.context is not None:
-        layout = runtime_context_layout(manifest.context.runtime)
+        layout = context_layout_for(manifest.arch, manifest.context.runtime)
         if layout is not None:
             try:
                 layout.validate(segments[manifest.context.segment])

@@ -7,6 +7,10 @@ replaying the same capture again costs lookups only.
 
 Sources: an ELF file on disk (:func:`table_from_elf`, which also gives the build-id and load segments) or
 the bytes a capture embeds (:class:`emu.capture.EmbeddedCfi`).
+
+Two architectures (:class:`CfiArch`): x86-64 (:data:`X64`, 8-byte addresses, the System V psABI's DWARF
+register numbers) and i386 (:data:`X86`, 4-byte addresses; DWARF numbers 0 eax, 1 ecx, 2 edx, 3 ebx,
+4 esp, 5 ebp, 6 esi, 7 edi, 8 eip, the return address column).
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ from emu.memory import CaptureMemory
 
 __all__ = [
     "DWARF_REGISTERS",
+    "DWARF_REGISTERS_X86",
+    "X64",
+    "X86",
+    "CfiArch",
     "CfiError",
     "CfiRow",
     "CfiTable",
@@ -44,13 +52,45 @@ DWARF_REGISTERS: Mapping[int, str] = {
     0: "rax", 1: "rdx", 2: "rcx", 3: "rbx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
     8: "r8", 9: "r9", 10: "r10", 11: "r11", 12: "r12", 13: "r13", 14: "r14", 15: "r15", 16: "rip",
 }  # fmt: skip
-_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+#: i386 DWARF register numbers (System V i386 psABI) -> register names; 8 is the return address column
+DWARF_REGISTERS_X86: Mapping[int, str] = {
+    0: "eax", 1: "ecx", 2: "edx", 3: "ebx", 4: "esp", 5: "ebp", 6: "esi", 7: "edi", 8: "eip",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CfiArch:
+    """What a CFI step needs to know of an architecture."""
+
+    name: str
+    registers: Mapping[int, str]
+    sp: str
+    ip: str
+    #: registers a callee preserves (carried to the caller unless a rule says otherwise)
+    callee_saved: tuple[str, ...]
+    address_size: int
+    #: the return address column CIEs of this architecture use
+    ra_column: int
+
+    @property
+    def mask(self) -> int:
+        return (1 << (8 * self.address_size)) - 1
+
+
+X64 = CfiArch("x64", DWARF_REGISTERS, "rsp", "rip", ("rbx", "rbp", "r12", "r13", "r14", "r15"), 8, 16)
+X86 = CfiArch("x86", DWARF_REGISTERS_X86, "esp", "eip", ("ebx", "ebp", "esi", "edi"), 4, 8)
 _STRUCTS = DWARFStructs(little_endian=True, dwarf_format=32, address_size=8)
+_STRUCTS_32 = DWARFStructs(little_endian=True, dwarf_format=32, address_size=4)
 _EXPR = DWARFExprParser(_STRUCTS)
+_EXPR_32 = DWARFExprParser(_STRUCTS_32)
 _BINARY_OPS = frozenset(
     "DW_OP_plus DW_OP_minus DW_OP_and DW_OP_or DW_OP_shl DW_OP_shr DW_OP_ge DW_OP_gt DW_OP_le DW_OP_lt "
     "DW_OP_eq DW_OP_ne DW_OP_mul".split()
 )
+
+
+#: DWARF CFA opcode of the GNU extension DW_CFA_GNU_args_size (dwarf2.h)
+_DW_CFA_GNU_ARGS_SIZE = 0x2E
 
 
 class CfiError(EmuError):
@@ -72,17 +112,26 @@ class CfiTable:
     """One module's ``.eh_frame`` (link-time addresses) with an FDE index."""
 
     def __init__(
-        self, eh_frame: bytes, eh_frame_vaddr: int, hdr: bytes | None = None, hdr_vaddr: int | None = None
+        self,
+        eh_frame: bytes,
+        eh_frame_vaddr: int,
+        hdr: bytes | None = None,
+        hdr_vaddr: int | None = None,
+        *,
+        arch: CfiArch = X64,
     ) -> None:
         self.eh_frame = eh_frame
         self.vaddr = eh_frame_vaddr
+        self.arch = arch
         self._cfi = CallFrameInfo(
             stream=io.BytesIO(eh_frame), size=len(eh_frame), address=eh_frame_vaddr,
-            base_structs=_STRUCTS, for_eh_frame=True,
+            base_structs=_STRUCTS if arch.address_size == 8 else _STRUCTS_32, for_eh_frame=True,
         )  # fmt: skip
         self._rows: dict[int, tuple[list[CfiRow], list[int]]] = {}
         index = (
-            _hdr_index(hdr, hdr_vaddr, eh_frame_vaddr) if hdr is not None and hdr_vaddr is not None else None
+            _hdr_index(hdr, hdr_vaddr, eh_frame_vaddr, arch.address_size)
+            if hdr is not None and hdr_vaddr is not None
+            else None
         )
         if index is None:
             index = self._full_index()
@@ -125,7 +174,14 @@ class CfiTable:
                 raise CfiError(f"no FDE at .eh_frame offset {offset:#x}")
             start = int(entry.header["initial_location"])
             end = start + int(entry.header["address_range"])
-            ra = int(entry.cie["return_address_register"]) if entry.cie is not None else 16
+            ra = int(entry.cie["return_address_register"]) if entry.cie is not None else self.arch.ra_column
+            # DW_CFA_GNU_args_size (0x2e) only says how many bytes of outgoing arguments are pushed at a call
+            # site (for landing pads); it changes no CFA or register rule. pyelftools' decoder does not know
+            # it (g++'s libcoreclr of .NET Core 3.1 has it), so it is dropped before decoding.
+            for holder in (entry, entry.cie):
+                if holder is not None:
+                    kept = [i for i in holder.instructions if i.opcode != _DW_CFA_GNU_ARGS_SIZE]
+                    holder.instructions = kept
             table = entry.get_decoded().table
         except CfiError:
             raise
@@ -140,10 +196,12 @@ class CfiTable:
         return rows
 
 
-def _read_encoded(data: bytes, pos: int, enc: int, base_pc: int, data_base: int) -> tuple[int, int]:
+def _read_encoded(
+    data: bytes, pos: int, enc: int, base_pc: int, data_base: int, address_size: int = 8
+) -> tuple[int, int]:
     fmt = enc & 0x0F
-    sizes = {0x00: ("<Q", 8), 0x02: ("<H", 2), 0x03: ("<I", 4), 0x04: ("<Q", 8),
-             0x0A: ("<h", 2), 0x0B: ("<i", 4), 0x0C: ("<q", 8)}  # fmt: skip
+    sizes = {0x00: ("<Q", 8) if address_size == 8 else ("<I", 4), 0x02: ("<H", 2), 0x03: ("<I", 4),
+             0x04: ("<Q", 8), 0x0A: ("<h", 2), 0x0B: ("<i", 4), 0x0C: ("<q", 8)}  # fmt: skip
     if fmt not in sizes:
         raise CfiError(f".eh_frame_hdr: pointer encoding {enc:#x} is not supported")
     code, size = sizes[fmt]
@@ -157,18 +215,20 @@ def _read_encoded(data: bytes, pos: int, enc: int, base_pc: int, data_base: int)
         value += data_base
     elif app != 0:
         raise CfiError(f".eh_frame_hdr: pointer application {app:#x} is not supported")
-    return int(value) & (2**64 - 1), pos + size
+    return int(value) & ((1 << (8 * address_size)) - 1), pos + size
 
 
-def _hdr_index(hdr: bytes, hdr_vaddr: int, eh_vaddr: int) -> list[tuple[int, int]] | None:
+def _hdr_index(
+    hdr: bytes, hdr_vaddr: int, eh_vaddr: int, address_size: int = 8
+) -> list[tuple[int, int]] | None:
     """(link-time start, .eh_frame offset) pairs from the .eh_frame_hdr table; None if it has none."""
     if len(hdr) < 4 or hdr[0] != 1:
         return None
     _, ptr_enc, count_enc, table_enc = hdr[:4]
     if ptr_enc == 0xFF or count_enc == 0xFF or table_enc != 0x3B:
         return None
-    _eh, pos = _read_encoded(hdr, 4, ptr_enc, hdr_vaddr, hdr_vaddr)
-    count, pos = _read_encoded(hdr, pos, count_enc, hdr_vaddr, hdr_vaddr)
+    _eh, pos = _read_encoded(hdr, 4, ptr_enc, hdr_vaddr, hdr_vaddr, address_size)
+    count, pos = _read_encoded(hdr, pos, count_enc, hdr_vaddr, hdr_vaddr, address_size)
     if pos + 8 * count > len(hdr):
         raise CfiError(f".eh_frame_hdr: {count} entries do not fit in {len(hdr)} bytes")
     out = [
@@ -179,18 +239,20 @@ def _hdr_index(hdr: bytes, hdr_vaddr: int, eh_vaddr: int) -> list[tuple[int, int
     return out
 
 
-_TABLES: dict[tuple[bytes, int, bytes, int], CfiTable] = {}
+_TABLES: dict[tuple[bytes, int, bytes, int, str], CfiTable] = {}
 
 
-def table_for(eh_frame: bytes, eh_vaddr: int, hdr: bytes | None, hdr_vaddr: int | None) -> CfiTable:
+def table_for(
+    eh_frame: bytes, eh_vaddr: int, hdr: bytes | None, hdr_vaddr: int | None, *, arch: CfiArch = X64
+) -> CfiTable:
     """A cached :class:`CfiTable` for these bytes (keyed by content: equal bytes share a table; a bytes
     object caches its hash, so a capture replayed again pays one dictionary lookup)."""
-    key = (eh_frame, eh_vaddr, hdr or b"", hdr_vaddr or 0)
+    key = (eh_frame, eh_vaddr, hdr or b"", hdr_vaddr or 0, arch.name)
     table = _TABLES.get(key)
     if table is None:
         if len(_TABLES) > 256:
             _TABLES.clear()
-        table = CfiTable(eh_frame, eh_vaddr, hdr, hdr_vaddr)
+        table = CfiTable(eh_frame, eh_vaddr, hdr, hdr_vaddr, arch=arch)
         _TABLES[key] = table
     return table
 
@@ -284,12 +346,16 @@ def load_bias(loads: Sequence[tuple[int, int, int, int]], start: int, offset: in
 
 
 def _eval_expr(
-    expr: Sequence[int], regs: Mapping[str, int], memory: CaptureMemory, initial: int | None
+    expr: Sequence[int],
+    regs: Mapping[str, int],
+    memory: CaptureMemory,
+    initial: int | None,
+    arch: CfiArch = X64,
 ) -> int:
     stack: list[int] = [] if initial is None else [initial]
-    mask = 2**64 - 1
+    mask = arch.mask
     try:
-        ops = _EXPR.parse_expr(bytes(expr))
+        ops = (_EXPR if arch.address_size == 8 else _EXPR_32).parse_expr(bytes(expr))
     except Exception as exc:
         raise CfiError(f"malformed DWARF expression ({type(exc).__name__})") from None
     if len(ops) > 64:
@@ -298,7 +364,7 @@ def _eval_expr(
         name = op.op_name
         args: list[Any] = op.args
         if name.startswith("DW_OP_breg"):
-            reg = DWARF_REGISTERS.get(int(name.removeprefix("DW_OP_breg")))
+            reg = arch.registers.get(int(name.removeprefix("DW_OP_breg")))
             if reg is None or reg not in regs:
                 raise CfiError(f"{name} needs a register whose value is unknown")
             stack.append((regs[reg] + int(args[0])) & mask)
@@ -307,14 +373,15 @@ def _eval_expr(
         elif name.startswith("DW_OP_const"):
             stack.append(int(args[0]) & mask)
         elif name == "DW_OP_deref":
-            stack.append(memory.read_u64(stack.pop()))
+            stack.append(_read_word(memory, stack.pop(), arch))
         elif name == "DW_OP_plus_uconst":
             stack.append((stack.pop() + int(args[0])) & mask)
         elif name in _BINARY_OPS:
             b, a = stack.pop(), stack.pop()
             value = {
                 "DW_OP_plus": a + b, "DW_OP_minus": a - b, "DW_OP_and": a & b, "DW_OP_or": a | b,
-                "DW_OP_shl": a << (b & 63), "DW_OP_shr": a >> (b & 63), "DW_OP_ge": int(a >= b),
+                "DW_OP_shl": a << (b & (8 * arch.address_size - 1)),
+                "DW_OP_shr": a >> (b & (8 * arch.address_size - 1)), "DW_OP_ge": int(a >= b),
                 "DW_OP_gt": int(a > b), "DW_OP_le": int(a <= b), "DW_OP_lt": int(a < b),
                 "DW_OP_eq": int(a == b), "DW_OP_ne": int(a != b), "DW_OP_mul": a * b,
             }[name]  # fmt: skip
@@ -324,6 +391,12 @@ def _eval_expr(
     if not stack:
         raise CfiError("DWARF expression left an empty stack")
     return stack[-1]
+
+
+def _read_word(memory: CaptureMemory, address: int, arch: CfiArch) -> int:
+    if arch.address_size == 8:
+        return memory.read_u64(address)
+    return int.from_bytes(memory.read(address, 4), "little")
 
 
 def _int_arg(rule: RegisterRule) -> int:
@@ -340,58 +413,62 @@ def _expr_arg(rule: RegisterRule) -> list[int]:
     return [int(b) for b in rule.arg]
 
 
-def cfi_step(row: CfiRow, regs: Mapping[str, int], memory: CaptureMemory) -> dict[str, int]:
-    """The caller's registers by ``row``: rsp = CFA, rip = the return address, callee-saved registers
-    restored (or carried as they are); registers the rules cannot give are absent (unknown)."""
+def cfi_step(
+    row: CfiRow, regs: Mapping[str, int], memory: CaptureMemory, arch: CfiArch = X64
+) -> dict[str, int]:
+    """The caller's registers by ``row``: SP (rsp, esp) = CFA, IP (rip, eip) = the return address,
+    callee-saved registers restored (or carried as they are); registers the rules cannot give are absent
+    (unknown)."""
     cfa_rule = row.cfa
+    mask = arch.mask
     try:
         if cfa_rule.expr is not None:
-            cfa = _eval_expr(cfa_rule.expr, regs, memory, None)
+            cfa = _eval_expr(cfa_rule.expr, regs, memory, None, arch)
         else:
-            reg = DWARF_REGISTERS.get(int(cfa_rule.reg or 0))
+            reg = arch.registers.get(int(cfa_rule.reg or 0))
             if reg is None or reg not in regs:
                 raise CfiError(f"CFA is based on register {reg or cfa_rule.reg}, whose value is unknown")
-            cfa = (regs[reg] + int(cfa_rule.offset or 0)) & (2**64 - 1)
-        out: dict[str, int] = {"rsp": cfa}
-        for name in _CALLEE_SAVED:
+            cfa = (regs[reg] + int(cfa_rule.offset or 0)) & mask
+        out: dict[str, int] = {arch.sp: cfa}
+        for name in arch.callee_saved:
             if name in regs:
                 out[name] = regs[name]
         for num, rule in row.rules.items():
-            reg_name = DWARF_REGISTERS.get(num)
-            if reg_name is None or reg_name == "rsp":
+            reg_name = arch.registers.get(num)
+            if reg_name is None or reg_name == arch.sp:
                 continue
             name = reg_name
             kind = rule.type
             if kind == RegisterRule.OFFSET:
-                out[name] = memory.read_u64((cfa + _int_arg(rule)) & (2**64 - 1))
+                out[name] = _read_word(memory, (cfa + _int_arg(rule)) & mask, arch)
             elif kind == RegisterRule.VAL_OFFSET:
-                out[name] = (cfa + _int_arg(rule)) & (2**64 - 1)
+                out[name] = (cfa + _int_arg(rule)) & mask
             elif kind == RegisterRule.SAME_VALUE:
                 if name in regs:
                     out[name] = regs[name]
             elif kind == RegisterRule.UNDEFINED:
                 out.pop(name, None)
                 if num == row.ra_register:
-                    out["rip"] = 0
+                    out[arch.ip] = 0
             elif kind == RegisterRule.REGISTER:
-                src = DWARF_REGISTERS.get(_int_arg(rule))
+                src = arch.registers.get(_int_arg(rule))
                 if src is not None and src in regs:
                     out[name] = regs[src]
                 else:
                     out.pop(name, None)
             elif kind == RegisterRule.EXPRESSION:
-                out[name] = memory.read_u64(_eval_expr(_expr_arg(rule), regs, memory, cfa))
+                out[name] = _read_word(memory, _eval_expr(_expr_arg(rule), regs, memory, cfa, arch), arch)
             elif kind == RegisterRule.VAL_EXPRESSION:
-                out[name] = _eval_expr(_expr_arg(rule), regs, memory, cfa)
+                out[name] = _eval_expr(_expr_arg(rule), regs, memory, cfa, arch)
             else:
                 raise CfiError(f"register rule {kind} is not supported")
     except MemoryFault as exc:
         raise CfiError(f"CFI reads memory outside the capture ({exc.reason} at {exc.address:#x})") from None
     except IndexError:
         raise CfiError("DWARF expression pops an empty stack") from None
-    if "rip" not in out:
-        ra = DWARF_REGISTERS.get(row.ra_register, "rip")
+    if arch.ip not in out:
+        ra = arch.registers.get(row.ra_register, arch.ip)
         if row.ra_register not in row.rules:
             raise CfiError("the row has no rule for the return address")
-        out["rip"] = out.pop(ra) if ra != "rip" else 0
+        out[arch.ip] = out.pop(ra) if ra != arch.ip else 0
     return out

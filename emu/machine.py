@@ -1,12 +1,15 @@
-"""The unicorn backend: run captured x64 code forward under budgets, over a :class:`CaptureMemory`.
+"""The unicorn backend: run captured x64 or x86 code forward under budgets, over a :class:`CaptureMemory`.
 
 - Pages are mapped lazily (4 KiB) from a ``UC_HOOK_MEM_UNMAPPED`` hook, from :meth:`CaptureMemory.page`.
   A page the capture does not hold is never mapped: the access fails with its reason. Pages the capture
   holds only in part are mapped, and every read and instruction fetch on them is checked against the
   capture (a ``UC_HOOK_MEM_READ`` hook and the code hook), so no byte outside the capture is ever read as
   zero. Stores go to the capture's overlay and are allowed only where the process could write.
-- Registers are restored from a name -> value mapping, ``fs_base`` through ``UC_X86_REG_FS_BASE`` (writing
-  the FS selector would not set it).
+- Registers are restored from a name -> value mapping (:data:`REGISTERS` on x64, :data:`REGISTERS_X86` on
+  x86), ``fs_base`` through ``UC_X86_REG_FS_BASE`` (writing the FS selector would not set it). On x86
+  (``UC_MODE_32``) unicorn has no writable GS base: ``gs_base`` (the i386 TLS base) is given to the CPU as
+  a GDT descriptor on a page no 32-bit process can map (:data:`X86_GDT_PAGE`, above the compat task size),
+  which the emulated code may not read or write.
 - Budgets: an instruction budget counted in the code hook (no ``count`` argument to ``emu_start``, which
   installs a hook of its own), and a time budget measured with :func:`time.monotonic` only to abort a run:
   the time never appears in any result, so replays stay deterministic.
@@ -18,10 +21,11 @@
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import unicorn as _unicorn
 from unicorn import (
@@ -32,6 +36,7 @@ from unicorn import (
     UC_HOOK_MEM_WRITE,
     UC_MEM_FETCH_UNMAPPED,
     UC_MEM_WRITE_UNMAPPED,
+    UC_MODE_32,
     UC_MODE_64,
     UC_PROT_ALL,
 )
@@ -40,7 +45,7 @@ from unicorn import x86_const as X
 from emu.errors import EmulationFault, MemoryFault
 from emu.memory import PAGE_SIZE, CaptureMemory
 
-__all__ = ["REGISTERS", "MachineRun", "UnicornMachine"]
+__all__ = ["REGISTERS", "REGISTERS_X86", "X86_GDT_PAGE", "MachineRun", "UnicornMachine"]
 
 
 class Cpu(Protocol):
@@ -50,7 +55,7 @@ class Cpu(Protocol):
     def emu_stop(self) -> None: ...
     def mem_map(self, address: int, size: int, perms: int) -> None: ...
     def mem_write(self, address: int, data: bytes) -> None: ...
-    def reg_write(self, reg: int, value: int) -> None: ...
+    def reg_write(self, reg: int, value: int | tuple[int, int, int, int]) -> None: ...
     def reg_read(self, reg: int) -> int: ...
     def hook_add(self, htype: int, callback: Callable[..., Any]) -> int: ...
     def context_save(self) -> object: ...
@@ -62,8 +67,8 @@ _UNICORN: Any = _unicorn
 UcError: type[Exception] = _UNICORN.UcError
 
 
-def _new_cpu() -> Cpu:
-    return cast(Cpu, _UNICORN.Uc(UC_ARCH_X86, UC_MODE_64))
+def _new_cpu(arch: Literal["x64", "x86"]) -> Cpu:
+    return cast(Cpu, _UNICORN.Uc(UC_ARCH_X86, UC_MODE_64 if arch == "x64" else UC_MODE_32))
 
 
 #: register name -> unicorn id (the names of :class:`emu.capture.X64Registers`)
@@ -89,6 +94,40 @@ REGISTERS: Mapping[str, int] = {
     "fs_base": X.UC_X86_REG_FS_BASE,
 }
 
+#: register name -> unicorn id on x86 (the names of :class:`emu.capture.X86Registers`; ``gs_base`` is set
+#: through a GDT descriptor, see the module docstring)
+REGISTERS_X86: Mapping[str, int] = {
+    "eax": X.UC_X86_REG_EAX,
+    "ebx": X.UC_X86_REG_EBX,
+    "ecx": X.UC_X86_REG_ECX,
+    "edx": X.UC_X86_REG_EDX,
+    "esi": X.UC_X86_REG_ESI,
+    "edi": X.UC_X86_REG_EDI,
+    "ebp": X.UC_X86_REG_EBP,
+    "esp": X.UC_X86_REG_ESP,
+    "eip": X.UC_X86_REG_EIP,
+    "efl": X.UC_X86_REG_EFLAGS,
+}
+#: the page holding the emulator's GDT on x86: above TASK_SIZE of a 32-bit task on x86-64 (0xFFFFE000) and
+#: in the kernel half of a native i386 kernel, so never memory of the captured process
+X86_GDT_PAGE = 0xFFFF_F000
+#: GDT entry 1 is the GS segment (base ``gs_base``), entry 2 a flat segment for SS: loading any segment
+#: register makes the CPU recompute its stack size from SS's descriptor, which must then say 32-bit
+_GS_SELECTOR = 1 << 3
+_SS_SELECTOR = 2 << 3
+
+
+def _data_descriptor(base: int) -> bytes:
+    """A present, writable, ring-0 32-bit data segment descriptor with ``base`` and a 4 GiB limit."""
+    limit = 0xFFFFF
+    access = 0x92  # present, DPL 0, data, writable
+    flags = 0xC  # 4 KiB granularity, 32-bit
+    return struct.pack(
+        "<HHBBBB", limit & 0xFFFF, base & 0xFFFF, (base >> 16) & 0xFF, access,
+        ((limit >> 16) & 0xF) | (flags << 4), (base >> 24) & 0xFF,
+    )  # fmt: skip
+
+
 #: how often (in instructions) the time budget is looked at
 _CLOCK_EVERY = 64
 
@@ -101,6 +140,9 @@ class MachineRun:
     instructions: int
     stopped_at: int
     reason: str
+    #: the address of the last instruction executed (None when none was): what brought the run to the stop
+    #: (a ``ret`` means the code returned to its caller, a ``jmp`` that it tail-called)
+    last_instruction: int | None = None
 
 
 @dataclass
@@ -111,10 +153,11 @@ class _RunState:
     count: int = 0
     error: BaseException | None = None
     stop: tuple[int, str] | None = None
+    last: int | None = None
 
 
 class UnicornMachine:
-    """One emulated x64 CPU over one capture's memory.
+    """One emulated x64 (or, with ``arch="x86"``, 32-bit x86) CPU over one capture's memory.
 
     The CPU is created once and reused by every run: each run starts from the CPU state saved at creation
     (``context_restore``) plus the given registers, and every page an earlier run wrote is rewritten with
@@ -122,9 +165,17 @@ class UnicornMachine:
     (translating is most of the cost of a short run). Not thread-safe."""
 
     def __init__(
-        self, memory: CaptureMemory, *, max_instructions: int = 10_000, max_seconds: float = 0.5
+        self,
+        memory: CaptureMemory,
+        *,
+        max_instructions: int = 10_000,
+        max_seconds: float = 0.5,
+        arch: Literal["x64", "x86"] = "x64",
     ) -> None:
         self.memory = memory
+        self.arch: Literal["x64", "x86"] = arch
+        self.registers = REGISTERS if arch == "x64" else REGISTERS_X86
+        self.ip_name = "rip" if arch == "x64" else "eip"
         self.max_instructions = max_instructions
         self.max_seconds = max_seconds
         self._uc: Cpu | None = None
@@ -145,6 +196,8 @@ class UnicornMachine:
         run = self._run
         assert run is not None
         try:
+            if self.arch == "x86" and address + max(size, 1) > X86_GDT_PAGE:
+                raise MemoryFault(address, size, "access above the 32-bit process's address space")
             if access == UC_MEM_FETCH_UNMAPPED:
                 reason = run.should_stop(address)
                 if reason is not None:
@@ -172,8 +225,11 @@ class UnicornMachine:
 
     def _on_read(self, uc: Cpu, _access: int, address: int, size: int, _value: int, _data: object) -> None:
         run = self._run
-        assert run is not None
+        if run is None:  # the CPU's own descriptor loads while the registers are set (x86 GS)
+            return
         try:
+            if self.arch == "x86" and address + size > X86_GDT_PAGE:
+                raise MemoryFault(address, size, "read of the emulator's GDT page, not in the capture")
             lo, hi = address & ~(PAGE_SIZE - 1), (address + size - 1) & ~(PAGE_SIZE - 1)
             if lo in self._partial or hi in self._partial:
                 gap = run.memory.missing(address, size)
@@ -186,6 +242,8 @@ class UnicornMachine:
         run = self._run
         assert run is not None
         try:
+            if self.arch == "x86" and address + size > X86_GDT_PAGE:
+                raise MemoryFault(address, size, "write to the emulator's GDT page, not in the capture")
             self._dirty.add(address & ~(PAGE_SIZE - 1))
             self._dirty.add((address + size - 1) & ~(PAGE_SIZE - 1))
             run.memory.write(address, (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
@@ -205,6 +263,7 @@ class UnicornMachine:
             if gap is not None:
                 raise MemoryFault(address, size, f"instruction byte {gap:#x} is not in the capture")
             run.count += 1
+            run.last = address
             if run.count > self.max_instructions:
                 raise EmulationFault("budget", f"{self.max_instructions} instructions run, no stop reached")
             if run.count % _CLOCK_EVERY == 0 and time.monotonic() > run.deadline:
@@ -214,7 +273,11 @@ class UnicornMachine:
 
     def _cpu(self) -> Cpu:
         if self._uc is None:
-            uc = _new_cpu()
+            uc = _new_cpu(self.arch)
+            if self.arch == "x86":
+                uc.mem_map(X86_GDT_PAGE, PAGE_SIZE, UC_PROT_ALL)
+                uc.reg_write(X.UC_X86_REG_GDTR, (0, X86_GDT_PAGE, 3 * 8 - 1, 0))
+                uc.mem_write(X86_GDT_PAGE + _SS_SELECTOR, _data_descriptor(0))
             uc.hook_add(UC_HOOK_MEM_UNMAPPED, self._on_unmapped)
             uc.hook_add(UC_HOOK_MEM_READ, self._on_read)
             uc.hook_add(UC_HOOK_MEM_WRITE, self._on_write)
@@ -229,8 +292,9 @@ class UnicornMachine:
         registers: Mapping[str, int],
         should_stop: Callable[[int], str | None],
     ) -> MachineRun:
-        """Run from ``registers['rip']`` until ``should_stop`` gives a reason; faults and exhausted budgets
-        raise :class:`EmulationFault` (kind ``memory``, ``budget``, ``cpu``), hook errors are re-raised."""
+        """Run from ``registers['rip']`` (x86: ``registers['eip']``) until ``should_stop`` gives a reason;
+        faults and exhausted budgets raise :class:`EmulationFault` (kind ``memory``, ``budget``, ``cpu``),
+        hook errors are re-raised."""
         uc = self._cpu()
         uc.context_restore(self._pristine)
         for base in sorted(self._dirty):
@@ -238,16 +302,20 @@ class UnicornMachine:
                 uc.mem_write(base, self._pages[base])
         self._dirty.clear()
         for name, value in registers.items():
-            reg = REGISTERS.get(name)
+            reg = self.registers.get(name)
             if reg is not None:
                 uc.reg_write(reg, value)
+        if self.arch == "x86":
+            uc.reg_write(X.UC_X86_REG_SS, _SS_SELECTOR)
+            uc.mem_write(X86_GDT_PAGE + _GS_SELECTOR, _data_descriptor(registers.get("gs_base", 0)))
+            uc.reg_write(X.UC_X86_REG_GS, _GS_SELECTOR)
         run = _RunState(
             memory=self.memory.fork(), should_stop=should_stop, deadline=time.monotonic() + self.max_seconds
         )
         self._run = run
         cpu_error: Exception | None = None
         try:
-            uc.emu_start(registers["rip"], 2**64 - 1)
+            uc.emu_start(registers[self.ip_name], 2**64 - 1 if self.arch == "x64" else 2**32 - 1)
         except UcError as exc:
             cpu_error = exc
         finally:
@@ -258,10 +326,15 @@ class UnicornMachine:
             raise run.error
         if run.stop is not None:
             address, reason = run.stop
-            regs = {name: int(uc.reg_read(reg)) for name, reg in REGISTERS.items()}
-            regs["rip"] = address
-            return MachineRun(registers=regs, instructions=run.count, stopped_at=address, reason=reason)
-        pc = int(uc.reg_read(X.UC_X86_REG_RIP))
+            regs = {name: int(uc.reg_read(reg)) for name, reg in self.registers.items()}
+            regs[self.ip_name] = address
+            if self.arch == "x86" and "gs_base" in registers:
+                regs["gs_base"] = registers["gs_base"]
+            return MachineRun(
+                registers=regs, instructions=run.count, stopped_at=address, reason=reason,
+                last_instruction=run.last,
+            )  # fmt: skip
+        pc = int(uc.reg_read(X.UC_X86_REG_RIP if self.arch == "x64" else X.UC_X86_REG_EIP))
         if cpu_error is not None:
             raise EmulationFault("cpu", f"{cpu_error} at {pc:#x} after {run.count} instruction(s)")
         raise EmulationFault("cpu", f"emulation ended at {pc:#x} with no stop reason")  # pragma: no cover

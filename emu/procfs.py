@@ -26,6 +26,8 @@ from emu.capture import (
     SegmentPayload,
     StackInfo,
     X64Registers,
+    X86Registers,
+    names_a_file,
     write_capture,
 )
 from emu.cfi import CfiError, load_bias, read_elf
@@ -49,7 +51,7 @@ def parse_maps(text: str) -> list[ModuleEntry]:
         if start >= 1 << 63:  # [vsyscall]: kernel-half pages are not process memory a capture holds
             continue
         build_id: str | None = None
-        is_file = bool(path) and not str(path).startswith("[")
+        is_file = names_a_file(path)
         if is_file and path is not None and "x" in perms:
             if path not in ids:
                 try:
@@ -91,7 +93,7 @@ def _merge(windows: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def capture_process(
     pid: int,
-    registers: X64Registers,
+    registers: X64Registers | X86Registers,
     out: str | os.PathLike[str],
     *,
     place: str = "unknown",
@@ -104,9 +106,11 @@ def capture_process(
     ip_window: int = 256,
     candidate_window: int = 64,
 ) -> Path:
-    """Write a capture of the stopped thread of ``pid`` whose registers are ``registers`` to ``out``."""
+    """Write a capture of the stopped thread of ``pid`` whose registers are ``registers`` to ``out``
+    (an x86 capture when they are :class:`X86Registers`: a 32-bit process, 4-byte stack words)."""
     modules = parse_maps(Path(f"/proc/{pid}/maps").read_text())
-    sp, ip = registers.rsp, registers.rip
+    sp, ip = registers.sp, registers.ip
+    word = 4 if registers.arch == "x86" else 8
 
     def mapping(addr: int) -> ModuleEntry | None:
         return next((m for m in modules if m.start <= addr < m.end), None)
@@ -128,8 +132,8 @@ def capture_process(
             hit_modules.append(m)
 
     add_window(ip, ip_window)
-    for k in range(0, len(stack) - 7, 8):
-        add_window(int.from_bytes(stack[k : k + 8], "little"), candidate_window)
+    for k in range(0, len(stack) - word + 1, word):
+        add_window(int.from_bytes(stack[k : k + word], "little"), candidate_window)
     payloads = [SegmentPayload(name="stack", kind="memory", role="stack", address=sp, data=stack)]
     for i, (lo, hi) in enumerate(_merge(windows)):
         payloads.append(
@@ -168,6 +172,7 @@ def capture_process(
                 )
             )  # fmt: skip
     manifest: dict[str, Any] = dict(
+        arch=registers.arch,
         place=place,
         scenario=scenario,
         pid=pid,
