@@ -17,7 +17,7 @@ share where the live naive-seed walk did.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -26,8 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from clr_model.context import (
     AMD64_CONTEXT,
     CONTEXT_AMD64,
+    CONTEXT_I386,
     CONTROL,
     INTEGER,
+    X86_CONTEXT,
+    Arch,
     amd64_layout_for_size,
     runtime_context_layout,
 )
@@ -45,9 +48,9 @@ from clr_model.stacksnapshot import (
     UnmanagedFrame,
     snapshot,
 )
-from emu.capture import Capture, KnownFrame, LiveWalk, read_capture
-from emu.errors import EmuError
-from emu.unwind import StopKind, Trust, UnwoundFrame, unwind
+from emu.capture import Capture, CaptureArch, KnownCallees, KnownFrame, LiveWalk, read_capture
+from emu.errors import EmuError, MemoryFault
+from emu.unwind import StopKind, Trust, UnwindResult, UnwoundFrame, looks_like_return_address, unwind
 
 __all__ = [
     "ModelWalk",
@@ -83,6 +86,9 @@ class ReplayFrame(BaseModel):
     #: basename of the module file and the IP's offset from the mapping's file start
     module: str | None = None
     module_offset: U64 | None = None
+    #: the IP the runtime reports for this frame when it is not ``ip`` (a ReadyToRun frame that called
+    #: native code: the return address its InlinedCallFrame recorded; see :func:`_reported_ips`)
+    reported_ip: U64 | None = None
 
 
 class ReplaySeed(BaseModel):
@@ -128,6 +134,8 @@ class ReplayResult(BaseModel):
     emulated_instructions: int
     #: the scenario's known managed frames (FunctionIDs, leaf first), None when the capture has none
     known_managed: tuple[int | str, ...] | None
+    #: the scenario's phase at the instant, by its own account (None when it has no phase cell)
+    phase: str | None = None
     #: whether the replay recovers them leaf first (None without known frames)
     recovered: bool | None
     #: the live naive-seed walk: HRESULT name and whether it recovered them (None without a live walk)
@@ -159,15 +167,31 @@ def _known_ids(known: Sequence[KnownFrame], names: dict[int, str]) -> list[int |
     return out
 
 
-def recovered_leaf_first(known: Sequence[int | str], managed: Sequence[int]) -> bool:
-    """The known managed frames are the first managed frames, leaf first, in order."""
-    return len(known) > 0 and list(managed[: len(known)]) == list(known)
+def recovered_leaf_first(
+    known: Sequence[int | str],
+    managed: Sequence[int],
+    names: Mapping[int, str] | None = None,
+    callees: KnownCallees | None = None,
+) -> bool:
+    """The known managed frames, leaf first and in order, are the first managed frames, or follow only
+    frames the scenario says may sit above them at this place (``callees``: its own methods there and the
+    CoreLib code they call; ``names`` gives each FunctionID's method name)."""
+    if not known:
+        return False
+    top = 0
+    if callees is not None:
+        names = names or {}
+        while top < len(managed) and managed[top] != known[0] and callees.allows(names.get(managed[top])):
+            top += 1
+    return list(managed[top : top + len(known)]) == list(known)
 
 
-def _live_recovered(live: LiveWalk, known: Sequence[int | str]) -> bool:
+def _live_recovered(
+    live: LiveWalk, known: Sequence[int | str], names: Mapping[int, str], callees: KnownCallees | None
+) -> bool:
     if live.hresult != int(HResult.S_OK):
         return False
-    return recovered_leaf_first(known, [f.function_id for f in live.frames if f.function_id])
+    return recovered_leaf_first(known, [f.function_id for f in live.frames if f.function_id], names, callees)
 
 
 def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024) -> ReplayResult:
@@ -186,18 +210,23 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
                 module_offset=(f.ip - mod.start + mod.offset) if mod is not None and mod.is_file else None,
             )
         )  # fmt: skip
+    x86 = man.arch is CaptureArch.X86
+    frames = _reported_ips(frames, result)
     layout = AMD64_CONTEXT
-    if man.context is not None:
+    if x86:
+        layout = X86_CONTEXT  # the x86 CONTEXT: 716 bytes whatever the runtime
+    elif man.context is not None:
         layout = runtime_context_layout(man.context.runtime) or amd64_layout_for_size(man.context.size)
     seed: ReplaySeed | None = None
     for i, f in enumerate(result.frames):
         if f.function_id:  # DSS-19: GetFunctionFromIP != 0: the first managed frame seeds the walk
             seed = ReplaySeed(
-                frame_index=i, function_id=f.function_id, ip=f.ip, sp=f.sp, fp=f.registers.get("rbp"),
-                context_size=layout.size, native_frames_skipped=i,
+                frame_index=i, function_id=f.function_id, ip=f.ip, sp=f.sp,
+                fp=f.registers.get("ebp" if x86 else "rbp"), context_size=layout.size,
+                native_frames_skipped=i,
             )  # fmt: skip
             break
-    model = _model_walk(frames, seed, man.place, layout.size)
+    model = _model_walk(frames, seed, man.place, layout.size, Arch.X86 if x86 else Arch.AMD64)
     known = _known_ids(man.known_managed, code.names) if man.known_managed is not None else None
     managed_ids = [f.function_id for f in frames if f.function_id]
     return ReplayResult(
@@ -210,13 +239,55 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
         stop=ReplayStop(kind=result.stop, detail=result.detail),
         emulated_instructions=result.emulated_instructions,
         known_managed=tuple(known) if known is not None else None,
-        recovered=recovered_leaf_first(known, managed_ids) if known is not None else None,
+        phase=man.known_callees.phase if man.known_callees is not None else None,
+        recovered=recovered_leaf_first(known, managed_ids, code.names, man.known_callees)
+        if known is not None
+        else None,
         live_hresult=format_hresult(man.live.hresult) if man.live is not None else None,
-        live_recovered=_live_recovered(man.live, known)
+        live_recovered=_live_recovered(man.live, known, code.names, man.known_callees)
         if man.live is not None and known is not None
         else None,
         live_matches=_live_matches(man.live, model) if man.live is not None else None,
     )
+
+
+#: how far before a frame's return address the runtime's recorded P/Invoke return address may lie
+_PINVOKE_BEGIN_WINDOW = 64
+
+
+def _reported_ips(frames: list[ReplayFrame], result: UnwindResult) -> list[ReplayFrame]:
+    """The IP the runtime reports for a ReadyToRun frame that called native code (a P/Invoke or QCall).
+
+    ReadyToRun code enters native code through the JIT_PInvokeBegin helper, which records the
+    InlinedCallFrame in the calling frame's locals with the helper call's return address; the runtime's
+    walk resumes below the native run from that Frame, so it reports that address (a few bytes before the
+    return address of the native call itself). The replay reads it where the runtime does: the word in the
+    frame's own stack area that returns into the same method within 64 bytes before the return address."""
+    memory, code = result.memory, result.code
+    if memory is None:
+        return frames
+    out = list(frames)
+    for i in range(1, len(frames)):
+        f, callee = frames[i], frames[i - 1]
+        if not f.function_id or callee.function_id or f.trust is Trust.CONTEXT:
+            continue
+        rng = code.method_range(f.ip - 1)
+        if rng is None or not code.in_ready_to_run(f.ip - 1):
+            continue
+        top = frames[i + 1].sp if i + 1 < len(frames) else f.sp + 512
+        for slot in range(f.sp, top, 8):
+            try:
+                word = memory.read_u64(slot)
+            except MemoryFault:
+                break
+            if (
+                f.ip - _PINVOKE_BEGIN_WINDOW <= word < f.ip
+                and code.method_range(word - 1) == rng
+                and looks_like_return_address(memory, word)
+            ):
+                out[i] = f.model_copy(update={"reported_ip": word})
+                break
+    return out
 
 
 def _live_matches(live: LiveWalk, model: ModelWalk) -> bool | None:
@@ -227,7 +298,13 @@ def _live_matches(live: LiveWalk, model: ModelWalk) -> bool | None:
 
 
 def seed_context(seed: ReplaySeed) -> bytes:
-    """The seed as CONTEXT bytes of the runtime's size (CONTROL | INTEGER; Rip, Rsp, Rbp)."""
+    """The seed as CONTEXT bytes of the runtime's size (CONTROL | INTEGER; Rip, Rsp, Rbp). A seed of
+    716 bytes is an x86 seed (no AMD64 CONTEXT is that small): the x86 CONTEXT with Eip, Esp, Ebp."""
+    if seed.context_size == X86_CONTEXT.size:
+        x86 = {"ContextFlags": CONTEXT_I386 | CONTROL | INTEGER, "Eip": seed.ip, "Esp": seed.sp}
+        if seed.fp is not None:
+            x86["Ebp"] = seed.fp
+        return X86_CONTEXT.pack(x86)
     layout = amd64_layout_for_size(seed.context_size)
     values = {"ContextFlags": CONTEXT_AMD64 | CONTROL | INTEGER, "Rip": seed.ip, "Rsp": seed.sp}
     if seed.fp is not None:
@@ -236,7 +313,11 @@ def seed_context(seed: ReplaySeed) -> bytes:
 
 
 def _model_walk(
-    frames: Sequence[ReplayFrame], seed: ReplaySeed | None, place: str, context_size: int
+    frames: Sequence[ReplayFrame],
+    seed: ReplaySeed | None,
+    place: str,
+    context_size: int,
+    arch: Arch = Arch.AMD64,
 ) -> ModelWalk:
     thread: list[ManagedFrame | UnmanagedFrame] = []
     top_run = True
@@ -257,9 +338,15 @@ def _model_walk(
         info_flags=COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
         seed=Seed(ip=seed.ip, sp=seed.sp, in_managed_code=True) if seed is not None else None,
         context_size=context_size,
-        platform=Platform(os=Os.UNIX, context_size=context_size),
+        platform=Platform(os=Os.UNIX, arch=arch, context_size=context_size),
     )
     snap = snapshot(inp)
+    # the IP the runtime reports for a frame is the one its InlinedCallFrame recorded, where there is one
+    reported = {(f.function_id, f.ip): f.reported_ip for f in frames if f.reported_ip is not None}
+    callbacks = tuple(
+        c.model_copy(update={"ip": reported[(c.func_id, c.ip)]}) if (c.func_id, c.ip) in reported else c
+        for c in snap.callbacks
+    )
     r2r = sum(1 for f in frames if f.kind == "ready_to_run")
     notes = (
         (
@@ -269,7 +356,7 @@ def _model_walk(
         if r2r
         else ()
     )
-    return ModelWalk(hresult=format_hresult(snap.hresult), callbacks=snap.callbacks, notes=notes)
+    return ModelWalk(hresult=format_hresult(snap.hresult), callbacks=callbacks, notes=notes)
 
 
 def replay_capture(path: str | os.PathLike[str], *, allow_disk: bool = True) -> ReplayResult:

@@ -3,11 +3,16 @@
 Each step takes the registers of one frame and gives its caller's, by the first rule that applies:
 
 - the IP is in the JIT map or a ReadyToRun module's range (managed code): the frame-pointer chain
-  (caller IP = [RBP + 8], caller SP = RBP + 16, caller RBP = [RBP]). On the frame whose registers are
-  exact (the top, or the state an emulation stopped in), a function's first instruction, the instruction
-  after ``push rbp`` and a ``ret`` are recognised from the code bytes, since the chain is not set up
-  there. The caller IP must lie in executable memory of the capture (checked against the JIT map and the
-  module map), else the stack is scanned for a return address (``scan``);
+  (caller IP = [RBP + 8], caller SP = RBP + 16, caller RBP = [RBP]; on x86, with 4-byte words,
+  caller EIP = [EBP + 4], ESP = EBP + 8, EBP = [EBP]). On the frame whose registers are exact (the
+  top, or the state an emulation stopped in), a function's first instruction, the instruction after
+  ``push rbp`` and a ``ret`` (x86: also ``ret imm16``, the callee-pops return) are recognised from the
+  code bytes, since the chain is not set up there. The caller IP must lie in executable memory of the
+  capture (checked against the JIT map and the module map), else the stack is scanned for a return
+  address (``scan``, word by word). On x86 a frame found by scan gets its EBP back when the managed
+  method it returns from begins with ``push ebp`` and the walk is past that instruction: the slot under
+  the return address holds the caller's EBP (a method that keeps EBP as a scratch register after saving
+  it, as the x86 JIT's EBP-less frames do);
 - the IP is in a module file: the module's ``.eh_frame`` CFI (:mod:`emu.cfi`), embedded in the capture or
   read from the file on disk when its build-id matches the capture's;
 - the IP is in anonymous executable memory outside the JIT map (runtime stubs, the write-barrier copy: no
@@ -15,6 +20,9 @@ Each step takes the registers of one frame and gives its caller's, by the first 
   budget until it reaches code that can be unwound (a module or managed code, which is never executed:
   glibc's AVX code is not emulated), and the caller is unwound from there. Only the frame whose
   registers are exact can be emulated.
+
+x86 captures (``arch`` "x86") are unwound the same way with the i386 registers, 4-byte words, i386 CFI
+(:data:`emu.cfi.X86`) and a 32-bit CPU (:class:`~emu.machine.UnicornMachine` in ``UC_MODE_32``).
 
 The frame found first carries trust ``context``; the others carry how their registers were found
 (``cfi``, ``frame_pointer``, ``emulated``, ``scan``: breakpad's trust levels). The walk stops at a
@@ -25,12 +33,17 @@ the frame limit, or a step that cannot be made (with the reason).
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
-from emu.capture import Capture, ModuleEntry
-from emu.cfi import CfiError, CfiTable, cfi_step, load_bias, read_elf, table_for
+import capstone  # type: ignore[import-untyped]
+import capstone.x86  # type: ignore[import-untyped]
+
+from emu.capture import Capture, CaptureArch, ModuleEntry
+from emu.cfi import X64, X86, CfiArch, CfiError, CfiTable, cfi_step, load_bias, read_elf, table_for
 from emu.errors import EmulationFault, MemoryFault
 from emu.machine import UnicornMachine
 from emu.memory import CaptureMemory
@@ -49,6 +62,119 @@ _OSR_FP_SET = 8  # offset of the first instruction after ``mov rbp,rsp``
 _OSR_SEARCH_BYTES = 4096
 
 
+@dataclass(frozen=True)
+class _Isa:
+    """The register names and word size a walk of one architecture uses."""
+
+    cfi: CfiArch
+    fp: str
+    machine: Literal["x64", "x86"]
+
+    @property
+    def ip(self) -> str:
+        return self.cfi.ip
+
+    @property
+    def sp(self) -> str:
+        return self.cfi.sp
+
+    @property
+    def word(self) -> int:
+        return self.cfi.address_size
+
+    @property
+    def end(self) -> int:
+        """One past the highest address (2**64, 2**32)."""
+        return self.cfi.mask + 1
+
+
+_X64 = _Isa(cfi=X64, fp="rbp", machine="x64")
+_X86 = _Isa(cfi=X86, fp="ebp", machine="x86")
+
+
+#: how far into a method the IP may be for :meth:`_Walker._leaf_without_frame` to decode up to it
+_LEAF_SCAN_BYTES = 256
+_X86_REG_RSP = capstone.x86.X86_REG_RSP
+_X86_REG_RBP = capstone.x86.X86_REG_RBP
+
+
+@functools.cache
+def _disassembler() -> capstone.Cs:
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md.detail = True
+    return md
+
+
+#: how many first bytes of a managed method the prologue reader looks at (the probe records 32)
+_PROLOGUE_BYTES = 32
+_PUSH_REG = {0x50: "rax", 0x51: "rcx", 0x52: "rdx", 0x53: "rbx", 0x55: "rbp", 0x56: "rsi", 0x57: "rdi"}
+_PUSH_REX_REG = {0x54: "r12", 0x55: "r13", 0x56: "r14", 0x57: "r15"}
+
+
+@dataclass(frozen=True)
+class _Prologue:
+    """What an x64 managed method's prologue does before its body: pushes and ``sub rsp, imm``."""
+
+    length: int
+    #: bytes from the SP after the prologue to the return address slot
+    frame_size: int
+    #: callee-saved register -> its slot, as an offset from the SP after the prologue
+    saved: Mapping[str, int]
+    #: whether it sets up a frame pointer (``mov rbp, rsp`` or ``lea rbp, [rsp+imm]``)
+    sets_fp: bool
+
+
+def _read_prologue(code: bytes) -> _Prologue | None:
+    """Decode the pushes, ``sub rsp, imm8/imm32`` and frame-pointer set-up a JIT or crossgen prologue
+    starts with (a flat match over the encodings they use); None when the first instruction is none of
+    them (nothing to learn) or the bytes end inside one."""
+    pos, pushed, alloc = 0, [], 0
+    sets_fp = False
+    while pos < len(code):
+        b = code[pos]
+        if b in _PUSH_REG:
+            pushed.append(_PUSH_REG[b])
+            pos += 1
+        elif b == 0x41 and pos + 1 < len(code) and code[pos + 1] in _PUSH_REX_REG:
+            pushed.append(_PUSH_REX_REG[code[pos + 1]])
+            pos += 2
+        elif code[pos : pos + 3] == b"\x48\x83\xec" and pos + 3 < len(code):  # sub rsp, imm8
+            alloc += code[pos + 3]
+            pos += 4
+        elif code[pos : pos + 3] == b"\x48\x81\xec" and pos + 7 <= len(code):  # sub rsp, imm32
+            alloc += int.from_bytes(code[pos + 3 : pos + 7], "little")
+            pos += 7
+        elif code[pos : pos + 3] in (b"\x48\x8b\xec", b"\x48\x89\xe5"):  # mov rbp, rsp
+            sets_fp = True
+            break
+        elif code[pos : pos + 3] == b"\x48\x8d\xac":  # lea rbp, [rsp+disp32] (SIB 0x24)
+            sets_fp = True
+            break
+        elif code[pos : pos + 3] == b"\x48\x8d\x6c":  # lea rbp, [rsp+disp8] (SIB 0x24)
+            sets_fp = True
+            break
+        else:
+            break
+    if pos == 0 and not sets_fp:
+        return None
+    if "rbp" in pushed and not sets_fp:
+        return None  # RBP saved but the set-up not seen (an encoding not read here): let the chain decide
+    frame = alloc + 8 * len(pushed)
+    saved = {name: alloc + 8 * (len(pushed) - 1 - i) for i, name in enumerate(pushed)}
+    return _Prologue(length=pos, frame_size=frame, saved=saved, sets_fp=sets_fp)
+
+
+#: the registers a callee preserves for its caller (System V AMD64 and i386 psABI)
+_CALLEE_SAVED: dict[str, tuple[str, ...]] = {
+    "x64": ("rbx", "rbp", "r12", "r13", "r14", "r15"),
+    "x86": ("ebx", "esi", "edi", "ebp"),
+}
+
+
+def _isa(capture: Capture) -> _Isa:
+    return _X86 if capture.manifest.arch is CaptureArch.X86 else _X64
+
+
 class Trust(StrEnum):
     """How a frame's registers were found (breakpad's frame trust, plus ``emulated``)."""
 
@@ -57,6 +183,8 @@ class Trust(StrEnum):
     FRAME_POINTER = "frame_pointer"
     EMULATED = "emulated"
     SCAN = "scan"
+    #: a managed method with no frame pointer: its frame size read from its prologue (pushes, sub rsp)
+    PROLOGUE = "prologue"
 
 
 class StopKind(StrEnum):
@@ -81,7 +209,8 @@ class UnwoundFrame:
     ip: int
     sp: int
     trust: Trust
-    #: the registers known in this frame (a subset of rip, rsp, rbp, rbx, r12..r15 below the top)
+    #: the registers known in this frame (a subset of rip, rsp, rbp, rbx, r12..r15 below the top; on x86
+    #: of eip, esp, ebp, ebx, esi, edi)
     registers: Mapping[str, int]
     function_id: int | None = None
     module: ModuleEntry | None = None
@@ -98,6 +227,8 @@ class UnwindResult:
     code: CodeMap
     #: instructions emulated in all (deterministic: a count, not a time)
     emulated_instructions: int = 0
+    #: the capture's memory as the walk read it
+    memory: CaptureMemory | None = None
 
 
 class _Stop(Exception):
@@ -117,9 +248,11 @@ class CodeMap:
 
     def __post_init__(self) -> None:
         man = self.capture.manifest
+        self.cfi_arch = _isa(self.capture).cfi
         self.modules = sorted(man.modules, key=lambda m: m.start)
         self._mod_starts = [m.start for m in self.modules]
         spans = sorted((r.start, r.end, m.function_id) for m in man.jit.methods for r in m.ranges)
+        self.tiers = {r.start: r.tier for m in man.jit.methods for r in m.ranges}
         self._jit_starts = [s for s, _, _ in spans]
         self._jit = spans
         self.names = {m.function_id: m.name for m in man.jit.methods if m.name}
@@ -187,8 +320,9 @@ class CodeMap:
                     )
                 hdr = self.capture.blob(emb.eh_frame_hdr) if emb.eh_frame_hdr else None
                 table = table_for(
-                    self.capture.blob(emb.eh_frame), emb.eh_frame_vaddr, hdr, emb.eh_frame_hdr_vaddr
-                )
+                    self.capture.blob(emb.eh_frame), emb.eh_frame_vaddr, hdr, emb.eh_frame_hdr_vaddr,
+                    arch=self.cfi_arch,
+                )  # fmt: skip
                 return table, emb.load_bias
         if not self.allow_disk:
             raise CfiError(f"{path}: no CFI embedded in the capture (disk files not allowed)")
@@ -203,11 +337,15 @@ class CodeMap:
         bias = load_bias(elf.loads, first.start, first.offset)
         if bias is None:
             raise CfiError(f"{path}: no load segment maps file offset {first.offset:#x}")
-        return table_for(elf.eh_frame, elf.eh_frame_vaddr, elf.eh_frame_hdr, elf.eh_frame_hdr_vaddr), bias
+        table = table_for(
+            elf.eh_frame, elf.eh_frame_vaddr, elf.eh_frame_hdr, elf.eh_frame_hdr_vaddr, arch=self.cfi_arch
+        )
+        return table, bias
 
 
-def _looks_like_return_address(memory: CaptureMemory, ip: int) -> bool:
-    """A call instruction ends right before ``ip`` (e8 rel32, ff /2 with a register or memory operand)."""
+def looks_like_return_address(memory: CaptureMemory, ip: int) -> bool:
+    """A call instruction ends right before ``ip`` (e8 rel32, ff /2 with a register or memory operand;
+    the same encodings on x86, where they have no REX prefix)."""
     try:
         before = memory.read(ip - 7, 7)
     except MemoryFault:
@@ -230,9 +368,18 @@ class _Walker:
         self.memory = memory
         self.machine = machine
         self.emulated = 0
+        self.isa = _isa(capture)
+
+    def word(self, address: int) -> int:
+        """The little-endian word (8 bytes on x64, 4 on x86) at ``address``; MemoryFault if not captured."""
+        if address + self.isa.word > self.isa.end:
+            raise MemoryFault(address, self.isa.word, f"read past the {8 * self.isa.word}-bit address space")
+        if self.isa.word == 8:
+            return self.memory.read_u64(address)
+        return int.from_bytes(self.memory.read(address, 4), "little")
 
     def caller(self, regs: Mapping[str, int], exact: bool, index: int) -> tuple[dict[str, int], Trust]:
-        ip = regs["rip"]
+        ip = regs[self.isa.ip]
         lookup = ip if exact else ip - 1
         if self.code.function_from_ip(lookup) or self.code.in_ready_to_run(lookup):
             return self.managed(regs, exact, lookup)
@@ -252,8 +399,27 @@ class _Walker:
                 StopKind.NO_UNWIND_INFO,
                 f"frame {index}: return address {ip:#x} is in anonymous code with no unwind information",
             )
-        state = self.emulate(regs, index)
-        caller, _trust = self.caller(state, True, index)
+        try:
+            state, returned = self.emulate(regs, index)
+        except _Stop as stop:
+            if stop.kind is not StopKind.MEMORY:
+                raise
+            # The stub reads data no capture holds (the write barrier's card table, a dispatch stub's
+            # cache, a precode's data page): its caller is found by scanning from SP instead, and the
+            # frame says so (trust "scan").
+            try:
+                caller, trust = self.scan(regs, stop.detail)
+            except _Stop:
+                raise stop from None
+            # The ABI's callee-saved registers still hold the caller's values unless the stub changed
+            # them, which a stub that never ran cannot show: carry them over (the frame's trust says scan).
+            for name in _CALLEE_SAVED[self.isa.machine]:
+                if name in regs:
+                    caller.setdefault(name, regs[name])
+            return caller, trust
+        if returned:  # the code returned: the state is its caller's frame
+            return state, Trust.EMULATED
+        caller, _trust = self.caller(state, True, index)  # it tail-called: the state is a callee's entry
         return caller, Trust.EMULATED
 
     def cfi(self, regs: Mapping[str, int], module: ModuleEntry, pc: int, index: int) -> dict[str, int]:
@@ -265,54 +431,119 @@ class _Walker:
             row = table.row_for((pc - bias) & (2**64 - 1))
             if row is None:
                 raise _Stop(
-                    StopKind.NO_UNWIND_INFO, f"frame {index}: no FDE covers {regs['rip']:#x} in {module.path}"
+                    StopKind.NO_UNWIND_INFO,
+                    f"frame {index}: no FDE covers {regs[self.isa.ip]:#x} in {module.path}",
                 )
-            out = cfi_step(row, regs, self.memory)
+            out = cfi_step(row, regs, self.memory, self.isa.cfi)
         except CfiError as exc:
             raise _Stop(StopKind.CFI_ERROR, f"frame {index}: {exc}") from None
         ra_rule = row.rules.get(row.ra_register)
-        if out.get("rip") == 0 and ra_rule is not None and ra_rule.type == "UNDEFINED":
+        if out.get(self.isa.ip) == 0 and ra_rule is not None and ra_rule.type == "UNDEFINED":
             raise _Stop(StopKind.END_OF_STACK, f"frame {index}: CFI marks the return address undefined")
         return out
 
     def managed(self, regs: Mapping[str, int], exact: bool, pc: int) -> tuple[dict[str, int], Trust]:
-        sp = regs["rsp"]
+        isa = self.isa
+        w = isa.word
+        sp = regs[isa.sp]
         rng = self.code.method_range(pc)  # None in ReadyToRun code the JIT map has no method for
         start = rng[0] if rng is not None else None
+        fp_name = isa.fp.upper()
         try:
             if exact:
-                ip = regs["rip"]
+                ip = regs[isa.ip]
                 first = self._byte(start) if start is not None else None
                 osr = start is not None and self._is_osr(start)
-                if (ip == start and not osr) or self._byte(ip) == 0xC3:
+                # x86 managed code also returns with ``ret imm16`` (callee pops; the CFA is the same)
+                rets = (0xC3,) if isa.machine == "x64" else (0xC3, 0xC2)
+                if (ip == start and not osr) or self._byte(ip) in rets:
                     return self._ret_at(regs, sp, keep_fp=True), Trust.FRAME_POINTER
                 if start is not None and first == 0x55 and ip == start + 1:
-                    out = self._ret_at(regs, sp + 8, keep_fp=False)
-                    out["rbp"] = self.memory.read_u64(sp)
+                    out = self._ret_at(regs, sp + w, keep_fp=False)
+                    out[isa.fp] = self.word(sp)
                     return out, Trust.FRAME_POINTER
-            rbp = regs.get("rbp")
+            frameless = self._frameless(start, regs[isa.ip], exact) if start is not None else None
+            if frameless is not None:
+                caller = self._frameless_caller(regs, frameless)
+                ret = caller[isa.ip]
+                # the prologue's frame size must lead to a return address (a call ends right before it);
+                # otherwise the frame-pointer chain and the scan below decide
+                if self.code.executable(ret) and looks_like_return_address(self.memory, ret):
+                    return caller, Trust.PROLOGUE
+            rbp = regs.get(isa.fp)
             if rbp is None:
-                raise _Stop(StopKind.FRAME_POINTER, f"managed frame at {regs['rip']:#x}: RBP is unknown")
+                raise _Stop(
+                    StopKind.FRAME_POINTER, f"managed frame at {regs[isa.ip]:#x}: {fp_name} is unknown"
+                )
             if start is not None and self._is_osr(start):
                 rbp = self._osr_tier0_rbp(regs, rbp, start, exact)
-            if rbp < sp or rbp > 2**64 - 24:
+            if rbp < sp or rbp > isa.end - 3 * w:
                 raise _Stop(
                     StopKind.SP_NOT_INCREASING,
-                    f"managed frame at {regs['rip']:#x}: the frame-pointer chain goes down or cycles "
-                    f"(RBP {rbp:#x}, SP {sp:#x})",
+                    f"managed frame at {regs[isa.ip]:#x}: the frame-pointer chain goes down or cycles "
+                    f"({fp_name} {rbp:#x}, SP {sp:#x})",
                 )
             caller = {
-                "rip": self.memory.read_u64(rbp + 8),
-                "rsp": rbp + 16,
-                "rbp": self.memory.read_u64(rbp),
+                isa.ip: self.word(rbp + w),
+                isa.sp: rbp + 2 * w,
+                isa.fp: self.word(rbp),
             }
         except MemoryFault as exc:
             return self.scan(regs, f"frame-pointer chain reads outside the capture ({exc.address:#x})")
-        if not self.code.executable(caller["rip"]):
-            return self.scan(regs, f"frame-pointer chain gives IP {caller['rip']:#x}, not executable code")
+        if not self.code.executable(caller[isa.ip]):
+            return self.scan(regs, f"frame-pointer chain gives IP {caller[isa.ip]:#x}, not executable code")
         return caller, Trust.FRAME_POINTER
 
+    def _frameless(self, start: int, ip: int, exact: bool) -> _Prologue | None:
+        """The prologue of a managed method that sets no frame pointer (x64), when the frame is past it;
+        None when the method sets one up, its first bytes are not in the capture, or the IP is still in
+        the prologue. ReadyToRun code and optimised JIT code omit the frame pointer where they can."""
+        if self.isa.machine != "x64":
+            return None
+        try:
+            head = self.memory.read(start, _PROLOGUE_BYTES)
+        except MemoryFault:
+            return None
+        prologue = _read_prologue(head)
+        if prologue is None and exact and not self._is_osr(start):
+            return self._leaf_without_frame(start, ip)
+        if prologue is None or prologue.sets_fp or start + prologue.length > ip - (0 if exact else 1):
+            return None
+        return prologue
+
+    def _leaf_without_frame(self, start: int, ip: int) -> _Prologue | None:
+        """The interrupted method when nothing from its first instruction up to the IP writes RSP or RBP
+        (a leaf with no frame, as optimised code often is): its return address is on top of the stack.
+        None when those bytes are not all in the capture or any of them touches the stack pointer."""
+        if not 0 < ip - start <= _LEAF_SCAN_BYTES:
+            return None
+        try:
+            code = self.memory.read(start, ip - start)
+        except MemoryFault:
+            return None
+        end = start
+        for insn in _disassembler().disasm(code, start):
+            _read, written = insn.regs_access()
+            if _X86_REG_RSP in written or _X86_REG_RBP in written:
+                return None
+            end = insn.address + insn.size
+        if end != ip:
+            return None  # the bytes do not decode to instructions ending at the IP
+        return _Prologue(length=0, frame_size=0, saved={}, sets_fp=False)
+
+    def _frameless_caller(self, regs: Mapping[str, int], prologue: _Prologue) -> dict[str, int]:
+        sp = regs["rsp"]
+        out = {"rip": self.word(sp + prologue.frame_size), "rsp": sp + prologue.frame_size + 8}
+        for name in _CALLEE_SAVED["x64"]:
+            if name in prologue.saved:
+                out[name] = self.word(sp + prologue.saved[name])
+            elif name in regs:
+                out[name] = regs[name]  # the method left it alone: it still holds the caller's value
+        return out
+
     def _is_osr(self, start: int) -> bool:
+        if self.isa.machine != "x64":  # the OSR prologue below is x64 code
+            return False
         try:
             return self.memory.read(start, len(_OSR_PROLOGUE)) == _OSR_PROLOGUE
         except MemoryFault:
@@ -335,7 +566,7 @@ class _Walker:
                 ret = self.memory.read_u64(slot + 8)
             except MemoryFault:
                 break
-            if self.code.executable(ret) and _looks_like_return_address(self.memory, ret):
+            if self.code.executable(ret) and looks_like_return_address(self.memory, ret):
                 return slot
         raise _Stop(
             StopKind.FRAME_POINTER,
@@ -349,27 +580,49 @@ class _Walker:
             return None
 
     def _ret_at(self, regs: Mapping[str, int], slot: int, *, keep_fp: bool) -> dict[str, int]:
-        out = {"rip": self.memory.read_u64(slot), "rsp": slot + 8}
-        if keep_fp and "rbp" in regs:
-            out["rbp"] = regs["rbp"]
+        isa = self.isa
+        out = {isa.ip: self.word(slot), isa.sp: slot + isa.word}
+        if keep_fp and isa.fp in regs:
+            out[isa.fp] = regs[isa.fp]
         return out
 
     def scan(self, regs: Mapping[str, int], why: str) -> tuple[dict[str, int], Trust]:
-        sp = regs["rsp"]
-        for slot in range(sp, sp + _SCAN_BYTES, 8):
+        isa = self.isa
+        sp = regs[isa.sp]
+        for slot in range(sp, sp + _SCAN_BYTES, isa.word):
             try:
-                value = self.memory.read_u64(slot)
+                value = self.word(slot)
             except MemoryFault:
                 break
-            if self.code.executable(value) and _looks_like_return_address(self.memory, value):
-                return {"rip": value, "rsp": slot + 8}, Trust.SCAN
+            if self.code.executable(value) and looks_like_return_address(self.memory, value):
+                out = {isa.ip: value, isa.sp: slot + isa.word}
+                if isa.machine == "x86":
+                    saved = self._saved_fp_under(regs, slot)
+                    if saved is not None:
+                        out[isa.fp] = saved
+                return out, Trust.SCAN
         raise _Stop(
             StopKind.FRAME_POINTER,
-            f"managed frame at {regs['rip']:#x}: {why}; no return address found by scan",
+            f"managed frame at {regs[isa.ip]:#x}: {why}; no return address found by scan",
         )
 
-    def emulate(self, regs: Mapping[str, int], index: int) -> dict[str, int]:
-        start_sp = regs["rsp"]
+    def _saved_fp_under(self, regs: Mapping[str, int], slot: int) -> int | None:
+        """x86: the caller's EBP a managed method saved with its first instruction ``push ebp``, in the
+        slot right under its return address at ``slot`` (None when the method does not begin so, or the
+        walk is not past that instruction)."""
+        ip = regs[self.isa.ip]
+        rng = self.code.method_range(ip)
+        if rng is None or self._byte(rng[0]) != 0x55 or ip <= rng[0]:
+            return None
+        try:
+            return self.word(slot - self.isa.word)
+        except MemoryFault:
+            return None
+
+    def emulate(self, regs: Mapping[str, int], index: int) -> tuple[dict[str, int], bool]:
+        """The registers where code with no unwind information reaches code that can be unwound, and
+        whether it got there by returning (``ret``, ``ret imm16``, ``rep ret``) rather than by a jump."""
+        start_sp = regs[self.isa.sp]
         code = self.code
 
         def should_stop(address: int) -> str | None:
@@ -390,12 +643,19 @@ class _Walker:
             kind = {"budget": StopKind.BUDGET, "memory": StopKind.MEMORY}.get(exc.kind, StopKind.EMULATION)
             raise _Stop(kind, f"frame {index}: emulating code with no unwind information: {exc}") from None
         self.emulated += run.instructions
-        if run.registers["rsp"] < start_sp:
+        if run.registers[self.isa.sp] < start_sp:
             raise _Stop(
                 StopKind.NO_UNWIND_INFO,
                 f"frame {index}: the code with no unwind information calls out at {run.stopped_at:#x}",
             )
-        return run.registers
+        returned = False
+        if run.last_instruction is not None:
+            try:
+                op = self.memory.read(run.last_instruction, 2)
+            except MemoryFault:
+                op = self.memory.read(run.last_instruction, 1)  # it was executed: its first byte exists
+            returned = op[0] in (0xC3, 0xC2) or op == b"\xf3\xc3"
+        return run.registers, returned
 
 
 def unwind(
@@ -421,15 +681,18 @@ def unwind(
         if memory is None:
             writable = [(m.start, m.end) for m in capture.manifest.modules if "w" in m.perms]
             memory = CaptureMemory(capture.memory_ranges(), writable)
-        machine = UnicornMachine(memory, max_instructions=max_instructions, max_seconds=max_seconds)
+        machine = UnicornMachine(
+            memory, max_instructions=max_instructions, max_seconds=max_seconds, arch=_isa(capture).machine
+        )
         capture.cache[key] = (code, memory, machine)
     walker = _Walker(capture, code, memory, machine)
+    isa = walker.isa
     regs: dict[str, int] = capture.manifest.registers.general()
     trust = Trust.CONTEXT
     frames: list[UnwoundFrame] = []
     stop, detail = StopKind.FRAME_LIMIT, f"{max_frames} frames"
     while True:
-        ip, sp = regs["rip"], regs["rsp"]
+        ip, sp = regs[isa.ip], regs[isa.sp]
         if ip == 0:
             stop, detail = StopKind.IP_ZERO, f"frame {len(frames)}: IP is 0"
             break
@@ -448,11 +711,16 @@ def unwind(
         except _Stop as s:
             stop, detail = s.kind, s.detail
             break
-        if caller["rip"] != 0 and caller["rsp"] <= sp:
+        if caller[isa.ip] != 0 and caller[isa.sp] <= sp:
             stop = StopKind.SP_NOT_INCREASING
-            detail = f"frame {len(frames)}: SP {caller['rsp']:#x} is not above the callee's {sp:#x}"
+            detail = f"frame {len(frames)}: SP {caller[isa.sp]:#x} is not above the callee's {sp:#x}"
             break
         regs = caller
     return UnwindResult(
-        frames=tuple(frames), stop=stop, detail=detail, code=code, emulated_instructions=walker.emulated
+        frames=tuple(frames),
+        stop=stop,
+        detail=detail,
+        code=code,
+        emulated_instructions=walker.emulated,
+        memory=memory,
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,7 @@ from emu.capture import (
     CodeRange,
     JitMap,
     JitMethod,
+    KnownCallees,
     KnownFrame,
     LiveFrame,
     LiveWalk,
@@ -174,19 +176,43 @@ def _merge_code(windows: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]
     return [(s, bytes(d)) for s, d in merged]
 
 
-def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int]]:
+@dataclass(frozen=True)
+class _Prologues:
+    """The first bytes of every JIT map code range (the probe reads them when it writes the map), by start:
+    a capture carries those of the methods its code windows fall in, so the unwinder can tell an OSR
+    method's prologue from a plain one."""
+
+    starts: tuple[int, ...] = ()
+    ends: tuple[int, ...] = ()
+    heads: tuple[bytes, ...] = ()
+
+    def for_windows(self, windows: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        out: dict[int, bytes] = {}
+        for address, data in windows:
+            for probe in (address, address + max(len(data) - 1, 0)):
+                k = bisect.bisect_right(self.starts, probe) - 1
+                if k >= 0 and probe < self.ends[k] and self.heads[k]:
+                    out[self.starts[k]] = self.heads[k]
+        return sorted(out.items())
+
+
+def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
     calls = trace.calls(JIT_MAP_CALL)
     if not calls:
-        return JitMap(), {}
+        return JitMap(), {}, _Prologues()
     record = calls[-1]
     methods_raw = record.out.get("methods")
     if not isinstance(methods_raw, list):
         raise HarnessError(_where(trace, f"seq {record.seq}: out.methods is not a list"))
     by_fid: dict[int, tuple[str | None, list[tuple[int, int]]]] = {}
+    precompiled: set[int] = set()
+    heads: dict[int, tuple[int, bytes]] = {}
     for i, m in enumerate(methods_raw):
         m = _obj(trace, record, f"out.methods[{i}]", m)
         fid = _int(trace, record, f"out.methods[{i}].functionId", m.get("functionId"))
         name = m.get("name") if isinstance(m.get("name"), str) and m.get("name") else None
+        if m.get("tier") == "r2r":
+            precompiled.add(fid)  # ReadyToRun code (JITCachedFunctionSearchFinished), not JIT-compiled
         slot = by_fid.setdefault(fid, (name, []))
         versions = m.get("versions")
         if not isinstance(versions, list):
@@ -197,6 +223,10 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int]]:
                 r = _obj(trace, record, f"out.methods[{i}].versions[{j}].ranges[{k}]", r)
                 start = _int(trace, record, "range start", r.get("start"))
                 size = _int(trace, record, "range size", r.get("size"))
+                if "prologue" in r:
+                    head = _bytes(trace, record, f"out.methods[{i}].versions[{j}].ranges[{k}].prologue",
+                                  r["prologue"])  # fmt: skip
+                    heads[start] = (start + size, head[:size])
                 if size > 0 and (start, size) not in slot[1]:
                     slot[1].append((start, size))
     methods: list[JitMethod] = []
@@ -206,9 +236,10 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int]]:
             continue
         tiered = len(spans) > 1
         ranges = tuple(
-            CodeRange(start=s, end=s + n, tier=f"version{i}" if tiered else "jit")
+            CodeRange(start=s, end=s + n,
+                      tier="r2r" if fid in precompiled else f"version{i}" if tiered else "jit")
             for i, (s, n) in enumerate(sorted(spans))
-        )
+        )  # fmt: skip
         methods.append(JitMethod(function_id=fid, name=name[:1024] if name else None, ranges=ranges))
         if name:
             names.setdefault(name, []).append(fid)
@@ -217,10 +248,43 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int]]:
     except ValueError as exc:
         raise HarnessError(_where(trace, f"seq {record.seq}: JIT map: {_first(exc)}")) from None
     unique = {n: fids[0] for n, fids in names.items() if len(fids) == 1}
-    return jit, unique
+    order = sorted(heads)
+    prologues = _Prologues(
+        starts=tuple(order), ends=tuple(heads[a][0] for a in order), heads=tuple(heads[a][1] for a in order)
+    )
+    return jit, unique, prologues
 
 
-def _known_frames(trace: Trace, target: str, fid_by_name: Mapping[str, int]) -> tuple[KnownFrame, ...] | None:
+@dataclass(frozen=True)
+class _Phase:
+    """One phase the scenario cycles through (its ``capture.stack`` payload's ``phases``)."""
+
+    place: str
+    callees: tuple[str, ...]
+    prefixes: tuple[str, ...]
+
+
+def _phases(trace: Trace, seq: int, raw: object) -> dict[int, _Phase]:
+    if raw is None:
+        return {}
+    where = f"seq {seq}: mark {KNOWN_STACK_MARK} payload.phases"
+    if not isinstance(raw, list):
+        raise HarnessError(_where(trace, f"{where} is not a list"))
+    out: dict[int, _Phase] = {}
+    for i, p in enumerate(raw):
+        if not (isinstance(p, dict) and isinstance(p.get("phase"), int) and isinstance(p.get("place"), str)):
+            raise HarnessError(_where(trace, f"{where}[{i}] needs an integer phase and a string place"))
+        callees, prefixes = p.get("callees", []), p.get("calleePrefixes", [])
+        if not all(isinstance(c, str) and c for c in [*callees, *prefixes]):
+            raise HarnessError(_where(trace, f"{where}[{i}]: callees and calleePrefixes are lists of names"))
+        out[p["phase"]] = _Phase(place=p["place"], callees=tuple(callees), prefixes=tuple(prefixes))
+    return out
+
+
+def _known_frames(
+    trace: Trace, target: str, fid_by_name: Mapping[str, int]
+) -> tuple[tuple[KnownFrame, ...] | None, dict[int, _Phase]]:
+    """The scenario's known frames of ``target`` (leaf first) and the phases it declares."""
     for mark in reversed(trace.marks(KNOWN_STACK_MARK)):
         if mark.payload is None:
             continue
@@ -251,8 +315,8 @@ def _known_frames(trace: Trace, target: str, fid_by_name: Mapping[str, int]) -> 
                 break
             name = f"{f.get('type') or '?'}::{f['method']}"
             frames.append(KnownFrame(function_id=fid_by_name.get(name), name=name[:1024]))
-        return tuple(frames)
-    return None
+        return tuple(frames), _phases(trace, mark.seq, payload.get("phases"))
+    return None, {}
 
 
 def _registers(
@@ -290,14 +354,14 @@ def captures_from_trace(
             modules = tuple(parse_maps(maps_calls[-1].out["maps"]))
         except (ValueError, EmuError) as exc:
             raise HarnessError(_where(trace, f"seq {maps_calls[-1].seq}: /proc/self/maps: {exc}")) from None
-    jit, fid_by_name = _jit_map(trace)
+    jit, fid_by_name, prologues = _jit_map(trace)
     fs_by_tid: dict[int, int] = {}
     for reg in trace.calls(REGISTER_CALL):
         if isinstance(reg.out.get("osTid"), int) and isinstance(reg.out.get("fsBase"), int):
             fs_by_tid[reg.out["osTid"]] = reg.out["fsBase"]
     specs: list[CaptureSpec] = []
     skipped: list[str] = []
-    known_cache: dict[str, tuple[KnownFrame, ...] | None] = {}
+    known_cache: dict[str, tuple[tuple[KnownFrame, ...] | None, dict[int, _Phase]]] = {}
     for record in trace.calls(SAMPLE_CALL):
         sample = _int(trace, record, "args.sample", record.args.get("sample"))
         out = record.out
@@ -338,7 +402,14 @@ def captures_from_trace(
                 (_int(trace, record, f"out.candidateCode[{i}].address", c.get("address")),
                  _bytes(trace, record, f"out.candidateCode[{i}].bytes", c.get("bytes")))
             )  # fmt: skip
-        stack_lo, stack_hi = sp, captured_end
+        red = stack.get("redZone")
+        red_zone = _bytes(trace, record, "out.stack.redZone", red) if red is not None else b""
+        if red_zone and len(red_zone) <= sp:
+            # the 128 bytes below SP a leaf function may use (System V red zone), copied at the instant
+            payloads.append(SegmentPayload(name="red-zone", kind="memory", role="stack", data=red_zone,
+                                           address=sp - len(red_zone)))  # fmt: skip
+        windows.extend(prologues.for_windows(windows))  # read after the instant, as candidate code is
+        stack_lo, stack_hi = sp - len(red_zone), captured_end
         for n, (addr, data) in enumerate(_merge_code(windows)):
             if addr < stack_hi and stack_lo < addr + len(data):
                 continue  # stack words pointing into the stack itself: the stack segment holds those bytes
@@ -370,10 +441,25 @@ def captures_from_trace(
             known_cache[target_name] = _known_frames(trace, target_name, fid_by_name)
         where_raw = out.get("where")
         where: Mapping[str, Any] = where_raw if isinstance(where_raw, dict) else {}
+        known, phases = known_cache[target_name]
+        place = place_of(where)
+        callees: KnownCallees | None = None
+        phase_no = out.get("phase")
+        if isinstance(phase_no, int) and not isinstance(phase_no, bool) and phases:
+            phase = phases.get(phase_no)
+            if phase is None:
+                raise HarnessError(
+                    _where(trace, f"seq {record.seq}: phase {phase_no} is not one the scenario declares")
+                )
+            callees = KnownCallees(phase=phase.place[:64], names=phase.callees, prefixes=phase.prefixes)
+            # the scenario's account of what the thread was doing names the helper kind, unless the IP is
+            # managed code (then the place is managed, whatever the phase)
+            if place != "managed" and phase.place.startswith("helper:"):
+                place = _PLACE_PART.sub("-", phase.place.lower()).strip("-").replace("helper-", "helper:", 1)
         # The manifest's cross-checks need its segment table, which the writer fills in: build it unchecked
         # here; write_capture validates the whole (and names the field) before anything is written.
         manifest = CaptureManifest.model_construct(
-            place=place_of(where),
+            place=place,
             scenario=scenario,
             pid=header.pid if header else None,
             tid=os_tid,
@@ -383,7 +469,8 @@ def captures_from_trace(
             modules=modules,
             jit=jit,
             live=live,
-            known_managed=known_cache[target_name],
+            known_managed=known,
+            known_callees=callees,
         )
         specs.append(CaptureSpec(sample=sample, manifest=manifest, payloads=tuple(payloads)))
     return specs, skipped

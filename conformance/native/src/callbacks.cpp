@@ -3,6 +3,7 @@
 #include <cstddef>
 
 #include "profharness/metadata.h"
+#include "experiments.h"
 #include "profiler.h"
 #include "state.h"
 
@@ -36,6 +37,18 @@ HRESULT Probe::ExceptionThrown(ObjectID thrownObjectId) {
         ev.arg("thrownObjectId", thrownObjectId);
         ev.args().set("className", class_name_of(thrownObjectId));
     }
+    return ev.finish();
+}
+
+// Besides the generic record: the capture side's JIT map keeps the FunctionIDs of ReadyToRun code.
+HRESULT Probe::JITCachedFunctionSearchFinished(FunctionID functionId, COR_PRF_JIT_CACHE result) {
+    CallbackEvent ev(static_cast<int>(Cb::JITCachedFunctionSearchFinished));
+    if (ev.recording()) {
+        ev.arg("functionId", functionId);
+        ev.arg("result", result);
+    }
+    constexpr COR_PRF_JIT_CACHE kCachedFunctionFound = 0;  // COR_PRF_CACHED_FUNCTION_FOUND (corprof.idl)
+    if (result == kCachedFunctionFound) capture_note_cached_function(functionId);
     return ev.finish();
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "state.h"
@@ -41,6 +42,12 @@ extern const ExperimentTable kBufferExperiments;  // experiments_buffers.cpp: ca
 extern const ExperimentTable kGcExperiments;      // experiments_gc.cpp: MovedReferences2 checks
 extern const ExperimentTable kHookExperiments;    // experiments_hooks.cpp: FunctionEnter2 hooks
 extern const ExperimentTable kCaptureExperiments; // experiments_capture.cpp: sampling captures (emu)
+
+// The capture side's JIT map notes every FunctionID whose ReadyToRun code the runtime chose
+// (JITCachedFunctionSearchFinished, COR_PRF_CACHED_FUNCTION_FOUND); experiments_capture.cpp.
+void capture_note_cached_function(FunctionID fid);
+// The scenario's phase cell the sampling handler reads (profharness_capture_phase_cell).
+void capture_set_phase_cell(const volatile std::int32_t* cell);
 
 // nullptr when no table has such a name.
 const ExperimentEntry* find_experiment(const std::string& name);

@@ -69,6 +69,8 @@ namespace {
 
 constexpr std::size_t kStackCaptureBytes = 64 * 1024;  // emu.capture.STACK_CAPTURE_BYTES
 constexpr std::size_t kCodeWindow = 256;               // bytes around the IP (half before, half from it)
+constexpr std::size_t kRedZone = 128;                  // System V AMD64: leaf code may use 128 bytes below SP
+constexpr std::size_t kPrologueBytes = 32;             // first bytes of each JIT-compiled code range
 constexpr int kSampleSignal = SIGPROF;
 
 long os_tid() { return static_cast<long>(::syscall(SYS_gettid)); }
@@ -214,13 +216,19 @@ struct SampleBuffer {
     std::uint64_t codeAddr = 0;
     std::size_t codeLen = 0;
     HRESULT hr = S_OK;
+    std::int64_t phase = -1;  // the scenario's phase cell at the instant; -1 without one
     std::uint64_t tEnter = 0, tCopied = 0, tWalked = 0;
     alignas(64) BYTE seed[kContextBufferSize];
     alignas(64) unsigned char stack[kStackCaptureBytes];
+    unsigned char redZone[kRedZone];
+    std::size_t redZoneCopied = 0;
     unsigned char code[kCodeWindow];
 };
 
 SampleBuffer g_sample;
+// The scenario's phase cell (profharness_capture_phase_cell): an int32 it writes before each phase; the
+// handler reads it at the instant (a plain load: async-signal-safe).
+std::atomic<const volatile std::int32_t*> g_phase_cell{nullptr};
 struct sigaction g_previous;
 std::once_flag g_install_once;
 bool g_installed = false;
@@ -289,6 +297,9 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
         std::memcpy(b.stack, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.sp)), end - b.sp);
         b.stackCopied = end - b.sp;
     }
+    // The red zone below SP (a leaf function's CFI may say a register is saved there).
+    b.redZoneCopied = b.stackInRange && b.sp >= b.stackLow + kRedZone
+                          ? read_own(b.sp - kRedZone, b.redZone, kRedZone) : 0;
     // Code around the IP: the IP's own bytes first (from the IP up), then the half before it if readable.
     const std::uint64_t ip = b.gregs[REG_RIP];
     const std::size_t half = kCodeWindow / 2;
@@ -302,6 +313,8 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
         b.codeAddr = ip;
         b.codeLen = after;
     }
+    const volatile std::int32_t* cell = g_phase_cell.load(std::memory_order_acquire);
+    b.phase = cell ? static_cast<std::int64_t>(*cell) : -1;
     b.tCopied = now_ns();
     fill_seed(g);
     Walk* w = b.walk.load(std::memory_order_acquire);
@@ -368,6 +381,12 @@ const Mapping* mapping_of(const std::vector<Mapping>& maps, std::uint64_t a) {
 // ---------------------------------------------------------------------------------------------------
 // The JIT code map
 
+// FunctionIDs whose ReadyToRun code the runtime chose (JITCachedFunctionSearchFinished with
+// COR_PRF_CACHED_FUNCTION_FOUND, under COR_PRF_MONITOR_CACHE_SEARCHES): EnumJITedFunctions2 lists only
+// JIT-compiled code, so without these the map has no FunctionID for CoreLib's precompiled frames.
+std::mutex g_cached_mutex;
+std::vector<FunctionID> g_cached_functions;
+
 std::string function_name(FunctionID fid) {
     ProbeState& s = state();
     ComHolder<IMetaDataImport> md;
@@ -377,6 +396,19 @@ std::string function_name(FunctionID fid) {
     if (failed(m.hr)) return "";
     const TypeDefProps t = type_def_props(md.get(), m.owner);
     return (failed(t.hr) ? std::string("?") : t.name) + "::" + m.name;
+}
+
+// One code range, with its first bytes: the unwinder recognises a method's prologue (an OSR method's
+// differs) from them, and no return address may point near the start of a method.
+Json range_json(const COR_PRF_CODE_INFO& info) {
+    Json r = Json::object();
+    r.set("start", Json(static_cast<std::uint64_t>(info.startAddress)));
+    r.set("size", Json(static_cast<std::uint64_t>(info.size)));
+    unsigned char head[kPrologueBytes];
+    const std::size_t n = std::min<std::size_t>(kPrologueBytes, info.size);
+    const std::size_t got = read_own(info.startAddress, head, n);
+    if (got) r.set("prologue", base64(head, got));
+    return r;
 }
 
 Json code_ranges(FunctionID fid, ReJITID rejit, HRESULT& hr_out) {
@@ -394,12 +426,7 @@ Json code_ranges(FunctionID fid, ReJITID rejit, HRESULT& hr_out) {
                 HRESULT hr = info9->GetCodeInfo4(starts[i], 16, &m, infos);
                 if (failed(hr)) continue;
                 Json ranges = Json::array();
-                for (ULONG32 k = 0; k < m && k < 16; ++k) {
-                    Json r = Json::object();
-                    r.set("start", Json(static_cast<std::uint64_t>(infos[k].startAddress)));
-                    r.set("size", Json(static_cast<std::uint64_t>(infos[k].size)));
-                    ranges.push(r);
-                }
+                for (ULONG32 k = 0; k < m && k < 16; ++k) ranges.push(range_json(infos[k]));
                 Json v = Json::object();
                 v.set("start", Json(static_cast<std::uint64_t>(starts[i]))).set("ranges", ranges);
                 versions.push(v);
@@ -413,12 +440,7 @@ Json code_ranges(FunctionID fid, ReJITID rejit, HRESULT& hr_out) {
     hr_out = info2 ? info2->GetCodeInfo2(fid, 16, &m, infos) : E_NOINTERFACE;
     if (!failed(hr_out) && m) {
         Json ranges = Json::array();
-        for (ULONG32 k = 0; k < m && k < 16; ++k) {
-            Json r = Json::object();
-            r.set("start", Json(static_cast<std::uint64_t>(infos[k].startAddress)));
-            r.set("size", Json(static_cast<std::uint64_t>(infos[k].size)));
-            ranges.push(r);
-        }
+        for (ULONG32 k = 0; k < m && k < 16; ++k) ranges.push(range_json(infos[k]));
         Json v = Json::object();
         v.set("start", Json(static_cast<std::uint64_t>(infos[0].startAddress))).set("ranges", ranges);
         versions.push(v);
@@ -432,6 +454,7 @@ void record_jit_map(const char* exp) {
     Json methods = Json::array();
     HRESULT hr = E_NOINTERFACE;
     std::size_t failures = 0;
+    std::set<FunctionID> listed;
     if (info4) {
         ICorProfilerFunctionEnum* raw = nullptr;
         hr = info4->EnumJITedFunctions2(&raw);
@@ -447,6 +470,7 @@ void record_jit_map(const char* exp) {
                         ++failures;
                         continue;
                     }
+                    listed.insert(batch[i].functionId);
                     Json m = Json::object();
                     m.set("functionId", Json(static_cast<std::uint64_t>(batch[i].functionId)));
                     m.set("reJitId", Json(static_cast<std::uint64_t>(batch[i].reJitId)));
@@ -460,8 +484,32 @@ void record_jit_map(const char* exp) {
             fe->Release();
         }
     }
+    std::vector<FunctionID> cached;
+    {
+        std::lock_guard<std::mutex> lock(g_cached_mutex);
+        cached = g_cached_functions;
+    }
+    std::size_t precompiled = 0;
+    for (FunctionID fid : cached) {
+        if (!listed.insert(fid).second) continue;
+        HRESULT chr = S_OK;
+        Json versions = code_ranges(fid, 0, chr);
+        if (versions.items().empty()) {
+            ++failures;
+            continue;
+        }
+        Json m = Json::object();
+        m.set("functionId", Json(static_cast<std::uint64_t>(fid)));
+        m.set("reJitId", Json(static_cast<std::uint64_t>(0)));
+        m.set("name", function_name(fid));
+        m.set("tier", "r2r");
+        m.set("versions", versions);
+        methods.push(m);
+        ++precompiled;
+    }
     Json out = Json::object();
     out.set("methods", methods).set("withoutCode", Json(static_cast<std::uint64_t>(failures)));
+    out.set("readyToRun", Json(static_cast<std::uint64_t>(precompiled)));
     out.set("taken", "after-sampling");
     s.call("capture_jit_map", exp, Json::object(), out, hr);
 }
@@ -514,12 +562,18 @@ Json code_json(std::uint64_t addr, const unsigned char* p, std::size_t n) {
 Json candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates) {
     Json out = Json::array();
     std::set<std::uint64_t> windows;
+    bool refreshed = false;
     const std::size_t half = kCodeWindow / 2;
     for (std::size_t off = 0; off + 8 <= b.stackCopied; off += 8) {
         std::uint64_t word;
         std::memcpy(&word, b.stack + off, 8);
         if (word < 4096) continue;
         const Mapping* m = mapping_of(maps, word);
+        if (!m && !refreshed) {
+            maps = parse_maps(read_maps_text());  // code the runtime mapped since the last read
+            refreshed = true;
+            m = mapping_of(maps, word);
+        }
         if (!m || !m->exec) continue;
         const std::uint64_t lo = std::max<std::uint64_t>(m->start, word >= half ? word - half : 0);
         if (windows.count(lo)) continue;
@@ -546,6 +600,7 @@ void record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
 
     Json out = Json::object();
     out.set("handlerOsTid", Json(static_cast<std::int64_t>(b.handlerOsTid)));
+    out.set("phase", b.phase >= 0 ? Json(b.phase) : Json());
     Json regs = Json::object();
     for (int i = 0; i < NGREG; ++i) regs.set(kGregNames[i], Json(b.gregs[i]));
     regs.set("fs_base", b.fsOk ? Json(b.fsBase) : Json());
@@ -556,6 +611,7 @@ void record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     stack.set("stackHigh", job.target.stackHigh ? Json(job.target.stackHigh) : Json());
     stack.set("capturedEnd", Json(b.sp + b.stackCopied));
     stack.set("bytes", base64(b.stack, static_cast<std::size_t>(b.stackCopied)));
+    stack.set("redZone", base64(b.redZone, b.redZoneCopied));
     out.set("stack", stack);
     out.set("code", code_json(b.codeAddr, b.code, b.codeLen));
     out.set("candidateCode", candidate_code(b, maps, job.maxCandidates));
@@ -731,9 +787,24 @@ const ExperimentEntry kRows[] = {
 
 }  // namespace
 
+void capture_set_phase_cell(const volatile std::int32_t* cell) {
+    g_phase_cell.store(cell, std::memory_order_release);
+}
+
+void capture_note_cached_function(FunctionID fid) {
+    std::lock_guard<std::mutex> lock(g_cached_mutex);
+    g_cached_functions.push_back(fid);
+}
+
 const ExperimentTable kCaptureExperiments{kRows, sizeof kRows / sizeof kRows[0]};
 
 }  // namespace profharness
+
+// A scenario P/Invokes this with the address of a pinned int32 it writes its phase number into; the sampling
+// handler reads it at each sample ("phase" in the capture_sample record). NULL stops reading.
+PROFHARNESS_EXPORT void profharness_capture_phase_cell(const std::int32_t* cell) {
+    profharness::capture_set_phase_cell(cell);
+}
 
 // A native function a scenario P/Invokes to park its thread in native code (no calls, no system calls):
 // spins `iterations` times and returns a value that depends on every iteration.

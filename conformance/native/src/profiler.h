@@ -21,6 +21,8 @@ class Probe final : public CallbackBase {
     HRESULT STDMETHODCALLTYPE GarbageCollectionStarted(int cGenerations, BOOL* generationCollected,
                                                        COR_PRF_GC_REASON reason) override;
     HRESULT STDMETHODCALLTYPE GarbageCollectionFinished() override;
+    HRESULT STDMETHODCALLTYPE JITCachedFunctionSearchFinished(FunctionID functionId,
+                                                              COR_PRF_JIT_CACHE result) override;
     HRESULT STDMETHODCALLTYPE MovedReferences(ULONG cMovedObjectIDRanges, ObjectID* oldObjectIDRangeStart,
                                               ObjectID* newObjectIDRangeStart,
                                               ULONG* cObjectIDRangeLength) override;

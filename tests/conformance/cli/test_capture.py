@@ -63,7 +63,10 @@ def test_live_captures_read_back_consistent(
             regs = m.registers
             code = [(s.address or 0, s.size) for s in m.segments if s.role == "code"]
             assert any(a <= regs.rip < a + n for a, n in code), f"{f}: IP outside every code segment"
-            (stack,) = [s for s in m.segments if s.role == "stack"]
+            # the stack from SP, and the red zone below it when SP was not at the stack's low end
+            (stack,) = [s for s in m.segments if s.role == "stack" and s.name == m.stack.segment]
+            red = [s for s in m.segments if s.role == "stack" and s.name != m.stack.segment]
+            assert [(s.address, s.size) for s in red] in ([], [(regs.rsp - 128, 128)]), f
             assert stack.address == regs.rsp == m.stack.sp, f
             assert m.stack.stack_end is not None
             assert stack.size == min(STACK_CAPTURE_BYTES, m.stack.stack_end - regs.rsp), f

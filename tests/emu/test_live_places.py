@@ -1,0 +1,235 @@
+"""What the live places taught the unwinder and the replay (issue 8): frameless managed code read from its
+prologue, ReadyToRun frames reported at their InlinedCallFrame's address, stubs that read data no capture
+holds, .NET 8's memfd code mappings, DW_CFA_GNU_args_size, and recovery of the known frames below the
+callees a scenario declares for each phase."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from emu.capture import (
+    CodeRange,
+    JitMap,
+    JitMethod,
+    KnownCallees,
+    ModuleEntry,
+    ReadyToRunModule,
+    names_a_file,
+    read_capture,
+)
+from emu.replay import recovered_leaf_first, replay
+from emu.unwind import Trust, _read_prologue, unwind
+from tests.emu.synth import CODE, STACK, STACK_SIZE, write_synthetic
+
+TOP = STACK + STACK_SIZE - 0x1000  # the synthetic captures' default RSP
+NOP = b"\x90"
+
+
+# -- prologues -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "length", "frame_size", "saved", "sets_fp"),
+    [
+        (b"\x53\x48\x83\xec\x10" + NOP, 5, 0x18, {"rbx": 0x10}, False),  # push rbx; sub rsp, 0x10
+        (b"\x50" + b"\x0f\x1f\x40\x00", 1, 8, {"rax": 0}, False),  # push rax (alignment), then a nop
+        (b"\x41\x57\x41\x56\x53\x48\x81\xec\x00\x01\x00\x00", 12, 0x118,
+         {"r15": 0x110, "r14": 0x108, "rbx": 0x100}, False),  # push r15; push r14; push rbx; sub rsp, 256
+        (b"\x55\x48\x8b\xec", 1, 8, {"rbp": 0}, True),  # push rbp; mov rbp, rsp (JIT)
+        (b"\x55\x48\x89\xe5", 1, 8, {"rbp": 0}, True),  # push rbp; mov rbp, rsp (gcc)
+        (b"\x55\x53\x48\x8d\x6c\x24\x10", 2, 16, {"rbp": 8, "rbx": 0}, True),  # lea rbp, [rsp+0x10]
+    ],
+)  # fmt: skip
+def test_prologues_are_read_push_by_push(
+    code: bytes, length: int, frame_size: int, saved: dict[str, int], sets_fp: bool
+) -> None:
+    p = _read_prologue(code)
+    assert p is not None
+    assert (p.length, p.frame_size, dict(p.saved), p.sets_fp) == (length, frame_size, saved, sets_fp)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        b"\x48\x8b\x45\x00\x50",  # an OSR method's first instruction (mov rax, [rbp]): nothing to learn
+        b"\x90\x53",  # anything else first
+        b"\x55\x48\x83\xec\x10\xc5\xf8\x77",  # RBP pushed but no frame-pointer set-up seen: not trusted
+    ],
+)
+def test_prologues_that_say_nothing_are_none(code: bytes) -> None:
+    assert _read_prologue(code) is None
+
+
+def two_methods() -> JitMap:
+    return JitMap(
+        methods=(
+            JitMethod(
+                function_id=0xA1, name="App::Leafless", ranges=(CodeRange(start=CODE, end=CODE + 0x80),)
+            ),
+            JitMethod(
+                function_id=0xB2, name="App::Caller", ranges=(CodeRange(start=CODE + 0x80, end=CODE + 0x100),)
+            ),
+        )
+    )
+
+
+def test_a_frameless_managed_method_is_unwound_from_its_prologue(tmp_path: Path) -> None:
+    # App::Leafless: push rbx; sub rsp, 0x10; its body; App::Caller calls it at CODE + 0x90 (returns to 0x95)
+    code = b"\x53\x48\x83\xec\x10" + NOP * (0x90 - 5) + b"\xe8\x00\x00\x00\x00" + NOP * 0x6B
+    caller_rbp = TOP + 0x40
+    stack = [0x1111, 0x2222, 0x5555, CODE + 0x95] + [0] * 4 + [0, 0]  # locals, saved rbx, return address
+    path = write_synthetic(
+        tmp_path / "frameless.phcap", code=code, rip=CODE + 0x20, stack_words=stack, jit=two_methods(),
+        regs={"rbp": caller_rbp, "rbx": 0x7777}, place="managed",
+    )  # fmt: skip
+    result = unwind(read_capture(path))
+    first, second = result.frames[0], result.frames[1]
+    assert (first.function_id, second.function_id) == (0xA1, 0xB2)  # the caller is not skipped
+    assert second.trust is Trust.PROLOGUE
+    assert (second.ip, second.sp) == (CODE + 0x95, TOP + 0x20)
+    # RBX comes back from its push slot; RBP, which the method never touched, is carried over
+    assert (second.registers["rbx"], second.registers["rbp"]) == (0x5555, caller_rbp)
+
+
+def test_an_interrupted_leaf_with_no_frame_returns_from_the_top_of_the_stack(tmp_path: Path) -> None:
+    # App::Leafless is a leaf with no frame: mov rax, rdi; imul rax, rax (the IP after it); its caller's
+    # return address is on top of the stack, and RBP still holds the caller's frame pointer
+    code = b"\x48\x89\xf8\x48\x0f\xaf\xc0" + NOP * (0x90 - 7) + b"\xe8\x00\x00\x00\x00" + NOP * 0x6B
+    path = write_synthetic(
+        tmp_path / "leaf.phcap", code=code, rip=CODE + 7, stack_words=[CODE + 0x95, 0, 0, 0],
+        jit=two_methods(), regs={"rbp": TOP + 0x40}, place="managed",
+    )  # fmt: skip
+    frames = unwind(read_capture(path)).frames
+    assert [(f.function_id, f.trust) for f in frames[:2]] == [(0xA1, Trust.CONTEXT), (0xB2, Trust.PROLOGUE)]
+    assert (frames[1].ip, frames[1].sp) == (CODE + 0x95, TOP + 8)
+
+
+def test_an_interrupted_method_that_moved_rsp_is_not_taken_for_a_frameless_leaf(tmp_path: Path) -> None:
+    code = b"\x48\x83\xc4\x08\x90" + NOP * 0xFB  # add rsp, 8: the stack pointer moved; not a leaf
+    path = write_synthetic(
+        tmp_path / "moved.phcap", code=code, rip=CODE + 4, stack_words=[CODE + 0x95, 0, 0, 0],
+        jit=two_methods(), regs={"rbp": TOP + 0x40}, place="managed",
+    )  # fmt: skip
+    frames = unwind(read_capture(path)).frames
+    assert len(frames) < 2 or frames[1].trust is not Trust.PROLOGUE
+
+
+# -- stubs, memfd, CFI -----------------------------------------------------------------------------------
+
+
+def test_a_stub_reading_data_the_capture_lacks_is_passed_by_scan_with_callee_saved_registers(
+    tmp_path: Path,
+) -> None:
+    # a stub (anonymous code, no unwind information) that loads from an address no capture holds, as the
+    # write barrier reads its card table; its return address is on top of the stack
+    stub_at = CODE + 0x800
+    code = NOP * 0x10 + b"\xe8\x00\x00\x00\x00" + NOP * 0x10  # App::Caller's call ends at CODE + 0x15
+    stub = b"\x48\xa1" + (0x1234_0000).to_bytes(8, "little") + b"\xc3"
+    jit = JitMap(methods=(JitMethod(function_id=0xB2, name="App::Caller",
+                                    ranges=(CodeRange(start=CODE, end=CODE + 0x100),)),))  # fmt: skip
+    path = write_synthetic(
+        tmp_path / "stub.phcap", code=code + NOP * (0x800 - len(code)) + stub, rip=stub_at,
+        stack_words=[CODE + 0x15, 0, 0], jit=jit, regs={"rbp": TOP + 0x40, "rbx": 0x42},
+    )  # fmt: skip
+    result = unwind(read_capture(path))
+    assert [f.trust for f in result.frames[:2]] == [Trust.CONTEXT, Trust.SCAN]
+    assert result.frames[1].function_id == 0xB2
+    assert (result.frames[1].registers["rbp"], result.frames[1].registers["rbx"]) == (TOP + 0x40, 0x42)
+
+
+@pytest.mark.parametrize(
+    ("path", "is_file"),
+    [
+        ("/usr/lib/x86_64-linux-gnu/libc.so.6", True),
+        ("/memfd:doublemapper (deleted)", False),  # .NET 8's JIT code, stubs and write-barrier copy
+        ("[stack]", False),
+        (None, False),
+    ],
+)
+def test_memfd_mappings_are_anonymous_executable_memory(path: str | None, is_file: bool) -> None:
+    assert names_a_file(path) is is_file
+    entry = ModuleEntry(start=0x1000, end=0x2000, perms="r-xs", path=path,
+                        anonymous_executable=not is_file)  # fmt: skip
+    assert entry.is_file is is_file
+
+
+def test_cfi_with_gnu_args_size_decodes(tmp_path: Path) -> None:
+    """g++ emits DW_CFA_GNU_args_size around calls in try blocks (libcoreclr of 3.1 has it); pyelftools'
+    decoder stops at it, so without dropping it no row of such an FDE could be read."""
+    import subprocess
+
+    src = tmp_path / "a.cpp"
+    src.write_text(
+        "struct S { long a[8]; };\nvoid g(S, S);\nvoid h(int);\n"
+        "void f(long x) { try { S s{}; s.a[0] = x; g(s, s); } catch (...) { h(1); } }\n",
+        encoding="utf-8",
+    )
+    lib = tmp_path / "a.so"
+    subprocess.run(["g++", "-Os", "-fPIC", "-shared", "-o", str(lib), str(src)], check=True)
+    from emu.cfi import read_elf, table_for
+
+    info = read_elf(str(lib))
+    assert info.eh_frame is not None
+    listing = subprocess.run(["readelf", "--debug-dump=frames", str(lib)], capture_output=True, text=True)
+    assert "DW_CFA_GNU_args_size" in listing.stdout, "the fixture no longer has DW_CFA_GNU_args_size"
+    table = table_for(info.eh_frame, info.eh_frame_vaddr, info.eh_frame_hdr, info.eh_frame_hdr_vaddr)
+    f_start, f_size = next((a, n) for a, n, name in info.symbols if name == "_Z1fl")
+    rows = [table.row_for(pc) for pc in range(f_start, f_start + f_size)]
+    assert all(r is not None for r in rows)
+
+
+# -- recovery of the known frames ------------------------------------------------------------------------
+
+
+NAMES = {1: "App::Area", 2: "App::Dispatch", 3: "App::Work", 4: "App::Deep", 9: "System.GC::Collect"}
+
+
+@pytest.mark.parametrize(
+    ("managed", "callees", "recovered"),
+    [
+        ([3, 4, 4], None, True),  # the known frames on top
+        ([2, 3, 4, 4], None, False),  # something above them and no callee declared
+        ([1, 2, 3, 4, 4], KnownCallees(names=("App::Area", "App::Dispatch")), True),
+        ([9, 9, 3, 4, 4], KnownCallees(prefixes=("System.GC::",)), True),
+        ([9, 2, 3, 4, 4], KnownCallees(prefixes=("System.GC::",)), False),  # an undeclared frame between
+        ([2, 4, 4], KnownCallees(names=("App::Dispatch",)), False),  # Work skipped: not recovered
+        ([1, 3, 4], KnownCallees(names=("App::Area",)), False),  # one Deep missing
+    ],
+)
+def test_known_frames_are_recovered_below_declared_callees_only(
+    managed: list[int], callees: KnownCallees | None, recovered: bool
+) -> None:
+    assert recovered_leaf_first([3, 4, 4], managed, NAMES, callees) is recovered
+
+
+def test_a_frame_without_a_name_is_never_a_declared_callee() -> None:
+    assert not KnownCallees(prefixes=("System.",)).allows(None)
+    assert KnownCallees(prefixes=("System.",)).allows("System.GC::Collect")
+
+
+def test_a_ready_to_run_frame_below_native_code_is_reported_at_its_inlined_call_frame(tmp_path: Path) -> None:
+    # ReadyToRun App::Collect: `call [PInvokeBegin]` ends at 0x25 (recorded in its InlinedCallFrame), then
+    # `call [rax]` into native code ends at 0x34; the native callee (a stub here) returned to 0x34
+    image = CODE
+    code = bytearray(NOP * 0x100)
+    code[0x1F:0x25] = b"\xff\x15\x00\x00\x00\x00"  # call [rip+0]
+    code[0x32:0x34] = b"\xff\xd0"  # call rax
+    stub = b"\xc3"
+    jit = JitMap(
+        methods=(
+            JitMethod(function_id=0xC3, name="App::Collect", ranges=(CodeRange(start=image, end=image + 0x100),)),  # noqa: E501
+        ),
+        ready_to_run=(ReadyToRunModule(path="/app/App.dll", start=image, end=image + 0x100),),
+    )  # fmt: skip
+    stack = [image + 0x34, 0x1, image + 0x25, 0x2, 0, 0, 0, 0]  # return address, then the frame's locals
+    path = write_synthetic(
+        tmp_path / "r2r.phcap", code=bytes(code) + NOP * (0x800 - 0x100) + stub, rip=image + 0x800,
+        stack_words=stack, jit=jit, regs={"rbp": TOP + 0x20},
+    )  # fmt: skip
+    result = replay(read_capture(path))
+    frame = result.frames[1]
+    assert (frame.function_id, frame.ip, frame.reported_ip) == (0xC3, image + 0x34, image + 0x25)
+    # the model's callback for that frame carries the address the runtime reports
+    assert next((c.func_id, c.ip) for c in result.model.callbacks if c.func_id) == (0xC3, image + 0x25)
