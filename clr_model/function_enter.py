@@ -56,8 +56,14 @@ __all__ = [
     "COR_PRF_ENABLE_FUNCTION_ARGS",
     "COR_PRF_ENABLE_FUNCTION_RETVAL",
     "COR_PRF_MONITOR_ENTERLEAVE",
+    "EFLAGS_DF",
     "EFLAGS_PRESERVED",
     "HOOK_PARAM_BYTES",
+    "HOOK_RULES",
+    "MXCSR_CONTROL",
+    "SYSV_CALLEE_SAVED",
+    "SYSV_STACK_ALIGNMENT",
+    "X87_ALL_EMPTY",
     "Argument",
     "ArgumentPrediction",
     "Event",
@@ -65,12 +71,20 @@ __all__ = [
     "MachineState",
     "ObservedArgumentInfo",
     "ObservedRange",
+    "RegisterChange",
+    "X64MachineState",
     "abi_clauses",
     "check_argument_info",
     "check_hook_abi",
     "check_hook_entry",
     "check_hook_events",
+    "check_sysv_call_alignment",
+    "check_sysv_hook_abi",
+    "check_sysv_hook_entry",
+    "hook_register_changes",
     "predict_argument_ranges",
+    "sysv_abi_clauses",
+    "sysv_register_changes",
 ]
 
 # COR_PRF_MONITOR values (corprof.idl)
@@ -88,6 +102,13 @@ EFLAGS_PRESERVED = 0x0CD5
 _U32 = Field(ge=0, le=2**32 - 1)
 _SCRATCH = ("eax", "ecx", "edx")
 _SAVED = ("ebx", "esi", "edi", "ebp")
+
+
+def _x87_values(v: tuple[int, ...]) -> tuple[int, ...]:
+    for i, r in enumerate(v):
+        if not 0 <= r < 2**80:
+            raise ValueError(f"st[{i}]={r:#x} is not an 80-bit value")
+    return v
 
 
 class MachineState(BaseModel):
@@ -116,10 +137,7 @@ class MachineState(BaseModel):
     @field_validator("st")
     @classmethod
     def _x87(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        for i, r in enumerate(v):
-            if not 0 <= r < 2**80:
-                raise ValueError(f"st[{i}]={r:#x} is not an 80-bit value")
-        return v
+        return _x87_values(v)
 
     @field_validator("xmm")
     @classmethod
@@ -168,17 +186,30 @@ def check_hook_entry(
     return out
 
 
-def check_hook_abi(
-    before: MachineState, after: MachineState, pushed_param_bytes: int = HOOK_PARAM_BYTES
-) -> list[Violation]:
-    """FE2-07/08/09 over the states at the hook's first instruction and right after its return."""
-    if not 0 <= pushed_param_bytes < 2**16 or pushed_param_bytes % 4:
-        raise InvalidInput(f"pushed_param_bytes={pushed_param_bytes}: expected a multiple of 4 below 65536")
-    out: list[Violation] = []
+class RegisterChange(BaseModel):
+    """A register the rules say must come back unchanged, with its value before and after the hook.
+
+    ``name`` names it as the messages do (``EBX``, ``x87 control word``, ``XMM3``, ``MXCSR control``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clause: str
+    name: str
+    before: int = Field(ge=0)
+    after: int = Field(ge=0)
+
+    @property
+    def message(self) -> str:
+        return f"{self.name} changed: {self.before:#x} -> {self.after:#x}"
+
+
+def hook_register_changes(before: MachineState, after: MachineState) -> list[RegisterChange]:
+    """FE2-07/08 (x86): every register the hook gave back changed, in a fixed order, with its clause."""
+    out: list[RegisterChange] = []
 
     def changed(clause: str, name: str, a: int, b: int) -> None:
         if a != b:
-            out.append(Violation(clause=clause, message=f"{name} changed: {a:#x} -> {b:#x}"))
+            out.append(RegisterChange(clause=clause, name=name, before=a, after=b))
 
     for reg in _SCRATCH:
         changed("FE2-07", reg.upper(), getattr(before, reg), getattr(after, reg))
@@ -193,6 +224,16 @@ def check_hook_abi(
     changed("FE2-08", "MXCSR", before.mxcsr, after.mxcsr)
     for i, (a, b) in enumerate(zip(before.xmm, after.xmm, strict=True)):
         changed("FE2-08", f"XMM{i}", a, b)
+    return out
+
+
+def check_hook_abi(
+    before: MachineState, after: MachineState, pushed_param_bytes: int = HOOK_PARAM_BYTES
+) -> list[Violation]:
+    """FE2-07/08/09 over the states at the hook's first instruction and right after its return."""
+    if not 0 <= pushed_param_bytes < 2**16 or pushed_param_bytes % 4:
+        raise InvalidInput(f"pushed_param_bytes={pushed_param_bytes}: expected a multiple of 4 below 65536")
+    out = [Violation(clause=c.clause, message=c.message) for c in hook_register_changes(before, after)]
     want_esp = (before.esp + 4 + pushed_param_bytes) & 0xFFFFFFFF
     if after.esp != want_esp:
         out.append(Violation(clause="FE2-09", message=f"ESP after return {after.esp:#x}, expected "
@@ -202,6 +243,177 @@ def check_hook_abi(
         out.append(Violation(clause="FE2-09", message=f"returned to {after.eip:#x}, the return address "
                              f"at [ESP] was {ret:#x}"))
     return out
+
+
+# --- the System V x64 reading (FE2-13 model choice for the hook checker) -------------------------------
+#
+# On x64 Unix the runtime calls the hooks as ordinary functions from its own register-saving helpers
+# (ProfileEnter/ProfileLeave), so the page's x86 rules are read as the System V AMD64 ABI's:
+#
+# * FE2-06 (the hook's inputs): the four parameters arrive in RDI, RSI, RDX, RCX, the return address at
+#   [RSP], RSP + 8 a multiple of 16; the hook's memory is its own stack, what argumentInfo points to and its
+#   object's data.
+# * FE2-07 does not apply: the runtime's helper saves the registers System V lets a callee clobber.
+# * FE2-08 ("save every register you use") is the System V callee-saved set: RBX, RBP, R12-R15, the x87
+#   control word and the MXCSR control bits (DAZ, exception masks, rounding, FZ); the x87 stack empty and DF
+#   clear on return, as they are on entry. The other registers (XMM0-15, x87 R0-R7, the MXCSR status flags)
+#   are the caller's to save.
+# * FE2-09 ("restore the stack"): no parameter is on the stack, so RSP after the return is the entry RSP + 8
+#   and control returns to the return address; the stack is 16-byte aligned at every call the hook makes
+#   (RSP + 8 a multiple of 16 at the callee's first instruction), the only other stack rule System V states.
+
+#: System V callee-saved general registers
+SYSV_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+#: MXCSR bits a System V callee preserves (control: DAZ, masks, RC, FZ); bits 0-5 are status flags
+MXCSR_CONTROL = 0xFFC0
+#: RFLAGS direction flag (System V: clear on entry and on return)
+EFLAGS_DF = 0x0400
+#: an x87 tag word with every register empty (System V: the x87 stack is empty at calls and returns)
+X87_ALL_EMPTY = 0xFFFF
+#: System V stack alignment at a call
+SYSV_STACK_ALIGNMENT = 16
+
+_U64 = Field(ge=0, le=2**64 - 1)
+
+
+class X64MachineState(BaseModel):
+    """x64 register state at one instant (integers unsigned). ``stack``: qwords by address, optional."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rip: int = _U64
+    rsp: int = _U64
+    rax: int = _U64
+    rbx: int = _U64
+    rcx: int = _U64
+    rdx: int = _U64
+    rsi: int = _U64
+    rdi: int = _U64
+    rbp: int = _U64
+    r8: int = _U64
+    r9: int = _U64
+    r10: int = _U64
+    r11: int = _U64
+    r12: int = _U64
+    r13: int = _U64
+    r14: int = _U64
+    r15: int = _U64
+    rflags: int = _U64
+    st: tuple[int, int, int, int, int, int, int, int] = (0,) * 8
+    fpu_control: int = Field(default=0x037F, ge=0, le=0xFFFF)
+    fpu_status: int = Field(default=0, ge=0, le=0xFFFF)
+    fpu_tag: int = Field(default=X87_ALL_EMPTY, ge=0, le=0xFFFF)
+    mxcsr: int = Field(default=0x1F80, ge=0, le=2**32 - 1)
+    xmm: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int] = (0,) * 16
+    stack: dict[int, int] = Field(default_factory=dict)
+
+    @field_validator("st")
+    @classmethod
+    def _x87(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        return _x87_values(v)
+
+    @field_validator("xmm")
+    @classmethod
+    def _sse(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for i, r in enumerate(v):
+            if not 0 <= r < 2**128:
+                raise ValueError(f"xmm{i}={r:#x} is not a 128-bit value")
+        return v
+
+    @field_validator("stack")
+    @classmethod
+    def _qwords(cls, v: dict[int, int]) -> dict[int, int]:
+        for addr, word in v.items():
+            if not (0 <= addr < 2**64 and 0 <= word < 2**64):
+                raise ValueError(f"stack[{addr:#x}]={word:#x} is not a qword at a 64-bit address")
+        return v
+
+
+def sysv_abi_clauses() -> tuple[str, ...]:
+    """The FE2 clauses the System V reading checks on x64 hooks (FE2-07 does not apply there)."""
+    return ("FE2-06", "FE2-08", "FE2-09")
+
+
+def check_sysv_hook_entry(
+    state: X64MachineState, func_id: int, client_data: int, func: int, argument_info: int
+) -> list[Violation]:
+    """FE2-06 (System V reading): the parameters in RDI, RSI, RDX, RCX; RSP + 8 16-byte aligned; DF clear;
+    the x87 stack empty."""
+    out: list[Violation] = []
+    for slot, (name, reg, want) in enumerate((("funcId", "rdi", func_id), ("clientData", "rsi", client_data),
+                                              ("func", "rdx", func), ("argumentInfo", "rcx", argument_info))):
+        got = getattr(state, reg)
+        if got != want & (2**64 - 1):
+            out.append(Violation(clause="FE2-06", index=slot,
+                                 message=f"{name} in {reg.upper()}: {got:#x}, expected {want:#x}"))
+    if (state.rsp + 8) % SYSV_STACK_ALIGNMENT:
+        out.append(Violation(clause="FE2-06", message=f"RSP {state.rsp:#x} at entry: RSP + 8 is not a "
+                             f"multiple of {SYSV_STACK_ALIGNMENT}"))
+    if state.rflags & EFLAGS_DF:
+        out.append(Violation(clause="FE2-06", message="DF set at entry"))
+    if state.fpu_tag != X87_ALL_EMPTY:
+        out.append(Violation(clause="FE2-06",
+                             message=f"x87 stack not empty at entry (tag {state.fpu_tag:#x})"))
+    return out
+
+
+def sysv_register_changes(before: X64MachineState, after: X64MachineState) -> list[RegisterChange]:
+    """FE2-08 (System V reading): the callee-saved registers and control words, DF and the empty x87 stack."""
+    out: list[RegisterChange] = []
+
+    def changed(name: str, a: int, b: int) -> None:
+        if a != b:
+            out.append(RegisterChange(clause="FE2-08", name=name, before=a, after=b))
+
+    for reg in SYSV_CALLEE_SAVED:
+        changed(reg.upper(), getattr(before, reg), getattr(after, reg))
+    changed("x87 control word", before.fpu_control, after.fpu_control)
+    changed("MXCSR control", before.mxcsr & MXCSR_CONTROL, after.mxcsr & MXCSR_CONTROL)
+    changed("DF", 0, 1 if after.rflags & EFLAGS_DF else 0)
+    changed("x87 tag word", X87_ALL_EMPTY, after.fpu_tag)
+    return out
+
+
+def check_sysv_hook_abi(before: X64MachineState, after: X64MachineState) -> list[Violation]:
+    """FE2-08/09 (System V reading) over the states at the hook's first instruction and after its return."""
+    out = [Violation(clause=c.clause, message=c.message) for c in sysv_register_changes(before, after)]
+    want_rsp = (before.rsp + 8) & (2**64 - 1)
+    if after.rsp != want_rsp:
+        out.append(Violation(clause="FE2-09", message=f"RSP after return {after.rsp:#x}, expected "
+                             f"{want_rsp:#x} (entry RSP + 8)"))
+    ret = before.stack.get(before.rsp)
+    if ret is not None and after.rip != ret:
+        out.append(Violation(clause="FE2-09", message=f"returned to {after.rip:#x}, the return address "
+                             f"at [RSP] was {ret:#x}"))
+    return out
+
+
+def check_sysv_call_alignment(rsp_at_callee_entry: int) -> Violation | None:
+    """FE2-09 (System V reading): at a callee's first instruction RSP + 8 is a multiple of 16."""
+    if (rsp_at_callee_entry + 8) % SYSV_STACK_ALIGNMENT:
+        return Violation(clause="FE2-09", message=f"stack misaligned at a call: RSP {rsp_at_callee_entry:#x} "
+                         f"at the callee's entry, RSP + 8 not a multiple of {SYSV_STACK_ALIGNMENT}")
+    return None
+
+
+#: What the hook checker reports besides register changes (which carry their own clause): rule -> clause,
+#: with the sentence it prints. The page states none of these directly; each is read into the clause whose
+#: sentence it breaks (model choice, FE2-13 for x64):
+#: * memory: FE2-06 gives the hook its frame (return address and four parameters); memory other than its own
+#:   stack, what argumentInfo points to and its object's data is none of its inputs;
+#: * stack/return/call alignment: FE2-09, the page's one rule on the stack;
+#: * leaving the object (a call or jump to libc or the runtime): FE2-12, because code the checker cannot see
+#:   may call managed code or allocate (as well as block or trigger a GC, FE2-10/11);
+#: * not returning within the instruction budget: FE2-10, a hook that never returns blocks forever.
+HOOK_RULES: dict[str, tuple[str, str]] = {
+    "memory": ("FE2-06", "memory access outside the frame, argumentInfo and the object's data"),
+    "stack-restored": ("FE2-09", "stack pointer after the return is not entry + return address + parameters"),
+    "returns-to-caller": ("FE2-09", "control does not return to the return address"),
+    "call-alignment": ("FE2-09", "stack not 16-byte aligned at a call"),
+    "stays-in-object": ("FE2-12", "call or jump out of the object"),
+    "returns": ("FE2-10", "no return within the instruction budget"),
+    "register-preserved": ("FE2-08", "register not preserved (FE2-07 for the x86 scratch registers)"),
+}
 
 
 # --- event rules --------------------------------------------------------------------------------------

@@ -10,17 +10,26 @@ from pydantic import ValidationError
 from clr_model.errors import InvalidInput, ModelError
 from clr_model.function_enter import (
     COR_PRF_ENABLE_FUNCTION_ARGS,
+    HOOK_RULES,
+    SYSV_CALLEE_SAVED,
     Argument,
     HookEvent,
     MachineState,
     ObservedArgumentInfo,
     ObservedRange,
+    X64MachineState,
     abi_clauses,
     check_argument_info,
     check_hook_abi,
     check_hook_entry,
     check_hook_events,
+    check_sysv_call_alignment,
+    check_sysv_hook_abi,
+    check_sysv_hook_entry,
+    hook_register_changes,
     predict_argument_ranges,
+    sysv_abi_clauses,
+    sysv_register_changes,
 )
 from clr_model.strategies.function_enter import (
     arguments,
@@ -386,3 +395,82 @@ def test_machine_state_rejects_bad_widths() -> None:
     with pytest.raises(ValidationError, match="80-bit"):
         MachineState(eip=0, esp=0, ebp=0, eax=0, ebx=0, ecx=0, edx=0, esi=0, edi=0, eflags=0,
                      st=(2**80, 0, 0, 0, 0, 0, 0, 0))
+
+
+# the System V x64 reading of the ABI clauses (FE2-13 model choice for the hook checker) ----------------
+
+def _x64(**kw: int) -> X64MachineState:
+    names = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
+             "r15")
+    regs = {r: i + 1 for i, r in enumerate(names)}
+    base: dict[str, int] = {"rip": 0x401000, "rsp": 0x7FF8, "rflags": 0x202, **regs}
+    base.update(kw)
+    return X64MachineState(**base, stack={0x7FF8: 0x401234})  # type: ignore[arg-type]
+
+
+def test_FE2_08_sysv_callee_saved_example() -> None:
+    before = _x64()
+    after = before.model_copy(update={"rsp": 0x8000, "rip": 0x401234, "stack": {}})
+    assert check_sysv_hook_abi(before, after) == []
+    scratch = after.model_copy(update={"rax": 9, "rcx": 9, "r11": 9, "xmm": (5,) * 16,
+                                       "st": (1,) * 8, "mxcsr": before.mxcsr | 0x3F, "fpu_status": 0x3800})
+    assert check_sysv_hook_abi(before, scratch) == []  # System V lets a callee clobber these
+    for update, name in (({"rbx": 0}, "RBX"), ({"r15": 0}, "R15"),
+                         ({"fpu_control": 0x027F}, "x87 control word"),
+                         ({"mxcsr": 0x7F80}, "MXCSR control"), ({"rflags": 0x602}, "DF"),
+                         ({"fpu_tag": 0x3FFF}, "x87 tag word")):
+        changes = sysv_register_changes(before, after.model_copy(update=update))
+        assert [(c.clause, c.name) for c in changes] == [("FE2-08", name)]
+
+
+@FAST
+@given(st.sampled_from(SYSV_CALLEE_SAVED), st.integers(1, 2**64 - 1))
+def test_FE2_08_sysv_callee_saved_property(reg: str, xor: int) -> None:
+    before = _x64()
+    after = before.model_copy(update={"rsp": 0x8000, "rip": 0x401234, reg: getattr(before, reg) ^ xor})
+    assert [v.clause for v in check_sysv_hook_abi(before, after)] == ["FE2-08"]
+
+
+def test_FE2_09_sysv_stack_and_return_example() -> None:
+    before = _x64()
+    good = before.model_copy(update={"rsp": 0x8000, "rip": 0x401234})
+    assert check_sysv_hook_abi(before, good) == []
+    off = good.model_copy(update={"rsp": 0x8008})
+    assert [v.clause for v in check_sysv_hook_abi(before, off)] == ["FE2-09"]
+    assert [v.clause for v in check_sysv_hook_abi(before, good.model_copy(update={"rip": 1}))] == ["FE2-09"]
+
+
+@FAST
+@given(st.integers(0, 2**64 - 1))
+def test_FE2_09_sysv_call_alignment_property(rsp: int) -> None:
+    violation = check_sysv_call_alignment(rsp)
+    assert (violation is None) == ((rsp + 8) % 16 == 0)
+    assert violation is None or violation.clause == "FE2-09"
+
+
+def test_FE2_06_sysv_entry_example() -> None:
+    state = _x64(rdi=7, rsi=0xC, rdx=0xF, rcx=0x1000)
+    assert check_sysv_hook_entry(state, 7, 0xC, 0xF, 0x1000) == []
+    assert [v.index for v in check_sysv_hook_entry(state, 0xC, 7, 0xF, 0x1000)] == [0, 1]
+    bad = state.model_copy(update={"rsp": 0x8000, "rflags": 0x602, "fpu_tag": 0})
+    assert len(check_sysv_hook_entry(bad, 7, 0xC, 0xF, 0x1000)) == 3
+    assert sysv_abi_clauses() == ("FE2-06", "FE2-08", "FE2-09")
+
+
+@FAST
+@given(conforming_returns(), st.sampled_from(["eax", "ebx", "esi", "fpu_tag", "mxcsr"]),
+       st.integers(1, 0xFFFF))
+def test_FE2_07_08_register_changes_are_what_check_hook_abi_reports(pair: Pair, reg: str, xor: int) -> None:
+    before, after = pair
+    bad = after.model_copy(update={reg: getattr(after, reg) ^ xor})
+    changes = hook_register_changes(before, bad)
+    reported = [(v.clause, v.message) for v in check_hook_abi(before, bad)]
+    assert [(c.clause, c.message) for c in changes] == reported
+    assert changes[0].before == getattr(before, reg) and changes[0].after == getattr(bad, reg)
+
+
+def test_hook_rules_name_catalog_clauses() -> None:
+    from clr_model.catalog import fe2
+
+    ids = {c.id for c in fe2.CLAUSES}
+    assert {clause for clause, _ in HOOK_RULES.values()} <= ids

@@ -1,0 +1,113 @@
+"""What the hook checker reports: findings (one per rule broken, aggregated over runs) and the report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+from clr_model.function_enter import HOOK_RULES
+
+__all__ = ["HookFinding", "HookReport", "aggregate", "render_text", "report_json"]
+
+
+class HookFinding(BaseModel):
+    """One rule broken: the clause, the rule (a key of ``HOOK_RULES``), what and where.
+
+    ``register_name`` (JSON: ``register``), ``before``, ``after``: a register or stack pointer the hook gave
+    back changed;
+    ``instruction``: ``location: disassembly`` (capstone) of the instruction that changed the register,
+    made the access or the branch, or returned; ``detail``: one line without per-run addresses, so findings
+    of different runs aggregate. ``runs``/``first_run``: in how many runs it was seen and the first (0-based);
+    the values are those of the first run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clause: str
+    rule: str
+    detail: str
+    register_name: str | None = Field(default=None, serialization_alias="register")
+    before: int | None = Field(default=None, ge=0)
+    after: int | None = Field(default=None, ge=0)
+    instruction: str | None = None
+    target: str | None = None
+    runs: int = 1
+    first_run: int = 0
+
+    @field_serializer("before", "after")
+    def _hex(self, value: int | None) -> str | None:
+        return None if value is None else f"{value:#x}"
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.clause, self.rule, self.detail, self.instruction or "")
+
+    @property
+    def line(self) -> str:
+        """A stable one-line summary (no addresses): what a verdict lists as a disagreement."""
+        return f"{self.clause}: {HOOK_RULES[self.rule][1]}: {self.detail}"
+
+
+class HookReport(BaseModel):
+    """A whole check: the input, how it ran, and the findings (empty: every rule held)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file: str
+    symbol: str
+    arch: str
+    seed: int
+    runs: int
+    budget: int
+    #: runs that reached the return address (the others stopped on a finding)
+    returned: int
+    instructions_min: int
+    instructions_max: int
+    unapplied_relocations: int = 0
+    findings: tuple[HookFinding, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def aggregate(per_run: Sequence[Sequence[HookFinding]]) -> tuple[HookFinding, ...]:
+    """Merge the runs' findings by (clause, rule, detail, instruction), keeping the first run's values;
+    sorted by clause, then by the first run and order seen."""
+    merged: dict[tuple[str, str, str, str], HookFinding] = {}
+    order: dict[tuple[str, str, str, str], tuple[int, int]] = {}
+    for i, findings in enumerate(per_run):
+        for j, f in enumerate(findings):
+            seen = merged.get(f.key)
+            if seen is None:
+                merged[f.key] = f.model_copy(update={"runs": 1, "first_run": i})
+                order[f.key] = (i, j)
+            else:
+                merged[f.key] = seen.model_copy(update={"runs": seen.runs + 1})
+    return tuple(sorted(merged.values(), key=lambda f: (f.clause, order[f.key])))
+
+
+def _hex(value: int | None) -> str:
+    return "" if value is None else f"{value:#x}"
+
+
+def render_text(report: HookReport) -> str:
+    """A table of findings (clause, rule, register, before, after, instruction) under a summary line."""
+    head = (f"{report.symbol} in {report.file} ({report.arch}): {report.runs} runs from seed {report.seed}, "
+            f"{report.returned} returned, {report.instructions_min}-{report.instructions_max} instructions")
+    if report.ok:
+        return f"{head}\nevery rule holds"
+    rows = [("clause", "rule", "register", "before", "after", "instruction", "runs", "detail")]
+    for f in report.findings:
+        rows.append((f.clause, f.rule, f.register_name or "", _hex(f.before), _hex(f.after),
+                     f.instruction or "", str(f.runs), f.detail))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = [head, f"{len(report.findings)} rule(s) broken:"]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def report_json(report: HookReport) -> str:
+    """The stable JSON form (keys in declaration order, values of registers as hex strings)."""
+    return report.model_dump_json(indent=2, by_alias=True)

@@ -1,0 +1,232 @@
+"""emu.hookcheck: the FunctionEnter2 hook checker on hooks built here with gcc (x86 with -m32).
+
+Every planted fault of ``tests/emu/hooks`` is reported with its clause in every one of >= 100 random
+states, naming the register, its values before and after and the instruction that changed it; the correct
+hooks (the x86 reference hook, ``x86_ok``, ``x64_ok``) are never reported, over several seeds.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from emu.hookcheck import HookInputError, check_hook, render_text
+from emu.hookcheck.build import REFERENCE_X86_SYMBOL, build_hook_library, reference_x86_library
+from emu.hookcheck.loader import load_object
+from emu.hookcheck.report import report_json
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (and gcc-multilib for -m32)")
+
+HOOKS = Path(__file__).resolve().parent / "hooks"
+RUNS = 100
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hook-cache")
+
+
+@pytest.fixture(scope="module")
+def lib86(cache: Path) -> Path:
+    return build_hook_library([HOOKS / "faults_x86.S"], "x86", name="faults_x86", cache_root=cache)
+
+
+@pytest.fixture(scope="module")
+def lib64(cache: Path) -> Path:
+    return build_hook_library([HOOKS / "hooks_x64.S"], "x64", name="hooks_x64", cache_root=cache)
+
+
+@pytest.fixture(scope="module")
+def reference86(cache: Path) -> Path:
+    return reference_x86_library(cache_root=cache)
+
+
+# the planted faults: symbol, clause, register, the instruction that changed it -----------------------
+
+X86_REGISTER_FAULTS = [
+    ("x86_clobbers_ebx", "FE2-08", "EBX", "not ebx"),
+    ("x86_clobbers_esi", "FE2-08", "ESI", "lea esi, [esi + 1]"),
+    ("x86_clobbers_edi", "FE2-08", "EDI", "not edi"),
+    ("x86_clobbers_ebp", "FE2-08", "EBP", "lea ebp, [ebp + 4]"),
+    ("x86_clobbers_eax", "FE2-07", "EAX", "not eax"),
+    ("x86_clobbers_eflags", "FE2-07", "EFLAGS (status/DF)", "cmc"),
+    ("x86_pushes_x87", "FE2-08", "x87 status word", "fld1"),
+    ("x86_changes_fpu_control", "FE2-08", "x87 control word", "fldcw word ptr [esp]"),
+    ("x86_clobbers_xmm3", "FE2-08", "XMM3", "paddd xmm3, xmm3"),
+    ("x86_changes_mxcsr", "FE2-08", "MXCSR", "ldmxcsr dword ptr [esp]"),
+]
+X64_REGISTER_FAULTS = [
+    *[(f"x64_clobbers_{r}", "FE2-08", r.upper(), f"not {r}")
+      for r in ("rbx", "rbp", "r12", "r13", "r14", "r15")],
+    ("x64_changes_fpu_control", "FE2-08", "x87 control word", "fldcw word ptr [rsp]"),
+    ("x64_changes_mxcsr_control", "FE2-08", "MXCSR control", "ldmxcsr dword ptr [rsp]"),
+    ("x64_leaves_df_set", "FE2-08", "DF", "std"),
+    ("x64_leaves_x87_value", "FE2-08", "x87 tag word", "fld1"),
+]
+
+
+def _only(report_findings: tuple[object, ...], clause: str) -> None:
+    clauses = {f.clause for f in report_findings}  # type: ignore[attr-defined]
+    assert clauses == {clause}, clauses
+
+
+@pytest.mark.parametrize(("symbol", "clause", "register", "instruction"), X86_REGISTER_FAULTS)
+def test_FE2_07_08_x86_planted_register_fault_is_reported_in_every_run(
+    lib86: Path, symbol: str, clause: str, register: str, instruction: str
+) -> None:
+    report = check_hook(lib86, symbol, "x86", runs=RUNS)
+    assert report.runs == RUNS and report.returned == RUNS
+    _only(report.findings, clause)
+    found = [f for f in report.findings if f.register_name == register]
+    assert len(found) == 1, render_text(report)
+    f = found[0]
+    assert f.runs == RUNS and f.rule == "register-preserved"
+    assert f.before is not None and f.after is not None and f.before != f.after
+    assert f.instruction is not None and f.instruction.endswith(f": {instruction}")
+    assert f.instruction.startswith(symbol)
+
+
+@pytest.mark.parametrize(("symbol", "clause", "register", "instruction"), X64_REGISTER_FAULTS)
+def test_FE2_08_x64_planted_register_fault_is_reported_in_every_run(
+    lib64: Path, symbol: str, clause: str, register: str, instruction: str
+) -> None:
+    report = check_hook(lib64, symbol, "x64", runs=RUNS)
+    assert report.returned == RUNS
+    _only(report.findings, clause)
+    (f,) = report.findings
+    assert (f.register_name, f.runs) == (register, RUNS)
+    assert f.before is not None and f.after is not None and f.before != f.after
+    assert f.instruction is not None and f.instruction.startswith(symbol)
+    assert f.instruction.endswith(f": {instruction}")
+
+
+def test_FE2_08_x87_push_names_every_changed_x87_register(lib86: Path) -> None:
+    report = check_hook(lib86, "x86_pushes_x87", "x86", runs=RUNS)
+    names = {f.register_name for f in report.findings}
+    assert {"x87 status word", "x87 tag word"} <= names and any(n.startswith("x87 R") for n in names if n)
+    assert all(f.instruction == "x86_pushes_x87+0x1a: fld1" for f in report.findings)
+
+
+@pytest.mark.parametrize(("symbol", "raised", "insn"), [("x86_ret_without_16", 4, "ret"),
+                                                        ("x86_ret_12", 16, "ret 0xc")])
+def test_FE2_09_x86_wrong_pop_count(lib86: Path, symbol: str, raised: int, insn: str) -> None:
+    report = check_hook(lib86, symbol, "x86", runs=RUNS)
+    (f,) = report.findings
+    assert (f.clause, f.rule, f.register_name, f.runs) == ("FE2-09", "stack-restored", "ESP", RUNS)
+    assert f.before is not None and f.after == f.before + raised
+    assert f.detail == f"ESP raised by {raised} bytes, expected 20"
+    assert f.instruction is not None and f.instruction.endswith(f": {insn}")
+
+
+def test_FE2_09_x64_stack_restored(lib64: Path) -> None:
+    (f,) = check_hook(lib64, "x64_ret_8", "x64", runs=RUNS).findings
+    assert (f.clause, f.register_name, f.detail, f.runs) == ("FE2-09", "RSP", "RSP raised by 16 bytes, "
+                                                                                  "expected 8", RUNS)
+
+
+def test_FE2_09_x64_misaligned_stack_at_a_call(lib64: Path) -> None:
+    report = check_hook(lib64, "x64_misaligned_call", "x64", runs=RUNS)
+    (f,) = report.findings
+    assert (f.clause, f.rule, f.runs) == ("FE2-09", "call-alignment", RUNS)
+    assert f.instruction is not None and f.instruction.startswith("x64_misaligned_call: call ")
+    assert f.instruction.endswith("<record>")
+    assert report.returned == RUNS  # the alignment finding does not stop the run
+
+
+# correct hooks ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_correct_hooks_are_never_reported(lib86: Path, lib64: Path, reference86: Path, seed: int) -> None:
+    for path, symbol, arch in ((reference86, REFERENCE_X86_SYMBOL, "x86"), (lib86, "x86_ok", "x86"),
+                               (lib64, "x64_ok", "x64")):
+        report = check_hook(path, symbol, arch, runs=RUNS, seed=seed)  # type: ignore[arg-type]
+        assert report.ok and report.returned == RUNS, render_text(report)
+        assert render_text(report).endswith("every rule holds")
+
+
+def test_the_reference_hook_runs_its_helper_through_relocated_pointers(reference86: Path) -> None:
+    obj = load_object(reference86, "x86", 0x1000_0000)
+    helpers = {name: addr for addr, (name, _) in obj.functions.items()}
+    words = {struct.unpack_from("<I", obj.image, i)[0] for i in range(0, len(obj.image) - 3, 4)}
+    assert helpers["count_enter"] in words  # R_386_RELATIVE applied at the new base
+    report = check_hook(reference86, REFERENCE_X86_SYMBOL, "x86", runs=RUNS)
+    assert report.instructions_min > 30  # the helper ran (the hook alone is shorter)
+
+
+# rules broken while the hook runs ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("lib", "symbol", "arch"), [("lib86", "x86_loops_forever", "x86"),
+                                                     ("lib64", "x64_loops_forever", "x64")])
+def test_FE2_10_a_hook_that_loops_forever_ends_with_one_finding(
+    request: pytest.FixtureRequest, lib: str, symbol: str, arch: str
+) -> None:
+    report = check_hook(request.getfixturevalue(lib), symbol, arch, runs=RUNS)  # type: ignore[arg-type]
+    (f,) = report.findings
+    assert (f.clause, f.rule, f.runs, report.returned) == ("FE2-10", "returns", RUNS, 0)
+    assert f.instruction is not None and f.instruction.endswith(f"<{symbol}>")
+    assert len(render_text(report).splitlines()) == 4  # summary, count, header, the one finding
+
+
+@pytest.mark.parametrize(("lib", "symbol", "arch", "insn"),
+                         [("lib86", "x86_jumps_to_unmapped", "x86", "jmp eax"),
+                          ("lib64", "x64_jumps_to_unmapped", "x64", "jmp rax")])
+def test_FE2_06_a_jump_to_an_unmapped_address_ends_with_one_finding(
+    request: pytest.FixtureRequest, lib: str, symbol: str, arch: str, insn: str
+) -> None:
+    report = check_hook(request.getfixturevalue(lib), symbol, arch, runs=RUNS)  # type: ignore[arg-type]
+    (f,) = report.findings
+    assert (f.clause, f.rule, f.runs, f.target) == ("FE2-06", "memory", RUNS, "0xdead0000")
+    assert f.detail == "jumps to unmapped memory at 0xdead0000"
+    assert f.instruction is not None and f.instruction.endswith(insn)
+
+
+@pytest.mark.parametrize(("lib", "symbol", "arch", "where"),
+                         [("lib86", "x86_writes_caller_frame", "x86", "SP+0x18"),
+                          ("lib64", "x64_writes_caller_frame", "x64", "SP+0x10")])
+def test_FE2_06_a_write_above_the_frame_is_reported(
+    request: pytest.FixtureRequest, lib: str, symbol: str, arch: str, where: str
+) -> None:
+    (f,) = check_hook(request.getfixturevalue(lib), symbol, arch, runs=RUNS).findings  # type: ignore[arg-type]
+    assert (f.clause, f.runs) == ("FE2-06", RUNS)
+    assert f.detail.endswith(f"in the caller's frame at entry {where}")
+
+
+@pytest.mark.parametrize(("lib", "symbol", "arch"), [("lib86", "x86_calls_printf", "x86"),
+                                                     ("lib64", "x64_calls_printf", "x64")])
+def test_FE2_12_a_call_out_of_the_object_is_reported(
+    request: pytest.FixtureRequest, lib: str, symbol: str, arch: str
+) -> None:
+    (f,) = check_hook(request.getfixturevalue(lib), symbol, arch, runs=RUNS).findings  # type: ignore[arg-type]
+    assert (f.clause, f.rule, f.target, f.runs) == ("FE2-12", "stays-in-object", "printf", RUNS)
+    assert f.instruction is not None and f.instruction.endswith("<printf@plt>")
+
+
+# determinism and input errors --------------------------------------------------------------------------
+
+def test_a_check_is_deterministic_for_a_seed(lib86: Path) -> None:
+    a = report_json(check_hook(lib86, "x86_clobbers_ebx", "x86", runs=20, seed=7))
+    assert a == report_json(check_hook(lib86, "x86_clobbers_ebx", "x86", runs=20, seed=7))
+    assert a != report_json(check_hook(lib86, "x86_clobbers_ebx", "x86", runs=20, seed=8))
+
+
+def test_bad_input_is_one_line(tmp_path: Path, lib86: Path, lib64: Path) -> None:
+    text = tmp_path / "notelf.so"
+    text.write_text("hello\n")
+    cases = [
+        (tmp_path / "missing.so", "x", "x86", "no such file"),
+        (text, "x", "x86", "not an ELF file"),
+        (lib64, "x64_ok", "x86", "a 64-bit x64 object, not x86"),
+        (lib86, "x86_ok", "x64", "a 32-bit x86 object, not x64"),
+        (lib86, "nosuch", "x86", "no symbol 'nosuch'"),
+        (lib86, "printf", "x86", "printf is not in the object"),
+        (lib86, "message", "x86", "is not in an executable segment"),
+    ]
+    for path, symbol, arch, message in cases:
+        with pytest.raises(HookInputError, match=message) as info:
+            check_hook(path, symbol, arch, runs=1)  # type: ignore[arg-type]
+        assert "\n" not in info.value.message
+    with pytest.raises(HookInputError, match="runs=0"):
+        check_hook(lib86, "x86_ok", "x86", runs=0)
