@@ -87,3 +87,18 @@ def test_no_class_name_names_two_different_things() -> None:
                 where[node.name].append(f"{rel(path)}:{node.lineno}")
     twice = {name: places for name, places in where.items() if len(places) > 1}
     assert not twice, twice
+
+
+def test_the_validator_builds_on_core_adapters_and_the_model_alone() -> None:
+    """Issue 10: conformance/validator may import the core, the adapters and clr_model, not the suite,
+    the checks or the CLI (so it runs in users' CI without the conformance suite)."""
+    offenders = []
+    for path in sources("conformance/validator"):
+        bad = sorted(
+            m
+            for m in imported_modules(path)
+            if m.startswith(("conformance.suite", "conformance.cli", "conformance.checks", "emu"))
+        )
+        if bad:
+            offenders.append(f"{rel(path)}: {bad}")
+    assert not offenders, offenders

@@ -30,7 +30,12 @@ struct ICorProfilerInfo7;
 struct ICorProfilerInfo8;
 struct ICorProfilerInfo9;
 struct ICorProfilerInfo10;
+struct ICorProfilerInfo11;
+struct ICorProfilerInfo12;
+struct ICorProfilerInfo13;
+struct ICorProfilerInfo14;
 struct IMetaDataImport;
+struct ICorProfilerThreadEnum;
 
 inline constexpr GUID IID_IUnknown = {0x00000000, 0x0000, 0x0000, {0xC0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x46}};
 inline constexpr GUID IID_IClassFactory = {0x00000001, 0x0000, 0x0000, {0xC0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x46}};
@@ -55,7 +60,12 @@ inline constexpr GUID IID_ICorProfilerInfo7 = {0x9AEECC0D, 0x63E0, 0x4187, {0x8C
 inline constexpr GUID IID_ICorProfilerInfo8 = {0xC5AC80A6, 0x782E, 0x4716, {0x80, 0x44, 0x39, 0x59, 0x8C, 0x60, 0xCF, 0xBF}};
 inline constexpr GUID IID_ICorProfilerInfo9 = {0x008170DB, 0xF8CC, 0x4796, {0x9A, 0x51, 0xDC, 0x8A, 0xA0, 0xB4, 0x70, 0x12}};
 inline constexpr GUID IID_ICorProfilerInfo10 = {0x2F1B5152, 0xC869, 0x40C9, {0xAA, 0x5F, 0x3A, 0xBE, 0x02, 0x6B, 0xD7, 0x20}};
+inline constexpr GUID IID_ICorProfilerInfo11 = {0x06398876, 0x8987, 0x4154, {0xB6, 0x21, 0x40, 0xA0, 0x0D, 0x6E, 0x4D, 0x04}};
+inline constexpr GUID IID_ICorProfilerInfo12 = {0x27B24CCD, 0x1CB1, 0x47C5, {0x96, 0xEE, 0x98, 0x19, 0x0D, 0xC3, 0x09, 0x59}};
+inline constexpr GUID IID_ICorProfilerInfo13 = {0x6E6C7EE2, 0x0701, 0x4EC2, {0x9D, 0x29, 0x2E, 0x87, 0x33, 0xB6, 0x69, 0x34}};
+inline constexpr GUID IID_ICorProfilerInfo14 = {0xF460E352, 0xD76D, 0x4FE9, {0x83, 0x5F, 0xF6, 0xAF, 0x9D, 0x6E, 0x86, 0x2D}};
 inline constexpr GUID IID_IMetaDataImport = {0x7DAC8207, 0xD3AE, 0x4C75, {0x9B, 0x67, 0x92, 0x80, 0x1A, 0x49, 0x7D, 0x44}};
+inline constexpr GUID IID_ICorProfilerThreadEnum = {0x571194F7, 0x25ED, 0x419F, {0xAA, 0x8B, 0x70, 0x16, 0xB3, 0x15, 0x97, 0x01}};
 
 struct IUnknown {
     virtual HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppvObject) = 0;
@@ -322,6 +332,33 @@ struct ICorProfilerInfo10 : public ICorProfilerInfo9 {
     virtual HRESULT STDMETHODCALLTYPE ResumeRuntime() = 0;
 };
 
+struct ICorProfilerInfo11 : public ICorProfilerInfo10 {
+    virtual HRESULT STDMETHODCALLTYPE GetEnvironmentVariable(const WCHAR* szName, ULONG cchValue, ULONG* pcchValue, WCHAR* szValue) = 0;
+    virtual HRESULT STDMETHODCALLTYPE SetEnvironmentVariable(const WCHAR* szName, const WCHAR* szValue) = 0;
+};
+
+struct ICorProfilerInfo12 : public ICorProfilerInfo11 {
+    virtual HRESULT STDMETHODCALLTYPE EventPipeStartSession(UINT cProviderConfigs, struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG* pProviderConfigs, BOOL requestRundown, std::uint64_t* pSession) = 0;
+    virtual HRESULT STDMETHODCALLTYPE EventPipeAddProviderToSession(std::uint64_t session, struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG providerConfig) = 0;
+    virtual HRESULT STDMETHODCALLTYPE EventPipeStopSession(std::uint64_t session) = 0;
+    virtual HRESULT STDMETHODCALLTYPE EventPipeCreateProvider(const WCHAR* providerName, EVENTPIPE_PROVIDER* pProvider) = 0;
+    virtual HRESULT STDMETHODCALLTYPE EventPipeGetProviderInfo(EVENTPIPE_PROVIDER provider, ULONG cchName, ULONG* pcchName, WCHAR* providerName) = 0;
+    virtual HRESULT STDMETHODCALLTYPE EventPipeDefineEvent(EVENTPIPE_PROVIDER provider, const WCHAR* eventName, UINT eventID, std::uint64_t keywords, UINT eventVersion, UINT level, BYTE opcode, BOOL needStack, UINT cParamDescs, struct COR_PRF_EVENTPIPE_PARAM_DESC* pParamDescs, UINT_PTR* pEvent) = 0;
+    virtual HRESULT STDMETHODCALLTYPE EventPipeWriteEvent(UINT_PTR event, UINT cData, struct COR_PRF_EVENT_DATA* data, LPCGUID pActivityId, LPCGUID pRelatedActivityId) = 0;
+};
+
+struct ICorProfilerInfo13 : public ICorProfilerInfo12 {
+    virtual HRESULT STDMETHODCALLTYPE CreateHandle(ObjectID object, std::int32_t type, void** pHandle) = 0;
+    virtual HRESULT STDMETHODCALLTYPE DestroyHandle(void* handle) = 0;
+    virtual HRESULT STDMETHODCALLTYPE GetObjectIDFromHandle(void* handle, ObjectID* pObject) = 0;
+};
+
+struct ICorProfilerInfo14 : public ICorProfilerInfo13 {
+    virtual HRESULT STDMETHODCALLTYPE EnumerateNonGCObjects(ICorProfilerObjectEnum** ppEnum) = 0;
+    virtual HRESULT STDMETHODCALLTYPE GetNonGCHeapBounds(ULONG cObjectRanges, ULONG* pcObjectRanges, struct COR_PRF_NONGC_HEAP_RANGE* ranges) = 0;
+    virtual HRESULT STDMETHODCALLTYPE EventPipeCreateProvider2(const WCHAR* providerName, void* pCallback, EVENTPIPE_PROVIDER* pProvider) = 0;
+};
+
 struct IMetaDataImport : public IUnknown {
     virtual void STDMETHODCALLTYPE CloseEnum(HCORENUM hEnum) = 0;
     virtual HRESULT STDMETHODCALLTYPE CountEnum(HCORENUM hEnum, ULONG* pulCount) = 0;
@@ -351,6 +388,14 @@ struct IMetaDataImport : public IUnknown {
     virtual HRESULT STDMETHODCALLTYPE FindField(mdTypeDef td, LPCWSTR szName, PCCOR_SIGNATURE pvSigBlob, ULONG cbSigBlob, mdFieldDef* pmb) = 0;
     virtual HRESULT STDMETHODCALLTYPE FindMemberRef(mdToken td, LPCWSTR szName, PCCOR_SIGNATURE pvSigBlob, ULONG cbSigBlob, mdToken* pmr) = 0;
     virtual HRESULT STDMETHODCALLTYPE GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, WCHAR* szMethod, ULONG cchMethod, ULONG* pchMethod, DWORD* pdwAttr, PCCOR_SIGNATURE* ppvSigBlob, ULONG* pcbSigBlob, ULONG* pulCodeRVA, DWORD* pdwImplFlags) = 0;
+};
+
+struct ICorProfilerThreadEnum : public IUnknown {
+    virtual HRESULT STDMETHODCALLTYPE Skip(ULONG celt) = 0;
+    virtual HRESULT STDMETHODCALLTYPE Reset() = 0;
+    virtual HRESULT STDMETHODCALLTYPE Clone(ICorProfilerThreadEnum** ppEnum) = 0;
+    virtual HRESULT STDMETHODCALLTYPE GetCount(ULONG* pcelt) = 0;
+    virtual HRESULT STDMETHODCALLTYPE Next(ULONG celt, ThreadID* ids, ULONG* pceltFetched) = 0;
 };
 
 }  // namespace profharness

@@ -1,0 +1,977 @@
+// The recording proxy's COM objects: the class factory that loads the profiler behind the proxy, the
+// callback forwarder the runtime talks to, the ICorProfilerInfo wrapper the profiler talks to, the hooks
+// and enumerators it wraps, and the exports of the probe's seat (docs/design.md) so scenarios run as usual.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "generated.h"
+#include "profharness/flags.h"
+#include "proxy.h"
+
+#define PROXY_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace profharness::proxy {
+
+namespace {
+
+// --- configuration (environment, docs: conformance/validator) ---------------------------------------------
+
+struct Config {
+    std::string target;  // PROFHARNESS_PROXY_TARGET: the third-party profiler .so
+    GUID clsid{};        // PROFHARNESS_PROXY_CLSID
+    bool clsid_ok = false;
+    long hang_ms = 0;    // PROFHARNESS_PROXY_HANG_MS: a callback open longer is a hang (0: off)
+};
+
+bool hex_value(char c, unsigned& v) {
+    if (c >= '0' && c <= '9') v = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f') v = static_cast<unsigned>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') v = static_cast<unsigned>(c - 'A' + 10);
+    else return false;
+    return true;
+}
+
+bool parse_guid(const char* text, GUID& g) {
+    std::string hex;
+    for (const char* p = text; *p; ++p)
+        if (*p != '{' && *p != '}' && *p != '-') hex.push_back(*p);
+    if (hex.size() != 32) return false;
+    unsigned char b[16];
+    for (int i = 0; i < 16; ++i) {
+        unsigned hi, lo;
+        if (!hex_value(hex[2 * i], hi) || !hex_value(hex[2 * i + 1], lo)) return false;
+        b[i] = static_cast<unsigned char>(hi * 16 + lo);
+    }
+    g.Data1 = (static_cast<std::uint32_t>(b[0]) << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
+    g.Data2 = static_cast<std::uint16_t>((b[4] << 8) | b[5]);
+    g.Data3 = static_cast<std::uint16_t>((b[6] << 8) | b[7]);
+    for (int i = 0; i < 8; ++i) g.Data4[i] = b[8 + i];
+    return true;
+}
+
+Config& config() {
+    static Config* c = [] {
+        auto* cfg = new Config();
+        if (const char* t = std::getenv("PROFHARNESS_PROXY_TARGET")) cfg->target = t;
+        if (const char* c = std::getenv("PROFHARNESS_PROXY_CLSID")) cfg->clsid_ok = parse_guid(c, cfg->clsid);
+        if (const char* h = std::getenv("PROFHARNESS_PROXY_HANG_MS")) cfg->hang_ms = std::atol(h);
+        return cfg;
+    }();
+    return *c;
+}
+
+std::atomic<bool> g_trace_open{false};
+std::atomic<bool> g_shutdown_returned{false};
+std::atomic<void*> g_real_info{nullptr};
+std::atomic<bool> g_crash_written{false};
+void* g_target_base = nullptr;  // where the target .so is mapped (dladdr of its DllGetClassObject)
+std::string g_target_path;
+std::set<long>* g_profiler_threads = nullptr;  // threads that appeared while the profiler ran its start-up
+
+void probe_error(const char* what, const char* where) {
+    if (!g_trace_open.load()) {
+        std::fprintf(stderr, "profharness proxy: %s (%s)\n", what, where);
+        return;
+    }
+    Json rec = Json::object();
+    rec.set("what", what).set("where", where);
+    trace().write("probe_error", rec);
+}
+
+void note(const char* name, Json data) {
+    if (!g_trace_open.load()) return;
+    Json rec = Json::object();
+    rec.set("name", name).set("payload", Json());
+    for (const auto& [k, v] : data.members()) rec.set(k, v);
+    trace().write("mark", rec);
+}
+
+std::set<long> task_ids() {
+    std::set<long> ids;
+    if (DIR* d = opendir("/proc/self/task")) {
+        while (dirent* e = readdir(d))
+            if (e->d_name[0] >= '0' && e->d_name[0] <= '9') ids.insert(std::atol(e->d_name));
+        closedir(d);
+    }
+    return ids;
+}
+
+bool task_alive(long tid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%ld", tid);
+    struct stat st;
+    return ::stat(path, &st) == 0;
+}
+
+Json frames_json(const ThreadState& t) {
+    Json names = Json::array();
+    int n = t.depth < kMaxFrames ? t.depth : kMaxFrames;
+    for (int k = 0; k < n; ++k) names.push(Json(t.frames[k].name ? t.frames[k].name : "?"));
+    return names;
+}
+
+Json stack_json(void* const* ips, int n) {
+    Json frames = Json::array();
+    for (int k = 0; k < n; ++k) {
+        Json f = Json::object();
+        f.set("ip", Json::pointer(ips[k]));
+        Dl_info di;
+        if (dladdr(ips[k], &di) && di.dli_fname) {
+            const char* base = std::strrchr(di.dli_fname, '/');
+            f.set("module", base ? base + 1 : di.dli_fname);
+            f.set("offset", Json(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ips[k]) -
+                                                            reinterpret_cast<std::uintptr_t>(di.dli_fbase))));
+            if (di.dli_sname) f.set("symbol", di.dli_sname);
+        }
+        frames.push(f);
+    }
+    return frames;
+}
+
+bool in_target(const void* ip) {
+    if (!g_target_base || !ip) return false;
+    Dl_info di;
+    return dladdr(ip, &di) && di.dli_fbase == g_target_base;
+}
+
+std::string hex_bytes(const void* p, int n) {
+    static const char* digits = "0123456789abcdef";
+    std::string s;
+    if (!p) return s;
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (int k = 0; k < n; ++k) {
+        s.push_back(digits[b[k] >> 4]);
+        s.push_back(digits[b[k] & 15]);
+    }
+    return s;
+}
+
+// A hook the profiler registered: where it is and its first bytes, for the hook checker.
+Json hook_json(const void* fn) {
+    Json h = Json::object();
+    h.set("address", Json::pointer(fn));
+    if (!fn) return h;
+    Dl_info di;
+    if (dladdr(fn, &di) && di.dli_fname) {
+        h.set("module", di.dli_fname);
+        h.set("offset", Json(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(fn) -
+                                                        reinterpret_cast<std::uintptr_t>(di.dli_fbase))));
+        if (di.dli_sname) h.set("symbol", di.dli_sname);
+    }
+    h.set("code", hex_bytes(fn, 64));
+    return h;
+}
+
+// --- hooks ----------------------------------------------------------------------------------------------
+
+std::atomic<std::int64_t> g_hook_counts[6];
+const char* const kHookNames[6] = {"FunctionEnter2", "FunctionLeave2", "FunctionTailcall2",
+                                   "FunctionEnter3WithInfo", "FunctionLeave3WithInfo", "FunctionTailcall3WithInfo"};
+
+class HookScope {
+ public:
+    explicit HookScope(int kind) : t_(me()) {
+        g_hook_counts[kind].fetch_add(1, std::memory_order_relaxed);
+        frame_ = push_frame(t_, kHookNames[kind], -1, true);
+    }
+    ~HookScope() { pop_frame(t_, S_OK, false); }
+    template <typename T>
+    void arg(const char* name, T v) { store_arg(frame_, name, v); }
+
+ private:
+    ThreadState& t_;
+    Frame* frame_;
+};
+
+FunctionEnter2* g_enter2;
+FunctionLeave2* g_leave2;
+FunctionTailcall2* g_tail2;
+FunctionEnter3WithInfo* g_enter3i;
+FunctionLeave3WithInfo* g_leave3i;
+FunctionTailcall3WithInfo* g_tail3i;
+FunctionIDMapper* g_mapper;
+FunctionIDMapper2* g_mapper2;
+
+void enter2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_INFO* ai) {
+    HookScope h(0);
+    h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("argumentInfo", ai);
+    g_enter2(f, cd, fi, ai);
+}
+void leave2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_RANGE* r) {
+    HookScope h(1);
+    h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("retvalRange", r);
+    g_leave2(f, cd, fi, r);
+}
+void tail2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi) {
+    HookScope h(2);
+    h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi);
+    g_tail2(f, cd, fi);
+}
+void enter3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
+    HookScope h(3);
+    h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
+    g_enter3i(id, elt);
+}
+void leave3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
+    HookScope h(4);
+    h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
+    g_leave3i(id, elt);
+}
+void tail3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
+    HookScope h(5);
+    h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
+    g_tail3i(id, elt);
+}
+
+UINT_PTR mapper_wrap(FunctionID f, BOOL* hook) {
+    ThreadState& t = me();
+    Frame* fr = push_frame(t, "FunctionIDMapper", -1, true);
+    store_arg(fr, "funcId", f);
+    UINT_PTR r = g_mapper(f, hook);
+    pop_frame(t, S_OK, false);
+    return r;
+}
+UINT_PTR mapper2_wrap(FunctionID f, void* cd, BOOL* hook) {
+    ThreadState& t = me();
+    Frame* fr = push_frame(t, "FunctionIDMapper2", -1, true);
+    store_arg(fr, "funcId", f);
+    UINT_PTR r = g_mapper2(f, cd, hook);
+    pop_frame(t, S_OK, false);
+    return r;
+}
+
+// --- stack walks ----------------------------------------------------------------------------------------
+
+struct WalkRelay {
+    StackSnapshotCallback* callback;
+    void* client;
+    ULONG frames;
+};
+
+HRESULT walk_relay(FunctionID f, UINT_PTR ip, COR_PRF_FRAME_INFO fi, ULONG32 cs, BYTE ctx[], void* data) {
+    auto* relay = static_cast<WalkRelay*>(data);
+    ++relay->frames;
+    ThreadState& t = me();
+    Frame* fr = push_frame(t, "StackSnapshotCallback", -2, true);
+    store_arg(fr, "funcId", f);
+    store_arg(fr, "ip", ip);
+    HRESULT hr = relay->callback ? relay->callback(f, ip, fi, cs, ctx, relay->client) : S_OK;
+    pop_frame(t, hr, true);
+    return hr;
+}
+
+// --- enumerators ----------------------------------------------------------------------------------------
+
+std::mutex g_enum_mu;
+std::set<const void*>* g_live_enums = new std::set<const void*>();
+
+class ThreadEnumWrapper final : public ICorProfilerThreadEnum {
+ public:
+    explicit ThreadEnumWrapper(ICorProfilerThreadEnum* real) : real_(real) {
+        std::lock_guard<std::mutex> lock(g_enum_mu);
+        g_live_enums->insert(this);
+    }
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        if (riid == IID_IUnknown || riid == IID_ICorProfilerThreadEnum) {
+            *ppv = this;
+            AddRef();
+            return S_OK;
+        }
+        *ppv = nullptr;
+        return E_NOINTERFACE;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return ++refs_; }
+    ULONG STDMETHODCALLTYPE Release() override {
+        ULONG n = --refs_;
+        if (n == 0) {
+            {
+                std::lock_guard<std::mutex> lock(g_enum_mu);
+                g_live_enums->erase(this);
+            }
+            Json rec = Json::object();
+            rec.set("name", "ICorProfilerThreadEnum::Release").set("args", Json::object().set("enumerator", Json::pointer(this)))
+                .set("out", Json::object().set("refs", Json(0u))).set("hr", Json(0u));
+            if (g_trace_open.load()) trace().write("call", rec);
+            real_->Release();
+            delete this;
+        }
+        return n;
+    }
+    HRESULT STDMETHODCALLTYPE Skip(ULONG celt) override { return real_->Skip(celt); }
+    HRESULT STDMETHODCALLTYPE Reset() override { return real_->Reset(); }
+    HRESULT STDMETHODCALLTYPE Clone(ICorProfilerThreadEnum** pp) override {
+        ICorProfilerThreadEnum* inner = nullptr;
+        HRESULT hr = real_->Clone(&inner);
+        if (pp) *pp = (hr == S_OK && inner) ? new ThreadEnumWrapper(inner) : inner;
+        return hr;
+    }
+    HRESULT STDMETHODCALLTYPE GetCount(ULONG* pcelt) override { return real_->GetCount(pcelt); }
+    HRESULT STDMETHODCALLTYPE Next(ULONG celt, ThreadID* ids, ULONG* fetched) override {
+        return real_->Next(celt, ids, fetched);
+    }
+
+ private:
+    ICorProfilerThreadEnum* real_;
+    std::atomic<ULONG> refs_{1};
+};
+
+// --- the ICorProfilerInfo wrapper -----------------------------------------------------------------------
+
+class InfoWrapper final : public InfoRecorderBase {
+ public:
+    explicit InfoWrapper(IUnknown* runtime_unk) {
+        for (int k = 1; k <= kMaxInfoLevel; ++k) {
+            void* p = nullptr;
+            if (runtime_unk->QueryInterface(*info_iid(k), &p) == S_OK && p) {
+                real_[k] = p;
+                level_ = k;
+            }
+        }
+    }
+    int level() const { return level_; }
+    void* real(int k) const { return real_[k]; }
+    long refs() const { return refs_.load(); }
+
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        InfoScope s("QueryInterface", false);
+        s.arg("riid", riid);
+        s.begin();
+        if (!ppv) return s.finish(E_POINTER);
+        if (riid == IID_IUnknown) {
+            *ppv = static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(this));
+            ++refs_;
+            s.out_value("refs", Json(static_cast<std::int64_t>(refs_.load())));
+            return s.finish(S_OK);
+        }
+        for (int k = 1; k <= kMaxInfoLevel; ++k) {
+            if (riid == *info_iid(k)) {
+                if (!real_[k]) {
+                    *ppv = nullptr;
+                    return s.finish(E_NOINTERFACE);
+                }
+                *ppv = static_cast<ICorProfilerInfo*>(this);  // one object, the newest vtable
+                ++refs_;
+                s.out_value("refs", Json(static_cast<std::int64_t>(refs_.load())));
+                return s.finish(S_OK);
+            }
+        }
+        // Not an Info interface: the runtime's own object answers (unwrapped).
+        auto* real1 = static_cast<IUnknown*>(real_[1]);
+        return s.finish(real1 ? real1->QueryInterface(riid, ppv) : E_NOINTERFACE);
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return static_cast<ULONG>(++refs_); }
+    ULONG STDMETHODCALLTYPE Release() override {
+        long n = --refs_;
+        if (n <= 0 && g_trace_open.load()) {
+            // The profiler let go of its last reference: later calls use an interface it released.
+            Json rec = Json::object();
+            rec.set("name", "Release").set("args", Json::object()).set("out", Json::object().set("refs", Json(static_cast<std::int64_t>(n))))
+                .set("hr", Json(0u));
+            flush_frames(me());
+            trace().write("call", rec);
+        }
+        return n < 0 ? 0 : static_cast<ULONG>(n);
+    }
+
+    HRESULT STDMETHODCALLTYPE DoStackSnapshot(ThreadID thread, StackSnapshotCallback* callback, ULONG32 infoFlags,
+                                              void* clientData, BYTE* context, ULONG32 contextSize) override {
+        InfoScope s(static_cast<int>(InfoM::DoStackSnapshot), true);
+        s.arg("thread", thread);
+        s.arg("callback", callback);
+        s.arg("infoFlags", infoFlags);
+        s.arg("clientData", clientData);
+        s.arg("context", context);
+        s.arg("contextSize", contextSize);
+        if (context && contextSize >= kContextRipOffset + 8) {
+            std::uint64_t rip, rsp, rbp;
+            std::memcpy(&rip, context + kContextRipOffset, 8);
+            std::memcpy(&rsp, context + kContextRspOffset, 8);
+            std::memcpy(&rbp, context + kContextRbpOffset, 8);
+            FunctionID seed_fn = 0;
+            HRESULT seed_hr = static_cast<ICorProfilerInfo*>(real_[1])->GetFunctionFromIP(
+                reinterpret_cast<LPCBYTE>(rip), &seed_fn);
+            s.args().set("seed", Json::object().set("rip", Json(rip)).set("rsp", Json(rsp)).set("rbp", Json(rbp))
+                                     .set("functionId", Json(static_cast<std::uint64_t>(seed_fn)))
+                                     .set("hr", Json(static_cast<std::uint32_t>(seed_hr))));
+        }
+        s.begin();
+        if (!real_[2]) return s.finish(E_NOINTERFACE);
+        WalkRelay relay{callback, clientData, 0};
+        HRESULT hr = static_cast<ICorProfilerInfo2*>(real_[2])->DoStackSnapshot(thread, &walk_relay, infoFlags,
+                                                                                 &relay, context, contextSize);
+        s.out_value("frameCount", Json(relay.frames));
+        return s.finish(hr);
+    }
+
+    HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks(FunctionEnter* e, FunctionLeave* l,
+                                                         FunctionTailcall* t) override {
+        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks), false);
+        s.args().set("pFuncEnter", hook_json(reinterpret_cast<void*>(e)))
+            .set("pFuncLeave", hook_json(reinterpret_cast<void*>(l)))
+            .set("pFuncTailcall", hook_json(reinterpret_cast<void*>(t)));
+        s.begin();
+        return s.finish(static_cast<ICorProfilerInfo*>(real_[1])->SetEnterLeaveFunctionHooks(e, l, t));
+    }
+    HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks2(FunctionEnter2* e, FunctionLeave2* l,
+                                                          FunctionTailcall2* t) override {
+        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks2), false);
+        s.args().set("pFuncEnter", hook_json(reinterpret_cast<void*>(e)))
+            .set("pFuncLeave", hook_json(reinterpret_cast<void*>(l)))
+            .set("pFuncTailcall", hook_json(reinterpret_cast<void*>(t)));
+        s.begin();
+        if (!real_[2]) return s.finish(E_NOINTERFACE);
+        g_enter2 = e;
+        g_leave2 = l;
+        g_tail2 = t;
+        return s.finish(static_cast<ICorProfilerInfo2*>(real_[2])->SetEnterLeaveFunctionHooks2(
+            e ? &enter2_wrap : nullptr, l ? &leave2_wrap : nullptr, t ? &tail2_wrap : nullptr));
+    }
+    HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3(FunctionEnter3* e, FunctionLeave3* l,
+                                                          FunctionTailcall3* t) override {
+        // The fast-path hooks are called straight from JIT code and must keep every register: they are
+        // recorded and handed over unwrapped.
+        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3), false);
+        s.args().set("pFuncEnter3", hook_json(reinterpret_cast<void*>(e)))
+            .set("pFuncLeave3", hook_json(reinterpret_cast<void*>(l)))
+            .set("pFuncTailcall3", hook_json(reinterpret_cast<void*>(t)));
+        s.begin();
+        if (!real_[3]) return s.finish(E_NOINTERFACE);
+        return s.finish(static_cast<ICorProfilerInfo3*>(real_[3])->SetEnterLeaveFunctionHooks3(e, l, t));
+    }
+    HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3WithInfo(FunctionEnter3WithInfo* e, FunctionLeave3WithInfo* l,
+                                                                  FunctionTailcall3WithInfo* t) override {
+        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3WithInfo), false);
+        s.args().set("pFuncEnter3WithInfo", hook_json(reinterpret_cast<void*>(e)))
+            .set("pFuncLeave3WithInfo", hook_json(reinterpret_cast<void*>(l)))
+            .set("pFuncTailcall3WithInfo", hook_json(reinterpret_cast<void*>(t)));
+        s.begin();
+        if (!real_[3]) return s.finish(E_NOINTERFACE);
+        g_enter3i = e;
+        g_leave3i = l;
+        g_tail3i = t;
+        return s.finish(static_cast<ICorProfilerInfo3*>(real_[3])->SetEnterLeaveFunctionHooks3WithInfo(
+            e ? &enter3i_wrap : nullptr, l ? &leave3i_wrap : nullptr, t ? &tail3i_wrap : nullptr));
+    }
+    HRESULT STDMETHODCALLTYPE SetFunctionIDMapper(FunctionIDMapper* f) override {
+        InfoScope s(static_cast<int>(InfoM::SetFunctionIDMapper), false);
+        s.args().set("pFunc", hook_json(reinterpret_cast<void*>(f)));
+        s.begin();
+        g_mapper = f;
+        return s.finish(static_cast<ICorProfilerInfo*>(real_[1])->SetFunctionIDMapper(f ? &mapper_wrap : nullptr));
+    }
+    HRESULT STDMETHODCALLTYPE SetFunctionIDMapper2(FunctionIDMapper2* f, void* cd) override {
+        InfoScope s(static_cast<int>(InfoM::SetFunctionIDMapper2), false);
+        s.args().set("pFunc", hook_json(reinterpret_cast<void*>(f)));
+        s.arg("clientData", cd);
+        s.begin();
+        if (!real_[3]) return s.finish(E_NOINTERFACE);
+        g_mapper2 = f;
+        return s.finish(static_cast<ICorProfilerInfo3*>(real_[3])->SetFunctionIDMapper2(f ? &mapper2_wrap : nullptr, cd));
+    }
+    HRESULT STDMETHODCALLTYPE EnumThreads(ICorProfilerThreadEnum** ppEnum) override {
+        InfoScope s(static_cast<int>(InfoM::EnumThreads), false);
+        s.arg("ppEnum", ppEnum);
+        s.begin();
+        if (!real_[4]) return s.finish(E_NOINTERFACE);
+        ICorProfilerThreadEnum* inner = nullptr;
+        HRESULT hr = static_cast<ICorProfilerInfo4*>(real_[4])->EnumThreads(&inner);
+        ICorProfilerThreadEnum* handed = (hr == S_OK && inner) ? new ThreadEnumWrapper(inner) : inner;
+        if (ppEnum) *ppEnum = handed;
+        s.out_value("enumerator", Json::pointer(handed));
+        return s.finish(hr);
+    }
+
+ private:
+    int level_ = 0;
+    std::atomic<long> refs_{0};
+};
+
+InfoWrapper* g_wrapper = nullptr;
+
+// --- crash and hang reports -----------------------------------------------------------------------------
+
+constexpr int kFaultSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+struct sigaction g_previous[65];
+int g_stack_signal = 0;
+
+const char* signal_name(int sig) {
+    switch (sig) {
+        case SIGSEGV: return "SIGSEGV";
+        case SIGBUS: return "SIGBUS";
+        case SIGILL: return "SIGILL";
+        case SIGFPE: return "SIGFPE";
+        case SIGABRT: return "SIGABRT";
+        default: return "signal";
+    }
+}
+
+void chain(int sig, siginfo_t* si, void* uc) {
+    const struct sigaction& old = g_previous[sig];
+    if (old.sa_flags & SA_SIGINFO) {
+        if (old.sa_sigaction) {
+            old.sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (old.sa_handler == SIG_IGN) {
+        return;
+    } else if (old.sa_handler != SIG_DFL && old.sa_handler) {
+        old.sa_handler(sig);
+        return;
+    }
+    // Default action: restore it; returning re-runs the faulting instruction (abort raises again).
+    signal(sig, SIG_DFL);
+    if (si && si->si_code <= 0 && sig != SIGABRT) raise(sig);
+}
+
+void on_fault(int sig, siginfo_t* si, void* uc) {
+    ThreadState* t = me_if_known();
+    void* pc = nullptr;
+    if (uc) pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]);
+    bool target_pc = in_target(pc);
+    bool ours = sig == SIGABRT || target_pc || (t && (t->depth > 0 || t->in_runtime > 0));
+    if (ours && g_trace_open.load() && !g_crash_written.exchange(true)) {
+        alarm(5);  // a report that deadlocks (heap corrupted) still ends the process
+        if (t) t->tid_asked = true;
+        void* ips[48];
+        int n = backtrace(ips, 48);
+        Json rec = Json::object();
+        rec.set("name", "proxy.crash").set("payload", signal_name(sig));
+        rec.set("signal", signal_name(sig)).set("signo", sig);
+        rec.set("code", si ? si->si_code : 0).set("addr", Json::pointer(si ? si->si_addr : nullptr));
+        rec.set("pc", Json::pointer(pc)).set("pcInProfiler", target_pc);
+        rec.set("callbacks", t ? frames_json(*t) : Json::array());
+        rec.set("call", t && t->current_call ? Json(t->current_call) : Json());
+        rec.set("lastCallback", t && t->last_callback ? Json(t->last_callback) : Json());
+        rec.set("shutdownReturned", g_shutdown_returned.load());
+        rec.set("stack", stack_json(ips, n));
+        trace().write("mark", rec);
+    }
+    chain(sig, si, uc);
+}
+
+void on_stack_request(int, siginfo_t*, void*) {
+    ThreadState* t = me_if_known();
+    if (!t) return;
+    t->stack_n = backtrace(t->stack, 48);
+    t->stack_ready.store(1, std::memory_order_release);
+}
+
+void install_signal_handlers() {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    void* prime[4];
+    backtrace(prime, 4);  // loads the unwinder now, not in a signal handler
+    for (int sig : kFaultSignals) {
+        struct sigaction sa;
+        std::memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = &on_fault;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sig, &sa, &g_previous[sig]);
+    }
+    g_stack_signal = SIGRTMIN + 7;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = &on_stack_request;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(g_stack_signal, &sa, nullptr);
+}
+
+void report_hang(ThreadState* stuck, std::int64_t busy_ns) {
+    ThreadRegistry& reg = registry();
+    const int n = reg.size();
+    const long pid = static_cast<long>(getpid());
+    for (int k = 0; k < n; ++k) {
+        ThreadState* t = reg.at(k);
+        if (!t || !task_alive(t->os_tid)) continue;
+        t->stack_ready.store(0);
+        ::syscall(SYS_tgkill, pid, t->os_tid, g_stack_signal);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    Json threads = Json::array();
+    const long self = static_cast<long>(::syscall(SYS_gettid));
+    for (int k = 0; k < n; ++k) {
+        ThreadState* t = reg.at(k);
+        if (!t || t->os_tid == self || !task_alive(t->os_tid)) continue;
+        Json th = Json::object();
+        th.set("osTid", Json(static_cast<std::int64_t>(t->os_tid)));
+        th.set("tid", t->tid_known ? Json(t->managed_tid) : Json());
+        th.set("callbacks", frames_json(*t));
+        th.set("call", t->current_call ? Json(t->current_call) : Json());
+        th.set("lastCallback", t->last_callback ? Json(t->last_callback) : Json());
+        std::int64_t since = t->busy_since.load();
+        th.set("busyMs", since ? Json((now_ns() - since) / 1000000) : Json());
+        th.set("stack", t->stack_ready.load(std::memory_order_acquire) ? stack_json(t->stack, t->stack_n)
+                                                                       : Json());
+        threads.push(th);
+    }
+    Json rec = Json::object();
+    rec.set("name", "proxy.hang").set("payload", Json());
+    rec.set("stuckOsTid", Json(static_cast<std::int64_t>(stuck->os_tid)));
+    rec.set("busyMs", Json(busy_ns / 1000000)).set("limitMs", Json(config().hang_ms));
+    rec.set("threads", threads).set("otherThreads", Json(static_cast<std::int64_t>(task_ids().size())));
+    trace().write("mark", rec);
+    ::kill(getpid(), SIGKILL);
+}
+
+void watchdog_loop() {
+    const std::int64_t limit = static_cast<std::int64_t>(config().hang_ms) * 1000000LL;
+    for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        ThreadRegistry& reg = registry();
+        const int n = reg.size();
+        const std::int64_t now = now_ns();
+        for (int k = 0; k < n; ++k) {
+            ThreadState* t = reg.at(k);
+            if (!t) continue;
+            std::int64_t since = t->busy_since.load(std::memory_order_relaxed);
+            if (since && now - since > limit) report_hang(t, now - since);
+        }
+    }
+}
+
+// --- the callback object the runtime talks to -----------------------------------------------------------
+
+class ProxyCallback final : public CallbackForwarderBase {
+ public:
+    bool attach(IUnknown* target) {
+        for (int k = 1; k <= kMaxCallbackLevel; ++k) {
+            void* p = nullptr;
+            if (target->QueryInterface(*callback_iid(k), &p) == S_OK && p) {
+                target_[k] = p;
+                level_ = k;
+            }
+        }
+        return target_[2] != nullptr || target_[1] != nullptr;
+    }
+    int level() const { return level_; }
+
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        *ppv = nullptr;
+        if (riid == IID_IUnknown) {
+            *ppv = static_cast<ICorProfilerCallback*>(this);
+            AddRef();
+            return S_OK;
+        }
+        for (int k = 1; k <= kMaxCallbackLevel; ++k) {
+            if (riid == *callback_iid(k)) {
+                if (!target_[k]) return E_NOINTERFACE;  // the runtime sees what the profiler implements
+                *ppv = static_cast<ICorProfilerCallback*>(this);
+                AddRef();
+                return S_OK;
+            }
+        }
+        return E_NOINTERFACE;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return ++refs_; }
+    ULONG STDMETHODCALLTYPE Release() override {
+        ULONG n = --refs_;
+        if (n == 0) {
+            // The runtime let the profiler go: so does the proxy (its references from QueryInterface).
+            note("proxy.released", Json::object());
+            for (int k = 1; k <= kMaxCallbackLevel; ++k)
+                if (target_[k]) static_cast<IUnknown*>(target_[k])->Release();
+        }
+        return n;
+    }
+
+    HRESULT STDMETHODCALLTYPE Initialize(IUnknown* unk) override {
+        write_header(unk);
+        CallbackScope s(static_cast<int>(ProxyCb::Initialize), 1, true);
+        s.arg("pICorProfilerInfoUnk", static_cast<void*>(unk));
+        s.begin();
+        std::set<long> before = task_ids();
+        HRESULT hr = static_cast<ICorProfilerCallback*>(target_[1])->Initialize(
+            g_wrapper ? static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_wrapper)) : unk);
+        note_new_threads(before);
+        if (config().hang_ms > 0) std::thread(watchdog_loop).detach();
+        return s.finish(hr);
+    }
+    HRESULT STDMETHODCALLTYPE InitializeForAttach(IUnknown* unk, void* data, UINT cb) override {
+        write_header(unk);
+        CallbackScope s(static_cast<int>(ProxyCb::InitializeForAttach), 3, target_[3] != nullptr);
+        s.begin();
+        if (!target_[3]) return s.finish(E_NOINTERFACE);
+        return s.finish(static_cast<ICorProfilerCallback3*>(target_[3])->InitializeForAttach(
+            static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_wrapper)), data, cb));
+    }
+    HRESULT STDMETHODCALLTYPE Shutdown() override {
+        HRESULT hr;
+        {
+            CallbackScope s(static_cast<int>(ProxyCb::Shutdown), 1, true);
+            s.begin();
+            hr = s.finish(static_cast<ICorProfilerCallback*>(target_[1])->Shutdown());
+        }
+        g_shutdown_returned.store(true);
+        after_shutdown();
+        return hr;
+    }
+    HRESULT STDMETHODCALLTYPE MovedReferences(ULONG n, ObjectID* olds, ObjectID* news, ULONG* lens) override {
+        CallbackScope s(static_cast<int>(ProxyCb::MovedReferences), 1, true);
+        s.arg("cMovedObjectIDRanges", n);
+        ranges_record("MovedReferences", n, olds, news, lens);
+        s.begin();
+        return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->MovedReferences(n, olds, news, lens));
+    }
+    HRESULT STDMETHODCALLTYPE MovedReferences2(ULONG n, ObjectID* olds, ObjectID* news, SIZE_T* lens) override {
+        CallbackScope s(static_cast<int>(ProxyCb::MovedReferences2), 4, target_[4] != nullptr);
+        s.arg("cMovedObjectIDRanges", n);
+        ranges_record("MovedReferences2", n, olds, news, lens);
+        s.begin();
+        if (!target_[4]) return s.finish(S_OK);
+        return s.finish(static_cast<ICorProfilerCallback4*>(target_[4])->MovedReferences2(n, olds, news, lens));
+    }
+
+ private:
+    template <typename L>
+    void ranges_record(const char* name, ULONG n, ObjectID* olds, ObjectID* news, L* lens) {
+        if (!g_trace_open.load()) return;
+        Json o = Json::array(), w = Json::array(), l = Json::array();
+        for (ULONG i = 0; i < n; ++i) {
+            o.push(Json(static_cast<std::uint64_t>(olds[i])));
+            w.push(Json(static_cast<std::uint64_t>(news[i])));
+            l.push(Json(static_cast<std::uint64_t>(lens[i])));
+        }
+        Json rec = Json::object();
+        rec.set("name", "proxy.ranges").set("payload", name).set("callback", name)
+            .set("oldObjectIDRangeStart", o).set("newObjectIDRangeStart", w).set("cObjectIDRangeLength", l);
+        trace().write("mark", rec);
+    }
+
+    void write_header(IUnknown* unk) {
+        if (!g_wrapper && unk) g_wrapper = new InfoWrapper(unk);
+        if (g_wrapper) g_real_info.store(g_wrapper->real(1));
+        Json runtime = Json();
+        if (g_wrapper && g_wrapper->real(3)) {
+            USHORT id = 0, major = 0, minor = 0, build = 0, qfe = 0;
+            COR_PRF_RUNTIME_TYPE type = 0;
+            if (static_cast<ICorProfilerInfo3*>(g_wrapper->real(3))->GetRuntimeInformation(
+                    &id, &type, &major, &minor, &build, &qfe, 0, nullptr, nullptr) == S_OK) {
+                runtime = Json::object();
+                runtime.set("clr_type", Json(static_cast<std::int64_t>(type))).set("major", Json(major))
+                    .set("minor", Json(minor)).set("build", Json(build)).set("qfe", Json(qfe));
+            }
+        }
+        Json rec = Json::object();
+        rec.set("probe", "profharness-proxy 1").set("pid", Json(static_cast<std::int64_t>(getpid())));
+        rec.set("runtime", runtime).set("context_size", Json(static_cast<std::uint64_t>(sizeof(AMD64Context))));
+        rec.set("proxy", Json::object()
+                             .set("target", g_target_path)
+                             .set("clsid", guid_text(config().clsid))
+                             .set("callbackLevel", Json(level_))
+                             .set("infoLevel", Json(g_wrapper ? g_wrapper->level() : 0))
+                             .set("hangMs", Json(static_cast<std::int64_t>(config().hang_ms))));
+        trace().write("header", rec);
+    }
+
+    void note_new_threads(const std::set<long>& before) {
+        for (long id : task_ids())
+            if (!before.count(id)) g_profiler_threads->insert(id);
+    }
+
+    void after_shutdown() {
+        if (!g_trace_open.load()) return;
+        trace().write("counts", Json::object().set("counts", counts_json()).set("hooks", hook_counts()));
+        // Threads the profiler started (during its construction or Initialize, or that called the runtime
+        // without ever being managed) that are still running now that Shutdown has returned.
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        const long self = static_cast<long>(::syscall(SYS_gettid));
+        std::set<long> candidates(g_profiler_threads->begin(), g_profiler_threads->end());
+        ThreadRegistry& reg = registry();
+        for (int k = 0; k < reg.size(); ++k) {
+            ThreadState* t = reg.at(k);
+            if (t && !t->tid_known && t->in_runtime >= 0 && t->last_callback == nullptr) candidates.insert(t->os_tid);
+        }
+        Json alive = Json::array();
+        for (long id : candidates)
+            if (id != self && task_alive(id)) alive.push(Json(static_cast<std::int64_t>(id)));
+        Json leaks = Json::array();
+        {
+            std::lock_guard<std::mutex> lock(g_enum_mu);
+            for (const void* e : *g_live_enums) leaks.push(Json::pointer(e));
+        }
+        Json rec = Json::object();
+        rec.set("name", "proxy.shutdown").set("payload", Json());
+        rec.set("profilerThreadsAlive", alive).set("liveEnumerators", leaks);
+        rec.set("infoRefs", Json(static_cast<std::int64_t>(g_wrapper ? g_wrapper->refs() : 0)));
+        trace().write("mark", rec);
+        trace().write("end", Json::object());
+    }
+
+    Json hook_counts() {
+        Json h = Json::object();
+        for (int k = 0; k < 6; ++k)
+            if (std::int64_t n = g_hook_counts[k].load()) h.set(kHookNames[k], Json(n));
+        return h;
+    }
+
+    int level_ = 0;
+    std::atomic<ULONG> refs_{0};
+
+ public:
+    std::set<long> startup_before_;
+};
+
+ProxyCallback* g_proxy = nullptr;
+
+HRESULT create_proxy(REFIID riid, void** ppv) {
+    if (g_proxy) return g_proxy->QueryInterface(riid, ppv);
+    Config& cfg = config();
+    const char* trace_path = std::getenv("PROFHARNESS_TRACE");
+    if (trace_path && *trace_path) {
+        std::string err;
+        if (trace().open(trace_path, err)) g_trace_open.store(true);
+        else std::fprintf(stderr, "profharness proxy: %s\n", err.c_str());
+    }
+    g_profiler_threads = new std::set<long>();
+    install_signal_handlers();
+    if (cfg.target.empty()) {
+        probe_error("PROFHARNESS_PROXY_TARGET is not set: no profiler to load", "DllGetClassObject");
+        return E_FAIL;
+    }
+    if (!cfg.clsid_ok) {
+        probe_error("PROFHARNESS_PROXY_CLSID is not a CLSID", "DllGetClassObject");
+        return E_FAIL;
+    }
+    std::set<long> before = task_ids();
+    void* lib = dlopen(cfg.target.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char* why = dlerror();
+        probe_error((std::string("cannot load the profiler: ") + (why ? why : "?")).c_str(), cfg.target.c_str());
+        return E_FAIL;
+    }
+    g_target_path = cfg.target;
+    using GetClassObject = HRESULT (*)(REFCLSID, REFIID, void**);
+    auto get = reinterpret_cast<GetClassObject>(dlsym(lib, "DllGetClassObject"));
+    if (!get) {
+        probe_error("the profiler exports no DllGetClassObject", cfg.target.c_str());
+        return E_FAIL;
+    }
+    Dl_info di;
+    if (dladdr(reinterpret_cast<void*>(get), &di)) g_target_base = di.dli_fbase;
+    IClassFactory* factory = nullptr;
+    HRESULT hr = get(cfg.clsid, IID_IClassFactory, reinterpret_cast<void**>(&factory));
+    if (hr != S_OK || !factory) {
+        probe_error("DllGetClassObject refused the CLSID", cfg.target.c_str());
+        return hr != S_OK ? hr : E_FAIL;
+    }
+    IUnknown* obj = nullptr;
+    hr = factory->CreateInstance(nullptr, riid, reinterpret_cast<void**>(&obj));
+    factory->Release();
+    if (hr != S_OK || !obj) {
+        probe_error("the profiler's class factory created no profiler", cfg.target.c_str());
+        return hr != S_OK ? hr : E_FAIL;
+    }
+    auto* proxy = new ProxyCallback();
+    if (!proxy->attach(obj)) {
+        probe_error("the profiler implements no ICorProfilerCallback", cfg.target.c_str());
+        return E_NOINTERFACE;
+    }
+    obj->Release();  // the proxy keeps the references its QueryInterface calls took
+    for (long id : task_ids())
+        if (!before.count(id)) g_profiler_threads->insert(id);
+    g_proxy = proxy;
+    return proxy->QueryInterface(riid, ppv);
+}
+
+class ClassFactory final : public IClassFactory {
+ public:
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        if (riid == IID_IUnknown || riid == IID_IClassFactory) {
+            *ppv = static_cast<IClassFactory*>(this);
+            return S_OK;
+        }
+        *ppv = nullptr;
+        return E_NOINTERFACE;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return 2; }
+    ULONG STDMETHODCALLTYPE Release() override { return 1; }
+    HRESULT STDMETHODCALLTYPE CreateInstance(IUnknown* outer, REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        *ppv = nullptr;
+        if (outer) return CLASS_E_NOAGGREGATION;
+        return create_proxy(riid, ppv);
+    }
+    HRESULT STDMETHODCALLTYPE LockServer(BOOL) override { return S_OK; }
+};
+
+}  // namespace
+
+bool recording_enabled() { return g_trace_open.load(std::memory_order_relaxed); }
+bool shutdown_returned() { return g_shutdown_returned.load(std::memory_order_relaxed); }
+void* runtime_info() { return g_real_info.load(std::memory_order_relaxed); }
+
+std::string guid_text(const GUID& g) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "{%08X-%04X-%04X-%02X%02X-%02X%02X%02X%02X%02X%02X}", g.Data1, g.Data2, g.Data3,
+                  g.Data4[0], g.Data4[1], g.Data4[2], g.Data4[3], g.Data4[4], g.Data4[5], g.Data4[6], g.Data4[7]);
+    return buf;
+}
+
+}  // namespace profharness::proxy
+
+using namespace profharness;
+using namespace profharness::proxy;
+
+// The runtime loads the proxy as its profiler under whatever CLSID the harness chose; the profiler behind
+// it is named by PROFHARNESS_PROXY_TARGET and PROFHARNESS_PROXY_CLSID.
+PROXY_EXPORT HRESULT DllGetClassObject(REFCLSID, REFIID riid, void** ppv) {
+    if (!ppv) return E_POINTER;
+    *ppv = nullptr;
+    static ClassFactory* factory = new ClassFactory();
+    return factory->QueryInterface(riid, ppv);
+}
+
+// --- the probe's seat: scenarios P/Invoke these (docs/design.md); the proxy records their marks ---------
+
+PROXY_EXPORT std::int32_t profharness_mark(const char16_t* name, const char16_t* payload) {
+    if (!g_trace_open.load()) return -1;
+    Json rec = Json::object();
+    rec.set("name", utf16_to_utf8(name ? name : u"")).set("payload", payload ? Json(utf16_to_utf8(payload)) : Json());
+    trace().write("mark", rec);
+    return 0;
+}
+
+PROXY_EXPORT std::int64_t profharness_record_count(void) { return trace().count(); }
+
+PROXY_EXPORT std::int32_t profharness_mark_ids(const char16_t* name, const std::int64_t* ids, std::int32_t count) {
+    if (!g_trace_open.load()) return -1;
+    Json list = Json::array();
+    for (std::int32_t k = 0; ids && k < count; ++k) list.push(Json(ids[k]));
+    Json rec = Json::object();
+    rec.set("name", utf16_to_utf8(name ? name : u"")).set("payload", Json()).set("ids", list);
+    trace().write("mark", rec);
+    return 0;
+}
+
+PROXY_EXPORT std::int32_t profharness_call_back(void (*fn)(void)) {
+    if (!fn) return -1;
+    fn();
+    return 0;
+}
+
+PROXY_EXPORT std::int64_t profharness_capture_spin(std::int64_t iterations) {
+    volatile std::int64_t acc = 0;
+    for (std::int64_t k = 0; k < iterations; ++k) acc = acc + (k ^ (acc >> 3));
+    return acc;
+}

@@ -1,0 +1,203 @@
+// The recording proxy (proxy.h): configuration, the trace, thread states, callback and call scopes.
+#include "proxy.h"
+
+#include <dlfcn.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "generated.h"
+
+namespace profharness::proxy {
+
+namespace {
+
+__attribute__((tls_model("initial-exec"))) thread_local ThreadState* tl_state = nullptr;
+
+std::atomic<std::int64_t> g_counts[static_cast<int>(ProxyCb::Count_)];
+
+Json frame_args(const Frame& f) {
+    Json args = Json::object();
+    for (int k = 0; k < f.nargs; ++k) {
+        switch (f.arg_kinds[k]) {
+            case ArgKind::Int:
+                args.set(f.arg_names[k], Json(static_cast<std::int64_t>(f.arg_values[k])));
+                break;
+            default:
+                args.set(f.arg_names[k], Json(f.arg_values[k]));
+                break;
+        }
+    }
+    return args;
+}
+
+void write_enter(ThreadState& t, Frame& f, int depth) {
+    Json rec = Json::object();
+    rec.set("name", f.name).set("phase", "enter").set("depth", depth).set("args", frame_args(f));
+    if (f.count_id < 0) rec.set("hook", true);
+    trace().write("callback", rec);
+    f.written = true;
+    (void)t;
+}
+
+Json managed_thread_json() {
+    ThreadState& t = me();
+    if (!t.tid_known && !t.tid_asked) {
+        t.tid_asked = true;
+        ThreadID tid = 0;
+        auto* info = static_cast<ICorProfilerInfo*>(runtime_info());
+        if (info && info->GetCurrentThreadID(&tid) == S_OK && tid != 0) {
+            t.managed_tid = tid;
+            t.tid_known = true;
+        }
+    }
+    return t.tid_known ? Json(t.managed_tid) : Json();
+}
+
+}  // namespace
+
+ThreadRegistry& registry() {
+    static ThreadRegistry* r = new ThreadRegistry();
+    return *r;
+}
+
+ThreadState& me() {
+    ThreadState* t = tl_state;
+    if (t) return *t;
+    t = new ThreadState();
+    t->os_tid = static_cast<long>(::syscall(SYS_gettid));
+    registry().add(t);
+    tl_state = t;
+    return *t;
+}
+
+ThreadState* me_if_known() { return tl_state; }
+
+std::int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+TraceWriter& trace() {
+    static TraceWriter* w = new TraceWriter(&managed_thread_json);
+    return *w;
+}
+
+void count_callback(int id) {
+    if (id >= 0 && id < static_cast<int>(ProxyCb::Count_)) g_counts[id].fetch_add(1, std::memory_order_relaxed);
+}
+
+Json counts_json() {
+    Json counts = Json::object();
+    for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k) {
+        std::int64_t n = g_counts[k].load(std::memory_order_relaxed);
+        if (n) counts.set(kProxyCbNames[k], Json(n));
+    }
+    return counts;
+}
+
+void flush_frames(ThreadState& t) {
+    int n = t.depth < kMaxFrames ? t.depth : kMaxFrames;
+    for (int k = 0; k < n; ++k)
+        if (!t.frames[k].written) write_enter(t, t.frames[k], k + 1);
+}
+
+Frame* push_frame(ThreadState& t, const char* name, int count_id, bool lazy) {
+    int d = t.depth++;
+    if (d == 0) t.busy_since.store(now_ns(), std::memory_order_relaxed);
+    if (count_id >= 0 && !t.tid_known) t.tid_asked = false;  // a callback: the thread may be managed now
+    if (d >= kMaxFrames) return nullptr;
+    Frame& f = t.frames[d];
+    f.name = name;
+    f.count_id = count_id;
+    f.written = false;
+    f.nargs = 0;
+    f.entered_ns = 0;
+    (void)lazy;
+    return &f;
+}
+
+void pop_frame(ThreadState& t, HRESULT hr, bool has_hr) {
+    int d = --t.depth;
+    if (d < kMaxFrames && d >= 0) {
+        Frame& f = t.frames[d];
+        if (f.written) {
+            Json rec = Json::object();
+            rec.set("name", f.name).set("phase", "return").set("depth", d + 1);
+            if (has_hr) rec.set("hr", Json(static_cast<std::uint32_t>(hr)));
+            if (f.count_id < 0) rec.set("hook", true);
+            trace().write("callback", rec);
+        }
+        if (f.count_id >= 0) t.last_callback = f.name;
+    }
+    if (d == 0) t.busy_since.store(0, std::memory_order_relaxed);
+}
+
+// --- CallbackScope ---------------------------------------------------------------------------------------
+
+CallbackScope::CallbackScope(int id, int level, bool forwarded)
+    : t_(me()), lazy_(kProxyCbLazy[id]) {
+    (void)level;
+    (void)forwarded;
+    count_callback(id);
+    frame_ = push_frame(t_, kProxyCbNames[id], id, lazy_);
+}
+
+CallbackScope::~CallbackScope() {
+    if (!finished_) finish(S_OK);
+}
+
+void CallbackScope::begin() {
+    if (begun_) return;
+    begun_ = true;
+    if (!lazy_ && recording_enabled()) flush_frames(t_);
+}
+
+HRESULT CallbackScope::finish(HRESULT hr) {
+    if (finished_) return hr;
+    finished_ = true;
+    pop_frame(t_, hr, true);
+    return hr;
+}
+
+// --- InfoScope -------------------------------------------------------------------------------------------
+
+InfoScope::InfoScope(int id, bool two_phase) : InfoScope(kInfoNames[id], two_phase) {}
+
+InfoScope::InfoScope(const char* name, bool two_phase)
+    : t_(me()), name_(name), two_phase_(two_phase), prev_call_(t_.current_call) {
+    t_.current_call = name;
+    ++t_.in_runtime;
+}
+
+void InfoScope::arg(const char* name, const GUID& g) { args_.set(name, Json(guid_text(g))); }
+
+void InfoScope::begin() {
+    if (!recording_enabled()) return;
+    flush_frames(t_);
+    if (two_phase_) {
+        Json rec = Json::object();
+        rec.set("name", name_).set("phase", "enter").set("args", args_).set("hr", Json(0u));
+        trace().write("call", rec);
+    }
+}
+
+HRESULT InfoScope::finish(HRESULT hr) {
+    --t_.in_runtime;
+    t_.current_call = prev_call_;
+    if (!recording_enabled()) return hr;
+    Json rec = Json::object();
+    rec.set("name", name_);
+    if (two_phase_) rec.set("phase", "return");
+    rec.set("args", std::move(args_)).set("out", std::move(out_)).set("hr", Json(static_cast<std::uint32_t>(hr)));
+    if (shutdown_returned()) rec.set("afterShutdown", true);
+    trace().write("call", rec);
+    return hr;
+}
+
+}  // namespace profharness::proxy

@@ -1,0 +1,169 @@
+"""What ``profharness validate`` is given, checked; and one run of an app with a profiler behind the proxy.
+
+The run goes through :func:`conformance.core.runner.execute` (the watchdog, the process group killed and
+reaped, the trace read back): the proxy takes the probe's seat (copied next to the app under the probe's
+file name, loaded under the probe's CLSID, so a scenario's marks reach it), and the environment that names
+the profiler behind it comes from :class:`ProxiedRuntime`, a runtime whose environment carries it.
+The harness never loads the profiler: it reads its first bytes to check it is an x86-64 ELF shared object.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from conformance.core import runner, scenarios
+from conformance.core.errors import HarnessError
+from conformance.core.paths import runs_dir
+from conformance.core.runner import RunResult
+from conformance.core.runtimes import Runtime
+from conformance.validator.build import build_proxy
+
+#: Seconds a callback may stay open before the proxy reports a hang (and ends the process).
+DEFAULT_HANG_S = 10.0
+#: Seconds the harness's own watchdog allows beyond the proxy's hang limit.
+WATCHDOG_MARGIN_S = 30.0
+_CLSID = re.compile(
+    r"^\{?([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})\}?$"
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ELF_MAGIC = b"\x7fELF"
+_ET_DYN = 3
+_EM_X86_64 = 62
+
+
+class ValidatorInputError(HarnessError):
+    """What the user gave ``validate`` cannot be used (one line naming it)."""
+
+
+def check_profiler(path: Path) -> Path:
+    """``path`` resolved, after checking it is an x86-64 ELF shared object (read, never loaded)."""
+    if not path.exists():
+        raise ValidatorInputError(f"{path}: no such profiler file")
+    if not path.is_file():
+        raise ValidatorInputError(f"{path}: not a file")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(20)
+    except OSError as exc:
+        raise ValidatorInputError(f"{path}: cannot read the profiler: {exc.strerror}") from exc
+    if len(head) < 20 or head[:4] != _ELF_MAGIC:
+        raise ValidatorInputError(f"{path}: not an ELF file (a profiler must be a shared object, .so)")
+    if head[4] != 2 or head[5] != 1:
+        raise ValidatorInputError(f"{path}: not a 64-bit little-endian ELF file")
+    e_type = int.from_bytes(head[16:18], "little")
+    e_machine = int.from_bytes(head[18:20], "little")
+    if e_type != _ET_DYN:
+        raise ValidatorInputError(f"{path}: an ELF file of type {e_type}, not a shared object (ET_DYN)")
+    if e_machine != _EM_X86_64:
+        raise ValidatorInputError(f"{path}: built for ELF machine {e_machine}, not x86-64")
+    return path.resolve()
+
+
+def parse_clsid(text: str) -> str:
+    """``{XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX}`` (upper case) from a CLSID with or without braces."""
+    m = _CLSID.match(text.strip())
+    if m is None:
+        raise ValidatorInputError(
+            f"--clsid {text!r}: not a CLSID (expected {{XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX}})"
+        )
+    return "{" + "-".join(g.upper() for g in m.groups()) + "}"
+
+
+def parse_env(items: Sequence[str]) -> dict[str, str]:
+    """``K=V`` strings as a mapping."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise ValidatorInputError(f"--env {item!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def check_preloads(paths: Sequence[Path]) -> list[Path]:
+    """Libraries to LD_PRELOAD into the app's process: each must exist (read, never loaded here)."""
+    return [check_profiler(p) for p in paths]
+
+
+class ProxiedRuntime(Runtime):
+    """A runtime whose environment also names the profiler behind the proxy (and the user's extras)."""
+
+    proxy_env: dict[str, str]
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), **self.proxy_env}
+
+
+def proxy_environment(
+    profiler: Path,
+    clsid: str,
+    *,
+    extra_env: Mapping[str, str] | None = None,
+    preload: Sequence[Path] = (),
+    hang_s: float = DEFAULT_HANG_S,
+) -> dict[str, str]:
+    """The variables the proxy reads, the user's own, and LD_PRELOAD for companions."""
+    env = dict(extra_env or {})
+    env.update(
+        {
+            "PROFHARNESS_PROXY_TARGET": str(profiler),
+            "PROFHARNESS_PROXY_CLSID": clsid,
+            "PROFHARNESS_PROXY_HANG_MS": str(max(0, int(hang_s * 1000))),
+        }
+    )
+    if preload:
+        env["LD_PRELOAD"] = " ".join(str(p) for p in preload)
+    return env
+
+
+def user_app_scenario(app: Path) -> scenarios.Scenario:
+    """The user's own app as a scenario (no plan: the proxy ignores the probe's)."""
+    if not app.is_file():
+        raise ValidatorInputError(f"{app}: no such app")
+    if app.suffix.lower() != ".dll":
+        raise ValidatorInputError(f"{app}: an app must be a managed .dll")
+    return scenarios.Scenario(
+        name=app.stem, folder=app.parent, sources=[], plan={"version": 1}, description=f"the user's app {app}"
+    )
+
+
+def new_run_dir(label: str, runtime: Runtime) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = runs_dir() / f"{stamp}-validate-{label}-{runtime.version}-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def run_under_proxy(
+    scenario: scenarios.Scenario,
+    app_dll: Path,
+    runtime: Runtime,
+    environment: Mapping[str, str],
+    *,
+    hang_s: float = DEFAULT_HANG_S,
+    timeout_s: float | None = None,
+    user_app: bool = False,
+) -> RunResult:
+    """Run ``app_dll`` on ``runtime`` with the proxy as profiler (behind it: per ``environment``)."""
+    proxy_so = build_proxy()
+    proxied = ProxiedRuntime(
+        version=runtime.version,
+        host=runtime.host,
+        framework_dir=runtime.framework_dir,
+        source=runtime.source,
+        proxy_env=dict(environment),
+    )
+    run_dir = new_run_dir(scenario.name, runtime)
+    if user_app:  # the app's own assemblies go beside it (its main assembly becomes app.dll)
+        for sibling in app_dll.parent.iterdir():
+            if sibling.is_file() and sibling != app_dll and sibling.suffix.lower() in (".dll", ".so", ".pdb"):
+                shutil.copyfile(sibling, run_dir / sibling.name)
+    limit = (
+        timeout_s if timeout_s is not None else (hang_s if hang_s > 0 else DEFAULT_HANG_S) + WATCHDOG_MARGIN_S
+    )
+    return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir)

@@ -1,0 +1,573 @@
+"""The rules the validator holds a profiler to, over one recording (:class:`~.recording.Recording`).
+
+Each finding names its clause: an id of the catalog (``profharness clauses --layer validator``), or, for
+what the four contract documents do not cover (crashes, hangs, a profiler's lifecycle), one of
+:data:`VALIDATOR_RULES`. It names the OS thread, the callback (or hook) that was running, and the seqs of
+the trace records that are its evidence.
+
+Model checkers reused: :func:`clr_model.moved_refs.check_gc_events` (MR2-09, MR2-17) and
+:func:`clr_model.async_safety.check` (DSS-23, DSS-24). The rest are read here from the recording.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+
+from pydantic import BaseModel, ConfigDict
+
+from clr_model import async_safety
+from clr_model.errors import InvalidInput
+from clr_model.events import InfoCall, ProfilerCallback, begins, int_arg
+from clr_model.hresults import hresult_failed
+from clr_model.moved_refs import check_gc_events
+from conformance.core.errors import HarnessError
+from conformance.core.paths import NATIVE_DIR
+from conformance.core.runner import RunOutcome, RunResult
+from conformance.core.trace import CallRecord, MarkRecord, ProbeErrorRecord
+from conformance.validator.recording import Recording
+
+#: Rules of the validator that no clause of the catalog states (id -> title).
+VALIDATOR_RULES: dict[str, str] = {
+    "VAL-CRASH": "the profiler crashed the process",
+    "VAL-HANG": "a callback never returned (hang)",
+    "VAL-LOAD": "the profiler could not be loaded behind the proxy",
+    "VAL-AFTER-SHUTDOWN": "ICorProfilerInfo used after Shutdown returned",
+    "VAL-RELEASED-INFO": "ICorProfilerInfo used after its last reference was released",
+    "VAL-THREAD-AT-SHUTDOWN": "a profiler thread still runs after Shutdown returned",
+    "VAL-ENUM-LEAK": "an enumerator is never released",
+    "VAL-NULL-TAILCALL": "enter/leave hooks registered with a NULL tailcall hook",
+    "VAL-QI-IN-GC": "QueryInterface on ICorProfilerInfo inside a GC callback",
+}
+#: Catalog clauses the validator reports (the titles come from the catalog).
+CATALOG_RULES = (
+    "BUF-04",
+    "BUF-08",
+    "DSS-13",
+    "DSS-19",
+    "DSS-22",
+    "DSS-23",
+    "DSS-24",
+    "FE2-10",
+    "FE2-11",
+    "MR2-09",
+    "MR2-13",
+    "MR2-17",
+)
+
+#: Calls that block the calling thread until other threads move (FE2-10 inside a hook).
+BLOCKING_METHODS = frozenset(
+    {"SuspendRuntime", "RequestReJIT", "RequestRevert", "RequestReJITWithInliners", "RequestProfilerDetach"}
+)
+#: Callbacks made while the runtime is in a garbage collection.
+GC_CALLBACKS = frozenset(
+    {
+        "GarbageCollectionStarted",
+        "GarbageCollectionFinished",
+        "MovedReferences",
+        "MovedReferences2",
+        "SurvivingReferences",
+        "SurvivingReferences2",
+        "ObjectReferences",
+        "RootReferences",
+        "RootReferences2",
+        "FinalizeableObjectQueued",
+        "ConditionalWeakTableElementReferences",
+        "HandleCreated",
+        "HandleDestroyed",
+    }
+)
+_HOOK_REGISTRATIONS = {
+    "SetEnterLeaveFunctionHooks2": ("pFuncEnter", "pFuncLeave", "pFuncTailcall"),
+    "SetEnterLeaveFunctionHooks3": ("pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"),
+    "SetEnterLeaveFunctionHooks3WithInfo": (
+        "pFuncEnter3WithInfo",
+        "pFuncLeave3WithInfo",
+        "pFuncTailcall3WithInfo",
+    ),
+}
+
+
+class Finding(BaseModel):
+    """One way the profiler broke a rule, with its evidence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    clause: str
+    title: str
+    message: str
+    runtime: str
+    scenario: str
+    thread: int | None = None
+    callback: str | None = None
+    records: list[int]
+    trace: str
+
+    def line(self) -> str:
+        where = (
+            f" [thread {self.thread}" + (f", in {self.callback}" if self.callback else "") + "]"
+            if self.thread is not None
+            else ""
+        )
+        return f"{self.clause} {self.runtime} {self.scenario}{where}: {self.message} (records {self.records})"
+
+
+@dataclass
+class _Ctx:
+    rec: Recording
+    run: RunResult
+
+    def finding(
+        self,
+        clause: str,
+        message: str,
+        records: list[int],
+        *,
+        thread: int | None = None,
+        callback: str | None = None,
+    ) -> Finding:
+        return Finding(
+            clause=clause,
+            title=rule_title(clause),
+            message=message,
+            runtime=self.run.runtime,
+            scenario=self.run.scenario,
+            thread=thread,
+            callback=callback,
+            records=records,
+            trace=str(self.run.trace_path),
+        )
+
+    def at(self, clause: str, index: int, message: str, more: list[int] | None = None) -> Finding:
+        ev = self.rec.events[index]
+        return self.finding(
+            clause, message, [ev.seq, *(more or [])], thread=ev.thread, callback=self.rec.callback_at(index)
+        )
+
+
+def rule_title(clause: str) -> str:
+    if clause in VALIDATOR_RULES:
+        return VALIDATOR_RULES[clause]
+    from clr_model.clauses import CATALOG  # the catalog is the one list of clause titles
+
+    found = CATALOG.get(clause)
+    return found.title if found is not None else clause
+
+
+Rule = Callable[[_Ctx], Iterator[Finding]]
+RULES: list[Rule] = []
+
+
+def rule(fn: Rule) -> Rule:
+    RULES.append(fn)
+    return fn
+
+
+# --- buffers (BUF-04, BUF-08) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BufferParams:
+    """A caller-allocated buffer of an ICorProfilerInfo method: its size, buffer and count parameters."""
+
+    size: str
+    buffer: str
+    count: str
+
+
+def _load_interfaces() -> ModuleType:
+    path = NATIVE_DIR / "tools" / "gen_interfaces.py"
+    spec = importlib.util.spec_from_file_location("_validator_gen_interfaces", path)
+    if spec is None or spec.loader is None:
+        raise HarnessError(f"{path}: the interface table's reader is missing")
+    module = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def buffer_methods() -> dict[str, BufferParams]:
+    """Every ICorProfilerInfo method with a (cX, pcX, X) buffer, read from tools/interfaces.txt: a by-value
+    count ``c…``/``cch…``, its ``pc…`` out-count, and the pointer next to them that is the buffer."""
+    gen = _load_interfaces()
+    ifaces = gen.parse((NATIVE_DIR / "tools" / "interfaces.txt").read_text(), "interfaces.txt")
+    found: dict[str, BufferParams] = {}
+    for iface in ifaces:
+        if not re.fullmatch(r"ICorProfilerInfo\d*", iface.name):
+            continue
+        for method in iface.methods:
+            names = [p.name for p in method.params]
+            for k, p in enumerate(method.params):
+                if not re.fullmatch(r"c(ch)?[A-Z]\w*", p.name) or p.type not in ("ULONG", "ULONG32", "UINT"):
+                    continue
+                count = "p" + p.name
+                if count not in names:
+                    continue
+                j = names.index(count)
+                after = method.params[j + 1] if j + 1 < len(names) else None
+                before = method.params[k - 1] if k > 0 else None
+                for cand in (after, before):
+                    if (
+                        cand is not None
+                        and cand.type.endswith("*")
+                        and not re.match(r"p[a-z]*[A-Z]", cand.name)
+                    ):
+                        found[method.name] = BufferParams(p.name, cand.name, count)
+                        break
+    return found
+
+
+@rule
+def null_buffer_with_size(c: _Ctx) -> Iterator[Finding]:
+    """BUF-04: a NULL buffer goes with a size of 0."""
+    table = buffer_methods()
+    for i, ev in enumerate(c.rec.events):
+        if isinstance(ev, InfoCall) and ev.name in table and begins(ev):
+            params = table[ev.name]
+            size, buf = int_arg(ev.args, params.size), int_arg(ev.args, params.buffer)
+            if buf == 0 and size:
+                yield c.at("BUF-04", i, f"{ev.name} with {params.buffer}=NULL and {params.size}={size}")
+
+
+def _identity(ev: InfoCall, params: BufferParams) -> tuple[object, ...]:
+    """What a retry of the same question repeats: the by-value arguments except the buffer's own."""
+    skip = {params.size, params.buffer, params.count}
+    return tuple(
+        sorted(
+            (k, v)
+            for k, v in ev.args.items()
+            if k not in skip and not k.startswith("p") and isinstance(v, int | str)
+        )
+    )
+
+
+@rule
+def truncated_without_retry(c: _Ctx) -> Iterator[Finding]:
+    """BUF-08: *pcX > cX means the answer was truncated: allocate *pcX and call again."""
+    table = buffer_methods()
+    events = c.rec.events
+    for i, ev in enumerate(events):
+        if not (isinstance(ev, InfoCall) and ev.name in table and ev.phase != "enter"):
+            continue
+        params = table[ev.name]
+        size, buf = int_arg(ev.args, params.size), int_arg(ev.args, params.buffer)
+        needed = int_arg(ev.out, params.count)
+        if not size or not buf or needed is None or needed <= size:
+            continue
+        key = _identity(ev, params)
+        retried = any(
+            isinstance(later, InfoCall)
+            and later.name == ev.name
+            and later.thread == ev.thread
+            and _identity(later, params) == key
+            and (int_arg(later.args, params.size) or 0) >= needed
+            for later in events[i + 1 :]
+        )
+        if not retried:
+            yield c.at(
+                "BUF-08",
+                i,
+                f"{ev.name} answered {params.count}={needed} for {params.size}={size} "
+                "(truncated) and was not called again with a large enough buffer",
+            )
+
+
+# --- walks (DSS-13, DSS-19, DSS-22) and the model's DSS-23/24 ---------------------------------------------
+
+
+@rule
+def walks_and_suspension(c: _Ctx) -> Iterator[Finding]:
+    suspended_by: dict[int, int] = {}  # thread -> seq of its SuspendRuntime that succeeded
+    gc_suspended = False
+    for i, ev in enumerate(c.rec.events):
+        if isinstance(ev, ProfilerCallback):
+            if ev.name == "RuntimeSuspendFinished" and begins(ev):
+                gc_suspended = True
+            elif ev.name == "RuntimeResumeStarted" and begins(ev):
+                gc_suspended = False
+            continue
+        if not isinstance(ev, InfoCall):
+            continue
+        if ev.name == "SuspendRuntime" and begins(ev) and ev.thread in c.rec.managed_threads:
+            yield c.at("DSS-22", i, f"SuspendRuntime from thread {ev.thread}, which runs managed code")
+        if (
+            ev.name == "SuspendRuntime"
+            and ev.phase != "enter"
+            and ev.hr is not None
+            and not hresult_failed(ev.hr)
+        ):
+            suspended_by[ev.thread] = ev.seq
+        elif ev.name == "ResumeRuntime" and ev.phase != "enter":
+            suspended_by.pop(ev.thread, None)
+        elif ev.name == "DoStackSnapshot" and begins(ev):
+            target = int_arg(ev.args, "thread")
+            if target and target != ev.thread and not suspended_by and not gc_suspended:
+                yield c.at(
+                    "DSS-13",
+                    i,
+                    f"DoStackSnapshot of thread {target} from thread {ev.thread} while the "
+                    "target is not suspended (no SuspendRuntime in force)",
+                )
+            seed = ev.args.get("seed")
+            if isinstance(seed, dict) and not int_arg(seed, "functionId"):
+                rip = int_arg(seed, "rip") or 0
+                yield c.at(
+                    "DSS-19",
+                    i,
+                    f"DoStackSnapshot seeded at {rip:#x}, outside JIT-compiled code "
+                    "(GetFunctionFromIP gives no FunctionID)",
+                )
+
+
+@rule
+def model_async_rules(c: _Ctx) -> Iterator[Finding]:
+    """DSS-23 and DSS-24 by clr_model.async_safety (DSS-22/25 need native suspensions it cannot see)."""
+    try:
+        violations = async_safety.check(c.rec.events)
+    except InvalidInput as err:
+        yield c.finding("VAL-LOAD", f"the recording cannot be judged for DSS-23/24: {err}", [])
+        return
+    for v in violations:
+        if v.clause in ("DSS-23", "DSS-24") and v.index is not None:
+            yield c.at(v.clause, v.index, v.message)
+
+
+# --- the GC (MR2-09, MR2-13, MR2-17, VAL-QI-IN-GC) ----------------------------------------------------
+
+
+@rule
+def model_gc_rules(c: _Ctx) -> Iterator[Finding]:
+    level = c.rec.callback_level
+    try:
+        violations = check_gc_events(c.rec.events, implements_callback4=level >= 4 or level == 0)
+    except InvalidInput as err:
+        yield c.finding("VAL-LOAD", f"the recording cannot be judged for MR2-09/17: {err}", [])
+        return
+    for v in violations:
+        if v.clause in ("MR2-09", "MR2-17") and v.index is not None:
+            yield c.at(v.clause, v.index, v.message)
+
+
+@rule
+def only_callback3(c: _Ctx) -> Iterator[Finding]:
+    """MR2-13: a profiler without ICorProfilerCallback4 gets MovedReferences, whose ULONG lengths cannot say
+    how long a block of 4 GiB or more is."""
+    level = c.rec.callback_level
+    if not 0 < level < 4:
+        return
+    for i, ev in enumerate(c.rec.events):
+        if isinstance(ev, ProfilerCallback) and ev.name == "MovedReferences" and begins(ev):
+            yield c.at(
+                "MR2-13",
+                i,
+                f"the profiler implements callbacks only up to ICorProfilerCallback{level}: "
+                "the runtime falls back to MovedReferences with 32-bit lengths",
+            )
+            return
+
+
+@rule
+def query_interface_in_gc(c: _Ctx) -> Iterator[Finding]:
+    for i, ev in enumerate(c.rec.events):
+        if isinstance(ev, InfoCall) and ev.name == "QueryInterface":
+            inside = [name for name in c.rec.context[i] if name in GC_CALLBACKS]
+            if inside:
+                yield c.at("VAL-QI-IN-GC", i, f"QueryInterface on ICorProfilerInfo inside {inside[-1]}")
+
+
+# --- hooks (FE2-10, FE2-11, VAL-NULL-TAILCALL) ----------------------------------------------------------
+
+
+@rule
+def calls_from_hooks(c: _Ctx) -> Iterator[Finding]:
+    for i, ev in enumerate(c.rec.events):
+        if not (isinstance(ev, InfoCall) and begins(ev)):
+            continue
+        hooks = [name for name in c.rec.context[i] if name in c.rec.hook_names]
+        if not hooks:
+            continue
+        if ev.triggers_gc:
+            yield c.at("FE2-11", i, f"{hooks[-1]} hook calls {ev.name}, which triggers a garbage collection")
+        elif ev.name in BLOCKING_METHODS:
+            yield c.at("FE2-10", i, f"{hooks[-1]} hook calls {ev.name}, which blocks")
+
+
+@rule
+def null_tailcall_hook(c: _Ctx) -> Iterator[Finding]:
+    for i, ev in enumerate(c.rec.events):
+        if isinstance(ev, InfoCall) and ev.name in _HOOK_REGISTRATIONS and begins(ev):
+            enter, leave, tail = (ev.args.get(n) for n in _HOOK_REGISTRATIONS[ev.name])
+
+            def address(h: object) -> int:
+                return int_arg(h, "address") or 0 if isinstance(h, dict) else 0
+
+            if (address(enter) or address(leave)) and not address(tail):
+                yield c.at(
+                    "VAL-NULL-TAILCALL",
+                    i,
+                    f"{ev.name} with a NULL tailcall hook: a tail call jumps to address 0",
+                )
+
+
+# --- lifecycle ------------------------------------------------------------------------------------------
+
+
+@rule
+def after_shutdown_and_release(c: _Ctx) -> Iterator[Finding]:
+    released_at: int | None = None
+    reported_release = reported_shutdown = False
+    for record in c.rec.trace.records:
+        if not isinstance(record, CallRecord):
+            continue
+        extra = record.model_extra or {}
+        if record.name == "Release" and (int_arg(record.out, "refs") or 0) <= 0:
+            released_at = record.seq
+            continue
+        if record.name == "QueryInterface" and record.hr == 0:
+            released_at = None
+            continue
+        if extra.get("afterShutdown") is True and not reported_shutdown:
+            reported_shutdown = True
+            yield c.finding(
+                "VAL-AFTER-SHUTDOWN",
+                f"{record.name} called after Shutdown returned",
+                [record.seq],
+                thread=record.os_tid,
+            )
+        if released_at is not None and not reported_release and not record.name.startswith("ICorProfiler"):
+            reported_release = True
+            yield c.finding(
+                "VAL-RELEASED-INFO",
+                f"{record.name} called through an ICorProfilerInfo the "
+                f"profiler released (record {released_at})",
+                [released_at, record.seq],
+                thread=record.os_tid,
+            )
+
+
+def _note(c: _Ctx, name: str) -> MarkRecord | None:
+    found = c.rec.notes.get(name)
+    return found[-1] if found else None
+
+
+@rule
+def shutdown_leftovers(c: _Ctx) -> Iterator[Finding]:
+    note = _note(c, "proxy.shutdown")
+    if note is None:
+        return
+    extra = note.model_extra or {}
+    alive = extra.get("profilerThreadsAlive") or []
+    if alive:
+        yield c.finding(
+            "VAL-THREAD-AT-SHUTDOWN",
+            f"profiler thread(s) {alive} still run after Shutdown "
+            "returned (3.1 destroys the profiler under them; 8.0 never releases it)",
+            [note.seq],
+            thread=alive[0] if isinstance(alive[0], int) else None,
+        )
+    leaks = extra.get("liveEnumerators") or []
+    if leaks:
+        made = [
+            r.seq
+            for r in c.rec.trace.records
+            if isinstance(r, CallRecord) and r.name == "EnumThreads" and r.out.get("enumerator") in leaks
+        ]
+        yield c.finding(
+            "VAL-ENUM-LEAK", f"{len(leaks)} ICorProfilerThreadEnum never released", [*made, note.seq]
+        )
+
+
+# --- crashes, hangs, loading ----------------------------------------------------------------------------
+
+
+def _stack_text(frames: object, limit: int = 6) -> str:
+    if not isinstance(frames, list):
+        return ""
+    parts = []
+    for f in frames[:limit]:
+        if isinstance(f, dict):
+            parts.append(str(f.get("symbol") or f"{f.get('module', '?')}+{int_arg(f, 'offset') or 0:#x}"))
+    return " < ".join(parts)
+
+
+@rule
+def crashes_and_hangs(c: _Ctx) -> Iterator[Finding]:
+    crash, hang = _note(c, "proxy.crash"), _note(c, "proxy.hang")
+    if crash is not None:
+        extra = crash.model_extra or {}
+        callbacks = extra.get("callbacks") or []
+        callback = callbacks[-1] if isinstance(callbacks, list) and callbacks else None
+        where = f"in {callback}" if callback else "outside any callback"
+        call = f", inside {extra.get('call')}" if extra.get("call") else ""
+        yield c.finding(
+            "VAL-CRASH",
+            f"{extra.get('signal')} {where}{call} on thread {crash.os_tid}; stack: "
+            f"{_stack_text(extra.get('stack'))}",
+            [crash.seq],
+            thread=crash.os_tid,
+            callback=str(callback) if callback else None,
+        )
+    if hang is not None:
+        extra = hang.model_extra or {}
+        stuck = int_arg(extra, "stuckOsTid")
+        threads = extra.get("threads") or []
+        stuck_cb = None
+        lines = []
+        for th in threads if isinstance(threads, list) else []:
+            if not isinstance(th, dict):
+                continue
+            cbs = th.get("callbacks") or []
+            last = cbs[-1] if cbs else th.get("lastCallback")
+            if th.get("osTid") == stuck and cbs:
+                stuck_cb = cbs[-1]
+            lines.append(f"{th.get('osTid')}: {last or '-'} ({_stack_text(th.get('stack'), 3)})")
+        yield c.finding(
+            "VAL-HANG",
+            f"a callback ran {extra.get('busyMs')} ms (limit {extra.get('limitMs')} ms) on "
+            f"thread {stuck}; threads: " + "; ".join(lines),
+            [hang.seq],
+            thread=stuck,
+            callback=str(stuck_cb) if stuck_cb else None,
+        )
+    if crash is None and hang is None and c.run.outcome is not RunOutcome.OK:
+        open_cbs = _open_callbacks(c.rec)
+        clause = "VAL-HANG" if c.run.outcome is RunOutcome.HUNG else "VAL-CRASH"
+        detail = "; ".join(f"thread {t}: {' > '.join(s)}" for t, s in open_cbs.items()) or "no callback open"
+        yield c.finding(
+            clause,
+            f"the process {c.run.describe_failure().split(' on ', 1)[-1]}; open callbacks: {detail}",
+            [],
+            thread=next(iter(open_cbs), None),
+            callback=next(iter(open_cbs.values()))[-1] if open_cbs else None,
+        )
+    for record in c.rec.trace.records:
+        if isinstance(record, ProbeErrorRecord):
+            yield c.finding("VAL-LOAD", f"{record.what} ({record.where})", [record.seq], thread=record.os_tid)
+
+
+def _open_callbacks(rec: Recording) -> dict[int, list[str]]:
+    stacks: dict[int, list[str]] = {}
+    for ev in rec.events:
+        if isinstance(ev, ProfilerCallback):
+            stack = stacks.setdefault(ev.thread, [])
+            if ev.phase == "enter":
+                stack.append(ev.name)
+            elif ev.phase == "return" and stack:
+                stack.pop()
+    return {t: s for t, s in stacks.items() if s}
+
+
+def check_recording(rec: Recording, run: RunResult) -> list[Finding]:
+    """Every finding of every rule over one run's recording."""
+    ctx = _Ctx(rec, run)
+    found: list[Finding] = []
+    for r in RULES:
+        found.extend(r(ctx))
+    return found

@@ -1,0 +1,87 @@
+// The plumbing every fixture profiler shares: COM identity (QueryInterface up to the callback level the
+// fixture's base class implements), the ICorProfilerInfo10 it keeps, and the class factory export.
+// A fixture derives from fixture::Profiler<CallbacksN> (callbacks.h: every callback a do-nothing S_OK) and
+// overrides only what its one fault needs. Written for the validator's tests; not the probe's code.
+#pragma once
+
+#include <atomic>
+#include <cstdio>
+
+#include "callbacks.h"
+#include "profharness/flags.h"
+#include "profharness/hresults.h"
+
+namespace fixture {
+
+using namespace profharness;
+
+// tests/conformance/validator/fixtures.py FIXTURE_CLSID
+inline constexpr GUID kFixtureClsid = {0x6D1B2C3A, 0x4E5F, 0x4A6B, {0x8C, 0x7D, 0x9E, 0x0F, 0x1A, 0x2B, 0x3C, 0x4D}};
+
+inline const GUID* callback_iids[] = {nullptr, &IID_ICorProfilerCallback, &IID_ICorProfilerCallback2,
+                                      &IID_ICorProfilerCallback3, &IID_ICorProfilerCallback4,
+                                      &IID_ICorProfilerCallback5, &IID_ICorProfilerCallback6,
+                                      &IID_ICorProfilerCallback7, &IID_ICorProfilerCallback8,
+                                      &IID_ICorProfilerCallback9, &IID_ICorProfilerCallback10,
+                                      &IID_ICorProfilerCallback11};
+
+template <typename Base, int Level>
+class Profiler : public Base {
+ public:
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        *ppv = nullptr;
+        bool ok = riid == IID_IUnknown;
+        for (int k = 1; k <= Level && !ok; ++k) ok = riid == *callback_iids[k];
+        if (!ok) return E_NOINTERFACE;
+        *ppv = static_cast<Base*>(this);
+        AddRef();
+        return S_OK;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return ++refs_; }
+    ULONG STDMETHODCALLTYPE Release() override { return --refs_; }  // fixtures live as long as the process
+
+ protected:
+    // QueryInterface for ICorProfilerInfo10 (both bundled runtimes have it) and set the event mask.
+    HRESULT take_info(IUnknown* unk, DWORD mask, DWORD high = 0) {
+        unk_ = unk;
+        HRESULT hr = unk->QueryInterface(IID_ICorProfilerInfo10, reinterpret_cast<void**>(&info));
+        if (hr != S_OK) return hr;
+        return info->SetEventMask2(mask, high);
+    }
+    ICorProfilerInfo10* info = nullptr;
+    IUnknown* unk_ = nullptr;
+
+ private:
+    std::atomic<ULONG> refs_{0};
+};
+
+template <typename P>
+class Factory final : public IClassFactory {
+ public:
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        if (riid == IID_IUnknown || riid == IID_IClassFactory) {
+            *ppv = this;
+            return S_OK;
+        }
+        *ppv = nullptr;
+        return E_NOINTERFACE;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return 2; }
+    ULONG STDMETHODCALLTYPE Release() override { return 1; }
+    HRESULT STDMETHODCALLTYPE CreateInstance(IUnknown*, REFIID riid, void** ppv) override {
+        return (new P())->QueryInterface(riid, ppv);
+    }
+    HRESULT STDMETHODCALLTYPE LockServer(BOOL) override { return S_OK; }
+};
+
+}  // namespace fixture
+
+#define FIXTURE_EXPORT(P)                                                                              \
+    extern "C" __attribute__((visibility("default"))) profharness::HRESULT DllGetClassObject(           \
+        const profharness::GUID& clsid, const profharness::GUID& riid, void** ppv) {                  \
+        if (!(clsid == fixture::kFixtureClsid)) return profharness::CLASS_E_CLASSNOTAVAILABLE;        \
+        static fixture::Factory<P> factory;                                                          \
+        return factory.QueryInterface(riid, ppv);                                                      \
+    }

@@ -1,0 +1,150 @@
+"""The validator (issue 10): input checks, the proxy's generated forwarding, the buffer table, and every
+fixture profiler validated on each bundled runtime with the finding its one fault must give."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main as cli_main
+from conformance.core.paths import NATIVE_DIR
+from conformance.core.runtimes import Runtime
+from conformance.validator import api
+from conformance.validator.launch import ValidatorInputError, check_profiler, parse_clsid, parse_env
+from conformance.validator.rules import CATALOG_RULES, buffer_methods
+from tests.conformance.validator.fixtures import FIXTURE_CLSID, build_fixture
+
+
+def test_clsid_is_normalised_and_a_bad_one_is_one_line() -> None:
+    assert parse_clsid("6d1b2c3a-4e5f-4a6b-8c7d-9e0f1a2b3c4d") == FIXTURE_CLSID
+    with pytest.raises(ValidatorInputError, match="not a CLSID"):
+        parse_clsid("{1234}")
+
+
+def test_env_items_need_a_name_and_a_value() -> None:
+    assert parse_env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
+    with pytest.raises(ValidatorInputError, match="NAME=VALUE"):
+        parse_env(["novalue"])
+
+
+def test_profiler_must_be_an_elf_shared_object(tmp_path: Path) -> None:
+    with pytest.raises(ValidatorInputError, match="no such profiler file"):
+        check_profiler(tmp_path / "missing.so")
+    text = tmp_path / "text.so"
+    text.write_text("not a library\n")
+    with pytest.raises(ValidatorInputError, match="not an ELF file"):
+        check_profiler(text)
+    executable = tmp_path / "exec.so"  # an x86-64 ELF header of type ET_EXEC (2)
+    executable.write_bytes(
+        b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (62).to_bytes(2, "little")
+    )
+    with pytest.raises(ValidatorInputError, match="not a shared object"):
+        check_profiler(executable)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["validate", "/nonexistent/lib.so", "--clsid", FIXTURE_CLSID], "no such profiler file"),
+        (["validate", __file__, "--clsid", FIXTURE_CLSID], "not an ELF file"),
+        (["validate", "PLACEHOLDER", "--clsid", "nope"], "not a CLSID"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if "PLACEHOLDER" in argv:
+        argv[argv.index("PLACEHOLDER")] = str(build_fixture("correct"))
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_proxy_forwarding_is_generated_from_the_interface_table() -> None:
+    path = NATIVE_DIR / "proxy" / "gen_proxy.py"
+    spec = importlib.util.spec_from_file_location("_gen_proxy_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    assert (NATIVE_DIR / "proxy" / "generated.h").read_text() == module.render(), (
+        "run python3 conformance/native/proxy/gen_proxy.py"
+    )
+
+
+def test_BUF_04_BUF_08_buffer_table_read_from_interfaces() -> None:
+    table = buffer_methods()
+    assert (table["GetModuleInfo"].size, table["GetModuleInfo"].buffer, table["GetModuleInfo"].count) == (
+        "cchName",
+        "szName",
+        "pcchName",
+    )
+    assert table["GetClassLayout"].buffer == "rFieldOffset"  # the buffer before its size
+    assert table["GetGenerationBounds"].buffer == "ranges"
+    assert table["GetFunctionInfo2"].buffer == "typeArgs"
+
+
+#: fixture -> the clauses its one fault must give, on every bundled runtime.
+FIXTURES: dict[str, set[str]] = {
+    "correct": set(),
+    "null_buffer": {"BUF-04"},
+    "cross_walk": {"DSS-13"},
+    "inspect_in_mr2": {"MR2-09"},
+    "callback3_only": {"MR2-13"},
+    "crash": {"VAL-CRASH"},
+    "hang": {"VAL-HANG"},
+    "after_shutdown": {"VAL-AFTER-SHUTDOWN", "VAL-RELEASED-INFO", "VAL-THREAD-AT-SHUTDOWN"},
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+def test_fixture_gives_its_finding_on_every_runtime(fixture: str, runtimes: list[Runtime]) -> None:
+    so = build_fixture(fixture)
+    result = api.validate(so, FIXTURE_CLSID, hang_s=3.0)
+    assert {r.runtime for r in result.runs} == {rt.version for rt in runtimes}
+    for rt in runtimes:
+        mine = {f.clause for f in result.findings if f.runtime == rt.version}
+        assert mine == FIXTURES[fixture], api.table(result)
+    for finding in result.findings:
+        assert finding.clause in CATALOG_RULES or finding.clause.startswith("VAL-")
+        assert finding.records or finding.clause == "VAL-HANG"
+    # containment: the harness never loaded the profiler itself
+    assert str(so) not in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.live
+def test_crash_names_the_callback_and_the_faulting_stack(runtimes: list[Runtime]) -> None:
+    result = api.validate(build_fixture("crash"), FIXTURE_CLSID, runtime=runtimes[-1].version)
+    (finding,) = result.findings
+    assert finding.callback == "GarbageCollectionStarted" and finding.thread is not None
+    assert "SIGSEGV" in finding.message and "libcrash.so" in finding.message
+
+
+@pytest.mark.live
+def test_reports_junit_json_html(
+    tmp_path: Path, runtimes: list[Runtime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    so = build_fixture("null_buffer")
+    argv = [
+        "validate",
+        str(so),
+        "--clsid",
+        FIXTURE_CLSID,
+        "--runtime",
+        runtimes[0].version,
+        "--json",
+        str(tmp_path / "r.json"),
+        "--junit",
+        str(tmp_path / "r.xml"),
+        "--html",
+        str(tmp_path / "r.html"),
+    ]
+    assert cli_main(argv) == 1
+    assert "BUF-04" in capsys.readouterr().out
+    assert "BUF-04" in (tmp_path / "r.json").read_text()
+    assert 'failures="1"' in (tmp_path / "r.xml").read_text()
+    assert "BUF-04" in (tmp_path / "r.html").read_text()
