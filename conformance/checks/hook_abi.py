@@ -23,7 +23,15 @@ from conformance.suite.verdicts import Judgement, Status
 from emu.hookcheck import DEFAULT_RUNS, HookReport, check_hook
 from emu.hookcheck.build import REFERENCE_X86_SYMBOL, reference_x86_library
 
-__all__ = ["PROBE_HOOKS", "X64_COLUMN", "X86_COLUMN", "hook_abi_judgements", "judge_reports", "probe_hooks"]
+__all__ = [
+    "PROBE_HOOKS",
+    "X64_COLUMN",
+    "X86_COLUMN",
+    "hook_abi_judgements",
+    "judge_reports",
+    "probe_hooks",
+    "reference_x86_judgements",
+]
 
 X64_COLUMN = "x64 hooks"
 X86_COLUMN = "x86 hooks"
@@ -88,6 +96,16 @@ def judge_reports(reports: dict[str, HookReport], arch: str) -> list[tuple[str, 
             out.append((clause, Judgement(status=Status.CONFORMS, expected=expected,
                                           observed=f"kept over {runs} runs ({returned} returned)")))
     return out
+
+
+def reference_x86_judgements() -> list[tuple[str, Judgement]]:
+    """The x86 column alone: the reference hook under the checker, for the clauses the catalog gives an emu
+    layer (FE2-06..09); what the suite's matrix shows as "emu x86 hooks"."""
+    from clr_model.clauses import CATALOG, Layer
+
+    x86 = {"reference_enter2": check_hook(reference_x86_library(), REFERENCE_X86_SYMBOL, "x86",
+                                          runs=DEFAULT_RUNS, seed=_SEED)}  # fmt: skip
+    return [(c, j) for c, j in judge_reports(x86, "x86") if c in CATALOG and Layer.EMU in CATALOG[c].layers]
 
 
 def hook_abi_judgements(probe_so: Path) -> list[tuple[str, str, Judgement]]:

@@ -9,6 +9,7 @@ no stale expectation.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import time
@@ -59,7 +60,6 @@ def judge_run(
 ) -> list[Verdict]:
     """Every clause verdict of one experiment run (``plan``: what the harness asked the probe to do)."""
     base = {
-        "runtime": runtime.version,
         "experiment": experiment.id,
         "trace": str(result.trace_path),
         "trace_sha256": result.trace_sha256,
@@ -69,6 +69,7 @@ def judge_run(
         return [
             Verdict(
                 clause=j.clause,
+                runtime=j.column(runtime.version),
                 what=j.what,
                 status=Status.ERROR,
                 observed=line,
@@ -86,6 +87,7 @@ def judge_run(
             verdicts.append(
                 Verdict(
                     clause=judge.clause,
+                    runtime=judge.column(runtime.version),
                     what=judge.what,
                     status=Status.ERROR,
                     observed=f"judge failed: {type(exc).__name__}: {exc}",
@@ -97,6 +99,7 @@ def judge_run(
         verdicts.append(
             Verdict(
                 clause=judge.clause,
+                runtime=judge.column(runtime.version),
                 what=judge.what,
                 status=judgement.status,
                 observed=judgement.observed,
@@ -165,10 +168,19 @@ def apply_expectations(
     return out
 
 
+#: the layers a suite run judges by default: the live runs, and their captures replayed by the emulator
+LAYERS: tuple[str, ...] = ("live", "emu")
+
 def select_experiments(
-    clauses: Sequence[str] | None, experiments: Sequence[LiveExperiment] | None = None
+    clauses: Sequence[str] | None,
+    experiments: Sequence[LiveExperiment] | None = None,
+    layers: Sequence[str] = LAYERS,
 ) -> list[LiveExperiment]:
     experiments = list(experiments) if experiments is not None else all_experiments()
+    experiments = [
+        dataclasses.replace(e, judges=tuple(j for j in e.judges if j.layer in layers)) for e in experiments
+    ]
+    experiments = [e for e in experiments if e.judges]
     if not clauses:
         return experiments
     known = {j.clause for e in experiments for j in e.judges}
@@ -186,6 +198,44 @@ def select_experiments(
     return chosen
 
 
+#: the matrix column of the FE2 ABI clauses judged by the hook checker on the x86 reference hook (issue 9)
+HOOKS_COLUMN = "emu x86 hooks"
+
+
+def hook_verdicts(clauses: Sequence[str] | None) -> list[Verdict]:
+    """FE2 ABI clauses (emu layer) from the x86 reference hook under the hook checker; a checker or build
+    failure is an ERROR verdict per clause, never a missing row."""
+    from conformance.checks.hook_abi import reference_x86_judgements
+
+    wanted = {"FE2-06", "FE2-07", "FE2-08", "FE2-09"}
+    if clauses:
+        wanted &= set(clauses)
+    if not wanted:
+        return []
+    base: dict[str, Any] = {"runtime": HOOKS_COLUMN, "experiment": "hookcheck:reference_enter2"}
+    try:
+        judged = reference_x86_judgements()
+        # the evidence is the object the checker ran: its path and sha256 stand where a trace would
+        from emu.hookcheck.build import reference_x86_library
+
+        library = Path(reference_x86_library())
+        base["trace"] = str(library)
+        base["trace_sha256"] = hashlib.sha256(library.read_bytes()).hexdigest()
+    except HarnessError as exc:
+        return [
+            Verdict(clause=c, status=Status.ERROR, observed=exc.message, expected="a judgement", **base)
+            for c in sorted(wanted)
+        ]
+    what = "the hook checker on the x86 reference hook"
+    out = [
+        Verdict(clause=c, what=what, status=j.status, observed=j.observed, expected=j.expected,
+                disagreements=disagreements_of(j), **base)
+        for c, j in judged
+        if c in wanted
+    ]  # fmt: skip
+    return out
+
+
 #: progress(done, total, label): called once with done=0 before the runs start, then after each run
 ProgressFn = Callable[[int, int, str], None]
 
@@ -200,13 +250,14 @@ def run_suite(
     experiments: Sequence[LiveExperiment] | None = None,
     native_dir: Path = NATIVE_DIR,
     scenarios_root: Path = SCENARIOS_DIR,
+    layers: Sequence[str] = LAYERS,
 ) -> SuiteResult:
     """Run and judge the chosen experiments on the selected runtimes. ``native_dir`` and ``scenarios_root``
     let tests run the suite with a probe or scenarios built from a (deliberately broken) copy."""
     started = time.monotonic()
     expectations = load_expectations(expectations_dir)  # a broken expectation file fails before any run
     selected = runtimes.select(runtime_spec, dotnet)
-    chosen = select_experiments(clauses, experiments)
+    chosen = select_experiments(clauses, experiments, layers)
     probe_so = probe.build_probe(native_dir)
     reference = reference_runtime()
     names = sorted({e.scenario for e in chosen})
@@ -252,9 +303,17 @@ def run_suite(
                 }
             )
 
-    verdicts = apply_expectations(verdicts, [rt.version for rt in selected], expectations, clauses)
+    columns = [rt.version for rt in selected]
+    for layer in sorted({j.layer for e in chosen for j in e.judges} - {"live"}):
+        columns += [f"{layer} {rt.version}" for rt in selected]
+    hooks = hook_verdicts(clauses) if "emu" in layers else []
+    if hooks:
+        verdicts.extend(hooks)
+        columns.append(HOOKS_COLUMN)
+    verdicts = apply_expectations(verdicts, columns, expectations, clauses)
     return SuiteResult(
         runtimes=[rt.version for rt in selected],
+        columns=columns,
         runtime_sources={rt.version: rt.source for rt in selected},
         verdicts=verdicts,
         seconds=round(time.monotonic() - started, 2),

@@ -30,7 +30,7 @@ from typing import Any
 from conformance.suite.verdicts import Evidence, Judge, Judgement, LiveExperiment
 
 #: area modules under conformance.checks, in report order
-AREAS: tuple[str, ...] = ("stack", "async_walks", "buffers", "gc", "hooks")
+AREAS: tuple[str, ...] = ("stack", "async_walks", "buffers", "gc", "hooks", "emu_walks")
 
 JudgeFn = Callable[[Evidence], Judgement]
 
@@ -87,14 +87,15 @@ def experiment(
 
 
 def judge(
-    clause: str, experiment: ExperimentSpec, *, what: str, uses: Sequence[str] = ()
+    clause: str, experiment: ExperimentSpec, *, what: str, uses: Sequence[str] = (), layer: str = "live"
 ) -> Callable[[JudgeFn], JudgeFn]:
-    """Register ``fn`` as the judge of ``clause`` on ``experiment``'s run; it reads the plan ``uses``."""
+    """Register ``fn`` as the judge of ``clause`` on ``experiment``'s run; it reads the plan ``uses``.
+    ``layer="emu"``: it judges the run's captures replayed by the emulator (the column "emu <version>")."""
 
     def register(fn: JudgeFn) -> JudgeFn:
-        if any(j.clause == clause for j in experiment.judges):
-            raise ValueError(f"{experiment.id}: clause {clause} has two judges")
-        experiment.judges.append(Judge(clause=clause, judge=fn, what=what, uses=tuple(uses)))
+        if any(j.clause == clause and j.layer == layer for j in experiment.judges):
+            raise ValueError(f"{experiment.id}: clause {clause} has two {layer} judges")
+        experiment.judges.append(Judge(clause=clause, judge=fn, what=what, uses=tuple(uses), layer=layer))
         return fn
 
     return register

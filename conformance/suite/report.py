@@ -30,6 +30,11 @@ _CELL = {
 }
 
 
+def _columns(result: SuiteResult) -> list[str]:
+    """The matrix columns: the runtimes, then the emu layer's (older results have no columns)."""
+    return result.columns or result.runtimes
+
+
 def _cell(verdict: Verdict | None) -> str:
     if verdict is None:
         return "-"
@@ -94,12 +99,12 @@ def matrix_table(result: SuiteResult) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("clause", no_wrap=True)
     table.add_column("what", no_wrap=True, overflow="ellipsis", max_width=_TITLE_WIDTH)
-    for runtime in result.runtimes:
+    for runtime in _columns(result):
         table.add_column(runtime, justify="right", no_wrap=True, min_width=11)
     for clause_id, per_runtime in _by_clause(result).items():
         known = CATALOG.get(clause_id)
         title = (known.title if known else "(not in catalog)")[:_TITLE_WIDTH]
-        table.add_row(clause_id, title, *(_cell_text(per_runtime.get(r)) for r in result.runtimes))
+        table.add_row(clause_id, title, *(_cell_text(per_runtime.get(r)) for r in _columns(result)))
     return table
 
 
@@ -108,7 +113,7 @@ def summary_line(result: SuiteResult) -> str:
     for verdict in result.verdicts:
         counts[verdict.status.value] += 1
     return (
-        f"{len(_by_clause(result))} clauses x {len(result.runtimes)} runtimes in {result.seconds:.1f}s: "
+        f"{len(_by_clause(result))} clauses x {len(_columns(result))} columns in {result.seconds:.1f}s: "
         + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         + f"; {len(result.failures)} unexpected"
     )
@@ -131,16 +136,16 @@ def render_matrix(result: SuiteResult, width: int = 200) -> str:
 def write_json(result: SuiteResult, path: Path) -> None:
     data = json.loads(result.model_dump_json())
     data["ok"] = result.ok
-    data["clauses_with_live_verdict"] = sorted(
-        {v.clause for v in result.verdicts if v.status is not Status.ERROR and v.experiment != "-"}
-    )
+    judged = [v for v in result.verdicts if v.status is not Status.ERROR and v.experiment != "-"]
+    data["clauses"] = sorted({v.clause for v in judged})
+    data["clauses_with_live_verdict"] = sorted({v.clause for v in judged if v.runtime in result.runtimes})
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def write_junit(result: SuiteResult, path: Path) -> None:
     """JUnit XML: one testsuite per runtime, one testcase per clause (name ``DSS-05[8.0.4]``)."""
     suites = ET.Element("testsuites", name="profharness conformance", time=f"{result.seconds:.3f}")
-    for runtime in result.runtimes:
+    for runtime in _columns(result):
         mine = [v for v in result.verdicts if v.runtime == runtime]
         failures = [
             v for v in mine if v.outcome in (VerdictOutcome.UNEXPECTED, VerdictOutcome.STALE_EXPECTATION)
@@ -280,14 +285,14 @@ def render_html(result: SuiteResult) -> str:
         "<title>profharness conformance</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>profharness conformance report</h1>",
-        f"<p class='small'>{len(table)} clauses on {len(result.runtimes)} runtimes in {result.seconds:.1f}s; "
+        f"<p class='small'>{len(table)} clauses on {len(_columns(result))} columns in {result.seconds:.1f}s; "
         f"{len(result.failures)} unexpected.</p>",
         "<table class='matrix'><tr><th>clause</th><th>what</th>",
     ]
     out += [
         f"<th>{html.escape(r)}<br><span class='small'>{html.escape(result.runtime_sources.get(r, ''))}"
         "</span></th>"
-        for r in result.runtimes
+        for r in _columns(result)
     ]
     out.append("</tr>")
     for clause_id, per_runtime in table.items():
@@ -297,7 +302,7 @@ def render_html(result: SuiteResult) -> str:
         name = html.escape(clause_id)
         link = f"<a href='#{html.escape(_anchor(first))}'>{name}</a>" if first else name
         out.append(f"<tr><td>{link}</td><td>{title}</td>")
-        for runtime in result.runtimes:
+        for runtime in _columns(result):
             verdict = per_runtime.get(runtime)
             text = html.escape(_cell(verdict))
             if verdict is not None and _has_evidence(verdict):

@@ -67,6 +67,12 @@ class Judge:
     what: str
     #: the plan entries it reads (experiment entry ids, or dotted plan keys such as ``replies.X``)
     uses: tuple[str, ...] = ()
+    #: the layer whose column its verdicts fill: "live" (the runtime's own column) or "emu" (the run's
+    #: samples replayed by the emulator: the column "emu <version>")
+    layer: str = "live"
+
+    def column(self, version: str) -> str:
+        return version if self.layer == "live" else f"{self.layer} {version}"
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,8 @@ Verdict.model_rebuild()
 class SuiteResult(BaseModel):
     runtimes: list[str]
     runtime_sources: dict[str, str]
+    #: the matrix columns: each runtime, then the emu layer's ("emu <version>", "emu x86 hooks")
+    columns: list[str] = Field(default_factory=list)
     verdicts: list[Verdict]
     seconds: float
     runs: list[dict[str, Any]]

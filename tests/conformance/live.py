@@ -20,7 +20,7 @@ def assert_area_as_documented_or_expected(
     expectation entry allows); no clause is "not applicable" unless listed here too; every verdict names a
     trace file whose sha256 matches the one recorded.
     """
-    result = run_suite("all", clauses=list(clauses))
+    result = run_suite("all", clauses=list(clauses), layers=("live",))
     judged = {(v.clause, v.runtime) for v in result.verdicts}  # a clause may be judged by several experiments
     assert judged == {(c, rt.version) for c in clauses for rt in runtimes}
     for verdict in result.verdicts:

@@ -94,7 +94,7 @@ def test_html_report_renders_in_chromium_without_console_errors(cli_run: dict[st
         )
     assert seen.errors == []
     assert seen.screenshot.is_file() and seen.screenshot.stat().st_size > 5_000
-    assert seen.values["rows"] == len(cli_run["json"]["clauses_with_live_verdict"]) + 1
+    assert seen.values["rows"] == len(cli_run["json"]["clauses"]) + 1
 
 
 def _copy_expectations(tmp_path: Path) -> Path:
@@ -168,8 +168,44 @@ def test_changing_one_model_rule_fails_naming_the_clause(
         return list(reversed(original(frames, start)))
 
     monkeypatch.setattr(stacksnapshot, "_reports", main_first)
-    result = run_suite("8.0", clauses=["DSS-16"])
+    result = run_suite("8.0", clauses=["DSS-16"], layers=("live",))
     (verdict,) = result.verdicts
     assert verdict.status is Status.DIVERGES and verdict.outcome is VerdictOutcome.UNEXPECTED
     assert verdict.outcome_message.startswith("DSS-16[8.0.4]: diverges")
+    assert not result.ok
+
+
+def test_the_emu_columns_judge_the_replayed_captures_and_the_x86_hooks(cli_run: dict[str, Any]) -> None:
+    """Issue 8 item 5 and issue 9 item 4: the emu layer's clauses fill a column per runtime's captures and
+    one for the x86 reference hook; each verdict conforms (no expectation can excuse an emu column)."""
+    data = cli_run["json"]
+    assert data["columns"] == [*data["runtimes"], *(f"emu {r}" for r in data["runtimes"]), "emu x86 hooks"]
+    by_column: dict[str, set[str]] = {}
+    for v in data["verdicts"]:
+        if v["runtime"].startswith("emu "):
+            by_column.setdefault(v["runtime"], set()).add(v["clause"])
+            assert v["status"] == Status.CONFORMS, (v["runtime"], v["clause"], v["observed"])
+    for runtime in data["runtimes"]:
+        assert by_column[f"emu {runtime}"] == {"DSS-03", "DSS-07", "DSS-08", "DSS-16"}
+    assert by_column["emu x86 hooks"] == {"FE2-06", "FE2-07", "FE2-08", "FE2-09"}
+
+
+def test_changing_the_models_order_fails_the_emu_column_too(
+    monkeypatch: pytest.MonkeyPatch, runtimes: list[Runtime]
+) -> None:
+    """The emu judges compare live walks with the model's prediction for the replayed stack: a model that
+    predicts main-first order makes DSS-03 of the emu column unexpected, naming the place."""
+    from clr_model import stacksnapshot
+
+    original = stacksnapshot._reports
+
+    def main_first(frames: Sequence[Any], start: int) -> list[Any]:
+        return list(reversed(original(frames, start)))
+
+    monkeypatch.setattr(stacksnapshot, "_reports", main_first)
+    result = run_suite("8.0", clauses=["DSS-03"], layers=("emu",))
+    (verdict,) = result.verdicts
+    assert verdict.runtime == "emu 8.0.4"
+    assert verdict.status is Status.DIVERGES and verdict.outcome is VerdictOutcome.UNEXPECTED
+    assert any("the live walk's callbacks differ from the model's" in line for line in verdict.disagreements)
     assert not result.ok
