@@ -9,7 +9,7 @@
 // (payload {"name": "sampled", "stack": [...], "phases": [...]}), its own stack leaf first (reflection: the
 // managed frames on the stack whatever place a sample lands in) and the phases it cycles through, in
 // order of their number: each with the place it stands for and the callees that may sit above Work there
-// (its own methods, and a namespace prefix for the CoreLib code those call). Before each phase it stores the
+// (its own methods, Enter included, and a namespace prefix for the CoreLib code those call). Before each phase it stores the
 // phase's number in a pinned cell whose address it gave the probe (profharness_capture_phase_cell); the
 // probe's signal handler reads the cell at the instant, so each capture says which phase the thread was in
 // by the scenario's own account. Then it marks "capture.register" (the plan registers the thread there),
@@ -135,6 +135,7 @@ namespace ProfHarness.Scenarios
             for (int i = 0; i < Phases.Length; i++)
             {
                 var callees = new JsonArray();
+                callees.Raw(Json.Str(Self + "Enter"));  // Work calls it between the phases
                 foreach (string c in Phases[i][1].Split(','))
                     if (c.Length > 0)
                         callees.Raw(Json.Str(c));
