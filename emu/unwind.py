@@ -389,7 +389,14 @@ class _Walker:
                 StopKind.OUTSIDE_MAPPINGS, f"frame {index}: IP {ip:#x} is in no mapping of the capture"
             )
         if module.is_file:
-            return self.cfi(regs, module, lookup, index), Trust.CFI
+            try:
+                return self.cfi(regs, module, lookup, index), Trust.CFI
+            except _Stop as stop:
+                # the interrupted instruction is in hand-written code of a module that has no FDE for it
+                # (the runtime's assembly helpers): its caller is found as a stub's would be, by scan
+                if not exact or stop.kind is not StopKind.NO_UNWIND_INFO:
+                    raise
+                return self._scan_past_stub(regs, stop)
         if "x" not in module.perms:
             raise _Stop(
                 StopKind.OUTSIDE_MAPPINGS, f"frame {index}: IP {ip:#x} is in memory that is not executable"
@@ -407,20 +414,24 @@ class _Walker:
             # The stub reads data no capture holds (the write barrier's card table, a dispatch stub's
             # cache, a precode's data page): its caller is found by scanning from SP instead, and the
             # frame says so (trust "scan").
-            try:
-                caller, trust = self.scan(regs, stop.detail)
-            except _Stop:
-                raise stop from None
-            # The ABI's callee-saved registers still hold the caller's values unless the stub changed
-            # them, which a stub that never ran cannot show: carry them over (the frame's trust says scan).
-            for name in _CALLEE_SAVED[self.isa.machine]:
-                if name in regs:
-                    caller.setdefault(name, regs[name])
-            return caller, trust
+            return self._scan_past_stub(regs, stop)
         if returned:  # the code returned: the state is its caller's frame
             return state, Trust.EMULATED
         caller, _trust = self.caller(state, True, index)  # it tail-called: the state is a callee's entry
         return caller, Trust.EMULATED
+
+    def _scan_past_stub(self, regs: Mapping[str, int], stop: _Stop) -> tuple[dict[str, int], Trust]:
+        """The caller of interrupted code no unwind rule covers, by scan (``stop`` is raised when the scan
+        finds nothing). The ABI's callee-saved registers still hold the caller's values unless that code
+        changed them, which code that never ran cannot show: they are carried over (the trust says scan)."""
+        try:
+            caller, trust = self.scan(regs, stop.detail)
+        except _Stop:
+            raise stop from None
+        for name in _CALLEE_SAVED[self.isa.machine]:
+            if name in regs:
+                caller.setdefault(name, regs[name])
+        return caller, trust
 
     def cfi(self, regs: Mapping[str, int], module: ModuleEntry, pc: int, index: int) -> dict[str, int]:
         try:

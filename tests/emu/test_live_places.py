@@ -233,3 +233,33 @@ def test_a_ready_to_run_frame_below_native_code_is_reported_at_its_inlined_call_
     assert (frame.function_id, frame.ip, frame.reported_ip) == (0xC3, image + 0x34, image + 0x25)
     # the model's callback for that frame carries the address the runtime reports
     assert next((c.func_id, c.ip) for c in result.model.callbacks if c.func_id) == (0xC3, image + 0x25)
+
+
+def test_module_code_with_no_fde_at_the_top_is_passed_by_scan(tmp_path: Path) -> None:
+    """The runtime's hand-written helpers (an 8.0 dispatch helper in libcoreclr) have no FDE: interrupted
+    there, the walk finds the caller by scan instead of stopping; a return address there still stops."""
+    import subprocess
+
+    from emu.cfi import read_elf
+
+    src = tmp_path / "helper.c"
+    src.write_text("int helper(int x) { return x * 3 + 1; }\n", encoding="utf-8")
+    lib = tmp_path / "libhelper.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-fno-asynchronous-unwind-tables", "-Wl,--build-id",
+                    "-o", str(lib), str(src)], check=True)  # fmt: skip
+    info = read_elf(str(lib))
+    base = 0x7E00_0000_0000
+    helper = next(a for a, _n, name in info.symbols if name == "helper")
+    size = max(o + f for o, _v, f, _m in info.loads)
+    module = ModuleEntry(start=base, end=base + ((size + 0xFFF) & ~0xFFF), offset=0, perms="r-xp",
+                         path=str(lib), build_id=info.build_id)  # fmt: skip
+    code = NOP * 0x10 + b"\xe8\x00\x00\x00\x00" + NOP * 0xEB  # App::Caller's call ends at CODE + 0x15
+    jit = JitMap(methods=(JitMethod(function_id=0xB2, name="App::Caller",
+                                    ranges=(CodeRange(start=CODE, end=CODE + 0x100),)),))  # fmt: skip
+    path = write_synthetic(
+        tmp_path / "nofde.phcap", code=code, rip=base + helper, stack_words=[CODE + 0x15, 0, 0], jit=jit,
+        regs={"rbp": TOP + 0x40, "rbx": 0x42}, extra_modules=[module],
+    )  # fmt: skip
+    frames = unwind(read_capture(path)).frames
+    assert [f.trust for f in frames[:2]] == [Trust.CONTEXT, Trust.SCAN]
+    assert (frames[1].function_id, frames[1].registers["rbx"]) == (0xB2, 0x42)
