@@ -32,6 +32,7 @@ from conformance.core.plans import (
 #: name (or a table change) that alters what the probe is asked to do fails here.
 NUMERIC: dict[str, dict[str, Any]] = {
     "async-walks": {"event_mask": 268435456, "event_mask_hi": 0},
+    "capture-cpu": {"event_mask": 268435456, "event_mask_hi": 0, "args": {"sample": {"infoFlags": 1}}},
     "capture-sampling": {"event_mask": 268566528, "event_mask_hi": 0, "args": {"sample": {"infoFlags": 1}}},
     "buffers-basic": {"event_mask": 268435520, "event_mask_hi": 0},
     "gc-compact": {"event_mask": 128, "event_mask_hi": 0},
