@@ -28,6 +28,8 @@ from conformance.core.paths import NATIVE_DIR, cache_dir, staged
 CLSID = "{8C3B5D2E-6F4A-4B1C-9E7D-2A5F3C1B0D9E}"
 #: The file name of the built probe, and of its copy next to a scenario app.
 PROBE_FILE_NAME = "libprofharness_probe.so"
+#: its CMake target (CMakeLists.txt also builds the recording proxy, which the probe does not need)
+PROBE_TARGET = "profharness_probe"
 BUILD_LOG_NAME = "build.log"
 #: The generator of the constant headers, relative to the native folder.
 GENERATOR = Path("tools") / "gen_constants.py"
@@ -131,12 +133,14 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path) -> bool:
     return done.returncode == 0
 
 
-def build_probe(native_dir: Path = NATIVE_DIR) -> Path:
-    """The path of the built probe ``.so``, building it into the cache when needed."""
+def build_target(target: str, file_name: str, what: str, native_dir: Path = NATIVE_DIR) -> Path:
+    """The path of ``file_name``, the shared library CMake target ``target`` of ``native_dir`` builds,
+    building only that target (and what it links) into ``cache_dir()/<what>/<key>/`` when needed. ``what``
+    names it in errors ("probe", "proxy")."""
     key = build_key(native_dir)
-    root = cache_dir() / "probe"
+    root = cache_dir() / what
     final = root / key
-    built = final / PROBE_FILE_NAME
+    built = final / file_name
     if built.is_file():
         return built
     with staged(final, prefix=f"{key[:12]}-") as work:
@@ -147,16 +151,21 @@ def build_probe(native_dir: Path = NATIVE_DIR) -> Path:
         cmake = shutil.which("cmake") or "cmake"
         configure = [cmake, "-S", str(native_dir), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                      f"-DPROFHARNESS_GENERATED_DIR={generated}"]
-        build_cmd = [cmake, "--build", str(build_dir), "-j", str(os.cpu_count() or 1)]
+        build_cmd = [cmake, "--build", str(build_dir), "--target", target, "-j", str(os.cpu_count() or 1)]
         ok = _run_logged(configure, log, work) and _run_logged(build_cmd, log, work)
-        produced = build_dir / PROBE_FILE_NAME
+        produced = build_dir / file_name
         if not ok or not produced.is_file():
             failed_log = root / f"{key}.failed.log"
             shutil.copyfile(log, failed_log)
             text = log.read_text(errors="replace")
-            raise HarnessError(f"probe build failed: {first_error_line(text)} (full log: {failed_log})")
-        shutil.copyfile(produced, work / PROBE_FILE_NAME)
+            raise HarnessError(f"{what} build failed: {first_error_line(text)} (full log: {failed_log})")
+        shutil.copyfile(produced, work / file_name)
         shutil.rmtree(build_dir, ignore_errors=True)
     if not built.is_file():
-        raise HarnessError(f"probe build produced no {PROBE_FILE_NAME} in {final}")
+        raise HarnessError(f"{what} build produced no {file_name} in {final}")
     return built
+
+
+def build_probe(native_dir: Path = NATIVE_DIR) -> Path:
+    """The path of the built probe ``.so``, building it into the cache when needed."""
+    return build_target(PROBE_TARGET, PROBE_FILE_NAME, "probe", native_dir)
