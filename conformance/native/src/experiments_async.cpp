@@ -26,6 +26,7 @@
 
 #include "experiments.h"
 #include "named_registry.h"
+#include "signal_seed.h"
 #include "walk.h"
 
 namespace profharness {
@@ -258,9 +259,6 @@ void async_warmup_then_suspend(ExperimentContext& ctx) {
 // it once the handler says it is done.
 
 constexpr int kWalkSignal = SIGUSR2;
-constexpr DWORD kContextAmd64 = 0x00100000;
-constexpr DWORD kContextControl = kContextAmd64 | 0x1;
-constexpr DWORD kContextInteger = kContextAmd64 | 0x2;
 
 enum SignalState : int { kIdle = 0, kRequested = 1, kInHandler = 2, kDone = 3, kAbandoned = 4 };
 
@@ -282,51 +280,12 @@ std::once_flag g_install_once;
 bool g_installed = false;
 int g_install_errno = 0;
 
-void put_u64(std::size_t offset, std::uint64_t v) { std::memcpy(g_seed + offset, &v, sizeof v); }
-
-void fill_seed(const ucontext_t* uc) {
-    const greg_t* g = uc->uc_mcontext.gregs;
-    const DWORD flags = kContextControl | kContextInteger;
-    std::memcpy(g_seed + offsetof(AMD64Context, ContextFlags), &flags, sizeof flags);
-    const std::uint16_t cs = static_cast<std::uint16_t>(g[REG_CSGSFS] & 0xFFFF);
-    std::memcpy(g_seed + offsetof(AMD64Context, SegCs), &cs, sizeof cs);
-    const DWORD eflags = static_cast<DWORD>(g[REG_EFL]);
-    std::memcpy(g_seed + offsetof(AMD64Context, EFlags), &eflags, sizeof eflags);
-    put_u64(offsetof(AMD64Context, Rax), static_cast<std::uint64_t>(g[REG_RAX]));
-    put_u64(offsetof(AMD64Context, Rcx), static_cast<std::uint64_t>(g[REG_RCX]));
-    put_u64(offsetof(AMD64Context, Rdx), static_cast<std::uint64_t>(g[REG_RDX]));
-    put_u64(offsetof(AMD64Context, Rbx), static_cast<std::uint64_t>(g[REG_RBX]));
-    put_u64(offsetof(AMD64Context, Rsp), static_cast<std::uint64_t>(g[REG_RSP]));
-    put_u64(offsetof(AMD64Context, Rbp), static_cast<std::uint64_t>(g[REG_RBP]));
-    put_u64(offsetof(AMD64Context, Rsi), static_cast<std::uint64_t>(g[REG_RSI]));
-    put_u64(offsetof(AMD64Context, Rdi), static_cast<std::uint64_t>(g[REG_RDI]));
-    put_u64(offsetof(AMD64Context, R8), static_cast<std::uint64_t>(g[REG_R8]));
-    put_u64(offsetof(AMD64Context, R9), static_cast<std::uint64_t>(g[REG_R9]));
-    put_u64(offsetof(AMD64Context, R10), static_cast<std::uint64_t>(g[REG_R10]));
-    put_u64(offsetof(AMD64Context, R11), static_cast<std::uint64_t>(g[REG_R11]));
-    put_u64(offsetof(AMD64Context, R12), static_cast<std::uint64_t>(g[REG_R12]));
-    put_u64(offsetof(AMD64Context, R13), static_cast<std::uint64_t>(g[REG_R13]));
-    put_u64(offsetof(AMD64Context, R14), static_cast<std::uint64_t>(g[REG_R14]));
-    put_u64(offsetof(AMD64Context, R15), static_cast<std::uint64_t>(g[REG_R15]));
-    put_u64(offsetof(AMD64Context, Rip), static_cast<std::uint64_t>(g[REG_RIP]));
-}
-
-void chain_previous(int sig, siginfo_t* info, void* uc) {
-    const struct sigaction& prev = g_previous_action;
-    if (prev.sa_flags & SA_SIGINFO) {
-        if (prev.sa_sigaction) prev.sa_sigaction(sig, info, uc);
-    } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler) {
-        prev.sa_handler(sig);
-    }
-    // SIG_DFL would end the process; a stray SIGUSR2 that is not ours is ignored instead.
-}
-
 void walk_signal_handler(int sig, siginfo_t* info, void* ucv) {
     const int saved_errno = errno;
     int expected = kRequested;
     if (static_cast<long>(::syscall(SYS_gettid)) != g_signal.targetOsTid ||
         !g_signal.state.compare_exchange_strong(expected, kInHandler, std::memory_order_acq_rel)) {
-        chain_previous(sig, info, ucv);
+        chain_signal(g_previous_action, sig, info, ucv);
         errno = saved_errno;
         return;
     }
@@ -335,7 +294,7 @@ void walk_signal_handler(int sig, siginfo_t* info, void* ucv) {
     g_signal.rip = static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
     g_signal.rsp = static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RSP]);
     g_signal.rbp = static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RBP]);
-    if (g_signal.seeded) fill_seed(uc);
+    if (g_signal.seeded) naive_seed(uc, g_seed);
     Walk* w = g_signal.walk.load(std::memory_order_acquire);
     g_signal.hr = w ? w->run(state().info_as<ICorProfilerInfo2>(2)) : E_POINTER;
     g_signal.state.store(kDone, std::memory_order_release);
@@ -343,16 +302,8 @@ void walk_signal_handler(int sig, siginfo_t* info, void* ucv) {
 }
 
 void install_handler() {
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = &walk_signal_handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(kWalkSignal, &sa, &g_previous_action) == 0) {
-        g_installed = true;
-    } else {
-        g_install_errno = errno;
-    }
+    g_install_errno = install_signal_handler(kWalkSignal, &walk_signal_handler, &g_previous_action);
+    g_installed = g_install_errno == 0;
 }
 
 void async_signal_walk(ExperimentContext& ctx) {

@@ -45,6 +45,7 @@
 #include "experiments.h"
 #include "exports.h"
 #include "named_registry.h"
+#include "signal_seed.h"
 #include "profharness/metadata.h"
 #include "walk.h"
 
@@ -197,9 +198,6 @@ const char* const kGregNames[NGREG] = {"r8",  "r9",  "r10", "r11", "r12",    "r1
                                        "rdi", "rsi", "rbp", "rbx", "rdx",    "rax", "rcx",    "rsp",
                                        "rip", "efl", "csgsfs", "err", "trapno", "oldmask", "cr2"};
 
-constexpr DWORD kContextAmd64 = 0x00100000;
-constexpr DWORD kContextControl = kContextAmd64 | 0x1;
-constexpr DWORD kContextInteger = kContextAmd64 | 0x2;
 
 struct SampleBuffer {
     std::atomic<int> state{kIdle};
@@ -234,47 +232,12 @@ std::once_flag g_install_once;
 bool g_installed = false;
 int g_install_errno = 0;
 
-void seed_u64(std::size_t offset, std::uint64_t v) { std::memcpy(g_sample.seed + offset, &v, sizeof v); }
-
-// The naive seed: a CONTEXT (CONTROL | INTEGER) with the ucontext's registers as they are.
-void fill_seed(const greg_t* g) {
-    std::memset(g_sample.seed, 0, sizeof(AMD64Context));
-    const DWORD flags = kContextControl | kContextInteger;
-    std::memcpy(g_sample.seed + offsetof(AMD64Context, ContextFlags), &flags, sizeof flags);
-    const std::uint16_t cs = static_cast<std::uint16_t>(g[REG_CSGSFS] & 0xFFFF);
-    std::memcpy(g_sample.seed + offsetof(AMD64Context, SegCs), &cs, sizeof cs);
-    const DWORD eflags = static_cast<DWORD>(g[REG_EFL]);
-    std::memcpy(g_sample.seed + offsetof(AMD64Context, EFlags), &eflags, sizeof eflags);
-    const struct {
-        std::size_t offset;
-        int reg;
-    } map[] = {{offsetof(AMD64Context, Rax), REG_RAX}, {offsetof(AMD64Context, Rcx), REG_RCX},
-               {offsetof(AMD64Context, Rdx), REG_RDX}, {offsetof(AMD64Context, Rbx), REG_RBX},
-               {offsetof(AMD64Context, Rsp), REG_RSP}, {offsetof(AMD64Context, Rbp), REG_RBP},
-               {offsetof(AMD64Context, Rsi), REG_RSI}, {offsetof(AMD64Context, Rdi), REG_RDI},
-               {offsetof(AMD64Context, R8), REG_R8},   {offsetof(AMD64Context, R9), REG_R9},
-               {offsetof(AMD64Context, R10), REG_R10}, {offsetof(AMD64Context, R11), REG_R11},
-               {offsetof(AMD64Context, R12), REG_R12}, {offsetof(AMD64Context, R13), REG_R13},
-               {offsetof(AMD64Context, R14), REG_R14}, {offsetof(AMD64Context, R15), REG_R15},
-               {offsetof(AMD64Context, Rip), REG_RIP}};
-    for (const auto& m : map) seed_u64(m.offset, static_cast<std::uint64_t>(g[m.reg]));
-}
-
-void chain_previous(int sig, siginfo_t* info, void* uc) {
-    if (g_previous.sa_flags & SA_SIGINFO) {
-        if (g_previous.sa_sigaction) g_previous.sa_sigaction(sig, info, uc);
-    } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN && g_previous.sa_handler) {
-        g_previous.sa_handler(sig);
-    }
-    // SIG_DFL would end the process: a stray SIGPROF that is not ours is ignored instead.
-}
-
 void sample_handler(int sig, siginfo_t* info, void* ucv) {
     const int saved_errno = errno;
     int expected = kRequested;
     if (os_tid() != g_sample.targetOsTid ||
         !g_sample.state.compare_exchange_strong(expected, kInHandler, std::memory_order_acq_rel)) {
-        chain_previous(sig, info, ucv);
+        chain_signal(g_previous, sig, info, ucv);
         errno = saved_errno;
         return;
     }
@@ -316,7 +279,7 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
     const volatile std::int32_t* cell = g_phase_cell.load(std::memory_order_acquire);
     b.phase = cell ? static_cast<std::int64_t>(*cell) : -1;
     b.tCopied = now_ns();
-    fill_seed(g);
+    naive_seed(uc, b.seed);
     Walk* w = b.walk.load(std::memory_order_acquire);
     b.hr = w ? w->run(state().info_as<ICorProfilerInfo2>(2)) : E_POINTER;
     b.tWalked = now_ns();
@@ -325,16 +288,8 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
 }
 
 void install_handler() {
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = &sample_handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(kSampleSignal, &sa, &g_previous) == 0) {
-        g_installed = true;
-    } else {
-        g_install_errno = errno;
-    }
+    g_install_errno = install_signal_handler(kSampleSignal, &sample_handler, &g_previous);
+    g_installed = g_install_errno == 0;
 }
 
 // ---------------------------------------------------------------------------------------------------
