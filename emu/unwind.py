@@ -252,7 +252,6 @@ class CodeMap:
         self.modules = sorted(man.modules, key=lambda m: m.start)
         self._mod_starts = [m.start for m in self.modules]
         spans = sorted((r.start, r.end, m.function_id) for m in man.jit.methods for r in m.ranges)
-        self.tiers = {r.start: r.tier for m in man.jit.methods for r in m.ranges}
         self._jit_starts = [s for s, _, _ in spans]
         self._jit = spans
         self.names = {m.function_id: m.name for m in man.jit.methods if m.name}

@@ -9,12 +9,9 @@ Places: ``stub`` (the IP at the first instruction of a stub with no unwind infor
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import select
 import shutil
-import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,44 +20,11 @@ from typing import Any
 
 from emu.capture import CodeRange, JitMap, JitMethod, KnownFrame, X64Registers
 from emu.procfs import capture_process, read_process_memory
+from emu.ptrace import Tracee
 
 SOURCE = Path(__file__).with_name("fixture") / "program.c"
 PLACES = ("stub", "native", "managed", "deep")
 FID_A, FID_B = 0x7F00_1000, 0x7F00_2000
-
-_PTRACE_PEEKDATA, _PTRACE_POKEDATA, _PTRACE_CONT = 2, 5, 7
-_PTRACE_GETREGS, _PTRACE_SETREGS, _PTRACE_ATTACH = 12, 13, 16
-_USER_REGS = (
-    "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss fs_base gs_base "
-    "ds es fs gs"
-).split()
-
-
-class _UserRegs(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_ulonglong) for name in _USER_REGS]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-_libc.ptrace.restype = ctypes.c_long
-
-
-def _ptrace(req: int, pid: int, addr: int = 0, data: Any = None) -> int:
-    ctypes.set_errno(0)
-    res = int(_libc.ptrace(req, pid, ctypes.c_void_p(addr), data))
-    err = ctypes.get_errno()
-    if res == -1 and err:
-        raise OSError(err, f"ptrace({req}) on {pid}: {os.strerror(err)}")
-    return res
-
-
-def _peek(pid: int, addr: int) -> int:
-    return _ptrace(_PTRACE_PEEKDATA, pid, addr) & (2**64 - 1)
-
-
-def _poke(pid: int, addr: int, value: int) -> None:
-    _ptrace(_PTRACE_POKEDATA, pid, addr, ctypes.c_void_p(value))
-
 
 def compiler_available() -> bool:
     return shutil.which("gcc") is not None
@@ -144,42 +108,22 @@ def capture_at(exe: Path, place: str, out: Path, *, embed_cfi: bool = True) -> S
             raise TimeoutError("fixture printed no setup line in 10 s")
         setup: dict[str, Any] = json.loads(proc.stdout.readline())
         pid = proc.pid
-        bp = breakpoint_for(place, setup)
-        _ptrace(_PTRACE_ATTACH, pid)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFSTOPPED(status), status
-        orig = _peek(pid, bp)
-        _poke(pid, bp, (orig & ~0xFF) | 0xCC)
-        go = _peek(pid, setup["go"])
-        _poke(pid, setup["go"], (go & ~0xFFFFFFFF) | 1)
-        _ptrace(_PTRACE_CONT, pid, 0, None)
-        _, status = os.waitpid(pid, 0)
-        while os.WIFSTOPPED(status) and os.WSTOPSIG(status) != signal.SIGTRAP:
-            _ptrace(_PTRACE_CONT, pid, 0, None)
-            _, status = os.waitpid(pid, 0)
-        assert os.WIFSTOPPED(status), f"fixture ended before the breakpoint (status {status:#x})"
-        ur = _UserRegs()
-        _ptrace(_PTRACE_GETREGS, pid, 0, ctypes.byref(ur))
-        ur.rip -= 1
-        _poke(pid, bp, orig)
-        _ptrace(_PTRACE_SETREGS, pid, 0, ctypes.byref(ur))
-        fs, gs, cs = ur.fs & 0xFFFF, ur.gs & 0xFFFF, ur.cs & 0xFFFF
-        gregs = "r8 r9 r10 r11 r12 r13 r14 r15 rdi rsi rbp rbx rdx rax rcx rsp rip".split()
-        regs = X64Registers(
-            **{n: getattr(ur, n) for n in gregs},
-            efl=ur.eflags,
-            csgsfs=cs | gs << 16 | fs << 32,
-            fs_base=ur.fs_base,
-        )
         known = [
             KnownFrame(function_id=FID_B, name="Fixture.B"),
             KnownFrame(function_id=FID_A, name="Fixture.A"),
         ]
-        capture_process(
-            pid, regs, out, place={"stub": "helper:stub", "deep": "helper:stub"}.get(place, place),
-            scenario=f"emu-fixture/{place}", jit=jit_map(setup), known_managed=known, embed_cfi=embed_cfi,
-        )  # fmt: skip
-        frames = truth(place, setup, regs, read_process_memory(pid, setup["truth"], setup["truth_size"]))
+        # the tracee stays stopped (attached) while it is captured and its own records are read
+        with Tracee.attach(pid) as tracee:
+            tracee.set_breakpoint(breakpoint_for(place, setup))
+            tracee.write(setup["go"], (1).to_bytes(4, "little"))
+            tracee.cont_until_breakpoint()
+            regs = tracee.registers()
+            assert isinstance(regs, X64Registers), regs
+            capture_process(
+                pid, regs, out, place={"stub": "helper:stub", "deep": "helper:stub"}.get(place, place),
+                scenario=f"emu-fixture/{place}", jit=jit_map(setup), known_managed=known, embed_cfi=embed_cfi,
+            )  # fmt: skip
+            frames = truth(place, setup, regs, read_process_memory(pid, setup["truth"], setup["truth_size"]))
         managed_ips = {setup["b"] + setup["managed_call"]: FID_B, setup["b"] + setup["managed_ret"]: FID_B,
                        setup["a"] + setup["managed_ret"]: FID_A}  # fmt: skip
         names = {FID_A: "Fixture.A", FID_B: "Fixture.B"}
