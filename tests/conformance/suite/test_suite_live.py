@@ -175,7 +175,7 @@ def test_changing_one_model_rule_fails_naming_the_clause(
     assert not result.ok
 
 
-def test_the_emu_columns_judge_the_replayed_captures_and_the_x86_hooks(cli_run: dict[str, Any]) -> None:
+def test_DSS_03_07_08_16_and_FE2_06_to_09_fill_the_emu_columns(cli_run: dict[str, Any]) -> None:
     """Issue 8 item 5 and issue 9 item 4: the emu layer's clauses fill a column per runtime's captures and
     one for the x86 reference hook; each verdict conforms (no expectation can excuse an emu column)."""
     data = cli_run["json"]
@@ -190,7 +190,7 @@ def test_the_emu_columns_judge_the_replayed_captures_and_the_x86_hooks(cli_run: 
     assert by_column["emu x86 hooks"] == {"FE2-06", "FE2-07", "FE2-08", "FE2-09"}
 
 
-def test_changing_the_models_order_fails_the_emu_column_too(
+def test_DSS_03_emu_a_main_first_model_fails_the_emu_column(
     monkeypatch: pytest.MonkeyPatch, runtimes: list[Runtime]
 ) -> None:
     """The emu judges compare live walks with the model's prediction for the replayed stack: a model that
