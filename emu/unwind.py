@@ -122,28 +122,44 @@ class _Prologue:
     saved: Mapping[str, int]
     #: whether it sets up a frame pointer (``mov rbp, rsp`` or ``lea rbp, [rsp+imm]``)
     sets_fp: bool
+    #: each push or ``sub rsp`` in order: (offset of the next instruction, bytes it moves RSP down, the
+    #: register it pushes or None)
+    steps: tuple[tuple[int, int, str | None], ...] = ()
+
+    def upto(self, offset: int) -> _Prologue:
+        """The frame as it stands with the IP ``offset`` bytes into the method: only the steps that ended
+        at or before it have run (the frame-pointer set-up, at :attr:`length`, has not)."""
+        done = [step for step in self.steps if step[0] <= offset]
+        size = sum(n for _end, n, _reg in done)
+        saved, below = {}, size
+        for _end, n, reg in done:
+            below -= n
+            if reg is not None:
+                saved[reg] = below
+        return _Prologue(length=offset, frame_size=size, saved=saved, sets_fp=False, steps=tuple(done))
 
 
 def _read_prologue(code: bytes) -> _Prologue | None:
     """Decode the pushes, ``sub rsp, imm8/imm32`` and frame-pointer set-up a JIT or crossgen prologue
     starts with (a flat match over the encodings they use); None when the first instruction is none of
     them (nothing to learn) or the bytes end inside one."""
-    pos, pushed, alloc = 0, [], 0
+    pos = 0
+    steps: list[tuple[int, int, str | None]] = []
     sets_fp = False
     while pos < len(code):
         b = code[pos]
         if b in _PUSH_REG:
-            pushed.append(_PUSH_REG[b])
             pos += 1
+            steps.append((pos, 8, _PUSH_REG[b]))
         elif b == 0x41 and pos + 1 < len(code) and code[pos + 1] in _PUSH_REX_REG:
-            pushed.append(_PUSH_REX_REG[code[pos + 1]])
             pos += 2
+            steps.append((pos, 8, _PUSH_REX_REG[code[pos - 1]]))
         elif code[pos : pos + 3] == b"\x48\x83\xec" and pos + 3 < len(code):  # sub rsp, imm8
-            alloc += code[pos + 3]
             pos += 4
+            steps.append((pos, code[pos - 1], None))
         elif code[pos : pos + 3] == b"\x48\x81\xec" and pos + 7 <= len(code):  # sub rsp, imm32
-            alloc += int.from_bytes(code[pos + 3 : pos + 7], "little")
             pos += 7
+            steps.append((pos, int.from_bytes(code[pos - 4 : pos], "little"), None))
         elif code[pos : pos + 3] in (b"\x48\x8b\xec", b"\x48\x89\xe5"):  # mov rbp, rsp
             sets_fp = True
             break
@@ -157,11 +173,11 @@ def _read_prologue(code: bytes) -> _Prologue | None:
             break
     if pos == 0 and not sets_fp:
         return None
-    if "rbp" in pushed and not sets_fp:
+    if any(reg == "rbp" for _end, _n, reg in steps) and not sets_fp:
         return None  # RBP saved but the set-up not seen (an encoding not read here): let the chain decide
-    frame = alloc + 8 * len(pushed)
-    saved = {name: alloc + 8 * (len(pushed) - 1 - i) for i, name in enumerate(pushed)}
-    return _Prologue(length=pos, frame_size=frame, saved=saved, sets_fp=sets_fp)
+    whole = _Prologue(length=pos, frame_size=0, saved={}, sets_fp=sets_fp, steps=tuple(steps)).upto(pos)
+    return _Prologue(length=pos, frame_size=whole.frame_size, saved=whole.saved, sets_fp=sets_fp,
+                     steps=tuple(steps))  # fmt: skip
 
 
 #: the registers a callee preserves for its caller (System V AMD64 and i386 psABI)
@@ -466,7 +482,7 @@ class _Walker:
                 osr = start is not None and self._is_osr(start)
                 # x86 managed code also returns with ``ret imm16`` (callee pops; the CFA is the same)
                 rets = (0xC3,) if isa.machine == "x64" else (0xC3, 0xC2)
-                if (ip == start and not osr) or self._byte(ip) in rets:
+                if (ip == start and not osr) or self._byte(ip) in rets or self._tail_jump_next(start, ip):
                     return self._ret_at(regs, sp, keep_fp=True), Trust.FRAME_POINTER
                 if start is not None and first == 0x55 and ip == start + 1:
                     out = self._ret_at(regs, sp + w, keep_fp=False)
@@ -505,9 +521,10 @@ class _Walker:
         return caller, Trust.FRAME_POINTER
 
     def _frameless(self, start: int, ip: int, exact: bool) -> _Prologue | None:
-        """The prologue of a managed method that sets no frame pointer (x64), when the frame is past it;
-        None when the method sets one up, its first bytes are not in the capture, or the IP is still in
-        the prologue. ReadyToRun code and optimised JIT code omit the frame pointer where they can."""
+        """The frame of a managed method whose frame pointer is not (yet) set up (x64): the prologue of one
+        that sets none, when the frame is past it, or the part of any prologue that ran before the
+        interrupted IP. None when the method sets one up and is past that, or its first bytes are not in
+        the capture. ReadyToRun code and optimised JIT code omit the frame pointer where they can."""
         if self.isa.machine != "x64":
             return None
         try:
@@ -517,9 +534,31 @@ class _Walker:
         prologue = _read_prologue(head)
         if prologue is None and exact and not self._is_osr(start):
             return self._leaf_without_frame(start, ip)
-        if prologue is None or prologue.sets_fp or start + prologue.length > ip - (0 if exact else 1):
+        if prologue is None:
+            return None
+        if exact and ip - start <= prologue.length:
+            # interrupted inside the prologue, before any frame-pointer set-up: the steps that ran so far
+            return prologue.upto(ip - start)
+        if prologue.sets_fp or start + prologue.length > ip - (0 if exact else 1):
             return None
         return prologue
+
+    def _tail_jump_next(self, start: int | None, ip: int) -> bool:
+        """x64: the IP is a tail call's ``jmp`` right after the epilogue's ``pop rbp`` (CoreLib's
+        CastHelpers.StelemRef jumps to the write barrier so): the frame is gone, RBP is the caller's and
+        the return address is on top of the stack, as at a ``ret``."""
+        if self.isa.machine != "x64" or start is None or not 0 < ip - start <= _LEAF_SCAN_BYTES:
+            return False
+        try:
+            code = self.memory.read(start, ip - start + 15)  # up to the longest instruction at the IP
+        except MemoryFault:
+            return False
+        last = None
+        for insn in _disassembler().disasm(code, start):
+            if insn.address == ip:
+                return last == "pop rbp" and insn.mnemonic == "jmp"
+            last = f"{insn.mnemonic} {insn.op_str}"
+        return False
 
     def _leaf_without_frame(self, start: int, ip: int) -> _Prologue | None:
         """The interrupted method when nothing from its first instruction up to the IP writes RSP or RBP

@@ -106,6 +106,50 @@ def test_an_interrupted_leaf_with_no_frame_returns_from_the_top_of_the_stack(tmp
     assert (frames[1].ip, frames[1].sp) == (CODE + 0x95, TOP + 8)
 
 
+def test_prologue_steps_give_the_frame_as_it_stands_part_way() -> None:
+    p = _read_prologue(b"\x55\x53\x48\x83\xec\x10\x48\x8d\x6c\x24\x10")  # push rbp; push rbx; sub; lea
+    assert p is not None and p.sets_fp and p.length == 6
+    assert [(q.frame_size, dict(q.saved)) for q in (p.upto(0), p.upto(1), p.upto(2), p.upto(6))] == [
+        (0, {}),
+        (8, {"rbp": 0}),
+        (16, {"rbp": 8, "rbx": 0}),
+        (0x20, {"rbp": 0x18, "rbx": 0x10}),
+    ]
+
+
+def test_a_method_interrupted_before_its_frame_pointer_is_set_returns_past_what_it_pushed(
+    tmp_path: Path,
+) -> None:
+    # push rbp; sub rsp, 0x10 | lea rbp, [rsp+0x10] (the IP): RBP is still the caller's; 3.1 Tier-0 code
+    # interrupted there made the walk skip the caller
+    code = b"\x55\x48\x83\xec\x10\x48\x8d\x6c\x24\x10" + NOP * (0x90 - 10) + b"\xe8\x00\x00\x00\x00"
+    code += NOP * 0x6B
+    caller_rbp = TOP + 0x40
+    stack = [0x1111, 0x2222, caller_rbp, CODE + 0x95, 0, 0, 0, 0]  # locals, saved rbp, return address
+    path = write_synthetic(
+        tmp_path / "inprologue.phcap", code=code, rip=CODE + 5, stack_words=stack, jit=two_methods(),
+        regs={"rbp": caller_rbp}, place="managed",
+    )  # fmt: skip
+    frames = unwind(read_capture(path)).frames
+    assert [(f.function_id, f.trust) for f in frames[:2]] == [(0xA1, Trust.CONTEXT), (0xB2, Trust.PROLOGUE)]
+    assert (frames[1].ip, frames[1].sp, frames[1].registers["rbp"]) == (CODE + 0x95, TOP + 0x20, caller_rbp)
+
+
+def test_a_method_interrupted_at_its_tail_jump_after_pop_rbp_returns_from_the_top(tmp_path: Path) -> None:
+    # push rbp; mov rbp, rsp; mov rdi, rax; pop rbp | jmp rel32 (the IP): 8.0's CastHelpers.StelemRef
+    # tail-calls the write barrier so; the frame is gone and RBP is the caller's again
+    code = b"\x55\x48\x89\xe5\x48\x89\xc7\x5d\xe9\x00\x00\x00\x00" + NOP * (0x90 - 13)
+    code += b"\xe8\x00\x00\x00\x00" + NOP * 0x6B
+    caller_rbp = TOP + 0x40
+    path = write_synthetic(
+        tmp_path / "tailjump.phcap", code=code, rip=CODE + 8, stack_words=[CODE + 0x95, 0, 0, 0],
+        jit=two_methods(), regs={"rbp": caller_rbp}, place="managed",
+    )  # fmt: skip
+    frames = unwind(read_capture(path)).frames
+    assert [f.function_id for f in frames[:2]] == [0xA1, 0xB2]  # the caller is not skipped
+    assert (frames[1].ip, frames[1].sp, frames[1].registers["rbp"]) == (CODE + 0x95, TOP + 8, caller_rbp)
+
+
 def test_an_interrupted_method_that_moved_rsp_is_not_taken_for_a_frameless_leaf(tmp_path: Path) -> None:
     code = b"\x48\x83\xc4\x08\x90" + NOP * 0xFB  # add rsp, 8: the stack pointer moved; not a leaf
     path = write_synthetic(
