@@ -71,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return replay(read_capture(args.capture), allow_disk=False, max_frames=args.frames)
 
     def baseline() -> ReplayResult:
-        cfi._TABLES.clear()
-        cfi._ELF_CACHE.clear()
+        cfi.clear_caches()
         return from_file()
 
     for fn in (warm, from_file):

@@ -42,6 +42,7 @@ __all__ = [
     "CfiTable",
     "ElfInfo",
     "cfi_step",
+    "clear_caches",
     "load_bias",
     "read_elf",
     "table_for",
@@ -149,6 +150,10 @@ class CfiTable:
         out.sort()
         return out
 
+    def decoded_entries(self) -> list[tuple[int, int]]:
+        """(link-time start, .eh_frame offset) of every FDE a lookup decoded so far, by start."""
+        return sorted((self._locs[k], self._offsets[k]) for k in self._rows)
+
     def row_for(self, pc: int) -> CfiRow | None:
         """The row covering link-time address ``pc``; None when no FDE covers it."""
         k = bisect.bisect_right(self._locs, pc) - 1
@@ -240,6 +245,12 @@ def _hdr_index(
 
 
 _TABLES: dict[tuple[bytes, int, bytes, int, str], CfiTable] = {}
+
+
+def clear_caches() -> None:
+    """Forget every cached table and ELF file (a first look again: benchmarks, :mod:`emu.embed`)."""
+    _TABLES.clear()
+    _ELF_CACHE.clear()
 
 
 def table_for(

@@ -311,6 +311,10 @@ class CodeMap:
         m = self.module_at(ip)
         return m is not None and "x" in m.perms
 
+    def loaded_tables(self) -> dict[str, tuple[CfiTable, int]]:
+        """path -> (CFI table, load bias) of every module whose CFI was loaded so far."""
+        return {path: got for path, got in self._tables.items() if not isinstance(got, str)}
+
     def table(self, module: ModuleEntry) -> tuple[CfiTable, int]:
         """The CFI table and load bias of ``module``'s file; :class:`CfiError` says why there is none."""
         path = module.path or ""
