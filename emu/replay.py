@@ -455,9 +455,10 @@ def recovery_table(paths: Iterable[str | os.PathLike[str]]) -> tuple[RecoveryRow
 
 
 def render_recovery_table(rows: Sequence[RecoveryRow]) -> str:
-    head = f"{'place':<24} {'samples':>7} {'replay recovered':>17} {'live naive seed':>16} {'failed':>6}"
+    w = max([24, *(len(r.place) + 1 for r in rows)])
+    head = f"{'place':<{w}} {'samples':>7} {'replay recovered':>17} {'live naive seed':>16} {'failed':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
         live = f"{r.live_share:.1%}" if r.live_share is not None else "n/a"
-        lines.append(f"{r.place:<24} {r.samples:>7} {r.recovered_share:>17.1%} {live:>16} {r.failed:>6}")
+        lines.append(f"{r.place:<{w}} {r.samples:>7} {r.recovered_share:>17.1%} {live:>16} {r.failed:>6}")
     return "\n".join(lines)

@@ -48,3 +48,18 @@ def test_schema_capture_is_the_manifests_json_schema(capsys: pytest.CaptureFixtu
     assert main(["schema", "capture"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert "registers" in json.dumps(schema)
+
+
+def test_replay_embed_cfi_writes_self_contained_copies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    live = CAPTURES / "live" / "8.0.4" / "managed.phcap"
+    assert main(["replay", "--embed-cfi", str(tmp_path / "out"), str(live)]) == 0
+    out = capsys.readouterr().out
+    # its CFI is embedded already: nothing more to embed, and the copy replays the same
+    assert "nothing to embed" in out and "replays the same" in out
+    assert main(["replay", "--json", str(tmp_path / "out" / "managed.phcap")]) == 0
+    copy = json.loads(capsys.readouterr().out)
+    assert copy == json.loads(live.with_suffix(".expected.json").read_text())
+    assert main(["replay", "--embed-cfi", str(live), str(live)]) == 2
+    assert capsys.readouterr().err.strip().endswith("--embed-cfi needs a folder")
