@@ -13,6 +13,7 @@ a :class:`~clr_model.errors.ModelError`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -345,8 +346,10 @@ def seed_from_context(layout: ContextLayout, data: bytes, *, in_managed_code: bo
 # The walk
 
 
-class _Report(BaseModel):
-    model_config = _FROZEN
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """One callback the walk will make (internal: the model's edges are the pydantic types around it)."""
+
     func_id: int
     ip: int
     sp: int

@@ -254,6 +254,10 @@ class _Stop(Exception):
         self.detail = detail
 
 
+#: markers of the prologue cache
+_UNREAD, _NOT_CAPTURED = object(), object()
+
+
 @dataclass
 class CodeMap:
     """Where code is in a capture: the module map, the JIT map, and each module's CFI (loaded lazily)."""
@@ -261,6 +265,11 @@ class CodeMap:
     capture: Capture
     allow_disk: bool = True
     _tables: dict[str, tuple[CfiTable, int] | str] = field(default_factory=dict)
+    #: managed method start -> its decoded prologue (None: none read there; _NOT_CAPTURED: no bytes);
+    #: derived from the capture's bytes only, so kept across unwinds of one capture
+    prologues: dict[int, object] = field(default_factory=dict)
+    #: managed method start -> whether it begins with the OSR prologue
+    osr: dict[int, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         man = self.capture.manifest
@@ -282,6 +291,7 @@ class CodeMap:
             and (m.path or "").lower().endswith(_PE_SUFFIXES)
         ]  # fmt: skip
         self._r2r = sorted([(r.start, r.end) for r in man.jit.ready_to_run] + pe_images)
+        self._r2r_starts = [s for s, _ in self._r2r]
 
     def function_from_ip(self, ip: int) -> int:
         """GetFunctionFromIP over the capture's JIT map: the FunctionID, 0 for code that is not managed."""
@@ -297,7 +307,8 @@ class CodeMap:
         return None
 
     def in_ready_to_run(self, ip: int) -> bool:
-        return any(s <= ip < e for s, e in self._r2r)
+        k = bisect.bisect_right(self._r2r_starts, ip)
+        return any(s <= ip < e for s, e in self._r2r[:k])
 
     def module_at(self, ip: int) -> ModuleEntry | None:
         k = bisect.bisect_right(self._mod_starts, ip) - 1
@@ -531,11 +542,16 @@ class _Walker:
         the capture. ReadyToRun code and optimised JIT code omit the frame pointer where they can."""
         if self.isa.machine != "x64":
             return None
-        try:
-            head = self.memory.read(start, _PROLOGUE_BYTES)
-        except MemoryFault:
+        got = self.code.prologues.get(start, _UNREAD)
+        if got is _UNREAD:
+            try:
+                got = _read_prologue(self.memory.read(start, _PROLOGUE_BYTES))
+            except MemoryFault:
+                got = _NOT_CAPTURED
+            self.code.prologues[start] = got
+        if got is _NOT_CAPTURED:
             return None
-        prologue = _read_prologue(head)
+        prologue = got if isinstance(got, _Prologue) else None
         if prologue is None and exact and not self._is_osr(start):
             return self._leaf_without_frame(start, ip)
         if prologue is None:
@@ -597,10 +613,14 @@ class _Walker:
     def _is_osr(self, start: int) -> bool:
         if self.isa.machine != "x64":  # the OSR prologue below is x64 code
             return False
-        try:
-            return self.memory.read(start, len(_OSR_PROLOGUE)) == _OSR_PROLOGUE
-        except MemoryFault:
-            return False
+        got = self.code.osr.get(start)
+        if got is None:
+            try:
+                got = self.memory.read(start, len(_OSR_PROLOGUE)) == _OSR_PROLOGUE
+            except MemoryFault:
+                got = False
+            self.code.osr[start] = got
+        return got
 
     def _osr_tier0_rbp(self, regs: Mapping[str, int], rbp: int, start: int, exact: bool) -> int:
         """The RBP of the Tier0 frame an OSR frame sits on: the runtime unwinds both as one frame (the
