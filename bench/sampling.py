@@ -8,9 +8,8 @@ time and the process's (clock_gettime), reported in its ``cpu.work`` mark. The s
 under the probe with two plans, alternating (the order flips every round), ``--rounds`` times each:
 
 * sampled: the scenario's own plan, whose ``capture_sample`` entry has a profiler thread send SIGPROF to
-  the work thread every 10 ms (intervalUs 10000; the probe records each sample before sleeping again, so
-  the rate is a little under 100 Hz: the output gives the rate measured) for more samples than the work
-  lasts (counted from a first, unsampled run), jitMap false;
+  the work thread every 10 ms (intervalUs 10000, on fixed deadlines; the output gives the rate measured)
+  for more samples than the work lasts (counted from a first, unsampled run), jitMap false;
 * unsampled: the same plan without its ``capture_sample`` entry (the thread is registered all the same).
 
 Each sample's ``capture_sample`` record holds the handler's timestamps (``out.timing``): ``copyNs``, the
@@ -65,8 +64,8 @@ CHUNKS_ENV = "PROFHARNESS_CPU_CHUNKS"
 PHASE_WORK = 1
 DONE_CALL = "capture_done"
 #: Samples asked for: the work's unsampled duration at the plan's rate, times this, plus SAMPLE_SLACK.
-SAMPLE_MARGIN = 1.3
-SAMPLE_SLACK = 10
+SAMPLE_MARGIN = 1.6
+SAMPLE_SLACK = 40
 
 
 class BenchError(HarnessError):

@@ -6,7 +6,9 @@
 // ARCH_GET_FS) and its stack bounds (pthread_getattr_np).
 //
 // capture_sample starts a profiler thread (a std::thread that never runs managed code) which sends SIGPROF
-// to the registered thread args.samples times, args.intervalUs apart. The handler, on the sampled thread,
+// to the registered thread args.samples times, one every args.intervalUs (fixed deadlines on CLOCK_MONOTONIC,
+// so the time a sample takes to record does not lower the rate; a sample later than its deadline is sent at
+// once, without a burst to catch up). The handler, on the sampled thread,
 // copies into preallocated buffers (no allocation, no lock, no stdio): the ucontext general registers,
 // fs_base, the stack from SP to min(SP + 64 KiB, the thread's stack end), up to 256 bytes around the IP
 // (process_vm_readv, so an unmapped neighbour page costs bytes, never a fault); then it calls DoStackSnapshot
@@ -80,6 +82,18 @@ std::uint64_t now_ns() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
     return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Sleeps until CLOCK_MONOTONIC reaches `deadline_ns`; a deadline already past moves to now (no catching up).
+void sleep_until_ns(std::uint64_t& deadline_ns) {
+    const std::uint64_t now = now_ns();
+    if (deadline_ns <= now) {
+        deadline_ns = now;
+        return;
+    }
+    timespec ts{static_cast<time_t>(deadline_ns / 1000000000ull), static_cast<long>(deadline_ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
 }
 
 void sleep_us(long us) {
@@ -607,7 +621,12 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     }
     std::vector<Mapping> maps = parse_maps(read_maps_text());
     std::int64_t taken = 0, timed_out = 0;
+    std::uint64_t deadline_ns = now_ns();
     for (std::int64_t i = 0; i < job->samples; ++i) {
+        if (i > 0 && job->intervalUs > 0) {
+            deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
+            sleep_until_ns(deadline_ns);
+        }
         WalkRequest req;
         req.thread = 0;
         req.infoFlags = job->infoFlags;
@@ -650,7 +669,6 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         delete walk;
         g_sample.walk.store(nullptr);
         g_sample.state.store(kIdle, std::memory_order_release);
-        if (job->intervalUs > 0) sleep_us(static_cast<long>(job->intervalUs));
     }
     {
         Json out = Json::object();
@@ -733,7 +751,7 @@ const ExperimentEntry kRows[] = {
      "(arch_prctl), stack bounds (pthread_getattr_np). Records a capture_register_thread call."},
     {"capture_sample", &capture_sample,
      "A profiler thread sends SIGPROF to the registered thread args.target args.samples times (20), "
-     "args.intervalUs apart (1000); the handler copies registers, fs_base, the stack (SP to min(SP + 64 KiB, "
+     "one every args.intervalUs (1000, fixed deadlines); the handler copies registers, fs_base, the stack (SP to min(SP + 64 KiB, "
      "stack end)) and 256 code bytes around the IP into preallocated buffers, then calls DoStackSnapshot seeded "
      "from the ucontext (args.infoFlags, 0). One capture_sample call record per sample, then capture_maps, "
      "capture_jit_map (args.jitMap true) and capture_done. args: timeoutMs (2000, per sample), maxCandidates "
