@@ -27,3 +27,18 @@ def pytest_runtest_makereport(
         report.outcome = "failed"
         report.longrepr = f"live test skipped in CI (PROFHARNESS_REQUIRE_LIVE=1): {reason}"
     return report
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--long",
+        action="store_true",
+        default=False,
+        help="run the long (nightly) profiles: more examples for the robustness and fuzz tests",
+    )
+
+
+@pytest.fixture(scope="session")
+def long_profile(request: pytest.FixtureRequest) -> bool:
+    """Whether ``--long`` asked for the nightly profile."""
+    return bool(request.config.getoption("--long"))

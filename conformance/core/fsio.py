@@ -64,3 +64,17 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_text_file(path: Path, what: str = "file") -> str:
+    """The UTF-8 text of an input file; a file that cannot be read, or is not UTF-8, is one
+    :class:`HarnessError` line naming the file and the line of the first bad byte."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise HarnessError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise HarnessError(f"{path}:{line}: the {what} is not UTF-8 text (byte {exc.start})") from None

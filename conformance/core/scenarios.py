@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from conformance.core.errors import HarnessError
+from conformance.core.fsio import read_text_file
 from conformance.core.paths import SCENARIOS_DIR, cache_dir, staged
 from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
@@ -81,10 +82,7 @@ def _description(app: Path) -> str:
 
 
 def _read_plan(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise HarnessError(f"{path}: cannot read the plan: {exc.strerror}") from exc
+    text = read_text_file(path, "plan")
     try:
         plan = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -37,6 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from conformance.core.errors import HarnessError
+from conformance.core.fsio import read_text_file
 from conformance.core.paths import EXPECTATIONS_DIR
 from conformance.suite.verdicts import AppliedExpectation, Status, Verdict, VerdictOutcome
 
@@ -167,19 +168,35 @@ def _validate(path: Path, clause: str, table: Mapping[str, Any], line: int) -> E
     )
 
 
+def _key_line(text: str, key: str) -> int:
+    """The first line that assigns ``key`` (bare or quoted), else 1."""
+    pattern = re.compile(rf"""^\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*[=.]""")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if pattern.match(line):
+            return number
+    return 1
+
+
+def _toml_error_line(message: str, text: str) -> int:
+    """The line tomllib's message names ("(at line 3, column 7)"), or the last line ("at end of document")."""
+    found = re.search(r"at line (\d+)", message)
+    return int(found.group(1)) if found else text.count("\n") + 1
+
+
 def load_file(path: Path) -> list[Expectation]:
     """The entries of one expectation file (each a table named by its clause id)."""
-    text = path.read_text()
+    text = read_text_file(path, "expectation file")
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path}: not valid TOML ({exc})") from exc
+        raise HarnessError(f"{path}:{_toml_error_line(str(exc), text)}: not valid TOML: {exc}") from None
     lines = _header_lines(text)
     entries = []
     for clause, table in raw.items():
         if not isinstance(table, dict):
-            raise HarnessError(f"{path}: [{clause}] must be a table (one entry per clause and file)")
-        entries.append(_validate(path, clause, table, lines.get(clause, 0)))
+            line = lines.get(clause) or _key_line(text, clause)
+            raise HarnessError(f"{path}:{line}: [{clause}] must be a table (one entry per clause and file)")
+        entries.append(_validate(path, clause, table, lines.get(clause) or _key_line(text, clause)))
     return entries
 
 
