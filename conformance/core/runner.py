@@ -132,12 +132,15 @@ def execute(
     plan: Mapping[str, Any] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     kill_when: Callable[[Path], bool] | None = None,
+    kill_signal: int = signal.SIGKILL,
     run_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run ``app_dll`` on ``runtime`` under the probe, bounded by ``timeout_s``.
 
-    ``kill_when(trace_path)`` is polled while the process runs; when it returns True the process gets
-    SIGKILL (used to test that a killed run loses nothing already recorded).
+    ``kill_when(trace_path)`` is polled while the process runs; when it returns True the process group gets
+    ``kill_signal`` (then SIGKILL if it is still there; used to test that a run killed at any point loses
+    nothing already recorded). ``env``: extra environment variables (fault injection: PROFHARNESS_FAULT).
     """
     run_dir = run_dir or _new_run_dir(scenario.name, runtime)
     app = scenarios.prepare_run_dir(app_dll, runtime, run_dir)
@@ -145,7 +148,8 @@ def execute(
     shutil.copyfile(probe_so, probe_copy)
     trace_path = run_dir / "trace.jsonl"
     effective_plan = resolve_plan(plan if plan is not None else scenario.plan)
-    env = probe_environment(runtime, probe_copy, effective_plan, trace_path)
+    child_env = probe_environment(runtime, probe_copy, effective_plan, trace_path)
+    child_env.update(env or {})
     (run_dir / "plan.json").write_text(json.dumps(effective_plan, indent=2, sort_keys=True))
 
     started = time.monotonic()
@@ -155,7 +159,7 @@ def execute(
             process = subprocess.Popen(
                 [str(runtime.host), str(app)],
                 cwd=run_dir,
-                env=env,
+                env=child_env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -170,7 +174,7 @@ def execute(
                     _kill_group(process)
                     break
                 if kill_when is not None and kill_when(trace_path):
-                    _kill_group(process)
+                    _kill_group(process, kill_signal)
                     break
                 time.sleep(_POLL_S)
             returncode = process.wait()
@@ -219,11 +223,21 @@ def execute(
     )
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+#: how long a process group may take to die of a signal other than SIGKILL before it gets SIGKILL
+_KILL_GRACE_S = 5.0
+
+
+def _kill_group(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, sig)
     except ProcessLookupError:
-        pass
+        return
+    if sig == signal.SIGKILL:
+        return
+    try:
+        process.wait(timeout=_KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
 
 
 def reference_runtime() -> Runtime:

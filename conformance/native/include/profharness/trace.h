@@ -1,6 +1,10 @@
 // The trace writer (docs/design.md "The trace"): JSON Lines, one write(2) per record on an O_APPEND
 // descriptor, seq assigned in write order, os_tid and managed tid on every record.
 // Part of profharness_common: the probe and a recording proxy write the same records.
+//
+// Fault injection (issue 13, tests/robustness): PROFHARNESS_FAULT=record:<N>:<KILL|SEGV|ABRT> makes the
+// writer write the first half of record N, then raise that signal in the writing thread: a process dying
+// in the middle of a record, on purpose, so the tests can check that every earlier record survives.
 #pragma once
 
 #include <atomic>
@@ -32,6 +36,9 @@ class TraceWriter {
  private:
     ManagedThreadFn managed_thread_;
     int fd_ = -1;
+    // PROFHARNESS_FAULT: the record to die in (-1: none) and the signal
+    std::int64_t fault_record_ = -1;
+    int fault_signal_ = 0;
     std::mutex mu_;
     std::int64_t next_seq_ = 0;
     std::atomic<std::int64_t> written_{0};
