@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from conformance.core import probe, runtimes, scenarios
 from conformance.core.errors import HarnessError
+from conformance.core.hangs import ThreadReport, thread_reports
 from conformance.core.paths import runs_dir
 from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
@@ -62,6 +63,10 @@ class RunResult(BaseModel):
     record_count: int = 0
     last_callback: str | None = None
     stderr_tail: str = ""
+    #: a hung run: every thread of the process as the watchdog found it (name, state, native stack from gdb,
+    #: the callback it was in), and why the stacks are missing when they are
+    threads: tuple[ThreadReport, ...] = ()
+    threads_problem: str | None = None
     trace: Trace | None = Field(default=None, exclude=True)
 
     def describe_failure(self) -> str:
@@ -74,6 +79,9 @@ class RunResult(BaseModel):
             RunOutcome.OK: "ended normally",
         }[self.outcome]
         last = f"; last callback {self.last_callback}" if self.last_callback else ""
+        if self.outcome is RunOutcome.HUNG and self.threads:
+            stuck = [f"{t.os_tid} in {t.open_callback}" for t in self.threads if t.open_callback]
+            last += f"; {len(self.threads)} thread(s) reported" + (f" ({', '.join(stuck)})" if stuck else "")
         return f"{self.scenario} on {self.runtime} {what}{last}; trace: {self.trace_path}"
 
 
@@ -154,6 +162,8 @@ def execute(
 
     started = time.monotonic()
     hung = False
+    threads: tuple[ThreadReport, ...] = ()
+    threads_problem: str | None = None
     with (run_dir / "stdout.txt").open("wb") as out, (run_dir / "stderr.txt").open("wb") as err:
         try:
             process = subprocess.Popen(
@@ -171,6 +181,7 @@ def execute(
             while process.poll() is None:
                 if time.monotonic() - started > timeout_s:
                     hung = True
+                    threads, threads_problem = thread_reports(process.pid, trace_path)
                     _kill_group(process)
                     break
                 if kill_when is not None and kill_when(trace_path):
@@ -219,6 +230,8 @@ def execute(
         record_count=len(trace.records) if trace else 0,
         last_callback=last.name if last else None,
         stderr_tail="\n".join(stderr_text.strip().splitlines()[-5:]),
+        threads=threads,
+        threads_problem=threads_problem,
         trace=trace,
     )
 

@@ -100,6 +100,12 @@ def test_hung_scenario_is_killed_by_the_watchdog(runtimes: list[Runtime]) -> Non
     assert result.trace is not None
     assert [m.name for m in result.trace.of_kind(MarkRecord)] == ["hanging"]
     assert "hung" in result.describe_failure()
+    # every thread as the watchdog found it: the main thread asleep in Thread.Sleep's native wait
+    assert result.threads_problem is None, result.threads_problem
+    assert len(result.threads) >= 3 and all(t.state in "RSDTtZXI" for t in result.threads)
+    main = next(t for t in result.threads if t.os_tid == result.trace.records[0].os_tid)
+    assert main.frames and any("sleep" in f.lower() or "wait" in f.lower() for f in main.frames), main.frames
+    assert f"{len(result.threads)} thread(s) reported" in result.describe_failure()
 
 
 def test_crashing_scenario_is_reported_with_its_signal(runtimes: list[Runtime]) -> None:
