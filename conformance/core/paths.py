@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -47,3 +48,42 @@ def staged(final: Path, prefix: str) -> Iterator[Path]:
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+#: beside a sealed cache file: the sha256 of its content when it was published
+SEAL_SUFFIX = ".sha256"
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def seal(path: Path) -> None:
+    """Record ``path``'s sha256 beside it (before the entry it belongs to is published)."""
+    path.with_name(path.name + SEAL_SUFFIX).write_text(_file_sha256(path) + "\n")
+
+
+def sealed_entry(final: Path, file_name: str) -> Path | None:
+    """``final/file_name`` when the cache entry holds it with the content it was sealed with; None when the
+    entry is absent. An entry whose file is missing, unsealed or changed on disk (a bad disk, a killed copy,
+    a hand edit) is moved aside (``.<key>.corrupt-*``, left for inspection) so that it is built again."""
+    path = final / file_name
+    if not final.exists():
+        return None
+    seal_file = path.with_name(path.name + SEAL_SUFFIX)
+    try:
+        ok = path.is_file() and seal_file.read_text().strip() == _file_sha256(path)
+    except OSError:
+        ok = False
+    if ok:
+        return path
+    aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.corrupt-", dir=final.parent))
+    try:
+        os.rename(final, aside / final.name)
+    except OSError:
+        pass  # another process moved or rebuilt it first
+    return None

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from conformance.core.errors import HarnessError
-from conformance.core.paths import NATIVE_DIR, cache_dir, staged
+from conformance.core.paths import NATIVE_DIR, cache_dir, seal, sealed_entry, staged
 
 #: The probe's class id (CORECLR_PROFILER), as src/factory.cpp declares it.
 CLSID = "{8C3B5D2E-6F4A-4B1C-9E7D-2A5F3C1B0D9E}"
@@ -141,7 +141,7 @@ def build_target(target: str, file_name: str, what: str, native_dir: Path = NATI
     root = cache_dir() / what
     final = root / key
     built = final / file_name
-    if built.is_file():
+    if sealed_entry(final, file_name) is not None:
         return built
     with staged(final, prefix=f"{key[:12]}-") as work:
         log = work / BUILD_LOG_NAME
@@ -159,7 +159,8 @@ def build_target(target: str, file_name: str, what: str, native_dir: Path = NATI
             shutil.copyfile(log, failed_log)
             text = log.read_text(errors="replace")
             raise HarnessError(f"{what} build failed: {first_error_line(text)} (full log: {failed_log})")
-        shutil.copyfile(produced, work / file_name)
+        shutil.copy2(produced, work / file_name)
+        seal(work / file_name)
         shutil.rmtree(build_dir, ignore_errors=True)
     if not built.is_file():
         raise HarnessError(f"{what} build produced no {file_name} in {final}")

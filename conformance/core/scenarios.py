@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from conformance.core.errors import HarnessError
 from conformance.core.fsio import read_text_file
-from conformance.core.paths import SCENARIOS_DIR, cache_dir, staged
+from conformance.core.paths import SCENARIOS_DIR, cache_dir, seal, sealed_entry, staged
 from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
 
@@ -196,7 +196,7 @@ def compile_scenario(scenario: Scenario, reference: Runtime) -> Path:
     root = cache_dir() / "scenarios"
     final = root / key
     app_dll = final / APP_DLL
-    if app_dll.is_file():
+    if sealed_entry(final, APP_DLL) is not None:
         return app_dll
     with staged(final, prefix=f".{scenario.name}-") as tmp:
         command = [
@@ -212,6 +212,7 @@ def compile_scenario(scenario: Scenario, reference: Runtime) -> Path:
             raise HarnessError(f"{_first_error(output)}\n{output}")
         (tmp / "mcs.log").write_text(" ".join(command) + "\n" + output + "\n")
         (tmp / "scenario.txt").write_text(scenario.name + "\n")
+        seal(tmp / APP_DLL)
         tmp.chmod(0o755)
     return app_dll
 

@@ -339,3 +339,18 @@ def test_common_library_links_into_another_shared_library(tmp_path: Path) -> Non
     assert [(r["seq"], r["kind"], r["tid"]) for r in records] == [(0, "proxy", 7), (1, "proxy", 7)]
     assert (records[0]["held"], records[0]["released_inside"]) == (True, 0)
     assert records[1]["releases"] == 1 and records[1]["e_fail"] == HResult.E_FAIL
+
+
+def test_a_corrupted_cache_entry_is_detected_by_its_hash_and_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROFHARNESS_CACHE", str(tmp_path / "cache"))
+    built = probe.build_probe()
+    good = built.read_bytes()
+    damaged = bytearray(good)
+    damaged[len(damaged) // 2] ^= 0xFF
+    built.write_bytes(bytes(damaged))  # a bad disk, a killed copy, a hand edit
+    again = probe.build_probe()
+    assert again == built and again.read_bytes() != bytes(damaged)
+    aside = [p.name for p in (tmp_path / "cache" / "probe").iterdir() if ".corrupt-" in p.name]
+    assert len(aside) == 1  # the damaged entry is kept aside for inspection, not reused
