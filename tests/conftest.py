@@ -3,6 +3,9 @@
 A live test (``@pytest.mark.live``) may skip only when its runtime is truly absent. In CI
 (``PROFHARNESS_REQUIRE_LIVE=1``, set by ``.ci/run``, which installs both bundled runtimes) such a skip is
 turned into a failure, so a missing runtime can never pass silently.
+
+``--long`` selects the nightly profile: more examples for property tests (fixture ``long_profile``) and the
+tests marked ``long``, which the short profile (CI) leaves out, saying so.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ def pytest_runtest_makereport(
         report.skipped
         and os.environ.get("PROFHARNESS_REQUIRE_LIVE") == "1"
         and item.get_closest_marker("live") is not None
+        and item.get_closest_marker("long") is None  # a nightly test left out of the short profile
     ):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
@@ -42,3 +46,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def long_profile(request: pytest.FixtureRequest) -> bool:
     """Whether ``--long`` asked for the nightly profile."""
     return bool(request.config.getoption("--long"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` belong to the nightly profile: they run only with ``--long``."""
+    if config.getoption("--long"):
+        return
+    nightly = pytest.mark.skip(reason="nightly profile: run with --long")
+    for item in items:
+        if item.get_closest_marker("long") is not None:
+            item.add_marker(nightly)
