@@ -51,9 +51,13 @@ def main() -> int:
         base.update(rt.env())
         base["CORECLR_ENABLE_PROFILING"] = "1"
         direct = {**base, "CORECLR_PROFILER": FIXTURE_CLSID, "CORECLR_PROFILER_PATH": str(noop)}
-        proxied = {**base, "CORECLR_PROFILER": "{00000000-0000-0000-0000-000000000001}",
-                   "CORECLR_PROFILER_PATH": str(proxy), "PROFHARNESS_TRACE": str(folder / "trace.jsonl"),
-                   **launch.proxy_environment(noop, FIXTURE_CLSID)}
+        proxied = {
+            **base,
+            "CORECLR_PROFILER": "{00000000-0000-0000-0000-000000000001}",
+            "CORECLR_PROFILER_PATH": str(proxy),
+            "PROFHARNESS_TRACE": str(folder / "trace.jsonl"),
+            **launch.proxy_environment(noop, FIXTURE_CLSID),
+        }
         _run(rt.host, app, direct)  # warm the page cache
         times: dict[str, list[float]] = {"direct": [], "proxy": []}
         for _ in range(args.rounds):
@@ -61,8 +65,10 @@ def main() -> int:
             times["proxy"].append(_run(rt.host, app, proxied))
     d, p = statistics.median(times["direct"]), statistics.median(times["proxy"])
     ratio = p / d
-    print(f"runtime {rt.version}, {args.rounds} rounds: direct {d * 1000:.0f} ms, behind the proxy "
-          f"{p * 1000:.0f} ms, ratio {ratio:.2f} (target <= {TARGET})")
+    print(
+        f"runtime {rt.version}, {args.rounds} rounds: direct {d * 1000:.0f} ms, behind the proxy "
+        f"{p * 1000:.0f} ms, ratio {ratio:.2f} (target <= {TARGET})"
+    )
     print("PASS" if ratio <= TARGET else "FAIL")
     return 0 if ratio <= TARGET else 1
 

@@ -200,7 +200,7 @@ CLAUSES: tuple[Clause, ...] = (
         "only if the target is already suspended.",
         _REMARKS,
         Kind.AMBIGUITY,
-        {_M, _L},
+        {_M, _V, _L},
         "Snapshots can be taken of other threads only if the target thread is suspended at the time.",
         question="Must the profiler suspend the target before a cross-thread walk (Remarks), or does "
         "the CLR suspend it (Parameters)? Is a walk of a running other thread an error?",
@@ -271,7 +271,7 @@ CLAUSES: tuple[Clause, ...] = (
         "unmanaged code; the profiler walks down to the first managed frame and seeds from its registers.",
         _ASYNC,
         Kind.INVARIANT,
-        {_M, _L},
+        {_M, _V, _L},
         "determine whether the register context points to unmanaged code by calling "
         "ICorProfilerInfo::GetFunctionFromIP — if it returns a `FunctionID` equal to zero, the frame is "
         "unmanaged code.",

@@ -51,7 +51,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-06", title="naked implementation", document=_D, section="Remarks",
-        kind=Kind.ABI_RULE, layers=frozenset({M, EMU}),
+        kind=Kind.ABI_RULE, layers=frozenset({M, EMU, V}),
         paraphrase="The hook is naked: no compiler prologue, so at its first instruction [ESP] is the "
         "return address and the four __stdcall parameters follow at ESP+4..ESP+16 in declaration order.",
         quote="The implementation must use the __declspec(naked) storage-class attribute.",
@@ -65,7 +65,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-08", title="save/restore every register incl. FPU", document=_D, section="Remarks",
-        kind=Kind.ABI_RULE, layers=frozenset({M, EMU}),
+        kind=Kind.ABI_RULE, layers=frozenset({M, EMU, V}),
         paraphrase="On entry the hook saves every register it uses, x87 and SSE state included, and "
         "restores them before returning.",
         quote="On entry, you must save all registers that you use, including those in the floating-point "
@@ -73,7 +73,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-09", title="callee pops the parameters", document=_D, section="Remarks",
-        kind=Kind.ABI_RULE, layers=frozenset({M, EMU}),
+        kind=Kind.ABI_RULE, layers=frozenset({M, EMU, V}),
         paraphrase="On exit the hook pops the parameters its caller pushed (x86: ret 16), so after the "
         "return ESP is 4 (return address) + 16 bytes above its value at the hook's first instruction.",
         quote="On exit, you must restore the stack by popping off all the parameters that were pushed by its "

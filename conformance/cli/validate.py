@@ -1,6 +1,9 @@
 """``profharness validate PROFILER.so --clsid {...}``: a third-party profiler behind the recording proxy on
 the validator's scenarios (or your app) on live runtimes; prints one row per finding.
 
+The enter/leave hooks the profiler registers (SetEnterLeaveFunctionHooks2/3) are also given to the hook
+checker (``check-hook``); a hook it cannot read (no symbol) is a ``note:`` line, not a finding.
+
 Exit status: 0 clean, 1 findings, 2 bad input (one line: missing file, bad CLSID, not an ELF .so).
 """
 

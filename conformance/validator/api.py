@@ -4,8 +4,10 @@ on each selected runtime; the findings of every rule. For users' CI::
     from conformance.validator.api import findings
     assert not findings(Path("libmyprofiler.so"), "{...}"), "profiling contract broken"
 
-Reports: :func:`table` (one line per finding), :func:`to_json`, :func:`to_junit` (one test case per rule
-and runtime), :func:`to_html`.
+or one pytest item per clause (:func:`conformance.validator.pytest_items.clause_tests`).
+
+Reports: :func:`table` (one line per finding, then a ``note:`` line per thing that could not be judged),
+:func:`to_json`, :func:`to_junit` (one test case per rule and runtime), :func:`to_html`.
 """
 
 from __future__ import annotations
@@ -23,8 +25,16 @@ from conformance.core.errors import HarnessError
 from conformance.core.runner import RunOutcome
 from conformance.core.trace import read_trace
 from conformance.validator import launch
+from conformance.validator.hooks import HookChecks
 from conformance.validator.recording import read_recording
-from conformance.validator.rules import CATALOG_RULES, VALIDATOR_RULES, Finding, check_recording, rule_title
+from conformance.validator.rules import (
+    CATALOG_RULES,
+    VALIDATOR_RULES,
+    Finding,
+    check_recording,
+    hook_abi,
+    rule_title,
+)
 
 #: The validator's own scenarios (conformance/validator/scenarios/NAME).
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -49,6 +59,8 @@ class ValidationResult(BaseModel):
     clsid: str
     runs: list[RunSummary]
     findings: list[Finding]
+    #: what could not be judged (a hook the checker could not read), one line each
+    notes: list[str] = []
 
     @property
     def clean(self) -> bool:
@@ -86,6 +98,8 @@ def validate(
         ]
     runs: list[RunSummary] = []
     found: list[Finding] = []
+    notes: list[str] = []
+    checks = HookChecks()
     for rt in selected:
         for scenario, dll, user in plan:
             result = launch.run_under_proxy(scenario, dll, rt, environment, hang_s=hang_s, user_app=user)
@@ -113,13 +127,17 @@ def validate(
                 )
                 continue
             trace = result.trace if result.trace is not None else read_trace(result.trace_path)
-            found.extend(check_recording(read_recording(trace), result))
+            recording = read_recording(trace)
+            found.extend(check_recording(recording, result))
+            from_hooks, unchecked = hook_abi(recording, result, checks)
+            found.extend(from_hooks)
+            notes.extend(n for n in unchecked if n not in notes)
             if result.outcome is RunOutcome.FAILED and not found:
                 raise HarnessError(
                     f"{scenario.name} on {rt.version} exited with {result.exit_code} under the "
                     f"profiler; trace: {result.trace_path}"
                 )
-    return ValidationResult(profiler=str(target), clsid=guid, runs=runs, findings=found)
+    return ValidationResult(profiler=str(target), clsid=guid, runs=runs, findings=found, notes=notes)
 
 
 def findings(profiler: Path, clsid: str, **options: object) -> list[Finding]:
@@ -138,6 +156,7 @@ def table(result: ValidationResult) -> str:
             f"{f.clause:<22} {f.runtime:<8} {thread:<8} {(f.callback or '-'):<26} {f.message} "
             f"(records {', '.join(map(str, f.records)) or '-'})"
         )
+    lines.extend(f"note: {n}" for n in result.notes)
     runs = ", ".join(f"{r.scenario}@{r.runtime} {r.outcome} {r.seconds:.1f}s" for r in result.runs)
     lines.append(f"{len(result.findings)} finding(s); runs: {runs}")
     return "\n".join(lines)

@@ -4,6 +4,9 @@ The run goes through :func:`conformance.core.runner.execute` (the watchdog, the 
 reaped, the trace read back): the proxy takes the probe's seat (copied next to the app under the probe's
 file name, loaded under the probe's CLSID, so a scenario's marks reach it), and the environment that names
 the profiler behind it comes from :class:`ProxiedRuntime`, a runtime whose environment carries it.
+PROFHARNESS_TRACE names the proxy's trace; a profiler behind the proxy that reads that variable too (the
+project's own probe does) sees :data:`TARGET_TRACE_FILE` in the run folder instead (the proxy swaps the
+variable before loading it), so the two never write one file.
 The harness never loads the profiler: it reads its first bytes to check it is an x86-64 ELF shared object.
 """
 
@@ -30,6 +33,9 @@ WATCHDOG_MARGIN_S = 30.0
 _CLSID = re.compile(
     r"^\{?([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})\}?$"
 )
+#: The variable naming the trace path the profiler behind the proxy sees as PROFHARNESS_TRACE.
+TARGET_TRACE_ENV = "PROFHARNESS_PROXY_TARGET_TRACE"
+TARGET_TRACE_FILE = "target-trace.jsonl"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ELF_MAGIC = b"\x7fELF"
 _ET_DYN = 3
@@ -151,14 +157,16 @@ def run_under_proxy(
 ) -> RunResult:
     """Run ``app_dll`` on ``runtime`` with the proxy as profiler (behind it: per ``environment``)."""
     proxy_so = build_proxy()
+    run_dir = new_run_dir(scenario.name, runtime)
     proxied = ProxiedRuntime(
         version=runtime.version,
         host=runtime.host,
         framework_dir=runtime.framework_dir,
         source=runtime.source,
-        proxy_env=dict(environment),
+        # PROFHARNESS_TRACE is the proxy's: a profiler behind it that reads it too (the project's own
+        # probe) is given a trace of its own (the proxy swaps the variable before loading it)
+        proxy_env={**environment, TARGET_TRACE_ENV: str(run_dir / TARGET_TRACE_FILE)},
     )
-    run_dir = new_run_dir(scenario.name, runtime)
     if user_app:  # the app's own assemblies go beside it (its main assembly becomes app.dll)
         for sibling in app_dll.parent.iterdir():
             if sibling.is_file() and sibling != app_dll and sibling.suffix.lower() in (".dll", ".so", ".pdb"):

@@ -5,6 +5,9 @@ what the four contract documents do not cover (crashes, hangs, a profiler's life
 :data:`VALIDATOR_RULES`. It names the OS thread, the callback (or hook) that was running, and the seqs of
 the trace records that are its evidence.
 
+The hooks the profiler registered go to the hook checker (:func:`hook_abi`, FE2-06/08/09/10/12, see
+:mod:`~.hooks`); it runs in a child process, so :func:`check_recording` leaves it to the caller.
+
 Model checkers reused: :func:`clr_model.moved_refs.check_gc_events` (MR2-09, MR2-17) and
 :func:`clr_model.async_safety.check` (DSS-23, DSS-24). The rest are read here from the recording.
 """
@@ -28,7 +31,8 @@ from clr_model.moved_refs import check_gc_events
 from conformance.core.errors import HarnessError
 from conformance.core.paths import NATIVE_DIR
 from conformance.core.runner import RunOutcome, RunResult
-from conformance.core.trace import CallRecord, MarkRecord, ProbeErrorRecord
+from conformance.core.trace import CallbackRecord, CallRecord, MarkRecord, ProbeErrorRecord
+from conformance.validator.hooks import HookChecks, registered_hooks
 from conformance.validator.recording import Recording
 
 #: Rules of the validator that no clause of the catalog states (id -> title).
@@ -52,8 +56,12 @@ CATALOG_RULES = (
     "DSS-22",
     "DSS-23",
     "DSS-24",
+    "FE2-06",
+    "FE2-08",
+    "FE2-09",
     "FE2-10",
     "FE2-11",
+    "FE2-12",
     "MR2-09",
     "MR2-13",
     "MR2-17",
@@ -421,9 +429,20 @@ def null_tailcall_hook(c: _Ctx) -> Iterator[Finding]:
 
 @rule
 def after_shutdown_and_release(c: _Ctx) -> Iterator[Finding]:
+    """VAL-AFTER-SHUTDOWN: a call after Shutdown returned, made outside any callback (a call inside a
+    callback the runtime still makes after Shutdown, as 3.1 does with ThreadCreated, answers the runtime);
+    VAL-RELEASED-INFO: a call through the wrapper after its last reference was released."""
     released_at: int | None = None
     reported_release = reported_shutdown = False
+    open_on: dict[int, int] = {}  # OS thread -> callbacks (and hooks) open on it
     for record in c.rec.trace.records:
+        if isinstance(record, CallbackRecord):
+            phase = (record.model_extra or {}).get("phase")
+            if phase == "enter":
+                open_on[record.os_tid] = open_on.get(record.os_tid, 0) + 1
+            elif phase == "return":
+                open_on[record.os_tid] = max(0, open_on.get(record.os_tid, 0) - 1)
+            continue
         if not isinstance(record, CallRecord):
             continue
         extra = record.model_extra or {}
@@ -433,7 +452,7 @@ def after_shutdown_and_release(c: _Ctx) -> Iterator[Finding]:
         if record.name == "QueryInterface" and record.hr == 0:
             released_at = None
             continue
-        if extra.get("afterShutdown") is True and not reported_shutdown:
+        if extra.get("afterShutdown") is True and not reported_shutdown and not open_on.get(record.os_tid):
             reported_shutdown = True
             yield c.finding(
                 "VAL-AFTER-SHUTDOWN",
@@ -505,6 +524,11 @@ def crashes_and_hangs(c: _Ctx) -> Iterator[Finding]:
         callbacks = extra.get("callbacks") or []
         callback = callbacks[-1] if isinstance(callbacks, list) and callbacks else None
         where = f"in {callback}" if callback else "outside any callback"
+        initialized = any(isinstance(e, ProfilerCallback) and e.name == "Initialize" for e in c.rec.events)
+        if extra.get("shutdownReturned") is True:
+            where += ", after Shutdown returned"
+        elif not initialized:
+            where += ", before Initialize (while the profiler was being created)"
         call = f", inside {extra.get('call')}" if extra.get("call") else ""
         yield c.finding(
             "VAL-CRASH",
@@ -552,6 +576,26 @@ def crashes_and_hangs(c: _Ctx) -> Iterator[Finding]:
             yield c.finding("VAL-LOAD", f"{record.what} ({record.where})", [record.seq], thread=record.os_tid)
 
 
+@rule
+def initialize_failed(c: _Ctx) -> Iterator[Finding]:
+    """VAL-LOAD: the profiler's Initialize returned a failure: the runtime unloads it and nothing it was
+    meant to do happens (often a missing configuration: an environment variable, a companion library)."""
+    for i, ev in enumerate(c.rec.events):
+        if (
+            isinstance(ev, ProfilerCallback)
+            and ev.name in ("Initialize", "InitializeForAttach")
+            and ev.phase != "enter"
+            and ev.hr is not None
+            and hresult_failed(ev.hr)
+        ):
+            yield c.at(
+                "VAL-LOAD",
+                i,
+                f"the profiler's {ev.name} returned {ev.hr:#010x}: the runtime unloads it (missing "
+                "configuration? try --env K=V or --preload LIB)",
+            )
+
+
 def _open_callbacks(rec: Recording) -> dict[int, list[str]]:
     stacks: dict[int, list[str]] = {}
     for ev in rec.events:
@@ -571,3 +615,27 @@ def check_recording(rec: Recording, run: RunResult) -> list[Finding]:
     for r in RULES:
         found.extend(r(ctx))
     return found
+
+
+def hook_abi(rec: Recording, run: RunResult, checks: HookChecks) -> tuple[list[Finding], list[str]]:
+    """FE2-06/08/09/10/12: every registered hook the checker can read, under the checker (``checks`` asks
+    it once per hook however many runs registered it). Returns the findings (one per rule a hook broke,
+    at the call that registered it) and a note for each hook that could not be checked."""
+    ctx = _Ctx(rec, run)
+    found: list[Finding] = []
+    notes: list[str] = []
+    for hook in registered_hooks(rec):
+        answer = checks.check(hook)
+        name = answer.symbol or f"{hook.address:#x}"
+        if answer.problem is not None:
+            notes.append(f"{hook.registration} {hook.parameter} {name} not checked: {answer.problem}")
+            continue
+        for fault in answer.faults:
+            found.append(
+                ctx.at(
+                    fault.clause,
+                    hook.index,
+                    f"{hook.parameter} hook {name} ({hook.registration}): {fault.line}",
+                )
+            )
+    return found, notes

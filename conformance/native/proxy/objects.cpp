@@ -81,6 +81,12 @@ std::atomic<void*> g_real_info{nullptr};
 std::atomic<bool> g_crash_written{false};
 void* g_target_base = nullptr;  // where the target .so is mapped (dladdr of its DllGetClassObject)
 std::string g_target_path;
+// The target's own marks entry points, when it has them (the project's probe does): a scenario's marks go
+// to the proxy (it sits in the probe's seat) and are handed on, so mark-triggered work still happens.
+using MarkFn = std::int32_t (*)(const char16_t*, const char16_t*);
+using MarkIdsFn = std::int32_t (*)(const char16_t*, const std::int64_t*, std::int32_t);
+std::atomic<MarkFn> g_target_mark{nullptr};
+std::atomic<MarkIdsFn> g_target_mark_ids{nullptr};
 std::set<long>* g_profiler_threads = nullptr;  // threads that appeared while the profiler ran its start-up
 
 void probe_error(const char* what, const char* where) {
@@ -792,18 +798,27 @@ class ProxyCallback final : public CallbackForwarderBase {
         if (!g_trace_open.load()) return;
         trace().write("counts", Json::object().set("counts", counts_json()).set("hooks", hook_counts()));
         // Threads the profiler started (during its construction or Initialize, or that called the runtime
-        // without ever being managed) that are still running now that Shutdown has returned.
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        // without ever being managed) that are still running now that Shutdown has returned. One that is
+        // on its way out gets up to 50 ms to finish (polled: a profiler without threads pays nothing).
         const long self = static_cast<long>(::syscall(SYS_gettid));
         std::set<long> candidates(g_profiler_threads->begin(), g_profiler_threads->end());
         ThreadRegistry& reg = registry();
         for (int k = 0; k < reg.size(); ++k) {
             ThreadState* t = reg.at(k);
-            if (t && !t->tid_known && t->in_runtime >= 0 && t->last_callback == nullptr) candidates.insert(t->os_tid);
+            if (!t) continue;
+            if (!t->tid_known && !t->called_by_runtime) candidates.insert(t->os_tid);
+            else candidates.erase(t->os_tid);  // a runtime thread that appeared while the profiler started
+        }
+        candidates.erase(self);
+        for (int waited_ms = 0;; waited_ms += 2) {
+            bool any = false;
+            for (long id : candidates) any = any || task_alive(id);
+            if (!any || waited_ms >= 50) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
         Json alive = Json::array();
         for (long id : candidates)
-            if (id != self && task_alive(id)) alive.push(Json(static_cast<std::int64_t>(id)));
+            if (task_alive(id)) alive.push(Json(static_cast<std::int64_t>(id)));
         Json leaks = Json::array();
         {
             std::lock_guard<std::mutex> lock(g_enum_mu);
@@ -852,6 +867,14 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
         probe_error("PROFHARNESS_PROXY_CLSID is not a CLSID", "DllGetClassObject");
         return E_FAIL;
     }
+    // PROFHARNESS_TRACE names the proxy's trace: a profiler behind it that reads the same variable (the
+    // project's own probe does) gets PROFHARNESS_PROXY_TARGET_TRACE instead, or no trace path at all, so
+    // the two never write one file. Set before the profiler is loaded, the variable exists already
+    // (glibc replaces its slot in place).
+    if (const char* theirs = std::getenv("PROFHARNESS_PROXY_TARGET_TRACE"); theirs && *theirs)
+        ::setenv("PROFHARNESS_TRACE", theirs, 1);
+    else
+        ::unsetenv("PROFHARNESS_TRACE");
     std::set<long> before = task_ids();
     void* lib = dlopen(cfg.target.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
@@ -860,6 +883,8 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
         return E_FAIL;
     }
     g_target_path = cfg.target;
+    g_target_mark.store(reinterpret_cast<MarkFn>(dlsym(lib, "profharness_mark")));
+    g_target_mark_ids.store(reinterpret_cast<MarkIdsFn>(dlsym(lib, "profharness_mark_ids")));
     using GetClassObject = HRESULT (*)(REFCLSID, REFIID, void**);
     auto get = reinterpret_cast<GetClassObject>(dlsym(lib, "DllGetClassObject"));
     if (!get) {
@@ -945,23 +970,31 @@ PROXY_EXPORT HRESULT DllGetClassObject(REFCLSID, REFIID riid, void** ppv) {
 // --- the probe's seat: scenarios P/Invoke these (docs/design.md); the proxy records their marks ---------
 
 PROXY_EXPORT std::int32_t profharness_mark(const char16_t* name, const char16_t* payload) {
-    if (!g_trace_open.load()) return -1;
-    Json rec = Json::object();
-    rec.set("name", utf16_to_utf8(name ? name : u"")).set("payload", payload ? Json(utf16_to_utf8(payload)) : Json());
-    trace().write("mark", rec);
-    return 0;
+    std::int32_t rc = -1;
+    if (g_trace_open.load()) {
+        Json rec = Json::object();
+        rec.set("name", utf16_to_utf8(name ? name : u"")).set("payload", payload ? Json(utf16_to_utf8(payload)) : Json());
+        trace().write("mark", rec);
+        rc = 0;
+    }
+    if (MarkFn theirs = g_target_mark.load()) theirs(name, payload);
+    return rc;
 }
 
 PROXY_EXPORT std::int64_t profharness_record_count(void) { return trace().count(); }
 
 PROXY_EXPORT std::int32_t profharness_mark_ids(const char16_t* name, const std::int64_t* ids, std::int32_t count) {
-    if (!g_trace_open.load()) return -1;
-    Json list = Json::array();
-    for (std::int32_t k = 0; ids && k < count; ++k) list.push(Json(ids[k]));
-    Json rec = Json::object();
-    rec.set("name", utf16_to_utf8(name ? name : u"")).set("payload", Json()).set("ids", list);
-    trace().write("mark", rec);
-    return 0;
+    std::int32_t rc = -1;
+    if (g_trace_open.load()) {
+        Json list = Json::array();
+        for (std::int32_t k = 0; ids && k < count; ++k) list.push(Json(ids[k]));
+        Json rec = Json::object();
+        rec.set("name", utf16_to_utf8(name ? name : u"")).set("payload", Json()).set("ids", list);
+        trace().write("mark", rec);
+        rc = 0;
+    }
+    if (MarkIdsFn theirs = g_target_mark_ids.load()) theirs(name, ids, count);
+    return rc;
 }
 
 PROXY_EXPORT std::int32_t profharness_call_back(void (*fn)(void)) {

@@ -111,6 +111,7 @@ Frame* push_frame(ThreadState& t, const char* name, int count_id, bool lazy) {
     int d = t.depth++;
     if (d == 0) t.busy_since.store(now_ns(), std::memory_order_relaxed);
     if (count_id >= 0 && !t.tid_known) t.tid_asked = false;  // a callback: the thread may be managed now
+    if (count_id != -2) t.called_by_runtime = true;  // not a StackSnapshotCallback (the walker's own thread)
     if (d >= kMaxFrames) return nullptr;
     Frame& f = t.frames[d];
     f.name = name;

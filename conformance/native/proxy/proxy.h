@@ -40,7 +40,8 @@ enum class ArgKind : std::uint8_t { Int, UInt, Pointer };
 
 struct Frame {
     const char* name;        // the callback or hook
-    int count_id;            // index into the callback counters, -1 for hooks
+    int count_id;            // index into the callback counters, -1 for hooks and mappers, -2 for
+                             // StackSnapshotCallback
     bool written;            // its enter record is in the trace
     std::int64_t entered_ns;
     int nargs;
@@ -55,6 +56,7 @@ struct ThreadState {
     Frame frames[kMaxFrames];
     int in_runtime = 0;            // inside an ICorProfilerInfo call made through the wrapper
     const char* last_callback = nullptr;  // the last callback that returned on this thread
+    bool called_by_runtime = false;       // the runtime called a callback, hook or mapper on it
     const char* current_call = nullptr;   // the Info method the thread is inside
     std::atomic<std::int64_t> busy_since{0};  // entry time of the outermost open frame (0: none)
     // managed ThreadID cache

@@ -3,7 +3,9 @@
 // exceptions are thrown and caught (ExceptionThrown, with the exception objects kept alive); 4,000 small
 // objects survive between garbage, then two blocking, compacting gen-2 collections move them
 // (MovedReferences2); a chain of small methods runs (enter/leave hooks). Marks: "validate.begin",
-// "validate.gc", "validate.end". Exit code 0 when the survivors kept their contents.
+// "validate.gc", "validate.end". Exit code 0 when the survivors kept their contents. plan.json is read only
+// by the project's own probe when it is the profiler validated (GC, threads, exceptions, module loads, and a
+// walk of its own stack at "validate.gc", which the proxy hands on to it); other profilers ignore it.
 using System;
 using System.Collections.Generic;
 using System.Runtime;

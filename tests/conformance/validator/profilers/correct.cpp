@@ -2,7 +2,8 @@
 // ExceptionThrown (synchronous, no seed), reads module names with the double-pass buffer protocol
 // (BUF-07), records MovedReferences2 without inspecting objects and inspects only after
 // GarbageCollectionFinished, enumerates threads and releases the enumerator, keeps its ICorProfilerInfo until
-// Shutdown, starts no thread.
+// Shutdown, starts no thread; its FunctionEnter2/Leave2/Tailcall2 hooks only count (they keep every ABI
+// rule the hook checker runs).
 #include <vector>
 
 #include "fixture.h"
@@ -16,11 +17,20 @@ HRESULT count_frame(FunctionID, UINT_PTR, COR_PRF_FRAME_INFO, ULONG32, BYTE[], v
     return S_OK;
 }
 
+unsigned long g_enters = 0, g_leaves = 0, g_tailcalls = 0;
+
+void enter2(FunctionID, UINT_PTR, COR_PRF_FRAME_INFO, COR_PRF_FUNCTION_ARGUMENT_INFO*) { ++g_enters; }
+void leave2(FunctionID, UINT_PTR, COR_PRF_FRAME_INFO, COR_PRF_FUNCTION_ARGUMENT_RANGE*) { ++g_leaves; }
+void tailcall2(FunctionID, UINT_PTR, COR_PRF_FRAME_INFO) { ++g_tailcalls; }
+
 class Correct final : public Profiler<Callbacks11, 11> {
  public:
     HRESULT STDMETHODCALLTYPE Initialize(IUnknown* unk) override {
-        return take_info(unk, COR_PRF_MONITOR_GC | COR_PRF_MONITOR_THREADS | COR_PRF_MONITOR_EXCEPTIONS |
-                                  COR_PRF_MONITOR_MODULE_LOADS | COR_PRF_ENABLE_STACK_SNAPSHOT);
+        HRESULT hr = take_info(unk, COR_PRF_MONITOR_GC | COR_PRF_MONITOR_THREADS | COR_PRF_MONITOR_EXCEPTIONS |
+                                        COR_PRF_MONITOR_MODULE_LOADS | COR_PRF_ENABLE_STACK_SNAPSHOT |
+                                        COR_PRF_MONITOR_ENTERLEAVE);
+        if (hr != S_OK) return hr;
+        return info->SetEnterLeaveFunctionHooks2(&enter2, &leave2, &tailcall2);
     }
     HRESULT STDMETHODCALLTYPE ModuleLoadFinished(ModuleID mod, HRESULT) override {
         ULONG need = 0;

@@ -1,0 +1,47 @@
+"""pytest items per clause for users' CI: one test per rule the validator holds a profiler to.
+
+In a test module::
+
+    from conformance.validator.pytest_items import clause_tests
+
+    test_my_profiler = clause_tests("build/libmyprofiler.so", "{...}", runtime="8.0")
+
+pytest collects ``test_my_profiler[BUF-04]``, ``test_my_profiler[DSS-13]``, ... (every id of
+:func:`conformance.validator.api.rule_ids`, catalog clauses and the validator's own VAL-* rules). The
+validation runs once, at the first item that needs it (the options are those of
+:func:`~conformance.validator.api.validate`); each item then fails with the findings of its clause (one line
+each: runtime, scenario, thread, callback, message, trace records) and passes when there are none. Input the
+validator refuses (no such file, a bad CLSID) errors every item with its one-line message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conformance.validator.api import ValidationResult, rule_ids, validate
+
+
+def clause_tests(profiler: str | Path, clsid: str, **options: object) -> Callable[[str], None]:
+    """A test function parametrised by clause id (assign it to a module-level name that starts with
+    ``test``); see the module's docstring."""
+    done: list[ValidationResult] = []
+
+    def result() -> ValidationResult:
+        if not done:
+            done.append(validate(Path(profiler), clsid, **options))  # type: ignore[arg-type]
+        return done[0]
+
+    @pytest.mark.parametrize("clause", rule_ids())
+    def test_profiling_contract(clause: str) -> None:
+        broken = [f for f in result().findings if f.clause == clause]
+        if broken:
+            pytest.fail(
+                f"{clause} ({broken[0].title}): {len(broken)} finding(s)\n"
+                + "\n".join(f.line() for f in broken),
+                pytrace=False,
+            )
+
+    return test_profiling_contract

@@ -1,0 +1,188 @@
+"""The validator's rules on synthetic proxy recordings (no runtime): the rules issue 10's fixtures rely on,
+each shown both to find its fault and to stay quiet on the lawful sequence next to it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conformance.core.runner import RunOutcome, RunResult
+from conformance.core.trace import read_trace
+from conformance.validator.hooks import (
+    HookCheck,
+    HookChecks,
+    HookFault,
+    RegisteredHook,
+    registered_hooks,
+    run_checker,
+    symbol_at,
+)
+from conformance.validator.recording import Recording, read_recording
+from conformance.validator.rules import check_recording, hook_abi
+from tests.conformance.validator.fixtures import build_fixture
+
+S_OK = 0
+E_FAIL = 0x80004005
+MAIN, SAMPLER = 100, 200
+
+
+def _recording(tmp_path: Path, records: list[dict[str, Any]]) -> tuple[Recording, RunResult]:
+    """The records (seq, os_tid and tid filled in) as a proxy trace, read back, with a run that ended well."""
+    path = tmp_path / "trace.jsonl"
+    lines = [
+        {
+            "seq": 0,
+            "kind": "header",
+            "os_tid": MAIN,
+            "tid": None,
+            "probe": "profharness-proxy 1",
+            "pid": 1,
+            "proxy": {"callbackLevel": 11},
+        }
+    ]
+    for k, rec in enumerate(records, start=1):
+        lines.append({"seq": k, "os_tid": MAIN, "tid": None, **rec})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run = RunResult(
+        scenario="synthetic",
+        runtime="0.0.0",
+        runtime_source="test",
+        outcome=RunOutcome.OK,
+        seconds=0.0,
+        run_dir=tmp_path,
+        trace_path=path,
+    )
+    return read_recording(read_trace(path, strict=True)), run
+
+
+def _callback(name: str, phase: str, hr: int | None = None, **extra: Any) -> dict[str, Any]:
+    rec: dict[str, Any] = {"kind": "callback", "name": name, "phase": phase, "args": {}, **extra}
+    if hr is not None:
+        rec["hr"] = hr
+    return rec
+
+
+def _call(name: str, **extra: Any) -> dict[str, Any]:
+    return {"kind": "call", "name": name, "args": {}, "out": {}, "hr": S_OK, **extra}
+
+
+def test_VAL_LOAD_initialize_that_fails_is_a_finding(tmp_path: Path) -> None:
+    rec, run = _recording(
+        tmp_path, [_callback("Initialize", "enter"), _callback("Initialize", "return", E_FAIL)]
+    )
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "VAL-LOAD" and "0x80004005" in finding.message and finding.records == [2]
+    rec, run = _recording(
+        tmp_path, [_callback("Initialize", "enter"), _callback("Initialize", "return", S_OK)]
+    )
+    assert check_recording(rec, run) == []
+
+
+def test_VAL_AFTER_SHUTDOWN_only_outside_the_callbacks_the_runtime_still_makes(tmp_path: Path) -> None:
+    # 3.1 calls ThreadCreated after Shutdown returned; a call inside it answers the runtime
+    inside = [
+        _callback("ThreadCreated", "enter"),
+        _call("GetCurrentThreadID", afterShutdown=True),
+        _callback("ThreadCreated", "return", S_OK),
+    ]
+    rec, run = _recording(tmp_path, inside)
+    assert check_recording(rec, run) == []
+    rec, run = _recording(
+        tmp_path, [*inside, {**_call("GetEventMask", afterShutdown=True), "os_tid": SAMPLER}]
+    )
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "VAL-AFTER-SHUTDOWN" and finding.thread == SAMPLER and finding.records == [4]
+
+
+def test_DSS_22_suspend_runtime_from_a_managed_thread_not_from_a_native_one(tmp_path: Path) -> None:
+    native = [
+        {**_call("SuspendRuntime", phase="enter"), "os_tid": SAMPLER},
+        {**_call("SuspendRuntime", phase="return"), "os_tid": SAMPLER},
+        {**_call("ResumeRuntime", phase="enter"), "os_tid": SAMPLER},
+        {**_call("ResumeRuntime", phase="return"), "os_tid": SAMPLER},
+    ]
+    rec, run = _recording(tmp_path, native)
+    assert check_recording(rec, run) == []
+    managed = [{**r, "os_tid": MAIN, "tid": 0x5000} for r in native]
+    rec, run = _recording(tmp_path, managed)
+    assert [f.clause for f in check_recording(rec, run)] == ["DSS-22"]
+
+
+def test_DSS_23_walk_after_thread_destroyed_returned(tmp_path: Path) -> None:
+    worker = {"os_tid": 300, "tid": 0x7000}
+    destroyed = [
+        {**_callback("ThreadDestroyed", "enter", args={"threadId": 0x7000}), **worker},
+        {**_callback("ThreadDestroyed", "return", S_OK), **worker},
+    ]
+    walk = [
+        {**_call("SuspendRuntime", phase="enter"), "os_tid": SAMPLER},
+        {**_call("SuspendRuntime", phase="return"), "os_tid": SAMPLER},
+        {**_call("DoStackSnapshot", phase="enter", args={"thread": 0x7000}), "os_tid": SAMPLER},
+        {**_call("DoStackSnapshot", phase="return", args={"thread": 0x7000}), "os_tid": SAMPLER},
+    ]
+    rec, run = _recording(tmp_path, [*walk, *destroyed])  # the walk ends before ThreadDestroyed
+    assert check_recording(rec, run) == []
+    rec, run = _recording(tmp_path, [*destroyed, *walk])
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "DSS-23" and finding.thread == SAMPLER
+
+
+def test_FE2_hook_faults_come_from_the_checker_at_the_registration(tmp_path: Path) -> None:
+    hook = {"address": 0x7F0000001000, "module": "/nowhere/libp.so", "offset": 0x1000, "symbol": "enter2"}
+    registration = _call(
+        "SetEnterLeaveFunctionHooks2",
+        args={"pFuncEnter": hook, "pFuncLeave": {"address": 0}, "pFuncTailcall": {"address": 0}},
+    )
+    rec, run = _recording(
+        tmp_path, [_callback("Initialize", "enter"), registration, _callback("Initialize", "return", S_OK)]
+    )
+    (found,) = registered_hooks(rec)
+    assert (found.parameter, found.symbol, found.offset) == ("pFuncEnter", "enter2", 0x1000)
+
+    class Answers(HookChecks):
+        def __init__(self, answer: HookCheck) -> None:
+            super().__init__()
+            self.answer = answer
+
+        def check(self, hook: RegisteredHook) -> HookCheck:
+            return self.answer
+
+    faulty = HookCheck("/nowhere/libp.so", "enter2", faults=(HookFault("FE2-08", "RBX not preserved"),))
+    findings, notes = hook_abi(rec, run, Answers(faulty))
+    assert [(f.clause, f.records, f.callback) for f in findings] == [
+        ("FE2-08", [2], "Initialize")
+    ] and not notes
+    findings, notes = hook_abi(rec, run, Answers(HookCheck("/nowhere/libp.so", "enter2")))
+    assert findings == [] and notes == []
+    findings, notes = hook_abi(rec, run, Answers(HookCheck("/nowhere/libp.so", None, problem="stripped")))
+    assert findings == [] and notes == [
+        "SetEnterLeaveFunctionHooks2 pFuncEnter 0x7f0000001000 not checked: stripped"
+    ]
+
+
+def test_a_hook_without_a_dynamic_symbol_is_named_from_the_symbol_table() -> None:
+    from elftools.elf.elffile import ELFFile
+
+    so = build_fixture("correct")  # its hooks are in an anonymous namespace: .symtab only
+    with so.open("rb") as fh:
+        symtab = ELFFile(fh).get_section_by_name(".symtab")
+        enter2 = next(s for s in symtab.iter_symbols() if "enter2" in s.name)  # type: ignore[union-attr]
+    assert symbol_at(so, int(enter2["st_value"])) == enter2.name
+    assert symbol_at(so, 1) is None
+
+
+def test_a_hook_the_checker_cannot_read_is_a_note_not_a_finding(tmp_path: Path) -> None:
+    so = build_fixture("bad_hook")
+    refused = run_checker(so, "no_such_hook")
+    assert refused.faults == () and refused.problem is not None and "no_such_hook" in refused.problem
+    hook = RegisteredHook(
+        "SetEnterLeaveFunctionHooks2", "pFuncEnter", 0, 0x1000, str(tmp_path / "gone.so"), 0, "f"
+    )
+    assert HookChecks().check(hook).problem == f"{tmp_path / 'gone.so'}: no such file to read"
+
+
+def test_FE2_08_the_checker_finds_the_clobbered_register_in_the_fixture_hook() -> None:
+    answer = run_checker(build_fixture("bad_hook"), "fixture_bad_enter2")
+    assert answer.problem is None
+    assert [f.clause for f in answer.faults] == ["FE2-08"] and "RBX" in answer.faults[0].line
