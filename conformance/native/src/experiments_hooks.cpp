@@ -63,19 +63,27 @@ struct HookState {
     std::atomic<std::uint64_t> mapper_calls{0};
     std::atomic<std::uint64_t> mapped_hooked{0};
     std::atomic<std::uint64_t> mapper_unresolved{0};
-    std::atomic<std::uint64_t> leaves{0};
-    std::atomic<std::uint64_t> tailcalls{0};
-    std::atomic<std::uint64_t> dropped{0};
-    std::atomic<std::size_t> next{0};
     std::size_t flushed = 0;  // under flush_mu
     std::mutex flush_mu;
-    EnterSlot slots[kMaxEnters];
 };
 
 HookState& hooks() {
     static HookState* h = new HookState();  // never destroyed: hooks may fire during process exit
     return *h;
 }
+
+// What the hooks themselves touch, at namespace level and constant-initialised (zero in .bss: no
+// constructor runs, no destructor is registered), so that a hook reads no lazily created state: a function
+// static's thread-safe initialisation calls __cxa_guard_acquire through the PLT, and hooks must not call
+// out (FE2-12; the hook checker runs a hook alone, with the library's data as it was loaded).
+struct HookBuffer {
+    std::atomic<std::uint64_t> leaves{0};
+    std::atomic<std::uint64_t> tailcalls{0};
+    std::atomic<std::uint64_t> dropped{0};
+    std::atomic<std::size_t> next{0};
+    EnterSlot slots[kMaxEnters];
+};
+HookBuffer g_buffer;
 
 std::string module_path(ModuleID mod) {
     ProbeState& s = state();
@@ -149,7 +157,7 @@ UINT_PTR mapper2(FunctionID funcId, void* mapperData, BOOL* pbHookFunction) {
 // FunctionEnter2: one buffer slot, GetFunctionInfo2 with the hook's own frame info; no lock, no allocation.
 void enter2(FunctionID funcId, UINT_PTR clientData, COR_PRF_FRAME_INFO func,
             COR_PRF_FUNCTION_ARGUMENT_INFO* argumentInfo) {
-    HookState& h = hooks();
+    HookBuffer& h = g_buffer;
     std::size_t i = h.next.fetch_add(1, std::memory_order_relaxed);
     if (i >= kMaxEnters) {
         h.dropped.fetch_add(1, std::memory_order_relaxed);
@@ -186,11 +194,11 @@ void enter2(FunctionID funcId, UINT_PTR clientData, COR_PRF_FRAME_INFO func,
 }
 
 void leave2(FunctionID, UINT_PTR, COR_PRF_FRAME_INFO, COR_PRF_FUNCTION_ARGUMENT_RANGE*) {
-    hooks().leaves.fetch_add(1, std::memory_order_relaxed);
+    g_buffer.leaves.fetch_add(1, std::memory_order_relaxed);
 }
 
 void tailcall2(FunctionID, UINT_PTR, COR_PRF_FRAME_INFO) {
-    hooks().tailcalls.fetch_add(1, std::memory_order_relaxed);
+    g_buffer.tailcalls.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::string hex_bytes(const unsigned char* p, std::size_t n) {
@@ -257,11 +265,11 @@ void enter_leave_flush(ExperimentContext& ctx) {
     HookState& h = hooks();
     const char* id = ctx.planned.id.c_str();
     std::lock_guard<std::mutex> lock(h.flush_mu);
-    std::size_t end = h.next.load(std::memory_order_acquire);
+    std::size_t end = g_buffer.next.load(std::memory_order_acquire);
     if (end > kMaxEnters) end = kMaxEnters;
     std::size_t i = h.flushed;
     for (; i < end; ++i) {
-        EnterSlot& slot = h.slots[i];
+        EnterSlot& slot = g_buffer.slots[i];
         if (!slot.ready.load(std::memory_order_acquire)) break;  // still being filled: next flush
         Json a = Json::object();
         a.set("funcId", Json(static_cast<std::uint64_t>(slot.funcId)));
@@ -303,11 +311,11 @@ void enter_leave_flush(ExperimentContext& ctx) {
     }
     h.flushed = i;
     Json out = Json::object();
-    out.set("enters", Json(static_cast<std::uint64_t>(h.next.load())))
+    out.set("enters", Json(static_cast<std::uint64_t>(g_buffer.next.load())))
         .set("flushed", Json(static_cast<std::uint64_t>(h.flushed)))
-        .set("dropped", Json(h.dropped.load()))
-        .set("leaves", Json(h.leaves.load()))
-        .set("tailcalls", Json(h.tailcalls.load()))
+        .set("dropped", Json(g_buffer.dropped.load()))
+        .set("leaves", Json(g_buffer.leaves.load()))
+        .set("tailcalls", Json(g_buffer.tailcalls.load()))
         .set("mapper_calls", Json(h.mapper_calls.load()))
         .set("mapper_hooked", Json(h.mapped_hooked.load()))
         .set("mapper_unresolved", Json(h.mapper_unresolved.load()));
