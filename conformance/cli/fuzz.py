@@ -1,0 +1,90 @@
+"""``profharness fuzz PROFILER.so --clsid {...}``: fuzz a profiler in the fake runtime (issue 11).
+
+Prints progress, then the findings of the first failure (shrunk) and where its reproducer went;
+``--replay FILE`` plays a reproducer again; ``--probe`` fuzzes the harness's own probe (its fuzz plan,
+a new process per example: :mod:`conformance.fuzz.probe`). Exit status: 0 clean, 1 findings, 2 harness
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from conformance.core.errors import HarnessError
+from conformance.fuzz.machine import ENGINES, Session, fuzz, replay
+from conformance.fuzz.probe import probe_target
+
+HELP = "fuzz a profiler .so in a model-backed fake runtime (no .NET runtime needed)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profiler", type=Path, nargs="?", help="the profiler .so (with --replay: optional, "
+                        "overrides the one the reproducer names)")
+    parser.add_argument("--clsid", help="the profiler's CLSID, {XXXXXXXX-...}")
+    parser.add_argument("--max-examples", type=int, default=500, help="examples to run (default 500)")
+    parser.add_argument("--seed", type=int, help="make the run deterministic")
+    parser.add_argument("--time", type=float, help="stop after this many seconds")
+    parser.add_argument("--database", type=Path, help="hypothesis example directory (shareable)")
+    parser.add_argument("--reproducer", type=Path, default=Path("fuzz-reproducer.json"),
+                        help="where a failure's reproducer goes (default fuzz-reproducer.json)")
+    parser.add_argument("--replay", type=Path, metavar="FILE", help="play a reproducer again")
+    parser.add_argument("--hang-ms", type=int, default=2000, help="a callback running longer is a hang")
+    parser.add_argument("--steps", type=int, default=30, help="steps per example at most (default 30)")
+    parser.add_argument("--engine", choices=ENGINES, default="program",
+                        help="program: one byte string per example (fast; default); stateful: hypothesis' "
+                        "rule-based state machine")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set in the fake runtime's environment ({workdir}: the run's directory)")
+    parser.add_argument("--fresh-process", action="store_true",
+                        help="a new fake runtime process per example (a profiler with process-wide state)")
+    parser.add_argument("--probe", action="store_true", help="fuzz the harness's own probe")
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="save the first failure as found (quicker; the reproducer is not minimal)")
+
+
+def _progress(session: Session) -> None:
+    print(f"  {session.examples} examples, {session.events} events", flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    hang_s = args.hang_ms / 1000
+    if args.replay is not None:
+        findings = replay(args.replay, profiler=args.profiler, hang_s=hang_s)
+        for f in findings:
+            print(f.line())
+        print(f"{len(findings)} finding(s) replaying {args.replay}")
+        return 1 if findings else 0
+    env: dict[str, str] = {}
+    for item in args.env:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise HarnessError(f"--env {item!r} is not NAME=VALUE")
+        env[name] = value
+    profiler, clsid, fresh = args.profiler, args.clsid, args.fresh_process
+    if args.probe:
+        target = probe_target()
+        profiler, clsid, fresh = target.profiler, target.clsid, True
+        env = {**target.env, **env}
+    if profiler is None or not clsid:
+        raise HarnessError("fuzz needs PROFILER.so and --clsid (or --probe, or --replay FILE)")
+    if args.max_examples < 1:
+        raise HarnessError(f"--max-examples must be at least 1, not {args.max_examples}")
+    if args.steps < 1:
+        raise HarnessError(f"--steps must be at least 1, not {args.steps}")
+    print(f"fuzzing {profiler} ({clsid})", flush=True)
+    report = fuzz(profiler, clsid, max_examples=args.max_examples, seed=args.seed,
+                  time_limit=args.time, database=args.database, reproducer=args.reproducer, hang_s=hang_s,
+                  steps=args.steps, progress=_progress, engine=args.engine, env=env, fresh=fresh,
+                  shrink=not args.no_shrink)
+    print(f"{report.examples} examples, {report.events} events in {report.seconds:.1f} s "
+          f"({report.restarts} restart(s) of the fake runtime)")
+    for f in report.findings:
+        print(f.line())
+    if report.findings:
+        shrunk = "" if args.no_shrink else "shrunk "
+        print(f"first failing example: #{report.first_failure}; {shrunk}reproducer "
+              f"({report.reproducer_events} events): {report.reproducer}")
+        return 1
+    print("no findings")
+    return 0

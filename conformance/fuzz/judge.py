@@ -1,0 +1,110 @@
+"""Judge one example: the validator's rules over its recording, and the model's own view of the heap.
+
+The recording is the fake runtime's trace, read by :func:`conformance.validator.recording.read_recording`
+and judged by :func:`conformance.validator.rules.check_recording` unchanged (the same findings a live run
+behind the recording proxy gives). Beyond them the model knows what no live run can: which ObjectIDs were
+live objects when the profiler inspected one (the heap version in force, ``fuzz.heap`` marks). An
+inspection of an ObjectID no live object has is MR2-17: after a compacting GC every ObjectID the profiler
+kept must be remapped (MR2-07/08) before it is used again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from clr_model.events import Mark, ObjectInspection
+from conformance.core.errors import HarnessError
+from conformance.core.runner import RunResult
+from conformance.core.trace import read_trace
+from conformance.fuzz.child import ExampleOutcome
+from conformance.fuzz.world import HEAP_MARK
+from conformance.validator.recording import Recording, read_recording
+from conformance.validator.rules import Finding, check_recording, rule_title
+
+#: What a fuzz run calls its runtime and scenario in findings.
+RUNTIME = "fake"
+SCENARIO = "fuzz"
+
+
+def run_result(trace: Path, outcome: ExampleOutcome) -> RunResult:
+    return RunResult(
+        scenario=SCENARIO,
+        runtime=RUNTIME,
+        runtime_source="profharness-fakeruntime",
+        outcome=outcome.outcome,
+        signal=outcome.signal,
+        seconds=outcome.seconds,
+        run_dir=trace.parent,
+        trace_path=trace,
+        stderr_tail=outcome.stderr_tail,
+    )
+
+
+def heaps_of(commands: Sequence[Mapping[str, Any]]) -> list[frozenset[int]]:
+    """The heap of every version the commands set (``objects`` adds, ``heap`` replaces), version 0 empty."""
+    heaps: list[frozenset[int]] = [frozenset()]
+    live: set[int] = set()
+    for cmd in commands:
+        op = cmd.get("op")
+        if op not in ("objects", "heap"):
+            continue
+        ids = {int(o[0]) for o in cmd.get("objects", [])}
+        live = live | ids if op == "objects" else ids
+        version = int(cmd.get("version", len(heaps)))
+        while len(heaps) <= version:
+            heaps.append(frozenset(live))
+        heaps[version] = frozenset(live)
+    return heaps
+
+
+def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> list[Finding]:
+    """MR2-17 by the model: every inspected ObjectID is a live object's in the heap then in force."""
+    found: list[Finding] = []
+    version = 0
+    ever: set[int] = set()
+    for h in heaps:
+        ever |= h
+    for i, ev in enumerate(rec.events):
+        if isinstance(ev, Mark) and ev.name == HEAP_MARK:
+            v = ev.data.get("version")
+            if isinstance(v, int) and 0 <= v < len(heaps):
+                version = v
+            continue
+        if not isinstance(ev, ObjectInspection) or ev.object_id is None:
+            continue
+        if ev.within in ("MovedReferences2", "MovedReferences"):
+            continue  # MR2-09's (the rules report it)
+        oid = ev.object_id
+        if oid in heaps[version]:
+            continue
+        if oid in ever:
+            what = "an ObjectID from before a compacting GC that moved that object"
+        else:
+            what = "an ObjectID no live object has (a wrong remapping)"
+        found.append(
+            Finding(
+                clause="MR2-17",
+                title=rule_title("MR2-17"),
+                message=f"{ev.name} inspects {oid:#x}, {what}",
+                runtime=run.runtime,
+                scenario=run.scenario,
+                thread=ev.thread,
+                callback=rec.callback_at(i),
+                records=[ev.seq],
+                trace=str(run.trace_path),
+            )
+        )
+    return found
+
+
+def judge(trace: Path, outcome: ExampleOutcome, commands: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    """Every finding of one example (the validator's rules, then the model's heap check)."""
+    run = run_result(trace, outcome)
+    recording = read_recording(read_trace(trace))
+    findings = check_recording(recording, run)
+    findings += heap_findings(recording, heaps_of(commands), run)
+    if outcome.errors:
+        raise HarnessError(f"the fake runtime could not carry out the example: {outcome.errors[0]}")
+    return findings

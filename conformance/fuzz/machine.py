@@ -1,0 +1,397 @@
+"""The fuzzing engines, the session that runs them against one profiler, shrinking, and reproducers.
+
+Two engines choose the events; both run the same rules (:data:`conformance.fuzz.program.RULES`, whose
+preconditions are the model's ordering: Initialize first and Shutdown last, as every example starts and
+ends the profiler; a class loads from a loaded module; a method is JIT-compiled for a loaded class; objects
+are allocated of loaded classes on live threads; MovedReferences2 only inside a GC, MR2-01, and
+MovedReferences after it unless it failed, MR2-11/12, which the fake runtime drops then):
+
+- ``program`` (the default, for throughput): hypothesis draws one byte string per example and
+  :func:`~conformance.fuzz.program.decode` interprets it; after hypothesis' shrinking, whole steps are cut
+  out while the failure stays the same (:func:`polish`), so a reproducer keeps only the steps it needs;
+- ``stateful``: :class:`FuzzMachine`, hypothesis' ``RuleBasedStateMachine`` with one rule per
+  :class:`~conformance.fuzz.program.Rule` (its parameters one byte string each).
+
+The steps only compute the world (:class:`~conformance.fuzz.world.World`) and the commands; the example
+runs in the reused fake runtime child, and its findings (:func:`~conformance.fuzz.judge.judge`) fail it. A
+failure is shrunk and saved as a reproducer (JSON: the profiler, the CLSID, the commands, the findings)
+that :func:`replay` plays again in a fresh child.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, precondition, rule
+
+from conformance.core.errors import HarnessError
+from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
+from conformance.fuzz.judge import judge
+from conformance.fuzz.program import RULES, Reader, Rule, decode, without_step
+from conformance.fuzz.world import World
+from conformance.validator.rules import Finding
+
+REPRODUCER_FORMAT = "profharness-fuzz-reproducer 1"
+ENGINES = ("program", "stateful")
+#: Bytes a program has per step it may take (a step reads 1 to about 50 bytes, 7 on average).
+BYTES_PER_STEP = 8
+#: A stateful rule's parameter block is at most this long (the longest step reads about 50 bytes).
+RULE_BYTES = 64
+#: Passes of :func:`polish` over the steps at most.
+POLISH_PASSES = 3
+
+
+class FuzzFailure(AssertionError):
+    """An example broke a rule (or crashed, or hung): its findings, its commands, and (program engine)
+    its bytes."""
+
+    def __init__(
+        self, findings: list[Finding], commands: list[dict[str, Any]], data: bytes | None = None
+    ) -> None:
+        super().__init__("; ".join(f.line() for f in findings[:3]))
+        self.findings = findings
+        self.commands = commands
+        self.data = data
+
+
+_FAILURE_TYPES: dict[frozenset[str], type[FuzzFailure]] = {}
+
+
+def clauses_of(findings: Iterable[Finding]) -> frozenset[str]:
+    return frozenset(f.clause for f in findings)
+
+
+def failure(
+    findings: list[Finding], commands: list[dict[str, Any]], data: bytes | None = None
+) -> FuzzFailure:
+    """A :class:`FuzzFailure` whose type names its clauses: hypothesis tells failures apart by type, so
+    each distinct failure is shrunk as itself (a shrunk MR2-17 does not turn into a crash)."""
+    key = clauses_of(findings)
+    kind = _FAILURE_TYPES.get(key)
+    if kind is None:
+        kind = type("FuzzFailure_" + "_".join(sorted(c.replace("-", "") for c in key)), (FuzzFailure,), {})
+        _FAILURE_TYPES[key] = kind
+    return kind(findings, commands, data)
+
+
+@dataclass
+class Session:
+    """One profiler under fuzzing: the child, where traces go, what was run and found."""
+
+    runtime: FakeRuntime
+    workdir: Path
+    steps: int = 30
+    examples: int = 0
+    events: int = 0
+    seconds_in_child: float = 0.0
+    seconds_judging: float = 0.0
+    progress: Callable[[Session], None] | None = None
+    progress_every: int = 100
+    #: the example (1-based) that failed first, before shrinking
+    first_failure: int | None = None
+
+    @property
+    def trace(self) -> Path:
+        return self.workdir / "trace.jsonl"
+
+    def run(self, commands: list[dict[str, Any]], events: int) -> list[Finding]:
+        outcome = self.runtime.run_example(self.trace, commands)
+        self.examples += 1
+        self.events += events
+        self.seconds_in_child += outcome.seconds
+        if self.progress is not None and self.examples % self.progress_every == 0:
+            self.progress(self)
+        began = time.perf_counter()
+        findings = judge(self.trace, outcome, commands)
+        self.seconds_judging += time.perf_counter() - began
+        if findings and self.first_failure is None:
+            self.first_failure = self.examples
+        return findings
+
+    def check(self, world: World, data: bytes | None = None) -> None:
+        """Run one example; raise its failure if it has findings."""
+        findings = self.run(world.commands, world.events)
+        if findings:
+            raise failure(findings, world.commands, data)
+
+
+# --- the engines --------------------------------------------------------------------------------------
+
+
+def program_test(session: Session, config: settings) -> Callable[[], None]:
+    """The program engine: one byte string per example, decoded into at most ``session.steps`` steps. Its
+    size is fixed (a variable size costs hypothesis a draw per byte); programs end early by their op bytes,
+    and :func:`polish` cuts steps out."""
+    size = session.steps * BYTES_PER_STEP
+
+    @config
+    @given(st.binary(min_size=size, max_size=size))
+    def fuzz_program(data: bytes) -> None:
+        session.check(decode(data, session.steps).world, data)
+
+    return fuzz_program
+
+
+class FuzzMachine(RuleBasedStateMachine):
+    """The stateful engine: one hypothesis rule per :data:`~conformance.fuzz.program.RULES` entry, with
+    its precondition; the example runs at teardown. ``session`` is set per fuzzing run."""
+
+    session: Session
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.world = World()
+
+    def teardown(self) -> None:
+        self.session.check(self.world)
+
+
+def _stateful_rule(spec: Rule) -> Callable[..., None]:
+    def step(self: FuzzMachine, params: bytes) -> None:
+        spec.run(self.world, Reader(params))
+
+    step.__name__ = spec.name
+    guarded = precondition(lambda self: spec.allowed(self.world))(step)
+    return rule(params=st.binary(max_size=RULE_BYTES))(guarded)
+
+
+for _spec in RULES:
+    setattr(FuzzMachine, _spec.name, _stateful_rule(_spec))
+
+
+def stateful_test(session: Session, config: settings) -> Callable[[], None]:
+    machine = type("FuzzMachineRun", (FuzzMachine,), {"session": session})
+    test: Callable[[], None] = get_state_machine_test(
+        machine, settings=settings(config, stateful_step_count=session.steps)
+    )
+    return test
+
+
+# --- shrinking further --------------------------------------------------------------------------------
+
+
+def polish(session: Session, found: FuzzFailure) -> FuzzFailure:
+    """Cut whole steps out of a program engine failure while it fails with the same clauses; hypothesis'
+    shrinker cuts bytes, which can leave a step it could not remove whole."""
+    if found.data is None:
+        return found
+    want = clauses_of(found.findings)
+    best = found
+    data = found.data
+    for _ in range(POLISH_PASSES):
+        changed = False
+        program = decode(data, session.steps)
+        i = len(program.spans) - 1
+        while i >= 0:
+            candidate = without_step(data, program.spans, i)
+            trial = decode(candidate, session.steps)
+            findings = session.run(trial.world.commands, trial.world.events)
+            if findings and clauses_of(findings) == want:
+                data, program, changed = candidate, trial, True
+                best = failure(findings, trial.world.commands, data)
+                i = min(i, len(program.spans))
+            i -= 1
+        if not changed:
+            break
+    return best
+
+
+# --- the example database ----------------------------------------------------------------------------
+
+
+class ProfilerDatabase(ExampleDatabase):
+    """A hypothesis database whose keys name the profiler (its sha256), so several machines (and several
+    profilers) share one directory: each profiler replays only its own failures."""
+
+    def __init__(self, inner: ExampleDatabase, profiler_digest: str) -> None:
+        super().__init__()
+        self.inner = inner
+        self.prefix = profiler_digest.encode() + b":"
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(self.prefix + key, value)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return self.inner.fetch(self.prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(self.prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(self.prefix + src, self.prefix + dest, value)
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- fuzzing ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FuzzReport:
+    """What a fuzzing run did and found (the first failure, shrunk)."""
+
+    profiler: str
+    clsid: str
+    examples: int
+    events: int
+    seconds: float
+    findings: list[Finding] = field(default_factory=list)
+    reproducer: Path | None = None
+    restarts: int = 0
+    #: the example that failed first (before shrinking), None without findings
+    first_failure: int | None = None
+    #: the shrunk failure's events
+    reproducer_events: int = 0
+    #: where the time went: the child (delivering, the profiler), the judge (reading, the rules)
+    seconds_in_child: float = 0.0
+    seconds_judging: float = 0.0
+
+
+def reproducer_json(
+    profiler: Path, clsid: str, found: FuzzFailure, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "format": REPRODUCER_FORMAT,
+        "profiler": str(profiler),
+        "clsid": clsid,
+        "env": dict(env or {}),
+        "findings": [{"clause": f.clause, "callback": f.callback, "message": f.message}
+                     for f in found.findings],
+        "program": found.data.hex() if found.data is not None else None,
+        "commands": found.commands,
+    }
+
+
+def _failures(exc: BaseException) -> list[FuzzFailure]:
+    if isinstance(exc, FuzzFailure):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        return [f for e in exc.exceptions for f in _failures(e)]
+    return []
+
+
+def fuzz(
+    profiler: Path,
+    clsid: str,
+    *,
+    max_examples: int = 500,
+    seed: int | None = None,
+    time_limit: float | None = None,
+    database: Path | None = None,
+    reproducer: Path | None = None,
+    hang_s: float = DEFAULT_HANG_S,
+    steps: int = 30,
+    progress: Callable[[Session], None] | None = None,
+    chunk: int = 500,
+    shrink: bool = True,
+    engine: str = "program",
+    env: Mapping[str, str] | None = None,
+    fresh: bool = False,
+) -> FuzzReport:
+    """Fuzz ``profiler`` until a failure (shrunk, saved to ``reproducer``), ``max_examples`` examples or
+    ``time_limit`` seconds. ``seed`` makes the run deterministic (chunk k uses seed + k). ``env`` is set in
+    the fake runtime's environment (and kept in the reproducer; ``{workdir}`` in a value is the run's
+    directory); ``fresh`` runs every example in a new fake runtime process."""
+    if engine not in ENGINES:
+        raise HarnessError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
+    began = time.monotonic()
+    db: ExampleDatabase | None = None
+    if database is not None:
+        db = ProfilerDatabase(DirectoryBasedExampleDatabase(str(database)), file_digest(profiler))
+    make_test = program_test if engine == "program" else stateful_test
+    with tempfile.TemporaryDirectory(prefix="profharness-fuzz-") as tmp, FakeRuntime(
+        profiler, clsid, hang_s=hang_s, env=env, workdir=Path(tmp), fresh=fresh
+    ) as runtime:
+        session = Session(runtime, Path(tmp), steps=steps, progress=progress)
+        report = FuzzReport(str(profiler), clsid, 0, 0, 0.0)
+        k = 0
+        while session.examples < max_examples:
+            if time_limit is not None and time.monotonic() - began > time_limit:
+                break
+            budget = min(chunk, max_examples - session.examples)
+            config = settings(
+                max_examples=budget,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                database=db,
+                report_multiple_bugs=True,
+                print_blob=False,
+                phases=[Phase.explicit, *([Phase.reuse] if db else []), Phase.generate,
+                        *([Phase.shrink] if shrink else [])],
+            )
+            test = make_test(session, config)
+            if seed is not None:
+                test = hypothesis_seed(seed + k)(test)
+            k += 1
+            before = session.examples
+            try:
+                with with_reporter(lambda _msg: None):
+                    test()
+            except (FuzzFailure, BaseExceptionGroup) as exc:
+                found = _failures(exc)
+                if not found:
+                    raise
+                shrunk = polish(session, found[0]) if shrink else found[0]
+                report.findings = shrunk.findings
+                report.reproducer_events = sum(1 for c in shrunk.commands if c.get("op") == "event")
+                if reproducer is not None:
+                    reproducer.parent.mkdir(parents=True, exist_ok=True)
+                    reproducer.write_text(json.dumps(reproducer_json(profiler, clsid, shrunk, env), indent=1))
+                    report.reproducer = reproducer
+                break
+            if session.examples == before:
+                break
+        report.examples = session.examples
+        report.events = session.events
+        report.restarts = runtime.restarts
+        report.first_failure = session.first_failure
+        report.seconds_in_child = session.seconds_in_child
+        report.seconds_judging = session.seconds_judging
+    report.seconds = time.monotonic() - began
+    return report
+
+
+def load_reproducer(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"{path}: not a reproducer ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != REPRODUCER_FORMAT:
+        raise HarnessError(f"{path}: not a reproducer (format is not {REPRODUCER_FORMAT!r})")
+    for key, kind in (("profiler", str), ("clsid", str), ("commands", list)):
+        if not isinstance(data.get(key), kind):
+            raise HarnessError(f"{path}: reproducer field {key!r} is missing or not a {kind.__name__}")
+    for i, command in enumerate(data["commands"]):
+        if not isinstance(command, dict) or not isinstance(command.get("op"), str):
+            raise HarnessError(f"{path}: reproducer commands[{i}] is not an object with a string 'op'")
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise HarnessError(f"{path}: reproducer field 'env' is not an object of strings")
+    return data
+
+
+def replay(path: Path, *, profiler: Path | None = None, hang_s: float = DEFAULT_HANG_S) -> list[Finding]:
+    """Play a reproducer again in a fresh fake runtime; the findings it gives now."""
+    data = load_reproducer(path)
+    target = profiler or Path(data["profiler"])
+    commands: list[Mapping[str, Any]] = data["commands"]
+    with tempfile.TemporaryDirectory(prefix="profharness-replay-") as tmp, FakeRuntime(
+        target, data["clsid"], hang_s=hang_s, env=data.get("env", {}), workdir=Path(tmp)
+    ) as runtime:
+        trace = Path(tmp) / "trace.jsonl"
+        outcome = runtime.run_example(trace, list(commands))
+        return judge(trace, outcome, commands)

@@ -1,0 +1,278 @@
+"""An example as a program: one byte string that a small interpreter turns into a runtime's events.
+
+Hypothesis draws one ``st.binary`` per example (one draw is cheap; a rule-based state machine's hundreds
+of draws per example are not) and shrinks it; this interpreter reads it as a sequence of steps. Each step
+is an op byte and the step's parameters. The op names a :data:`RULES` entry; a step whose rule's
+precondition (the model's ordering: a class loads from a loaded module, a method is JIT-compiled for a
+loaded class, objects are allocated of loaded classes on live threads, MovedReferences2 only inside a GC,
+MR2-01) does not hold is skipped, so every byte string is a valid example. Reading past the end gives 0
+and an op byte below :data:`END_BELOW` ends the program, so the shrinker's favourite moves (zeroing bytes,
+cutting the tail) make shorter, simpler programs: every parameter's 0 is its simplest value (no name
+growth, nothing moved, one batch, the first thing of a kind).
+
+How many bytes a step reads depends on its own bytes only, never on the world (a pick among the threads
+is one byte whatever their number), so cutting one step out (:func:`without_step`) leaves every other
+step's bytes meaning what they meant; and as a skipped step does nothing, no step's effect depends on an
+earlier one having been skipped or not.
+
+The same rules drive :class:`conformance.fuzz.machine.FuzzMachine` (hypothesis' rule-based state machine,
+one ``st.binary`` parameter block per rule) for the stateful engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from conformance.fuzz.world import GENERATIONS, GcPlan, World
+
+__all__ = ["END_BELOW", "RULES", "Program", "Reader", "Rule", "decode"]
+
+T = TypeVar("T")
+
+#: An op byte below this ends the program (2.3% per step: random programs mostly reach the step limit).
+END_BELOW = 6
+#: Names are made of these (ASCII, Latin-1, a BMP symbol and one outside the BMP: UTF-16 surrogates).
+LETTERS = "abcdefghijklmnopqrstuvwxyz.ABCXYZ_0123456789é€𝄞"
+#: At most this many fake threads live at once, and this many objects before allocation stops.
+MAX_THREADS = 8
+MAX_OBJECTS = 2000
+#: A heap larger than this is moved by a drawn pattern (every k-th object, a block every j-th): a few
+#: numbers shrink better than hundreds of bits.
+PATTERN_ABOVE = 48
+#: A burst allocates this many objects: enough for MovedReferences2 batches of 512 ranges.
+BURST = 600
+#: Object sizes beyond the ordinary: ones that need the 64-bit lengths of MovedReferences2 (MR2-03/15).
+SPECIAL_SIZES = (24, 2**32 - 8, 2**32 + 24, 5 * 2**30)
+#: Gaps beyond the ordinary (ranges far apart; blocks near 2**64).
+SPECIAL_GAPS = (2**32, 2**40)
+
+
+class Reader:
+    """The bytes of one step (or a whole program), read front to back; past the end every byte is 0."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0) -> None:
+        self.data = data
+        self.pos = pos
+
+    def byte(self) -> int:
+        pos = self.pos
+        self.pos = pos + 1
+        return self.data[pos] if pos < len(self.data) else 0
+
+    def number(self, nbytes: int) -> int:
+        value = 0
+        for _ in range(nbytes):
+            value = value << 8 | self.byte()
+        return value
+
+    def below(self, n: int) -> int:
+        """A number in [0, n) (0 when n is 0 or 1); as many bytes as n needs, at least one."""
+        nbytes = max(1, (n - 1).bit_length() + 7 >> 3)
+        value = self.number(nbytes)
+        return value % n if n > 1 else 0
+
+    def flag(self) -> bool:
+        return self.byte() & 1 == 1
+
+    def rare(self, in_256: int) -> bool:
+        """True for ``in_256`` of the 256 byte values (the highest: 0 is False)."""
+        return self.byte() >= 256 - in_256
+
+    def pick(self, items: Sequence[T]) -> T:
+        """One of ``items`` (one byte whatever their number: only the first 256 can be picked)."""
+        return items[self.byte() % len(items)]
+
+
+# --- parameters ---------------------------------------------------------------------------------------
+
+
+def names(r: Reader) -> list[str]:
+    """One name, or a name and a longer one the later questions get: an answer that grows between the
+    size query and the fill of a double-pass client (BUF-07/08)."""
+    length = 1 + r.below(12)
+    seed = r.byte()
+    base = "".join(LETTERS[(seed + 7 * i) % len(LETTERS)] for i in range(length))
+    grow = r.byte()
+    if not grow & 1:
+        return [base]
+    extra = 1 + (grow >> 1) % 40
+    return [base, base + "".join(LETTERS[(seed + 11 * i + 3) % len(LETTERS)] for i in range(extra))]
+
+
+def size(r: Reader) -> int:
+    b = r.byte()
+    return 16 + b if b < 224 else SPECIAL_SIZES[(b - 224) % len(SPECIAL_SIZES)]
+
+
+def gap(r: Reader) -> int:
+    b = r.byte()
+    if b < 128:
+        return 0
+    if b < 192:
+        return b - 127
+    return SPECIAL_GAPS[b % len(SPECIAL_GAPS)]
+
+
+def bits(block: bytes, n: int) -> list[bool]:
+    """The first ``n`` bits of ``block``, low bit first."""
+    return [bool(block[k >> 3] >> (k & 7) & 1) for k in range(n)]
+
+
+def generations(r: Reader) -> list[int]:
+    collected = r.below(3)
+    return [1 if g <= collected else 0 for g in range(GENERATIONS)]
+
+
+def thread(world: World, r: Reader) -> int:
+    """A live fake thread (0, the main one, only while there is none); one byte."""
+    b = r.byte()
+    threads = sorted(world.threads)
+    return threads[b % len(threads)] if threads else 0
+
+
+# --- the rules ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One thing a runtime may do next: when it may (``allowed``), and doing it (``run``)."""
+
+    name: str
+    allowed: Callable[[World], bool]
+    run: Callable[[World, Reader], None]
+
+
+def _always(world: World) -> bool:
+    return True
+
+
+def _thread_created(world: World, r: Reader) -> None:
+    world.create_thread()
+
+
+def _load_module(world: World, r: Reader) -> None:
+    world.load_module(thread(world, r), names(r))
+
+
+def _load_class(world: World, r: Reader) -> None:
+    module = r.pick(sorted(world.modules))
+    world.load_class(thread(world, r), module, names(r))
+
+
+def _jit(world: World, r: Reader) -> None:
+    cls = r.pick(sorted(world.classes))
+    world.jit(thread(world, r), cls, names(r), 1 + r.below(4096))
+
+
+def _allocate(world: World, r: Reader) -> None:
+    cls = r.pick(sorted(world.classes))
+    tid = thread(world, r)
+    if r.rare(3):  # a burst: enough objects for MovedReferences2 batches of 512 ranges
+        world.allocate(tid, cls, [24] * BURST, [0, 8] * (BURST // 2))
+        return
+    count = 1 + r.below(8)
+    sizes = [size(r) for _ in range(count)]
+    gaps = [gap(r) for _ in range(r.below(count + 1))]
+    world.allocate(tid, cls, sizes, gaps)
+
+
+def _exception(world: World, r: Reader) -> None:
+    """An exception thrown on a stack of any shape (up to 40 frames, runs of native code among them),
+    caught in any managed frame or by none."""
+    tid = thread(world, r)
+    shape: list[int | None] = []
+    for _ in range(r.below(41)):
+        b = r.byte() % 17
+        shape.append(None if b == 16 else b)
+    frames = world.frames_for(shape, [16 * i + 1 for i in range(len(shape))])
+    managed = [i for i, (fid, _) in enumerate(frames) if fid]
+    k = r.byte() % (len(managed) + 1)
+    catcher = managed[k - 1] if k else None
+    cls = r.pick(sorted(world.classes))
+    world.exception(tid, frames, catcher, cls)
+
+
+def _gc(world: World, r: Reader) -> None:
+    world.gc(thread(world, r), generations(r))
+
+
+def _compacting_gc(world: World, r: Reader) -> None:
+    """A compacting GC: any subset of the objects moved in blocks of any split, new space anywhere (up to
+    2**64, adjacent blocks, lengths over 4 GiB, the arrays in any order), in batches of 1..8 or 512."""
+    tid = thread(world, r)
+    collected = generations(r)
+    n = len(world.heap)
+    block = bytes(r.byte() for _ in range(2 * PATTERN_ABOVE // 8))  # the same width whatever the heap
+    if n > PATTERN_ABOVE:
+        every, cut = 1 + block[0] % 4, 1 + block[1] % 4
+        moved = [k % every == 0 for k in range(n)]
+        split = [k % cut == 0 for k in range(n - 1)]
+    else:
+        moved = bits(block, n)
+        split = bits(block[PATTERN_ABOVE // 8 :], max(0, n - 1))
+    gaps = [gap(r) for _ in range(r.below(9))]
+    top = r.flag()
+    base = r.below(2**40 + 1)
+    reverse = r.flag()
+    rotation = r.below(8)
+    b = r.byte()
+    batch = 512 if b < 128 else 1 + b % 8
+    plan = GcPlan(moved=moved, split=split, gaps=gaps, top=top, base_offset=base, reverse=reverse,
+                  array_rotation=rotation, batch=batch)
+    world.compacting_gc(tid, collected, plan)
+
+
+def _thread_destroyed(world: World, r: Reader) -> None:
+    world.destroy_thread(r.pick(sorted(world.threads)))
+
+
+#: The rules, cheapest first (the shrinker lowers op bytes, so it prefers the earlier ones).
+RULES: tuple[Rule, ...] = (
+    Rule("thread_created", lambda w: len(w.threads) < MAX_THREADS, _thread_created),
+    Rule("load_module", _always, _load_module),
+    Rule("load_class", lambda w: bool(w.modules), _load_class),
+    Rule("jit", lambda w: bool(w.classes), _jit),
+    Rule("gc", lambda w: bool(w.threads), _gc),
+    Rule("allocate", lambda w: bool(w.threads and w.classes) and len(w.heap) < MAX_OBJECTS, _allocate),
+    Rule("exception", lambda w: bool(w.threads and w.classes), _exception),
+    Rule("compacting_gc", lambda w: bool(w.threads), _compacting_gc),
+    Rule("thread_destroyed", lambda w: bool(w.threads), _thread_destroyed),
+)
+
+
+@dataclass
+class Program:
+    """A decoded example: its world (the commands), and per step its rule and the bytes it read."""
+
+    world: World
+    steps: list[str] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+
+
+def decode(data: bytes, max_steps: int) -> Program:
+    """The example ``data`` encodes (at most ``max_steps`` steps)."""
+    world = World()
+    program = Program(world)
+    r = Reader(data)
+    while len(program.steps) < max_steps and r.pos < len(data):
+        start = r.pos
+        op = r.byte()
+        if op < END_BELOW:
+            break
+        rule = RULES[(op - END_BELOW) % len(RULES)]
+        if not rule.allowed(world):
+            continue  # the model does not allow it now: skipped
+        rule.run(world, r)
+        program.steps.append(rule.name)
+        program.spans.append((start, min(r.pos, len(data))))
+    return program
+
+
+def without_step(data: bytes, spans: Sequence[tuple[int, int]], index: int) -> bytes:
+    """``data`` with step ``index``'s bytes cut out (a shrinking move that keeps the other steps whole)."""
+    lo, hi = spans[index]
+    return data[:lo] + data[hi:]

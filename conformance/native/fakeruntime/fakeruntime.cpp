@@ -1,0 +1,1342 @@
+// The fake runtime (fakeruntime.h): the world state, the ICorProfilerInfo and IMetaDataImport answers,
+// the fake threads, the recording, and the command loop.
+#include "fakeruntime.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "generated.h"
+
+namespace profharness::fake {
+
+namespace {
+
+// --- the world state the fuzzer sends -------------------------------------------------------------------
+
+// Names are answered in turn: the k-th question about a thing gets names[min(k, n-1)], so a name can grow
+// between the size query and the fill of a double-pass client.
+struct Names {
+    std::vector<std::u16string> texts;
+    unsigned asked = 0;
+    const std::u16string& next() {
+        static const std::u16string empty;
+        if (texts.empty()) return empty;
+        const std::u16string& s = texts[std::min<std::size_t>(asked, texts.size() - 1)];
+        ++asked;
+        return s;
+    }
+};
+
+struct Module {
+    ModuleID id = 0;
+    UINT_PTR base = 0;
+    AssemblyID assembly = 0;
+    Names names;
+};
+struct Class {
+    ClassID id = 0;
+    ModuleID module = 0;
+    mdTypeDef token = 0;
+    ClassID parent = 0;
+    Names names;
+};
+struct Function {
+    FunctionID id = 0;
+    ClassID cls = 0;
+    ModuleID module = 0;
+    mdMethodDef token = 0;
+    UINT_PTR start = 0;
+    SIZE_T size = 0;
+    Names names;
+};
+struct Object {
+    ClassID cls = 0;
+    SIZE_T size = 0;
+};
+
+// One OS thread that runs the callbacks of the fake threads assigned to it, one job at a time.
+class Worker {
+ public:
+    Worker() : th_([this] { loop(); }) {}
+    // Runs job on this worker and waits until it is done.
+    void run(const std::function<void()>& job) {
+        std::unique_lock<std::mutex> lock(mu_);
+        job_ = &job;
+        done_ = false;
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return done_; });
+    }
+    long os_tid() {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return tid_ != 0; });
+        return tid_;
+    }
+
+ private:
+    void loop() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            tid_ = static_cast<long>(::syscall(SYS_gettid));
+        }
+        cv_.notify_all();
+        for (;;) {
+            const std::function<void()>* job;
+            {
+                std::unique_lock<std::mutex> lock(mu_);
+                cv_.wait(lock, [this] { return job_ != nullptr; });
+                job = job_;
+            }
+            (*job)();
+            {
+                std::lock_guard<std::mutex> lock(mu_);
+                job_ = nullptr;
+                done_ = true;
+            }
+            cv_.notify_all();
+        }
+    }
+    std::mutex mu_;
+    std::condition_variable cv_;
+    const std::function<void()>* job_ = nullptr;
+    bool done_ = false;
+    long tid_ = 0;
+    std::thread th_;
+};
+
+struct FakeThread {
+    ThreadID id = 0;
+    Worker* worker = nullptr;
+    std::vector<std::pair<FunctionID, UINT_PTR>> stack;  // leaf first
+};
+
+struct World {
+    std::unordered_map<ModuleID, Module> modules;
+    std::unordered_map<ClassID, Class> classes;
+    std::unordered_map<FunctionID, Function> functions;
+    std::unordered_map<ObjectID, Object> heap;
+    std::map<ThreadID, FakeThread> threads;
+    DWORD mask_low = 0;
+    DWORD mask_high = 0;
+};
+
+World g_world;
+std::vector<std::unique_ptr<Worker>> g_workers;  // every worker ever made (reused across examples)
+std::vector<Worker*> g_idle;
+std::vector<std::string> g_errors;               // harness-side problems of this example
+
+__attribute__((tls_model("initial-exec"))) thread_local ThreadID tl_thread = 0;  // the fake thread running
+__attribute__((tls_model("initial-exec"))) thread_local long tl_os_tid = 0;
+__attribute__((tls_model("initial-exec"))) thread_local bool tl_moved2_failed = false;
+
+long os_tid() {
+    if (!tl_os_tid) tl_os_tid = static_cast<long>(::syscall(SYS_gettid));
+    return tl_os_tid;
+}
+
+std::u16string utf16(const std::string& s) {
+    std::u16string out;
+    for (std::size_t i = 0; i < s.size();) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        char32_t cp;
+        int n;
+        if (c < 0x80) { cp = c; n = 1; }
+        else if ((c >> 5) == 6) { cp = c & 0x1F; n = 2; }
+        else if ((c >> 4) == 14) { cp = c & 0x0F; n = 3; }
+        else { cp = c & 0x07; n = 4; }
+        for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+        i += n;
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            out.push_back(static_cast<char16_t>(0xD800 + (cp >> 10)));
+            out.push_back(static_cast<char16_t>(0xDC00 + (cp & 0x3FF)));
+        } else {
+            out.push_back(static_cast<char16_t>(cp));
+        }
+    }
+    return out;
+}
+
+Names names_of(const Json& cmd) {
+    Names n;
+    if (const Json* list = cmd.get("names"))
+        for (const Json& s : list->items()) n.texts.push_back(utf16(s.as_string()));
+    return n;
+}
+
+// The caller-allocated buffer protocol (caller-allocated-buffers.md): *pcch is the whole answer with its
+// NUL, as much as fits is copied, S_OK (the runtime's answer to a short buffer, BUF-09).
+HRESULT answer_text(const std::u16string& text, ULONG cch, ULONG* pcch, WCHAR* buffer) {
+    const ULONG need = static_cast<ULONG>(text.size() + 1);
+    if (pcch) *pcch = need;
+    if (buffer && cch) {
+        const ULONG n = std::min<ULONG>(cch - 1, static_cast<ULONG>(text.size()));
+        std::memcpy(buffer, text.data(), n * sizeof(WCHAR));
+        buffer[n] = 0;
+    }
+    return S_OK;
+}
+
+// --- the recording --------------------------------------------------------------------------------------
+
+int g_trace_fd = -1;
+std::mutex g_trace_mu;
+std::int64_t g_seq = 0;
+std::atomic<bool> g_shutdown_returned{false};
+
+struct Frame {
+    const char* name;
+    Json args;
+    bool written;
+    bool lazy;
+};
+__attribute__((tls_model("initial-exec"))) thread_local std::vector<Frame>* tl_frames = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local const char* tl_call = nullptr;
+
+std::vector<Frame>& frames() {
+    if (!tl_frames) tl_frames = new std::vector<Frame>();
+    return *tl_frames;
+}
+
+void write_all(int fd, const std::string& s) {
+    const char* p = s.data();
+    std::size_t left = s.size();
+    while (left > 0) {
+        ssize_t n = ::write(fd, p, left);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        p += n;
+        left -= static_cast<std::size_t>(n);
+    }
+}
+
+// --- crashes: the open callbacks and the native stack of the faulting thread, then the default action ----
+
+void crash_handler(int sig, siginfo_t*, void*) {
+    static std::atomic<bool> once{false};
+    if (!once.exchange(true) && g_trace_fd >= 0) {
+        Json cbs = Json::array();
+        if (tl_frames)
+            for (const Frame& f : *tl_frames) cbs.push(Json(f.name));
+        void* ips[32];
+        int n = backtrace(ips, 32);
+        Json stack = Json::array();
+        for (int k = 0; k < n; ++k) {
+            Json f = Json::object();
+            f.set("ip", Json::pointer(ips[k]));
+            Dl_info di;
+            if (dladdr(ips[k], &di) && di.dli_fname) {
+                const char* base = std::strrchr(di.dli_fname, '/');
+                f.set("module", base ? base + 1 : di.dli_fname);
+                f.set("offset", Json(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ips[k]) -
+                                                                reinterpret_cast<std::uintptr_t>(di.dli_fbase))));
+                if (di.dli_sname) f.set("symbol", di.dli_sname);
+            }
+            stack.push(f);
+        }
+        Json rec = Json::object();
+        rec.set("name", "proxy.crash").set("payload", Json()).set("signal", strsignal(sig));
+        rec.set("callbacks", cbs).set("call", tl_call ? Json(tl_call) : Json()).set("stack", stack);
+        record("mark", rec);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void install_crash_handlers() {
+    void* warm[2];
+    backtrace(warm, 2);  // loads libgcc before any crash
+    static char alt[1 << 16];
+    stack_t ss{};
+    ss.ss_sp = alt;
+    ss.ss_size = sizeof alt;
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa {};
+    sa.sa_sigaction = crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
+
+void record(const char* kind, const Json& fields) {
+    std::string tail;
+    fields.dump(tail);
+    std::string line;
+    line.reserve(tail.size() + 96);
+    std::lock_guard<std::mutex> lock(g_trace_mu);
+    if (g_trace_fd < 0) return;
+    line += "{\"seq\":";
+    line += std::to_string(g_seq++);
+    line += ",\"kind\":\"";
+    line += kind;
+    line += "\",\"os_tid\":";
+    line += std::to_string(os_tid());
+    line += ",\"tid\":";
+    line += tl_thread ? std::to_string(static_cast<std::uint64_t>(tl_thread)) : std::string("null");
+    if (tail.size() > 2) {
+        line.push_back(',');
+        line.append(tail, 1, std::string::npos);
+    } else {
+        line.push_back('}');
+    }
+    line.push_back('\n');
+    write_all(g_trace_fd, line);
+}
+
+bool recording() { return g_trace_fd >= 0; }
+bool shutdown_returned() { return g_shutdown_returned.load(std::memory_order_relaxed); }
+
+void flush_callbacks() {
+    std::vector<Frame>& fs = frames();
+    for (std::size_t k = 0; k < fs.size(); ++k) {
+        Frame& f = fs[k];
+        if (f.written) continue;
+        Json rec = Json::object();
+        rec.set("name", f.name).set("phase", "enter").set("depth", Json(static_cast<std::uint64_t>(k + 1)))
+            .set("args", f.args);
+        record("callback", rec);
+        f.written = true;
+    }
+}
+
+void push_callback(const char* name, Json args, bool lazy) {
+    frames().push_back(Frame{name, std::move(args), false, lazy});
+    if (!lazy) flush_callbacks();
+}
+
+void pop_callback(HRESULT hr) {
+    std::vector<Frame>& fs = frames();
+    if (fs.empty()) return;
+    if (fs.back().written) {
+        Json rec = Json::object();
+        rec.set("name", fs.back().name).set("phase", "return").set("depth", Json(static_cast<std::uint64_t>(fs.size())))
+            .set("hr", Json(static_cast<std::uint32_t>(hr)));
+        record("callback", rec);
+    }
+    fs.pop_back();
+}
+
+std::string guid_text(const GUID& g) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "{%08X-%04X-%04X-%02X%02X-%02X%02X%02X%02X%02X%02X}", g.Data1, g.Data2, g.Data3,
+                  g.Data4[0], g.Data4[1], g.Data4[2], g.Data4[3], g.Data4[4], g.Data4[5], g.Data4[6], g.Data4[7]);
+    return buf;
+}
+
+void CallScope::arg(const char* name, const GUID& g) { args_.set(name, Json(guid_text(g))); }
+
+void CallScope::begin() {
+    tl_call = name_;
+    if (!recording()) return;
+    flush_callbacks();
+    if (two_phase_) {
+        Json rec = Json::object();
+        rec.set("name", name_).set("phase", "enter").set("args", args_).set("hr", Json(0u));
+        record("call", rec);
+    }
+}
+
+HRESULT CallScope::finish(HRESULT hr) {
+    tl_call = nullptr;
+    if (!recording()) return hr;
+    Json rec = Json::object();
+    rec.set("name", name_);
+    if (two_phase_) rec.set("phase", "return");
+    rec.set("args", std::move(args_)).set("out", std::move(out_)).set("hr", Json(static_cast<std::uint32_t>(hr)));
+    if (shutdown_returned()) rec.set("afterShutdown", true);
+    record("call", rec);
+    return hr;
+}
+
+// --- IMetaDataImport ------------------------------------------------------------------------------------
+
+namespace {
+
+class MetaData final : public MetaDataBase {
+ public:
+    explicit MetaData(ModuleID module) : module_(module) {}
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        if (riid == IID_IUnknown || riid == IID_IMetaDataImport) {
+            *ppv = static_cast<IMetaDataImport*>(this);
+            AddRef();
+            return S_OK;
+        }
+        *ppv = nullptr;
+        return E_NOINTERFACE;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return ++refs_; }
+    ULONG STDMETHODCALLTYPE Release() override {
+        ULONG n = --refs_;
+        if (n == 0) delete this;
+        return n;
+    }
+    ModuleID module() const { return module_; }
+
+    // IMetaDataImport has more methods after the ones interfaces.txt declares: a profiler calling one of
+    // them lands in these (the x86-64 caller cleans up its arguments) instead of past the vtable.
+    virtual HRESULT STDMETHODCALLTYPE More0() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More1() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More2() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More3() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More4() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More5() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More6() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More7() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More8() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More9() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More10() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More11() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More12() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More13() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More14() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More15() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More16() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More17() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More18() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More19() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More20() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More21() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More22() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More23() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More24() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More25() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More26() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More27() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More28() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More29() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More30() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More31() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More32() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More33() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More34() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More35() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More36() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More37() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More38() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More39() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More40() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More41() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More42() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More43() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More44() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More45() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More46() { return E_NOTIMPL; }
+    virtual HRESULT STDMETHODCALLTYPE More47() { return E_NOTIMPL; }
+
+ private:
+    ModuleID module_;
+    std::atomic<ULONG> refs_{1};
+};
+
+Class* class_by_token(ModuleID module, mdTypeDef td) {
+    for (auto& [id, c] : g_world.classes)
+        if (c.module == module && c.token == td) return &c;
+    return nullptr;
+}
+Function* function_by_token(ModuleID module, mdMethodDef mb) {
+    for (auto& [id, f] : g_world.functions)
+        if (f.module == module && f.token == mb) return &f;
+    return nullptr;
+}
+
+}  // namespace
+
+HRESULT MetaDataBase::answer_GetScopeProps(WCHAR* szName, ULONG cchName, ULONG* pchName, GUID* pmvid) {
+    auto it = g_world.modules.find(static_cast<MetaData*>(this)->module());
+    if (it == g_world.modules.end()) return E_FAIL;
+    if (pmvid) *pmvid = GUID{};
+    return answer_text(it->second.names.next(), cchName, pchName, szName);
+}
+
+HRESULT MetaDataBase::answer_GetModuleFromScope(mdModule* pmd) {
+    if (pmd) *pmd = 0x00000001;
+    return S_OK;
+}
+
+HRESULT MetaDataBase::answer_GetTypeDefProps(mdTypeDef td, WCHAR* szTypeDef, ULONG cchTypeDef, ULONG* pchTypeDef,
+                                             DWORD* pdwTypeDefFlags, mdToken* ptkExtends) {
+    Class* c = class_by_token(static_cast<MetaData*>(this)->module(), td);
+    if (!c) return E_INVALIDARG;  // CLDB_E_RECORD_NOTFOUND in the real metadata
+    if (pdwTypeDefFlags) *pdwTypeDefFlags = 0x00100001;  // tdPublic | tdBeforeFieldInit
+    if (ptkExtends) *ptkExtends = 0x01000001;
+    return answer_text(c->names.next(), cchTypeDef, pchTypeDef, szTypeDef);
+}
+
+HRESULT MetaDataBase::answer_GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, WCHAR* szMethod, ULONG cchMethod,
+                                            ULONG* pchMethod, DWORD* pdwAttr, PCCOR_SIGNATURE* ppvSigBlob,
+                                            ULONG* pcbSigBlob, ULONG* pulCodeRVA, DWORD* pdwImplFlags) {
+    Function* f = function_by_token(static_cast<MetaData*>(this)->module(), mb);
+    if (!f) return E_INVALIDARG;
+    static const BYTE kSig[] = {0x00, 0x00, 0x01};  // DEFAULT, 0 parameters, void
+    if (pClass) {
+        auto c = g_world.classes.find(f->cls);
+        *pClass = c != g_world.classes.end() ? c->second.token : 0;
+    }
+    if (pdwAttr) *pdwAttr = 0x0006;  // mdPublic
+    if (ppvSigBlob) *ppvSigBlob = kSig;
+    if (pcbSigBlob) *pcbSigBlob = sizeof kSig;
+    if (pulCodeRVA) *pulCodeRVA = 0x2050;
+    if (pdwImplFlags) *pdwImplFlags = 0;
+    return answer_text(f->names.next(), cchMethod, pchMethod, szMethod);
+}
+
+// --- ICorProfilerInfo -----------------------------------------------------------------------------------
+
+namespace {
+
+class Info final : public InfoBase {
+ public:
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        CallScope s("QueryInterface", false);
+        s.arg("riid", riid);
+        s.begin();
+        if (!ppv) return s.finish(E_POINTER);
+        *ppv = nullptr;
+        bool ok = riid == IID_IUnknown;
+        for (int k = 1; k <= kMaxInfoLevel && !ok; ++k) ok = riid == *info_iid(k);
+        if (!ok) return s.finish(E_NOINTERFACE);
+        *ppv = static_cast<ICorProfilerInfo*>(this);
+        ++refs_;
+        s.out_value("refs", Json(static_cast<std::int64_t>(refs_.load())));
+        return s.finish(S_OK);
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return static_cast<ULONG>(++refs_); }
+    ULONG STDMETHODCALLTYPE Release() override {
+        long n = --refs_;
+        if (n <= 0 && recording()) {
+            Json rec = Json::object();
+            rec.set("name", "Release").set("args", Json::object())
+                .set("out", Json::object().set("refs", Json(static_cast<std::int64_t>(n)))).set("hr", Json(0u));
+            flush_callbacks();
+            record("call", rec);
+        }
+        return n < 0 ? 0 : static_cast<ULONG>(n);
+    }
+
+    HRESULT STDMETHODCALLTYPE DoStackSnapshot(ThreadID thread, StackSnapshotCallback* callback, ULONG32 infoFlags,
+                                              void* clientData, BYTE* context, ULONG32 contextSize) override {
+        CallScope s("DoStackSnapshot", true);
+        s.arg("thread", thread);
+        s.arg("callback", callback);
+        s.arg("infoFlags", infoFlags);
+        s.arg("clientData", clientData);
+        s.arg("context", context);
+        s.arg("contextSize", contextSize);
+        if (context && contextSize >= kContextRipOffset + 8) {
+            std::uint64_t rip, rsp, rbp;
+            std::memcpy(&rip, context + kContextRipOffset, 8);
+            std::memcpy(&rsp, context + kContextRspOffset, 8);
+            std::memcpy(&rbp, context + kContextRbpOffset, 8);
+            FunctionID seed_fn = 0;
+            HRESULT seed_hr = function_from_ip(rip, &seed_fn);
+            s.args().set("seed", Json::object().set("rip", Json(rip)).set("rsp", Json(rsp)).set("rbp", Json(rbp))
+                                     .set("functionId", Json(static_cast<std::uint64_t>(seed_fn)))
+                                     .set("hr", Json(static_cast<std::uint32_t>(seed_hr))));
+        }
+        s.begin();
+        if (!callback) return s.finish(E_INVALIDARG);
+        if (infoFlags & ~static_cast<ULONG32>(COR_PRF_SNAPSHOT_REGISTER_CONTEXT | COR_PRF_SNAPSHOT_X86_OPTIMIZED))
+            return s.finish(E_INVALIDARG);
+        const ThreadID target = thread ? thread : tl_thread;
+        auto it = g_world.threads.find(target);
+        if (target == 0 || it == g_world.threads.end())
+            return s.finish(thread ? E_INVALIDARG : CORPROF_E_NOT_MANAGED_THREAD);
+        // The frames are copied: the profiler may change the world (a callback inside) while walking.
+        const std::vector<std::pair<FunctionID, UINT_PTR>> stack = it->second.stack;
+        alignas(64) static thread_local BYTE ctx[kContextBufferSize];
+        const bool want_ctx = (infoFlags & COR_PRF_SNAPSHOT_REGISTER_CONTEXT) != 0;
+        std::uint32_t n = 0;
+        HRESULT hr = S_OK;
+        for (const auto& [fid, ip] : stack) {
+            ULONG32 size = 0;
+            BYTE* pctx = nullptr;
+            if (want_ctx && fid) {
+                std::memset(ctx, 0, sizeof(AMD64Context));
+                auto* c = reinterpret_cast<AMD64Context*>(ctx);
+                c->ContextFlags = 0x0010000B;  // CONTEXT_AMD64 | CONTROL | INTEGER | FLOATING_POINT
+                c->Rip = ip;
+                size = sizeof(AMD64Context);
+                pctx = ctx;
+            }
+            push_callback("StackSnapshotCallback",
+                          Json::object().set("funcId", Json(static_cast<std::uint64_t>(fid))).set("ip", Json(ip)),
+                          true);
+            HRESULT cb = callback(fid, ip, static_cast<COR_PRF_FRAME_INFO>(0x1000 + n), size, pctx, clientData);
+            pop_callback(cb);
+            ++n;
+            if (cb != S_OK) {
+                hr = CORPROF_E_STACKSNAPSHOT_ABORTED;
+                break;
+            }
+        }
+        s.out_value("frameCount", Json(n));
+        return s.finish(hr);
+    }
+
+    HRESULT hooks(const char* name, const char* const* names, const void* e, const void* l, const void* t) {
+        CallScope s(name, false);
+        const void* fns[3] = {e, l, t};
+        for (int k = 0; k < 3; ++k)
+            s.args().set(names[k], Json::object().set("address", Json::pointer(fns[k])));
+        s.begin();
+        return s.finish(S_OK);
+    }
+    HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks(FunctionEnter* e, FunctionLeave* l, FunctionTailcall* t) override {
+        static const char* const n[] = {"pFuncEnter", "pFuncLeave", "pFuncTailcall"};
+        return hooks("SetEnterLeaveFunctionHooks", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
+                     reinterpret_cast<void*>(t));
+    }
+    HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks2(FunctionEnter2* e, FunctionLeave2* l,
+                                                          FunctionTailcall2* t) override {
+        static const char* const n[] = {"pFuncEnter", "pFuncLeave", "pFuncTailcall"};
+        return hooks("SetEnterLeaveFunctionHooks2", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
+                     reinterpret_cast<void*>(t));
+    }
+    HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3(FunctionEnter3* e, FunctionLeave3* l,
+                                                          FunctionTailcall3* t) override {
+        static const char* const n[] = {"pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"};
+        return hooks("SetEnterLeaveFunctionHooks3", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
+                     reinterpret_cast<void*>(t));
+    }
+    HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3WithInfo(FunctionEnter3WithInfo* e, FunctionLeave3WithInfo* l,
+                                                                  FunctionTailcall3WithInfo* t) override {
+        static const char* const n[] = {"pFuncEnter3WithInfo", "pFuncLeave3WithInfo", "pFuncTailcall3WithInfo"};
+        return hooks("SetEnterLeaveFunctionHooks3WithInfo", n, reinterpret_cast<void*>(e),
+                     reinterpret_cast<void*>(l), reinterpret_cast<void*>(t));
+    }
+    HRESULT STDMETHODCALLTYPE SetFunctionIDMapper(FunctionIDMapper* f) override {
+        CallScope s("SetFunctionIDMapper", false);
+        s.args().set("pFunc", Json::object().set("address", Json::pointer(reinterpret_cast<void*>(f))));
+        s.begin();
+        return s.finish(S_OK);
+    }
+    HRESULT STDMETHODCALLTYPE SetFunctionIDMapper2(FunctionIDMapper2* f, void* cd) override {
+        CallScope s("SetFunctionIDMapper2", false);
+        s.args().set("pFunc", Json::object().set("address", Json::pointer(reinterpret_cast<void*>(f))));
+        s.arg("clientData", cd);
+        s.begin();
+        return s.finish(S_OK);
+    }
+
+    static HRESULT function_from_ip(UINT_PTR ip, FunctionID* out) {
+        for (const auto& [id, f] : g_world.functions) {
+            if (ip >= f.start && ip - f.start < f.size) {
+                if (out) *out = id;
+                return S_OK;
+            }
+        }
+        if (out) *out = 0;
+        return E_FAIL;
+    }
+
+    std::atomic<long> refs_{1};
+};
+
+const Module* find_module(ModuleID id) {
+    auto it = g_world.modules.find(id);
+    return it == g_world.modules.end() ? nullptr : &it->second;
+}
+const Class* find_class(ClassID id) {
+    auto it = g_world.classes.find(id);
+    return it == g_world.classes.end() ? nullptr : &it->second;
+}
+const Function* find_function(FunctionID id) {
+    auto it = g_world.functions.find(id);
+    return it == g_world.functions.end() ? nullptr : &it->second;
+}
+const Object* find_object(ObjectID id) {
+    auto it = g_world.heap.find(id);
+    return it == g_world.heap.end() ? nullptr : &it->second;
+}
+
+template <typename T>
+void put(T* p, T v) {
+    if (p) *p = v;
+}
+
+}  // namespace
+
+HRESULT InfoBase::answer_GetClassFromObject(ObjectID objectId, ClassID* pClassId) {
+    const Object* o = find_object(objectId);
+    put<ClassID>(pClassId, o ? o->cls : 0);
+    return o ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetObjectSize(ObjectID objectId, ULONG* pcSize) {
+    const Object* o = find_object(objectId);
+    put<ULONG>(pcSize, o ? static_cast<ULONG>(o->size) : 0);
+    return o ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetObjectSize2(ObjectID objectId, SIZE_T* pcSize) {
+    const Object* o = find_object(objectId);
+    put<SIZE_T>(pcSize, o ? o->size : 0);
+    return o ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetClassFromToken(ModuleID moduleId, mdTypeDef typeDef, ClassID* pClassId) {
+    Class* c = class_by_token(moduleId, typeDef);
+    put<ClassID>(pClassId, c ? c->id : 0);
+    return c ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetFunctionFromToken(ModuleID moduleId, mdToken token, FunctionID* pFunctionId) {
+    Function* f = function_by_token(moduleId, token);
+    put<FunctionID>(pFunctionId, f ? f->id : 0);
+    return f ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULONG* pcSize) {
+    const Function* f = find_function(functionId);
+    put<LPCBYTE>(pStart, f ? reinterpret_cast<LPCBYTE>(f->start) : nullptr);
+    put<ULONG>(pcSize, f ? static_cast<ULONG>(f->size) : 0);
+    return f ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetCodeInfo2(FunctionID functionID, ULONG32 cCodeInfos, ULONG32* pcCodeInfos,
+                                      COR_PRF_CODE_INFO* codeInfos) {
+    const Function* f = find_function(functionID);
+    put<ULONG32>(pcCodeInfos, f ? 1 : 0);
+    if (!f) return E_INVALIDARG;
+    if (codeInfos && cCodeInfos >= 1) codeInfos[0] = COR_PRF_CODE_INFO{f->start, f->size};
+    return S_OK;
+}
+HRESULT InfoBase::answer_GetEventMask(DWORD* pdwEvents) {
+    put<DWORD>(pdwEvents, g_world.mask_low);
+    return S_OK;
+}
+HRESULT InfoBase::answer_SetEventMask(DWORD dwEvents) {
+    g_world.mask_low = dwEvents;
+    return S_OK;
+}
+HRESULT InfoBase::answer_GetEventMask2(DWORD* pdwEventsLow, DWORD* pdwEventsHigh) {
+    put<DWORD>(pdwEventsLow, g_world.mask_low);
+    put<DWORD>(pdwEventsHigh, g_world.mask_high);
+    return S_OK;
+}
+HRESULT InfoBase::answer_SetEventMask2(DWORD dwEventsLow, DWORD dwEventsHigh) {
+    g_world.mask_low = dwEventsLow;
+    g_world.mask_high = dwEventsHigh;
+    return S_OK;
+}
+HRESULT InfoBase::answer_GetFunctionFromIP(LPCBYTE ip, FunctionID* pFunctionId) {
+    return Info::function_from_ip(reinterpret_cast<UINT_PTR>(ip), pFunctionId);
+}
+HRESULT InfoBase::answer_GetFunctionFromIP2(LPCBYTE ip, FunctionID* pFunctionId, ReJITID* pReJitId) {
+    put<ReJITID>(pReJitId, 0);
+    return Info::function_from_ip(reinterpret_cast<UINT_PTR>(ip), pFunctionId);
+}
+HRESULT InfoBase::answer_GetThreadInfo(ThreadID threadId, DWORD* pdwWin32ThreadId) {
+    auto it = g_world.threads.find(threadId);
+    if (it == g_world.threads.end() || !it->second.worker) {
+        put<DWORD>(pdwWin32ThreadId, 0);
+        return E_INVALIDARG;
+    }
+    put<DWORD>(pdwWin32ThreadId, static_cast<DWORD>(it->second.worker->os_tid()));
+    return S_OK;
+}
+HRESULT InfoBase::answer_GetCurrentThreadID(ThreadID* pThreadId) {
+    put<ThreadID>(pThreadId, tl_thread);
+    return tl_thread ? S_OK : CORPROF_E_NOT_MANAGED_THREAD;
+}
+HRESULT InfoBase::answer_InitializeCurrentThread() { return S_OK; }
+HRESULT InfoBase::answer_SuspendRuntime() { return S_OK; }
+HRESULT InfoBase::answer_ResumeRuntime() { return S_OK; }
+HRESULT InfoBase::answer_ForceGC() { return S_OK; }
+HRESULT InfoBase::answer_GetClassIDInfo(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken) {
+    const Class* c = find_class(classId);
+    put<ModuleID>(pModuleId, c ? c->module : 0);
+    put<mdTypeDef>(pTypeDefToken, c ? c->token : 0);
+    return c ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken,
+                                         ClassID* pParentClassId, ULONG32, ULONG32* pcNumTypeArgs, ClassID*) {
+    const Class* c = find_class(classId);
+    put<ModuleID>(pModuleId, c ? c->module : 0);
+    put<mdTypeDef>(pTypeDefToken, c ? c->token : 0);
+    put<ClassID>(pParentClassId, c ? c->parent : 0);
+    put<ULONG32>(pcNumTypeArgs, 0);
+    return c ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassId, ModuleID* pModuleId,
+                                         mdToken* pToken) {
+    const Function* f = find_function(functionId);
+    put<ClassID>(pClassId, f ? f->cls : 0);
+    put<ModuleID>(pModuleId, f ? f->module : 0);
+    put<mdToken>(pToken, f ? f->token : 0);
+    return f ? S_OK : E_INVALIDARG;
+}
+HRESULT InfoBase::answer_GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO, ClassID* pClassId,
+                                          ModuleID* pModuleId, mdToken* pToken, ULONG32, ULONG32* pcTypeArgs,
+                                          ClassID*) {
+    put<ULONG32>(pcTypeArgs, 0);
+    return answer_GetFunctionInfo(funcId, pClassId, pModuleId, pToken);
+}
+HRESULT InfoBase::answer_GetModuleInfo(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName,
+                                       ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId) {
+    auto it = g_world.modules.find(moduleId);
+    if (it == g_world.modules.end()) {
+        put<ULONG>(pcchName, 0);
+        return E_INVALIDARG;
+    }
+    Module& m = it->second;
+    put<LPCBYTE>(ppBaseLoadAddress, reinterpret_cast<LPCBYTE>(m.base));
+    put<AssemblyID>(pAssemblyId, m.assembly);
+    return answer_text(m.names.next(), cchName, pcchName, szName);
+}
+HRESULT InfoBase::answer_GetModuleInfo2(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName,
+                                        ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId,
+                                        DWORD* pdwModuleFlags) {
+    put<DWORD>(pdwModuleFlags, 0);
+    return answer_GetModuleInfo(moduleId, ppBaseLoadAddress, cchName, pcchName, szName, pAssemblyId);
+}
+HRESULT InfoBase::answer_GetRuntimeInformation(USHORT* pClrInstanceId, COR_PRF_RUNTIME_TYPE* pRuntimeType,
+                                               USHORT* pMajorVersion, USHORT* pMinorVersion, USHORT* pBuildNumber,
+                                               USHORT* pQFEVersion, ULONG cchVersionString,
+                                               ULONG* pcchVersionString, WCHAR* szVersionString) {
+    put<USHORT>(pClrInstanceId, 0);
+    put<COR_PRF_RUNTIME_TYPE>(pRuntimeType, COR_PRF_CORE_CLR);
+    put<USHORT>(pMajorVersion, 8);
+    put<USHORT>(pMinorVersion, 0);
+    put<USHORT>(pBuildNumber, 4);
+    put<USHORT>(pQFEVersion, 0);
+    return answer_text(u"8.0.4-fake", cchVersionString, pcchVersionString, szVersionString);
+}
+HRESULT InfoBase::answer_GetModuleMetaData(ModuleID moduleId, DWORD, REFIID riid, IUnknown** ppOut) {
+    if (!ppOut) return E_POINTER;
+    *ppOut = nullptr;
+    if (!find_module(moduleId)) return E_INVALIDARG;
+    if (!(riid == IID_IMetaDataImport || riid == IID_IUnknown)) return E_NOINTERFACE;
+    *ppOut = static_cast<IMetaDataImport*>(new MetaData(moduleId));
+    return S_OK;
+}
+HRESULT InfoBase::answer_GetTokenAndMetaDataFromFunction(FunctionID functionId, REFIID riid, IUnknown** ppImport,
+                                                         mdToken* pToken) {
+    const Function* f = find_function(functionId);
+    put<mdToken>(pToken, f ? f->token : 0);
+    if (ppImport) *ppImport = nullptr;
+    if (!f) return E_INVALIDARG;
+    if (!ppImport) return E_POINTER;
+    if (!(riid == IID_IMetaDataImport || riid == IID_IUnknown)) return E_NOINTERFACE;
+    *ppImport = static_cast<IMetaDataImport*>(new MetaData(f->module));
+    return S_OK;
+}
+
+// --- the profiler, the session, the command loop --------------------------------------------------------
+
+namespace {
+
+struct Session {
+    IUnknown* unknown = nullptr;
+    void* levels[kMaxCallbackLevel + 1] = {};
+    int level = 0;
+    Info* info = nullptr;
+};
+
+using GetClassObject = HRESULT (*)(REFCLSID, REFIID, void**);
+GetClassObject g_get_class_object = nullptr;
+GUID g_clsid{};
+Session g_session;
+Worker* g_main_worker = nullptr;  // runs the callbacks of fake thread 0 (Initialize, Shutdown, ...)
+
+bool parse_guid(const char* text, GUID& g) {
+    std::string hex;
+    for (const char* p = text; *p; ++p)
+        if (*p != '{' && *p != '}' && *p != '-') hex.push_back(*p);
+    if (hex.size() != 32) return false;
+    unsigned char b[16];
+    for (int i = 0; i < 16; ++i) {
+        char pair[3] = {hex[2 * i], hex[2 * i + 1], 0};
+        char* end = nullptr;
+        unsigned long v = std::strtoul(pair, &end, 16);
+        if (!end || *end) return false;
+        b[i] = static_cast<unsigned char>(v);
+    }
+    g.Data1 = (static_cast<std::uint32_t>(b[0]) << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
+    g.Data2 = static_cast<std::uint16_t>((b[4] << 8) | b[5]);
+    g.Data3 = static_cast<std::uint16_t>((b[6] << 8) | b[7]);
+    for (int i = 0; i < 8; ++i) g.Data4[i] = b[8 + i];
+    return true;
+}
+
+void reply(const Json& j) {
+    std::string s = j.dump();
+    s.push_back('\n');
+    write_all(STDOUT_FILENO, s);
+}
+
+Worker* take_worker() {
+    if (!g_idle.empty()) {
+        Worker* w = g_idle.back();
+        g_idle.pop_back();
+        return w;
+    }
+    g_workers.push_back(std::make_unique<Worker>());
+    return g_workers.back().get();
+}
+
+// Runs job on fake thread `thread` (0: the main fake thread), with the thread's identity set.
+void on_thread(ThreadID thread, const std::function<void()>& job) {
+    Worker* w = g_main_worker;
+    if (thread) {
+        auto it = g_world.threads.find(thread);
+        if (it == g_world.threads.end()) {
+            FakeThread t;
+            t.id = thread;
+            t.worker = take_worker();
+            it = g_world.threads.emplace(thread, std::move(t)).first;
+        }
+        w = it->second.worker;
+    }
+    std::function<void()> wrapped = [&] {
+        tl_thread = thread;
+        job();
+    };
+    w->run(wrapped);
+}
+
+std::string callback_error(const std::string& name) { return "cannot make callback " + name; }
+
+int callback_id(const std::string& name) {
+    static std::unordered_map<std::string, int>* ids = [] {
+        auto* m = new std::unordered_map<std::string, int>();
+        for (int k = 0; k < static_cast<int>(Cb::Count_); ++k) (*m)[kCbNames[k]] = k;
+        return m;
+    }();
+    auto it = ids->find(name);
+    return it == ids->end() ? -1 : it->second;
+}
+
+template <typename T>
+std::vector<T> array_of(const Json& args, const char* name) {
+    std::vector<T> v;
+    if (const Json* a = args.get(name))
+        for (const Json& x : a->items()) v.push_back(static_cast<T>(x.kind() == Json::Kind::Int ? x.as_int() : x.as_uint()));
+    return v;
+}
+
+// Makes one callback on the calling thread, recorded; the callbacks with arrays are made here by hand.
+void deliver(int id, const Json& args) {
+    const int level = kCbLevel[id];
+    void* cb = g_session.levels[level];
+    if (!cb) return;  // the profiler does not implement that interface: the runtime does not call it
+    if (kCbMask[id] && !(g_world.mask_low & kCbMask[id])) return;  // not asked for
+    const char* name = kCbNames[id];
+    HRESULT hr = S_OK;
+    const Cb which = static_cast<Cb>(id);
+    if (which == Cb::MovedReferences && g_session.levels[4] && tl_moved2_failed) {
+        tl_moved2_failed = false;  // MR2-12: a failed MovedReferences2 suppresses its MovedReferences
+        return;
+    }
+    if (which == Cb::MovedReferences2 || which == Cb::MovedReferences) {
+        std::vector<ObjectID> olds = array_of<ObjectID>(args, "oldObjectIDRangeStart");
+        std::vector<ObjectID> news = array_of<ObjectID>(args, "newObjectIDRangeStart");
+        std::vector<SIZE_T> lens = array_of<SIZE_T>(args, "cObjectIDRangeLength");
+        const ULONG n = static_cast<ULONG>(olds.size());
+        if (news.size() != n || lens.size() != n) {
+            g_errors.push_back(std::string(name) + ": arrays of different lengths");
+            return;
+        }
+        // the ranges as the proxy records them: a mark just before the callback's entry
+        Json mark = Json::object();
+        mark.set("name", "proxy.ranges").set("payload", name).set("callback", name)
+            .set("oldObjectIDRangeStart", *args.get("oldObjectIDRangeStart"))
+            .set("newObjectIDRangeStart", *args.get("newObjectIDRangeStart"))
+            .set("cObjectIDRangeLength", *args.get("cObjectIDRangeLength"));
+        record("mark", mark);
+        push_callback(name, Json::object().set("cMovedObjectIDRanges", Json(n)), false);
+        if (which == Cb::MovedReferences2) {
+            hr = static_cast<ICorProfilerCallback4*>(cb)->MovedReferences2(n, olds.data(), news.data(), lens.data());
+            tl_moved2_failed = hr < 0;
+        } else {
+            std::vector<ULONG> short_lens(lens.begin(), lens.end());
+            hr = static_cast<ICorProfilerCallback*>(cb)->MovedReferences(n, olds.data(), news.data(), short_lens.data());
+        }
+        pop_callback(hr);
+        return;
+    }
+    if (which == Cb::GarbageCollectionStarted) {
+        std::vector<BOOL> collected = array_of<BOOL>(args, "generationCollected");
+        push_callback(name, Json(args), false);
+        hr = static_cast<ICorProfilerCallback2*>(cb)->GarbageCollectionStarted(
+            static_cast<int>(collected.size()), collected.data(), arg_of<COR_PRF_GC_REASON>(args, "reason"));
+        pop_callback(hr);
+        return;
+    }
+    if (which == Cb::ObjectsAllocatedByClass) {
+        std::vector<ClassID> classes = array_of<ClassID>(args, "classIds");
+        std::vector<ULONG> counts = array_of<ULONG>(args, "cObjects");
+        push_callback(name, Json(args), kCbLazy[id]);
+        hr = static_cast<ICorProfilerCallback*>(cb)->ObjectsAllocatedByClass(
+            static_cast<ULONG>(std::min(classes.size(), counts.size())), classes.data(), counts.data());
+        pop_callback(hr);
+        return;
+    }
+    if (which == Cb::ThreadAssignedToOSThread) {  // the OS thread is the worker's: only it knows its id
+        Json with_os = args;
+        with_os.set("osThreadId", Json(static_cast<std::int64_t>(os_tid())));
+        push_callback(name, Json(with_os), kCbLazy[id]);
+        if (!deliver_scalar(g_session.levels, id, with_os, hr)) g_errors.push_back(callback_error(name));
+        pop_callback(hr);
+        return;
+    }
+    // ObjectAllocated is recorded whole (the proxy keeps it lazily): the ObjectIDs it hands out tell the
+    // model's MR2-17 bookkeeping that an address a moved object left has a new object now.
+    push_callback(name, Json(args), kCbLazy[id] && which != Cb::ObjectAllocated);
+    if (!deliver_scalar(g_session.levels, id, args, hr)) g_errors.push_back(callback_error(name));
+    pop_callback(hr);
+}
+
+// The heap's version in force from here on (conformance/fuzz/world.py HEAP_MARK): a judge reads which
+// ObjectIDs were live at each inspection from it.
+void mark_heap(const Json& cmd) {
+    Json rec = Json::object();
+    rec.set("name", "fuzz.heap").set("payload", Json()).set("version", Json(arg_of<std::int64_t>(cmd, "version")));
+    record("mark", rec);
+}
+
+void apply_state(const std::string& op, const Json& cmd) {
+    if (op == "module") {
+        Module m;
+        m.id = arg_of<ModuleID>(cmd, "id");
+        m.base = arg_of<UINT_PTR>(cmd, "base");
+        m.assembly = arg_of<AssemblyID>(cmd, "assembly");
+        m.names = names_of(cmd);
+        g_world.modules[m.id] = std::move(m);
+    } else if (op == "class") {
+        Class c;
+        c.id = arg_of<ClassID>(cmd, "id");
+        c.module = arg_of<ModuleID>(cmd, "module");
+        c.token = arg_of<mdTypeDef>(cmd, "token");
+        c.parent = arg_of<ClassID>(cmd, "parent");
+        c.names = names_of(cmd);
+        g_world.classes[c.id] = std::move(c);
+    } else if (op == "function") {
+        Function f;
+        f.id = arg_of<FunctionID>(cmd, "id");
+        f.cls = arg_of<ClassID>(cmd, "class");
+        f.module = arg_of<ModuleID>(cmd, "module");
+        f.token = arg_of<mdMethodDef>(cmd, "token");
+        f.start = arg_of<UINT_PTR>(cmd, "start");
+        f.size = arg_of<SIZE_T>(cmd, "size");
+        f.names = names_of(cmd);
+        g_world.functions[f.id] = std::move(f);
+    } else if (op == "thread") {
+        const ThreadID id = arg_of<ThreadID>(cmd, "id");
+        if (!g_world.threads.count(id)) {
+            FakeThread t;
+            t.id = id;
+            t.worker = take_worker();
+            g_world.threads.emplace(id, std::move(t));
+        }
+    } else if (op == "thread_gone") {
+        auto it = g_world.threads.find(arg_of<ThreadID>(cmd, "id"));
+        if (it != g_world.threads.end()) {
+            g_idle.push_back(it->second.worker);
+            g_world.threads.erase(it);
+        }
+    } else if (op == "heap") {
+        mark_heap(cmd);
+        g_world.heap.clear();
+        if (const Json* objs = cmd.get("objects")) {
+            for (const Json& o : objs->items()) {
+                const auto& f = o.items();
+                if (f.size() == 3) g_world.heap[f[0].as_uint()] = Object{f[1].as_uint(), f[2].as_uint()};
+            }
+        }
+    } else if (op == "objects") {  // added to the heap
+        mark_heap(cmd);
+        if (const Json* objs = cmd.get("objects")) {
+            for (const Json& o : objs->items()) {
+                const auto& f = o.items();
+                if (f.size() == 3) g_world.heap[f[0].as_uint()] = Object{f[1].as_uint(), f[2].as_uint()};
+            }
+        }
+    } else if (op == "stack") {
+        auto it = g_world.threads.find(arg_of<ThreadID>(cmd, "thread"));
+        if (it == g_world.threads.end()) {
+            g_errors.push_back("stack of an unknown thread");
+            return;
+        }
+        it->second.stack.clear();
+        if (const Json* fs = cmd.get("frames")) {
+            for (const Json& fr : fs->items()) {
+                const auto& f = fr.items();
+                if (f.size() == 2) it->second.stack.emplace_back(f[0].as_uint(), f[1].as_uint());
+            }
+        }
+    } else {
+        g_errors.push_back("unknown command " + op);
+    }
+}
+
+// World state is applied as the command loop's (tid null, the main OS thread's id in the trace), on
+// whichever worker runs the batch it belongs to.
+long g_main_os_tid = 0;
+
+void apply_state_as_loop(const std::string& op, const Json& cmd) {
+    const ThreadID thread = tl_thread;
+    const long os = tl_os_tid;
+    tl_thread = 0;
+    tl_os_tid = g_main_os_tid;
+    apply_state(op, cmd);
+    tl_thread = thread;
+    tl_os_tid = os;
+}
+
+void run_event(const Json& cmd) {
+    const Json* name = cmd.get("name");
+    const int id = name ? callback_id(name->as_string()) : -1;
+    if (id < 0) {
+        g_errors.push_back("unknown callback " + (name ? name->as_string() : std::string("?")));
+        return;
+    }
+    static const Json kNoArgs = Json::object();
+    const Json* args = cmd.get("args");
+    deliver(id, args ? *args : kNoArgs);
+}
+
+const std::string& op_of(const Json& cmd) {
+    static const std::string none;
+    const Json* op = cmd.get("op");
+    return op && op->is_string() ? op->as_string() : none;
+}
+
+// Carries out an example's commands in order. A run of events on one fake thread (with the world state
+// sent between them) is one job for that thread's worker: one hand-over per run, not per event.
+void run_pending(std::vector<Json>& cmds) {
+    std::size_t i = 0;
+    while (i < cmds.size()) {
+        std::size_t first_event = i;
+        while (first_event < cmds.size() && op_of(cmds[first_event]) != "event") ++first_event;
+        if (first_event == cmds.size()) {
+            for (; i < cmds.size(); ++i) apply_state(op_of(cmds[i]), cmds[i]);
+            break;
+        }
+        const ThreadID thread = arg_of<ThreadID>(cmds[first_event], "thread");
+        on_thread(thread, [&] {
+            for (; i < cmds.size(); ++i) {
+                const Json& c = cmds[i];
+                const std::string& op = op_of(c);
+                if (op != "event") {
+                    apply_state_as_loop(op, c);
+                } else if (arg_of<ThreadID>(c, "thread") == thread) {
+                    run_event(c);
+                } else {
+                    break;
+                }
+            }
+        });
+    }
+    cmds.clear();
+}
+
+void start(const Json& cmd) {
+    Json out = Json::object().set("op", "started");
+    g_errors.clear();
+    g_world = World{};
+    g_shutdown_returned.store(false);
+    {
+        std::lock_guard<std::mutex> lock(g_trace_mu);
+        g_seq = 0;
+        const Json* path = cmd.get("trace");
+        g_trace_fd = path ? ::open(path->as_string().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644)
+                          : -1;
+    }
+    if (g_trace_fd < 0) {
+        reply(out.set("error", "cannot create the trace"));
+        return;
+    }
+    IClassFactory* factory = nullptr;
+    HRESULT hr = g_get_class_object(g_clsid, IID_IClassFactory, reinterpret_cast<void**>(&factory));
+    IUnknown* obj = nullptr;
+    if (hr == S_OK && factory) {
+        hr = factory->CreateInstance(nullptr, IID_IUnknown, reinterpret_cast<void**>(&obj));
+        factory->Release();
+    }
+    g_session = Session{};
+    if (hr != S_OK || !obj) {
+        Json rec = Json::object();
+        rec.set("what", "the profiler's class factory created no profiler").set("where", "DllGetClassObject");
+        record("probe_error", rec);
+        reply(out.set("error", "the profiler's class factory created no profiler"));
+        return;
+    }
+    g_session.unknown = obj;
+    for (int k = 1; k <= kMaxCallbackLevel; ++k) {
+        void* p = nullptr;
+        if (obj->QueryInterface(*callback_iid(k), &p) == S_OK && p) {
+            g_session.levels[k] = p;
+            g_session.level = k;
+        }
+    }
+    Json header = Json::object();
+    header.set("probe", "profharness-fakeruntime 1").set("pid", Json(static_cast<std::int64_t>(getpid())));
+    header.set("runtime", Json::object().set("clr_type", Json(2)).set("major", Json(8)).set("minor", Json(0))
+                              .set("build", Json(4)).set("qfe", Json(0)));
+    header.set("context_size", Json(static_cast<std::uint64_t>(sizeof(AMD64Context))));
+    header.set("proxy", Json::object().set("callbackLevel", Json(g_session.level)).set("infoLevel", Json(kMaxInfoLevel))
+                            .set("fake", true));
+    record("header", header);
+    if (!g_session.levels[1]) {
+        Json rec = Json::object();
+        rec.set("what", "the profiler implements no ICorProfilerCallback").set("where", "QueryInterface");
+        record("probe_error", rec);
+        reply(out.set("error", "the profiler implements no ICorProfilerCallback"));
+        return;
+    }
+    g_session.info = new Info();
+    HRESULT init = S_OK;
+    on_thread(0, [&] {
+        push_callback("Initialize", Json::object().set("pICorProfilerInfoUnk", Json::pointer(g_session.info)), false);
+        init = static_cast<ICorProfilerCallback*>(g_session.levels[1])
+                   ->Initialize(static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_session.info)));
+        pop_callback(init);
+    });
+    out.set("callbackLevel", Json(g_session.level)).set("hr", Json(static_cast<std::uint32_t>(init)));
+    out.set("mask", Json(g_world.mask_low));
+    reply(out);
+}
+
+void end() {
+    Json out = Json::object().set("op", "ended");
+    if (g_session.levels[1]) {
+        on_thread(0, [&] {
+            push_callback("Shutdown", Json::object(), false);
+            HRESULT hr = static_cast<ICorProfilerCallback*>(g_session.levels[1])->Shutdown();
+            pop_callback(hr);
+        });
+        g_shutdown_returned.store(true);
+        for (int k = 1; k <= kMaxCallbackLevel; ++k)
+            if (g_session.levels[k]) static_cast<IUnknown*>(g_session.levels[k])->Release();
+        if (g_session.unknown) g_session.unknown->Release();
+    }
+    record("end", Json::object());
+    {
+        std::lock_guard<std::mutex> lock(g_trace_mu);
+        if (g_trace_fd >= 0) ::close(g_trace_fd);
+        g_trace_fd = -1;
+    }
+    // Fake threads end with the example; their workers wait for the next one.
+    for (auto& [id, t] : g_world.threads) g_idle.push_back(t.worker);
+    g_world.threads.clear();
+    Json errors = Json::array();
+    for (const std::string& e : g_errors) errors.push(Json(e));
+    out.set("errors", errors);
+    reply(out);
+}
+
+// Lines from a file descriptor, read in large blocks (std::getline on std::cin reads a character at a time).
+class LineReader {
+ public:
+    explicit LineReader(int fd) : fd_(fd) {}
+    bool next(std::string& line) {
+        for (;;) {
+            const std::size_t nl = buf_.find('\n', pos_);
+            if (nl != std::string::npos) {
+                line.assign(buf_, pos_, nl - pos_);
+                pos_ = nl + 1;
+                return true;
+            }
+            buf_.erase(0, pos_);
+            pos_ = 0;
+            char chunk[1 << 16];
+            ssize_t n = ::read(fd_, chunk, sizeof chunk);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                if (buf_.empty()) return false;
+                line.swap(buf_);
+                buf_.clear();
+                return true;
+            }
+            buf_.append(chunk, static_cast<std::size_t>(n));
+        }
+    }
+
+ private:
+    int fd_;
+    std::string buf_;
+    std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+}  // namespace profharness::fake
+
+using namespace profharness;
+using namespace profharness::fake;
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        std::fprintf(stderr, "usage: profharness-fakeruntime PROFILER.so {CLSID}\n");
+        return 2;
+    }
+    if (!parse_guid(argv[2], g_clsid)) {
+        std::fprintf(stderr, "profharness-fakeruntime: %s is not a CLSID\n", argv[2]);
+        return 2;
+    }
+    void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char* why = dlerror();
+        std::fprintf(stderr, "profharness-fakeruntime: cannot load the profiler: %s\n", why ? why : "?");
+        return 3;
+    }
+    g_get_class_object = reinterpret_cast<GetClassObject>(dlsym(lib, "DllGetClassObject"));
+    if (!g_get_class_object) {
+        std::fprintf(stderr, "profharness-fakeruntime: %s exports no DllGetClassObject\n", argv[1]);
+        return 3;
+    }
+    install_crash_handlers();
+    g_main_os_tid = os_tid();
+    g_workers.push_back(std::make_unique<Worker>());
+    g_main_worker = g_workers.back().get();
+    reply(Json::object().set("op", "ready").set("pid", Json(static_cast<std::int64_t>(getpid()))));
+    std::string line;
+    std::vector<Json> pending;  // the example's commands, carried out at "end" (or "sync")
+    LineReader in(STDIN_FILENO);
+    while (in.next(line)) {
+        if (line.empty()) continue;
+        Json cmd;
+        std::string err;
+        if (!Json::parse(line, cmd, err) || !cmd.is_object()) {
+            g_errors.push_back("bad command: " + err);
+            continue;
+        }
+        const Json* opj = cmd.get("op");
+        const std::string op = opj ? opj->as_string() : "";
+        if (op == "start") {
+            pending.clear();
+            start(cmd);
+        } else if (op == "end") {
+            run_pending(pending);
+            end();
+        } else if (op == "sync") {
+            run_pending(pending);
+            reply(Json::object().set("op", "synced"));
+        } else if (op == "quit") {
+            break;
+        } else {
+            pending.push_back(std::move(cmd));
+        }
+    }
+    std::fflush(stdout);
+    _exit(0);
+}

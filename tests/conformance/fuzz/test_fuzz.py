@@ -1,0 +1,167 @@
+"""Issue 11: the fake runtime and the fuzzer, against fixture profilers with planted bugs.
+
+Fast by design (CI): bugs are looked for with fixed seeds and shrunk; the clean runs take 40 examples (the
+probe 20), and the acceptance's 2,000 with ``--long`` (the nightly profile), or as many as
+``PROFHARNESS_FUZZ_EXAMPLES`` says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main as cli_main
+from conformance.core.runner import RunOutcome
+from conformance.core.trace import read_trace
+from conformance.fuzz.child import FakeRuntime
+from conformance.fuzz.judge import judge
+from conformance.fuzz.machine import fuzz, replay
+from conformance.fuzz.probe import probe_target
+from conformance.fuzz.world import World
+from conformance.native.fakeruntime import gen_fakeruntime
+from conformance.validator.recording import read_recording
+from tests.conformance.fuzz.fixtures import CLSID, build
+
+#: The acceptance's clean run (issue 11): 2,000 examples.
+LONG_EXAMPLES = 2000
+
+
+def clean_examples(long_profile: bool, short: int) -> int:
+    if "PROFHARNESS_FUZZ_EXAMPLES" in os.environ:
+        return int(os.environ["PROFHARNESS_FUZZ_EXAMPLES"])
+    return LONG_EXAMPLES if long_profile else short
+
+
+def reproducer_events(path: Path) -> list[str]:
+    return [c["name"] for c in json.loads(path.read_text())["commands"] if c["op"] == "event"]
+
+
+def test_generated_header_is_up_to_date() -> None:
+    assert gen_fakeruntime.OUTPUT.read_text() == gen_fakeruntime.render()
+
+
+def test_fake_runtime_delivers_initialize_and_shutdown_and_records_them(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    with FakeRuntime(build("noop"), CLSID) as runtime:
+        outcome = runtime.run_example(trace, [])
+        assert outcome.outcome is RunOutcome.OK and outcome.callback_level == 11
+        rec = read_recording(read_trace(trace, strict=True))
+    names = [(getattr(e, "name", None), getattr(e, "phase", None)) for e in rec.events]
+    assert names[0] == ("Initialize", "enter") and names[-1] == ("Shutdown", "return")
+    assert ("SetEventMask2", "whole") in names
+    assert rec.callback_level == 11
+
+
+def test_a_name_growing_between_the_passes_is_BUF_08_for_a_client_without_retry(tmp_path: Path) -> None:
+    world = World()
+    world.load_module(0, ["a.dll", "a-longer-name.dll"])
+    trace = tmp_path / "trace.jsonl"
+    for name, expected in (("no_retry", {"BUF-08"}), ("correct", set())):
+        with FakeRuntime(build(name), CLSID) as runtime:
+            outcome = runtime.run_example(trace, world.commands)
+        assert {f.clause for f in judge(trace, outcome, world.commands)} == expected, name
+
+
+def test_MR2_17_off_by_one_remapping_is_found_shrunk_and_replayed(tmp_path: Path) -> None:
+    out = tmp_path / "repro.json"
+    report = fuzz(build("mr2_off_by_one"), CLSID, max_examples=500, seed=1, reproducer=out)
+    assert report.first_failure is not None and report.first_failure <= 500
+    assert {f.clause for f in report.findings} == {"MR2-17"}
+    events = reproducer_events(out)
+    # near-minimal: a thread, a module, a class, two adjacent objects (ObjectAllocated, or an exception's
+    # thrown object), one compacting GC: 17 events at the least
+    assert events.count("GarbageCollectionStarted") == 1 and events.count("MovedReferences2") == 1
+    assert events.count("ThreadCreated") == 1 and events.count("ModuleLoadStarted") == 1
+    assert 17 <= len(events) <= 20, events
+    assert {(f.clause, f.callback) for f in replay(out)} == {(f.clause, f.callback) for f in report.findings}
+
+
+def test_BUF_08_no_retry_is_found_shrunk_to_one_module_load_and_replayed(tmp_path: Path) -> None:
+    out = tmp_path / "repro.json"
+    report = fuzz(build("no_retry"), CLSID, max_examples=500, seed=3, reproducer=out)
+    assert report.first_failure is not None and report.first_failure <= 500
+    assert [f.clause for f in report.findings] == ["BUF-08"]
+    # minimal: the one module load whose name grows (no thread creation, nothing else)
+    assert reproducer_events(out) == ["ModuleLoadStarted", "ModuleLoadFinished", "ModuleAttachedToAssembly"]
+    assert [(f.clause, f.callback) for f in replay(out)] == [("BUF-08", "ModuleLoadFinished")]
+
+
+def test_crash_on_a_rare_stack_shape_is_a_VAL_CRASH_finding_shrunk_and_replayed(tmp_path: Path) -> None:
+    out = tmp_path / "repro.json"
+    report = fuzz(build("rare_stack_crash"), CLSID, max_examples=500, seed=1, reproducer=out)
+    assert report.first_failure is not None and report.first_failure <= 500
+    assert [(f.clause, f.callback) for f in report.findings] == [("VAL-CRASH", "ExceptionThrown")]
+    # minimal: a thread, a module, a class, the exception (its object's ObjectAllocated, ExceptionThrown)
+    events = reproducer_events(out)
+    assert len(events) == 9 and events[-2:] == ["ObjectAllocated", "ExceptionThrown"], events
+    assert {"ThreadCreated", "ModuleLoadFinished", "ClassLoadFinished"} <= set(events)
+    stacks = [c["frames"] for c in json.loads(out.read_text())["commands"] if c["op"] == "stack"]
+    assert len(stacks[-1]) == 7 and stacks[-1][3][0] == 0  # the planted shape: 7 frames, native 4th
+    assert [(f.clause, f.callback) for f in replay(out)] == [("VAL-CRASH", "ExceptionThrown")]
+
+
+def test_the_stateful_engine_finds_BUF_08_too(tmp_path: Path) -> None:
+    out = tmp_path / "repro.json"
+    report = fuzz(build("no_retry"), CLSID, max_examples=100, seed=3, reproducer=out, engine="stateful",
+                  shrink=False)  # its shrinking (hypothesis' state machine) takes seconds: not in CI
+    assert {f.clause for f in report.findings} == {"BUF-08"} and report.first_failure is not None
+    assert "ModuleLoadFinished" in reproducer_events(out)
+    assert {f.clause for f in replay(out)} == {"BUF-08"}
+
+
+def test_a_hanging_profiler_is_a_VAL_HANG_finding_not_a_stuck_harness(tmp_path: Path) -> None:
+    out = tmp_path / "repro.json"
+    report = fuzz(build("hang_in_gc"), CLSID, max_examples=50, seed=1, reproducer=out, hang_s=0.3,
+                  shrink=False)
+    assert [(f.clause, f.callback) for f in report.findings] == [("VAL-HANG", "GarbageCollectionStarted")]
+    assert report.restarts >= 1
+    assert [f.clause for f in replay(out, hang_s=0.3)] == ["VAL-HANG"]
+
+
+@pytest.mark.parametrize("name", ["correct", "noop"])
+def test_correct_fixtures_fuzz_clean(name: str, long_profile: bool) -> None:
+    examples = clean_examples(long_profile, 40)
+    report = fuzz(build(name), CLSID, max_examples=examples, seed=7)
+    assert report.findings == [] and report.examples >= examples
+    assert report.restarts == 0  # one child for every example
+
+
+def test_the_harness_probe_fuzzes_clean_in_a_process_per_example(long_profile: bool) -> None:
+    target = probe_target()
+    examples = clean_examples(long_profile, 20)
+    report = fuzz(target.profiler, target.clsid, max_examples=examples, seed=11, env=target.env,
+                  fresh=target.fresh)
+    assert report.findings == [] and report.examples >= examples and report.restarts == 0
+
+
+def test_cli_finds_BUF_08_and_replays_its_reproducer(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "repro.json"
+    lib = str(build("no_retry"))
+    assert cli_main(["fuzz", lib, "--clsid", CLSID, "--max-examples", "200", "--seed", "3",
+                     "--reproducer", str(out), "--no-shrink"]) == 1
+    printed = capsys.readouterr().out
+    assert "BUF-08" in printed and "first failing example: #2; reproducer" in printed
+    assert cli_main(["fuzz", "--replay", str(out)]) == 1
+    assert "BUF-08" in capsys.readouterr().out
+
+
+def test_cli_replay_of_a_file_that_is_no_reproducer_is_one_line(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    for text, what in (("{}", "not a reproducer"),
+                       ('{"format": "profharness-fuzz-reproducer 1", "profiler": "p", "clsid": "c", '
+                        '"commands": [1]}', "commands[0]")):
+        bad.write_text(text)
+        assert cli_main(["fuzz", "--replay", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and what in err
+
+
+def test_cli_env_that_is_not_name_value_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["fuzz", str(build("noop")), "--clsid", CLSID, "--env", "NOEQUALS"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "NAME=VALUE" in err
