@@ -54,7 +54,8 @@ def staged(final: Path, prefix: str) -> Iterator[Path]:
 SEAL_SUFFIX = ".sha256"
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's content, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -64,7 +65,7 @@ def _file_sha256(path: Path) -> str:
 
 def seal(path: Path) -> None:
     """Record ``path``'s sha256 beside it (before the entry it belongs to is published)."""
-    path.with_name(path.name + SEAL_SUFFIX).write_text(_file_sha256(path) + "\n")
+    path.with_name(path.name + SEAL_SUFFIX).write_text(file_sha256(path) + "\n")
 
 
 def sealed_entry(final: Path, file_name: str) -> Path | None:
@@ -76,7 +77,7 @@ def sealed_entry(final: Path, file_name: str) -> Path | None:
         return None
     seal_file = path.with_name(path.name + SEAL_SUFFIX)
     try:
-        ok = path.is_file() and seal_file.read_text().strip() == _file_sha256(path)
+        ok = path.is_file() and seal_file.read_text().strip() == file_sha256(path)
     except OSError:
         ok = False
     if ok:

@@ -8,7 +8,6 @@ good prefix is parsed and kept.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from conformance.core import probe, runtimes, scenarios
 from conformance.core.errors import HarnessError
 from conformance.core.hangs import ThreadReport, thread_reports
-from conformance.core.paths import runs_dir
+from conformance.core.paths import file_sha256, runs_dir
 from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
 from conformance.core.trace import Trace, read_trace
@@ -83,16 +82,6 @@ class RunResult(BaseModel):
             stuck = [f"{t.os_tid} in {t.open_callback}" for t in self.threads if t.open_callback]
             last += f"; {len(self.threads)} thread(s) reported" + (f" ({', '.join(stuck)})" if stuck else "")
         return f"{self.scenario} on {self.runtime} {what}{last}; trace: {self.trace_path}"
-
-
-def _sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def probe_environment(
@@ -224,7 +213,7 @@ def execute(
         seconds=round(seconds, 3),
         run_dir=run_dir,
         trace_path=trace_path,
-        trace_sha256=_sha256(trace_path),
+        trace_sha256=file_sha256(trace_path) if trace_path.is_file() else None,
         trace_problem=problem,
         trace_torn_tail=trace.torn_tail if trace else False,
         record_count=len(trace.records) if trace else 0,

