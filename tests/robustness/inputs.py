@@ -57,31 +57,27 @@ class Reader:
     read: Callable[[Path], object]
     #: a rejection must match this (after the file's own path): line, offset or field
     where: re.Pattern[str]
-    text: bool
 
 
 READERS: tuple[Reader, ...] = (
-    Reader("trace", DATA / "traces" / "buffers-basic-8.0.4.jsonl", _trace, re.compile(r"^:\d+: "), True),
+    Reader("trace", DATA / "traces" / "buffers-basic-8.0.4.jsonl", _trace, re.compile(r"^:\d+: ")),
     Reader(
         "capture",
         DATA / "captures" / "live" / "8.0.4" / "helper-gc.phcap",
         _capture,
         re.compile(r"^: (offset \d+|[A-Za-z_][\w.\[\]]*|segment \S+|manifest)[:, ]"),
-        False,
     ),
     Reader(
         "expectations",
         ROOT / "conformance" / "expectations" / "8.0.4.toml",
         _expectations,
         re.compile(r"^:\d+[:,]? |^: (line \d+|\[[A-Z0-9-]+\])"),
-        True,
     ),
     Reader(
         "plan",
         ROOT / "conformance" / "scenarios" / "stack-walks" / "plan.json",
         _plan,
         re.compile(r"^:\d+(:\d+)?: |^: \S+"),
-        True,
     ),
 )
 
