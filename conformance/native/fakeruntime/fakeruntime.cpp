@@ -2,6 +2,8 @@
 // the fake threads, the recording, and the command loop.
 #include "fakeruntime.h"
 
+#include "profharness/native_stack.h"
+
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -241,20 +243,7 @@ void crash_handler(int sig, siginfo_t*, void*) {
             for (const Frame& f : *tl_frames) cbs.push(Json(f.name));
         void* ips[32];
         int n = backtrace(ips, 32);
-        Json stack = Json::array();
-        for (int k = 0; k < n; ++k) {
-            Json f = Json::object();
-            f.set("ip", Json::pointer(ips[k]));
-            Dl_info di;
-            if (dladdr(ips[k], &di) && di.dli_fname) {
-                const char* base = std::strrchr(di.dli_fname, '/');
-                f.set("module", base ? base + 1 : di.dli_fname);
-                f.set("offset", Json(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ips[k]) -
-                                                                reinterpret_cast<std::uintptr_t>(di.dli_fbase))));
-                if (di.dli_sname) f.set("symbol", di.dli_sname);
-            }
-            stack.push(f);
-        }
+        Json stack = native_stack_json(ips, n);
         Json rec = Json::object();
         rec.set("name", "proxy.crash").set("payload", Json()).set("signal", strsignal(sig));
         rec.set("callbacks", cbs).set("call", tl_call ? Json(tl_call) : Json()).set("stack", stack);

@@ -21,6 +21,7 @@
 
 #include "generated.h"
 #include "profharness/flags.h"
+#include "profharness/native_stack.h"
 #include "proxy.h"
 
 #define PROXY_EXPORT extern "C" __attribute__((visibility("default")))
@@ -129,24 +130,6 @@ Json frames_json(const ThreadState& t) {
     int n = t.depth < kMaxFrames ? t.depth : kMaxFrames;
     for (int k = 0; k < n; ++k) names.push(Json(t.frames[k].name ? t.frames[k].name : "?"));
     return names;
-}
-
-Json stack_json(void* const* ips, int n) {
-    Json frames = Json::array();
-    for (int k = 0; k < n; ++k) {
-        Json f = Json::object();
-        f.set("ip", Json::pointer(ips[k]));
-        Dl_info di;
-        if (dladdr(ips[k], &di) && di.dli_fname) {
-            const char* base = std::strrchr(di.dli_fname, '/');
-            f.set("module", base ? base + 1 : di.dli_fname);
-            f.set("offset", Json(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ips[k]) -
-                                                            reinterpret_cast<std::uintptr_t>(di.dli_fbase))));
-            if (di.dli_sname) f.set("symbol", di.dli_sname);
-        }
-        frames.push(f);
-    }
-    return frames;
 }
 
 bool in_target(const void* ip) {
@@ -565,7 +548,7 @@ void on_fault(int sig, siginfo_t* si, void* uc) {
         rec.set("call", t && t->current_call ? Json(t->current_call) : Json());
         rec.set("lastCallback", t && t->last_callback ? Json(t->last_callback) : Json());
         rec.set("shutdownReturned", g_shutdown_returned.load());
-        rec.set("stack", stack_json(ips, n));
+        rec.set("stack", native_stack_json(ips, n));
         trace().write("mark", rec);
     }
     chain(sig, si, uc);
@@ -625,8 +608,8 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns) {
         th.set("lastCallback", t->last_callback ? Json(t->last_callback) : Json());
         std::int64_t since = t->busy_since.load();
         th.set("busyMs", since ? Json((now_ns() - since) / 1000000) : Json());
-        th.set("stack", t->stack_ready.load(std::memory_order_acquire) ? stack_json(t->stack, t->stack_n)
-                                                                       : Json());
+        const bool ready = t->stack_ready.load(std::memory_order_acquire);
+        th.set("stack", ready ? native_stack_json(t->stack, t->stack_n) : Json());
         threads.push(th);
     }
     Json rec = Json::object();
