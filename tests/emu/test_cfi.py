@@ -12,16 +12,8 @@ from elftools.dwarf.callframe import CFARule, RegisterRule
 
 from emu.cfi import CfiError, CfiRow, CfiTable, cfi_step, load_bias, read_elf
 from emu.memory import CaptureMemory
-from tests.emu import fixtures
 
 LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
-
-
-@pytest.fixture(scope="module")
-def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not fixtures.compiler_available():
-        pytest.skip("gcc is not installed")
-    return fixtures.build(tmp_path_factory.mktemp("cfi"))
 
 
 def readelf_build_id(path: Path) -> str:

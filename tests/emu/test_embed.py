@@ -22,11 +22,6 @@ needs_gcc = pytest.mark.skipif(not fixtures.compiler_available(), reason="gcc is
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fixtures.build(tmp_path_factory.mktemp("emu-embed"))
-
-
 @needs_gcc
 @pytest.mark.parametrize("place", fixtures.PLACES)
 def test_embedded_copy_replays_alone_to_the_same_result(program: Path, tmp_path: Path, place: str) -> None:

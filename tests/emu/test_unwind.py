@@ -16,11 +16,6 @@ from tests.emu.synth import CODE, FID, STACK, STACK_SIZE, rewrite, write_synthet
 needs_gcc = pytest.mark.skipif(not fixtures.compiler_available(), reason="gcc is not installed")
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fixtures.build(tmp_path_factory.mktemp("emu-fixture"))
-
-
 @needs_gcc
 @pytest.mark.parametrize("place", fixtures.PLACES)
 def test_replayed_frames_equal_the_programs_own_frames(program: Path, tmp_path: Path, place: str) -> None:
