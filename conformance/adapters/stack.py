@@ -227,11 +227,14 @@ def thread_from_reflection(
     above: Sequence[ReflectionFrame] = (),
     helper_on_top: bool = False,
     native_after: int | None = None,
+    dispatched: Sequence[int] = (),
     where: str = "the reflection stack",
 ) -> ThreadModel:
     """The model's thread, leaf first: [CLR helper code], ``above`` (frames the walk sees above the
-    reflection stack), ``frames`` (native code after index ``native_after``: a reverse P/Invoke), and the
-    native code that started the thread (the host calling Main, the runtime's thread start).
+    reflection stack), ``frames`` (native code after index ``native_after``: a reverse P/Invoke; and after
+    each index of ``dispatched``: a frame the runtime's own native code called, such as an exception filter
+    funclet run by the first pass of exception dispatch), and the native code that started the thread (the
+    host calling Main, the runtime's thread start).
 
     A P/Invoke method is unmanaged code; managed frames get model FunctionIDs from ``ids`` and every frame
     synthetic, distinct addresses (the model's seed procedure can find them; they are never compared).
@@ -247,11 +250,17 @@ def thread_from_reflection(
                 f"{where}: nativeAfter {native_after} disagrees with the P/Invoke frames"
                 f" (a managed frame followed by a P/Invoke frame at index: {shown})"
             )
+    bad = [i for i in dispatched if not 0 <= i < len(frames) - 1 or frames[i].pinvoke]
+    if bad:
+        raise WalkInputError(
+            f"{where}: dispatched frame index {bad[0]} is not a managed frame with a caller"
+            f" ({len(frames)} frame(s))"
+        )
     kinds: list[ReflectionFrame | str] = ["helper"] if helper_on_top else []
     kinds.extend(above)
     for i, f in enumerate(frames):
         kinds.append(f)
-        if i == native_after:
+        if i == native_after or i in dispatched:
             kinds.append("native")
     kinds.append("native")
     model: list[ManagedFrame | UnmanagedFrame] = []

@@ -6,7 +6,9 @@ inputs and compares the live walk with it through the stack adapter (:mod:`confo
 * the thread: the scenario's own reflection stack (marks ``walk-now``, ``walk-reverse``, ``expect.throw``;
   payload ``{"stack", "above", "nativeAfter"}``, see the scenario), where a P/Invoke method is unmanaged
   code, the frames the probe's walk also sees above the mark (``above``: ``Probe.Mark`` and its P/Invoke
-  target), native code between ``nativeAfter`` and the next frame (reverse P/Invoke), CLR helper code on top
+  target), native code between ``nativeAfter`` and the next frame (reverse P/Invoke) and after each index of
+  the optional ``dispatched`` (a frame the runtime's native code called: an exception filter funclet, as the
+  program declares it from its own structure; StackTrace shows no frame there), CLR helper code on top
   for walks from ExceptionThrown, and the host's native code that calls ``Main`` at the bottom;
 * what the harness asked for: the plan entry of the walk (infoFlags, clientData, the callback's replies
   ``abortAt`` / ``abortReply``, the seed's kind, its contextSize by name: "zero", "small" (16), "runtime-1",
@@ -88,6 +90,8 @@ class Ground:
     frames: tuple[ReflectionFrame, ...]
     above: tuple[ReflectionFrame, ...]
     native_after: int
+    #: frames the runtime's native code called (an exception filter funclet), as the program declares them
+    dispatched: tuple[int, ...] = ()
 
 
 def _ground(trace: Trace, mark: str) -> Ground:
@@ -98,6 +102,7 @@ def _ground(trace: Trace, mark: str) -> Ground:
     try:
         data = json.loads(marks[0].payload)
         stack, above, native_after = data["stack"], data.get("above", []), int(data["nativeAfter"])
+        dispatched = tuple(int(i) for i in data.get("dispatched", []))
     except (ValueError, KeyError, TypeError) as exc:
         raise JudgeInputError(f"{where}: bad payload ({exc})") from exc
     return Ground(
@@ -106,6 +111,7 @@ def _ground(trace: Trace, mark: str) -> Ground:
         reflection_frames(stack, f"{where} stack"),
         reflection_frames(above, f"{where} above"),
         native_after,
+        dispatched,
     )
 
 
@@ -188,6 +194,7 @@ def compare(
         above=() if in_callback else ground.above,
         helper_on_top=in_callback,
         native_after=ground.native_after,
+        dispatched=ground.dispatched,
         where=f"{trace.path}: mark {mark!r} (seq {ground.seq})",
     )
     platform = _platform(ev)

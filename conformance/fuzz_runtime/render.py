@@ -136,7 +136,22 @@ _STACK_SUPPORT = """\
         [MethodImpl(MethodImplOptions.NoInlining)]
         public static string Payload()
         {
-            var trace = new StackTrace(1, false);
+            return Build(2, false);
+        }
+
+        // Payload() sent from an exception filter: the caller (frame 0) is the filter funclet, which the
+        // runtime's first-pass exception dispatch (native code, not shown by StackTrace) called; the payload
+        // says so as {"dispatched": [0]}
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        public static string PayloadInFilter()
+        {
+            return Build(2, true);
+        }
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static string Build(int skip, bool inFilter)
+        {
+            var trace = new StackTrace(skip, false);
             var stack = new JsonArray();
             int nativeAfter = -1;
             bool previousManaged = false;
@@ -154,8 +169,11 @@ _STACK_SUPPORT = """\
             above.Raw(FrameJson(typeof(Probe).GetMethod("profharness_mark", hidden)));
             var markArgs = new Type[] { typeof(string), typeof(string) };
             above.Raw(FrameJson(typeof(Probe).GetMethod("Mark", markArgs)));
+            var dispatched = new JsonArray();
+            if (inFilter)
+                dispatched.Raw("0");
             return new JsonObject().Raw("stack", stack.ToString()).Raw("above", above.ToString())
-                .Add("nativeAfter", nativeAfter).ToString();
+                .Add("nativeAfter", nativeAfter).Raw("dispatched", dispatched.ToString()).ToString();
         }
     }
 
@@ -333,7 +351,8 @@ def _catcher(code: _Code, handler: str) -> None:
 
 
 def _leaf(code: _Code, name: str, mark: str, context: str) -> None:
-    send = f'Probe.Mark("{mark}", Truth.Payload())'
+    truth = "Truth.PayloadInFilter()" if context == "filter" else "Truth.Payload()"
+    send = f'Probe.Mark("{mark}", {truth})'
     code.add(2, _NOINLINE, f"public static int {name}(int d)", "{")
     if context == "plain":
         code.add(3, f"{send};")

@@ -91,6 +91,33 @@ def test_X10_native_after_must_agree_with_the_pinvoke_frames(
     thread_from_reflection(truth, FunctionIdentities())
 
 
+def test_a_dispatched_frame_has_the_runtimes_native_code_below_it() -> None:
+    """A filter funclet (frame 0, Leaf) is called by the first pass of exception dispatch: native code lies
+    between it and the frame that threw (frame 1, Leaf again), where StackTrace shows nothing."""
+    truth = reflection_frames([frame("Leaf", 0x06000006), frame("Leaf", 0x06000006), frame("Main", 3)], "t")
+    thread = thread_from_reflection(truth, FunctionIdentities(), dispatched=(0,))
+    assert [f.kind for f in thread.frames] == ["managed", "native", "managed", "managed", "native"]
+    assert [f.kind for f in thread_from_reflection(truth, FunctionIdentities()).frames] == [
+        "managed",
+        "managed",
+        "managed",
+        "native",
+    ]
+
+
+@pytest.mark.parametrize("index", [-1, 2, 5])
+def test_a_dispatched_index_must_name_a_managed_frame_with_a_caller(index: int) -> None:
+    truth = reflection_frames(
+        [frame("Leaf", 0x06000006), frame("call_back", 1, pinvoke=True), frame("M", 3)], "t"
+    )
+    with pytest.raises(
+        WalkInputError, match=rf"^mark 'm': dispatched frame index {index} is not a managed frame"
+    ):
+        thread_from_reflection(truth, FunctionIdentities(), dispatched=(index,), where="mark 'm'")
+    with pytest.raises(WalkInputError, match="dispatched frame index 1 is not a managed frame"):
+        thread_from_reflection(truth, FunctionIdentities(), dispatched=(1,))  # the P/Invoke frame
+
+
 def test_reflection_frames_reject_bad_entries_in_one_line() -> None:
     with pytest.raises(WalkInputError, match="where: a list of frames is needed"):
         reflection_frames({"x": 1}, "where")

@@ -19,15 +19,15 @@ from clr_model.stacksnapshot import snapshot as model_snapshot
 from conformance.adapters import stack as stack_adapter
 from conformance.core.runtimes import Runtime
 from conformance.fuzz_runtime.differential import Differential
-from conformance.fuzz_runtime.search import FINDING_FILE, FuzzSettings, fuzz, shrink_round
-from conformance.fuzz_runtime.shapes import StackProgram
+from conformance.fuzz_runtime.search import FINDING_FILE, FuzzSettings, fuzz, keep, shrink_round
+from conformance.fuzz_runtime.shapes import StackProgram, Step, program_from_dict
 from conformance.fuzz_runtime.strategies import known_programs
 
 pytestmark = pytest.mark.live
 
-#: the one known shape whose walks the model (fed the program's reflection stack) mispredicts on both
-#: runtimes: inside an exception filter DoStackSnapshot reports the runtime's native dispatch code between
-#: the filter funclet and its method's own frame (one FunctionID 0 callback), which StackTrace does not show
+#: the exception-filter leaf: inside a filter DoStackSnapshot reports the runtime's native dispatch code
+#: between the filter funclet and its method's own frame (one FunctionID 0 callback), which StackTrace does
+#: not show; the program declares the funclet (``dispatched``), so the model expects that unmanaged run
 FILTER_LEAF = StackProgram(now_leaf="filter")
 
 
@@ -43,16 +43,8 @@ def test_ci_profile_runs_every_known_shape_on_every_runtime(runtimes: list[Runti
     )
     # no run crashed, hung or failed and no judge lacked an input: the generator's programs are sound
     assert not [k.finding.message for k in report.findings if k.finding.status == "error"]
-    # what the profile finds today is the filter-leaf shape, on both runtimes; anything else is news
-    assert {k.program for k in report.findings} <= {FILTER_LEAF}, [
-        k.program.describe() for k in report.findings
-    ]
-    for kept in report.findings:
-        assert kept.folder is not None
-        document = json.loads((kept.folder / FINDING_FILE).read_text())
-        assert kept.finding.clause in {f["clause"] for f in document["findings"]}
-        assert (kept.folder / "app.cs").read_text().startswith("// fuzz-runtime stack program")
-        assert (kept.folder / "plan.json").is_file()
+    # each known shape conforms on both runtimes (or diverges as the expectation files say): findings are news
+    assert not report.findings, [(k.program.describe(), k.finding.message) for k in report.findings]
 
 
 def _collapse_self_calls(real: object) -> object:
@@ -73,6 +65,25 @@ def _collapse_self_calls(real: object) -> object:
         return real(inp.model_copy(update={"thread": thread}))  # type: ignore[operator,no-any-return]
 
     return planted
+
+
+def test_a_finding_is_kept_as_a_ready_scenario_folder(
+    runtimes: list[Runtime], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the planted rule a two-frame recursion diverges; it becomes app.cs, plan.json, finding.json."""
+    monkeypatch.setattr(stack_adapter, "snapshot", _collapse_self_calls(model_snapshot))
+    differential = Differential([runtimes[-1]], work_dir=tmp_path / "work")
+    program = StackProgram(now_chain=(Step("recursion", 2),))
+    findings = differential.run(program).findings
+    assert findings, "the planted rule did not make the recursion program diverge"
+    kept = keep(findings, program, "known", differential, tmp_path / "out")
+    folder = kept[0].folder
+    assert folder is not None and all(k.folder == folder for k in kept)
+    document = json.loads((folder / FINDING_FILE).read_text())
+    assert {k.finding.clause for k in kept} == {f["clause"] for f in document["findings"]}
+    assert program_from_dict(document["program_spec"]) == program  # the finding names its program
+    assert (folder / "app.cs").read_text().startswith("// fuzz-runtime stack program")
+    assert json.loads((folder / "plan.json").read_text())["experiments"]
 
 
 @pytest.mark.long  # minutes of live runs and shrinking: the nightly profile
