@@ -168,9 +168,13 @@ Json hook_json(const void* fn) {
 
 // --- hooks ----------------------------------------------------------------------------------------------
 
-std::atomic<std::int64_t> g_hook_counts[6];
-const char* const kHookNames[6] = {"FunctionEnter2", "FunctionLeave2", "FunctionTailcall2",
-                                   "FunctionEnter3WithInfo", "FunctionLeave3WithInfo", "FunctionTailcall3WithInfo"};
+constexpr int kHookKinds = 9;
+std::atomic<std::int64_t> g_hook_counts[kHookKinds];
+const char* const kHookNames[kHookKinds] = {
+    "FunctionEnter2",         "FunctionLeave2",         "FunctionTailcall2",
+    "FunctionEnter3WithInfo", "FunctionLeave3WithInfo", "FunctionTailcall3WithInfo",
+    "FunctionEnter3",         "FunctionLeave3",         "FunctionTailcall3"};
+constexpr int kFirstFastHook = 6;  // FunctionEnter3: the hooks hooks3.cpp's trampolines wrap, in its order
 
 class HookScope {
  public:
@@ -226,6 +230,27 @@ void tail3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_tail3i(id, elt);
 }
+
+}  // namespace
+}  // namespace profharness::proxy
+
+// Called by hooks3.cpp's trampolines, every volatile register saved: open and close the fast-path hook's
+// frame (the same lazy frame a wrapped FunctionEnter2 has).
+extern "C" void profharness_proxy_hook3_begin(int kind, std::uintptr_t id) {
+    using namespace profharness::proxy;
+    int k = kFirstFastHook + kind;
+    g_hook_counts[k].fetch_add(1, std::memory_order_relaxed);
+    ThreadState& t = me();
+    Frame* f = push_frame(t, kHookNames[k], -1, true);
+    store_arg(f, "functionIDOrClientID", static_cast<profharness::UINT_PTR>(id));
+}
+
+extern "C" void profharness_proxy_hook3_end() {
+    profharness::proxy::pop_frame(profharness::proxy::me(), profharness::S_OK, false);
+}
+
+namespace profharness::proxy {
+namespace {
 
 UINT_PTR mapper_wrap(FunctionID f, BOOL* hook) {
     ThreadState& t = me();
@@ -433,14 +458,24 @@ class InfoWrapper final : public InfoRecorderBase {
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3(FunctionEnter3* e, FunctionLeave3* l,
                                                           FunctionTailcall3* t) override {
-        // The fast-path hooks are called straight from JIT code and must keep every register: they are
-        // recorded and handed over unwrapped.
+        // The fast-path hooks are called straight from JIT code and must keep every register: the runtime
+        // gets hooks3.cpp's register-preserving trampolines around them (x64; elsewhere the hooks unwrapped).
         InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3), false);
         s.args().set("pFuncEnter3", hook_json(reinterpret_cast<void*>(e)))
             .set("pFuncLeave3", hook_json(reinterpret_cast<void*>(l)))
-            .set("pFuncTailcall3", hook_json(reinterpret_cast<void*>(t)));
+            .set("pFuncTailcall3", hook_json(reinterpret_cast<void*>(t)))
+            .set("wrapped", kFastHookTrampolines);
         s.begin();
         if (!real_[3]) return s.finish(E_NOINTERFACE);
+        if constexpr (kFastHookTrampolines) {
+            profharness_proxy_hook3_target[0] = reinterpret_cast<void*>(e);
+            profharness_proxy_hook3_target[1] = reinterpret_cast<void*>(l);
+            profharness_proxy_hook3_target[2] = reinterpret_cast<void*>(t);
+            return s.finish(static_cast<ICorProfilerInfo3*>(real_[3])->SetEnterLeaveFunctionHooks3(
+                e ? reinterpret_cast<FunctionEnter3*>(&profharness_proxy_enter3_tramp) : nullptr,
+                l ? reinterpret_cast<FunctionLeave3*>(&profharness_proxy_leave3_tramp) : nullptr,
+                t ? reinterpret_cast<FunctionTailcall3*>(&profharness_proxy_tail3_tramp) : nullptr));
+        }
         return s.finish(static_cast<ICorProfilerInfo3*>(real_[3])->SetEnterLeaveFunctionHooks3(e, l, t));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3WithInfo(FunctionEnter3WithInfo* e, FunctionLeave3WithInfo* l,
@@ -817,7 +852,7 @@ class ProxyCallback final : public CallbackForwarderBase {
 
     Json hook_counts() {
         Json h = Json::object();
-        for (int k = 0; k < 6; ++k)
+        for (int k = 0; k < kHookKinds; ++k)
             if (std::int64_t n = g_hook_counts[k].load()) h.set(kHookNames[k], Json(n));
         return h;
     }

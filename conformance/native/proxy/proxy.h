@@ -20,7 +20,25 @@
 #include "profharness/trace.h"
 #include "profharness/types.h"
 
+// hooks3.cpp: the trampolines the runtime is given in place of the profiler's fast-path hooks (x64), the
+// hooks they call (index: 0 enter, 1 leave, 2 tailcall), and the two functions they call around each
+// (objects.cpp), which open and close the hook's frame on the calling thread.
+extern "C" {
+extern void* profharness_proxy_hook3_target[3];
+void profharness_proxy_enter3_tramp();
+void profharness_proxy_leave3_tramp();
+void profharness_proxy_tail3_tramp();
+void profharness_proxy_hook3_begin(int kind, std::uintptr_t id);
+void profharness_proxy_hook3_end();
+}
+
 namespace profharness {
+
+#if defined(__x86_64__)
+inline constexpr bool kFastHookTrampolines = true;
+#else
+inline constexpr bool kFastHookTrampolines = false;
+#endif
 
 // ICorProfilerInfo12..14 structs the probe never needs (interfaces.txt names them by elaborated type).
 struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG {
