@@ -3,20 +3,29 @@
 :func:`thread_reports` reads, for each thread of the process: its name, scheduler state and wait channel from
 ``/proc/PID/task/TID``; its native stack from gdb in batch mode (``thread apply all bt``) when gdb is
 installed and may attach (bounded by a timeout; without it the stacks are empty and the report says why);
-and from the trace the callback it was last in (still open, or the last it returned from).
+from the trace the callback it was last in (still open, or the last it returned from) and the profiler API
+call still open on it; and how long it had existed when the report was taken (the kernel's start time, read
+before gdb attaches: for the process's first thread that is how long after its start the watchdog fired).
+
+Records written in two phases (``"phase": "enter"`` before, ``"return"`` after: the recording proxy's
+callbacks and calls, the probe's planted hangs in experiments_faults.cpp) say what is still open; a
+one-phase record is something the thread has returned from.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from conformance.core.trace import CallbackRecord, read_trace
+from conformance.core.trace import CallbackRecord, CallRecord, read_trace
 
 __all__ = ["GDB_TIMEOUT_S", "ThreadReport", "gdb_stacks", "thread_reports"]
 
@@ -39,6 +48,10 @@ class ThreadReport(BaseModel):
     #: the callback still open on this thread when it hung, else the last one it returned from (trace)
     open_callback: str | None = None
     last_callback: str | None = None
+    #: the profiler API call (ICorProfilerInfo*) still open on this thread when it hung (two-phase records)
+    open_call: str | None = None
+    #: seconds the thread had existed when the report was taken (before gdb attached); None if unreadable
+    age_s: float | None = None
     #: native frames, innermost first, as gdb prints them ("0x... in func () from lib")
     frames: tuple[str, ...] = ()
 
@@ -80,47 +93,82 @@ def gdb_stacks(pid: int, timeout_s: float = GDB_TIMEOUT_S) -> tuple[dict[int, tu
     return {tid: tuple(frames) for tid, frames in stacks.items()}, None
 
 
-def _callbacks_by_thread(trace_path: Path | None) -> tuple[Mapping[int, str], Mapping[int, str]]:
-    """(os_tid -> innermost callback still open, os_tid -> last callback returned from) from the trace."""
+@dataclass
+class _Opened:
+    """By os_tid: the callbacks and calls still open (innermost last); the last callback returned from."""
+
+    callbacks: dict[int, list[str]] = field(default_factory=dict)
+    calls: dict[int, list[str]] = field(default_factory=dict)
+    last: dict[int, str] = field(default_factory=dict)
+
+
+def _innermost(stacks: Mapping[int, list[str]], tid: int) -> str | None:
+    stack = stacks.get(tid)
+    return stack[-1] if stack else None
+
+
+def _track(stacks: dict[int, list[str]], tid: int, name: str, phase: object) -> bool:
+    """Applies one record's phase to ``stacks``; True when it is something the thread has returned from."""
+    stack = stacks.setdefault(tid, [])
+    if phase == "enter":
+        stack.append(name)
+        return False
+    if phase == "return" and stack and stack[-1] == name:
+        stack.pop()
+    return True
+
+
+def _opened(trace_path: Path | None) -> _Opened:
+    """What each thread had open and last returned from, by os_tid, from the trace."""
+    opened = _Opened()
     if trace_path is None or not trace_path.is_file():
-        return {}, {}
-    open_: dict[int, list[str]] = {}
-    last: dict[int, str] = {}
-    for rec in read_trace(trace_path).of_kind(CallbackRecord):
-        stack = open_.setdefault(rec.os_tid, [])
-        phase = (rec.model_extra or {}).get("phase")
-        if phase == "return":
-            if stack and stack[-1] == rec.name:
-                stack.pop()
-            last[rec.os_tid] = rec.name
-        elif phase == "enter":
-            stack.append(rec.name)
-        else:
-            last[rec.os_tid] = rec.name
-    return {tid: s[-1] for tid, s in open_.items() if s}, last
+        return opened
+    for rec in read_trace(trace_path).records:
+        if isinstance(rec, CallbackRecord):
+            if _track(opened.callbacks, rec.os_tid, rec.name, (rec.model_extra or {}).get("phase")):
+                opened.last[rec.os_tid] = rec.name
+        elif isinstance(rec, CallRecord):
+            _track(opened.calls, rec.os_tid, rec.name, (rec.model_extra or {}).get("phase"))
+    return opened
+
+
+def _age_s(stat: str, now_boot_s: float) -> float | None:
+    """Seconds since the thread started, from its /proc stat line (starttime, field 22, in clock ticks)."""
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        start_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return None
+    return round(now_boot_s - start_s, 3)
 
 
 def thread_reports(
     pid: int, trace_path: Path | None = None, *, gdb_timeout_s: float = GDB_TIMEOUT_S
 ) -> tuple[tuple[ThreadReport, ...], str | None]:
     """Every thread of ``pid`` (see the module docstring), by thread id; and why stacks are missing, if so."""
+    # the clock /proc start times count from (boot, in clock ticks), read before anything slow
+    now_boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
     task_dir = Path(f"/proc/{pid}/task")
     try:
         tids = sorted(int(p.name) for p in task_dir.iterdir() if p.name.isdigit())
     except OSError:
         return (), f"process {pid} is gone"
+    # /proc and the trace first (as they were when the watchdog fired), then gdb (seconds)
+    stats = {tid: _read(task_dir / str(tid) / "stat") for tid in tids}
+    opened = _opened(trace_path)
     stacks, why = gdb_stacks(pid, gdb_timeout_s)
-    open_cb, last_cb = _callbacks_by_thread(trace_path)
     reports = []
     for tid in tids:
         base = task_dir / str(tid)
-        stat = _read(base / "stat")
+        stat = stats[tid]
         # the state letter follows the command name, which is in parentheses and may hold spaces
         state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
         reports.append(
             ThreadReport(
                 os_tid=tid, name=_read(base / "comm"), state=state, wchan=_read(base / "wchan") or "0",
-                open_callback=open_cb.get(tid), last_callback=last_cb.get(tid), frames=stacks.get(tid, ()),
+                open_callback=_innermost(opened.callbacks, tid), last_callback=opened.last.get(tid),
+                open_call=_innermost(opened.calls, tid), age_s=_age_s(stat, now_boot_s),
+                frames=stacks.get(tid, ()),
             )
         )  # fmt: skip
     return tuple(reports), why

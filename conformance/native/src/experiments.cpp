@@ -81,7 +81,7 @@ const ExperimentTable kCoreExperiments{kExperiments, sizeof kExperiments / sizeo
 const ExperimentEntry* find_experiment(const std::string& name) {
     static const ExperimentTable* const tables[] = {&kCoreExperiments,   &kStackExperiments, &kAsyncExperiments,
                                                     &kBufferExperiments, &kGcExperiments,    &kHookExperiments,
-                                                    &kCaptureExperiments};
+                                                    &kCaptureExperiments, &kFaultExperiments};
     for (const ExperimentTable* table : tables)
         for (std::size_t i = 0; i < table->count; ++i)
             if (name == table->rows[i].name) return &table->rows[i];

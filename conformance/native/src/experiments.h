@@ -42,6 +42,7 @@ extern const ExperimentTable kBufferExperiments;  // experiments_buffers.cpp: ca
 extern const ExperimentTable kGcExperiments;      // experiments_gc.cpp: MovedReferences2 checks
 extern const ExperimentTable kHookExperiments;    // experiments_hooks.cpp: FunctionEnter2 hooks
 extern const ExperimentTable kCaptureExperiments; // experiments_capture.cpp: sampling captures (emu)
+extern const ExperimentTable kFaultExperiments;   // experiments_faults.cpp: planted hangs (tests/robustness)
 
 // The capture side's JIT map notes every FunctionID whose ReadyToRun code the runtime chose
 // (JITCachedFunctionSearchFinished, COR_PRF_CACHED_FUNCTION_FOUND); experiments_capture.cpp.
