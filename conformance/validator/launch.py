@@ -29,7 +29,7 @@ from conformance.validator.build import build_proxy
 #: Seconds a callback may stay open before the proxy reports a hang (and ends the process).
 DEFAULT_HANG_S = 10.0
 #: Seconds the harness's own watchdog allows beyond the proxy's hang limit.
-WATCHDOG_MARGIN_S = 30.0
+WATCHDOG_MARGIN_S = 10.0
 _CLSID = re.compile(
     r"^\{?([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})\}?$"
 )

@@ -29,6 +29,7 @@ from clr_model.events import InfoCall, ProfilerCallback, begins, int_arg
 from clr_model.hresults import hresult_failed
 from clr_model.moved_refs import check_gc_events
 from conformance.core.errors import HarnessError
+from conformance.core.hangs import ThreadReport
 from conformance.core.paths import NATIVE_DIR
 from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.trace import CallbackRecord, CallRecord, MarkRecord, ProbeErrorRecord
@@ -516,6 +517,13 @@ def _stack_text(frames: object, limit: int = 6) -> str:
     return " < ".join(parts)
 
 
+def _thread_line(t: ThreadReport) -> str:
+    """One thread of a watchdog report: ``tid name: callback in call (three innermost native frames)``."""
+    where = t.open_callback or t.last_callback or "-"
+    call = f" in {t.open_call}" if t.open_call else ""
+    return f"{t.os_tid} {t.name}: {where}{call} ({' < '.join(t.frames[:3]) or 'no stack'})"
+
+
 @rule
 def crashes_and_hangs(c: _Ctx) -> Iterator[Finding]:
     crash, hang = _note(c, "proxy.crash"), _note(c, "proxy.hang")
@@ -562,14 +570,26 @@ def crashes_and_hangs(c: _Ctx) -> Iterator[Finding]:
         )
     if crash is None and hang is None and c.run.outcome is not RunOutcome.OK:
         open_cbs = _open_callbacks(c.rec)
-        clause = "VAL-HANG" if c.run.outcome is RunOutcome.HUNG else "VAL-CRASH"
+        hung = c.run.outcome is RunOutcome.HUNG
         detail = "; ".join(f"thread {t}: {' > '.join(s)}" for t, s in open_cbs.items()) or "no callback open"
+        thread, callback = next(iter(open_cbs), None), next(iter(open_cbs.values()))[-1] if open_cbs else None
+        threads = ""
+        if hung:
+            # the harness's watchdog fired, not the proxy's (nothing the proxy tracks stayed open, e.g. a
+            # profiler thread stuck in SuspendRuntime outside any callback): its report of every thread
+            threads = "; threads: " + (
+                "; ".join(_thread_line(t) for t in c.run.threads)
+                or (c.run.threads_problem or "none reported")
+            )
+            blocked = next((t for t in c.run.threads if t.open_callback or t.open_call), None)
+            if thread is None and blocked is not None:
+                thread, callback = blocked.os_tid, blocked.open_callback
         yield c.finding(
-            clause,
-            f"the process {c.run.describe_failure().split(' on ', 1)[-1]}; open callbacks: {detail}",
+            "VAL-HANG" if hung else "VAL-CRASH",
+            f"the process {c.run.describe_failure().split(' on ', 1)[-1]}; open callbacks: {detail}{threads}",
             [],
-            thread=next(iter(open_cbs), None),
-            callback=next(iter(open_cbs.values()))[-1] if open_cbs else None,
+            thread=thread,
+            callback=callback,
         )
     for record in c.rec.trace.records:
         if isinstance(record, ProbeErrorRecord):

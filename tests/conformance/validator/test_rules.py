@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.trace import read_trace
 from conformance.validator.hooks import (
@@ -186,3 +187,27 @@ def test_FE2_08_the_checker_finds_the_clobbered_register_in_the_fixture_hook() -
     answer = run_checker(build_fixture("bad_hook"), "fixture_bad_enter2")
     assert answer.problem is None
     assert [f.clause for f in answer.faults] == ["FE2-08"] and "RBX" in answer.faults[0].line
+
+
+def test_VAL_HANG_from_the_harness_watchdog_carries_every_thread_it_reported(tmp_path: Path) -> None:
+    """The proxy's own watchdog saw nothing open (a profiler thread stuck in SuspendRuntime, outside any
+    callback): the harness's watchdog report names each thread, its open call and its native stack."""
+    rec, run = _recording(
+        tmp_path, [_callback("Initialize", "enter"), _callback("Initialize", "return", S_OK)]
+    )
+    threads = (
+        ThreadReport(os_tid=MAIN, name="dotnet", state="S", wchan="futex", last_callback="Initialize",
+                     frames=("0x1 in futex_wait () from libc.so.6", "0x2 in Main ()")),
+        ThreadReport(os_tid=SAMPLER, name="sampler", state="S", wchan="futex", open_call="SuspendRuntime",
+                     frames=("0x3 in futex_wait () from libc.so.6", "0x4 in SuspendRuntime ()")),
+    )  # fmt: skip
+    hung = run.model_copy(update={"outcome": RunOutcome.HUNG, "threads": threads})
+    (finding,) = check_recording(rec, hung)
+    assert finding.clause == "VAL-HANG" and finding.thread == SAMPLER
+    assert (
+        f"{MAIN} dotnet: Initialize (0x1 in futex_wait () from libc.so.6 < 0x2 in Main ())" in finding.message
+    )
+    assert f"{SAMPLER} sampler: - in SuspendRuntime (0x3 in futex_wait" in finding.message
+    no_report = run.model_copy(update={"outcome": RunOutcome.HUNG, "threads_problem": "gdb is not installed"})
+    (finding,) = check_recording(rec, no_report)
+    assert finding.message.endswith("; threads: gdb is not installed") and finding.thread is None
