@@ -28,7 +28,10 @@ naming the file and the offset or manifest field: sizes past the end of the file
 payloads, memory ending above ``2**64 - 4096`` (page rounding would overflow) or, in an x86 capture, above
 ``2**32`` (or module map entries, stack bounds or registers beyond 32 bits), more than
 :data:`MAX_SEGMENTS` segments, decompressed sizes above the limits (checked while decompressing, so a
-zlib bomb costs at most the declared size). Reading is linear in the file size. Writes are atomic: a
+zlib bomb costs at most the declared size), or a path that is not absolute and normal (a module, a
+ReadyToRun image or embedded CFI: the captured process's file, which a replay with disk access opens; a
+relative path would be read from wherever the replay runs, a ``..`` part names one file as another).
+Reading is linear in the file size. Writes are atomic: a
 temporary name in the same folder, fsync, then rename.
 """
 
@@ -46,7 +49,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from clr_model.context import X86_CONTEXT, ContextError, ContextLayout, runtime_context_layout
 from emu.errors import CaptureFormatError
@@ -289,11 +301,43 @@ class StackInfo(BaseModel):
 
 
 def names_a_file(path: str | None) -> bool:
-    """Whether a /proc/PID/maps path names a file a replay could read: not anonymous memory, not a pseudo
-    name ("[stack]", "[vdso]"), and not a memfd ("/memfd:doublemapper (deleted)": .NET 8 maps its JIT code,
-    stubs and write-barrier copy through one; no path holds those bytes, so they count as anonymous
-    executable memory, carried by the capture's code segments)."""
-    return bool(path) and not str(path).startswith(("[", "/memfd:"))
+    """Whether a /proc/PID/maps path names a file a replay could read: an absolute path (so not anonymous
+    memory, not a pseudo name such as "[stack]", "[vdso]" or "anon_inode:[perf_event]"), and not a memfd
+    ("/memfd:doublemapper (deleted)": .NET 8 maps its JIT code, stubs and write-barrier copy through one;
+    no path holds those bytes, so they count as anonymous executable memory, carried by the capture's code
+    segments)."""
+    return bool(path) and str(path).startswith("/") and not str(path).startswith("/memfd:")
+
+
+def _contained_path(value: str) -> str:
+    """A path a capture names (issue 13, containment): the kernel's name of a mapping in the captured
+    process, which a replay with disk access opens. It is absolute and normal, as /proc/PID/maps spells
+    paths: a relative one would be read from wherever the replay runs, and a ``..`` or ``.`` part, an
+    empty part or a control character would make a path that names one file spelled as another."""
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path")
+    if any(ord(c) < 0x20 or c == "\x7f" for c in value):
+        raise ValueError(f"{value!r} holds a control character")
+    parts = value.split("/")[1:]
+    if any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"{value!r} is not a normal path (an empty, '.' or '..' part)")
+    return value
+
+
+def _mapping_name(value: str) -> str:
+    """A /proc/PID/maps name: a file's path (see :func:`_contained_path`) or a pseudo name ("[stack]",
+    "[anon:...]", "anon_inode:[perf_event]")."""
+    if value.startswith("[") or value.startswith("anon_inode:"):
+        if any(ord(c) < 0x20 or c == "\x7f" for c in value):
+            raise ValueError(f"{value!r} holds a control character")
+        return value
+    return _contained_path(value)
+
+
+#: the path of a file in the captured process (modules, ReadyToRun images, embedded CFI)
+FilePath = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_contained_path)]
+#: what /proc/PID/maps names a mapping: a file's path or a pseudo name
+MappingName = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_mapping_name)]
 
 
 class ModuleEntry(BaseModel):
@@ -305,7 +349,7 @@ class ModuleEntry(BaseModel):
     offset: U64 = 0
     perms: Annotated[str, Field(pattern=r"^[r-][w-][x-][ps]$")]
     #: the file (or a pseudo name such as "[stack]"); None for anonymous memory
-    path: Annotated[str, Field(max_length=4096)] | None = None
+    path: MappingName | None = None
     #: hex GNU build-id of the file
     build_id: Annotated[str, Field(pattern=r"^[0-9a-f]{2,128}$")] | None = None
     #: executable memory no file holds (stubs, the write-barrier copy, JIT code)
@@ -350,7 +394,7 @@ class JitMethod(BaseModel):
 
 class ReadyToRunModule(BaseModel):
     model_config = _FROZEN
-    path: Annotated[str, Field(max_length=4096)]
+    path: FilePath
     start: U64
     end: U64
 
@@ -422,7 +466,7 @@ class EmbeddedCfi(BaseModel):
     """A module's ``.eh_frame`` (and ``.eh_frame_hdr``) carried in the capture, so no file is needed."""
 
     model_config = _FROZEN
-    path: Annotated[str, Field(max_length=4096)]
+    path: FilePath
     build_id: Annotated[str, Field(pattern=r"^[0-9a-f]{2,128}$")] | None = None
     #: runtime address = link-time address + load_bias
     load_bias: U64

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -30,6 +32,41 @@ def runs_dir() -> Path:
     """Where run folders (app copy, probe copy, trace, stdout/stderr) are kept: ``$PROFHARNESS_RUNS``."""
     explicit = os.environ.get("PROFHARNESS_RUNS")
     return Path(explicit) if explicit else cache_dir() / "runs"
+
+
+#: the lock file of one cache area (``cache_dir()/probe``, ``.../scenarios``, ``.../runtimes``)
+LOCK_NAME = ".lock"
+
+
+@contextmanager
+def area_lock(area: Path) -> Iterator[None]:
+    """Hold the exclusive lock of one cache area (``fcntl.flock`` on ``area/.lock``) for the block: the
+    processes and threads that build into the area take turns, so that one entry is built once, however
+    many pytest workers or ``profharness`` commands ask for it at the same time. The lock goes with its
+    holder when that dies, so a killed build never blocks the next."""
+    area.mkdir(parents=True, exist_ok=True)
+    fd = os.open(area / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def clear_staging(area: Path, prefix: str) -> int:
+    """Remove the staging folders ``prefix*`` that builds killed before their end left in ``area`` (call it
+    holding :func:`area_lock`: then no live build owns one). Returns how many were removed."""
+    removed = 0
+    for leftover in area.glob(f"{glob_escape(prefix)}*"):
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with the glob metacharacters quoted."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 @contextmanager
@@ -68,10 +105,12 @@ def seal(path: Path) -> None:
     path.with_name(path.name + SEAL_SUFFIX).write_text(file_sha256(path) + "\n")
 
 
-def sealed_entry(final: Path, file_name: str) -> Path | None:
+def sealed_entry(final: Path, file_name: str, *, repair: bool = True) -> Path | None:
     """``final/file_name`` when the cache entry holds it with the content it was sealed with; None when the
     entry is absent. An entry whose file is missing, unsealed or changed on disk (a bad disk, a killed copy,
-    a hand edit) is moved aside (``.<key>.corrupt-*``, left for inspection) so that it is built again."""
+    a hand edit) is moved aside (``.<key>.corrupt-*``, left for inspection) so that it is built again;
+    with ``repair=False`` it is only not returned (a check made without the area's lock, which must not
+    move an entry another process may be replacing)."""
     path = final / file_name
     if not final.exists():
         return None
@@ -82,9 +121,12 @@ def sealed_entry(final: Path, file_name: str) -> Path | None:
         ok = False
     if ok:
         return path
+    if not repair:
+        return None
     aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.corrupt-", dir=final.parent))
     try:
         os.rename(final, aside / final.name)
-    except OSError:
-        pass  # another process moved or rebuilt it first
+    except OSError:  # another process moved or rebuilt it first: leave no empty folder behind
+        with contextlib.suppress(OSError):
+            aside.rmdir()
     return None

@@ -13,6 +13,11 @@ into the numbers the probe reads (the probe itself reads only numbers). Each nam
 Integers pass unchanged (a plan may still ask for bits no name covers, e.g. an undefined infoFlags bit), so
 resolving is idempotent. An unknown name, or a value of the wrong type, is a :class:`HarnessError` naming the
 plan, the key path, the name and the table the names come from.
+
+Containment (issue 13): a plan holds no paths. The probe writes only the trace the harness names in
+``PROFHARNESS_TRACE`` (inside the run's folder), and no plan value is a file the probe or the harness opens,
+so a string that spells a path out of the run's folder (absolute, ``~``, or with a ``..`` part) is refused
+wherever it is, with its key path: it can only be a mistake or a plan meant for another harness.
 """
 
 from __future__ import annotations
@@ -101,6 +106,33 @@ def resolve_value(vocab: Vocabulary, value: Any, where: str = "plan", path: str 
     raise _fail(where, path, f"{value!r} must be {shape} ({vocab.source})")
 
 
+def _looks_like_a_path_out(text: str) -> bool:
+    """An absolute path, a home-relative one, or one with a ``..`` part (``a/../b``, ``..``)."""
+    return text.startswith(("/", "~")) or ".." in text.replace("\\", "/").split("/")
+
+
+def refuse_paths(node: Any, where: str, path: str = "") -> None:
+    """Raise a one-line :class:`HarnessError` at the first string (key or value) of ``node`` that spells a
+    path out of the run's folder (see the module docstring)."""
+    if isinstance(node, str):
+        if _looks_like_a_path_out(node):
+            raise _fail(
+                where,
+                path or "plan",
+                f"{node[:80]!r} is a path out of the run's folder; a plan holds no paths "
+                "(the probe writes only the trace the harness names)",
+            )
+    elif isinstance(node, Mapping):
+        for key, value in node.items():
+            label = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and _looks_like_a_path_out(key):
+                raise _fail(where, label, "the key is a path out of the run's folder; a plan holds no paths")
+            refuse_paths(value, where, label)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            refuse_paths(item, where, f"{path}[{i}]")
+
+
 def resolve_plan(plan: Mapping[str, Any], where: str = "plan") -> dict[str, Any]:
     """The plan with every symbolic name replaced by its value (a copy; the input is not changed).
 
@@ -110,6 +142,7 @@ def resolve_plan(plan: Mapping[str, Any], where: str = "plan") -> dict[str, Any]
     """
     if not isinstance(plan, Mapping):
         raise HarnessError(f"{where}: a plan must be a JSON object, not {type(plan).__name__}")
+    refuse_paths(plan, where)
     out: dict[str, Any] = copy.deepcopy(dict(plan))
     for key, vocab in SYMBOLIC_KEYS.items():
         if key in out:

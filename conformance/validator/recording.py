@@ -87,7 +87,16 @@ def _int(value: object) -> int | None:
 
 
 def read_recording(trace: Trace) -> Recording:
-    """The events of a proxy trace (see the module's docstring)."""
+    """The events of a proxy trace (see the module's docstring).
+
+    A trace with a malformed record (:attr:`Trace.problem`: a complete line that is not a record, not a
+    torn tail) is refused with that line's ``file:line: what``: the rules would judge only the records
+    before it, and say nothing of the rest (issue 13)."""
+    if trace.problem is not None:
+        raise HarnessError(
+            f"{trace.problem}; the recording is damaged there, and a verdict on the "
+            f"{len(trace.records)} record(s) before it would not cover the run"
+        )
     os_of: dict[int, int] = {}
     managed: set[int] = set()
     for record in trace.records:

@@ -18,14 +18,22 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.scenarios import _read_plan
 from conformance.core.trace import read_trace
+from conformance.fuzz.machine import load_reproducer
 from conformance.suite.expectations import load_file
+from conformance.validator.recording import read_recording
+from conformance.validator.rules import check_recording
 from emu.capture import read_capture
 from emu.replay import replay
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
+#: real files of the kinds tests/data has no sample of: a recording proxy's trace (``profharness validate``
+#: of the project's probe, validate-basic on 8.0.4) and a fuzz reproducer (``profharness fuzz`` of the
+#: no_retry fixture profiler, seed 3: BUF-08)
+SAMPLES = Path(__file__).resolve().parent / "samples"
 
 
 def _trace(path: Path) -> object:
@@ -46,6 +54,19 @@ def _expectations(path: Path) -> object:
 
 def _plan(path: Path) -> object:
     return _read_plan(path)
+
+
+def _reproducer(path: Path) -> object:
+    return load_reproducer(path)
+
+
+def _recording(path: Path) -> object:
+    """What ``profharness validate`` does with a proxy trace: read it (tolerantly), turn it into a
+    :class:`Recording`, and run every rule over it."""
+    recording = read_recording(read_trace(path))
+    run = RunResult(scenario="validate-basic", runtime="8.0.4", runtime_source="sample",
+                    outcome=RunOutcome.OK, seconds=0.0, run_dir=path.parent, trace_path=path)  # fmt: skip
+    return check_recording(recording, run)
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,18 @@ READERS: tuple[Reader, ...] = (
         ROOT / "conformance" / "scenarios" / "stack-walks" / "plan.json",
         _plan,
         re.compile(r"^:\d+(:\d+)?: |^: \S+"),
+    ),
+    Reader(
+        "reproducer",
+        SAMPLES / "buf08-no-retry.reproducer.json",
+        _reproducer,
+        re.compile(r"^:\d+(:\d+)?: |^: (format|profiler|clsid|commands(\[\d+\])?|env(\[.*\])?): "),
+    ),
+    Reader(
+        "recording",
+        SAMPLES / "validate-basic-8.0.4.proxy.jsonl",
+        _recording,
+        re.compile(r"^:\d+: |^: seq \d+: "),
     ),
 )
 

@@ -108,7 +108,7 @@ def _json_documents(reader: Reader) -> st.SearchStrategy[bytes]:
     """Structure-aware inputs: the sample with one JSON value replaced (one record of a trace; the whole
     plan; a capture's manifest, re-framed with its own length and checksum so the reader gets past them)."""
     raw = reader.sample.read_bytes()
-    if reader.name == "trace":
+    if reader.name in ("trace", "recording"):
         lines = raw.splitlines(keepends=True)
 
         @st.composite
@@ -118,7 +118,7 @@ def _json_documents(reader: Reader) -> st.SearchStrategy[bytes]:
             return b"".join([*lines[:k], json.dumps(doc).encode() + b"\n", *lines[k + 1 :]])
 
         return one_record()
-    if reader.name == "plan":
+    if reader.name in ("plan", "reproducer"):
         return json_replaced(json.loads(raw)).map(lambda d: json.dumps(d, indent=1).encode())
     if reader.name == "capture":
         header = struct.Struct("<8sIII")

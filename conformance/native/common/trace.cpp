@@ -28,9 +28,33 @@ void parse_fault(const char* text, std::int64_t& record, int& sig) {
     sig = s;
 }
 
+// PROFHARNESS_TRACE_MAX_BYTES: unset or empty -> the default; a positive decimal -> it; else false.
+bool parse_max_bytes(const char* text, std::uint64_t& out) {
+    out = TraceWriter::kDefaultMaxBytes;
+    if (text == nullptr || *text == '\0') return true;
+    std::uint64_t value = 0;
+    for (const char* c = text; *c; ++c) {
+        if (*c < '0' || *c > '9') return false;
+        const std::uint64_t digit = static_cast<std::uint64_t>(*c - '0');
+        if (value > (UINT64_MAX - digit) / 10) return false;
+        value = value * 10 + digit;
+    }
+    if (value == 0) return false;
+    out = value;
+    return true;
+}
+
 }  // namespace
 
 bool TraceWriter::open(const char* path, std::string& error) {
+    const char* max_text = std::getenv("PROFHARNESS_TRACE_MAX_BYTES");
+    if (!parse_max_bytes(max_text, max_bytes_)) {
+        error = std::string("PROFHARNESS_TRACE_MAX_BYTES=") + max_text + " is not a positive byte count";
+        return false;
+    }
+    path_ = path;
+    bytes_ = 0;
+    capped_.store(false);
     fd_ = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (fd_ < 0) {
         error = std::string("cannot create trace ") + path + ": " + std::strerror(errno);
@@ -40,15 +64,9 @@ bool TraceWriter::open(const char* path, std::string& error) {
     return true;
 }
 
-void TraceWriter::write(const char* kind, const Json& fields) {
-    if (fd_ < 0) return;
-    const long os_tid = static_cast<long>(::syscall(SYS_gettid));
-    Json tid = managed_thread_ ? managed_thread_() : Json();
-    std::string tail;
-    fields.dump(tail);  // "{...}"
+std::string TraceWriter::line(const char* kind, const std::string& tail, long os_tid, const Json& tid) const {
     std::string head;
     head.reserve(tail.size() + 96);
-    std::lock_guard<std::mutex> lock(mu_);
     head += "{\"seq\":";
     head += std::to_string(next_seq_);
     head += ",\"kind\":";
@@ -64,10 +82,54 @@ void TraceWriter::write(const char* kind, const Json& fields) {
         head.push_back('}');
     }
     head.push_back('\n');
-    const char* p = head.data();
-    std::size_t left = head.size();
+    return head;
+}
+
+bool TraceWriter::write_all(const char* p, std::size_t left) {
+    while (left > 0) {
+        const ssize_t n = ::write(fd_, p, left);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        p += n;
+        left -= static_cast<std::size_t>(n);
+        bytes_ += static_cast<std::uint64_t>(n);
+    }
+    return true;
+}
+
+void TraceWriter::write(const char* kind, const Json& fields) {
+    if (fd_ < 0 || capped_.load(std::memory_order_relaxed)) return;
+    const long os_tid = static_cast<long>(::syscall(SYS_gettid));
+    Json tid = managed_thread_ ? managed_thread_() : Json();
+    std::string tail;
+    fields.dump(tail);  // "{...}", outside the lock
+    std::lock_guard<std::mutex> lock(mu_);
+    if (capped_.load(std::memory_order_relaxed)) return;
+    const std::string head = line(kind, tail, os_tid, tid);
+    if (bytes_ + head.size() > max_bytes_) {
+        // The size cap: one notice in place of this record, then nothing more.
+        Json notice = Json::object();
+        notice.set("what", "trace size cap reached: " + path_ + " stops at " + std::to_string(bytes_) +
+                               " bytes, the cap is " + std::to_string(max_bytes_) +
+                               " (PROFHARNESS_TRACE_MAX_BYTES); later records are not written");
+        notice.set("where", "trace");
+        notice.set("cap", Json(max_bytes_));
+        notice.set("bytes", Json(bytes_));
+        std::string notice_text;
+        notice.dump(notice_text);
+        const std::string text = line("probe_error", notice_text, os_tid, tid);
+        capped_.store(true);
+        if (write_all(text.data(), text.size())) {
+            ++next_seq_;
+            written_.fetch_add(1);
+        }
+        return;
+    }
     if (next_seq_ == fault_record_) {
-        left /= 2;  // die in the middle of this record (PROFHARNESS_FAULT)
+        const char* p = head.data();
+        std::size_t left = head.size() / 2;  // die in the middle of this record (PROFHARNESS_FAULT)
         while (left > 0) {
             const ssize_t n = ::write(fd_, p, left);
             if (n <= 0) break;
@@ -78,15 +140,7 @@ void TraceWriter::write(const char* kind, const Json& fields) {
         ::raise(fault_signal_);
         ::_exit(128 + fault_signal_);
     }
-    while (left > 0) {
-        ssize_t n = ::write(fd_, p, left);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return;
-        }
-        p += n;
-        left -= static_cast<std::size_t>(n);
-    }
+    if (!write_all(head.data(), head.size())) return;
     ++next_seq_;
     written_.fetch_add(1);
 }
