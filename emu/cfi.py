@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import io
+import stat
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -296,6 +297,8 @@ def read_elf(path: str) -> ElfInfo:
         st = p.stat()
     except OSError as exc:
         raise CfiError(f"{path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):  # a capture names the file: a FIFO or a device would block the read
+        raise CfiError(f"{path}: not a regular file")
     key = (str(p), st.st_size, st.st_mtime_ns)
     cached = _ELF_CACHE.get(key)
     if cached is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -91,3 +92,13 @@ def test_a_rule_needing_an_unknown_register_or_missing_memory_is_a_cfi_error() -
 def test_malformed_eh_frame_is_a_cfi_error() -> None:
     with pytest.raises(CfiError, match="malformed"):
         CfiTable(b"\x10\x00\x00\x00" + b"\xff" * 12, 0x1000).row_for(0x1000)
+
+
+def test_read_elf_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    """A capture names the module files a replay opens: a FIFO would block the read for ever."""
+    fifo = tmp_path / "libhang.so"
+    os.mkfifo(fifo)
+    with pytest.raises(CfiError, match=r"libhang.so: not a regular file$"):
+        read_elf(str(fifo))
+    with pytest.raises(CfiError, match=r"^/dev/null: not a regular file$"):
+        read_elf("/dev/null")
