@@ -168,6 +168,12 @@ class _Found(Exception):
         self.program = program
 
 
+class _OutOfTime(BaseException):
+    """Raised inside the hypothesis test when the run's time (or the shrink's) is up. Not an ``Exception``,
+    so hypothesis stops at once: returning instead would let it draw (or shrink) on through examples the test
+    no longer runs, up to ``max_examples``, for as long as that takes and with all the memory it keeps."""
+
+
 def _found(finding: RuntimeFinding, program: Program) -> None:
     """The one place the test fails: hypothesis tells failures apart by where they are raised."""
     raise _Found(finding, program)
@@ -190,7 +196,8 @@ def shrink_round(
     """One hypothesis round: the smallest program showing the first disagreement whose signature is not
     in ``known``, and the finding that shows it; None when ``max_examples`` programs (or the time) showed
     none."""
-    state: dict[str, Any] = {"target": None, "shrink_until": None}
+    #: target: the signature being shrunk; best: the smallest (finding, program) showing it so far
+    state: dict[str, Any] = {"target": None, "shrink_until": None, "best": None}
 
     def run(program: Program, runtimes: Sequence[str] | None = None) -> ProgramResult:
         fresh = not differential.cached(program, runtimes)
@@ -215,7 +222,7 @@ def shrink_round(
         target = state["target"]
         if target is None:
             if deadline is not None and time.monotonic() > deadline and not differential.cached(program):
-                return
+                raise _OutOfTime
             result = run(program)
             new = [(f, sig) for f in result.findings for sig in sorted(f.signatures()) if sig not in known]
             if new:
@@ -223,13 +230,16 @@ def shrink_round(
                 state["shrink_until"] = time.monotonic() + settings_.shrink_s
                 log(f"  found {finding.clause} on {finding.runtime} ({finding.status}: {state['target'][3]}) "
                     f"in {program.describe()}; shrinking")  # fmt: skip
+                state["best"] = (finding, program)
                 _found(finding, program)
             return
         runtime = target[1]
         if time.monotonic() > state["shrink_until"] and not differential.cached(program, [runtime]):
-            return
+            log(f"  the shrink's {settings_.shrink_s:g} s are up: keeping the smallest program so far")
+            raise _OutOfTime
         for finding in run(program, [runtime]).findings:
             if target in finding.signatures():
+                state["best"] = (finding, program)
                 _found(finding, program)
 
     if settings_.seed is not None:
@@ -238,6 +248,9 @@ def shrink_round(
         fuzz_runtime_program()
     except _Found as found:
         return found.finding, found.program
+    except _OutOfTime:
+        best: tuple[RuntimeFinding, Program] | None = state["best"]
+        return best
     except Flaky as exc:  # a program's answer changed between replays: cannot happen with the cache
         log(f"  hypothesis reports a flaky finding: {type(exc).__name__}")
         return None
