@@ -26,7 +26,7 @@ pytestmark = pytest.mark.live
 SCENARIO = "stack-basic"
 SIGNALS = {"KILL": signal.SIGKILL, "SEGV": signal.SIGSEGV, "ABRT": signal.SIGABRT}
 #: kill points per runtime and signal: CI, --long
-POINTS = (1, 40)
+POINTS = (1, 100)
 
 
 def _run(runtime: Runtime, **kwargs: object) -> RunResult:
