@@ -64,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
     profiler, clsid, fresh = args.profiler, args.clsid, args.fresh_process
     if args.probe:
         target = probe_target()
-        profiler, clsid, fresh = target.profiler, target.clsid, True
+        profiler, clsid, fresh = target.profiler, target.clsid, target.fresh or args.fresh_process
         env = {**target.env, **env}
     if profiler is None or not clsid:
         raise HarnessError("fuzz needs PROFILER.so and --clsid (or --probe, or --replay FILE)")

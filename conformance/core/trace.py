@@ -258,3 +258,29 @@ def read_trace(path: Path, *, strict: bool = False) -> Trace:
     if problem is not None and strict:
         raise HarnessError(str(problem))
     return Trace(path=path, records=records, problem=problem, torn_tail=torn)
+
+
+#: Every complete line of a trace at once: one pydantic call parses and validates them all.
+_RECORDS_ADAPTER: TypeAdapter[list[Record]] = TypeAdapter(list[Record])
+
+
+def read_trace_whole(path: Path) -> Trace:
+    """:func:`read_trace` for a trace that is expected to be good (the fake runtime's, read once per fuzz
+    example): every complete line parsed and validated by one pydantic call on the file's bytes instead of
+    ``json.loads`` and a validation per line, about three times faster. The same records, validated the
+    same way, and the same :class:`Trace`: anything irregular (a record that does not validate, a blank
+    line, a line holding no or two values, a repeated seq, bytes that are not UTF-8) is read again by
+    :func:`read_trace`, which finds and reports it as ``file:line``."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return read_trace(path)
+    lines = data.split(b"\n")
+    tail = lines.pop()  # after the last newline: empty, or the torn line of a killed writer
+    try:
+        records = _RECORDS_ADAPTER.validate_json(b"[" + b",".join(lines) + b"]")
+    except ValidationError:
+        return read_trace(path)
+    if len(records) != len(lines) or len({r.seq for r in records}) != len(records):
+        return read_trace(path)
+    return Trace.model_construct(path=path, records=records, problem=None, torn_tail=bool(tail))

@@ -1,9 +1,10 @@
 """The fake runtime process: one child reused across examples, restarted only after a crash or a hang.
 
-An example goes to its stdin as JSON lines in one write (only ``start``, ``end`` and ``sync`` are
-answered; the child carries the commands out at ``end``), so an example costs one round trip. Every wait
-is bounded by a watchdog: a profiler that hangs gets the child killed (``hung``), one that crashes leaves
-the child dead (``crashed``); either way the harness goes on with a new child.
+An example goes to its stdin as one JSON line (the array of its commands, ``start`` to ``end``) in one write
+and the child answers it (``started``, ``ended``) in one write when it has carried the commands out, so an
+example costs one round trip. Every wait is bounded by a watchdog: a profiler that hangs gets the child
+killed (``hung``), one that crashes leaves the child dead (``crashed``); either way the harness goes on
+with a new child.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ FAKERUNTIME_FILE = "profharness-fakeruntime"
 DEFAULT_HANG_S = 2.0
 #: ... and an example this much longer per command it carries (a 600-object burst is no hang).
 PER_COMMAND_S = 0.001
+#: Commands to the child's JSON (one encoder made once: ``json.dumps`` makes one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def build_fakeruntime() -> Path:
@@ -184,10 +187,11 @@ class FakeRuntime:
 
     # --- the pipe ------------------------------------------------------------------------------------
 
-    def _send_now(self, commands: Iterable[Mapping[str, Any]], deadline: float) -> None:
+    def _send_now(self, commands: Sequence[Mapping[str, Any]], deadline: float) -> None:
+        """``commands`` as one line (a JSON array: one encoding here, one parse in the child)."""
         proc = self._proc
         assert proc is not None and proc.stdin is not None
-        data = b"".join(json.dumps(c, separators=(",", ":")).encode() + b"\n" for c in commands)
+        data = _ENCODE(commands).encode() + b"\n"
         fd = proc.stdin.fileno()
         view = memoryview(data)
         while view:
@@ -234,11 +238,11 @@ class FakeRuntime:
             self.close()
         try:
             self._alive()
-            self._send_now([{"op": "start", "trace": str(trace)}, *commands, {"op": "end"}],
-                           time.monotonic() + self.hang_s + PER_COMMAND_S * len(commands))
-            started = self._read_reply(time.monotonic() + self.hang_s)
+            deadline = time.monotonic() + self.hang_s + PER_COMMAND_S * len(commands)
+            self._send_now([{"op": "start", "trace": str(trace)}, *commands, {"op": "end"}], deadline)
+            started = self._read_reply(deadline)  # the child answers the whole line at its end
             level = int(started.get("callbackLevel", 0))
-            ended = self._read_reply(time.monotonic() + self.hang_s + PER_COMMAND_S * len(commands))
+            ended = self._read_reply(deadline)
         except ChildDied as died:
             outcome, sig = self._reap()
             self.restarts += 1

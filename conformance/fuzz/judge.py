@@ -1,6 +1,7 @@
 """Judge one example: the validator's rules over its recording, and the model's own view of the heap.
 
-The recording is the fake runtime's trace, read by :func:`conformance.validator.recording.read_recording`
+The recording is the fake runtime's trace, read whole (:func:`conformance.core.trace.read_trace_whole`: the
+same records as ``read_trace``, faster), made events by :func:`conformance.validator.recording.read_recording`
 and judged by :func:`conformance.validator.rules.check_recording` unchanged (the same findings a live run
 behind the recording proxy gives). Beyond them the model knows what no live run can: which ObjectIDs were
 live objects when the profiler inspected one (the heap version in force, ``fuzz.heap`` marks). An
@@ -17,7 +18,7 @@ from typing import Any
 from clr_model.events import Mark, ObjectInspection
 from conformance.core.errors import HarnessError
 from conformance.core.runner import RunResult
-from conformance.core.trace import read_trace
+from conformance.core.trace import read_trace_whole
 from conformance.fuzz.child import ExampleOutcome
 from conformance.fuzz.world import HEAP_MARK
 from conformance.validator.recording import Recording, read_recording
@@ -102,7 +103,7 @@ def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -
 def judge(trace: Path, outcome: ExampleOutcome, commands: Sequence[Mapping[str, Any]]) -> list[Finding]:
     """Every finding of one example (the validator's rules, then the model's heap check)."""
     run = run_result(trace, outcome)
-    recording = read_recording(read_trace(trace))
+    recording = read_recording(read_trace_whole(trace))
     findings = check_recording(recording, run)
     findings += heap_findings(recording, heaps_of(commands), run)
     if outcome.errors:

@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from clr_model.moved_refs import U64_MAX, RangeTable, to_v1
 
 __all__ = ["HEAP_MARK", "ClassInfo", "FunctionInfo", "GcPlan", "ModuleInfo", "World"]
@@ -199,18 +197,17 @@ class World:
 
     # --- the heap ----------------------------------------------------------------------------------------
 
-    def _free_after(self, size: int, gap: int) -> int | None:
-        """An address for a new object of ``size``: ``gap`` after the highest object, else the first hole."""
-        if not self.heap:
+    def _free_after(self, size: int, gap: int, top_id: int | None) -> int | None:
+        """An address for a new object of ``size``: ``gap`` after the highest object (``top_id``, None for
+        an empty heap), else the first hole."""
+        if top_id is None:
             at = 0x10000 + gap
             return at if at + size <= U64_MAX else 0x10000
-        ordered = sorted(self.heap.items())
-        top_id, (_, top_size) = ordered[-1]
-        at = top_id + top_size + gap
+        at = top_id + self.heap[top_id][1] + gap
         if at + size <= U64_MAX:
             return at
         prev_end = 0x10000
-        for oid, (_, osize) in ordered:
+        for oid, (_, osize) in sorted(self.heap.items()):
             if oid - prev_end >= size:
                 return prev_end
             prev_end = oid + osize
@@ -223,12 +220,15 @@ class World:
     def allocate(self, tid: int, cls: int, sizes: list[int], gaps: list[int] | None = None) -> list[int]:
         """Objects of class ``cls``, placed by the model; ObjectAllocated for each on thread ``tid``."""
         made: list[tuple[int, int]] = []
+        top = max(self.heap) if self.heap else None  # the highest object, kept up to date below
         for k, size in enumerate(sizes):
-            at = self._free_after(size, (gaps[k] if gaps and k < len(gaps) else 0))
+            at = self._free_after(size, (gaps[k] if gaps and k < len(gaps) else 0), top)
             if at is None:
                 break
             self.heap[at] = (cls, size)
             made.append((at, size))
+            if top is None or at > top:
+                top = at
         version = self._new_heap_version()
         self.state("objects", version=version, objects=[[oid, cls, size] for oid, size in made])
         for oid, _ in made:
@@ -282,6 +282,7 @@ class World:
         n = len(olds)
         rot = plan.array_rotation % n if n else 0
         order = list(range(rot, n)) + list(range(rot))
+        v1 = to_v1(table).lengths  # MovedReferences' ULONG lengths (per range: the batches take their own)
         self._gc_begin(tid, generations)
         batch = max(1, plan.batch)
         first = True
@@ -293,11 +294,10 @@ class World:
             o = [olds[i] for i in idx]
             w = [news[i] for i in idx]
             ln = [lengths[i] for i in idx]
-            v1 = to_v1(RangeTable(o, w, ln)).lengths
             self.event(tid, "MovedReferences2", cMovedObjectIDRanges=len(idx), oldObjectIDRangeStart=o,
                        newObjectIDRangeStart=w, cObjectIDRangeLength=ln)
             self.event(tid, "MovedReferences", cMovedObjectIDRanges=len(idx), oldObjectIDRangeStart=o,
-                       newObjectIDRangeStart=w, cObjectIDRangeLength=[int(x) for x in np.asarray(v1)])
+                       newObjectIDRangeStart=w, cObjectIDRangeLength=[int(v1[i]) for i in idx])
         version = self._new_heap_version()
         objects = [[oid, c, s] for oid, (c, s) in sorted(self.heap.items())]
         self.state("heap", version=version, objects=objects)

@@ -55,7 +55,9 @@ bool TraceWriter::open(const char* path, std::string& error) {
     path_ = path;
     bytes_ = 0;
     capped_.store(false);
+    const int previous = fd_;  // a profiler initialized again in one process (the fuzzer's reused child)
     fd_ = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (previous >= 0) ::close(previous);
     if (fd_ < 0) {
         error = std::string("cannot create trace ") + path + ": " + std::strerror(errno);
         return false;

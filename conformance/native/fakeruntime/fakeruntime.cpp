@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,17 +77,21 @@ struct Object {
     SIZE_T size = 0;
 };
 
-// One OS thread that runs the callbacks of the fake threads assigned to it, one job at a time.
+// One OS thread that runs the callbacks of the fake threads assigned to it, one job at a time. A job
+// returns true when the command loop takes over after it (relay(): the baton goes back).
+using Job = std::function<bool()>;
+void baton_back();
+
 class Worker {
  public:
     Worker() : th_([this] { loop(); }) {}
-    // Runs job on this worker and waits until it is done.
-    void run(const std::function<void()>& job) {
-        std::unique_lock<std::mutex> lock(mu_);
-        job_ = &job;
-        done_ = false;
-        cv_.notify_all();
-        cv_.wait(lock, [this] { return done_; });
+    // Hands job to this worker and returns (the worker may be the calling one: it runs job next).
+    void post(const Job* job) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            job_ = job;
+        }
+        cv_.notify_all();  // outside the lock: the worker does not wake up only to wait for it
     }
     long os_tid() {
         std::unique_lock<std::mutex> lock(mu_);
@@ -102,25 +107,19 @@ class Worker {
         }
         cv_.notify_all();
         for (;;) {
-            const std::function<void()>* job;
+            const Job* job;
             {
                 std::unique_lock<std::mutex> lock(mu_);
                 cv_.wait(lock, [this] { return job_ != nullptr; });
                 job = job_;
-            }
-            (*job)();
-            {
-                std::lock_guard<std::mutex> lock(mu_);
                 job_ = nullptr;
-                done_ = true;
             }
-            cv_.notify_all();
+            if ((*job)()) baton_back();  // after the job: the command loop may free it from here on
         }
     }
     std::mutex mu_;
     std::condition_variable cv_;
-    const std::function<void()>* job_ = nullptr;
-    bool done_ = false;
+    const Job* job_ = nullptr;
     long tid_ = 0;
     std::thread th_;
 };
@@ -844,7 +843,6 @@ using GetClassObject = HRESULT (*)(REFCLSID, REFIID, void**);
 GetClassObject g_get_class_object = nullptr;
 GUID g_clsid{};
 Session g_session;
-Worker* g_main_worker = nullptr;  // runs the callbacks of fake thread 0 (Initialize, Shutdown, ...)
 
 bool parse_guid(const char* text, GUID& g) {
     std::string hex;
@@ -866,10 +864,15 @@ bool parse_guid(const char* text, GUID& g) {
     return true;
 }
 
+// While a line holding a whole example is carried out, its replies wait here and go in one write at its
+// end (the harness reads them all then: one wake-up, not one per reply).
+std::string* g_replies = nullptr;
+
 void reply(const Json& j) {
     std::string s = j.dump();
     s.push_back('\n');
-    write_all(STDOUT_FILENO, s);
+    if (g_replies) g_replies->append(s);
+    else write_all(STDOUT_FILENO, s);
 }
 
 Worker* take_worker() {
@@ -882,24 +885,29 @@ Worker* take_worker() {
     return g_workers.back().get();
 }
 
-// Runs job on fake thread `thread` (0: the main fake thread), with the thread's identity set.
-void on_thread(ThreadID thread, const std::function<void()>& job) {
-    Worker* w = g_main_worker;
-    if (thread) {
-        auto it = g_world.threads.find(thread);
-        if (it == g_world.threads.end()) {
-            FakeThread t;
-            t.id = thread;
-            t.worker = take_worker();
-            it = g_world.threads.emplace(thread, std::move(t)).first;
-        }
-        w = it->second.worker;
+// The worker of fake thread `thread` (not 0), which becomes a live fake thread if it is not one yet.
+Worker* worker_of(ThreadID thread) {
+    auto it = g_world.threads.find(thread);
+    if (it == g_world.threads.end()) {
+        FakeThread t;
+        t.id = thread;
+        t.worker = take_worker();
+        it = g_world.threads.emplace(thread, std::move(t)).first;
     }
-    std::function<void()> wrapped = [&] {
-        tl_thread = thread;
-        job();
-    };
-    w->run(wrapped);
+    return it->second.worker;
+}
+
+// The baton of an example's runs (run_pending): the command loop waits here while workers hold it.
+std::mutex g_baton_mu;
+std::condition_variable g_baton_cv;
+bool g_baton_back = false;
+
+void baton_back() {
+    {
+        std::lock_guard<std::mutex> lock(g_baton_mu);
+        g_baton_back = true;
+    }
+    g_baton_cv.notify_all();
 }
 
 std::string callback_error(const std::string& name) { return "cannot make callback " + name; }
@@ -1109,31 +1117,80 @@ const std::string& op_of(const Json& cmd) {
     return op && op->is_string() ? op->as_string() : none;
 }
 
-// Carries out an example's commands in order. A run of events on one fake thread (with the world state
-// sent between them) is one job for that thread's worker: one hand-over per run, not per event.
-void run_pending(std::vector<Json>& cmds) {
-    std::size_t i = 0;
-    while (i < cmds.size()) {
-        std::size_t first_event = i;
-        while (first_event < cmds.size() && op_of(cmds[first_event]) != "event") ++first_event;
-        if (first_event == cmds.size()) {
-            for (; i < cmds.size(); ++i) apply_state(op_of(cmds[i]), cmds[i]);
-            break;
-        }
-        const ThreadID thread = arg_of<ThreadID>(cmds[first_event], "thread");
-        on_thread(thread, [&] {
-            for (; i < cmds.size(); ++i) {
-                const Json& c = cmds[i];
-                const std::string& op = op_of(c);
-                if (op != "event") {
-                    apply_state_as_loop(op, c);
-                } else if (arg_of<ThreadID>(c, "thread") == thread) {
-                    run_event(c);
-                } else {
-                    break;
-                }
+// A run: commands [begin, end) whose events are all on one fake thread (with the world state sent
+// between them), carried out on that thread.
+struct Run {
+    std::size_t begin;
+    std::size_t end;
+    ThreadID thread;
+};
+
+std::vector<Run> runs_of(const std::vector<const Json*>& cmds) {
+    std::vector<Run> runs;
+    std::size_t first_event = 0;
+    while (first_event < cmds.size() && op_of(*cmds[first_event]) != "event") ++first_event;
+    if (first_event == cmds.size()) {  // no events: the world state only, on the command loop
+        if (!cmds.empty()) runs.push_back(Run{0, cmds.size(), 0});
+        return runs;
+    }
+    std::size_t begin = 0;  // the state before the first event goes with it
+    ThreadID thread = arg_of<ThreadID>(*cmds[first_event], "thread");
+    for (std::size_t i = first_event + 1; i < cmds.size(); ++i) {
+        const Json& c = *cmds[i];
+        if (op_of(c) != "event") continue;
+        const ThreadID t = arg_of<ThreadID>(c, "thread");
+        if (t == thread) continue;
+        runs.push_back(Run{begin, i, thread});
+        begin = i;
+        thread = t;
+    }
+    runs.push_back(Run{begin, cmds.size(), thread});  // the state after the last event goes with it
+    return runs;
+}
+
+void carry_out(const std::vector<const Json*>& cmds, const Run& run) {
+    for (std::size_t i = run.begin; i < run.end; ++i) {
+        const Json& c = *cmds[i];
+        const std::string& op = op_of(c);
+        if (op == "event") run_event(c);
+        else apply_state_as_loop(op, c);
+    }
+}
+
+// Carries out an example's commands in order, one run after the other. A run is one job for its thread's
+// worker (one hand-over per run, not per event), and a worker that finishes its run hands the baton
+// straight to the next run's worker; the command loop takes it back only for a run of fake thread 0 (its
+// own) and at the end: one wake-up per change of thread.
+void run_pending(std::vector<const Json*>& cmds) {
+    const std::vector<Run> runs = runs_of(cmds);
+    std::vector<Job> jobs(runs.size());
+    std::size_t next = 0;  // the run to carry out next (set by whichever thread holds the baton)
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+        jobs[k] = [&, k] {
+            tl_thread = runs[k].thread;
+            carry_out(cmds, runs[k]);
+            next = k + 1;
+            if (next < runs.size() && runs[next].thread != 0) {
+                worker_of(runs[next].thread)->post(&jobs[next]);
+                return false;
             }
-        });
+            return true;  // back to the command loop (its worker calls baton_back() after this returns)
+        };
+    }
+    while (next < runs.size()) {
+        const std::size_t k = next;
+        if (runs[k].thread == 0) {
+            carry_out(cmds, runs[k]);
+            next = k + 1;
+            continue;
+        }
+        {
+            std::lock_guard<std::mutex> lock(g_baton_mu);
+            g_baton_back = false;
+        }
+        worker_of(runs[k].thread)->post(&jobs[k]);
+        std::unique_lock<std::mutex> lock(g_baton_mu);
+        g_baton_cv.wait(lock, [] { return g_baton_back; });
     }
     cmds.clear();
 }
@@ -1194,12 +1251,12 @@ void start(const Json& cmd) {
     }
     g_session.info = new Info();
     HRESULT init = S_OK;
-    on_thread(0, [&] {
+    {  // on fake thread 0, the main one: the command loop's own OS thread
         push_callback("Initialize", Json::object().set("pICorProfilerInfoUnk", Json::pointer(g_session.info)), false);
         init = static_cast<ICorProfilerCallback*>(g_session.levels[1])
                    ->Initialize(static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_session.info)));
         pop_callback(init);
-    });
+    }
     out.set("callbackLevel", Json(g_session.level)).set("hr", Json(static_cast<std::uint32_t>(init)));
     out.set("mask", Json(g_world.mask_low));
     reply(out);
@@ -1208,11 +1265,11 @@ void start(const Json& cmd) {
 void end() {
     Json out = Json::object().set("op", "ended");
     if (g_session.levels[1]) {
-        on_thread(0, [&] {
+        {  // on fake thread 0, the command loop's own OS thread
             push_callback("Shutdown", Json::object(), false);
             HRESULT hr = static_cast<ICorProfilerCallback*>(g_session.levels[1])->Shutdown();
             pop_callback(hr);
-        });
+        }
         g_shutdown_returned.store(true);
         for (int k = 1; k <= kMaxCallbackLevel; ++k)
             if (g_session.levels[k]) static_cast<IUnknown*>(g_session.levels[k])->Release();
@@ -1231,6 +1288,48 @@ void end() {
     for (const std::string& e : g_errors) errors.push(Json(e));
     out.set("errors", errors);
     reply(out);
+}
+
+// The commands received since "start" (each line parsed once and kept whole: a line may hold a whole
+// example), and the ones carried out at "end" or "sync" (pointers into the kept lines).
+struct Lines {
+    std::deque<Json> kept;
+    std::vector<const Json*> pending;
+    Json& keep(Json j) {
+        kept.push_back(std::move(j));
+        return kept.back();
+    }
+    void clear_after(const Json* keep_this) {  // drops every line except the one being read
+        pending.clear();
+        while (!kept.empty() && &kept.front() != keep_this) kept.pop_front();
+        while (kept.size() > 1) kept.pop_back();
+    }
+};
+
+// One command; false for "quit".
+bool command(const Json& cmd, Lines& lines) {
+    if (!cmd.is_object()) {
+        g_errors.push_back("bad command: not an object");
+        return true;
+    }
+    const std::string& op = op_of(cmd);
+    if (op == "start") {
+        lines.clear_after(&lines.kept.back());
+        start(cmd);
+    } else if (op == "end") {
+        run_pending(lines.pending);
+        end();
+        lines.clear_after(&lines.kept.back());
+    } else if (op == "sync") {
+        run_pending(lines.pending);
+        lines.clear_after(&lines.kept.back());
+        reply(Json::object().set("op", "synced"));
+    } else if (op == "quit") {
+        return false;
+    } else {
+        lines.pending.push_back(&cmd);
+    }
+    return true;
 }
 
 // Lines from a file descriptor, read in large blocks (std::getline on std::cin reads a character at a time).
@@ -1295,36 +1394,30 @@ int main(int argc, char** argv) {
     }
     install_crash_handlers();
     g_main_os_tid = os_tid();
-    g_workers.push_back(std::make_unique<Worker>());
-    g_main_worker = g_workers.back().get();
     reply(Json::object().set("op", "ready").set("pid", Json(static_cast<std::int64_t>(getpid()))));
     std::string line;
-    std::vector<Json> pending;  // the example's commands, carried out at "end" (or "sync")
+    Lines lines;
     LineReader in(STDIN_FILENO);
     while (in.next(line)) {
         if (line.empty()) continue;
-        Json cmd;
+        Json& cmd = lines.keep(Json());
         std::string err;
-        if (!Json::parse(line, cmd, err) || !cmd.is_object()) {
+        if (!Json::parse(line, cmd, err) || !(cmd.is_object() || cmd.is_array())) {
             g_errors.push_back("bad command: " + err);
             continue;
         }
-        const Json* opj = cmd.get("op");
-        const std::string op = opj ? opj->as_string() : "";
-        if (op == "start") {
-            pending.clear();
-            start(cmd);
-        } else if (op == "end") {
-            run_pending(pending);
-            end();
-        } else if (op == "sync") {
-            run_pending(pending);
-            reply(Json::object().set("op", "synced"));
-        } else if (op == "quit") {
-            break;
+        bool go_on = true;
+        if (cmd.is_array()) {
+            std::string replies;
+            g_replies = &replies;
+            for (const Json& item : cmd.items())
+                if (!(go_on = command(item, lines))) break;
+            g_replies = nullptr;
+            write_all(STDOUT_FILENO, replies);
         } else {
-            pending.push_back(std::move(cmd));
+            go_on = command(cmd, lines);
         }
+        if (!go_on) break;
     }
     std::fflush(stdout);
     _exit(0);

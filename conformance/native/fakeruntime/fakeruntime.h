@@ -4,7 +4,9 @@
 // (callback records with "phase" enter/return, call records with args/out/hr), so that
 // conformance.validator.recording reads it and conformance.validator.rules judges it unchanged.
 //
-// Protocol (stdin/stdout, one JSON object per line; only "start", "end" and "sync" are answered). The
+// Protocol (stdin/stdout, one JSON object per line, or a JSON array of them: one parse for a whole example,
+// carried out as if each were on a line of its own, its replies written together when the line is done;
+// only "start", "end" and "sync" are answered). The
 // commands between "start" and "end" are kept and carried out, in order, at "end" (or "sync"): a run of
 // events on one fake thread, with the world state sent between them, is one job for that thread's worker
 // (one hand-over per run, not per event); the state commands are recorded as the command loop's.

@@ -1,6 +1,6 @@
 // Plan parsing: PROFHARNESS_PLAN (docs/design.md "The plan", numbers only: the harness resolves symbolic
-// names before it writes the plan, conformance/core/plans.py) into state().plan and the reply table.
-// Problems become probe_error records; the run goes on.
+// names before it writes the plan, conformance/core/plans.py) into state().plan and the reply table, from
+// scratch at every Initialize. Problems become probe_error records; the run goes on.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -50,9 +50,30 @@ std::size_t g_max_ranges = kMaxRanges;  // plan "max_ranges" (0 = all)
 bool g_reply_set[kCallbackCountMax] = {};
 HRESULT g_reply[kCallbackCountMax] = {};
 
+// Experiments of an earlier Initialize: kept, never freed (a detached walker thread that timed out may still
+// read its PlannedExperiment).
+static std::vector<std::unique_ptr<PlannedExperiment>>& retired_experiments() {
+    static auto* retired = new std::vector<std::unique_ptr<PlannedExperiment>>();
+    return *retired;
+}
+
 void load_plan(const char* text) {
     ProbeState& s = state();
     Plan& plan = s.plan;
+    // Every Initialize starts from no plan: a host that initializes the probe again in one process (the
+    // fake runtime, once per fuzz example) gets this plan's experiments once, not once more per Initialize.
+    for (auto& pe : plan.experiments) retired_experiments().push_back(std::move(pe));
+    plan.experiments.clear();
+    plan.raw = Json::object();
+    plan.event_mask = 0;
+    plan.event_mask_hi = 0;
+    for (int i = 0; i < kCallbackCountMax; ++i) {
+        s.record_flags[i] = false;
+        s.experiment_flags[i] = false;
+        g_reply_set[i] = false;
+        g_reply[i] = 0;
+    }
+    g_max_ranges = kMaxRanges;
     if (text && *text) {
         std::string err;
         Json parsed;

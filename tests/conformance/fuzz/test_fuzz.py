@@ -7,8 +7,10 @@ probe 20), and the acceptance's 2,000 with ``--long`` (the nightly profile), or 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,8 @@ from conformance.core.runner import RunOutcome
 from conformance.core.trace import read_trace
 from conformance.fuzz.child import FakeRuntime
 from conformance.fuzz.judge import judge
-from conformance.fuzz.machine import fuzz, replay
-from conformance.fuzz.probe import probe_target
+from conformance.fuzz.machine import YOUNG_THRESHOLD, collector_for_fuzzing, fuzz, replay
+from conformance.fuzz.probe import FUZZ_PLAN, probe_target
 from conformance.fuzz.world import World
 from conformance.native.fakeruntime import gen_fakeruntime
 from conformance.validator.recording import read_recording
@@ -53,6 +55,38 @@ def test_fake_runtime_delivers_initialize_and_shutdown_and_records_them(tmp_path
     assert names[0] == ("Initialize", "enter") and names[-1] == ("Shutdown", "return")
     assert ("SetEventMask2", "whole") in names
     assert rec.callback_level == 11
+
+
+def test_an_example_line_by_line_records_what_the_same_example_in_one_line_does(tmp_path: Path) -> None:
+    """The child's protocol takes a command per line or a whole example as one JSON array (what
+    :class:`FakeRuntime` sends): the same commands give the same records either way (OS thread ids and the
+    pid aside), and the two replies come in the same order."""
+    world = World()
+    tid = world.create_thread()
+    other = world.create_thread()
+    cls = world.load_class(tid, world.load_module(0, ["a.dll", "a-longer-name.dll"]), ["C"])
+    world.allocate(other, cls, [24, 32, 40])
+    world.gc(tid, [1, 0, 0, 0, 0])
+    lines = [{"op": "start", "trace": str(tmp_path / "lines.jsonl")}, *world.commands, {"op": "end"}]
+    with FakeRuntime(build("noop"), CLSID) as runtime:  # no calls: no stack addresses in the records
+        assert runtime.run_example(tmp_path / "array.jsonl", world.commands).outcome is RunOutcome.OK
+        proc = subprocess.run([str(runtime.executable), str(runtime.profiler), CLSID], check=True, timeout=30,
+                              input="".join(json.dumps(c) + "\n" for c in [*lines, {"op": "quit"}]),
+                              capture_output=True, text=True)
+    assert [json.loads(r)["op"] for r in proc.stdout.splitlines()] == ["ready", "started", "ended"]
+
+    def records(path: Path) -> list[dict[str, object]]:
+        out = []
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            record.pop("os_tid"), record.pop("pid", None)
+            record.get("args", {}).pop("osThreadId", None)
+            record.get("args", {}).pop("pICorProfilerInfoUnk", None)
+            out.append(record)
+        return out
+
+    got = records(tmp_path / "lines.jsonl")
+    assert len(got) > world.events and got == records(tmp_path / "array.jsonl")
 
 
 def test_a_name_growing_between_the_passes_is_BUF_08_for_a_client_without_retry(tmp_path: Path) -> None:
@@ -129,12 +163,51 @@ def test_correct_fixtures_fuzz_clean(name: str, long_profile: bool) -> None:
     assert report.restarts == 0  # one child for every example
 
 
-def test_the_harness_probe_fuzzes_clean_in_a_process_per_example(long_profile: bool) -> None:
+def test_the_harness_probe_fuzzes_clean_in_one_reused_process(long_profile: bool) -> None:
     target = probe_target()
+    assert not target.fresh
     examples = clean_examples(long_profile, 20)
     report = fuzz(target.profiler, target.clsid, max_examples=examples, seed=11, env=target.env,
                   fresh=target.fresh)
     assert report.findings == [] and report.examples >= examples and report.restarts == 0
+
+
+def test_the_probe_walks_once_per_planned_walk_in_every_example_of_a_reused_process(tmp_path: Path) -> None:
+    """The probe's plan starts from scratch at every Initialize (plan.cpp, load_plan): each example of a
+    reused fake runtime walks once per exception per walk the plan asks for (before: once more each time)."""
+    target = probe_target()
+    planned = [e["id"] for e in FUZZ_PLAN["experiments"] if e["at"] == "ExceptionThrown"]
+    world = World()
+    tid = world.create_thread()
+    cls = world.load_class(tid, world.load_module(tid, ["m.dll"]), ["C"])
+    world.jit(tid, cls, ["M"], 64)
+    world.exception(tid, world.frames_for([0, None, 0], [1, 2, 3]), 0, cls)
+    probe_trace = tmp_path / "probe-trace.jsonl"
+    walks: list[list[str]] = []
+    with FakeRuntime(target.profiler, target.clsid, env=target.env, workdir=tmp_path) as runtime:
+        for _ in range(4):
+            outcome = runtime.run_example(tmp_path / "trace.jsonl", world.commands)
+            assert outcome.outcome is RunOutcome.OK
+            walks.append(sorted(c.experiment or "" for c in read_trace(probe_trace).calls("DoStackSnapshot")))
+        assert runtime.restarts == 0
+    assert walks == [sorted(planned)] * 4
+
+
+def test_fuzzing_sets_the_garbage_collector_for_it_and_back_after() -> None:
+    thresholds = gc.get_threshold()
+    assert gc.get_freeze_count() == 0 and thresholds[0] < YOUNG_THRESHOLD
+    with collector_for_fuzzing():
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *thresholds[1:])
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
+    gc.freeze()  # a caller's own freeze is the caller's: left as it is
+    try:
+        frozen = gc.get_freeze_count()
+        with collector_for_fuzzing():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
 
 
 def test_cli_finds_BUF_08_and_replays_its_reproducer(tmp_path: Path,
