@@ -5,7 +5,7 @@ Runs the scenario under the probe with its own plan, every ``capture_sample`` ex
 (``conformance/adapters/capture.py``) to ``DIR/<runtime>/sample-NNNN.phcap`` and prints one line per runtime:
 captures written, their size, and how often the live DoStackSnapshot seeded from the ucontext as it was (the
 naive seed) succeeded. A run that fails, or that took fewer samples than asked, is one line naming its trace
-and the exit code is 1.
+and the exit code is 1; the samples a failed run recorded whole are still written.
 """
 
 from __future__ import annotations
@@ -77,9 +77,11 @@ def main(args: argparse.Namespace) -> int:
         if result.outcome is not RunOutcome.OK or result.trace is None:
             print(f"profharness: {result.describe_failure()}", file=sys.stderr)
             ok = False
-            continue
+            if result.trace is None:
+                continue
+            # a run that died mid-capture: its complete samples are still captures (the torn tail is not)
         taken = _taken(result)
-        if taken < args.samples:
+        if result.outcome is RunOutcome.OK and taken < args.samples:
             errors = result.trace.of_kind(ProbeErrorRecord)
             why = f" ({errors[-1].what})" if errors else ""
             print(
