@@ -22,7 +22,7 @@ from conformance.core.trace import read_trace_whole
 from conformance.fuzz.child import ExampleOutcome
 from conformance.fuzz.world import HEAP_MARK
 from conformance.validator.recording import Recording, read_recording
-from conformance.validator.rules import Finding, check_recording, rule_title
+from conformance.validator.rules import Finding, check_recording, finding_at
 
 #: What a fuzz run calls its runtime and scenario in findings.
 RUNTIME = "fake"
@@ -84,19 +84,7 @@ def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -
             what = "an ObjectID from before a compacting GC that moved that object"
         else:
             what = "an ObjectID no live object has (a wrong remapping)"
-        found.append(
-            Finding(
-                clause="MR2-17",
-                title=rule_title("MR2-17"),
-                message=f"{ev.name} inspects {oid:#x}, {what}",
-                runtime=run.runtime,
-                scenario=run.scenario,
-                thread=ev.thread,
-                callback=rec.callback_at(i),
-                records=[ev.seq],
-                trace=str(run.trace_path),
-            )
-        )
+        found.append(finding_at(rec, run, "MR2-17", i, f"{ev.name} inspects {oid:#x}, {what}"))
     return found
 
 

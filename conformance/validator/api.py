@@ -33,7 +33,6 @@ from conformance.validator.rules import (
     Finding,
     check_recording,
     hook_abi,
-    rule_title,
 )
 
 #: The validator's own scenarios (conformance/validator/scenarios/NAME).
@@ -114,17 +113,8 @@ def validate(
                 )
             )
             if not result.trace_path.is_file():
-                found.append(
-                    Finding(
-                        clause="VAL-LOAD",
-                        title=rule_title("VAL-LOAD"),
-                        message=f"no recording: the proxy did not load ({result.stderr_tail.strip()})",
-                        runtime=rt.version,
-                        scenario=scenario.name,
-                        records=[],
-                        trace=str(result.trace_path),
-                    )
-                )
+                message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
+                found.append(Finding.of(result, "VAL-LOAD", message, []))
                 continue
             trace = result.trace if result.trace is not None else read_trace(result.trace_path)
             recording = read_recording(trace)

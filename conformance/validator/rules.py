@@ -116,6 +116,30 @@ class Finding(BaseModel):
     records: list[int]
     trace: str
 
+    @classmethod
+    def of(
+        cls,
+        run: RunResult,
+        clause: str,
+        message: str,
+        records: list[int],
+        *,
+        thread: int | None = None,
+        callback: str | None = None,
+    ) -> Finding:
+        """A finding of ``run`` (its runtime, scenario and trace), titled from the clause's one table."""
+        return cls(
+            clause=clause,
+            title=rule_title(clause),
+            message=message,
+            runtime=run.runtime,
+            scenario=run.scenario,
+            thread=thread,
+            callback=callback,
+            records=records,
+            trace=str(run.trace_path),
+        )
+
     def line(self) -> str:
         where = (
             f" [thread {self.thread}" + (f", in {self.callback}" if self.callback else "") + "]"
@@ -139,23 +163,18 @@ class _Ctx:
         thread: int | None = None,
         callback: str | None = None,
     ) -> Finding:
-        return Finding(
-            clause=clause,
-            title=rule_title(clause),
-            message=message,
-            runtime=self.run.runtime,
-            scenario=self.run.scenario,
-            thread=thread,
-            callback=callback,
-            records=records,
-            trace=str(self.run.trace_path),
-        )
+        return Finding.of(self.run, clause, message, records, thread=thread, callback=callback)
 
     def at(self, clause: str, index: int, message: str, more: list[int] | None = None) -> Finding:
         ev = self.rec.events[index]
         return self.finding(
             clause, message, [ev.seq, *(more or [])], thread=ev.thread, callback=self.rec.callback_at(index)
         )
+
+
+def finding_at(rec: Recording, run: RunResult, clause: str, index: int, message: str) -> Finding:
+    """A finding at event ``index`` of ``rec``: its record, thread and the callback it happened in."""
+    return _Ctx(rec, run).at(clause, index, message)
 
 
 def rule_title(clause: str) -> str:
