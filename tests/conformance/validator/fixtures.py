@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -75,10 +76,16 @@ def _gxx_version(gxx: str) -> str:
 
 def build_fixture(name: str) -> Path:
     """The built ``lib<name>.so`` of ``profilers/<name>.cpp``."""
+    return build_profiler(PROFILERS / f"{name}.cpp", "validator-fixtures")
+
+
+def build_profiler(source: Path, area: str, includes: Sequence[Path] = ()) -> Path:
+    """``lib<stem>.so`` of ``source`` built on the fixture plumbing (``profilers/fixture.h``, the generated
+    ``callbacks.h``, the interface headers) and the folders ``includes`` (their headers keyed too), in
+    ``cache_dir()/<area>/<sha256 of every input>/``."""
     gxx = shutil.which("g++")
     if gxx is None:
         raise RuntimeError("g++ is needed to build the fixture profilers")
-    source = PROFILERS / f"{name}.cpp"
     header = callbacks_header()
     digest = hashlib.sha256()
     for part in (
@@ -89,14 +96,13 @@ def build_fixture(name: str) -> Path:
     ):
         digest.update(part)
         digest.update(b"\0")
-    for path in sorted(INCLUDE.rglob("*.h")):
+    for path in [*sorted(INCLUDE.rglob("*.h")), *(h for d in includes for h in sorted(d.glob("*.h")))]:
         digest.update(path.read_bytes())
-    key = digest.hexdigest()
-    final = cache_dir() / "validator-fixtures" / key
-    built = final / f"lib{name}.so"
+    final = cache_dir() / area / digest.hexdigest()
+    built = final / f"lib{source.stem}.so"
     if built.is_file():
         return built
-    with staged(final, prefix=f".{name}-") as work:
+    with staged(final, prefix=f".{source.stem}-") as work:
         (work / "callbacks.h").write_text(header)
         write_generated_headers(work / "generated")
         cmd = [
@@ -110,12 +116,13 @@ def build_fixture(name: str) -> Path:
             "-Wno-unused-parameter",
             "-pthread",
             f"-I{work}",
+            *(f"-I{d}" for d in includes),
             f"-I{PROFILERS}",
             f"-I{INCLUDE}",
             f"-I{work / 'generated'}",
             str(source),
             "-o",
-            str(work / f"lib{name}.so"),
+            str(work / built.name),
         ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
