@@ -176,13 +176,17 @@ const char* const kHookNames[kHookKinds] = {
     "FunctionEnter3",         "FunctionLeave3",         "FunctionTailcall3"};
 constexpr int kFirstFastHook = 6;  // FunctionEnter3: the hooks hooks3.cpp's trampolines wrap, in its order
 
+// A hook's lazy frame on the calling thread (counted; written only if the profiler calls the runtime in it).
+Frame* open_hook(ThreadState& t, int kind) {
+    g_hook_counts[kind].fetch_add(1, std::memory_order_relaxed);
+    return push_frame(t, kHookNames[kind], -1, true);
+}
+void close_hook(ThreadState& t) { pop_frame(t, S_OK, false); }
+
 class HookScope {
  public:
-    explicit HookScope(int kind) : t_(me()) {
-        g_hook_counts[kind].fetch_add(1, std::memory_order_relaxed);
-        frame_ = push_frame(t_, kHookNames[kind], -1, true);
-    }
-    ~HookScope() { pop_frame(t_, S_OK, false); }
+    explicit HookScope(int kind) : t_(me()), frame_(open_hook(t_, kind)) {}
+    ~HookScope() { close_hook(t_); }
     template <typename T>
     void arg(const char* name, T v) { store_arg(frame_, name, v); }
 
@@ -238,16 +242,11 @@ void tail3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
 // frame (the same lazy frame a wrapped FunctionEnter2 has).
 extern "C" void profharness_proxy_hook3_begin(int kind, std::uintptr_t id) {
     using namespace profharness::proxy;
-    int k = kFirstFastHook + kind;
-    g_hook_counts[k].fetch_add(1, std::memory_order_relaxed);
-    ThreadState& t = me();
-    Frame* f = push_frame(t, kHookNames[k], -1, true);
+    Frame* f = open_hook(me(), kFirstFastHook + kind);
     store_arg(f, "functionIDOrClientID", static_cast<profharness::UINT_PTR>(id));
 }
 
-extern "C" void profharness_proxy_hook3_end() {
-    profharness::proxy::pop_frame(profharness::proxy::me(), profharness::S_OK, false);
-}
+extern "C" void profharness_proxy_hook3_end() { profharness::proxy::close_hook(profharness::proxy::me()); }
 
 namespace profharness::proxy {
 namespace {
