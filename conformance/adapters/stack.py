@@ -233,8 +233,9 @@ def thread_from_reflection(
     """The model's thread, leaf first: [CLR helper code], ``above`` (frames the walk sees above the
     reflection stack), ``frames`` (native code after index ``native_after``: a reverse P/Invoke; and after
     each index of ``dispatched``: a frame the runtime's own native code called, such as an exception filter
-    funclet run by the first pass of exception dispatch), and the native code that started the thread (the
-    host calling Main, the runtime's thread start).
+    funclet run by the first pass of exception dispatch, whose caller DSS-15 reports as a run of unmanaged
+    frames), and the native code that started the thread (the host calling Main, the runtime's thread
+    start).
 
     A P/Invoke method is unmanaged code; managed frames get model FunctionIDs from ``ids`` and every frame
     synthetic, distinct addresses (the model's seed procedure can find them; they are never compared).

@@ -91,7 +91,7 @@ def test_X10_native_after_must_agree_with_the_pinvoke_frames(
     thread_from_reflection(truth, FunctionIdentities())
 
 
-def test_a_dispatched_frame_has_the_runtimes_native_code_below_it() -> None:
+def test_DSS15_a_dispatched_frame_has_the_runtimes_native_code_below_it() -> None:
     """A filter funclet (frame 0, Leaf) is called by the first pass of exception dispatch: native code lies
     between it and the frame that threw (frame 1, Leaf again), where StackTrace shows nothing."""
     truth = reflection_frames([frame("Leaf", 0x06000006), frame("Leaf", 0x06000006), frame("Main", 3)], "t")
@@ -106,7 +106,7 @@ def test_a_dispatched_frame_has_the_runtimes_native_code_below_it() -> None:
 
 
 @pytest.mark.parametrize("index", [-1, 2, 5])
-def test_a_dispatched_index_must_name_a_managed_frame_with_a_caller(index: int) -> None:
+def test_DSS15_a_dispatched_index_must_name_a_managed_frame_with_a_caller(index: int) -> None:
     truth = reflection_frames(
         [frame("Leaf", 0x06000006), frame("call_back", 1, pinvoke=True), frame("M", 3)], "t"
     )
