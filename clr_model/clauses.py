@@ -1,4 +1,5 @@
-"""The clause catalog: every normative sentence of the four contract documents, one source of truth.
+"""The clause catalog: every normative sentence of the four contract documents and the harness's own
+rules (``VAL-*``, each with its reason), one source of truth.
 
 Data lives in :mod:`clr_model.catalog` (one module per document); this module assembles it, checks it
 (unique, well-formed ids) and answers queries. Ids are stable: never renumber a clause.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from clr_model.catalog import buf, dss, fe2, mr2
+from clr_model.catalog import buf, dss, fe2, mr2, val
 from clr_model.catalog.base import Clause, Document, Kind, Layer
 from clr_model.errors import ModelError
 
@@ -30,7 +31,7 @@ def _assemble(*parts: Iterable[Clause]) -> dict[str, Clause]:
 
 
 #: id -> clause, sorted by id.
-CATALOG: dict[str, Clause] = _assemble(dss.CLAUSES, fe2.CLAUSES, mr2.CLAUSES, buf.CLAUSES)
+CATALOG: dict[str, Clause] = _assemble(dss.CLAUSES, fe2.CLAUSES, mr2.CLAUSES, buf.CLAUSES, val.CLAUSES)
 
 
 def clause(clause_id: str) -> Clause:

@@ -89,16 +89,82 @@ def test_no_class_name_names_two_different_things() -> None:
     assert not twice, twice
 
 
-def test_the_validator_builds_on_core_adapters_and_the_model_alone() -> None:
-    """Issue 10: conformance/validator may import the core, the adapters and clr_model, not the suite,
-    the checks or the CLI (so it runs in users' CI without the conformance suite)."""
+def test_the_validator_builds_on_core_adapters_the_emulator_and_the_model_alone() -> None:
+    """Issue 10/20: conformance/validator may import the core, the adapters, the emulator (the hook checker,
+    in-process) and clr_model, not the suite, the checks or the CLI (so it runs in users' CI without the
+    conformance suite)."""
     offenders = []
     for path in sources("conformance/validator"):
         bad = sorted(
             m
             for m in imported_modules(path)
-            if m.startswith(("conformance.suite", "conformance.cli", "conformance.checks", "emu"))
+            if m.startswith(("conformance.suite", "conformance.cli", "conformance.checks"))
         )
         if bad:
             offenders.append(f"{rel(path)}: {bad}")
+    assert not offenders, offenders
+
+
+#: the layers, lowest first: a module may import its own layer and those below it, never one above
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("clr_model",),
+    ("conformance/core",),
+    ("emu",),
+    ("conformance/adapters",),
+    ("conformance/validator", "conformance/fuzz", "conformance/checks", "conformance/suite"),
+    ("conformance/fuzz_runtime",),
+    ("conformance/cli",),
+)
+#: within the fourth layer: the suite's registry and verdicts are what the checks register with; the
+#: validator and the fuzzer share the validator's rules; nothing else crosses between these folders
+SIDEWAYS: dict[str, tuple[str, ...]] = {
+    "conformance/validator": (),
+    "conformance/fuzz": ("conformance.validator",),
+    "conformance/checks": ("conformance.suite.registry", "conformance.suite.verdicts"),
+    "conformance/suite": ("conformance.suite",),
+}
+
+
+def _layer_of(module: str) -> int | None:
+    path = module.replace(".", "/")
+    for i, folders in enumerate(LAYERS):
+        if any(path == f or path.startswith(f + "/") for f in folders):
+            return i
+    return None
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    """Issue 20: no lower layer imports a higher one (static imports), and the checks, the suite, the
+    validator and the fuzzer only reach sideways where :data:`SIDEWAYS` says."""
+    offenders = []
+    for path in sources(*PACKAGES):
+        mine = _layer_of(rel(path).removesuffix(".py"))
+        if mine is None:
+            continue
+        folder = next(f for f in LAYERS[mine] if rel(path).startswith(f + "/") or rel(path) == f + ".py"
+                      or rel(path).startswith(f))  # fmt: skip
+        for module in imported_modules(path):
+            theirs = _layer_of(module)
+            if theirs is None or theirs < mine:
+                continue
+            if theirs > mine:
+                offenders.append(f"{rel(path)} imports {module} (a higher layer)")
+            elif not module.replace(".", "/").startswith(folder) and not module.startswith(
+                SIDEWAYS.get(folder, ())
+            ):
+                offenders.append(f"{rel(path)} imports {module} (sideways)")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_layer_calls_the_cli() -> None:
+    """Issue 20: nothing outside conformance/cli (and the package's ``__main__``, the CLI's door) runs the CLI
+    (``conformance.cli`` named in an import or in a string for a child process): a layer that needs
+    another's work imports it."""
+    offenders = [
+        rel(p)
+        for p in sources("clr_model", "emu", "conformance")
+        if not rel(p).startswith("conformance/cli/")
+        and rel(p) != "conformance/__main__.py"
+        and "conformance.cli" in p.read_text()
+    ]
     assert not offenders, offenders

@@ -8,12 +8,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Document(StrEnum):
-    """The four contract documents in ``shared/spec``."""
+    """The four contract documents in ``shared/spec``, and the harness's own rules (no document)."""
 
     DO_STACK_SNAPSHOT = "DoStackSnapshot.md"
     FUNCTION_ENTER2 = "FunctionEnter2.md"
     MOVED_REFERENCES2 = "MovedReferences2.md"
     CALLER_ALLOCATED_BUFFERS = "caller-allocated-buffers.md"
+    #: rules the harness holds a profiler to that no document states (a crash, a hang, a failed load): each
+    #: says why in ``reason``
+    HARNESS = "profharness"
 
 
 class Kind(StrEnum):
@@ -29,7 +32,9 @@ class Layer(StrEnum):
     MODEL = "model"  # clr_model implements it
     LIVE = "live"  # the conformance suite checks it on live runtimes
     EMU = "emu"  # the emulator checks it on replayed machine state
-    VALIDATOR = "validator"  # the validator holds third-party profilers to it
+    HOOK = "hook"  # the hook checker runs hook machine code against it
+    VALIDATOR = "validator"  # the validator holds third-party profilers' recordings to it
+    FUZZ = "fuzz"  # the profiler fuzzer checks it against what only its fake runtime knows
 
 
 PREFIXES: dict[Document, str] = {
@@ -37,6 +42,7 @@ PREFIXES: dict[Document, str] = {
     Document.FUNCTION_ENTER2: "FE2",
     Document.MOVED_REFERENCES2: "MR2",
     Document.CALLER_ALLOCATED_BUFFERS: "BUF",
+    Document.HARNESS: "VAL",
 }
 
 
@@ -45,7 +51,7 @@ class Clause(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(pattern=r"^(DSS|FE2|MR2|BUF)-\d{2}$")
+    id: str = Field(pattern=r"^([A-Z][A-Z0-9]{1,5}-\d{2}|VAL-[A-Z][A-Z0-9-]*[A-Z0-9])$")
     title: str = Field(min_length=3, description="a few words, used in tables")
     paraphrase: str = Field(min_length=10, description="what the document requires, in our words")
     document: Document
@@ -57,6 +63,9 @@ class Clause(BaseModel):
     model_choice: str | None = Field(
         default=None, description="for ambiguities the model must decide: what it does and why"
     )
+    reason: str | None = Field(
+        default=None, description="for the harness's own rules (no document states them): why it holds"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Clause:
@@ -65,4 +74,6 @@ class Clause(BaseModel):
             raise ValueError(f"{self.id}: clauses of {self.document} use the prefix {prefix}-")
         if (self.kind is Kind.AMBIGUITY) != (self.question is not None):
             raise ValueError(f"{self.id}: an ambiguity needs a question, and only an ambiguity has one")
+        if (self.document is Document.HARNESS) != (self.reason is not None):
+            raise ValueError(f"{self.id}: a harness rule needs a reason, and only a harness rule has one")
         return self

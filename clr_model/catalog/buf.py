@@ -30,7 +30,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="BUF-04", title="NULL buffer needs size 0", document=_D, section="Behaviour",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V, LV}),
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, LV, V}),
         paraphrase="A caller passing a NULL InfoBuffer must pass cBufferSizeStart 0 (live: every method "
         "accepts that legal (NULL, 0) form).",
         quote="If InfoBuffer is null, cBufferSizeStart must be 0.",
@@ -45,7 +45,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="BUF-06", title="single-pass client", document=_D, section="Remarks",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M}),
         paraphrase="Single pass: allocate a buffer expected to be large enough and reallocate (and call "
         "again) "
         "when it proves too small, otherwise data are truncated.",
@@ -54,7 +54,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="BUF-07", title="double-pass client", document=_D, section="Remarks",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M}),
         paraphrase="Double pass: call with a zero-length buffer to learn *pcBufferMax, then allocate exactly "
         "that many elements and call again.",
         quote="First call with a zero-length InfoBuffer parameter to obtain the correct buffer size. "
@@ -117,7 +117,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="BUF-12", title="ULONG32 counts", document=_D, section="Signature",
-        kind=Kind.INVARIANT, layers=frozenset({M, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M}),
         paraphrase="cBufferSizeStart and *pcBufferMax are ULONG32: element counts in [0, 2**32).",
         quote="[in]  ULONG32 cBufferSizeStart, [out] ULONG32 *pcBufferMax,",
     ),

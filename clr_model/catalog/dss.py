@@ -112,7 +112,7 @@ CLAUSES: tuple[Clause, ...] = (
         "`contextSize` is the size of that structure.",
         _PARAMS,
         Kind.INVARIANT,
-        {_M, _L, _E},
+        {_M, _L},
         "A pointer to a Win32 `CONTEXT` structure, which is used to seed the stack walk.",
     ),
     _c(
@@ -144,7 +144,7 @@ CLAUSES: tuple[Clause, ...] = (
         "stacks whose top is CLR helper code, see DSS-28).",
         _PARAMS,
         Kind.AUTHOR_RULE,
-        {_M, _V, _L},
+        {_M, _L},
         "A seed must be supplied for an asynchronous walk.",
     ),
     _c(
@@ -200,7 +200,7 @@ CLAUSES: tuple[Clause, ...] = (
         "only if the target is already suspended.",
         _REMARKS,
         Kind.AMBIGUITY,
-        {_M, _V, _L},
+        {_M, _L, _V},
         "Snapshots can be taken of other threads only if the target thread is suspended at the time.",
         question="Must the profiler suspend the target before a cross-thread walk (Remarks), or does "
         "the CLR suspend it (Parameters)? Is a walk of a running other thread an error?",
@@ -227,7 +227,7 @@ CLAUSES: tuple[Clause, ...] = (
         "down: the profiler walks unmanaged frames itself.",
         _REMARKS,
         Kind.INVARIANT,
-        {_M, _L, _E},
+        {_M, _L},
         "When unmanaged frames are encountered, you must walk them yourself.",
     ),
     _c(
@@ -271,7 +271,7 @@ CLAUSES: tuple[Clause, ...] = (
         "unmanaged code; the profiler walks down to the first managed frame and seeds from its registers.",
         _ASYNC,
         Kind.INVARIANT,
-        {_M, _V, _L},
+        {_M, _L, _V},
         "determine whether the register context points to unmanaged code by calling "
         "ICorProfilerInfo::GetFunctionFromIP — if it returns a `FunctionID` equal to zero, the frame is "
         "unmanaged code.",
@@ -306,7 +306,7 @@ CLAUSES: tuple[Clause, ...] = (
         "suspend another thread.",
         _ASYNC,
         Kind.AUTHOR_RULE,
-        {_M, _V, _L},
+        {_M, _L, _V},
         "When you directly suspend threads, remember that only a thread that has never run managed code "
         "can suspend another thread.",
     ),
@@ -340,7 +340,7 @@ CLAUSES: tuple[Clause, ...] = (
         "may suspend targets and walk them.",
         _ASYNC,
         Kind.AUTHOR_RULE,
-        {_M, _V, _L},
+        {_M, _L},
         "To avoid this deadlock, make an initial call into `DoStackSnapshot` from your profiler-created "
         "thread to walk a separate target thread, but do not suspend the target thread first.",
     ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from clr_model.catalog.base import Clause, Document, Kind, Layer
 
 _D = Document.FUNCTION_ENTER2
-M, LV, EMU, V = Layer.MODEL, Layer.LIVE, Layer.EMU, Layer.VALIDATOR
+M, LV, HK, V = Layer.MODEL, Layer.LIVE, Layer.HOOK, Layer.VALIDATOR
 
 CLAUSES: tuple[Clause, ...] = (
     Clause(
@@ -44,28 +44,28 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-05", title="func/argumentInfo die with the hook", document=_D, section="Remarks",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M}),
         paraphrase="The profiler must not use func or argumentInfo after FunctionEnter2 returns.",
         quote="The values of the func and argumentInfo parameters are not valid after the FunctionEnter2 "
         "function returns because the values may change or be destroyed.",
     ),
     Clause(
         id="FE2-06", title="naked implementation", document=_D, section="Remarks",
-        kind=Kind.ABI_RULE, layers=frozenset({M, EMU, V}),
+        kind=Kind.ABI_RULE, layers=frozenset({M, HK}),
         paraphrase="The hook is naked: no compiler prologue, so at its first instruction [ESP] is the "
         "return address and the four __stdcall parameters follow at ESP+4..ESP+16 in declaration order.",
         quote="The implementation must use the __declspec(naked) storage-class attribute.",
     ),
     Clause(
         id="FE2-07", title="EE saves no registers", document=_D, section="Remarks",
-        kind=Kind.ABI_RULE, layers=frozenset({M, EMU}),
+        kind=Kind.ABI_RULE, layers=frozenset({M, HK}),
         paraphrase="The runtime saves no register before calling the hook, so even the registers that "
         "__stdcall treats as scratch (EAX, ECX, EDX, EFLAGS) must come back unchanged.",
         quote="The execution engine does not save any registers before calling this function.",
     ),
     Clause(
         id="FE2-08", title="save/restore every register incl. FPU", document=_D, section="Remarks",
-        kind=Kind.ABI_RULE, layers=frozenset({M, EMU, V}),
+        kind=Kind.ABI_RULE, layers=frozenset({M, HK}),
         paraphrase="On entry the hook saves every register it uses, x87 and SSE state included, and "
         "restores them before returning.",
         quote="On entry, you must save all registers that you use, including those in the floating-point "
@@ -73,7 +73,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-09", title="callee pops the parameters", document=_D, section="Remarks",
-        kind=Kind.ABI_RULE, layers=frozenset({M, EMU, V}),
+        kind=Kind.ABI_RULE, layers=frozenset({M, HK}),
         paraphrase="On exit the hook pops the parameters its caller pushed (x86: ret 16), so after the "
         "return ESP is 4 (return address) + 16 bytes above its value at the hook's first instruction.",
         quote="On exit, you must restore the stack by popping off all the parameters that were pushed by its "
@@ -81,7 +81,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-10", title="must not block", document=_D, section="Remarks",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, HK, V}),
         paraphrase="The hook must not block (it would delay garbage collection).",
         quote="The implementation of FunctionEnter2 should not block because it will delay garbage "
         "collection.",
@@ -95,7 +95,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-12", title="no managed calls or allocation", document=_D, section="Remarks",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V}),
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, HK}),
         paraphrase="The hook must not call managed code nor cause a managed memory allocation in any way.",
         quote="Also, the FunctionEnter2 function must not call into managed code or in any way cause a "
         "managed "
@@ -115,7 +115,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="FE2-14", title="argumentInfo locates the arguments", document=_D, section="Parameters",
-        kind=Kind.INVARIANT, layers=frozenset({M, LV, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
         paraphrase="argumentInfo points to a COR_PRF_FUNCTION_ARGUMENT_INFO giving the memory locations of "
         "the function's arguments.",
         quote="A pointer to a COR_PRF_FUNCTION_ARGUMENT_INFO structure that specifies the locations in "

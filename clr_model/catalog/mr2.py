@@ -8,7 +8,7 @@ from __future__ import annotations
 from clr_model.catalog.base import Clause, Document, Kind, Layer
 
 _D = Document.MOVED_REFERENCES2
-M, LV, V = Layer.MODEL, Layer.LIVE, Layer.VALIDATOR
+M, LV, V, FZ = Layer.MODEL, Layer.LIVE, Layer.VALIDATOR, Layer.FUZZ
 
 CLAUSES: tuple[Clause, ...] = (
     Clause(
@@ -29,7 +29,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="MR2-03", title="parallel arrays of one length", document=_D, section="Parameters",
-        kind=Kind.INVARIANT, layers=frozenset({M, LV, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
         paraphrase="cMovedObjectIDRanges is the length of each of the three parallel arrays; entry i of the "
         "three arrays describes one block.",
         quote="the value of cMovedObjectIDRanges is the total size of the oldObjectIDRangeStart, "
@@ -52,7 +52,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="MR2-06", title="SIZE_T block lengths", document=_D, section="Parameters",
-        kind=Kind.INVARIANT, layers=frozenset({M, LV, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
         paraphrase="cObjectIDRangeLength[i] is the size in bytes of block i, a SIZE_T (0 <= len < 2**64 on "
         "64-bit) that may exceed ULONG; a size is given for every block.",
         quote="A size is specified for each block that is referenced in the oldObjectIDRangeStart and "
@@ -60,13 +60,13 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="MR2-07", title="membership test", document=_D, section="Remarks",
-        kind=Kind.INVARIANT, layers=frozenset({M, LV, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
         paraphrase="An ObjectID belongs to block i when old_i <= oldObjectID < old_i + len_i (half-open).",
         quote="oldObjectIDRangeStart[i] <= oldObjectID < oldObjectIDRangeStart[i] + cObjectIDRangeLength[i]",
     ),
     Clause(
         id="MR2-08", title="remapping formula", document=_D, section="Remarks",
-        kind=Kind.INVARIANT, layers=frozenset({M, LV, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
         paraphrase="For an ObjectID in block i: newObjectID = new_i + (oldObjectID - old_i); the offset "
         "inside the block is kept.",
         quote="newObjectID = newObjectIDRangeStart[i] + (oldObjectID - oldObjectIDRangeStart[i])",
@@ -80,7 +80,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="MR2-10", title="inspection after GarbageCollectionFinished", document=_D, section="Remarks",
-        kind=Kind.ORDERING, layers=frozenset({M, LV, V}),
+        kind=Kind.ORDERING, layers=frozenset({M, LV}),
         paraphrase="GarbageCollectionFinished means every object is at its new place; inspection is allowed "
         "again from then on.",
         quote="A ICorProfilerCallback2::GarbageCollectionFinished callback indicates that all objects "
@@ -89,14 +89,14 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="MR2-11", title="MovedReferences2 before MovedReferences", document=_D, section="Remarks",
-        kind=Kind.ORDERING, layers=frozenset({M, LV, V}),
+        kind=Kind.ORDERING, layers=frozenset({M, LV}),
         paraphrase="When the profiler implements both callbacks, each MovedReferences is preceded by the "
         "MovedReferences2 reporting the same moves.",
         quote="the MovedReferences2 method is called before the ICorProfilerCallback::MovedReferences method",
     ),
     Clause(
         id="MR2-12", title="failure suppresses MovedReferences", document=_D, section="Remarks",
-        kind=Kind.ORDERING, layers=frozenset({M, LV, V}),
+        kind=Kind.ORDERING, layers=frozenset({M, LV}),
         paraphrase="MovedReferences follows only a MovedReferences2 that returned success; a failure HRESULT "
         "from MovedReferences2 suppresses it.",
         quote="but only if the MovedReferences2 method returns successfully. Profilers can return an HRESULT "
@@ -111,14 +111,14 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="MR2-14", title="disjoint in old space (derived)", document=_D, section="Remarks",
-        kind=Kind.INVARIANT, layers=frozenset({M, LV, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
         paraphrase="Derived: blocks do not overlap in old space, otherwise one old ObjectID would have "
         "two new "
         "values and the formula would be ambiguous.",
     ),
     Clause(
         id="MR2-15", title="disjoint in new space (derived)", document=_D, section="Remarks",
-        kind=Kind.INVARIANT, layers=frozenset({M, LV, V}),
+        kind=Kind.INVARIANT, layers=frozenset({M, LV}),
         paraphrase="Derived: blocks do not overlap in new space, otherwise two live objects would occupy one "
         "address after the GC.",
     ),
@@ -137,7 +137,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         id="MR2-17", title="earlier ObjectIDs must be remapped", document=_D, section="Remarks",
-        kind=Kind.AUTHOR_RULE, layers=frozenset({M, V, LV}),
+        kind=Kind.AUTHOR_RULE, layers=frozenset({M, LV, V, FZ}),
         paraphrase="ObjectIDs handed out by earlier notifications may change at a compacting GC; a profiler "
         "that keeps them must remap them through the ranges before using them again.",
         quote="live objects might be moved within the heap, and ObjectID values distributed by previous "

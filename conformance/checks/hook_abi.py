@@ -1,8 +1,8 @@
 """FE2 ABI verdicts of the emu layer: the hook checker (:mod:`emu.hookcheck`) on real hooks.
 
-Two columns: "x64 hooks" is the checker run (System V reading) on the project's own probe's
+Two columns: "emu x64 hooks" is the checker run (System V reading) on the project's own probe's
 FunctionEnter2/Leave2/Tailcall2 hooks (``conformance/native/src/experiments_hooks.cpp``: ``enter2``,
-``leave2``, ``tailcall2`` in an anonymous namespace, found by their mangled names in ``.symtab``); "x86
+``leave2``, ``tailcall2`` in an anonymous namespace, found by their mangled names in ``.symtab``); "emu x86
 hooks" is the checker on the x86 reference hook (``emu/hookcheck/reference_x86.S``, built with
 ``gcc -m32`` into the harness cache).
 
@@ -10,7 +10,8 @@ Each clause the checker can report on that architecture gets one :class:`Judgeme
 when no run of any of the column's hooks broke it, DIVERGES with one stable line per broken rule (no
 addresses) otherwise. The clauses judged at the hook's return (FE2-07/08/09) are NOT_APPLICABLE when no run
 of any hook returned (every run stopped on an earlier finding): nothing was observed to judge them by.
-These are not ``@judge`` experiments (no live run): the suite wires them in as emu columns.
+The x86 column is the suite's hook experiment (:data:`REFERENCE_X86_HOOKS`, its judges registered with
+:func:`~conformance.suite.registry.hook_judge`); the x64 column is for the probe's own tests.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from pathlib import Path
 
 from clr_model.function_enter import HOOK_RULES, abi_clauses, sysv_abi_clauses
 from conformance.core.errors import HarnessError
-from conformance.suite.verdicts import Judgement, Status
+from conformance.suite.registry import hook_experiment, hook_judge
+from conformance.suite.verdicts import HookEvidence, Judgement, Status
 from emu.hookcheck import DEFAULT_RUNS, HookReport, check_hook
 from emu.hookcheck.build import REFERENCE_X86_SYMBOL, reference_x86_library
 
 __all__ = [
     "PROBE_HOOKS",
+    "REFERENCE_X86_HOOKS",
     "X64_COLUMN",
     "X86_COLUMN",
     "hook_abi_judgements",
@@ -33,8 +36,10 @@ __all__ = [
     "reference_x86_judgements",
 ]
 
-X64_COLUMN = "x64 hooks"
-X86_COLUMN = "x86 hooks"
+#: the matrix columns of the hook checker: the x86 reference hook (the suite's hook experiment) and the
+#: probe's own x64 hooks (its tests)
+X86_COLUMN = "emu x86 hooks"
+X64_COLUMN = "emu x64 hooks"
 #: the probe's hooks: what the report calls them -> the prefix of their mangled name (the parameters follow)
 PROBE_HOOKS: dict[str, str] = {
     "FunctionEnter2": "_ZN11profharness12_GLOBAL__N_16enter2E",
@@ -98,21 +103,37 @@ def judge_reports(reports: dict[str, HookReport], arch: str) -> list[tuple[str, 
     return out
 
 
-def reference_x86_judgements() -> list[tuple[str, Judgement]]:
-    """The x86 column alone: the reference hook under the checker, for the clauses the catalog gives an emu
-    layer (FE2-06..09); what the suite's matrix shows as "emu x86 hooks"."""
-    from clr_model.clauses import CATALOG, Layer
+REFERENCE_X86_HOOKS = hook_experiment("hookcheck:reference_enter2", column=X86_COLUMN,
+                                      library=reference_x86_library, symbol=REFERENCE_X86_SYMBOL, arch="x86")
+#: the clauses the reference column judges: those the checker reports on x86 and a reference hook shows
+#: (FE2-10/12 need a hook that loops or calls out, which the reference hook by design never does)
+REFERENCE_X86_CLAUSES = ("FE2-06", "FE2-07", "FE2-08", "FE2-09")
 
-    x86 = {"reference_enter2": check_hook(reference_x86_library(), REFERENCE_X86_SYMBOL, "x86",
-                                          runs=DEFAULT_RUNS, seed=_SEED)}  # fmt: skip
-    return [(c, j) for c, j in judge_reports(x86, "x86") if c in CATALOG and Layer.EMU in CATALOG[c].layers]
+
+def _reference_judge(clause: str) -> None:
+    def judge_clause(ev: HookEvidence) -> Judgement:
+        return dict(judge_reports({REFERENCE_X86_SYMBOL: ev.report}, "x86"))[clause]
+
+    name = f"judge_{clause.replace('-', '').lower()}_reference_x86"
+    judge_clause.__qualname__ = judge_clause.__name__ = name
+    what = "the hook checker on the x86 reference hook"
+    hook_judge(clause, REFERENCE_X86_HOOKS, what=what)(judge_clause)
+
+
+for _clause in REFERENCE_X86_CLAUSES:
+    _reference_judge(_clause)
+
+
+def reference_x86_judgements() -> list[tuple[str, Judgement]]:
+    """The x86 column alone: the reference hook under the checker, for its clauses (FE2-06..09)."""
+    _, report = REFERENCE_X86_HOOKS.build().run()
+    return [(j.clause, j.judge(HookEvidence(report))) for j in REFERENCE_X86_HOOKS.judges]
 
 
 def hook_abi_judgements(probe_so: Path) -> list[tuple[str, str, Judgement]]:
     """(clause, column, judgement): the probe's x64 hooks and the x86 reference hook under the checker."""
     x64 = {hook: check_hook(probe_so, symbol, "x64", runs=DEFAULT_RUNS, seed=_SEED)
            for hook, symbol in probe_hooks(probe_so).items()}
-    x86 = {"reference_enter2": check_hook(reference_x86_library(), REFERENCE_X86_SYMBOL, "x86",
-                                          runs=DEFAULT_RUNS, seed=_SEED)}
+    _, x86 = REFERENCE_X86_HOOKS.build().run()
     return ([(c, X64_COLUMN, j) for c, j in judge_reports(x64, "x64")]
-            + [(c, X86_COLUMN, j) for c, j in judge_reports(x86, "x86")])
+            + [(c, X86_COLUMN, j) for c, j in judge_reports({REFERENCE_X86_SYMBOL: x86}, "x86")])

@@ -1,8 +1,8 @@
 """Where a clause lives: every hop from the catalog to the expectation files, derived from the code.
 
 ``profharness clauses --where ID`` prints it. Nothing here is kept by hand: the catalog entry and the model
-functions are found with :mod:`ast`, the judges and their plan entries come from the registry
-(:mod:`conformance.suite.registry`), the native experiment rows are found by their name in the probe's
+functions are found with :mod:`ast`, the rules, the judges and their plan entries come from the one registry
+(:mod:`conformance.core.registry`), the native experiment rows are found by their name in the probe's
 experiment tables, the tests by their ``pytest.mark.clause`` marker or their name, the expectation entries
 by the loader.
 """
@@ -24,8 +24,9 @@ ROOT = PACKAGE_DIR.parent
 MODEL_DIR = ROOT / "clr_model"
 TESTS_DIR = ROOT / "tests"
 
-#: the hop kinds, in the order a clause travels through them
-HOPS: tuple[str, ...] = ("catalog", "model", "judge", "plan", "native", "test", "expectation")
+#: the hop kinds, in the order a clause travels through them: a "rule" is a rule of the validator, the fuzzer
+#: or the hook checker, a "judge" a judge of one of the suite's experiments (live, emu or hook)
+HOPS: tuple[str, ...] = ("catalog", "model", "rule", "judge", "plan", "native", "test", "expectation")
 
 
 @dataclass(frozen=True)
@@ -183,39 +184,45 @@ def _native_rows(run: str) -> list[Hop]:
 
 
 def registry_hops(clause: str) -> list[Hop]:
-    """Judges (registry), the plan entries they use (scenario plan.json) and the native rows those run."""
+    """Rules and judges (the one registry), the plan entries the judges use (scenario plan.json) and the
+    native rows those run."""
+    from clr_model.clauses import Layer
+    from conformance.core import registry
     from conformance.core.scenarios import load_scenario
     from conformance.suite.orchestrate import effective_plan
-    from conformance.suite.registry import source_of, specs
+    from conformance.suite.registry import specs
 
+    registry.load_all()
+    by_id = {spec.id: spec for spec in specs()}
+    rules: list[Hop] = []
     judges: list[Hop] = []
     plans: list[Hop] = []
     natives: list[Hop] = []
-    for spec in specs():
-        experiment = spec.build()
-        for judge in spec.judges:
-            if judge.clause != clause:
-                continue
-            path, line = source_of(judge.judge)
-            judges.append(
-                Hop("judge", _rel(path), line, f"{judge.judge.__name__} on {spec.id}: {judge.what}")
-            )
-            plan_path = SCENARIOS_DIR / spec.scenario / "plan.json"
-            plan = effective_plan(experiment, load_scenario(spec.scenario))
-            entries = {str(e.get("id")): e for e in plan.get("experiments", []) if isinstance(e, dict)}
-            for name in judge.uses:
-                line = _plan_entry_line(plan_path, name)
-                where, at = plan_path, line
-                top = name.split(".")[0]
-                if not line or (spec.plan_overlay and top in spec.plan_overlay):
-                    where = _module_path(spec.module)
-                    at = _line_of(where, re.compile(rf"experiment\(\s*\"{re.escape(spec.id)}\""))
-                run = entries.get(name, {}).get("run")
-                what = f"{name} ({spec.id})" + (f" runs {run}" if run else "")
-                plans.append(Hop("plan", _rel(where), at, what))
-                if isinstance(run, str):
-                    natives.extend(h for h in _native_rows(run) if h not in natives)
-    return judges + plans + natives
+    for rule in registry.rules(clause=clause):
+        path = _rel(rule.path)
+        if rule.experiment is None:
+            rules.append(Hop("rule", path, rule.line, f"{rule.layer.value} {rule.name}: {rule.what}"))
+            continue
+        judges.append(Hop("judge", path, rule.line, f"{rule.name} on {rule.experiment}: {rule.what}"))
+        spec = by_id.get(rule.experiment)
+        if spec is None or rule.layer not in (Layer.LIVE, Layer.EMU):
+            continue
+        plan_path = SCENARIOS_DIR / spec.scenario / "plan.json"
+        plan = effective_plan(spec.build(), load_scenario(spec.scenario))
+        entries = {str(e.get("id")): e for e in plan.get("experiments", []) if isinstance(e, dict)}
+        for name in rule.uses:
+            line = _plan_entry_line(plan_path, name)
+            where, at = plan_path, line
+            top = name.split(".")[0]
+            if not line or (spec.plan_overlay and top in spec.plan_overlay):
+                where = _module_path(spec.module)
+                at = _line_of(where, re.compile(rf"experiment\(\s*\"{re.escape(spec.id)}\""))
+            run = entries.get(name, {}).get("run")
+            what = f"{name} ({spec.id})" + (f" runs {run}" if run else "")
+            plans.append(Hop("plan", _rel(where), at, what))
+            if isinstance(run, str):
+                natives.extend(h for h in _native_rows(run) if h not in natives)
+    return rules + judges + plans + natives
 
 
 # --- tests and expectations ----------------------------------------------------------------------------
@@ -243,9 +250,10 @@ def _test_index() -> tuple[tuple[str, int, str, frozenset[str]], ...]:
 
 def test_hops(clause: str) -> list[Hop]:
     """Tests citing the id: a ``pytest.mark.clause("ID")`` marker, or the id in the test's name
-    (``dss05`` or ``DSS_05``, any case)."""
-    prefix, _, number = clause.partition("-")
-    in_name = re.compile(rf"(?<![a-z0-9]){prefix.lower()}_?{number}(?!\d)")
+    (``dss05`` or ``DSS_05``, ``VAL_THREAD_AT_SHUTDOWN``, any case)."""
+    prefix, _, rest = clause.partition("-")
+    rest = re.escape(rest.lower().replace("-", "_"))
+    in_name = re.compile(rf"(?<![a-z0-9]){prefix.lower()}_?{rest}(?![\da-z])")
     return [
         Hop("test", path, line, name)
         for path, line, name, marked in _test_index()

@@ -15,14 +15,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from clr_model.clauses import Layer
 from clr_model.events import Mark, ObjectInspection
+from conformance.core import registry
 from conformance.core.errors import HarnessError
+from conformance.core.findings import Finding
 from conformance.core.runner import RunResult
 from conformance.core.trace import read_trace_whole
 from conformance.fuzz.child import ExampleOutcome
 from conformance.fuzz.world import HEAP_MARK
 from conformance.validator.recording import Recording, read_recording
-from conformance.validator.rules import Finding, check_recording, finding_at
+from conformance.validator.rules import check_recording, finding_at
 
 #: What a fuzz run calls its runtime and scenario in findings.
 RUNTIME = "fake"
@@ -60,6 +63,8 @@ def heaps_of(commands: Sequence[Mapping[str, Any]]) -> list[frozenset[int]]:
     return heaps
 
 
+@registry.rule("MR2-17", layer=Layer.FUZZ, what="every inspected ObjectID is a live object's in the fake "
+               "runtime's heap then in force")
 def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> list[Finding]:
     """MR2-17 by the model: every inspected ObjectID is a live object's in the heap then in force."""
     found: list[Finding] = []
@@ -93,7 +98,9 @@ def judge(trace: Path, outcome: ExampleOutcome, commands: Sequence[Mapping[str, 
     run = run_result(trace, outcome)
     recording = read_recording(read_trace_whole(trace))
     findings = check_recording(recording, run)
-    findings += heap_findings(recording, heaps_of(commands), run)
+    heaps = heaps_of(commands)
+    for rule in registry.functions(Layer.FUZZ):
+        findings += rule(recording, heaps, run)
     if outcome.errors:
         raise HarnessError(f"the fake runtime could not carry out the example: {outcome.errors[0]}")
     return findings

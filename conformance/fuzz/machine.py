@@ -10,7 +10,7 @@ MovedReferences after it unless it failed, MR2-11/12, which the fake runtime dro
   :func:`~conformance.fuzz.program.decode` interprets it; after hypothesis' shrinking, whole steps are cut
   out while the failure stays the same (:func:`polish`), so a reproducer keeps only the steps it needs;
 - ``stateful``: :class:`FuzzMachine`, hypothesis' ``RuleBasedStateMachine`` with one rule per
-  :class:`~conformance.fuzz.program.Rule` (its parameters one byte string each).
+  :class:`~conformance.fuzz.program.StepRule` (its parameters one byte string each).
 
 The steps only compute the world (:class:`~conformance.fuzz.world.World`) and the commands; the example
 runs in the reused fake runtime child, and its findings (:func:`~conformance.fuzz.judge.judge`) fail it. A
@@ -39,11 +39,11 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, precondition, rule
 
 from conformance.core.errors import HarnessError
+from conformance.core.findings import Finding
 from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
 from conformance.fuzz.judge import judge
-from conformance.fuzz.program import RULES, Reader, Rule, decode, without_step
+from conformance.fuzz.program import RULES, Reader, StepRule, decode, without_step
 from conformance.fuzz.world import World
-from conformance.validator.rules import Finding
 
 REPRODUCER_FORMAT = "profharness-fuzz-reproducer 1"
 ENGINES = ("program", "stateful")
@@ -160,7 +160,7 @@ class FuzzMachine(RuleBasedStateMachine):
         self.session.check(self.world)
 
 
-def _stateful_rule(spec: Rule) -> Callable[..., None]:
+def _stateful_rule(spec: StepRule) -> Callable[..., None]:
     def step(self: FuzzMachine, params: bytes) -> None:
         spec.run(self.world, Reader(params))
 

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from conformance.fuzz.world import GENERATIONS, GcPlan, World
 
-__all__ = ["END_BELOW", "RULES", "Program", "Reader", "Rule", "decode"]
+__all__ = ["END_BELOW", "RULES", "Program", "Reader", "StepRule", "decode"]
 
 T = TypeVar("T")
 
@@ -138,7 +138,7 @@ def thread(world: World, r: Reader) -> int:
 
 
 @dataclass(frozen=True)
-class Rule:
+class StepRule:
     """One thing a runtime may do next: when it may (``allowed``), and doing it (``run``)."""
 
     name: str
@@ -231,16 +231,16 @@ def _thread_destroyed(world: World, r: Reader) -> None:
 
 
 #: The rules, cheapest first (the shrinker lowers op bytes, so it prefers the earlier ones).
-RULES: tuple[Rule, ...] = (
-    Rule("thread_created", lambda w: len(w.threads) < MAX_THREADS, _thread_created),
-    Rule("load_module", _always, _load_module),
-    Rule("load_class", lambda w: bool(w.modules), _load_class),
-    Rule("jit", lambda w: bool(w.classes), _jit),
-    Rule("gc", lambda w: bool(w.threads), _gc),
-    Rule("allocate", lambda w: bool(w.threads and w.classes) and len(w.heap) < MAX_OBJECTS, _allocate),
-    Rule("exception", lambda w: bool(w.threads and w.classes), _exception),
-    Rule("compacting_gc", lambda w: bool(w.threads), _compacting_gc),
-    Rule("thread_destroyed", lambda w: bool(w.threads), _thread_destroyed),
+RULES: tuple[StepRule, ...] = (
+    StepRule("thread_created", lambda w: len(w.threads) < MAX_THREADS, _thread_created),
+    StepRule("load_module", _always, _load_module),
+    StepRule("load_class", lambda w: bool(w.modules), _load_class),
+    StepRule("jit", lambda w: bool(w.classes), _jit),
+    StepRule("gc", lambda w: bool(w.threads), _gc),
+    StepRule("allocate", lambda w: bool(w.threads and w.classes) and len(w.heap) < MAX_OBJECTS, _allocate),
+    StepRule("exception", lambda w: bool(w.threads and w.classes), _exception),
+    StepRule("compacting_gc", lambda w: bool(w.threads), _compacting_gc),
+    StepRule("thread_destroyed", lambda w: bool(w.threads), _thread_destroyed),
 )
 
 

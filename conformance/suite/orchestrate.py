@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from conformance.checks import all_experiments
 from conformance.core import probe, runtimes, scenarios
 from conformance.core.errors import HarnessError
 from conformance.core.paths import NATIVE_DIR, SCENARIOS_DIR
@@ -26,8 +25,12 @@ from conformance.core.plans import resolve_plan
 from conformance.core.runner import RunOutcome, RunResult, execute, reference_runtime
 from conformance.core.runtimes import Runtime
 from conformance.suite.expectations import ExpectationSet, classify, load_expectations
+from conformance.suite.registry import all_experiments
+from conformance.suite.registry import hook_experiments as registered_hooks
 from conformance.suite.verdicts import (
     Evidence,
+    HookEvidence,
+    HookExperiment,
     Judgement,
     LiveExperiment,
     Status,
@@ -168,71 +171,64 @@ def apply_expectations(
     return out
 
 
-#: the layers a suite run judges by default: the live runs, and their captures replayed by the emulator
-LAYERS: tuple[str, ...] = ("live", "emu")
+#: the layers a suite run judges by default: the live runs, their captures replayed by the emulator, and the
+#: hook checker's experiments
+LAYERS: tuple[str, ...] = ("live", "emu", "hook")
+
 
 def select_experiments(
     clauses: Sequence[str] | None,
     experiments: Sequence[LiveExperiment] | None = None,
     layers: Sequence[str] = LAYERS,
-) -> list[LiveExperiment]:
-    experiments = list(experiments) if experiments is not None else all_experiments()
-    experiments = [
-        dataclasses.replace(e, judges=tuple(j for j in e.judges if j.layer in layers)) for e in experiments
-    ]
-    experiments = [e for e in experiments if e.judges]
+    hook_experiments: Sequence[HookExperiment] | None = None,
+) -> tuple[list[LiveExperiment], list[HookExperiment]]:
+    """The live and hook experiments to run, each with only the judges of ``layers`` and ``clauses``."""
+    lives = list(experiments) if experiments is not None else all_experiments()
+    lives = [dataclasses.replace(e, judges=tuple(j for j in e.judges if j.layer in layers)) for e in lives]
+    lives = [e for e in lives if e.judges]
+    hooks: list[HookExperiment] = []
+    if "hook" in layers:
+        hooks = [e for e in (hook_experiments if hook_experiments is not None else registered_hooks())
+                 if e.judges]  # fmt: skip
     if not clauses:
-        return experiments
-    known = {j.clause for e in experiments for j in e.judges}
+        return lives, hooks
+    known = {j.clause for e in lives for j in e.judges} | {j.clause for e in hooks for j in e.judges}
     unknown = [c for c in clauses if c not in known]
     if unknown:
         raise HarnessError(
-            f"--clause {', '.join(unknown)}: no live experiment checks it (live clauses: {len(known)};"
-            " see 'profharness clauses --layer live')"
+            f"--clause {', '.join(unknown)}: no experiment of the suite checks it (suite clauses: "
+            f"{len(known)}; see 'profharness clauses --layer live', --layer emu and --layer hook)"
         )
     chosen: list[LiveExperiment] = []
-    for experiment in experiments:
+    for experiment in lives:
         judges = tuple(j for j in experiment.judges if j.clause in clauses)
         if judges:
             chosen.append(dataclasses.replace(experiment, judges=judges))
-    return chosen
+    chosen_hooks: list[HookExperiment] = []
+    for hook in hooks:
+        hook_judges = tuple(j for j in hook.judges if j.clause in clauses)
+        if hook_judges:
+            chosen_hooks.append(dataclasses.replace(hook, judges=hook_judges))
+    return chosen, chosen_hooks
 
 
-#: the matrix column of the FE2 ABI clauses judged by the hook checker on the x86 reference hook (issue 9)
-HOOKS_COLUMN = "emu x86 hooks"
-
-
-def hook_verdicts(clauses: Sequence[str] | None) -> list[Verdict]:
-    """FE2 ABI clauses (emu layer) from the x86 reference hook under the hook checker; a checker or build
-    failure is an ERROR verdict per clause, never a missing row."""
-    from conformance.checks.hook_abi import reference_x86_judgements
-
-    wanted = {"FE2-06", "FE2-07", "FE2-08", "FE2-09"}
-    if clauses:
-        wanted &= set(clauses)
-    if not wanted:
-        return []
-    base: dict[str, Any] = {"runtime": HOOKS_COLUMN, "experiment": "hookcheck:reference_enter2"}
+def judge_hook_experiment(experiment: HookExperiment) -> list[Verdict]:
+    """Every verdict of one hook experiment (its column); a checker or build failure is an ERROR verdict per
+    clause, never a missing row. The evidence is the object the checker ran: its path and sha256 stand
+    where a trace would."""
+    base: dict[str, Any] = {"runtime": experiment.column, "experiment": experiment.id}
     try:
-        judged = reference_x86_judgements()
-        # the evidence is the object the checker ran: its path and sha256 stand where a trace would
-        from emu.hookcheck.build import reference_x86_library
-
-        library = Path(reference_x86_library())
+        library, report = experiment.run()
         base["trace"] = str(library)
         base["trace_sha256"] = hashlib.sha256(library.read_bytes()).hexdigest()
     except HarnessError as exc:
-        return [
-            Verdict(clause=c, status=Status.ERROR, observed=exc.message, expected="a judgement", **base)
-            for c in sorted(wanted)
-        ]
-    what = "the hook checker on the x86 reference hook"
-    out = [
-        Verdict(clause=c, what=what, status=j.status, observed=j.observed, expected=j.expected,
-                disagreements=disagreements_of(j), **base)
-        for c, j in judged
-        if c in wanted
-    ]  # fmt: skip
+        return [Verdict(clause=j.clause, what=j.what, status=Status.ERROR, observed=exc.message,
+                        expected="a judgement", **base) for j in experiment.judges]  # fmt: skip
+    out = []
+    for j in experiment.judges:
+        judgement = j.judge(HookEvidence(report))
+        out.append(Verdict(clause=j.clause, what=j.what, status=judgement.status, observed=judgement.observed,
+                           expected=judgement.expected, disagreements=disagreements_of(judgement), **base))
     return out
 
 
@@ -257,7 +253,7 @@ def run_suite(
     started = time.monotonic()
     expectations = load_expectations(expectations_dir)  # a broken expectation file fails before any run
     selected = runtimes.select(runtime_spec, dotnet)
-    chosen = select_experiments(clauses, experiments, layers)
+    chosen, hook_chosen = select_experiments(clauses, experiments, layers)
     probe_so = probe.build_probe(native_dir)
     reference = reference_runtime()
     names = sorted({e.scenario for e in chosen})
@@ -306,10 +302,9 @@ def run_suite(
     columns = [rt.version for rt in selected]
     for layer in sorted({j.layer for e in chosen for j in e.judges} - {"live"}):
         columns += [f"{layer} {rt.version}" for rt in selected]
-    hooks = hook_verdicts(clauses) if "emu" in layers else []
-    if hooks:
-        verdicts.extend(hooks)
-        columns.append(HOOKS_COLUMN)
+    for hook in hook_chosen:
+        verdicts.extend(judge_hook_experiment(hook))
+        columns.append(hook.column)
     verdicts = apply_expectations(verdicts, columns, expectations, clauses)
     return SuiteResult(
         runtimes=[rt.version for rt in selected],

@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from conformance.core.runtimes import Runtime
 from conformance.core.trace import Trace
+from emu.hookcheck.report import HookReport
 
 
 class Status(StrEnum):
@@ -73,6 +75,47 @@ class Judge:
 
     def column(self, version: str) -> str:
         return version if self.layer == "live" else f"{self.layer} {version}"
+
+
+@dataclass(frozen=True)
+class HookEvidence:
+    """What a hook judge sees: the hook checker's report on the experiment's hook."""
+
+    report: HookReport
+
+
+@dataclass(frozen=True)
+class HookJudge:
+    clause: str
+    judge: Callable[[HookEvidence], Judgement]
+    what: str
+
+
+@dataclass(frozen=True)
+class HookExperiment:
+    """The hook checker on one hook's machine code (no live run, no runtime): one matrix column."""
+
+    id: str
+    #: the matrix column its verdicts fill (e.g. "emu x86 hooks")
+    column: str
+    #: builds (or finds) the object file the hook is in
+    library: Callable[[], Path]
+    symbol: str
+    arch: str
+    judges: tuple[HookJudge, ...]
+    #: how many random states the checker runs the hook from, and the seed they are drawn from
+    runs: int = 100
+    seed: int = 0
+
+    def run(self) -> tuple[Path, HookReport]:
+        """The checker on the hook: the object it ran and its report (seeded: deterministic)."""
+        from emu.hookcheck import check_hook
+
+        library = self.library()
+        if self.arch not in ("x86", "x64"):
+            raise ValueError(f"{self.id}: unknown architecture {self.arch!r}")
+        arch: Literal["x86", "x64"] = "x86" if self.arch == "x86" else "x64"
+        return library, check_hook(library, self.symbol, arch, runs=self.runs, seed=self.seed)
 
 
 @dataclass(frozen=True)

@@ -20,20 +20,16 @@ from xml.etree import ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict
 
-from conformance.core import runner, runtimes, scenarios
+from clr_model.clauses import Layer
+from conformance.core import registry, runner, runtimes, scenarios
 from conformance.core.errors import HarnessError
+from conformance.core.findings import Finding
 from conformance.core.runner import RunOutcome
 from conformance.core.trace import read_trace
 from conformance.validator import launch
 from conformance.validator.hooks import HookChecks
 from conformance.validator.recording import read_recording
-from conformance.validator.rules import (
-    CATALOG_RULES,
-    VALIDATOR_RULES,
-    Finding,
-    check_recording,
-    hook_abi,
-)
+from conformance.validator.rules import check_recording, hook_abi
 
 #: The validator's own scenarios (conformance/validator/scenarios/NAME).
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -156,8 +152,17 @@ def to_json(result: ValidationResult) -> str:
     return json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
 
 
+#: the layers whose rules a validation applies: the rules over the recording, and the hook checker's rules on
+#: the hooks the profiler registered
+VALIDATE_LAYERS = (Layer.VALIDATOR, Layer.HOOK)
+
+
 def rule_ids() -> list[str]:
-    return [*CATALOG_RULES, *VALIDATOR_RULES]
+    """Every clause a validation judges (the registry's validator and hook rules), catalog clauses first."""
+    import emu.hookcheck.rules  # noqa: F401  (registers the hook checker's rules)
+
+    found = {r.clause for layer in VALIDATE_LAYERS for r in registry.rules(layer)}
+    return sorted(found, key=lambda c: (c.startswith("VAL-"), c))
 
 
 def to_junit(result: ValidationResult) -> str:

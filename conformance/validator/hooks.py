@@ -8,9 +8,8 @@ the checker relocates it into unicorn), named by its symbol (the dynamic one the
 ``.symtab``/``.dynsym`` function at that offset). A hook that breaks an ABI rule gives a finding with the
 checker's FE2 clause.
 
-The checker lives in :mod:`emu`, which the validator does not import (tests/test_layout.py): it runs as a
-child process (``profharness check-hook LIB SYMBOL --arch x64 --json``), once per (file, symbol) however
-many runs registered it.
+The checker (:func:`emu.hookcheck.check_hook`, a layer below the validator) runs in-process, once per
+(file, symbol) however many runs registered it.
 
 Checked: SetEnterLeaveFunctionHooks2 (FunctionEnter2/Leave2/Tailcall2, the hooks the FE2 clauses and the
 checker describe) and SetEnterLeaveFunctionHooks3 (FunctionEnter3/Leave3/Tailcall3: the checker's System V
@@ -22,24 +21,19 @@ its own.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from clr_model.events import InfoCall, begins, int_arg
-from conformance.core.errors import HarnessError
 from conformance.validator.recording import Recording
+from emu.errors import EmuError
+from emu.hookcheck import HookFinding, HookInputError, check_hook
 
 #: registration -> its hook parameters, as the proxy records them
 CHECKED_REGISTRATIONS: dict[str, tuple[str, ...]] = {
     "SetEnterLeaveFunctionHooks2": ("pFuncEnter", "pFuncLeave", "pFuncTailcall"),
     "SetEnterLeaveFunctionHooks3": ("pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"),
 }
-#: seconds one check may take (100 random states of a small hook take about a second)
-CHECK_TIMEOUT_S = 120.0
-_CHECK = "import sys; from conformance.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 @dataclass(frozen=True)
@@ -56,20 +50,12 @@ class RegisteredHook:
 
 
 @dataclass(frozen=True)
-class HookFault:
-    """A rule the checker found broken: its clause and one line (what, which register or access, where)."""
-
-    clause: str
-    line: str
-
-
-@dataclass(frozen=True)
 class HookCheck:
     """The checker's answer for one hook: its faults, or why it could not be checked (``problem``)."""
 
     module: str
     symbol: str | None
-    faults: tuple[HookFault, ...] = ()
+    faults: tuple[HookFinding, ...] = ()
     problem: str | None = None
 
 
@@ -124,33 +110,25 @@ def symbol_at(module: Path, offset: int) -> str | None:
     return None
 
 
-def _fault_line(item: dict[str, object]) -> str:
-    parts = [str(item.get("rule", "?")), str(item.get("detail", ""))]
-    register = item.get("register")
-    if register:
-        parts.append(f"{register} {item.get('before')} -> {item.get('after')}")
-    if item.get("instruction"):
-        parts.append(f"at {item['instruction']}")
+def fault_line(fault: HookFinding) -> str:
+    """One line of a fault: the rule, what, which register (before -> after) and the instruction."""
+    parts = [fault.rule, fault.detail]
+    if fault.register_name:
+        before = "None" if fault.before is None else f"{fault.before:#x}"
+        after = "None" if fault.after is None else f"{fault.after:#x}"
+        parts.append(f"{fault.register_name} {before} -> {after}")
+    if fault.instruction:
+        parts.append(f"at {fault.instruction}")
     return ": ".join(p for p in parts if p)
 
 
 def run_checker(module: Path, symbol: str) -> HookCheck:
-    """``profharness check-hook MODULE SYMBOL --arch x64 --json`` in a child process, its report read."""
-    cmd = [sys.executable, "-c", _CHECK, "check-hook", str(module), symbol, "--arch", "x64", "--json"]
+    """The hook checker on ``symbol`` of ``module`` (x64 System V reading), in-process."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return HookCheck(str(module), symbol, problem=f"the hook checker ran over {CHECK_TIMEOUT_S:.0f} s")
-    if done.returncode not in (0, 1):
-        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        return HookCheck(str(module), symbol, problem=f"the hook checker refused it: {why}")
-    try:
-        report = json.loads(done.stdout)
-        items = report["findings"]
-        faults = tuple(HookFault(str(f["clause"]), _fault_line(f)) for f in items)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise HarnessError(f"check-hook {module} {symbol}: unreadable report ({exc})") from None
-    return HookCheck(str(module), symbol, faults=faults)
+        report = check_hook(module, symbol, "x64")
+    except (HookInputError, EmuError) as exc:
+        return HookCheck(str(module), symbol, problem=f"the hook checker refused it: {exc}")
+    return HookCheck(str(module), symbol, faults=report.findings)
 
 
 class HookChecks:

@@ -1,12 +1,15 @@
 """The rules the validator holds a profiler to, over one recording (:class:`~.recording.Recording`).
 
-Each finding names its clause: an id of the catalog (``profharness clauses --layer validator``), or, for
-what the four contract documents do not cover (crashes, hangs, a profiler's lifecycle), one of
-:data:`VALIDATOR_RULES`. It names the OS thread, the callback (or hook) that was running, and the seqs of
-the trace records that are its evidence.
+Each rule registers with the clauses it judges (:func:`rule`, into the one registry
+:mod:`conformance.core.registry`): ids of the catalog (``profharness clauses --layer validator``), the
+four documents' clauses or, for what they do not cover (crashes, hangs, a profiler's lifecycle), the
+harness's own ``VAL-*`` rules. A finding (:class:`conformance.core.findings.Finding`) names one of its
+rule's clauses, the OS thread, the callback (or hook) that was running, and the seqs of the trace records
+that are its evidence.
 
-The hooks the profiler registered go to the hook checker (:func:`hook_abi`, FE2-06/08/09/10/12, see
-:mod:`~.hooks`); it runs in a child process, so :func:`check_recording` leaves it to the caller.
+The hooks the profiler registered go to the hook checker (:func:`hook_abi`, the ``hook`` layer's rules,
+FE2-06/08/09/10/12, see :mod:`~.hooks`); :func:`check_recording` leaves it to the caller (it is asked once
+per hook however many runs registered it).
 
 Model checkers reused: :func:`clr_model.moved_refs.check_gc_events` (MR2-09, MR2-17) and
 :func:`clr_model.async_safety.check` (DSS-23, DSS-24). The rest are read here from the recording.
@@ -21,52 +24,21 @@ from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 
-from pydantic import BaseModel, ConfigDict
-
 from clr_model import async_safety
+from clr_model.clauses import Layer
 from clr_model.errors import InvalidInput
 from clr_model.events import InfoCall, ProfilerCallback, begins, int_arg
 from clr_model.hresults import hresult_failed
 from clr_model.moved_refs import check_gc_events
+from conformance.core import registry
 from conformance.core.errors import HarnessError
+from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
 from conformance.core.paths import NATIVE_DIR
 from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.trace import CallbackRecord, CallRecord, MarkRecord, ProbeErrorRecord
-from conformance.validator.hooks import HookChecks, registered_hooks
+from conformance.validator.hooks import HookChecks, fault_line, registered_hooks
 from conformance.validator.recording import Recording
-
-#: Rules of the validator that no clause of the catalog states (id -> title).
-VALIDATOR_RULES: dict[str, str] = {
-    "VAL-CRASH": "the profiler crashed the process",
-    "VAL-HANG": "a callback never returned (hang)",
-    "VAL-LOAD": "the profiler could not be loaded behind the proxy",
-    "VAL-AFTER-SHUTDOWN": "ICorProfilerInfo used after Shutdown returned",
-    "VAL-RELEASED-INFO": "ICorProfilerInfo used after its last reference was released",
-    "VAL-THREAD-AT-SHUTDOWN": "a profiler thread still runs after Shutdown returned",
-    "VAL-ENUM-LEAK": "an enumerator is never released",
-    "VAL-NULL-TAILCALL": "enter/leave hooks registered with a NULL tailcall hook",
-    "VAL-QI-IN-GC": "QueryInterface on ICorProfilerInfo inside a GC callback",
-}
-#: Catalog clauses the validator reports (the titles come from the catalog).
-CATALOG_RULES = (
-    "BUF-04",
-    "BUF-08",
-    "DSS-13",
-    "DSS-19",
-    "DSS-22",
-    "DSS-23",
-    "DSS-24",
-    "FE2-06",
-    "FE2-08",
-    "FE2-09",
-    "FE2-10",
-    "FE2-11",
-    "FE2-12",
-    "MR2-09",
-    "MR2-13",
-    "MR2-17",
-)
 
 #: Calls that block the calling thread until other threads move (FE2-10 inside a hook).
 BLOCKING_METHODS = frozenset(
@@ -101,56 +73,10 @@ _HOOK_REGISTRATIONS = {
 }
 
 
-class Finding(BaseModel):
-    """One way the profiler broke a rule, with its evidence."""
-
-    model_config = ConfigDict(frozen=True)
-
-    clause: str
-    title: str
-    message: str
-    runtime: str
-    scenario: str
-    thread: int | None = None
-    callback: str | None = None
-    records: list[int]
-    trace: str
-
-    @classmethod
-    def of(
-        cls,
-        run: RunResult,
-        clause: str,
-        message: str,
-        records: list[int],
-        *,
-        thread: int | None = None,
-        callback: str | None = None,
-    ) -> Finding:
-        """A finding of ``run`` (its runtime, scenario and trace), titled from the clause's one table."""
-        return cls(
-            clause=clause,
-            title=rule_title(clause),
-            message=message,
-            runtime=run.runtime,
-            scenario=run.scenario,
-            thread=thread,
-            callback=callback,
-            records=records,
-            trace=str(run.trace_path),
-        )
-
-    def line(self) -> str:
-        where = (
-            f" [thread {self.thread}" + (f", in {self.callback}" if self.callback else "") + "]"
-            if self.thread is not None
-            else ""
-        )
-        return f"{self.clause} {self.runtime} {self.scenario}{where}: {self.message} (records {self.records})"
-
-
 @dataclass
-class _Ctx:
+class RuleContext:
+    """What a rule reads: the recording and its run."""
+
     rec: Recording
     run: RunResult
 
@@ -174,25 +100,15 @@ class _Ctx:
 
 def finding_at(rec: Recording, run: RunResult, clause: str, index: int, message: str) -> Finding:
     """A finding at event ``index`` of ``rec``: its record, thread and the callback it happened in."""
-    return _Ctx(rec, run).at(clause, index, message)
+    return RuleContext(rec, run).at(clause, index, message)
 
 
-def rule_title(clause: str) -> str:
-    if clause in VALIDATOR_RULES:
-        return VALIDATOR_RULES[clause]
-    from clr_model.clauses import CATALOG  # the catalog is the one list of clause titles
-
-    found = CATALOG.get(clause)
-    return found.title if found is not None else clause
+Rule = Callable[["RuleContext"], Iterator[Finding]]
 
 
-Rule = Callable[[_Ctx], Iterator[Finding]]
-RULES: list[Rule] = []
-
-
-def rule(fn: Rule) -> Rule:
-    RULES.append(fn)
-    return fn
+def rule(*clauses: str, what: str) -> Callable[[Rule], Rule]:
+    """Register a validator rule for ``clauses`` (the one registry, :mod:`conformance.core.registry`)."""
+    return registry.rule(*clauses, layer=Layer.VALIDATOR, what=what)
 
 
 # --- buffers (BUF-04, BUF-08) ---------------------------------------------------------------------------
@@ -252,8 +168,8 @@ def buffer_methods() -> dict[str, BufferParams]:
     return found
 
 
-@rule
-def null_buffer_with_size(c: _Ctx) -> Iterator[Finding]:
+@rule("BUF-04", what="a NULL buffer goes with a size of 0")
+def null_buffer_with_size(c: RuleContext) -> Iterator[Finding]:
     """BUF-04: a NULL buffer goes with a size of 0."""
     table = buffer_methods()
     for i, ev in enumerate(c.rec.events):
@@ -276,8 +192,8 @@ def _identity(ev: InfoCall, params: BufferParams) -> tuple[object, ...]:
     )
 
 
-@rule
-def truncated_without_retry(c: _Ctx) -> Iterator[Finding]:
+@rule("BUF-08", what="a truncated answer (*pcX > cX) is asked again with a large enough buffer")
+def truncated_without_retry(c: RuleContext) -> Iterator[Finding]:
     """BUF-08: *pcX > cX means the answer was truncated: allocate *pcX and call again."""
     table = buffer_methods()
     events = c.rec.events
@@ -310,8 +226,10 @@ def truncated_without_retry(c: _Ctx) -> Iterator[Finding]:
 # --- walks (DSS-13, DSS-19, DSS-22) and the model's DSS-23/24 ---------------------------------------------
 
 
-@rule
-def walks_and_suspension(c: _Ctx) -> Iterator[Finding]:
+@rule("DSS-13", "DSS-19", "DSS-22",
+      what="cross-thread walks only while suspended; a seed in JIT-compiled code; SuspendRuntime not from "
+      "a managed thread")  # fmt: skip
+def walks_and_suspension(c: RuleContext) -> Iterator[Finding]:
     suspended_by: dict[int, int] = {}  # thread -> seq of its SuspendRuntime that succeeded
     gc_suspended = False
     for i, ev in enumerate(c.rec.events):
@@ -354,8 +272,8 @@ def walks_and_suspension(c: _Ctx) -> Iterator[Finding]:
                 )
 
 
-@rule
-def model_async_rules(c: _Ctx) -> Iterator[Finding]:
+@rule("DSS-23", "DSS-24", "VAL-LOAD", what="asynchronous-walk safety by clr_model.async_safety")
+def model_async_rules(c: RuleContext) -> Iterator[Finding]:
     """DSS-23 and DSS-24 by clr_model.async_safety (DSS-22/25 need native suspensions it cannot see)."""
     try:
         violations = async_safety.check(c.rec.events)
@@ -370,8 +288,9 @@ def model_async_rules(c: _Ctx) -> Iterator[Finding]:
 # --- the GC (MR2-09, MR2-13, MR2-17, VAL-QI-IN-GC) ----------------------------------------------------
 
 
-@rule
-def model_gc_rules(c: _Ctx) -> Iterator[Finding]:
+@rule("MR2-09", "MR2-17", "VAL-LOAD",
+      what="no inspection during MovedReferences2; earlier ObjectIDs remapped, by clr_model.moved_refs")
+def model_gc_rules(c: RuleContext) -> Iterator[Finding]:
     level = c.rec.callback_level
     try:
         violations = check_gc_events(c.rec.events, implements_callback4=level >= 4 or level == 0)
@@ -383,8 +302,8 @@ def model_gc_rules(c: _Ctx) -> Iterator[Finding]:
             yield c.at(v.clause, v.index, v.message)
 
 
-@rule
-def only_callback3(c: _Ctx) -> Iterator[Finding]:
+@rule("MR2-13", what="a profiler without ICorProfilerCallback4 gets MovedReferences (32-bit lengths)")
+def only_callback3(c: RuleContext) -> Iterator[Finding]:
     """MR2-13: a profiler without ICorProfilerCallback4 gets MovedReferences, whose ULONG lengths cannot say
     how long a block of 4 GiB or more is."""
     level = c.rec.callback_level
@@ -401,8 +320,8 @@ def only_callback3(c: _Ctx) -> Iterator[Finding]:
             return
 
 
-@rule
-def query_interface_in_gc(c: _Ctx) -> Iterator[Finding]:
+@rule("VAL-QI-IN-GC", what="no QueryInterface on ICorProfilerInfo inside a GC callback")
+def query_interface_in_gc(c: RuleContext) -> Iterator[Finding]:
     for i, ev in enumerate(c.rec.events):
         if isinstance(ev, InfoCall) and ev.name == "QueryInterface":
             inside = [name for name in c.rec.context[i] if name in GC_CALLBACKS]
@@ -413,8 +332,8 @@ def query_interface_in_gc(c: _Ctx) -> Iterator[Finding]:
 # --- hooks (FE2-10, FE2-11, VAL-NULL-TAILCALL) ----------------------------------------------------------
 
 
-@rule
-def calls_from_hooks(c: _Ctx) -> Iterator[Finding]:
+@rule("FE2-10", "FE2-11", what="a hook calls nothing that blocks or triggers a GC")
+def calls_from_hooks(c: RuleContext) -> Iterator[Finding]:
     for i, ev in enumerate(c.rec.events):
         if not (isinstance(ev, InfoCall) and begins(ev)):
             continue
@@ -427,8 +346,8 @@ def calls_from_hooks(c: _Ctx) -> Iterator[Finding]:
             yield c.at("FE2-10", i, f"{hooks[-1]} hook calls {ev.name}, which blocks")
 
 
-@rule
-def null_tailcall_hook(c: _Ctx) -> Iterator[Finding]:
+@rule("VAL-NULL-TAILCALL", what="enter/leave hooks come with a tailcall hook")
+def null_tailcall_hook(c: RuleContext) -> Iterator[Finding]:
     for i, ev in enumerate(c.rec.events):
         if isinstance(ev, InfoCall) and ev.name in _HOOK_REGISTRATIONS and begins(ev):
             enter, leave, tail = (ev.args.get(n) for n in _HOOK_REGISTRATIONS[ev.name])
@@ -447,8 +366,9 @@ def null_tailcall_hook(c: _Ctx) -> Iterator[Finding]:
 # --- lifecycle ------------------------------------------------------------------------------------------
 
 
-@rule
-def after_shutdown_and_release(c: _Ctx) -> Iterator[Finding]:
+@rule("VAL-AFTER-SHUTDOWN", "VAL-RELEASED-INFO",
+      what="no ICorProfilerInfo call after Shutdown or after the last Release")
+def after_shutdown_and_release(c: RuleContext) -> Iterator[Finding]:
     """VAL-AFTER-SHUTDOWN: a call after Shutdown returned, made outside any callback (a call inside a
     callback the runtime still makes after Shutdown, as 3.1 does with ThreadCreated, answers the runtime);
     VAL-RELEASED-INFO: a call through the wrapper after its last reference was released."""
@@ -491,13 +411,14 @@ def after_shutdown_and_release(c: _Ctx) -> Iterator[Finding]:
             )
 
 
-def _note(c: _Ctx, name: str) -> MarkRecord | None:
+def _note(c: RuleContext, name: str) -> MarkRecord | None:
     found = c.rec.notes.get(name)
     return found[-1] if found else None
 
 
-@rule
-def shutdown_leftovers(c: _Ctx) -> Iterator[Finding]:
+@rule("VAL-THREAD-AT-SHUTDOWN", "VAL-ENUM-LEAK",
+      what="no profiler thread alive and no enumerator unreleased at Shutdown")
+def shutdown_leftovers(c: RuleContext) -> Iterator[Finding]:
     note = _note(c, "proxy.shutdown")
     if note is None:
         return
@@ -543,8 +464,8 @@ def _thread_line(t: ThreadReport) -> str:
     return f"{t.os_tid} {t.name}: {where}{call} ({' < '.join(t.frames[:3]) or 'no stack'})"
 
 
-@rule
-def crashes_and_hangs(c: _Ctx) -> Iterator[Finding]:
+@rule("VAL-CRASH", "VAL-HANG", "VAL-LOAD", what="the process neither crashes nor hangs under the profiler")
+def crashes_and_hangs(c: RuleContext) -> Iterator[Finding]:
     crash, hang = _note(c, "proxy.crash"), _note(c, "proxy.hang")
     if crash is not None:
         extra = crash.model_extra or {}
@@ -615,8 +536,8 @@ def crashes_and_hangs(c: _Ctx) -> Iterator[Finding]:
             yield c.finding("VAL-LOAD", f"{record.what} ({record.where})", [record.seq], thread=record.os_tid)
 
 
-@rule
-def initialize_failed(c: _Ctx) -> Iterator[Finding]:
+@rule("VAL-LOAD", what="the profiler's Initialize succeeds")
+def initialize_failed(c: RuleContext) -> Iterator[Finding]:
     """VAL-LOAD: the profiler's Initialize returned a failure: the runtime unloads it and nothing it was
     meant to do happens (often a missing configuration: an environment variable, a companion library)."""
     for i, ev in enumerate(c.rec.events):
@@ -649,10 +570,15 @@ def _open_callbacks(rec: Recording) -> dict[int, list[str]]:
 
 def check_recording(rec: Recording, run: RunResult) -> list[Finding]:
     """Every finding of every rule over one run's recording."""
-    ctx = _Ctx(rec, run)
+    ctx = RuleContext(rec, run)
     found: list[Finding] = []
-    for r in RULES:
-        found.extend(r(ctx))
+    for fn in registry.functions(Layer.VALIDATOR):
+        mine = registry.clauses_of(fn)
+        for finding in fn(ctx):
+            if finding.clause not in mine:
+                raise HarnessError(f"validator rule {fn.__qualname__} made a {finding.clause} finding; it is "
+                                   f"registered for {', '.join(sorted(mine))}")
+            found.append(finding)
     return found
 
 
@@ -660,7 +586,7 @@ def hook_abi(rec: Recording, run: RunResult, checks: HookChecks) -> tuple[list[F
     """FE2-06/08/09/10/12: every registered hook the checker can read, under the checker (``checks`` asks
     it once per hook however many runs registered it). Returns the findings (one per rule a hook broke,
     at the call that registered it) and a note for each hook that could not be checked."""
-    ctx = _Ctx(rec, run)
+    ctx = RuleContext(rec, run)
     found: list[Finding] = []
     notes: list[str] = []
     for hook in registered_hooks(rec):
@@ -674,7 +600,7 @@ def hook_abi(rec: Recording, run: RunResult, checks: HookChecks) -> tuple[list[F
                 ctx.at(
                     fault.clause,
                     hook.index,
-                    f"{hook.parameter} hook {name} ({hook.registration}): {fault.line}",
+                    f"{hook.parameter} hook {name} ({hook.registration}): {fault_line(fault)}",
                 )
             )
     return found, notes

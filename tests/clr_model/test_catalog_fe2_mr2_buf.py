@@ -69,8 +69,8 @@ def test_brief_ambiguities_are_ambiguities(clause_id: str) -> None:
 
 def test_layers_follow_the_design() -> None:
     for clause_id in ("FE2-06", "FE2-07", "FE2-08", "FE2-09"):
-        assert {Layer.MODEL, Layer.EMU} <= MINE[clause_id].layers
+        assert {Layer.MODEL, Layer.HOOK} <= MINE[clause_id].layers
     for clause_id in ("MR2-07", "MR2-08"):
-        assert {Layer.MODEL, Layer.LIVE, Layer.VALIDATOR} <= MINE[clause_id].layers
+        assert {Layer.MODEL, Layer.LIVE} <= MINE[clause_id].layers
     for clause_id in ("FE2-01", "FE2-02", "FE2-03", "FE2-04"):
         assert Layer.LIVE in MINE[clause_id].layers

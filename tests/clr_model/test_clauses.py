@@ -21,7 +21,7 @@ def test_ids_are_unique_well_formed_and_sorted() -> None:
     assert len(ids) == len(set(ids))
     for cid, item in CATALOG.items():
         assert cid == item.id
-        assert re.fullmatch(r"(DSS|FE2|MR2|BUF)-\d{2}", cid)
+        assert re.fullmatch(r"(DSS|FE2|MR2|BUF)-\d{2}|VAL-[A-Z][A-Z-]*[A-Z]", cid)
         assert cid.startswith(PREFIXES[item.document] + "-")
 
 
@@ -68,10 +68,24 @@ def test_dss_quotes_are_from_the_document() -> None:
             assert quote.replace("`", "") in page.replace("`", ""), item.id
 
 
-def test_author_rules_are_checked_by_the_validator() -> None:
-    for item in dss.CLAUSES:
-        if item.kind is Kind.AUTHOR_RULE:
-            assert Layer.VALIDATOR in item.layers, item.id
+#: author rules no layer holds a profiler to yet, and why (every other author rule has a validator, hook or
+#: fuzz rule: the catalog's layers are held equal to the registry in tests/conformance/suite/test_registry.py)
+UNCHECKED_AUTHOR_RULES: dict[str, str] = {
+    "BUF-06": "a procedure the page describes (single pass); BUF-04 and BUF-08 check what breaking it shows",
+    "BUF-07": "a procedure the page describes (double pass); BUF-04 and BUF-08 check what breaking it shows",
+    "DSS-09": "needs the target thread's state at an asynchronous walk (issue 24's walk quality)",
+    "DSS-25": "needs the profiler thread's first walk told apart from a warm-up walk; no rule yet",
+    "FE2-05": "needs frame handles tracked past their hook's return; no rule yet",
+}
+
+
+def test_author_rules_are_checked_by_a_profiler_layer_or_listed_with_why() -> None:
+    unchecked = {
+        item.id
+        for item in CATALOG.values()
+        if item.kind is Kind.AUTHOR_RULE and not item.layers & {Layer.VALIDATOR, Layer.HOOK, Layer.FUZZ}
+    }
+    assert unchecked == set(UNCHECKED_AUTHOR_RULES)
 
 
 def test_clause_lookup_and_unknown_id() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from clr_model.clauses import CATALOG, Layer
 from conformance.checks import all_experiments
+from conformance.core import registry
 from conformance.core.scenarios import load_scenario, scenario_names
 from conformance.suite.orchestrate import effective_plan
 from conformance.suite.registry import ExperimentSpec
@@ -87,12 +88,54 @@ def test_registry_equals_the_catalogs_live_layer() -> None:
     assert judged == live, {"judged, not live": judged - live, "live, not judged": live - judged}
 
 
+def test_the_catalogs_layer_map_equals_the_one_registry() -> None:
+    """Issue 20: for every clause and every rule layer (live, emu, hook, validator, fuzz), the catalog gives
+    the clause that layer exactly when a rule of that layer registered for it."""
+    found = registry.layer_map()
+    mismatched = {}
+    for clause_id, item in CATALOG.items():
+        catalog = {layer for layer in item.layers if layer in registry.RULE_LAYERS}
+        if catalog != set(found.get(clause_id, ())):
+            mismatched[clause_id] = (sorted(catalog), sorted(found.get(clause_id, ())))
+    assert not mismatched, mismatched
+    assert set(found) <= set(CATALOG)
+
+
+def test_every_rule_says_where_it_is_written() -> None:
+    registry.load_all()
+    for rule in registry.rules():
+        assert rule.path.is_file() and rule.line >= 1, rule
+        assert rule.what, rule
+
+
+def test_a_rule_for_a_clause_the_catalog_does_not_know_is_refused() -> None:
+    with registry.isolated(), pytest.raises(ValueError, match="XYZ-01 is not a clause of the catalog"):
+        registry.rule("XYZ-01", layer=Layer.VALIDATOR, what="nothing")(lambda c: iter(()))
+
+
 def test_registering_a_clause_twice_on_one_experiment_is_refused() -> None:
     spec = ExperimentSpec(id="x", scenario="stack-basic")
 
     def fn(ev: Evidence) -> Judgement:
         raise AssertionError
 
-    register_judge("DSS-01", spec, what="first")(fn)
-    with pytest.raises(ValueError, match="DSS-01 has two live judges"):
-        register_judge("DSS-01", spec, what="second")(fn)
+    with registry.isolated():
+        register_judge("DSS-01", spec, what="first")(fn)
+        with pytest.raises(ValueError, match="DSS-01 has two live judges"):
+            register_judge("DSS-01", spec, what="second")(fn)
+
+
+def test_FE2_06_a_hook_clause_selects_the_hook_experiment_alone() -> None:
+    """Issue 20: ``conformance --clause FE2-06`` runs the hook experiment that judges it (it was refused as
+    'no live experiment checks it'); a clause no experiment of the suite judges is still one line."""
+    from conformance.core.errors import HarnessError
+    from conformance.suite.orchestrate import select_experiments
+
+    lives, hooks = select_experiments(["FE2-06"])
+    assert lives == []
+    chosen = [(h.id, [j.clause for j in h.judges]) for h in hooks]
+    assert chosen == [("hookcheck:reference_enter2", ["FE2-06"])]
+    lives, hooks = select_experiments(["DSS-16"], layers=("live",))
+    assert hooks == [] and all(j.clause == "DSS-16" for e in lives for j in e.judges)
+    with pytest.raises(HarnessError, match="VAL-CRASH: no experiment of the suite checks it"):
+        select_experiments(["VAL-CRASH"])

@@ -13,14 +13,15 @@ from conformance.core.trace import read_trace
 from conformance.validator.hooks import (
     HookCheck,
     HookChecks,
-    HookFault,
     RegisteredHook,
+    fault_line,
     registered_hooks,
     run_checker,
     symbol_at,
 )
 from conformance.validator.recording import Recording, read_recording
 from conformance.validator.rules import check_recording, hook_abi
+from emu.hookcheck import HookFinding
 from tests.conformance.validator.fixtures import build_fixture
 
 S_OK = 0
@@ -149,7 +150,9 @@ def test_FE2_hook_faults_come_from_the_checker_at_the_registration(tmp_path: Pat
         def check(self, hook: RegisteredHook) -> HookCheck:
             return self.answer
 
-    faulty = HookCheck("/nowhere/libp.so", "enter2", faults=(HookFault("FE2-08", "RBX not preserved"),))
+    rbx = HookFinding(clause="FE2-08", rule="register-preserved", detail="RBX not preserved",
+                      register_name="RBX", before=1, after=2)
+    faulty = HookCheck("/nowhere/libp.so", "enter2", faults=(rbx,))
     findings, notes = hook_abi(rec, run, Answers(faulty))
     assert [(f.clause, f.records, f.callback) for f in findings] == [
         ("FE2-08", [2], "Initialize")
@@ -186,7 +189,7 @@ def test_a_hook_the_checker_cannot_read_is_a_note_not_a_finding(tmp_path: Path) 
 def test_FE2_08_the_checker_finds_the_clobbered_register_in_the_fixture_hook() -> None:
     answer = run_checker(build_fixture("bad_hook"), "fixture_bad_enter2")
     assert answer.problem is None
-    assert [f.clause for f in answer.faults] == ["FE2-08"] and "RBX" in answer.faults[0].line
+    assert [f.clause for f in answer.faults] == ["FE2-08"] and "RBX" in fault_line(answer.faults[0])
 
 
 def test_VAL_HANG_from_the_harness_watchdog_carries_every_thread_it_reported(tmp_path: Path) -> None:

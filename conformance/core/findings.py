@@ -1,0 +1,82 @@
+"""Finding: one way a profiler broke a rule, with its evidence — the one result type of every layer that holds
+a profiler to the contract (the validator's rules, the hook checker's faults in a validation, the fuzzer).
+
+A finding names its clause (an id of the catalog, :mod:`clr_model.clauses`; the title comes from there),
+the run it was seen in (runtime, scenario, trace), the OS thread and the callback (or hook) that was
+running, and the seqs of the trace records that are its evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Finding", "RunOf", "clause_title"]
+
+
+class RunOf(Protocol):
+    """What a finding needs to know of its run (a :class:`conformance.core.runner.RunResult`)."""
+
+    @property
+    def runtime(self) -> str: ...
+    @property
+    def scenario(self) -> str: ...
+    @property
+    def trace_path(self) -> object: ...
+
+
+def clause_title(clause: str) -> str:
+    """The clause's title from the catalog (the one list of titles); the id itself if it is not there."""
+    from clr_model.clauses import CATALOG
+
+    found = CATALOG.get(clause)
+    return found.title if found is not None else clause
+
+
+class Finding(BaseModel):
+    """One way the profiler broke a rule, with its evidence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    clause: str
+    title: str
+    message: str
+    runtime: str
+    scenario: str
+    thread: int | None = None
+    callback: str | None = None
+    records: list[int]
+    trace: str
+
+    @classmethod
+    def of(
+        cls,
+        run: RunOf,
+        clause: str,
+        message: str,
+        records: list[int],
+        *,
+        thread: int | None = None,
+        callback: str | None = None,
+    ) -> Finding:
+        """A finding of ``run`` (its runtime, scenario and trace), titled from the catalog."""
+        return cls(
+            clause=clause,
+            title=clause_title(clause),
+            message=message,
+            runtime=run.runtime,
+            scenario=run.scenario,
+            thread=thread,
+            callback=callback,
+            records=records,
+            trace=str(run.trace_path),
+        )
+
+    def line(self) -> str:
+        where = (
+            f" [thread {self.thread}" + (f", in {self.callback}" if self.callback else "") + "]"
+            if self.thread is not None
+            else ""
+        )
+        return f"{self.clause} {self.runtime} {self.scenario}{where}: {self.message} (records {self.records})"
