@@ -26,8 +26,9 @@ from emu.capture import read_capture
 from emu.errors import EmuError
 from emu.replay import ReplayResult, replay
 
-#: samples per runtime: enough that every kind of place turns up (about 40% managed, the rest helpers)
-EMU_SAMPLES = 40
+#: samples per runtime: enough that every kind of place turns up, managed code on top included, even on a
+#: loaded machine (40 gave 2 managed-on-top samples in some runs, and none once under load)
+EMU_SAMPLES = 80
 
 _PLAN = {
     "experiments": [

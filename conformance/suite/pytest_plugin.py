@@ -40,9 +40,10 @@ class ProfharnessSuite:
     _result: SuiteResult | None = field(default=None, init=False, repr=False)
 
     def cases(self, runtime_override: str | None) -> list[tuple[str, str]]:
-        """(clause, runtime) pairs this suite will judge, known before anything runs."""
-        from conformance.checks import all_experiments
+        """(clause, column) pairs this suite will judge, known before anything runs: a runtime's column, the
+        emulator's column of that runtime ("emu 8.0.4"), and the hook experiments' columns."""
         from conformance.core import runtimes
+        from conformance.suite.registry import all_experiments, hook_experiments
 
         experiments = list(self.experiments) if self.experiments is not None else all_experiments()
         selected = runtimes.select(runtime_override or self.runtime, self.dotnet)
@@ -53,7 +54,10 @@ class ProfharnessSuite:
                     continue
                 for judge in experiment.judges:
                     if not self.clauses or judge.clause in self.clauses:
-                        pairs.add((judge.clause, rt.version))
+                        pairs.add((judge.clause, judge.column(rt.version)))
+        for hook in hook_experiments() if self.experiments is None else []:
+            wanted = [j for j in hook.judges if not self.clauses or j.clause in self.clauses]
+            pairs.update((j.clause, hook.column) for j in wanted)
         return sorted(pairs)
 
     def result(self, runtime_override: str | None) -> SuiteResult:
