@@ -19,6 +19,7 @@ from emu.capture import (
     RuntimeContext,
     SegmentPayload,
     capture_schema,
+    is_runtime_module,
     parse_capture,
     read_capture,
     write_capture,
@@ -283,3 +284,17 @@ def test_not_json_and_invalid_field(tmp_path: Path, good: Path) -> None:
 def test_parse_capture_names_the_given_name() -> None:
     with pytest.raises(CaptureFormatError, match=r"^mem: offset 0"):
         parse_capture(b"", "mem")
+
+
+@pytest.mark.parametrize(
+    ("path", "runtime"),
+    [("/usr/share/dotnet/shared/Microsoft.NETCore.App/8.0.4/libcoreclr.so", True), ("libclrjit.so", True),
+     ("/x/libclrgc.so", True), ("/x/libmscordaccore.so", True), ("/x/libclrjit_unix_x64_x64.so", True),
+     ("/x/libprofharness_probe.so", False), ("/usr/lib/x86_64-linux-gnu/libc.so.6", False), ("", False),
+     ("/x/libcoreclr_not/libfoo.so", False)],
+)  # fmt: skip
+def test_runtime_modules_are_one_table_for_places_and_the_replay(path: str, runtime: bool) -> None:
+    """One table says which native modules are the runtime's: the capture writer's places
+    (conformance.adapters.capture.place_of) and the replay's model (a frame in one, on top, is helper
+    code) both ask :func:`emu.capture.is_runtime_module`."""
+    assert is_runtime_module(path) is runtime
