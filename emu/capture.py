@@ -71,6 +71,7 @@ __all__ = [
     "MAX_SEGMENTS",
     "MAX_SEGMENT_BYTES",
     "MAX_TOTAL_BYTES",
+    "RUNTIME_MODULES",
     "STACK_CAPTURE_BYTES",
     "Capture",
     "CaptureArch",
@@ -92,6 +93,7 @@ __all__ = [
     "X64Registers",
     "X86Registers",
     "capture_schema",
+    "is_runtime_module",
     "names_a_file",
     "read_capture",
     "write_capture",
@@ -338,6 +340,19 @@ def _mapping_name(value: str) -> str:
 FilePath = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_contained_path)]
 #: what /proc/PID/maps names a mapping: a file's path or a pseudo name
 MappingName = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_mapping_name)]
+
+
+#: The runtime's own native modules, by file name without ".so" (and prefixes of it: a cross-targeting
+#: JIT such as libclrjit_unix_x64_x64 is a JIT too). Code in them is the CLR's helper code to a stack
+#: walk, not the program's native code: the one table the capture writer's places ("helper:runtime") and
+#: the replay's model (a helper frame on top) read.
+RUNTIME_MODULES: Final = ("libcoreclr", "libclrjit", "libclrgc", "libmscordaccore")
+
+
+def is_runtime_module(path: str) -> bool:
+    """Whether the file ``path`` (a path or a file name; "" for none) is one of :data:`RUNTIME_MODULES`."""
+    stem = path.rsplit("/", 1)[-1].split(".so", 1)[0].lower()
+    return bool(stem) and stem.startswith(RUNTIME_MODULES)
 
 
 class ModuleEntry(BaseModel):

@@ -48,7 +48,15 @@ from clr_model.stacksnapshot import (
     UnmanagedFrame,
     snapshot,
 )
-from emu.capture import Capture, CaptureArch, KnownCallees, KnownFrame, LiveWalk, read_capture
+from emu.capture import (
+    Capture,
+    CaptureArch,
+    KnownCallees,
+    KnownFrame,
+    LiveWalk,
+    is_runtime_module,
+    read_capture,
+)
 from emu.errors import EmuError, MemoryFault
 from emu.unwind import StopKind, Trust, UnwindResult, UnwoundFrame, looks_like_return_address, unwind
 
@@ -70,7 +78,6 @@ __all__ = [
 
 U64 = Annotated[int, Field(ge=0, lt=2**64)]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-_RUNTIME_MODULES = ("libcoreclr.so", "libclrjit.so")
 
 
 class ReplayFrame(BaseModel):
@@ -328,7 +335,7 @@ def _model_walk(
             continue
         kind: Literal["native", "pinvoke", "helper"] = "native"
         if top_run and (
-            place.startswith("helper") or f.kind == "stub" or (f.module or "") in _RUNTIME_MODULES
+            place.startswith("helper") or f.kind == "stub" or is_runtime_module(f.module or "")
         ):
             kind = "helper"
         thread.append(UnmanagedFrame(kind=kind, ip=f.ip, sp=f.sp))

@@ -168,3 +168,18 @@ def test_no_layer_calls_the_cli() -> None:
         and "conformance.cli" in p.read_text()
     ]
     assert not offenders, offenders
+
+
+def test_the_runtime_modules_are_named_in_one_table() -> None:
+    """Issue 20: the runtime's native modules (libcoreclr, libclrjit...) were listed twice, differently
+    (the capture writer's places and the replay's model): emu.capture.RUNTIME_MODULES is the one table."""
+    import re
+
+    name = re.compile(r"^lib(coreclr|clrjit|clrgc|mscordaccore)(\.so)?$")
+    found = []
+    for path in sources(*PACKAGES):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and name.match(node.value):
+                found.append(f"{rel(path)}:{node.lineno}")
+    assert found and all(f.startswith("emu/capture.py:") for f in found), found

@@ -45,6 +45,7 @@ from emu.capture import (
     SegmentPayload,
     StackInfo,
     X64Registers,
+    is_runtime_module,
     write_capture,
 )
 from emu.errors import EmuError
@@ -70,7 +71,6 @@ REGISTER_CALL = "capture_register_thread"
 KNOWN_STACK_MARK = "capture.stack"
 CAPTURE_SUFFIX = ".phcap"
 
-_RUNTIME_MODULES = ("libcoreclr", "libclrjit", "libclrgc", "libmscordaccore")
 _PLACE_PART = re.compile(r"[^a-z0-9_-]+")
 
 
@@ -129,9 +129,9 @@ def _obj(trace: Trace, record: CallRecord, field: str, value: object) -> Mapping
 
 def place_of(where: Mapping[str, Any]) -> str:
     """The capture's place from the probe's per-sample hint: ``managed`` (GetFunctionFromIP knew the IP),
-    ``helper:runtime`` (libcoreclr, libclrjit), ``helper:stub`` (executable memory no ELF file holds:
-    stubs, the write-barrier copy, the double-mapped code heap), ``native:<module>`` (any other module),
-    ``unknown``."""
+    ``helper:runtime`` (:data:`emu.capture.RUNTIME_MODULES`: libcoreclr, libclrjit...), ``helper:stub``
+    (executable memory no ELF file holds: stubs, the write-barrier copy, the double-mapped code heap),
+    ``native:<module>`` (any other module), ``unknown``."""
     kind = where.get("kind")
     module = where.get("module") if isinstance(where.get("module"), str) else None
     if kind == "managed":
@@ -139,9 +139,9 @@ def place_of(where: Mapping[str, Any]) -> str:
     if kind == "anonymous-executable" or (module is not None and module.startswith("/memfd:")):
         return "helper:stub"
     if kind == "module" and module:
-        stem = module.rsplit("/", 1)[-1].split(".so", 1)[0].lower()
-        if stem.startswith(_RUNTIME_MODULES):
+        if is_runtime_module(module):
             return "helper:runtime"
+        stem = module.rsplit("/", 1)[-1].split(".so", 1)[0].lower()
         part = _PLACE_PART.sub("-", stem).strip("-") or "module"
         return f"native:{part[:48]}"
     return "unknown"

@@ -372,14 +372,17 @@ def _reference_text(reference: BufferCall) -> str:
 
 
 def own_answer(group: MethodCalls) -> tuple[int, ...] | None:
-    """The runtime's own full answer: the call at size ``needed`` (a string up to its first NUL, plus the
-    NUL); None without a successful one."""
+    """The runtime's own full answer: what the call at size ``needed`` wrote (a string up to its first NUL,
+    plus the NUL; other elements up to the last one written, never the sentinels after it); None without a
+    successful one. What a runtime writes into a buffer that holds everything is its answer, and the count
+    it gives is measured against that: a count above it is BUF-02's (``*pcBufferMax`` is not the total),
+    not BUF-03's (the buffer holds as many elements as there are)."""
     reference = group.reference
     if reference is None or reference.hex is None or hresult_failed(reference.hr):
         return None
     if group.wide:
         return string_elements(_reference_text(reference))
-    return tuple(reference.elements())
+    return tuple(reference.elements()[: reference.extent])
 
 
 @dataclass

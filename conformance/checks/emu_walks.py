@@ -5,7 +5,9 @@ runtime's helpers, below a 70-frame recursion) with 40 samples. Each sample beco
 (:mod:`conformance.adapters.capture`); :mod:`emu.replay` unwinds it from the registers and memory of the
 instant, builds the documented seed (DSS-19) and asks the model what DoStackSnapshot delivers. The judges
 compare the live walk the probe made at that instant (naive seed: the ucontext as it was) with inputs the
-walk cannot influence: the scenario's own known frames and declared callees, and the replay.
+walk cannot influence: the scenario's own known frames and declared callees, and the replay (DSS-16: the
+live walk's managed frames are the replay's, leaf first and main last; DSS-03/07/08: its callbacks are the
+model's for the replayed stack).
 
 The verdicts fill the matrix column "emu <version>". Each disagreement line names a place (managed,
 helper kind, native module), never a count or an address, so an expectation could pin it.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from clr_model.hresults import HResult
@@ -22,9 +25,10 @@ from conformance.adapters.capture import write_captures
 from conformance.core.errors import HarnessError
 from conformance.suite.registry import experiment, judge
 from conformance.suite.verdicts import Evidence, Judgement, Status
-from emu.capture import read_capture
+from emu.capture import Capture, read_capture
 from emu.errors import EmuError
 from emu.replay import ReplayResult, replay
+from emu.unwind import StopKind
 
 #: samples per runtime: enough that every kind of place turns up, managed code on top included, even on a
 #: loaded machine (40 gave 2 managed-on-top samples in some runs, and none once under load)
@@ -43,10 +47,26 @@ _PLAN = {
 
 CAPTURES = experiment("emu-captures", scenario="capture-sampling", plan_overlay=_PLAN, timeout_s=90.0)
 
-_CACHE: dict[str, tuple[ReplayResult, ...]] = {}
+@dataclass(frozen=True)
+class Sample:
+    """One sample: the replay of its capture, and the live walk's managed FunctionIDs, leaf first (None
+    unless the live walk succeeded)."""
+
+    replay: ReplayResult
+    live: tuple[int, ...] | None
+
+    @classmethod
+    def of(cls, capture: Capture) -> Sample:
+        live = capture.manifest.live
+        ok = live is not None and live.hresult == int(HResult.S_OK)
+        ids = tuple(f.function_id for f in live.frames if f.function_id) if live is not None and ok else None
+        return cls(replay(capture), ids)
 
 
-def replays(ev: Evidence) -> tuple[ReplayResult, ...]:
+_CACHE: dict[str, tuple[Sample, ...]] = {}
+
+
+def samples(ev: Evidence) -> tuple[Sample, ...]:
     """Every sample of the run replayed (written once per trace as captures beside it, then cached)."""
     key = f"{ev.trace.path}:{ev.runtime.version}"
     if key not in _CACHE:
@@ -57,7 +77,7 @@ def replays(ev: Evidence) -> tuple[ReplayResult, ...]:
             out = []
             for path in written.paths:
                 try:
-                    out.append(replay(read_capture(path)))
+                    out.append(Sample.of(read_capture(path)))
                 except EmuError as exc:
                     raise HarnessError(f"{path.name}: {exc}") from None
         if not out:
@@ -67,57 +87,91 @@ def replays(ev: Evidence) -> tuple[ReplayResult, ...]:
     return _CACHE[key]
 
 
+def replays(ev: Evidence) -> tuple[ReplayResult, ...]:
+    """The replay of every sample of the run (see :func:`samples`)."""
+    return tuple(s.replay for s in samples(ev))
+
+
 def _ok(r: ReplayResult) -> bool:
     return r.live_hresult is not None and r.live_hresult.startswith(f"0x{int(HResult.S_OK):08X}")
 
 
+def _live_ok(ev: Evidence, where: Callable[[ReplayResult], bool] = lambda r: True) -> list[Sample]:
+    """The run's samples whose live walk succeeded, and ``where`` holds for their replay."""
+    return [s for s in samples(ev) if _ok(s.replay) and where(s.replay)]
+
+
 def _verdict(
-    samples: Sequence[ReplayResult],
-    holds: Callable[[ReplayResult], bool],
+    samples: Sequence[Sample],
+    fault: Callable[[Sample], str | None],
     *,
     clause: str,
     expected: str,
-    broken: str,
     none: str,
 ) -> Judgement:
+    """The verdict over ``samples``; ``fault`` says how one breaks the clause (None: it keeps it)."""
     if not samples:
         return Judgement(status=Status.NOT_APPLICABLE, expected=expected, observed=none)
-    bad = [r for r in samples if not holds(r)]
-    places = sorted({r.place for r in samples})
-    if not bad:
+    faults = [(s.replay.place, fault(s)) for s in samples]
+    places = sorted({s.replay.place for s in samples})
+    lines = tuple(sorted({f"{place}: {why}" for place, why in faults if why is not None}))
+    if not lines:
         return Judgement(
             status=Status.CONFORMS, expected=expected,
             observed=f"{len(samples)} sample(s) in {', '.join(places)}: every one as the model says",
         )  # fmt: skip
-    lines = tuple(sorted({f"{r.place}: {broken}" for r in bad}))
+    bad = sum(1 for _, why in faults if why is not None)
     return Judgement(
         status=Status.DIVERGES, expected=expected, disagreements=lines,
-        observed=f"{len(bad)} of {len(samples)} sample(s) ({clause}): {lines[0]}",
+        observed=f"{bad} of {len(samples)} sample(s) ({clause}): {lines[0]}",
     )  # fmt: skip
 
 
-@judge("DSS-16", CAPTURES, what="live walks give the scenario's own frames leaf first", layer="emu",
-       uses=("sample",))  # fmt: skip
+def _unless(holds: Callable[[ReplayResult], bool], broken: str) -> Callable[[Sample], str | None]:
+    return lambda s: None if holds(s.replay) else broken
+
+
+@judge("DSS-16", CAPTURES, what="live walks give the replayed stack's managed frames leaf first, main last",
+       layer="emu", uses=("sample",))  # fmt: skip
 def judge_dss16_emu(ev: Evidence) -> Judgement:
-    samples = [r for r in replays(ev) if _ok(r) and r.known_managed is not None]
+    return dss16_emu(samples(ev))
+
+
+def dss16_emu(all_samples: Sequence[Sample]) -> Judgement:
+    """DSS-16 over samples: a successful live walk gives the managed frames the emulator's replay of the
+    same instant unwinds, leaf first and main (the outermost) last, the scenario's own among them."""
     return _verdict(
-        samples, lambda r: bool(r.live_recovered), clause="DSS-16",
-        expected="a successful walk reports the frames the scenario knows (Work, Deep x70, Run) leaf first, "
-        "below only the callees it declares for the phase",
-        broken="the live walk does not give the scenario's frames leaf first",
+        [s for s in all_samples if s.live is not None and s.replay.known_managed is not None],
+        _dss16_fault, clause="DSS-16",
+        expected="a successful walk reports the managed frames the replay of the same instant unwinds, leaf "
+        "first and main last, among them the frames the scenario knows (Work, Deep x70, Run), below only "
+        "the callees it declares for the phase",
         none="no live walk succeeded",
     )  # fmt: skip
+
+
+def _dss16_fault(s: Sample) -> str | None:
+    r, live = s.replay, list(s.live or ())
+    replayed = [f.function_id for f in r.frames if f.function_id]
+    # to the outermost frame (main) when the replay unwound to the end of the stack, else as far as it got
+    whole = r.stop.kind is StopKind.END_OF_STACK
+    if (live if whole else live[: len(replayed)]) != replayed:
+        return "the live walk's managed frames are not the replay's, leaf first and main last"
+    if not r.live_recovered:
+        return "the live walk does not give the scenario's frames leaf first"
+    return None
 
 
 @judge("DSS-03", CAPTURES, what="live walks: one callback per frame of the replayed stack", layer="emu",
        uses=("sample",))  # fmt: skip
 def judge_dss03_emu(ev: Evidence) -> Judgement:
-    samples = [r for r in replays(ev) if _ok(r)]
     return _verdict(
-        samples, lambda r: bool(r.live_matches), clause="DSS-03",
+        _live_ok(ev),
+        _unless(lambda r: bool(r.live_matches),
+                "the live walk's callbacks differ from the model's for the replayed stack"),
+        clause="DSS-03",
         expected="the callbacks the model predicts for the replayed stack (one per managed frame, "
         "FunctionIDs and IPs, leaf first)",
-        broken="the live walk's callbacks differ from the model's for the replayed stack",
         none="no live walk succeeded",
     )  # fmt: skip
 
@@ -125,12 +179,13 @@ def judge_dss03_emu(ev: Evidence) -> Judgement:
 @judge("DSS-07", CAPTURES, what="managed code on top: the walk starts at the interrupted frame", layer="emu",
        uses=("sample",))  # fmt: skip
 def judge_dss07_emu(ev: Evidence) -> Judgement:
-    samples = [r for r in replays(ev) if _ok(r) and r.frames and r.frames[0].kind == "managed"]
     return _verdict(
-        samples, lambda r: bool(r.model.callbacks) and _starts_at(r, 0), clause="DSS-07",
+        _live_ok(ev, lambda r: bool(r.frames) and r.frames[0].kind == "managed"),
+        _unless(lambda r: bool(r.model.callbacks) and _starts_at(r, 0),
+                "the live walk does not start at the interrupted managed frame"),
+        clause="DSS-07",
         expected="with managed code on top the seed's registers are those of the top frame: the walk's first "
         "callback is the interrupted frame (the replay's frame 0)",
-        broken="the live walk does not start at the interrupted managed frame",
         none="no sample with managed code on top had a successful live walk",
     )  # fmt: skip
 
@@ -138,12 +193,13 @@ def judge_dss07_emu(ev: Evidence) -> Judgement:
 @judge("DSS-08", CAPTURES, what="helper or native code on top: no managed frame below it is skipped",
        layer="emu", uses=("sample",))  # fmt: skip
 def judge_dss08_emu(ev: Evidence) -> Judgement:
-    samples = [r for r in replays(ev) if _ok(r) and r.seed is not None and r.seed.frame_index > 0]
     return _verdict(
-        samples, lambda r: r.seed is not None and _starts_at(r, r.seed.frame_index), clause="DSS-08",
+        _live_ok(ev, lambda r: r.seed is not None and r.seed.frame_index > 0),
+        _unless(lambda r: r.seed is not None and _starts_at(r, r.seed.frame_index),
+                "the live walk does not start at the first managed frame below the code on top"),
+        clause="DSS-08",
         expected="with helper or native code on top the walk starts at the first managed frame below it (the "
         "replay's seed frame), skipping none",
-        broken="the live walk does not start at the first managed frame below the code on top",
         none="no sample with unmanaged code on top had a successful live walk",
     )  # fmt: skip
 

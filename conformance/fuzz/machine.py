@@ -403,7 +403,13 @@ def load_reproducer(path: Path) -> dict[str, Any]:
     child truncates and writes), so a command with one of those ops, or a ``trace`` field, is refused.
     An ``env`` value that names a path (it starts with ``/``, ``~``, ``./``, ``../`` or ``{workdir}``)
     must lie under ``{workdir}`` with no ``..`` part. ``profiler`` names the library under test, which the
-    user chose and may override on the command line; it may not hold a ``..`` part or a NUL byte."""
+    user chose and may override on the command line; it may not hold a ``..`` part or a NUL byte.
+
+    ``program`` (the program engine's example, hex; null from the stateful engine) is what the commands
+    were decoded from: they must be the commands of its first steps (the fuzzer's step limit is not kept,
+    so of any number of them). A replay plays the commands, so commands that do not follow from the
+    program (edited, or another example's) are refused, naming the first command that differs; to play
+    edited commands, set ``program`` to null."""
     from conformance.core.fsio import read_text_file
 
     text = read_text_file(path, "reproducer")
@@ -449,7 +455,42 @@ def load_reproducer(path: Path) -> dict[str, Any]:
                     f"{path}: env[{name!r}]: {value!r} names a path outside the replay's work directory "
                     "(paths in a reproducer start with {workdir}/ and have no '..' part)"
                 )
+    _check_program(path, data.get("program"), data["commands"])
     return data
+
+
+def _command_text(command: Mapping[str, Any]) -> str:
+    return " ".join(str(part) for part in (command.get("op"), command.get("name")) if part is not None)
+
+
+def _check_program(path: Path, program: object, commands: list[Any]) -> None:
+    """``commands`` are the commands of the first k steps of ``program`` for some k (see
+    :func:`load_reproducer`); else one :class:`HarnessError` line."""
+    if program is None:
+        return
+    try:
+        data = bytes.fromhex(program) if isinstance(program, str) else None
+    except ValueError:
+        data = None
+    if data is None:
+        raise HarnessError(f"{path}: program: not a hex string of the example's bytes (nor null)")
+    # every step sends at least one command: more steps than commands cannot give these commands
+    decoded = decode(data, len(commands))
+    derived: list[Any] = json.loads(json.dumps(decoded.world.commands))
+    if len(commands) in (0, *decoded.ends) and derived[: len(commands)] == commands:
+        return
+    redo = "edited, or another example's: set program to null to play edited commands"
+    differ = next((i for i, (a, b) in enumerate(zip(commands, derived, strict=False)) if a != b), None)
+    if differ is not None:
+        raise HarnessError(
+            f"{path}: commands[{differ}]: does not follow from the reproducer's program, whose steps give "
+            f"{_command_text(derived[differ])!r} there ({redo})"
+        )
+    ends = ", ".join(str(n) for n in decoded.ends[:8]) + (", ..." if len(decoded.ends) > 8 else "")
+    raise HarnessError(
+        f"{path}: commands: {len(commands)} commands do not follow from the reproducer's program, whose "
+        f"steps end after {ends or 'no'} commands ({redo})"
+    )
 
 
 def replay(path: Path, *, profiler: Path | None = None, hang_s: float = DEFAULT_HANG_S) -> list[Finding]:

@@ -246,11 +246,13 @@ RULES: tuple[StepRule, ...] = (
 
 @dataclass
 class Program:
-    """A decoded example: its world (the commands), and per step its rule and the bytes it read."""
+    """A decoded example: its world (the commands), and per step its rule, the bytes it read and how many
+    of the world's commands there are after it (every step sends at least one)."""
 
     world: World
     steps: list[str] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
 
 
 def decode(data: bytes, max_steps: int) -> Program:
@@ -269,6 +271,7 @@ def decode(data: bytes, max_steps: int) -> Program:
         rule.run(world, r)
         program.steps.append(rule.name)
         program.spans.append((start, min(r.pos, len(data))))
+        program.ends.append(len(world.commands))
     return program
 
 

@@ -3,7 +3,7 @@
 Every ``*.toml`` file of ``conformance/expectations/`` is read; each table is one entry for one clause::
 
     [DSS-02]
-    runtimes = ["3.1.23", "8.0"]            # versions, or version prefixes ("8.0" covers 8.0.4)
+    runtimes = ["3.1.23", "8.0"]            # columns: versions, or version prefixes ("8.0" covers 8.0.4)
     status = "diverges"                     # or "not-applicable", or a list of what a run may give
     disagreements = [                       # every disagreement line the verdict gives, exactly
         "cross-thread walk: DoStackSnapshot returned E_NOTIMPL, expected S_OK",
@@ -16,6 +16,11 @@ that no longer occurs is stale (naming it). A judge declares that its clause app
 a not-applicable verdict is unexpected unless an entry lists ``not-applicable`` with a reason; a listed
 divergence that comes back not-applicable fails too. ``status`` as a list (``["diverges",
 "not-applicable"]``) documents a clause whose run cannot always exercise it; ``why`` says why.
+
+An item of ``runtimes`` names matrix columns: a version or prefix names the live column of those runtimes;
+the same after a layer's name names that layer's column (``"emu 8.0.4"``, ``"emu 8.0"``: the emulator's
+replay of the runtime's samples); a layer's name and words that are no version name that one column
+(``"emu x86 hooks"``). A version alone never covers a layer's column.
 
 An entry may cover several runtimes, so identical divergences are written once; two entries for the same
 clause and runtime (in any files) are an error naming both. ``profharness expectations update --from
@@ -48,9 +53,22 @@ _VERSION = re.compile(r"^\d+(\.\d+)*$")
 _HEADER = re.compile(r"^\[([A-Za-z0-9]+-\d+)\]\s*(#.*)?$")
 
 
+#: the layers besides the live one whose columns an entry may name (``"<layer> <version>"`` and the like)
+COLUMN_LAYERS: tuple[str, ...] = ("emu",)
+#: a layer's column that is not per runtime: lower-case words after the layer's name ("emu x86 hooks")
+_NAMED_COLUMN = re.compile(r"^[a-z0-9]+( [a-z0-9]+)*$")
+
+
 def runtime_matches(version: str, pattern: str) -> bool:
-    """Whether a runtime version is covered by an entry's ``runtimes`` item (a version or a prefix)."""
+    """Whether a runtime version is covered by an entry's ``runtimes`` item (a version or a prefix); a
+    layer's column likewise ("emu 8.0" covers "emu 8.0.4", "8.0" does not)."""
     return version == pattern or version.startswith(pattern + ".")
+
+
+def _layer_and_rest(column: str) -> tuple[str, str]:
+    """("", version) for a live column or item, (layer, rest) for a layer's ("emu 8.0.4", "emu x86 hooks")."""
+    layer, _, rest = column.partition(" ")
+    return (layer, rest) if rest and layer in COLUMN_LAYERS else ("", column)
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -76,8 +94,12 @@ class _EntryFields(BaseModel):
     @classmethod
     def _versions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
-            if not _VERSION.match(item):
-                raise ValueError(f"{item!r} is not a version or version prefix (like 8.0.4 or 8.0)")
+            layer, rest = _layer_and_rest(item)
+            if not (_VERSION.match(rest) or (layer and _NAMED_COLUMN.match(rest))):
+                raise ValueError(
+                    f"{item!r} is not a version or version prefix (like 8.0.4 or 8.0), nor a column of a "
+                    f"layer ({', '.join(COLUMN_LAYERS)}) like 'emu 8.0.4' or 'emu x86 hooks'"
+                )
         return value
 
     @field_validator("why")
@@ -104,8 +126,9 @@ class Expectation:
     def source(self) -> str:
         return f"{self.file.name}:{self.line}"
 
-    def covers(self, version: str) -> bool:
-        return any(runtime_matches(version, p) for p in self.runtimes)
+    def covers(self, column: str) -> bool:
+        """Whether the entry covers a matrix column: a runtime version, or a layer's column."""
+        return any(runtime_matches(column, p) for p in self.runtimes)
 
     def applied(self) -> AppliedExpectation:
         return AppliedExpectation(
@@ -120,9 +143,10 @@ class ExpectationSet:
     entries: tuple[Expectation, ...]
     directory: Path
 
-    def for_runtime(self, version: str) -> dict[str, Expectation]:
-        """clause -> the entry covering ``version`` (the loader guarantees at most one)."""
-        return {e.clause: e for e in self.entries if e.covers(version)}
+    def for_runtime(self, column: str) -> dict[str, Expectation]:
+        """clause -> the entry covering ``column``, a runtime version or a layer's column such as
+        "emu 8.0.4" (the loader guarantees at most one)."""
+        return {e.clause: e for e in self.entries if e.covers(column)}
 
     def of_clause(self, clause: str) -> list[Expectation]:
         return [e for e in self.entries if e.clause == clause]
@@ -421,6 +445,11 @@ NEW_FILE_HEADER = (
     "# Expectations of .NET {runtime} that no other runtime shares (see conformance/suite/expectations.py).\n"
     "# One table per clause: runtimes, status, every disagreement line, and why.\n"
 )
+LAYER_FILE_HEADER = (
+    "# Expectations of the column '{runtime}' that no other column shares (see\n"
+    "# conformance/suite/expectations.py). One table per clause: runtimes, status, every disagreement line,\n"
+    "# and why.\n"
+)
 
 
 class _Editor:
@@ -455,7 +484,8 @@ class _Editor:
                 f"{path}: already has a [{entry.clause}] table for other runtimes; move it before updating"
             )
         if not lines:
-            lines = NEW_FILE_HEADER.format(runtime=runtime).rstrip("\n").splitlines()
+            header = NEW_FILE_HEADER if _VERSION.match(runtime) else LAYER_FILE_HEADER
+            lines = header.format(runtime=runtime).rstrip("\n").splitlines()
         self._store(path, [*lines, "", *render_entry(entry).rstrip("\n").splitlines()])
 
 
@@ -513,8 +543,12 @@ def propose_update(run: Mapping[str, Any], directory: Path | None = None) -> Pro
     return proposal
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
+def _column_key(column: str) -> tuple[str, tuple[int, ...], str]:
+    """Live columns first, then each layer's; versions in numeric order, a named column after them."""
+    layer, rest = _layer_and_rest(column)
+    if _VERSION.match(rest):
+        return layer, tuple(int(part) for part in rest.split(".")), ""
+    return layer, (2**31,), rest
 
 
 def _merge_identical(
@@ -537,7 +571,7 @@ def _merge_identical(
             for other in rest:
                 editor.replace(other, None)
                 del latest[(other.file, other.clause)]
-            merged = replace(keeper, runtimes=tuple(sorted(runtimes, key=_version_key)))
+            merged = replace(keeper, runtimes=tuple(sorted(runtimes, key=_column_key)))
             if _is_runtime_file(keeper.file) and common.is_file() and (common, clause) not in latest:
                 editor.replace(keeper, None)
                 del latest[(keeper.file, keeper.clause)]
@@ -549,7 +583,14 @@ def _merge_identical(
 
 
 def _is_runtime_file(path: Path) -> bool:
-    return bool(_VERSION.match(path.stem))
+    """A file of one column's own entries: a version's (8.0.4.toml) or a layer's column's (emu-8.0.4.toml)."""
+    layer, rest = _layer_and_rest(path.stem.replace("-", " ", 1))
+    return bool(_VERSION.match(rest) or layer)
+
+
+def column_file(directory: Path, column: str) -> Path:
+    """The file of one column's own entries: ``8.0.4.toml``, ``emu-8.0.4.toml``, ``emu-x86-hooks.toml``."""
+    return directory / f"{column.replace(' ', '-')}.toml"
 
 
 def _wanted(seen: Observed, like: Expectation | None) -> Expectation:
@@ -583,7 +624,7 @@ def _add(
             editor.replace(other, joined)
             latest[(path, clause)] = joined
             return
-    target = current.directory / f"{seen.runtime}.toml"
+    target = column_file(current.directory, seen.runtime)
     placed = replace(wanted, file=target)
     editor.append(target, placed, seen.runtime)
     latest[(target, seen.clause)] = placed

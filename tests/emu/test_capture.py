@@ -19,6 +19,7 @@ from emu.capture import (
     RuntimeContext,
     SegmentPayload,
     capture_schema,
+    is_runtime_module,
     parse_capture,
     read_capture,
     write_capture,
@@ -180,6 +181,42 @@ def test_corrupt_manifest_and_payload(tmp_path: Path, good: Path) -> None:
     )
 
 
+def stored_capture(path: Path) -> Path:
+    """The synthetic capture with both segments written uncompressed (``compression: "none"``)."""
+    rsp = STACK + STACK_SIZE - 64
+    stack = (0x1111).to_bytes(8, "little") + bytes(56)
+    payloads = [
+        SegmentPayload(name="stack", kind="memory", role="stack", address=rsp, data=stack, compress=False),
+        SegmentPayload(name="code", kind="memory", role="code", address=CODE, data=STUB, compress=False),
+    ]
+    return write_capture(path, manifest_fields(rsp=rsp, rip=CODE, stack_len=len(stack)), payloads)
+
+
+def test_uncompressed_segments_round_trip(tmp_path: Path) -> None:
+    path = stored_capture(tmp_path / "stored.phcap")
+    manifest, tail, _ = manifest_and_tail(path)
+    assert [s["compression"] for s in manifest["segments"]] == ["none", "none"]
+    assert STUB in tail  # stored as is
+    cap = read_capture(path)
+    assert cap.segments["code"] == STUB and cap.segments["stack"][:8] == (0x1111).to_bytes(8, "little")
+
+
+def test_flipped_byte_in_an_uncompressed_segment_is_a_checksum_mismatch(tmp_path: Path) -> None:
+    # zlib catches a flipped byte in a compressed segment on its own (its Adler-32, or a bad stream); a
+    # stored segment has only the manifest's CRC-32 to catch it
+    path = stored_capture(tmp_path / "stored.phcap")
+    manifest, tail, start = manifest_and_tail(path)
+    code = manifest["segments"][1]
+    assert code["name"] == "code" and code["compression"] == "none"
+    flipped = bytearray(tail)
+    flipped[code["offset"] - start + 5] ^= 0x01
+    expect_error(
+        tmp_path,
+        raw_file(manifest, bytes(flipped), old_start=start),
+        rf"offset {code['offset']}: segments\.1 \(code\) checksum mismatch",
+    )
+
+
 def test_segment_past_the_end_of_the_file(tmp_path: Path, good: Path) -> None:
     manifest, tail, start = manifest_and_tail(good)
     manifest["segments"][1]["stored_size"] += 10_000
@@ -247,3 +284,17 @@ def test_not_json_and_invalid_field(tmp_path: Path, good: Path) -> None:
 def test_parse_capture_names_the_given_name() -> None:
     with pytest.raises(CaptureFormatError, match=r"^mem: offset 0"):
         parse_capture(b"", "mem")
+
+
+@pytest.mark.parametrize(
+    ("path", "runtime"),
+    [("/usr/share/dotnet/shared/Microsoft.NETCore.App/8.0.4/libcoreclr.so", True), ("libclrjit.so", True),
+     ("/x/libclrgc.so", True), ("/x/libmscordaccore.so", True), ("/x/libclrjit_unix_x64_x64.so", True),
+     ("/x/libprofharness_probe.so", False), ("/usr/lib/x86_64-linux-gnu/libc.so.6", False), ("", False),
+     ("/x/libcoreclr_not/libfoo.so", False)],
+)  # fmt: skip
+def test_runtime_modules_are_one_table_for_places_and_the_replay(path: str, runtime: bool) -> None:
+    """One table says which native modules are the runtime's: the capture writer's places
+    (conformance.adapters.capture.place_of) and the replay's model (a frame in one, on top, is helper
+    code) both ask :func:`emu.capture.is_runtime_module`."""
+    assert is_runtime_module(path) is runtime

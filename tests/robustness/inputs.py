@@ -104,7 +104,7 @@ READERS: tuple[Reader, ...] = (
         "reproducer",
         SAMPLES / "buf08-no-retry.reproducer.json",
         _reproducer,
-        re.compile(r"^:\d+(:\d+)?: |^: (format|profiler|clsid|commands(\[\d+\])?|env(\[.*\])?): "),
+        re.compile(r"^:\d+(:\d+)?: |^: (format|profiler|clsid|program|commands(\[\d+\])?|env(\[.*\])?): "),
     ),
     Reader(
         "recording",

@@ -173,6 +173,9 @@ def test_bad_bytes_are_one_line_naming_the_trace_and_record(tmp_path: Path) -> N
     [
         ({"kind": "managed", "module": "/memfd:doublemapper (deleted)"}, "managed"),
         ({"kind": "module", "module": "/x/libcoreclr.so"}, "helper:runtime"),
+        ({"kind": "module", "module": "/x/libclrgc.so"}, "helper:runtime"),  # emu.capture.RUNTIME_MODULES
+        ({"kind": "module", "module": "/x/libclrjit_unix_x64_x64.so"}, "helper:runtime"),
+        ({"kind": "module", "module": "/x/libprofharness_probe.so"}, "native:libprofharness_probe"),
         ({"kind": "module", "module": "/memfd:doublemapper (deleted)"}, "helper:stub"),
         ({"kind": "anonymous-executable", "module": None}, "helper:stub"),
         ({"kind": "module", "module": "/lib/x86_64-linux-gnu/libc.so.6"}, "native:libc"),

@@ -251,6 +251,30 @@ def test_BUF_02_total_checked_against_scenario_truth() -> None:
     assert "GetAssemblyInfo size=0 (NULL): *pcBufferMax=5, expected the total 4" in result.observed
 
 
+@pytest.mark.clause("BUF-02")
+def test_BUF_02_a_uniform_plus_one_in_GetCodeInfo2s_count_is_BUF_02_not_BUF_03() -> None:
+    """A runtime that says one code region more than it has, at every size (NULL, 0 included), and writes
+    the regions it has: the probe sizes the buffer from that count, so the call at size ``needed`` leaves
+    its last element untouched. What it wrote is the answer; the count is what is wrong."""
+    regions = ["00100000000000002000000000000000", "00200000000000001000000000000000"]
+    calls = conforming_calls("GetCodeInfo2", [*regions, "00300000000000001000000000000000"], wide=False)
+    for call in calls:
+        if call["present"]:
+            call["elems"] = regions[: min(len(regions), call["size"])]
+    assert [(c["size"], c["pc"], len(c["elems"])) for c in calls if c["present"]] == [
+        (0, 3, 0), (1, 3, 1), (2, 3, 2), (3, 3, 2), (6, 3, 2)
+    ]  # fmt: skip
+    truth = {"frame": "Pick"}  # GetCodeInfo2: self-consistency only
+    result = judge("BUF-02", calls, truth)
+    assert result.status is Status.DIVERGES
+    assert result.disagreements == tuple(
+        f"GetCodeInfo2 size={n} ({'buffer' if present else 'NULL'}): *pcBufferMax=3, expected the total 2"
+        for n, present in ((0, False), (0, True), (1, True), (2, True), (3, True), (6, True))
+    )
+    for clause in ("BUF-01", "BUF-03", "BUF-05", "BUF-09", "BUF-10"):
+        assert judge(clause, calls, truth).status is Status.CONFORMS, clause
+
+
 @pytest.mark.clause("BUF-03")
 def test_BUF_03_too_few_elements_diverges() -> None:
     calls = base_calls()

@@ -191,3 +191,44 @@ def test_entries_of_runtime_files_that_become_identical_move_to_common(
     (entry,) = load_expectations(folder).of_clause("DSS-25")
     assert entry.file.name == "common.toml" and entry.runtimes == ("3.1.23", "9.0.1")
     assert (folder / "9.0.1.toml").read_text() == "# 9.0.1 only\n"
+
+
+def test_an_emu_columns_divergence_gets_an_entry_of_its_own_column(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A divergence in the column "emu 8.0.4" is proposed for that column (in emu-8.0.4.toml), beside the
+    live column's entry of the same clause; both emu columns diverging alike share one entry."""
+    line = "managed: the live walk's managed frames are not the replay's, leaf first and main last"
+    verdicts = [verdict("DSS-02", rt, "diverges", E_NOTIMPL) for rt in ("3.1.23", "8.0.4")]
+    verdicts.append(verdict("DSS-02", "emu 8.0.4", "diverges", line))
+    rc, out, _ = _update(folder, verdicts, capsys, "--write")
+    assert rc == 0 and "+++ b/expectations/emu-8.0.4.toml" in out and '+runtimes = ["emu 8.0.4"]' in out
+    text = (folder / "emu-8.0.4.toml").read_text()
+    assert text.startswith("# Expectations of the column 'emu 8.0.4' that no other column shares")
+    placeholder = f"{WHY_PLACEHOLDER}: why does emu 8.0.4 differ?"
+    (folder / "emu-8.0.4.toml").write_text(text.replace(placeholder, WHY))
+    found = load_expectations(folder)
+    assert found.for_runtime("emu 8.0.4")["DSS-02"].disagreements == (line,)
+    assert found.for_runtime("8.0.4")["DSS-02"].source == "common.toml:2"
+    assert _update(folder, verdicts, capsys)[1] == "the expectation files already describe this run\n"
+    both = [*verdicts, verdict("DSS-02", "emu 3.1.23", "diverges", line)]
+    rc, out, _ = _update(folder, both, capsys, "--write")
+    assert rc == 0 and '+runtimes = ["emu 8.0.4", "emu 3.1.23"]' in out
+    assert set(load_expectations(folder).for_runtime("emu 3.1.23")) == {"DSS-02"}
+
+
+def test_identical_entries_of_both_emu_columns_merge_into_the_common_file(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = "helper:gc: the live walk does not give the scenario's frames leaf first"
+    for rt in ("3.1.23", "8.0.4"):
+        (folder / f"emu-{rt}.toml").write_text(
+            f'# emu {rt}\n[DSS-16]\nruntimes = ["emu {rt}"]\nstatus = "diverges"\n'
+            f'disagreements = ["{line}"]\nwhy = "{WHY}"\n'
+        )
+    both = [verdict("DSS-16", f"emu {rt}", "diverges", line) for rt in ("8.0.4", "3.1.23")]
+    rc, _, _ = _update(folder, both, capsys, "--write")
+    assert rc == 0
+    entry = load_expectations(folder).for_runtime("emu 8.0.4")["DSS-16"]
+    assert entry.file.name == "common.toml" and entry.runtimes == ("emu 3.1.23", "emu 8.0.4")
+    assert (folder / "emu-8.0.4.toml").read_text() == "# emu 8.0.4\n"

@@ -10,18 +10,29 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conformance.cli import main as cli_main
+from conformance.core.errors import HarnessError
 from conformance.core.runner import RunOutcome
 from conformance.core.trace import read_trace
 from conformance.fuzz.child import FakeRuntime
 from conformance.fuzz.judge import judge
-from conformance.fuzz.machine import YOUNG_THRESHOLD, collector_for_fuzzing, fuzz, replay
+from conformance.fuzz.machine import (
+    REPRODUCER_FORMAT,
+    YOUNG_THRESHOLD,
+    collector_for_fuzzing,
+    fuzz,
+    load_reproducer,
+    replay,
+)
 from conformance.fuzz.probe import FUZZ_PLAN, probe_target
+from conformance.fuzz.program import END_BELOW, decode
 from conformance.fuzz.world import World
 from conformance.native.fakeruntime import gen_fakeruntime
 from conformance.validator.recording import read_recording
@@ -238,3 +249,61 @@ def test_cli_env_that_is_not_name_value_is_one_line(capsys: pytest.CaptureFixtur
     assert cli_main(["fuzz", str(build("noop")), "--clsid", CLSID, "--env", "NOEQUALS"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "NAME=VALUE" in err
+
+
+def _program_reproducer(path: Path, program: bytes | None, commands: list[dict[str, Any]]) -> Path:
+    data = {"format": REPRODUCER_FORMAT, "profiler": "/p/lib.so", "clsid": CLSID, "env": {}, "findings": [],
+            "program": program.hex() if program is not None else None, "commands": commands}  # fmt: skip
+    path.write_text(json.dumps(data))
+    return path
+
+
+#: thread_created; load_module (thread 0, a one-letter name); thread_created
+THREE_STEPS = bytes([END_BELOW, END_BELOW + 1, 0, 0, 0, 0, END_BELOW])
+
+
+def test_a_reproducers_commands_are_its_programs_first_steps(tmp_path: Path) -> None:
+    """What the fuzzer writes: the commands of the program's steps up to the step limit it ran with (which
+    the reproducer does not keep: any number of steps follows from the program). A null program (the
+    stateful engine's) leaves the commands as they are."""
+    assert decode(THREE_STEPS, 30).steps == ["thread_created", "load_module", "thread_created"]
+    for k in range(4):
+        commands = decode(THREE_STEPS, k).world.commands
+        path = _program_reproducer(tmp_path / f"{k}.json", THREE_STEPS, commands)
+        assert load_reproducer(path)["commands"] == json.loads(json.dumps(commands))
+    edited = [{"op": "event", "thread": 0, "name": "ThreadCreated", "args": {}}]
+    assert load_reproducer(_program_reproducer(tmp_path / "null.json", None, edited))["commands"] == edited
+
+
+def test_a_reproducer_whose_commands_do_not_follow_from_its_program_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Edited commands, commands cut inside a step, another example's program: one line naming the first
+    command that differs (or the commands field), before any child starts."""
+    commands = json.loads(json.dumps(decode(THREE_STEPS, 30).world.commands))
+    renamed = json.loads(json.dumps(commands))
+    k = next(i for i, c in enumerate(renamed) if c["op"] == "module")
+    renamed[k]["names"] = ["b"]
+    other = bytes([END_BELOW + 1, 0, 0, 0, 0])  # load_module first
+    follow = r"does not follow from the reproducer's program, whose steps give"
+    redo = r"\(edited, or another example's: set program to null to play edited commands\)$"
+    cases = [
+        (THREE_STEPS, renamed, rf"commands\[{k}\]: {follow} 'module' there {redo}"),
+        (THREE_STEPS, commands[:-2], r"commands: 8 commands do not follow from the reproducer's program, "
+                                     rf"whose steps end after 3, 7, 10 commands {redo}"),
+        (other, commands, rf"commands\[0\]: {follow} 'event ModuleLoadStarted' there"),
+    ]  # fmt: skip
+    for program, given, pattern in cases:
+        path = _program_reproducer(tmp_path / "r.json", program, given)
+        with pytest.raises(HarnessError, match=rf"^{re.escape(str(path))}: {pattern}") as info:
+            load_reproducer(path)
+        assert "\n" not in str(info.value)
+        assert cli_main(["fuzz", "--replay", str(path)]) == 2  # refused before any child starts
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "follow from the reproducer's program" in err
+    path = tmp_path / "r.json"
+    for bad in ("xyz", 7):
+        data = json.loads(_program_reproducer(path, THREE_STEPS, commands).read_text())
+        path.write_text(json.dumps({**data, "program": bad}))
+        with pytest.raises(HarnessError, match=r": program: not a hex string of the example's bytes"):
+            load_reproducer(path)

@@ -130,3 +130,14 @@ def test_adversarial_gcs_are_reachable() -> None:
     ends = [o + n for c in moved for o, n in zip(c["args"]["newObjectIDRangeStart"],
                                                  c["args"]["cObjectIDRangeLength"], strict=True)]
     assert max(ends) == U64_MAX  # "top": the highest end the model allows (start + length < 2**64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_programs)
+def test_every_step_sends_a_command_and_ends_count_them(data: bytes) -> None:
+    """load_reproducer decodes at most as many steps as a reproducer has commands: that needs every step
+    to send at least one command; ``ends`` says how many commands there are after each step."""
+    program = decode(data, 30)
+    assert len(program.ends) == len(program.steps)
+    assert all(a < b for a, b in zip([0, *program.ends], program.ends, strict=False))
+    assert program.ends[-1:] == ([len(program.world.commands)] if program.steps else [])

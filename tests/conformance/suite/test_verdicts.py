@@ -223,3 +223,55 @@ def test_shipped_expectation_files_parse_explain_and_pin_every_entry() -> None:
     for path in sorted(EXPECTATIONS_DIR.glob("*.toml")):
         assert path.read_text().startswith("#"), f"{path.name}: say at the top what the file holds"
         assert "observed =" not in path.read_text(), f"{path.name} still uses the old 'observed' form"
+
+
+# --- the columns of the emulator's layer -------------------------------------------------------------------
+
+
+def test_an_entry_names_an_emu_column_by_layer_and_version_or_by_name(tmp_path: Path) -> None:
+    """``runtimes`` names matrix columns: "emu 8.0.4" (or the prefix "emu 8.0") is the emulator's column of
+    8.0.4, "emu x86 hooks" the hook checker's; a version alone is the live column only, and a live and an
+    emu entry of one clause and version do not clash."""
+    (tmp_path / "common.toml").write_text(
+        "# shared\n[DSS-16]\n" + ENTRY.format(rt="8.0", why=WHY) + "\n[FE2-08]\n"
+        + ENTRY.format(rt="emu x86 hooks", why=WHY)
+    )  # fmt: skip
+    (tmp_path / "emu-8.0.4.toml").write_text("# emu\n[DSS-16]\n" + ENTRY.format(rt="emu 8.0", why=WHY))
+    found = load_expectations(tmp_path)
+    assert found.for_runtime("emu 8.0.4")["DSS-16"].source == "emu-8.0.4.toml:2"
+    assert found.for_runtime("8.0.4")["DSS-16"].source == "common.toml:2"
+    assert found.for_runtime("emu 3.1.23") == {} and found.for_runtime("3.1.23") == {}
+    assert set(found.for_runtime("emu x86 hooks")) == {"FE2-08"}
+    assert found.for_runtime("emu x86 hookcheck") == {} and found.for_runtime("x86 hooks") == {}
+
+
+def test_an_emu_entry_decides_the_emu_columns_verdict_DSS_16(tmp_path: Path) -> None:
+    line = "managed: the live walk's managed frames are not the replay's, leaf first and main last"
+    (tmp_path / "emu-8.0.4.toml").write_text(
+        f'# emu\n[DSS-16]\nruntimes = ["emu 8.0.4"]\nstatus = "diverges"\ndisagreements = ["{line}"]\n'
+        f'why = "{WHY}"\n'
+    )
+    emu = Verdict(clause="DSS-16", runtime="emu 8.0.4", experiment="emu-captures", status=Status.DIVERGES,
+                  observed=line, expected="-", disagreements=[line])  # fmt: skip
+    live = emu.model_copy(update={"runtime": "8.0.4"})
+    judged = apply_expectations([emu, live], ["8.0.4", "emu 8.0.4"], load_expectations(tmp_path))
+    outcomes = {v.runtime: v.outcome for v in judged}
+    assert outcomes == {"emu 8.0.4": VerdictOutcome.EXPECTED_DIVERGENCE, "8.0.4": VerdictOutcome.UNEXPECTED}
+    assert next(v for v in judged if v.runtime == "emu 8.0.4").expectation is not None
+
+
+def test_emu_entries_of_one_column_clash_and_a_bad_column_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "common.toml").write_text("# shared\n[DSS-16]\n" + ENTRY.format(rt="emu 8.0", why=WHY))
+    (tmp_path / "emu-8.0.4.toml").write_text("[DSS-16]\n" + ENTRY.format(rt="emu 8.0.4", why=WHY))
+    with pytest.raises(HarnessError, match=r"^\[DSS-16\] runtime emu 8.0.4 / emu 8.0 has two expectation"):
+        load_expectations(tmp_path)
+    (tmp_path / "emu-8.0.4.toml").unlink()
+    for bad in ("emu", "emu ", "gpu 8.0.4", "emu 8.x hooks!", "EMU 8.0.4"):
+        (tmp_path / "common.toml").write_text("# shared\n[DSS-16]\n" + ENTRY.format(rt=bad, why=WHY))
+        with pytest.raises(HarnessError) as info:
+            load_expectations(tmp_path)
+        message = info.value.message
+        assert message.startswith(f"{tmp_path / 'common.toml'}:2: [DSS-16] runtimes: ")
+        assert "\n" not in message
+        assert message.endswith(f"{bad!r} is not a version or version prefix (like 8.0.4 or 8.0), nor a "
+                                "column of a layer (emu) like 'emu 8.0.4' or 'emu x86 hooks'")  # fmt: skip

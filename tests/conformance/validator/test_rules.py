@@ -192,6 +192,37 @@ def test_FE2_08_the_checker_finds_the_clobbered_register_in_the_fixture_hook() -
     assert [f.clause for f in answer.faults] == ["FE2-08"] and "RBX" in fault_line(answer.faults[0])
 
 
+def test_VAL_HANG_from_the_proxys_watchdog_cites_its_mark_and_limit_not_the_kill(tmp_path: Path) -> None:
+    """The proxy's watchdog saw a callback open past its limit: it wrote ``proxy.hang`` and SIGKILLed the
+    process. One VAL-HANG citing that mark (busy time, limit, the stuck thread and callback), never the
+    harness's "hung and was killed by the watchdog" nor a VAL-CRASH for the SIGKILL it sent itself."""
+    hang = {"kind": "mark", "name": "proxy.hang", "payload": None, "stuckOsTid": SAMPLER, "busyMs": 10042,
+            "limitMs": 10000, "threads": [
+                {"osTid": MAIN, "callbacks": [], "lastCallback": "Initialize", "stack": None},
+                {"osTid": SAMPLER, "callbacks": ["GarbageCollectionFinished"], "stack": None}]}  # fmt: skip
+    rec, run = _recording(
+        tmp_path,
+        [_callback("Initialize", "enter"), _callback("Initialize", "return", S_OK),
+         _callback("GarbageCollectionFinished", "enter", os_tid=SAMPLER), hang],
+    )  # fmt: skip
+    killed = run.model_copy(update={"outcome": RunOutcome.KILLED, "signal": "SIGKILL"})
+    (finding,) = check_recording(rec, killed)
+    assert finding.clause == "VAL-HANG" and finding.records == [4]
+    assert finding.thread == SAMPLER and finding.callback == "GarbageCollectionFinished"
+    assert finding.message.startswith(f"a callback ran 10042 ms (limit 10000 ms) on thread {SAMPLER}; ")
+    assert "watchdog" not in finding.message
+    # the harness's watchdog on the same recording without the proxy's mark: no records, its own words
+    rec, run = _recording(
+        tmp_path,
+        [_callback("Initialize", "enter"), _callback("Initialize", "return", S_OK),
+         _callback("GarbageCollectionFinished", "enter", os_tid=SAMPLER)],
+    )  # fmt: skip
+    (finding,) = check_recording(rec, run.model_copy(update={"outcome": RunOutcome.HUNG}))
+    assert finding.clause == "VAL-HANG" and finding.records == [] and "limit" not in finding.message
+    assert "hung and was killed by the watchdog" in finding.message
+    assert finding.thread == SAMPLER and finding.callback == "GarbageCollectionFinished"
+
+
 def test_VAL_HANG_from_the_harness_watchdog_carries_every_thread_it_reported(tmp_path: Path) -> None:
     """The proxy's own watchdog saw nothing open (a profiler thread stuck in SuspendRuntime, outside any
     callback): the harness's watchdog report names each thread, its open call and its native stack."""
