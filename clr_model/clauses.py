@@ -1,7 +1,7 @@
 """The clause catalog: every normative sentence of the four contract documents and the harness's own
 rules (``VAL-*``, each with its reason), one source of truth.
 
-Data lives in :mod:`clr_model.catalog` (one module per document); this module assembles it, checks it
+Data lives in :mod:`clr_model.catalog` (one TOML file per document); this module assembles it, checks it
 (unique, well-formed ids) and answers queries. Ids are stable: never renumber a clause.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from clr_model.catalog import buf, dss, fe2, mr2, val
+from clr_model.catalog import FILES, load
 from clr_model.catalog.base import Clause, Document, Kind, Layer
 from clr_model.errors import ModelError
 
@@ -31,7 +31,7 @@ def _assemble(*parts: Iterable[Clause]) -> dict[str, Clause]:
 
 
 #: id -> clause, sorted by id.
-CATALOG: dict[str, Clause] = _assemble(dss.CLAUSES, fe2.CLAUSES, mr2.CLAUSES, buf.CLAUSES, val.CLAUSES)
+CATALOG: dict[str, Clause] = _assemble(*(load(name) for name in FILES))
 
 
 def clause(clause_id: str) -> Clause:

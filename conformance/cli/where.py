@@ -69,25 +69,17 @@ def _parse(path: Path) -> ast.Module | None:
 # --- catalog and model ---------------------------------------------------------------------------------
 
 
-def _constant(node: ast.expr | None) -> object:
-    return node.value if isinstance(node, ast.Constant) else None
-
-
 def catalog_hops(clause: str) -> list[Hop]:
-    """The call in ``clr_model/catalog/*.py`` that defines the id (first argument, or ``id=``)."""
+    """The ``id = "ID"`` line of the ``[[clause]]`` table in ``clr_model/catalog/*.toml`` that defines it."""
+    from clr_model.clauses import CATALOG
+
+    line = re.compile(rf'^id\s*=\s*"{re.escape(clause)}"\s*$', re.M)
     hops = []
-    for path in sorted((MODEL_DIR / "catalog").glob("*.py")):
-        tree = _parse(path)
-        for node in ast.walk(tree) if tree else ():
-            if not isinstance(node, ast.Call):
-                continue
-            keywords = {k.arg: k.value for k in node.keywords}
-            positional = _constant(node.args[0]) if node.args else None
-            if clause not in (positional, _constant(keywords.get("id"))):
-                continue
-            title = _constant(node.args[1]) if positional == clause and len(node.args) > 1 else None
-            title = title or _constant(keywords.get("title")) or ""
-            hops.append(Hop("catalog", _rel(path), node.lineno, str(title)))
+    for path in sorted((MODEL_DIR / "catalog").glob("*.toml")):
+        at = _line_of(path, line)
+        if at:
+            item = CATALOG.get(clause)
+            hops.append(Hop("catalog", _rel(path), at, item.title if item else ""))
     return hops
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from clr_model.catalog import dss
+from clr_model.catalog import load
 from clr_model.catalog.base import PREFIXES, Clause, Document, Kind, Layer
 from clr_model.clauses import CATALOG, UnknownClause, _assemble, clause, with_layer
 from clr_model.errors import ModelError
@@ -26,7 +26,7 @@ def test_ids_are_unique_well_formed_and_sorted() -> None:
 
 
 def test_dss_ids_are_contiguous_and_keep_the_design_list() -> None:
-    dss_ids = [c.id for c in dss.CLAUSES]
+    dss_ids = [c.id for c in load("dss")]
     assert dss_ids[: len(DESIGN_DSS_IDS)] == DESIGN_DSS_IDS
     numbers = [int(i.split("-")[1]) for i in dss_ids]
     assert numbers == list(range(1, len(numbers) + 1))
@@ -43,14 +43,14 @@ def test_every_ambiguity_has_a_question_and_nothing_else_does() -> None:
 
 
 def test_dss_ambiguities_the_model_decides_carry_a_model_choice() -> None:
-    for item in dss.CLAUSES:
+    for item in load("dss"):
         if item.kind is Kind.AMBIGUITY and Layer.MODEL in item.layers:
             assert item.model_choice, item.id
 
 
 def test_dss_sentences_are_quoted_except_silences() -> None:
     silent = {"DSS-26", "DSS-27"}  # the page says nothing: no sentence to quote
-    for item in dss.CLAUSES:
+    for item in load("dss"):
         assert bool(item.quote) == (item.id not in silent), item.id
 
 
@@ -62,7 +62,7 @@ def test_dss_quotes_are_from_the_document() -> None:
         pytest.skip("contract documents not available")
     page = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text.read_text())  # drop link targets
     page = " ".join(page.split())
-    for item in dss.CLAUSES:
+    for item in load("dss"):
         if item.quote:
             quote = " ".join(item.quote.split())
             assert quote.replace("`", "") in page.replace("`", ""), item.id
@@ -133,7 +133,7 @@ def test_every_dss_model_clause_has_an_example_and_a_property_test() -> None:
 
     here = Path(__file__).parent
     source = "\n".join(p.read_text() for p in here.glob("test_*.py"))
-    for item in dss.CLAUSES:
+    for item in load("dss"):
         if Layer.MODEL not in item.layers:
             continue
         token = item.id.replace("-", "_")

@@ -118,7 +118,7 @@ def test_where_dss05_prints_every_hop_kind_with_existing_paths(capsys: pytest.Ca
         path, number = location.rsplit(":", 1)
         assert _hop_path(path).is_file(), line
         assert int(number) >= 1, line
-    assert "clr_model/catalog/dss.py:" in out and "conformance/checks/stack.py:" in out
+    assert "clr_model/catalog/dss.toml:" in out and "conformance/checks/stack.py:" in out
     assert "conformance/scenarios/stack-walks/plan.json:" in out and "now-regctx" in out
     assert "conformance/native/src/experiments_stack.cpp:" in out and "'stack_walk'" in out
     assert "test_DSS_05_" in out
@@ -127,9 +127,9 @@ def test_where_dss05_prints_every_hop_kind_with_existing_paths(capsys: pytest.Ca
 @pytest.mark.parametrize(
     ("clause", "needles"),
     [
-        ("VAL-CRASH", ("clr_model/catalog/val.py:", "rule        conformance/validator/rules.py:",
+        ("VAL-CRASH", ("clr_model/catalog/val.toml:", "rule        conformance/validator/rules.py:",
                        "validator crashes_and_hangs", "test_VAL_CRASH_")),
-        ("FE2-08", ("clr_model/catalog/fe2.py:", "rule        emu/hookcheck/check.py:",
+        ("FE2-08", ("clr_model/catalog/fe2.toml:", "rule        emu/hookcheck/check.py:",
                     "hook hookcheck:register-preserved", "judge       conformance/checks/hook_abi.py:",
                     "hookcheck:reference_enter2", "test_FE2_08_")),
     ],
@@ -156,7 +156,7 @@ def test_where_line_numbers_point_at_the_thing_named() -> None:
     def source(hop: where.Hop) -> str:
         return _hop_path(hop.path).read_text().splitlines()[hop.line - 1]
 
-    assert "DSS-05" in _hop_path(hops["catalog"].path).read_text().splitlines()[hops["catalog"].line]
+    assert "DSS-05" in source(hops["catalog"])
     judge_lines = _hop_path(hops["judge"].path).read_text().splitlines()[hops["judge"].line - 1 :]
     assert next(line for line in judge_lines if line.startswith("def ")).startswith("def judge_dss05")
     assert '"stack_walk"' in source(hops["native"])
