@@ -1,0 +1,193 @@
+"""Where an address is in a profiler's own code: function (demangled) and file:line, from the shared object's
+symbols and DWARF line table (pyelftools), or ``lib.so+0xOFF`` when the object is stripped.
+
+A recording names code by (module path, offset from the module's load base); :class:`Symbolizer` answers for
+each such pair, reading each module once (its function symbols sorted by address and its line table decoded
+into sorted rows) and never loading it. Names are demangled with the C++ runtime's own demangler
+(``__cxa_demangle`` of libstdc++, through ctypes); where that is missing the mangled name is kept.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import ctypes.util
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Site", "Symbolizer", "demangle"]
+
+
+class Site(BaseModel):
+    """A place in a module: its file, the offset, and what the symbols and line table say of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    module: str
+    offset: int
+    function: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def where(self) -> str:
+        """``file:line``, or ``lib.so+0xOFF`` without a line table."""
+        if self.file and self.line:
+            return f"{self.file}:{self.line}"
+        return f"{Path(self.module).name}+{self.offset:#x}"
+
+    def text(self) -> str:
+        """``function (file:line)``, ``function (lib.so+0xOFF)`` or ``lib.so+0xOFF``."""
+        if self.function:
+            return f"{self.function} ({self.where})"
+        return self.where
+
+
+@functools.cache
+def _cxa_demangle() -> Callable[..., int | None] | None:
+    name = ctypes.util.find_library("stdc++") or "libstdc++.so.6"
+    try:
+        lib = ctypes.CDLL(name)
+        fn = lib.__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    return cast("Callable[..., Any]", fn)
+
+
+@functools.cache
+def _free() -> Callable[[int], None]:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    fn = libc.free
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = None
+    return cast("Callable[..., Any]", fn)
+
+
+@functools.lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """The demangled C++ name (``_ZN3foo3barEv`` -> ``foo::bar()``); any other name unchanged."""
+    fn = _cxa_demangle()
+    if fn is None or not name.startswith("_Z"):
+        return name
+    status = ctypes.c_int(0)
+    out = fn(name.encode(), None, None, ctypes.byref(status))
+    if status.value != 0 or not out:
+        return name
+    try:
+        return ctypes.string_at(out).decode(errors="replace")
+    finally:
+        _free()(out)
+
+
+@dataclass
+class _Module:
+    """What one module's symbols and line table say, sorted by address for lookups."""
+
+    func_starts: list[int]
+    funcs: list[tuple[int, int, str]]  # (start, end, name)
+    line_addrs: list[int]
+    lines: list[tuple[int, str, int]]  # (address, file, line): each row holds until the next address
+    line_ends: list[int]  # sorted end_sequence addresses: no row holds from there
+
+
+def _read_module(path: Path) -> _Module:
+    from elftools.common.exceptions import DWARFError, ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    funcs: list[tuple[int, int, str]] = []
+    rows: list[tuple[int, str, int]] = []
+    ends: set[int] = set()
+    try:
+        with path.open("rb") as fh:
+            elf = ELFFile(fh)
+            for section_name in (".symtab", ".dynsym"):
+                section = elf.get_section_by_name(section_name)
+                if not isinstance(section, SymbolTableSection):
+                    continue
+                for sym in section.iter_symbols():
+                    defined = sym["st_value"] and sym["st_shndx"] != "SHN_UNDEF"
+                    if sym["st_info"]["type"] == "STT_FUNC" and defined:
+                        start = int(sym["st_value"])
+                        funcs.append((start, start + max(int(sym["st_size"]), 1), str(sym.name)))
+                if funcs:
+                    break
+            if elf.has_dwarf_info():
+                dwarf = elf.get_dwarf_info()
+                for cu in dwarf.iter_CUs():
+                    program = dwarf.line_program_for_CU(cu)
+                    if program is None:
+                        continue
+                    header = program.header
+                    names = [entry.name.decode(errors="replace") for entry in header["file_entry"]]
+                    dirs = [d.decode(errors="replace") for d in header["include_directory"]]
+                    version = int(header["version"])
+                    for entry in program.get_entries():
+                        state = entry.state
+                        if state is None:
+                            continue
+                        if state.end_sequence:
+                            ends.add(int(state.address))
+                            continue
+                        index = state.file if version >= 5 else state.file - 1
+                        if not 0 <= index < len(names):
+                            continue
+                        entry_dir = header["file_entry"][index].dir_index
+                        dir_index = entry_dir if version >= 5 else entry_dir - 1
+                        name = names[index]
+                        if not name.startswith("/") and 0 <= dir_index < len(dirs):
+                            name = f"{dirs[dir_index]}/{name}"
+                        rows.append((int(state.address), name, int(state.line)))
+    except (OSError, ELFError, DWARFError, ValueError, KeyError, AttributeError):
+        pass
+    funcs.sort()
+    rows.sort()
+    return _Module(func_starts=[f[0] for f in funcs], funcs=funcs, line_addrs=[r[0] for r in rows],
+                   lines=rows, line_ends=sorted(ends))  # fmt: skip
+
+
+class Symbolizer:
+    """Sites of (module, offset) pairs; each module read once. A return address names the instruction after
+    the call: :meth:`site` takes ``return_address=True`` to look up the call itself (offset - 1)."""
+
+    def __init__(self) -> None:
+        self._modules: dict[str, _Module] = {}
+        self._sites: dict[tuple[str, int], Site] = {}
+
+    def _module(self, module: str) -> _Module:
+        found = self._modules.get(module)
+        if found is None:
+            found = _read_module(Path(module))
+            self._modules[module] = found
+        return found
+
+    def site(self, module: str, offset: int, *, return_address: bool = False) -> Site:
+        key = (module, offset - 1 if return_address and offset > 0 else offset)
+        found = self._sites.get(key)
+        if found is None:
+            found = self._resolve(module, offset, key[1])
+            self._sites[key] = found
+        return found
+
+    def _resolve(self, module: str, offset: int, lookup: int) -> Site:
+        mod = self._module(module)
+        function = None
+        k = bisect.bisect_right(mod.func_starts, lookup) - 1
+        if k >= 0 and lookup < mod.funcs[k][1]:
+            function = demangle(mod.funcs[k][2])
+        file = line = None
+        j = bisect.bisect_right(mod.line_addrs, lookup) - 1
+        if j >= 0:
+            address, name, number = mod.lines[j]
+            e = bisect.bisect_right(mod.line_ends, address)
+            ended = e < len(mod.line_ends) and mod.line_ends[e] <= lookup
+            if not ended and number > 0:
+                file, line = name, number
+        return Site(module=module, offset=offset, function=function, file=file, line=line)

@@ -1,0 +1,39 @@
+"""conformance.core.symbols: a profiler's code named by function and file:line (issue 19, attribution)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance.core.symbols import Site, Symbolizer, demangle
+from tests.conformance.validator.fixtures import PROFILERS, build_fixture
+
+
+def test_demangle_names_cxx_symbols_and_leaves_others() -> None:
+    assert demangle("_ZN3foo3barEv") == "foo::bar()"
+    assert demangle("DllGetClassObject") == "DllGetClassObject"
+    assert demangle("_Znot-a-name") == "_Znot-a-name"
+
+
+def test_an_offset_in_a_fixture_resolves_to_its_function_and_source_line() -> None:
+    from elftools.elf.elffile import ELFFile
+
+    so = build_fixture("null_buffer")
+    with so.open("rb") as fh:
+        symtab = ELFFile(fh).get_section_by_name(".symtab")
+        init = next(s for s in symtab.iter_symbols()  # type: ignore[union-attr]
+                    if "Initialize" in s.name and s["st_info"]["type"] == "STT_FUNC")  # fmt: skip
+    start = int(init["st_value"])
+    site = Symbolizer().site(str(so), start + 4)
+    assert site.function is not None and "Initialize" in site.function and "(" in site.function
+    assert site.file is not None and Path(site.file).name == "null_buffer.cpp" and site.line
+    source = (PROFILERS / "null_buffer.cpp").read_text().splitlines()
+    assert 1 <= site.line <= len(source)
+    assert site.text() == f"{site.function} ({site.file}:{site.line})"
+
+
+def test_without_symbols_or_lines_a_site_is_module_plus_offset(tmp_path: Path) -> None:
+    blob = tmp_path / "libstripped.so"
+    blob.write_bytes(b"\x7fELF not really")
+    site = Symbolizer().site(str(blob), 0x1234, return_address=True)
+    assert site == Site(module=str(blob), offset=0x1234)
+    assert site.text() == "libstripped.so+0x1234"
