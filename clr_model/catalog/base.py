@@ -66,6 +66,9 @@ class Clause(BaseModel):
     reason: str | None = Field(
         default=None, description="for the harness's own rules (no document states them): why it holds"
     )
+    fix: str | None = Field(
+        default=None, description="for rules held against a profiler: what to change, one line"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Clause:

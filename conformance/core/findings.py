@@ -12,6 +12,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from conformance.core.symbols import Site
+
 __all__ = ["Finding", "RunOf", "clause_title"]
 
 
@@ -48,6 +50,10 @@ class Finding(BaseModel):
     callback: str | None = None
     records: list[int]
     trace: str
+    #: shown, never a failure (a rule no document states, or what could not be judged)
+    note: bool = False
+    #: the profiler's own code it happened in (function and file:line), when the recording says
+    site: Site | None = None
 
     @classmethod
     def of(
@@ -59,9 +65,13 @@ class Finding(BaseModel):
         *,
         thread: int | None = None,
         callback: str | None = None,
+        note: bool = False,
+        site: Site | None = None,
     ) -> Finding:
         """A finding of ``run`` (its runtime, scenario and trace), titled from the catalog."""
         return cls(
+            note=note,
+            site=site,
             clause=clause,
             title=clause_title(clause),
             message=message,

@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from pydantic import BaseModel, ConfigDict
-
 from clr_model.clauses import Layer
 from conformance.core import registry, runner, runtimes, scenarios
 from conformance.core.errors import HarnessError
@@ -27,39 +25,15 @@ from conformance.core.findings import Finding
 from conformance.core.runner import RunOutcome
 from conformance.core.trace import read_trace
 from conformance.validator import launch
+from conformance.validator.groups import Grouper
 from conformance.validator.hooks import HookChecks
 from conformance.validator.recording import read_recording
+from conformance.validator.result import ClauseStatus, Group, RuleStatus, RunSummary, ValidationResult
 from conformance.validator.rules import check_recording, hook_abi
 
 #: The validator's own scenarios (conformance/validator/scenarios/NAME).
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIO_SET = ("validate-basic",)
-
-
-class RunSummary(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    runtime: str
-    scenario: str
-    outcome: str
-    seconds: float
-    trace: str
-    records: int
-
-
-class ValidationResult(BaseModel):
-    """Every run and every finding of one validation."""
-
-    profiler: str
-    clsid: str
-    runs: list[RunSummary]
-    findings: list[Finding]
-    #: what could not be judged (a hook the checker could not read), one line each
-    notes: list[str] = []
-
-    @property
-    def clean(self) -> bool:
-        return not self.findings
 
 
 def validator_scenarios(names: Sequence[str] = SCENARIO_SET) -> list[scenarios.Scenario]:
@@ -92,7 +66,7 @@ def validate(
             (s, scenarios.compile_scenario(s, reference), False) for s in validator_scenarios(scenario_names)
         ]
     runs: list[RunSummary] = []
-    found: list[Finding] = []
+    grouper = Grouper()
     notes: list[str] = []
     checks = HookChecks()
     for rt in selected:
@@ -103,31 +77,54 @@ def validate(
                     runtime=rt.version,
                     scenario=scenario.name,
                     outcome=result.outcome.value,
+                    exit_code=result.exit_code,
+                    signal=result.signal,
                     seconds=result.seconds,
                     trace=str(result.trace_path),
                     records=result.record_count,
+                    judged=result.record_count,
                 )
             )
+            found: list[Finding] = []
             if not result.trace_path.is_file():
                 message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
-                found.append(Finding.of(result, "VAL-LOAD", message, []))
+                grouper.add(Finding.of(result, "VAL-LOAD", message, []))
                 continue
             trace = result.trace if result.trace is not None else read_trace(result.trace_path)
             recording = read_recording(trace)
             found.extend(check_recording(recording, result))
             from_hooks, unchecked = hook_abi(recording, result, checks)
             found.extend(from_hooks)
+            grouper.extend(found)
             notes.extend(n for n in unchecked if n not in notes)
             if result.outcome is RunOutcome.FAILED and not found:
                 raise HarnessError(
                     f"{scenario.name} on {rt.version} exited with {result.exit_code} under the "
                     f"profiler; trace: {result.trace_path}"
                 )
-    return ValidationResult(profiler=str(target), clsid=guid, runs=runs, findings=found, notes=notes)
+    groups = grouper.groups()
+    return ValidationResult(profiler=str(target), clsid=guid, runs=runs, groups=groups,
+                            rules=rule_statuses(runs, groups), notes=notes)  # fmt: skip
 
 
-def findings(profiler: Path, clsid: str, **options: object) -> list[Finding]:
-    """The findings of :func:`validate` (empty when the profiler keeps every rule)."""
+def rule_statuses(runs: Sequence[RunSummary], groups: Sequence[Group]) -> list[RuleStatus]:
+    """Each clause the validation judges, on each runtime: failed, noted or passed."""
+    out = []
+    for runtime in dict.fromkeys(r.runtime for r in runs):
+        for clause in rule_ids():
+            mine = [g for g in groups if g.clause == clause and runtime in g.runtimes]
+            if any(not g.note for g in mine):
+                status = ClauseStatus.FAILED
+            elif mine:
+                status = ClauseStatus.NOTED
+            else:
+                status = ClauseStatus.PASSED
+            out.append(RuleStatus(clause=clause, runtime=runtime, status=status))
+    return out
+
+
+def findings(profiler: Path, clsid: str, **options: object) -> list[Group]:
+    """The finding groups of :func:`validate` (empty when the profiler keeps every rule; notes aside)."""
     return validate(profiler, clsid, **options).findings  # type: ignore[arg-type]
 
 
@@ -135,16 +132,18 @@ def findings(profiler: Path, clsid: str, **options: object) -> list[Finding]:
 
 
 def table(result: ValidationResult) -> str:
-    lines = [f"{'clause':<22} {'runtime':<8} {'thread':<8} {'callback':<26} finding"]
-    for f in result.findings:
-        thread = str(f.thread) if f.thread is not None else "-"
-        lines.append(
-            f"{f.clause:<22} {f.runtime:<8} {thread:<8} {(f.callback or '-'):<26} {f.message} "
-            f"(records {', '.join(map(str, f.records)) or '-'})"
-        )
+    """One line per group (clause, runtimes, count, where in the profiler, the first message), then a
+    ``note:`` line per thing that could not be judged."""
+    lines = [f"{'clause':<22} {'runtimes':<16} {'count':>6}  finding"]
+    for g in result.groups:
+        where = f" at {g.site.text()}" if g.site else ""
+        kind = "note " if g.note else ""
+        runtimes = ",".join(g.runtimes)
+        lines.append(f"{g.clause:<22} {runtimes:<16} {g.count:>6}  {kind}{g.first.message}{where}")
     lines.extend(f"note: {n}" for n in result.notes)
     runs = ", ".join(f"{r.scenario}@{r.runtime} {r.outcome} {r.seconds:.1f}s" for r in result.runs)
-    lines.append(f"{len(result.findings)} finding(s); runs: {runs}")
+    total = sum(g.count for g in result.findings)
+    lines.append(f"{total} finding(s) in {len(result.findings)} group(s); runs: {runs}")
     return "\n".join(lines)
 
 
@@ -166,18 +165,18 @@ def rule_ids() -> list[str]:
 
 
 def to_junit(result: ValidationResult) -> str:
-    """One test case per rule and runtime; a finding fails its case."""
+    """One test case per clause and runtime; a finding fails its case."""
     suite = ET.Element("testsuite", name="profharness-validate", tests="0", failures="0")
     cases = failures = 0
-    for rt in sorted({r.runtime for r in result.runs}):
-        for clause in rule_ids():
-            cases += 1
-            case = ET.SubElement(suite, "testcase", classname=f"validate.{rt}", name=f"{clause}[{rt}]")
-            mine = [f for f in result.findings if f.clause == clause and f.runtime == rt]
-            if mine:
-                failures += 1
-                fail = ET.SubElement(case, "failure", message=mine[0].message)
-                fail.text = "\n".join(f.line() for f in mine)
+    for status in result.rules:
+        cases += 1
+        rt = status.runtime
+        case = ET.SubElement(suite, "testcase", classname=f"validate.{rt}", name=f"{status.clause}[{rt}]")
+        mine = [g for g in result.findings if g.clause == status.clause and rt in g.runtimes]
+        if mine:
+            failures += 1
+            fail = ET.SubElement(case, "failure", message=mine[0].first.message)
+            fail.text = "\n".join(f"{g.clause} x{g.count}: {g.first.message}" for g in mine)
     suite.set("tests", str(cases))
     suite.set("failures", str(failures))
     return ET.tostring(suite, encoding="unicode") + "\n"
@@ -185,16 +184,16 @@ def to_junit(result: ValidationResult) -> str:
 
 def to_html(result: ValidationResult) -> str:
     rows = "".join(
-        f"<tr><td>{html.escape(f.clause)}</td><td>{html.escape(f.title)}</td><td>{html.escape(f.runtime)}</td>"
-        f"<td>{f.thread if f.thread is not None else '-'}</td><td>{html.escape(f.callback or '-')}</td>"
-        f"<td>{html.escape(f.message)}</td><td>{html.escape(', '.join(map(str, f.records)))}</td>"
-        f"<td>{html.escape(f.trace)}</td></tr>"
-        for f in result.findings
+        f"<tr><td>{html.escape(g.clause)}</td><td>{html.escape(g.title)}</td>"
+        f"<td>{html.escape(', '.join(g.runtimes))}</td><td>{g.count}</td>"
+        f"<td>{html.escape(g.site.text() if g.site else '-')}</td>"
+        f"<td>{html.escape(g.first.message)}</td></tr>"
+        for g in result.groups
     )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>profharness validate</title></head><body>"
         f"<h1>{html.escape(result.profiler)} {html.escape(result.clsid)}</h1>"
-        f"<p>{len(result.findings)} finding(s) over {len(result.runs)} run(s)</p>"
-        "<table border='1'><tr><th>clause</th><th>rule</th><th>runtime</th><th>thread</th><th>callback</th>"
-        f"<th>finding</th><th>records</th><th>trace</th></tr>{rows}</table></body></html>\n"
+        f"<p>{len(result.findings)} finding group(s) over {len(result.runs)} run(s)</p>"
+        "<table border='1'><tr><th>clause</th><th>rule</th><th>runtimes</th><th>count</th><th>where</th>"
+        f"<th>finding</th></tr>{rows}</table></body></html>\n"
     )

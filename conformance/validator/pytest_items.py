@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.validator.api import ValidationResult, rule_ids, validate
+from conformance.validator.api import rule_ids, validate
+from conformance.validator.result import ValidationResult
 
 
 def clause_tests(profiler: str | Path, clsid: str, **options: object) -> Callable[[str], None]:
@@ -36,11 +37,16 @@ def clause_tests(profiler: str | Path, clsid: str, **options: object) -> Callabl
 
     @pytest.mark.parametrize("clause", rule_ids())
     def test_profiling_contract(clause: str) -> None:
-        broken = [f for f in result().findings if f.clause == clause]
+        broken = [g for g in result().findings if g.clause == clause]
         if broken:
             pytest.fail(
-                f"{clause} ({broken[0].title}): {len(broken)} finding(s)\n"
-                + "\n".join(f.line() for f in broken),
+                f"{clause} ({broken[0].title}): {sum(g.count for g in broken)} finding(s)\n"
+                + "\n".join(
+                    f"x{g.count} on {', '.join(g.runtimes)}"
+                    + (f" at {g.site.text()}" if g.site else "")
+                    + f": {g.first.message}"
+                    for g in broken
+                ),
                 pytrace=False,
             )
 

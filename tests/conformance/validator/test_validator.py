@@ -175,7 +175,7 @@ def test_fixture_gives_its_finding_on_every_runtime(fixture: str, runtimes: list
     result = api.validate(so, FIXTURE_CLSID, hang_s=3.0)
     assert {r.runtime for r in result.runs} == {rt.version for rt in runtimes}
     for rt in runtimes:
-        mine = {f.clause for f in result.findings if f.runtime == rt.version}
+        mine = {g.clause for g in result.findings if rt.version in g.runtimes}
         skipped = [
             why for (name, prefix), why in NOT_ON.items() if name == fixture and rt.version.startswith(prefix)
         ]
@@ -185,12 +185,13 @@ def test_fixture_gives_its_finding_on_every_runtime(fixture: str, runtimes: list
                 also |= extra
         assert mine == (set() if skipped else FIXTURES[fixture] | also), api.table(result)
     if fixture == "hang":  # the proxy's watchdog fired at hang_s, not the harness's (a margin later)
-        for finding in result.findings:
-            assert "(limit 3000 ms)" in finding.message and finding.records, finding.message
+        for group in result.findings:
+            for seen in group.occurrences:
+                assert "(limit 3000 ms)" in seen.message and seen.records, seen.message
         assert {r.outcome for r in result.runs} >= {"killed"}, api.table(result)
-    for finding in result.findings:
-        assert finding.clause in api.rule_ids()
-        assert finding.records or finding.clause == "VAL-HANG"
+    for group in result.findings:
+        assert group.clause in api.rule_ids()
+        assert all(seen.records for seen in group.occurrences) or group.clause == "VAL-HANG"
     assert not result.notes, result.notes
     # containment: the harness never loaded the profiler itself, and every child was reaped
     assert str(so) not in Path("/proc/self/maps").read_text()
@@ -208,8 +209,9 @@ def test_VAL_CRASH_names_the_callback_and_the_faulting_stack(
     fixture: str, signal: str, callback: str | None, runtimes: list[Runtime]
 ) -> None:
     result = api.validate(build_fixture(fixture), FIXTURE_CLSID, runtime=runtimes[-1].version)
-    (finding,) = result.findings
-    assert finding.callback == callback and finding.thread is not None
+    (group,) = result.findings
+    finding = group.first
+    assert group.count == 1 and finding.callback == callback and finding.thread is not None
     assert signal in finding.message and f"lib{fixture}.so" in finding.message
     assert ("outside any callback" in finding.message) == (callback is None)
     assert ("before Initialize" in finding.message) == (fixture == "ctor_race")

@@ -1,0 +1,55 @@
+"""Findings grouped by (clause, profiler call site, note): the count, the first and last occurrence, the
+runtimes, and what the catalog says of the clause (title, documentation sentence, fix). Memory is bounded by
+the number of groups: each keeps :data:`~.result.OCCURRENCES_KEPT` occurrences however many it counts."""
+
+from __future__ import annotations
+
+from clr_model.clauses import CATALOG
+from conformance.core.findings import Finding
+from conformance.validator.result import OCCURRENCES_KEPT, Group, Occurrence
+
+__all__ = ["Grouper"]
+
+
+class Grouper:
+    """Groups findings as they come (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str, bool], Group] = {}
+
+    def add(self, finding: Finding) -> None:
+        key = (finding.clause, finding.site.text() if finding.site else "", finding.note)
+        occurrence = Occurrence.of(finding)
+        group = self._groups.get(key)
+        if group is None:
+            clause = CATALOG.get(finding.clause)
+            self._groups[key] = Group(
+                clause=finding.clause,
+                title=finding.title,
+                note=finding.note,
+                quote=clause.quote if clause else "",
+                document=clause.document.value if clause else "",
+                reason=(clause.reason or "") if clause else "",
+                fix=(clause.fix or "") if clause else "",
+                site=finding.site,
+                count=1,
+                runtimes=[finding.runtime],
+                first=occurrence,
+                last=occurrence,
+                occurrences=[occurrence],
+            )
+            return
+        group.count += 1
+        group.last = occurrence
+        if finding.runtime not in group.runtimes:
+            group.runtimes.append(finding.runtime)
+        if len(group.occurrences) < OCCURRENCES_KEPT:
+            group.occurrences.append(occurrence)
+
+    def extend(self, findings: list[Finding]) -> None:
+        for f in findings:
+            self.add(f)
+
+    def groups(self) -> list[Group]:
+        """Findings first, then notes; by clause, then the largest count first."""
+        return sorted(self._groups.values(), key=lambda g: (g.note, g.clause, -g.count, g.key))

@@ -1,0 +1,138 @@
+"""What one validation produced, as the reports show it (issue 19): findings grouped by (clause, profiler call
+site), each group with its clause's title and documentation sentence, a one-line fix, the count and the
+first and last occurrence; a status per clause and runtime (failed, noted, passed, or skipped with why:
+a rule a run never exercised passes nothing); the runs with their outcome and exit code.
+
+A *note* is shown and never fails anything (a rule the documents do not state, or something that could not
+be judged). Occurrences are kept up to :data:`OCCURRENCES_KEPT` per group (the count is exact), so a run
+that makes one fault 30,000 times gives one group of count 30,000, not 30,000 lines.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from conformance.core.findings import Finding
+from conformance.core.symbols import Site
+
+__all__ = [
+    "OCCURRENCES_KEPT",
+    "ClauseStatus",
+    "Group",
+    "Occurrence",
+    "RuleStatus",
+    "RunSummary",
+    "ValidationResult",
+]
+
+#: occurrences a group keeps beside its first and last (its count is exact)
+OCCURRENCES_KEPT = 20
+
+
+class RunSummary(BaseModel):
+    """One run of the app under the profiler on one runtime."""
+
+    model_config = ConfigDict(frozen=True)
+
+    runtime: str
+    scenario: str
+    #: ok, failed (a non-zero exit code: the app's own business, never a crash), crashed (a signal),
+    #: killed, hung (the harness's watchdog), timed-out (the run reached --timeout)
+    outcome: str
+    exit_code: int | None = None
+    signal: str | None = None
+    seconds: float
+    trace: str
+    records: int
+    #: records the judges read (all of them unless the recording was cut short)
+    judged: int = 0
+
+
+class Occurrence(BaseModel):
+    """One occurrence of a group's finding."""
+
+    model_config = ConfigDict(frozen=True)
+
+    runtime: str
+    scenario: str
+    message: str
+    thread: int | None = None
+    callback: str | None = None
+    records: list[int] = Field(default_factory=list)
+    trace: str = ""
+
+    @classmethod
+    def of(cls, finding: Finding) -> Occurrence:
+        return cls(runtime=finding.runtime, scenario=finding.scenario, message=finding.message,
+                   thread=finding.thread, callback=finding.callback, records=list(finding.records),
+                   trace=finding.trace)  # fmt: skip
+
+
+class Group(BaseModel):
+    """Every occurrence of one clause at one profiler call site (or at none), over every run."""
+
+    clause: str
+    title: str
+    note: bool = False
+    #: the documentation sentence the clause rests on (empty for the harness's own rules: see ``reason``)
+    quote: str = ""
+    document: str = ""
+    #: why a harness rule holds without a document sentence
+    reason: str = ""
+    fix: str = ""
+    #: the profiler's own code the occurrences come from (function and file:line), when known
+    site: Site | None = None
+    count: int = 0
+    runtimes: list[str] = Field(default_factory=list)
+    first: Occurrence
+    last: Occurrence
+    #: the first :data:`OCCURRENCES_KEPT` occurrences (``first`` among them)
+    occurrences: list[Occurrence] = Field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, bool]:
+        return (self.clause, self.site.text() if self.site else "", self.note)
+
+
+class ClauseStatus(StrEnum):
+    FAILED = "failed"  # a finding of this clause on this runtime
+    NOTED = "noted"  # only notes
+    PASSED = "passed"  # the rule saw what it judges, and it held
+    SKIPPED = "skipped"  # the rule never saw what it judges (``reason`` says what was missing)
+
+
+class RuleStatus(BaseModel):
+    """One clause on one runtime."""
+
+    model_config = ConfigDict(frozen=True)
+
+    clause: str
+    runtime: str
+    status: ClauseStatus
+    reason: str = ""
+
+
+class ValidationResult(BaseModel):
+    """Every run, group and clause status of one validation."""
+
+    profiler: str
+    clsid: str
+    runs: list[RunSummary]
+    groups: list[Group] = Field(default_factory=list)
+    rules: list[RuleStatus] = Field(default_factory=list)
+    #: what could not be judged at all (a hook the checker could not read), one line each
+    notes: list[str] = Field(default_factory=list)
+    #: the validation was interrupted (SIGINT/SIGTERM): what is here was judged before it stopped
+    interrupted: bool = False
+    judge_seconds: float = 0.0
+
+    @property
+    def findings(self) -> list[Group]:
+        """The groups that fail the validation (notes excluded)."""
+        return [g for g in self.groups if not g.note]
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
