@@ -109,9 +109,10 @@ CLAUSES: tuple[Clause, ...] = (
         question="Do FE2-06, FE2-07 and FE2-09 apply on x64 and on Unix (SysV) at all? On those platforms "
         "the runtime calls hooks through its own register-saving stubs and there is no __stdcall or naked "
         "attribute, but the page neither says so nor gives replacement rules.",
-        model_choice="The register and stack predicates (check_hook_abi, check_hook_entry) are defined for "
-        "x86 only; abi_clauses(arch) lists no ABI clause for other architectures instead of guessing rules "
-        "the page does not state.",
+        model_choice="The page's register and stack rules are stated for x86 only: abi_clauses(arch) lists "
+        "no ABI clause for other architectures instead of guessing rules the page does not state. The hook "
+        "checker reads them on x64 as the System V ABI's (clr_model.abi.ABI['x64']: FE2-06, FE2-08, "
+        "FE2-09), a reading the page does not give.",
     ),
     Clause(
         id="FE2-14", title="argumentInfo locates the arguments", document=_D, section="Parameters",

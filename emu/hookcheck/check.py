@@ -7,13 +7,13 @@ object's pristine writable pages, a fresh stack and argument block, and a state 
 registers are in use), control and status words, MXCSR and XMM0-7 (x86) / XMM0-15 (x64), and the call frame
 of the four documented parameters (x86: __stdcall on the stack below the return address; x64: System V
 RDI, RSI, RDX, RCX, RSP + 8 a multiple of 16). The entry state is checked against the model (FE2-06,
-:func:`check_hook_entry` / :func:`check_sysv_hook_entry`) before the hook runs: a failure there is the
+:func:`check_hook_entry`) before the hook runs: a failure there is the
 checker's own bug and raises.
 
 What each run checks (rules and clauses from :data:`clr_model.function_enter.HOOK_RULES`):
 
 * after the return (the return address reached, ``emu_start``'s ``until``): the registers the rules say
-  must come back (x86 FE2-07/08, :func:`hook_register_changes`; x64 FE2-08, :func:`sysv_register_changes`)
+  must come back (x86 FE2-07/08, x64 FE2-08: :func:`hook_register_changes` over ``ABI[arch].kept``)
   and the stack pointer and return address (FE2-09). A changed register is then attributed to the last
   instruction that changed it by running the same state again, single-stepping with a code hook that
   watches only the changed registers (cheap runs stay cheap);
@@ -54,23 +54,14 @@ from unicorn import (
 )
 from unicorn import x86_const as X
 
+from clr_model.abi import ABI, EFLAGS_DF, EFLAGS_PRESERVED, MXCSR_CONTROL, X87_ALL_EMPTY, MachineState
 from clr_model.function_enter import (
-    EFLAGS_DF,
-    EFLAGS_PRESERVED,
-    HOOK_PARAM_BYTES,
     HOOK_RULES,
-    MXCSR_CONTROL,
-    X87_ALL_EMPTY,
-    MachineState,
     RegisterChange,
-    X64MachineState,
+    check_call_alignment,
     check_hook_abi,
     check_hook_entry,
-    check_sysv_call_alignment,
-    check_sysv_hook_abi,
-    check_sysv_hook_entry,
     hook_register_changes,
-    sysv_register_changes,
 )
 from emu.errors import EmuError
 from emu.hookcheck.loader import PAGE, Arch, HookInputError, LoadedObject, find_symbol, load_object
@@ -341,7 +332,7 @@ class HookChecker:
         pushed = int.from_bytes(bytes(uc.mem_read(rsp, 8)), "little")
         if pushed != call.address + call.size:
             return
-        violation = check_sysv_call_alignment(rsp)
+        violation = check_call_alignment("x64", rsp)
         if violation is not None:
             self._finding(run, "call-alignment",
                           f"RSP + 8 = {(rsp + 8) % 16} (mod 16) at the callee's entry", call)
@@ -487,7 +478,7 @@ class HookChecker:
         params = (rng.getrandbits(bits) | 1, rng.getrandbits(bits), rng.getrandbits(bits), self.layout.args)
         top_of_frame = self.layout.stack + STACK_SIZE - CALLER_FRAME
         if x86:
-            sp = top_of_frame - HOOK_PARAM_BYTES - 4 - 4 * rng.randrange(16)
+            sp = top_of_frame - ABI["x86"].popped - 4 - 4 * rng.randrange(16)
         else:
             sp = (top_of_frame - 8 - 16 * rng.randrange(16)) & ~0xF
             sp -= 8  # the call pushed the return address onto a 16-byte aligned stack
@@ -539,10 +530,10 @@ class HookChecker:
             if reg != X.UC_X86_REG_FPTAG:
                 uc.reg_write(reg, value)
         uc.reg_write(X.UC_X86_REG_FPTAG, start.registers[X.UC_X86_REG_FPTAG])  # after the contents
-        frame_end = start.sp + (4 + HOOK_PARAM_BYTES if self.arch == "x86" else 8)
+        frame_end = start.sp + (4 + ABI["x86"].popped if self.arch == "x86" else 8)
         return _HookRun(start=start, frame_end=frame_end)
 
-    def _state(self) -> MachineState | X64MachineState:
+    def _state(self) -> MachineState:
         uc = self.uc
         st = tuple(_fp_value(uc.reg_read(r)) for r in _FP)
         common: dict[str, Any] = dict(
@@ -555,17 +546,14 @@ class HookChecker:
             stack = {}
             for i in range(5):
                 stack[esp + 4 * i] = int.from_bytes(bytes(self._try_read(esp + 4 * i, 4)), "little")
-            return MachineState(eip=int(uc.reg_read(X.UC_X86_REG_EIP)),
-                                eflags=int(uc.reg_read(X.UC_X86_REG_EFLAGS)),
-                                xmm=tuple(int(uc.reg_read(r)) for r in _XMM[:8]), stack=stack,
-                                **gpr, **common)
+            gpr.update(eip=int(uc.reg_read(X.UC_X86_REG_EIP)), eflags=int(uc.reg_read(X.UC_X86_REG_EFLAGS)))
+            return MachineState(arch="x86", registers=gpr, xmm=tuple(int(uc.reg_read(r)) for r in _XMM[:8]),
+                                stack=stack, **common)
         gpr = {n: int(uc.reg_read(r)) for n, r in _X64_GPR.items()}
         rsp = gpr["rsp"]
-        return X64MachineState(rip=int(uc.reg_read(X.UC_X86_REG_RIP)),
-                               rflags=int(uc.reg_read(X.UC_X86_REG_EFLAGS)),
-                               xmm=tuple(int(uc.reg_read(r)) for r in _XMM),
-                               stack={rsp: int.from_bytes(bytes(self._try_read(rsp, 8)), "little")},
-                               **gpr, **common)
+        gpr.update(rip=int(uc.reg_read(X.UC_X86_REG_RIP)), rflags=int(uc.reg_read(X.UC_X86_REG_EFLAGS)))
+        return MachineState(arch="x64", registers=gpr, xmm=tuple(int(uc.reg_read(r)) for r in _XMM),
+                            stack={rsp: int.from_bytes(bytes(self._try_read(rsp, 8)), "little")}, **common)
 
     def _try_read(self, address: int, size: int) -> bytes:
         try:
@@ -596,18 +584,10 @@ class HookChecker:
             return run.findings, run.count, False
         after = self._state()
         findings = list(run.findings)
-        if isinstance(before, MachineState):
-            assert isinstance(after, MachineState)
-            changes = hook_register_changes(before, after)
-            stack_violations = [v for v in check_hook_abi(before, after) if v.clause == "FE2-09"]
-            sp_before, sp_after, sp_name = before.esp, after.esp, "ESP"
-            want = 4 + HOOK_PARAM_BYTES
-        else:
-            assert isinstance(after, X64MachineState)
-            changes = sysv_register_changes(before, after)
-            stack_violations = [v for v in check_sysv_hook_abi(before, after) if v.clause == "FE2-09"]
-            sp_before, sp_after, sp_name = before.rsp, after.rsp, "RSP"
-            want = 8
+        changes = hook_register_changes(before, after)
+        stack_violations = [v for v in check_hook_abi(before, after) if v.clause == "FE2-09"]
+        sp_before, sp_after, sp_name = before.sp, after.sp, before.isa.sp.upper()
+        want = ABI[self.arch].return_delta
         ret_insn = self._last_branch(run, outside_stubs=False)
         for v in stack_violations:
             if v.message.startswith(("ESP", "RSP")):
@@ -621,11 +601,8 @@ class HookChecker:
             findings.extend(self._attribute(start, changes))
         return findings, run.count, True
 
-    def _check_entry(self, before: MachineState | X64MachineState, start: _Start) -> None:
-        if isinstance(before, MachineState):
-            bad = check_hook_entry(before, *start.params)
-        else:
-            bad = check_sysv_hook_entry(before, *start.params)
+    def _check_entry(self, before: MachineState, start: _Start) -> None:
+        bad = check_hook_entry(before, *start.params)
         if bad:
             raise EmuError(f"hook checker set-up breaks {bad[0]}")  # the checker's own bug
 
