@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.emu import fixtures
+from tests.emu.fixtures import X64
 
 
 @pytest.fixture(scope="session")
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The x64 gcc fixture program (tests/emu/fixture), built once per session."""
-    if not fixtures.compiler_available():
+    if not X64.compiler_available():
         pytest.skip("gcc is not installed")
-    return fixtures.build(tmp_path_factory.mktemp("emu-fixture"))
+    return X64.build(tmp_path_factory.mktemp("emu-fixture"))

@@ -1,7 +1,7 @@
 """Replay of committed captures (no compiler, no runtime): frames, trust, seed, model, determinism, table.
 
 The captures under tests/data/captures were taken from the gcc fixture (tests/emu/fixtures.py,
-``python -m tests.emu.fixtures``); each ``*.expected.json`` holds the frames the program recorded itself.
+``python -m tests.emu.fixtures x64``); each ``*.expected.json`` holds the frames the program recorded itself.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from emu.replay import (
     seed_context,
 )
 from emu.unwind import StopKind
-from tests.emu.fixtures import FID_A, FID_B, PLACES, expected_trust
+from tests.emu.fixtures import X64
 from tests.emu.synth import rewrite
 
 DATA = Path(__file__).parents[1] / "data" / "captures"
+PLACES = X64.places
+FID_B, FID_A = X64.known["managed"]  # the managed frames the program knows, leaf first
 
 
 def expected(place: str) -> dict[str, Any]:
@@ -42,7 +44,7 @@ def test_committed_capture_replays_to_the_programs_frames(place: str) -> None:
     result = replay_capture(DATA / f"fixture-{place}.phcap", allow_disk=False)
     n = len(exp["frames"])
     assert [(f.ip, f.sp) for f in result.frames[:n]] == [(f["ip"], f["sp"]) for f in exp["frames"]]
-    assert [f.trust.value for f in result.frames[:n]] == expected_trust(place)
+    assert [f.trust.value for f in result.frames[:n]] == X64.expected_trust(place)
     assert [(m["index"], m["function_id"]) for m in exp["managed"]] == [
         (f.index, f.function_id) for f in result.frames if f.function_id
     ]

@@ -10,21 +10,21 @@ import pytest
 
 from emu.capture import ModuleEntry, read_capture
 from emu.unwind import StopKind, Trust, unwind
-from tests.emu import fixtures
+from tests.emu.fixtures import X64
 from tests.emu.synth import CODE, FID, STACK, STACK_SIZE, rewrite, write_synthetic
 
-needs_gcc = pytest.mark.skipif(not fixtures.compiler_available(), reason="gcc is not installed")
+needs_gcc = pytest.mark.skipif(not X64.compiler_available(), reason="gcc is not installed")
 
 
 @needs_gcc
-@pytest.mark.parametrize("place", fixtures.PLACES)
+@pytest.mark.parametrize("place", X64.places)
 def test_replayed_frames_equal_the_programs_own_frames(program: Path, tmp_path: Path, place: str) -> None:
-    stopped = fixtures.capture_at(program, place, tmp_path / f"{place}.phcap")
+    stopped = X64.capture_at(program, place, tmp_path / f"{place}.phcap")
     result = unwind(read_capture(tmp_path / f"{place}.phcap"), allow_disk=False)
     got = [(f.ip, f.sp) for f in result.frames]
     n = len(stopped.truth)
     assert got[:n] == list(stopped.truth)
-    assert [f.trust.value for f in result.frames[:n]] == fixtures.expected_trust(place)
+    assert [f.trust.value for f in result.frames[:n]] == X64.expected_trust(place)
     # past main's caller: the rest of libc's start code and _start, then CFI's undefined return address
     assert result.stop is StopKind.END_OF_STACK, result.detail
     assert 0 < len(result.frames) - n <= 3
@@ -34,7 +34,7 @@ def test_replayed_frames_equal_the_programs_own_frames(program: Path, tmp_path: 
 
 @needs_gcc
 def test_cfi_read_from_the_module_files_when_their_build_id_matches(program: Path, tmp_path: Path) -> None:
-    stopped = fixtures.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
+    stopped = X64.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
     cap = read_capture(tmp_path / "n.phcap")
     assert cap.manifest.cfi == ()
     result = unwind(cap, allow_disk=True)
@@ -44,7 +44,7 @@ def test_cfi_read_from_the_module_files_when_their_build_id_matches(program: Pat
 
 @needs_gcc
 def test_a_module_file_whose_build_id_differs_is_not_used(program: Path, tmp_path: Path) -> None:
-    fixtures.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
+    X64.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
     cap = read_capture(tmp_path / "n.phcap")
     modules = tuple(
         m.model_copy(update={"build_id": "00" * 20}) if m.path == str(program) else m

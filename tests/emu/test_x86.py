@@ -40,10 +40,10 @@ from emu.machine import X86_GDT_PAGE, UnicornMachine
 from emu.memory import CaptureMemory
 from emu.replay import replay, replay_capture, seed_context
 from emu.unwind import StopKind, Trust, unwind
-from tests.emu import fixtures32
+from tests.emu.fixtures import X86
 
 DATA = Path(__file__).parents[1] / "data" / "captures" / "x86"
-needs_gcc32 = pytest.mark.skipif(not fixtures32.compiler_available(), reason="gcc -m32 cannot build here")
+needs_gcc32 = pytest.mark.skipif(not X86.compiler_available(), reason="gcc -m32 cannot build here")
 
 # -- synthetic x86 captures ------------------------------------------------------------------------------
 
@@ -368,7 +368,7 @@ def test_i386_dwarf_register_numbers() -> None:
 
 # -- committed captures of the 32-bit program (no compiler) ----------------------------------------------
 
-COMMITTED = fixtures32.COMMITTED
+COMMITTED = X86.committed
 
 
 def expected(place: str) -> dict[str, Any]:
@@ -383,7 +383,7 @@ def test_committed_x86_capture_replays_to_the_programs_frames(place: str) -> Non
     n = len(exp["frames"])
     assert result.arch == "x86"
     assert [(f.ip, f.sp) for f in result.frames[:n]] == [(f["ip"], f["sp"]) for f in exp["frames"]]
-    assert [f.trust.value for f in result.frames[:n]] == exp["trust"] == fixtures32.expected_trust(place)
+    assert [f.trust.value for f in result.frames[:n]] == exp["trust"] == X86.expected_trust(place)
     assert [(m["index"], m["function_id"]) for m in exp["managed"]] == [
         (f.index, f.function_id) for f in result.frames if f.function_id
     ]
@@ -435,15 +435,15 @@ def test_x86_replay_is_deterministic() -> None:
 
 @pytest.fixture(scope="module")
 def program32(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fixtures32.build(tmp_path_factory.mktemp("emu-fixture32"))
+    return X86.build(tmp_path_factory.mktemp("emu-fixture32"))
 
 
 @needs_gcc32
-@pytest.mark.parametrize("place", fixtures32.PLACES)
+@pytest.mark.parametrize("place", X86.places)
 def test_x86_replayed_frames_equal_the_programs_own_frames(
     program32: Path, tmp_path: Path, place: str
 ) -> None:
-    stopped = fixtures32.capture_at(program32, place, tmp_path / f"{place}.phcap")
+    stopped = X86.capture_at(program32, place, tmp_path / f"{place}.phcap")
     cap = read_capture(tmp_path / f"{place}.phcap")
     assert cap.manifest.arch is CaptureArch.X86
     regs = cap.manifest.registers
@@ -454,7 +454,7 @@ def test_x86_replayed_frames_equal_the_programs_own_frames(
     result = unwind(cap, allow_disk=False)
     n = len(stopped.truth)
     assert [(f.ip, f.sp) for f in result.frames][:n] == list(stopped.truth)
-    assert [f.trust.value for f in result.frames[:n]] == fixtures32.expected_trust(place)
+    assert [f.trust.value for f in result.frames[:n]] == X86.expected_trust(place)
     # past main: the C library's start code and _start, then CFI's undefined return address
     assert result.stop is StopKind.END_OF_STACK, result.detail
     assert 0 < len(result.frames) - n <= 3
@@ -467,7 +467,7 @@ def test_x86_replayed_frames_equal_the_programs_own_frames(
 def test_x86_cfi_read_from_the_module_files_when_their_build_id_matches(
     program32: Path, tmp_path: Path
 ) -> None:
-    stopped = fixtures32.capture_at(program32, "native", tmp_path / "n.phcap", embed_cfi=False)
+    stopped = X86.capture_at(program32, "native", tmp_path / "n.phcap", embed_cfi=False)
     cap = read_capture(tmp_path / "n.phcap")
     assert cap.manifest.cfi == ()
     result = unwind(cap, allow_disk=True)
@@ -479,7 +479,7 @@ def test_x86_cfi_read_from_the_module_files_when_their_build_id_matches(
 def test_regenerated_x86_captures_agree_with_the_committed_ones(tmp_path: Path) -> None:
     """Rebuild the committed captures here (new addresses: ASLR) and compare what does not depend on
     where things were mapped: the frames' count, how each is found, which are managed, the known frames."""
-    fresh = fixtures32.regenerate(tmp_path, COMMITTED)
+    fresh = X86.regenerate(tmp_path, COMMITTED)
     for stopped in fresh:
         place = stopped.place
         new = json.loads((tmp_path / f"fixture32-{place}.expected.json").read_text())
