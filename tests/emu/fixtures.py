@@ -218,6 +218,14 @@ class NativeFixture:
     def expected_trust(self, place: str) -> list[str]:
         return list(self.trust[place])
 
+    def committed_capture(self, place: str) -> Path:
+        return self.data / f"{self.prefix}-{place}.phcap"
+
+    def committed_record(self, place: str) -> dict[str, Any]:
+        """The record committed beside :meth:`committed_capture` (:meth:`expected_record`)."""
+        loaded: dict[str, Any] = json.loads((self.data / f"{self.prefix}-{place}.expected.json").read_text())
+        return loaded
+
     def expected_record(self, stopped: Stopped) -> dict[str, Any]:
         """The JSON written beside a committed capture: the program's own frames (ip, sp) leaf first, how
         each must be found, the managed ones and the managed frames known to be on the stack."""

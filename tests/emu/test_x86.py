@@ -6,7 +6,6 @@ one clear line or a stated stop."""
 from __future__ import annotations
 
 import json
-import re
 import struct
 import time
 import zlib
@@ -41,6 +40,7 @@ from emu.memory import CaptureMemory
 from emu.replay import replay, replay_capture, seed_context
 from emu.unwind import StopKind, Trust, unwind
 from tests.emu.fixtures import X86
+from tests.emu.synth import expect_error
 
 DATA = Path(__file__).parents[1] / "data" / "captures" / "x86"
 needs_gcc32 = pytest.mark.skipif(not X86.compiler_available(), reason="gcc -m32 cannot build here")
@@ -118,19 +118,6 @@ def raw_file(manifest: dict[str, Any], tail: bytes, old_start: int) -> bytes:
             seg["offset"] += start - old_start
         old_start = start
     return struct.pack("<8sIII", MAGIC, 1, len(body), zlib.crc32(body)) + body + tail
-
-
-def expect_error(tmp_path: Path, data: bytes, pattern: str) -> str:
-    path = tmp_path / "bad32.phcap"
-    path.write_bytes(data)
-    t0 = time.monotonic()
-    with pytest.raises(CaptureFormatError) as info:
-        read_capture(path)
-    assert time.monotonic() - t0 < 2.0
-    message = str(info.value)
-    assert message.startswith(f"{path}: ") and "\n" not in message, message
-    assert re.search(pattern, message), message
-    return message
 
 
 STUB = b"\xb8" + (CODE + 0x10).to_bytes(4, "little") + b"\xff\xe0"  # mov eax, CODE+0x10; jmp eax
@@ -366,31 +353,12 @@ def test_i386_dwarf_register_numbers() -> None:
     }  # fmt: skip
 
 
-# -- committed captures of the 32-bit program (no compiler) ----------------------------------------------
+# -- committed captures of the 32-bit program (no compiler; their frames and callbacks: test_replay.py) ----
 
 COMMITTED = X86.committed
 
 
-def expected(place: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((DATA / f"fixture32-{place}.expected.json").read_text())
-    return loaded
-
-
-@pytest.mark.parametrize("place", COMMITTED)
-def test_committed_x86_capture_replays_to_the_programs_frames(place: str) -> None:
-    exp = expected(place)
-    result = replay_capture(DATA / f"fixture32-{place}.phcap", allow_disk=False)
-    n = len(exp["frames"])
-    assert result.arch == "x86"
-    assert [(f.ip, f.sp) for f in result.frames[:n]] == [(f["ip"], f["sp"]) for f in exp["frames"]]
-    assert [f.trust.value for f in result.frames[:n]] == exp["trust"] == X86.expected_trust(place)
-    assert [(m["index"], m["function_id"]) for m in exp["managed"]] == [
-        (f.index, f.function_id) for f in result.frames if f.function_id
-    ]
-    # only the program's CFI is embedded: the walk stops at main's caller in the C library
-    assert result.stop.kind is StopKind.MODULE_UNAVAILABLE and "libc" in result.stop.detail
-    assert len(result.frames) == n + 1
-    assert result.recovered is True and list(result.known_managed or ()) == exp["known"]
+expected = X86.committed_record
 
 
 @pytest.mark.parametrize("place", COMMITTED)
@@ -412,14 +380,6 @@ def test_x86_seed_is_the_first_managed_frame_in_an_x86_context_DSS_19(place: str
     assert values["ContextFlags"] == CONTEXT_I386 | CONTROL | INTEGER
     assert (values["Eip"], values["Esp"]) == (frame["ip"], frame["sp"])
     assert seed.fp is not None and values["Ebp"] == seed.fp
-
-
-@pytest.mark.parametrize("place", COMMITTED)
-def test_x86_model_callbacks_leaf_first_one_per_unmanaged_run_DSS_16_DSS_15(place: str) -> None:
-    result = replay_capture(DATA / f"fixture32-{place}.phcap", allow_disk=False)
-    assert result.model.hresult.endswith("S_OK")
-    assert [c.func_id for c in result.model.callbacks] == [*expected(place)["known"], 0]
-    assert all(c.context_size == 716 for c in result.model.callbacks)
 
 
 def test_x86_replay_is_deterministic() -> None:
