@@ -87,6 +87,8 @@ class Isa:
     xmm: int
     #: what a stack slot is called in messages
     word_name: str
+    #: the general registers an ordinary function preserves for its caller (System V AMD64 and i386 psABI)
+    callee_saved: tuple[str, ...]
 
     @property
     def word(self) -> int:
@@ -104,10 +106,12 @@ class Isa:
 
 ISA: Mapping[Arch, Isa] = {
     "x86": Isa(arch="x86", bits=32, general=("eax", "ebx", "ecx", "edx", "esi", "edi", "ebp", "esp"),
-               ip="eip", sp="esp", flags="eflags", xmm=8, word_name="dword"),
+               ip="eip", sp="esp", flags="eflags", xmm=8, word_name="dword",
+               callee_saved=("ebx", "esi", "edi", "ebp")),
     "x64": Isa(arch="x64", bits=64, general=("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
                                              *(f"r{i}" for i in range(8, 16))),
-               ip="rip", sp="rsp", flags="rflags", xmm=16, word_name="qword"),
+               ip="rip", sp="rsp", flags="rflags", xmm=16, word_name="qword",
+               callee_saved=("rbx", "rbp", "r12", "r13", "r14", "r15")),
 }
 
 
@@ -244,7 +248,7 @@ ABI: Mapping[Arch, HookAbi] = {
         arguments=(InRegister("rdi"), InRegister("rsi"), InRegister("rdx"), InRegister("rcx")),
         popped=0,
         kept=(
-            *_unchanged("FE2-08", "rbx", "rbp", "r12", "r13", "r14", "r15"),
+            *_unchanged("FE2-08", *ISA["x64"].callee_saved),
             Kept("FE2-08", "x87 control word", "fpu_control"),
             Kept("FE2-08", "MXCSR control", "mxcsr", mask=MXCSR_CONTROL),
             Kept("FE2-08", "DF", "rflags", mask=EFLAGS_DF, flag=True, fixed=0, at_entry="DF set at entry"),
