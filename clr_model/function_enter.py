@@ -1,4 +1,4 @@
-"""FunctionEnter2 (FunctionEnter2.md): event rules over recorded hook sequences, and x86 ABI predicates.
+"""FunctionEnter2 (FunctionEnter2.md): event rules over recorded hook sequences, and ABI predicates.
 
 Event rules (:func:`check_hook_events`, over the shared vocabulary of :mod:`clr_model.events`): FE2-01
 funcId is the entered function, FE2-02 clientData is
@@ -15,16 +15,38 @@ compares what a hook saw with that prediction.
 GetFunctionInfo2 to accept it during the hook whatever the event mask, because the page conditions only
 argumentInfo on a flag (COR_PRF_ENABLE_FRAME_INFO is not mentioned).
 
-ABI predicates (x86 only, FE2-13 model choice), over :class:`MachineState` snapshots:
+ABI predicates, over :class:`clr_model.abi.MachineState` snapshots, one function each for every
+architecture: each reads the table of the state's architecture (:data:`clr_model.abi.ABI`).
 
-* ``before`` is taken at the hook's first instruction, i.e. right after the runtime's ``call``: [ESP]
-  holds the return address and the four __stdcall parameters follow at ESP+4, +8, +12, +16
-  (funcId, clientData, func, argumentInfo), pushed right to left (FE2-06, :func:`check_hook_entry`).
-* ``after`` is taken at the first instruction back in the caller, i.e. right after the hook's
-  ``ret 16``: EIP is the return address and ESP = before.ESP + 4 (return address) + 16 (parameters)
-  (FE2-09). Every other register must be unchanged (FE2-07 for the registers __stdcall would let a
-  callee clobber: EAX, ECX, EDX and the EFLAGS status/direction bits; FE2-08 for the rest: EBX, ESI,
-  EDI, EBP, the x87 registers and control/status/tag words, MXCSR, XMM0-7).
+* ``before`` is taken at the hook's first instruction, i.e. right after the runtime's ``call``: [SP] holds
+  the return address and the four parameters (funcId, clientData, func, argumentInfo) are where the table
+  says (FE2-06, :func:`check_hook_entry`).
+* ``after`` is taken at the first instruction back in the caller, i.e. right after the hook's return: IP
+  is the return address and SP = before.SP + the return address + the parameter bytes the hook pops
+  (FE2-09, :func:`check_hook_abi`). The registers of the table's ``kept`` rules must be unchanged (or, where
+  the table fixes them, have that value), each reported with its clause (:func:`hook_register_changes`).
+
+On x86 (the page's rules) the naked __stdcall hook finds its parameters at ESP+4, +8, +12, +16, pushed
+right to left, and returns with ``ret 16``: ESP = before.ESP + 4 + 16. FE2-07 covers the registers
+__stdcall would let a callee clobber (EAX, ECX, EDX and the EFLAGS status/direction bits), FE2-08 the rest
+(EBX, ESI, EDI, EBP, the x87 registers and control/status/tag words, MXCSR, XMM0-7).
+
+On x64 Unix (FE2-13 model choice for the hook checker) the runtime calls the hooks as ordinary functions
+from its own register-saving helpers (ProfileEnter/ProfileLeave), so the page's x86 rules are read as the
+System V AMD64 ABI's:
+
+* FE2-06 (the hook's inputs): the four parameters arrive in RDI, RSI, RDX, RCX, the return address at
+  [RSP], RSP + 8 a multiple of 16; the hook's memory is its own stack, what argumentInfo points to and its
+  object's data.
+* FE2-07 does not apply: the runtime's helper saves the registers System V lets a callee clobber.
+* FE2-08 ("save every register you use") is the System V callee-saved set: RBX, RBP, R12-R15, the x87
+  control word and the MXCSR control bits (DAZ, exception masks, rounding, FZ); the x87 stack empty and DF
+  clear on return, as they are on entry. The other registers (XMM0-15, x87 R0-R7, the MXCSR status flags)
+  are the caller's to save.
+* FE2-09 ("restore the stack"): no parameter is on the stack, so RSP after the return is the entry RSP + 8
+  and control returns to the return address; the stack is 16-byte aligned at every call the hook makes
+  (RSP + 8 a multiple of 16 at the callee's first instruction, :func:`check_call_alignment`), the only
+  other stack rule System V states.
 """
 
 from __future__ import annotations
@@ -33,8 +55,9 @@ import struct
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from clr_model.abi import ABI, HOOK_PARAMETERS, ISA, Arch, HookAbi, InRegister, MachineState
 from clr_model.errors import InvalidInput
 from clr_model.events import (
     Event,
@@ -56,35 +79,22 @@ __all__ = [
     "COR_PRF_ENABLE_FUNCTION_ARGS",
     "COR_PRF_ENABLE_FUNCTION_RETVAL",
     "COR_PRF_MONITOR_ENTERLEAVE",
-    "EFLAGS_DF",
-    "EFLAGS_PRESERVED",
-    "HOOK_PARAM_BYTES",
     "HOOK_RULES",
-    "MXCSR_CONTROL",
-    "SYSV_CALLEE_SAVED",
-    "SYSV_STACK_ALIGNMENT",
-    "X87_ALL_EMPTY",
     "Argument",
     "ArgumentPrediction",
     "Event",
     "HookEvent",
-    "MachineState",
     "ObservedArgumentInfo",
     "ObservedRange",
     "RegisterChange",
-    "X64MachineState",
     "abi_clauses",
     "check_argument_info",
+    "check_call_alignment",
     "check_hook_abi",
     "check_hook_entry",
     "check_hook_events",
-    "check_sysv_call_alignment",
-    "check_sysv_hook_abi",
-    "check_sysv_hook_entry",
     "hook_register_changes",
     "predict_argument_ranges",
-    "sysv_abi_clauses",
-    "sysv_register_changes",
 ]
 
 # COR_PRF_MONITOR values (corprof.idl)
@@ -92,98 +102,6 @@ COR_PRF_MONITOR_ENTERLEAVE = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE)
 COR_PRF_ENABLE_FUNCTION_ARGS = int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS)
 COR_PRF_ENABLE_FUNCTION_RETVAL = int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_RETVAL)
 COR_PRF_ENABLE_FRAME_INFO = int(CorPrfMonitor.COR_PRF_ENABLE_FRAME_INFO)
-
-#: FunctionEnter2's four parameters on x86: FunctionID, UINT_PTR, COR_PRF_FRAME_INFO, pointer.
-HOOK_PARAM_BYTES = 16
-#: EFLAGS bits a hook must give back: CF PF AF ZF SF OF (status) and DF. System bits (TF, IF, RF, ...)
-#: are not the hook's to change either, but an emulator or debugger may touch them, so they are left out.
-EFLAGS_PRESERVED = 0x0CD5
-
-_U32 = Field(ge=0, le=2**32 - 1)
-_SCRATCH = ("eax", "ecx", "edx")
-_SAVED = ("ebx", "esi", "edi", "ebp")
-
-
-def _x87_values(v: tuple[int, ...]) -> tuple[int, ...]:
-    for i, r in enumerate(v):
-        if not 0 <= r < 2**80:
-            raise ValueError(f"st[{i}]={r:#x} is not an 80-bit value")
-    return v
-
-
-class MachineState(BaseModel):
-    """x86 register state at one instant (integers unsigned). ``stack``: dwords by address, optional."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    eip: int = _U32
-    esp: int = _U32
-    ebp: int = _U32
-    eax: int = _U32
-    ebx: int = _U32
-    ecx: int = _U32
-    edx: int = _U32
-    esi: int = _U32
-    edi: int = _U32
-    eflags: int = _U32
-    st: tuple[int, int, int, int, int, int, int, int] = (0,) * 8  # x87 R0-R7, 80-bit each
-    fpu_control: int = Field(default=0x037F, ge=0, le=0xFFFF)
-    fpu_status: int = Field(default=0, ge=0, le=0xFFFF)
-    fpu_tag: int = Field(default=0xFFFF, ge=0, le=0xFFFF)
-    mxcsr: int = Field(default=0x1F80, ge=0, le=2**32 - 1)
-    xmm: tuple[int, int, int, int, int, int, int, int] = (0,) * 8  # XMM0-7, 128-bit each
-    stack: dict[int, int] = Field(default_factory=dict)
-
-    @field_validator("st")
-    @classmethod
-    def _x87(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        return _x87_values(v)
-
-    @field_validator("xmm")
-    @classmethod
-    def _sse(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        for i, r in enumerate(v):
-            if not 0 <= r < 2**128:
-                raise ValueError(f"xmm{i}={r:#x} is not a 128-bit value")
-        return v
-
-    @field_validator("stack")
-    @classmethod
-    def _dwords(cls, v: dict[int, int]) -> dict[int, int]:
-        for addr, word in v.items():
-            if not (0 <= addr < 2**32 and 0 <= word < 2**32):
-                raise ValueError(f"stack[{addr:#x}]={word:#x} is not a dword at a 32-bit address")
-        return v
-
-
-def abi_clauses(arch: str) -> tuple[str, ...]:
-    """The FE2 ABI clauses the model checks on ``arch`` (FE2-13: only x86 has stated rules)."""
-    if arch in ("x86", "i386"):
-        return ("FE2-06", "FE2-07", "FE2-08", "FE2-09")
-    if arch in ("x64", "amd64", "arm64", "arm"):
-        return ()
-    raise InvalidInput(f"unknown architecture {arch!r}: expected x86, x64, amd64, arm64 or arm")
-
-
-def check_hook_entry(
-    state: MachineState, func_id: int, client_data: int, func: int, argument_info: int
-) -> list[Violation]:
-    """FE2-06: at the naked hook's first instruction the parameters are at ESP+4..ESP+16, in order.
-
-    Needs ``state.stack`` to hold those four dwords; a missing dword is reported, not guessed.
-    """
-    out: list[Violation] = []
-    for slot, (name, want) in enumerate(
-        (("funcId", func_id), ("clientData", client_data), ("func", func), ("argumentInfo", argument_info))
-    ):
-        addr = state.esp + 4 + 4 * slot
-        got = state.stack.get(addr)
-        if got is None:
-            out.append(Violation(clause="FE2-06", index=slot, message=f"{name}: no stack dword at {addr:#x}"))
-        elif got != want & 0xFFFFFFFF:
-            out.append(Violation(clause="FE2-06", index=slot,
-                                 message=f"{name} at ESP+{4 + 4 * slot}: {got:#x}, expected {want:#x}"))
-    return out
 
 
 class RegisterChange(BaseModel):
@@ -203,197 +121,114 @@ class RegisterChange(BaseModel):
         return f"{self.name} changed: {self.before:#x} -> {self.after:#x}"
 
 
+def abi_clauses(arch: str) -> tuple[str, ...]:
+    """The FE2 ABI clauses the page states on ``arch`` (FE2-13: only x86 has stated rules; the System V
+    reading the hook checker uses on x64 is ``ABI["x64"].clauses``)."""
+    if arch in _ABI_NAMES:
+        abi = ABI[_ABI_NAMES[arch]]
+        return abi.clauses if abi.stated else ()
+    if arch in ("arm64", "arm"):
+        return ()
+    raise InvalidInput(f"unknown architecture {arch!r}: expected x86, x64, amd64, arm64 or arm")
+
+
+_ABI_NAMES: dict[str, Arch] = {"x86": "x86", "i386": "x86", "x64": "x64", "amd64": "x64"}
+
+
+def _pair(before: MachineState, after: MachineState) -> HookAbi:
+    if before.arch != after.arch:
+        raise InvalidInput(f"the state before the hook is {before.arch}, the state after it {after.arch}")
+    return ABI[before.arch]
+
+
+def check_hook_entry(
+    state: MachineState, func_id: int, client_data: int, func: int, argument_info: int
+) -> list[Violation]:
+    """FE2-06: the hook's inputs at its first instruction, where ``ABI[state.arch]`` puts them.
+
+    x86: the parameters at ESP+4..ESP+16, in order, read from ``state.stack`` (a missing dword is reported,
+    not guessed). x64 (System V reading): the parameters in RDI, RSI, RDX, RCX; RSP + 8 16-byte aligned;
+    DF clear; the x87 stack empty."""
+    abi = ABI[state.arch]
+    isa = abi.isa
+    out: list[Violation] = []
+    wanted = (func_id, client_data, func, argument_info)
+    for slot, (name, want, where) in enumerate(zip(HOOK_PARAMETERS, wanted, abi.arguments, strict=True)):
+        if isinstance(where, InRegister):
+            got: int | None = state[where.register]
+            if got != want & isa.mask:
+                out.append(Violation(clause="FE2-06", index=slot, message=f"{name} in "
+                                     f"{where.register.upper()}: {got:#x}, expected {want:#x}"))
+            continue
+        addr = state.sp + where.offset
+        got = state.stack.get(addr)
+        if got is None:
+            out.append(Violation(clause="FE2-06", index=slot,
+                                 message=f"{name}: no stack {isa.word_name} at {addr:#x}"))
+        elif got != want & isa.mask:
+            out.append(Violation(clause="FE2-06", index=slot, message=f"{name} at {isa.sp.upper()}+"
+                                 f"{where.offset}: {got:#x}, expected {want:#x}"))
+    align = abi.stack_alignment
+    if align is not None and (state.sp + isa.word) % align:
+        sp = isa.sp.upper()
+        out.append(Violation(clause="FE2-06", message=f"{sp} {state.sp:#x} at entry: {sp} + {isa.word} "
+                             f"is not a multiple of {align}"))
+    for kept in abi.kept:
+        if kept.fixed is not None and (value := kept.read(state)) != kept.fixed:
+            out.append(Violation(clause="FE2-06", message=kept.at_entry.format(value=value)))
+    return out
+
+
 def hook_register_changes(before: MachineState, after: MachineState) -> list[RegisterChange]:
-    """FE2-07/08 (x86): every register the hook gave back changed, in a fixed order, with its clause."""
+    """FE2-07/08: every register the hook must give back (``ABI[arch].kept``) that it did not, in the
+    table's order, with its clause. A register the ABI fixes (System V: DF, the x87 tag word) is compared
+    with that value, not with its value at entry."""
     out: list[RegisterChange] = []
-
-    def changed(clause: str, name: str, a: int, b: int) -> None:
+    for kept in _pair(before, after).kept:
+        a = kept.fixed if kept.fixed is not None else kept.read(before)
+        b = kept.read(after)
         if a != b:
-            out.append(RegisterChange(clause=clause, name=name, before=a, after=b))
-
-    for reg in _SCRATCH:
-        changed("FE2-07", reg.upper(), getattr(before, reg), getattr(after, reg))
-    changed("FE2-07", "EFLAGS (status/DF)", before.eflags & EFLAGS_PRESERVED, after.eflags & EFLAGS_PRESERVED)
-    for reg in _SAVED:
-        changed("FE2-08", reg.upper(), getattr(before, reg), getattr(after, reg))
-    for i, (a, b) in enumerate(zip(before.st, after.st, strict=True)):
-        changed("FE2-08", f"x87 R{i}", a, b)
-    changed("FE2-08", "x87 control word", before.fpu_control, after.fpu_control)
-    changed("FE2-08", "x87 status word", before.fpu_status, after.fpu_status)
-    changed("FE2-08", "x87 tag word", before.fpu_tag, after.fpu_tag)
-    changed("FE2-08", "MXCSR", before.mxcsr, after.mxcsr)
-    for i, (a, b) in enumerate(zip(before.xmm, after.xmm, strict=True)):
-        changed("FE2-08", f"XMM{i}", a, b)
+            out.append(RegisterChange(clause=kept.clause, name=kept.name, before=a, after=b))
     return out
 
 
 def check_hook_abi(
-    before: MachineState, after: MachineState, pushed_param_bytes: int = HOOK_PARAM_BYTES
+    before: MachineState, after: MachineState, pushed_param_bytes: int | None = None
 ) -> list[Violation]:
-    """FE2-07/08/09 over the states at the hook's first instruction and right after its return."""
-    if not 0 <= pushed_param_bytes < 2**16 or pushed_param_bytes % 4:
-        raise InvalidInput(f"pushed_param_bytes={pushed_param_bytes}: expected a multiple of 4 below 65536")
+    """FE2-07/08/09 over the states at the hook's first instruction and right after its return.
+
+    FE2-09: SP after the return is the entry SP + the return address + the parameter bytes the hook pops
+    (``pushed_param_bytes``, default ``ABI[arch].popped``: 16 on x86, 0 on x64), and control is back at
+    the return address (``before.stack[SP]``, when the state holds it)."""
+    abi = _pair(before, after)
+    isa = abi.isa
+    popped = abi.popped if pushed_param_bytes is None else pushed_param_bytes
+    if not 0 <= popped < 2**16 or popped % isa.word:
+        raise InvalidInput(f"pushed_param_bytes={popped}: expected a multiple of {isa.word} below 65536")
     out = [Violation(clause=c.clause, message=c.message) for c in hook_register_changes(before, after)]
-    want_esp = (before.esp + 4 + pushed_param_bytes) & 0xFFFFFFFF
-    if after.esp != want_esp:
-        out.append(Violation(clause="FE2-09", message=f"ESP after return {after.esp:#x}, expected "
-                             f"{want_esp:#x} (entry ESP + 4 + {pushed_param_bytes})"))
-    ret = before.stack.get(before.esp)
-    if ret is not None and after.eip != ret:
-        out.append(Violation(clause="FE2-09", message=f"returned to {after.eip:#x}, the return address "
-                             f"at [ESP] was {ret:#x}"))
+    sp = isa.sp.upper()
+    want_sp = (before.sp + isa.word + popped) & isa.mask
+    if after.sp != want_sp:
+        pops = f" + {popped}" if abi.popped else ""
+        out.append(Violation(clause="FE2-09", message=f"{sp} after return {after.sp:#x}, expected "
+                             f"{want_sp:#x} (entry {sp} + {isa.word}{pops})"))
+    ret = before.stack.get(before.sp)
+    if ret is not None and after.ip != ret:
+        out.append(Violation(clause="FE2-09", message=f"returned to {after.ip:#x}, the return address "
+                             f"at [{sp}] was {ret:#x}"))
     return out
 
 
-# --- the System V x64 reading (FE2-13 model choice for the hook checker) -------------------------------
-#
-# On x64 Unix the runtime calls the hooks as ordinary functions from its own register-saving helpers
-# (ProfileEnter/ProfileLeave), so the page's x86 rules are read as the System V AMD64 ABI's:
-#
-# * FE2-06 (the hook's inputs): the four parameters arrive in RDI, RSI, RDX, RCX, the return address at
-#   [RSP], RSP + 8 a multiple of 16; the hook's memory is its own stack, what argumentInfo points to and its
-#   object's data.
-# * FE2-07 does not apply: the runtime's helper saves the registers System V lets a callee clobber.
-# * FE2-08 ("save every register you use") is the System V callee-saved set: RBX, RBP, R12-R15, the x87
-#   control word and the MXCSR control bits (DAZ, exception masks, rounding, FZ); the x87 stack empty and DF
-#   clear on return, as they are on entry. The other registers (XMM0-15, x87 R0-R7, the MXCSR status flags)
-#   are the caller's to save.
-# * FE2-09 ("restore the stack"): no parameter is on the stack, so RSP after the return is the entry RSP + 8
-#   and control returns to the return address; the stack is 16-byte aligned at every call the hook makes
-#   (RSP + 8 a multiple of 16 at the callee's first instruction), the only other stack rule System V states.
-
-#: System V callee-saved general registers
-SYSV_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
-#: MXCSR bits a System V callee preserves (control: DAZ, masks, RC, FZ); bits 0-5 are status flags
-MXCSR_CONTROL = 0xFFC0
-#: RFLAGS direction flag (System V: clear on entry and on return)
-EFLAGS_DF = 0x0400
-#: an x87 tag word with every register empty (System V: the x87 stack is empty at calls and returns)
-X87_ALL_EMPTY = 0xFFFF
-#: System V stack alignment at a call
-SYSV_STACK_ALIGNMENT = 16
-
-_U64 = Field(ge=0, le=2**64 - 1)
-
-
-class X64MachineState(BaseModel):
-    """x64 register state at one instant (integers unsigned). ``stack``: qwords by address, optional."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rip: int = _U64
-    rsp: int = _U64
-    rax: int = _U64
-    rbx: int = _U64
-    rcx: int = _U64
-    rdx: int = _U64
-    rsi: int = _U64
-    rdi: int = _U64
-    rbp: int = _U64
-    r8: int = _U64
-    r9: int = _U64
-    r10: int = _U64
-    r11: int = _U64
-    r12: int = _U64
-    r13: int = _U64
-    r14: int = _U64
-    r15: int = _U64
-    rflags: int = _U64
-    st: tuple[int, int, int, int, int, int, int, int] = (0,) * 8
-    fpu_control: int = Field(default=0x037F, ge=0, le=0xFFFF)
-    fpu_status: int = Field(default=0, ge=0, le=0xFFFF)
-    fpu_tag: int = Field(default=X87_ALL_EMPTY, ge=0, le=0xFFFF)
-    mxcsr: int = Field(default=0x1F80, ge=0, le=2**32 - 1)
-    xmm: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int] = (0,) * 16
-    stack: dict[int, int] = Field(default_factory=dict)
-
-    @field_validator("st")
-    @classmethod
-    def _x87(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        return _x87_values(v)
-
-    @field_validator("xmm")
-    @classmethod
-    def _sse(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        for i, r in enumerate(v):
-            if not 0 <= r < 2**128:
-                raise ValueError(f"xmm{i}={r:#x} is not a 128-bit value")
-        return v
-
-    @field_validator("stack")
-    @classmethod
-    def _qwords(cls, v: dict[int, int]) -> dict[int, int]:
-        for addr, word in v.items():
-            if not (0 <= addr < 2**64 and 0 <= word < 2**64):
-                raise ValueError(f"stack[{addr:#x}]={word:#x} is not a qword at a 64-bit address")
-        return v
-
-
-def sysv_abi_clauses() -> tuple[str, ...]:
-    """The FE2 clauses the System V reading checks on x64 hooks (FE2-07 does not apply there)."""
-    return ("FE2-06", "FE2-08", "FE2-09")
-
-
-def check_sysv_hook_entry(
-    state: X64MachineState, func_id: int, client_data: int, func: int, argument_info: int
-) -> list[Violation]:
-    """FE2-06 (System V reading): the parameters in RDI, RSI, RDX, RCX; RSP + 8 16-byte aligned; DF clear;
-    the x87 stack empty."""
-    out: list[Violation] = []
-    for slot, (name, reg, want) in enumerate((("funcId", "rdi", func_id), ("clientData", "rsi", client_data),
-                                              ("func", "rdx", func), ("argumentInfo", "rcx", argument_info))):
-        got = getattr(state, reg)
-        if got != want & (2**64 - 1):
-            out.append(Violation(clause="FE2-06", index=slot,
-                                 message=f"{name} in {reg.upper()}: {got:#x}, expected {want:#x}"))
-    if (state.rsp + 8) % SYSV_STACK_ALIGNMENT:
-        out.append(Violation(clause="FE2-06", message=f"RSP {state.rsp:#x} at entry: RSP + 8 is not a "
-                             f"multiple of {SYSV_STACK_ALIGNMENT}"))
-    if state.rflags & EFLAGS_DF:
-        out.append(Violation(clause="FE2-06", message="DF set at entry"))
-    if state.fpu_tag != X87_ALL_EMPTY:
-        out.append(Violation(clause="FE2-06",
-                             message=f"x87 stack not empty at entry (tag {state.fpu_tag:#x})"))
-    return out
-
-
-def sysv_register_changes(before: X64MachineState, after: X64MachineState) -> list[RegisterChange]:
-    """FE2-08 (System V reading): the callee-saved registers and control words, DF and the empty x87 stack."""
-    out: list[RegisterChange] = []
-
-    def changed(name: str, a: int, b: int) -> None:
-        if a != b:
-            out.append(RegisterChange(clause="FE2-08", name=name, before=a, after=b))
-
-    for reg in SYSV_CALLEE_SAVED:
-        changed(reg.upper(), getattr(before, reg), getattr(after, reg))
-    changed("x87 control word", before.fpu_control, after.fpu_control)
-    changed("MXCSR control", before.mxcsr & MXCSR_CONTROL, after.mxcsr & MXCSR_CONTROL)
-    changed("DF", 0, 1 if after.rflags & EFLAGS_DF else 0)
-    changed("x87 tag word", X87_ALL_EMPTY, after.fpu_tag)
-    return out
-
-
-def check_sysv_hook_abi(before: X64MachineState, after: X64MachineState) -> list[Violation]:
-    """FE2-08/09 (System V reading) over the states at the hook's first instruction and after its return."""
-    out = [Violation(clause=c.clause, message=c.message) for c in sysv_register_changes(before, after)]
-    want_rsp = (before.rsp + 8) & (2**64 - 1)
-    if after.rsp != want_rsp:
-        out.append(Violation(clause="FE2-09", message=f"RSP after return {after.rsp:#x}, expected "
-                             f"{want_rsp:#x} (entry RSP + 8)"))
-    ret = before.stack.get(before.rsp)
-    if ret is not None and after.rip != ret:
-        out.append(Violation(clause="FE2-09", message=f"returned to {after.rip:#x}, the return address "
-                             f"at [RSP] was {ret:#x}"))
-    return out
-
-
-def check_sysv_call_alignment(rsp_at_callee_entry: int) -> Violation | None:
-    """FE2-09 (System V reading): at a callee's first instruction RSP + 8 is a multiple of 16."""
-    if (rsp_at_callee_entry + 8) % SYSV_STACK_ALIGNMENT:
-        return Violation(clause="FE2-09", message=f"stack misaligned at a call: RSP {rsp_at_callee_entry:#x} "
-                         f"at the callee's entry, RSP + 8 not a multiple of {SYSV_STACK_ALIGNMENT}")
-    return None
+def check_call_alignment(arch: Arch, sp_at_callee_entry: int) -> Violation | None:
+    """FE2-09 where the ABI aligns the stack at calls (System V reading: at a callee's first instruction
+    RSP + 8 is a multiple of 16); None where it holds or the ABI states no alignment (x86)."""
+    isa = ISA[arch]
+    align = ABI[arch].stack_alignment
+    if align is None or not (sp_at_callee_entry + isa.word) % align:
+        return None
+    sp = isa.sp.upper()
+    return Violation(clause="FE2-09", message=f"stack misaligned at a call: {sp} {sp_at_callee_entry:#x} "
+                     f"at the callee's entry, {sp} + {isa.word} not a multiple of {align}")
 
 
 #: What the hook checker reports besides register changes (which carry their own clause): rule -> clause,

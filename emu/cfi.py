@@ -29,6 +29,7 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.structs import DWARFStructs
 from elftools.elf.elffile import ELFFile
 
+from clr_model.abi import ISA, Arch
 from emu.errors import EmuError, MemoryFault
 from emu.memory import CaptureMemory
 
@@ -79,8 +80,13 @@ class CfiArch:
         return (1 << (8 * self.address_size)) - 1
 
 
-X64 = CfiArch("x64", DWARF_REGISTERS, "rsp", "rip", ("rbx", "rbp", "r12", "r13", "r14", "r15"), 8, 16)
-X86 = CfiArch("x86", DWARF_REGISTERS_X86, "esp", "eip", ("ebx", "ebp", "esi", "edi"), 4, 8)
+def _cfi_arch(arch: Arch, registers: Mapping[int, str], ra_column: int) -> CfiArch:
+    isa = ISA[arch]
+    return CfiArch(arch, registers, isa.sp, isa.ip, isa.callee_saved, isa.word, ra_column)
+
+
+X64 = _cfi_arch("x64", DWARF_REGISTERS, 16)
+X86 = _cfi_arch("x86", DWARF_REGISTERS_X86, 8)
 _STRUCTS = DWARFStructs(little_endian=True, dwarf_format=32, address_size=8)
 _STRUCTS_32 = DWARFStructs(little_endian=True, dwarf_format=32, address_size=4)
 _EXPR = DWARFExprParser(_STRUCTS)

@@ -5,18 +5,18 @@
   holds only in part are mapped, and every read and instruction fetch on them is checked against the
   capture (a ``UC_HOOK_MEM_READ`` hook and the code hook), so no byte outside the capture is ever read as
   zero. Stores go to the capture's overlay and are allowed only where the process could write.
-- Registers are restored from a name -> value mapping (:data:`REGISTERS` on x64, :data:`REGISTERS_X86` on
-  x86), ``fs_base`` through ``UC_X86_REG_FS_BASE`` (writing the FS selector would not set it). On x86
-  (``UC_MODE_32``) unicorn has no writable GS base: ``gs_base`` (the i386 TLS base) is given to the CPU as
-  a GDT descriptor on a page no 32-bit process can map (:data:`X86_GDT_PAGE`, above the compat task size),
-  which the emulated code may not read or write.
+- Registers are restored from a name -> value mapping (the names of :data:`REGISTERS`, ids from
+  :class:`emu.cpu.Cpu`), ``fs_base`` through ``UC_X86_REG_FS_BASE`` (writing the FS selector would not set
+  it). On x86 (``UC_MODE_32``) unicorn has no writable GS base: ``gs_base`` (the i386 TLS base) is given to
+  the CPU as a GDT descriptor on a page no 32-bit process can map (:data:`X86_GDT_PAGE`, above the compat
+  task size), which the emulated code may not read or write.
 - Budgets: an instruction budget counted in the code hook (no ``count`` argument to ``emu_start``, which
   installs a hook of its own), and a time budget measured with :func:`time.monotonic` only to abort a run:
   the time never appears in any result, so replays stay deterministic.
 - ``should_stop(address)`` is asked before every instruction; a reason stops the run before it executes
   (this is how the unwinder refuses to run libc forward: AVX is not emulated).
 - An exception inside a hook is stored, emulation is stopped, and the exception is raised after
-  ``emu_start`` returns: never swallowed.
+  ``emu_start`` returns: never swallowed (:meth:`emu.cpu.Cpu.hook`, the one unicorn wrapper of emu).
 """
 
 from __future__ import annotations
@@ -25,88 +25,32 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import Literal
 
-import unicorn as _unicorn
 from unicorn import (
-    UC_ARCH_X86,
     UC_HOOK_CODE,
     UC_HOOK_MEM_READ,
     UC_HOOK_MEM_UNMAPPED,
     UC_HOOK_MEM_WRITE,
     UC_MEM_FETCH_UNMAPPED,
     UC_MEM_WRITE_UNMAPPED,
-    UC_MODE_32,
-    UC_MODE_64,
     UC_PROT_ALL,
 )
-from unicorn import x86_const as X
 
+from clr_model.abi import ISA
+from emu.cpu import Cpu, UcError
 from emu.errors import EmulationFault, MemoryFault
 from emu.memory import PAGE_SIZE, CaptureMemory
 
-__all__ = ["REGISTERS", "REGISTERS_X86", "X86_GDT_PAGE", "MachineRun", "UnicornMachine"]
+__all__ = ["REGISTERS", "X86_GDT_PAGE", "MachineRun", "UnicornMachine"]
 
-
-class Cpu(Protocol):
-    """The part of unicorn's ``Uc`` this backend uses (the binding's methods are not annotated)."""
-
-    def emu_start(self, begin: int, until: int) -> None: ...
-    def emu_stop(self) -> None: ...
-    def mem_map(self, address: int, size: int, perms: int) -> None: ...
-    def mem_write(self, address: int, data: bytes) -> None: ...
-    def reg_write(self, reg: int, value: int | tuple[int, int, int, int]) -> None: ...
-    def reg_read(self, reg: int) -> int: ...
-    def hook_add(self, htype: int, callback: Callable[..., Any]) -> int: ...
-    def context_save(self) -> object: ...
-    def context_restore(self, context: object) -> None: ...
-
-
-_UNICORN: Any = _unicorn
-#: unicorn's error type (raised by emu_start and mem_map)
-UcError: type[Exception] = _UNICORN.UcError
-
-
-def _new_cpu(arch: Literal["x64", "x86"]) -> Cpu:
-    return cast(Cpu, _UNICORN.Uc(UC_ARCH_X86, UC_MODE_64 if arch == "x64" else UC_MODE_32))
-
-
-#: register name -> unicorn id (the names of :class:`emu.capture.X64Registers`)
-REGISTERS: Mapping[str, int] = {
-    "rax": X.UC_X86_REG_RAX,
-    "rbx": X.UC_X86_REG_RBX,
-    "rcx": X.UC_X86_REG_RCX,
-    "rdx": X.UC_X86_REG_RDX,
-    "rsi": X.UC_X86_REG_RSI,
-    "rdi": X.UC_X86_REG_RDI,
-    "rbp": X.UC_X86_REG_RBP,
-    "rsp": X.UC_X86_REG_RSP,
-    "r8": X.UC_X86_REG_R8,
-    "r9": X.UC_X86_REG_R9,
-    "r10": X.UC_X86_REG_R10,
-    "r11": X.UC_X86_REG_R11,
-    "r12": X.UC_X86_REG_R12,
-    "r13": X.UC_X86_REG_R13,
-    "r14": X.UC_X86_REG_R14,
-    "r15": X.UC_X86_REG_R15,
-    "rip": X.UC_X86_REG_RIP,
-    "efl": X.UC_X86_REG_EFLAGS,
-    "fs_base": X.UC_X86_REG_FS_BASE,
-}
-
-#: register name -> unicorn id on x86 (the names of :class:`emu.capture.X86Registers`; ``gs_base`` is set
-#: through a GDT descriptor, see the module docstring)
-REGISTERS_X86: Mapping[str, int] = {
-    "eax": X.UC_X86_REG_EAX,
-    "ebx": X.UC_X86_REG_EBX,
-    "ecx": X.UC_X86_REG_ECX,
-    "edx": X.UC_X86_REG_EDX,
-    "esi": X.UC_X86_REG_ESI,
-    "edi": X.UC_X86_REG_EDI,
-    "ebp": X.UC_X86_REG_EBP,
-    "esp": X.UC_X86_REG_ESP,
-    "eip": X.UC_X86_REG_EIP,
-    "efl": X.UC_X86_REG_EFLAGS,
+#: the registers a run restores and reports, by the names of :class:`emu.capture.X64Registers` and
+#: :class:`emu.capture.X86Registers`: the architecture's general registers and IP (:data:`clr_model.abi.ISA`),
+#: EFLAGS (``efl``) and, on x64, the FS base (x86's ``gs_base`` goes through a GDT descriptor, see the
+#: module docstring)
+REGISTERS: Mapping[Literal["x64", "x86"], tuple[str, ...]] = {
+    "x64": (*ISA["x64"].general, ISA["x64"].ip, "efl", "fs_base"),
+    "x86": (*ISA["x86"].general, ISA["x86"].ip, "efl"),
 }
 #: the page holding the emulator's GDT on x86: above TASK_SIZE of a 32-bit task on x86-64 (0xFFFFE000) and
 #: in the kernel half of a native i386 kernel, so never memory of the captured process
@@ -174,117 +118,103 @@ class UnicornMachine:
     ) -> None:
         self.memory = memory
         self.arch: Literal["x64", "x86"] = arch
-        self.registers = REGISTERS if arch == "x64" else REGISTERS_X86
-        self.ip_name = "rip" if arch == "x64" else "eip"
+        self.registers = REGISTERS[arch]
+        self.ip_name = ISA[arch].ip
         self.max_instructions = max_instructions
         self.max_seconds = max_seconds
-        self._uc: Cpu | None = None
-        self._pristine: object = None
+        #: x86: the emulator's own GDT page, which no access of the captured code may touch
+        self._gdt = X86_GDT_PAGE if arch == "x86" else None
+        self._cpu: Cpu | None = None
         self._pages: dict[int, bytes] = {}
         self._partial: set[int] = set()
         self._dirty: set[int] = set()
         self._run: _RunState | None = None
 
-    # -- hooks (installed once; they act on the current run's state) -------------------------------
-    def _fail(self, uc: Cpu, exc: BaseException) -> None:
-        run = self._run
-        if run is not None and run.error is None:
-            run.error = exc
-        uc.emu_stop()
+    # -- hooks (installed once; they act on the current run's state; what they raise, the run raises) ----
+    def _on_gdt(self, address: int, size: int) -> bool:
+        return self._gdt is not None and address + max(size, 1) > self._gdt
 
-    def _on_unmapped(self, uc: Cpu, access: int, address: int, size: int, _value: int, _data: object) -> bool:
+    def _on_unmapped(self, access: int, address: int, size: int, _value: int) -> bool:
         run = self._run
         assert run is not None
-        try:
-            if self.arch == "x86" and address + max(size, 1) > X86_GDT_PAGE:
-                raise MemoryFault(address, size, "access above the 32-bit process's address space")
-            if access == UC_MEM_FETCH_UNMAPPED:
-                reason = run.should_stop(address)
-                if reason is not None:
-                    run.stop = (address, reason)
-                    uc.emu_stop()
-                    return False
-            for base in sorted({address & ~(PAGE_SIZE - 1), (address + max(size, 1) - 1) & ~(PAGE_SIZE - 1)}):
-                if base in self._pages:
-                    continue
-                page = self.memory.page(base)  # the captured bytes only: pages outlive a run
-                if page is None:
-                    what = {UC_MEM_FETCH_UNMAPPED: "fetch", UC_MEM_WRITE_UNMAPPED: "write"}.get(
-                        access, "read"
-                    )
-                    raise MemoryFault(address, size, f"{what} outside the capture (page {base:#x})")
-                if not page.complete:
-                    self._partial.add(base)
-                uc.mem_map(base, PAGE_SIZE, UC_PROT_ALL)
-                uc.mem_write(base, page.data)
-                self._pages[base] = page.data
-            return True
-        except BaseException as exc:
-            self._fail(uc, exc)
-            return False
-
-    def _on_read(self, uc: Cpu, _access: int, address: int, size: int, _value: int, _data: object) -> None:
-        run = self._run
-        if run is None:  # the CPU's own descriptor loads while the registers are set (x86 GS)
-            return
-        try:
-            if self.arch == "x86" and address + size > X86_GDT_PAGE:
-                raise MemoryFault(address, size, "read of the emulator's GDT page, not in the capture")
-            lo, hi = address & ~(PAGE_SIZE - 1), (address + size - 1) & ~(PAGE_SIZE - 1)
-            if lo in self._partial or hi in self._partial:
-                gap = run.memory.missing(address, size)
-                if gap is not None:
-                    raise MemoryFault(address, size, f"read of byte {gap:#x}, which is not in the capture")
-        except BaseException as exc:
-            self._fail(uc, exc)
-
-    def _on_write(self, uc: Cpu, _access: int, address: int, size: int, value: int, _data: object) -> None:
-        run = self._run
-        assert run is not None
-        try:
-            if self.arch == "x86" and address + size > X86_GDT_PAGE:
-                raise MemoryFault(address, size, "write to the emulator's GDT page, not in the capture")
-            self._dirty.add(address & ~(PAGE_SIZE - 1))
-            self._dirty.add((address + size - 1) & ~(PAGE_SIZE - 1))
-            run.memory.write(address, (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
-        except BaseException as exc:
-            self._fail(uc, exc)
-
-    def _on_code(self, uc: Cpu, address: int, size: int, _data: object) -> None:
-        run = self._run
-        assert run is not None
-        try:
+        cpu = self._cpu
+        assert cpu is not None
+        if self._on_gdt(address, size):
+            raise MemoryFault(address, size, "access above the 32-bit process's address space")
+        if access == UC_MEM_FETCH_UNMAPPED:
             reason = run.should_stop(address)
             if reason is not None:
                 run.stop = (address, reason)
-                uc.emu_stop()
-                return
+                cpu.stop()
+                return False
+        for base in sorted({address & ~(PAGE_SIZE - 1), (address + max(size, 1) - 1) & ~(PAGE_SIZE - 1)}):
+            if base in self._pages:
+                continue
+            page = self.memory.page(base)  # the captured bytes only: pages outlive a run
+            if page is None:
+                what = {UC_MEM_FETCH_UNMAPPED: "fetch", UC_MEM_WRITE_UNMAPPED: "write"}.get(access, "read")
+                raise MemoryFault(address, size, f"{what} outside the capture (page {base:#x})")
+            if not page.complete:
+                self._partial.add(base)
+            cpu.mem_map(base, PAGE_SIZE, UC_PROT_ALL)
+            cpu.mem_write(base, page.data)
+            self._pages[base] = page.data
+        return True
+
+    def _on_read(self, _access: int, address: int, size: int, _value: int) -> None:
+        run = self._run
+        if run is None:  # the CPU's own descriptor loads while the registers are set (x86 GS)
+            return
+        if self._on_gdt(address, size):
+            raise MemoryFault(address, size, "read of the emulator's GDT page, not in the capture")
+        lo, hi = address & ~(PAGE_SIZE - 1), (address + size - 1) & ~(PAGE_SIZE - 1)
+        if lo in self._partial or hi in self._partial:
             gap = run.memory.missing(address, size)
             if gap is not None:
-                raise MemoryFault(address, size, f"instruction byte {gap:#x} is not in the capture")
-            run.count += 1
-            run.last = address
-            if run.count > self.max_instructions:
-                raise EmulationFault("budget", f"{self.max_instructions} instructions run, no stop reached")
-            if run.count % _CLOCK_EVERY == 0 and time.monotonic() > run.deadline:
-                raise EmulationFault("budget", f"time budget of {self.max_seconds} s exhausted")
-        except BaseException as exc:
-            self._fail(uc, exc)
+                raise MemoryFault(address, size, f"read of byte {gap:#x}, which is not in the capture")
 
-    def _cpu(self) -> Cpu:
-        if self._uc is None:
-            uc = _new_cpu(self.arch)
-            if self.arch == "x86":
-                uc.mem_map(X86_GDT_PAGE, PAGE_SIZE, UC_PROT_ALL)
-                uc.reg_write(X.UC_X86_REG_GDTR, (0, X86_GDT_PAGE, 3 * 8 - 1, 0))
-                uc.mem_write(X86_GDT_PAGE + _SS_SELECTOR, _data_descriptor(0))
-            uc.hook_add(UC_HOOK_MEM_UNMAPPED, self._on_unmapped)
-            uc.hook_add(UC_HOOK_MEM_READ, self._on_read)
-            uc.hook_add(UC_HOOK_MEM_WRITE, self._on_write)
-            uc.hook_add(UC_HOOK_CODE, self._on_code)
-            self._pristine = uc.context_save()
-            self._uc = uc
-        return self._uc
+    def _on_write(self, _access: int, address: int, size: int, value: int) -> None:
+        run = self._run
+        assert run is not None
+        if self._on_gdt(address, size):
+            raise MemoryFault(address, size, "write to the emulator's GDT page, not in the capture")
+        self._dirty.add(address & ~(PAGE_SIZE - 1))
+        self._dirty.add((address + size - 1) & ~(PAGE_SIZE - 1))
+        run.memory.write(address, (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
+
+    def _on_code(self, address: int, size: int) -> None:
+        run = self._run
+        assert run is not None
+        reason = run.should_stop(address)
+        if reason is not None:
+            run.stop = (address, reason)
+            assert self._cpu is not None
+            self._cpu.stop()
+            return
+        gap = run.memory.missing(address, size)
+        if gap is not None:
+            raise MemoryFault(address, size, f"instruction byte {gap:#x} is not in the capture")
+        run.count += 1
+        run.last = address
+        if run.count > self.max_instructions:
+            raise EmulationFault("budget", f"{self.max_instructions} instructions run, no stop reached")
+        if run.count % _CLOCK_EVERY == 0 and time.monotonic() > run.deadline:
+            raise EmulationFault("budget", f"time budget of {self.max_seconds} s exhausted")
+
+    def _new_cpu(self) -> Cpu:
+        if self._cpu is None:
+            cpu = Cpu(self.arch)
+            if self._gdt is not None:
+                cpu.mem_map(self._gdt, PAGE_SIZE, UC_PROT_ALL)
+                cpu["gdtr"] = (0, self._gdt, 3 * 8 - 1, 0)
+                cpu.mem_write(self._gdt + _SS_SELECTOR, _data_descriptor(0))
+            cpu.hook(UC_HOOK_MEM_UNMAPPED, self._on_unmapped)
+            cpu.hook(UC_HOOK_MEM_READ, self._on_read)
+            cpu.hook(UC_HOOK_MEM_WRITE, self._on_write)
+            cpu.hook(UC_HOOK_CODE, self._on_code)
+            cpu.save()
+            self._cpu = cpu
+        return self._cpu
 
     # -- running -----------------------------------------------------------------------------------
     def run(
@@ -295,46 +225,43 @@ class UnicornMachine:
         """Run from ``registers['rip']`` (x86: ``registers['eip']``) until ``should_stop`` gives a reason;
         faults and exhausted budgets raise :class:`EmulationFault` (kind ``memory``, ``budget``, ``cpu``),
         hook errors are re-raised."""
-        uc = self._cpu()
-        uc.context_restore(self._pristine)
+        cpu = self._new_cpu()
+        cpu.restore()
         for base in sorted(self._dirty):
             if base in self._pages:
-                uc.mem_write(base, self._pages[base])
+                cpu.mem_write(base, self._pages[base])
         self._dirty.clear()
         for name, value in registers.items():
-            reg = self.registers.get(name)
-            if reg is not None:
-                uc.reg_write(reg, value)
-        if self.arch == "x86":
-            uc.reg_write(X.UC_X86_REG_SS, _SS_SELECTOR)
-            uc.mem_write(X86_GDT_PAGE + _GS_SELECTOR, _data_descriptor(registers.get("gs_base", 0)))
-            uc.reg_write(X.UC_X86_REG_GS, _GS_SELECTOR)
+            if name in self.registers:
+                cpu[name] = value
+        if self._gdt is not None:
+            cpu["ss"] = _SS_SELECTOR
+            cpu.mem_write(self._gdt + _GS_SELECTOR, _data_descriptor(registers.get("gs_base", 0)))
+            cpu["gs"] = _GS_SELECTOR
         run = _RunState(
             memory=self.memory.fork(), should_stop=should_stop, deadline=time.monotonic() + self.max_seconds
         )
         self._run = run
         cpu_error: Exception | None = None
         try:
-            uc.emu_start(registers[self.ip_name], 2**64 - 1 if self.arch == "x64" else 2**32 - 1)
+            cpu.start(registers[self.ip_name], cpu.end)
         except UcError as exc:
             cpu_error = exc
+        except MemoryFault as exc:
+            raise EmulationFault("memory", str(exc)) from exc
         finally:
             self._run = None
-        if run.error is not None:
-            if isinstance(run.error, MemoryFault):
-                raise EmulationFault("memory", str(run.error)) from run.error
-            raise run.error
         if run.stop is not None:
             address, reason = run.stop
-            regs = {name: int(uc.reg_read(reg)) for name, reg in self.registers.items()}
+            regs = {name: cpu[name] for name in self.registers}
             regs[self.ip_name] = address
-            if self.arch == "x86" and "gs_base" in registers:
+            if self._gdt is not None and "gs_base" in registers:
                 regs["gs_base"] = registers["gs_base"]
             return MachineRun(
                 registers=regs, instructions=run.count, stopped_at=address, reason=reason,
                 last_instruction=run.last,
             )  # fmt: skip
-        pc = int(uc.reg_read(X.UC_X86_REG_RIP if self.arch == "x64" else X.UC_X86_REG_EIP))
+        pc = cpu.ip
         if cpu_error is not None:
             raise EmulationFault("cpu", f"{cpu_error} at {pc:#x} after {run.count} instruction(s)")
         raise EmulationFault("cpu", f"emulation ended at {pc:#x} with no stop reason")  # pragma: no cover

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from clr_model.abi import ISA
 from emu.capture import (
     STACK_CAPTURE_BYTES,
     EmbeddedCfi,
@@ -110,7 +111,7 @@ def capture_process(
     (an x86 capture when they are :class:`X86Registers`: a 32-bit process, 4-byte stack words)."""
     modules = parse_maps(Path(f"/proc/{pid}/maps").read_text())
     sp, ip = registers.sp, registers.ip
-    word = 4 if registers.arch == "x86" else 8
+    word = ISA[registers.arch].word
 
     def mapping(addr: int) -> ModuleEntry | None:
         return next((m for m in modules if m.start <= addr < m.end), None)

@@ -180,13 +180,6 @@ def _read_prologue(code: bytes) -> _Prologue | None:
                      steps=tuple(steps))  # fmt: skip
 
 
-#: the registers a callee preserves for its caller (System V AMD64 and i386 psABI)
-_CALLEE_SAVED: dict[str, tuple[str, ...]] = {
-    "x64": ("rbx", "rbp", "r12", "r13", "r14", "r15"),
-    "x86": ("ebx", "esi", "edi", "ebp"),
-}
-
-
 def _isa(capture: Capture) -> _Isa:
     return _X86 if capture.manifest.arch is CaptureArch.X86 else _X64
 
@@ -458,7 +451,7 @@ class _Walker:
             caller, trust = self.scan(regs, stop.detail)
         except _Stop:
             raise stop from None
-        for name in _CALLEE_SAVED[self.isa.machine]:
+        for name in self.isa.cfi.callee_saved:
             if name in regs:
                 caller.setdefault(name, regs[name])
         return caller, trust
@@ -603,7 +596,7 @@ class _Walker:
     def _frameless_caller(self, regs: Mapping[str, int], prologue: _Prologue) -> dict[str, int]:
         sp = regs["rsp"]
         out = {"rip": self.word(sp + prologue.frame_size), "rsp": sp + prologue.frame_size + 8}
-        for name in _CALLEE_SAVED["x64"]:
+        for name in self.isa.cfi.callee_saved:
             if name in prologue.saved:
                 out[name] = self.word(sp + prologue.saved[name])
             elif name in regs:

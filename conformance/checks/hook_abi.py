@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clr_model.function_enter import HOOK_RULES, abi_clauses, sysv_abi_clauses
+from clr_model.abi import hook_abi
+from clr_model.function_enter import HOOK_RULES, abi_clauses
 from conformance.core.errors import HarnessError
 from conformance.suite.registry import hook_experiment, hook_judge
 from conformance.suite.verdicts import HookEvidence, Judgement, Status
@@ -52,7 +53,7 @@ _SEED = 0
 
 
 def _clauses(arch: str) -> tuple[str, ...]:
-    base = abi_clauses("x86") if arch == "x86" else sysv_abi_clauses()
+    base = hook_abi(arch).clauses
     extra = sorted({clause for clause, _ in HOOK_RULES.values()} - set(abi_clauses("x86")))
     return (*base, *extra)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.constants import P_FLAGS, SH_FLAGS
@@ -22,17 +22,21 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
+from clr_model.abi import ISA, Arch
 from emu.errors import EmuError
 
 __all__ = ["PAGE", "Arch", "HookInputError", "LoadedObject", "Segment", "load_object"]
 
-Arch = Literal["x86", "x64"]
 PAGE = 0x1000
 
 #: relocation type numbers (System V i386 / AMD64 psABI)
-_R_386 = {"32": 1, "PC32": 2, "GLOB_DAT": 6, "JUMP_SLOT": 7, "RELATIVE": 8}
-_R_X86_64 = {"64": 1, "PC32": 2, "GLOB_DAT": 6, "JUMP_SLOT": 7, "RELATIVE": 8, "32": 10, "32S": 11}
-_MACHINE = {"x86": ("EM_386", 32), "x64": ("EM_X86_64", 64)}
+_RELOCATIONS: dict[Arch, dict[str, int]] = {
+    "x86": {"32": 1, "PC32": 2, "GLOB_DAT": 6, "JUMP_SLOT": 7, "RELATIVE": 8},
+    "x64": {"64": 1, "PC32": 2, "GLOB_DAT": 6, "JUMP_SLOT": 7, "RELATIVE": 8, "32": 10, "32S": 11},
+}
+_MACHINE: dict[Arch, str] = {"x86": "EM_386", "x64": "EM_X86_64"}
+#: where trap addresses live (never mapped)
+_TRAP_REGIONS: dict[Arch, int] = {"x86": 0x7000_0000, "x64": 0x7F77_0000_0000}
 _PT_GNU_RELRO = "PT_GNU_RELRO"
 
 
@@ -136,9 +140,9 @@ def _elf(path: Path, data: bytes, arch: Arch) -> Any:
         elf = ELFFile(io.BytesIO(data))
     except ELFError as exc:
         raise HookInputError(f"{path}: not a readable ELF file: {exc}") from None
-    machine, bits = _MACHINE[arch]
+    machine, bits = _MACHINE[arch], ISA[arch].bits
     if elf["e_machine"] != machine or elf.elfclass != bits:
-        got = {"EM_386": "x86", "EM_X86_64": "x64"}.get(str(elf["e_machine"]), str(elf["e_machine"]))
+        got = {m: a for a, m in _MACHINE.items()}.get(str(elf["e_machine"]), str(elf["e_machine"]))
         raise HookInputError(f"{path}: a {elf.elfclass}-bit {got} object, not {arch} (--arch {arch})")
     if elf["e_type"] not in ("ET_DYN", "ET_EXEC"):
         raise HookInputError(f"{path}: {elf['e_type']} is not a shared object (link it with -shared)")
@@ -211,19 +215,14 @@ def _plt_stubs(elf: Any, base: int) -> dict[int, str]:
     return out
 
 
-def trap_region(arch: Arch) -> int:
-    """Where trap addresses live (never mapped)."""
-    return 0x7000_0000 if arch == "x86" else 0x7F77_0000_0000
-
-
 def _relocate(elf: Any, obj: LoadedObject, lo: int) -> None:
-    word = 4 if obj.arch == "x86" else 8
-    types = _R_386 if obj.arch == "x86" else _R_X86_64
+    word = ISA[obj.arch].word
+    types = _RELOCATIONS[obj.arch]
     trap_of: dict[str, int] = {}
 
     def trap(name: str) -> int:
         if name not in trap_of:
-            trap_of[name] = trap_region(obj.arch) + 16 * len(trap_of)
+            trap_of[name] = _TRAP_REGIONS[obj.arch] + 16 * len(trap_of)
             obj.traps[trap_of[name]] = name
         return trap_of[name]
 

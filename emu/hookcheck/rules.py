@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from clr_model.abi import ABI
 from clr_model.clauses import Layer
 from clr_model.function_enter import HOOK_RULES
 from conformance.core.registry import Rule, register
@@ -29,11 +30,13 @@ def _line_of(rule: str) -> int:
     return text.count("\n", 0, found.start()) + 1
 
 
-#: clauses a rule reports besides its own (register-preserved reports the x86 scratch registers as FE2-07,
-#: see :class:`clr_model.function_enter.RegisterChange`)
-_ALSO: dict[str, tuple[str, ...]] = {"register-preserved": ("FE2-07",)}
+#: clauses a rule reports besides its own: register-preserved reports each register with the clause its
+#: architecture's table gives it (:data:`clr_model.abi.ABI`: the x86 scratch registers are FE2-07's)
+_ALSO: dict[str, tuple[str, ...]] = {
+    "register-preserved": tuple(sorted({k.clause for abi in ABI.values() for k in abi.kept})),
+}
 
 for _name, (_clause, _what) in HOOK_RULES.items():
-    for _each in (_clause, *_ALSO.get(_name, ())):
+    for _each in dict.fromkeys((_clause, *_ALSO.get(_name, ()))):
         register(Rule(clause=_each, layer=Layer.HOOK, name=f"hookcheck:{_name}", what=_what, fn=None,
                       path=_CHECK, line=_line_of(_name)))  # fmt: skip

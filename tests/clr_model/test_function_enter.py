@@ -1,4 +1,5 @@
-"""clr_model.function_enter: FunctionEnter2 event rules and x86 ABI predicates."""
+"""clr_model.function_enter: FunctionEnter2 event rules and the ABI predicates (x86 and the System V
+reading on x64), over states of :mod:`clr_model.abi`."""
 
 from __future__ import annotations
 
@@ -7,29 +8,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from clr_model.abi import ABI, ARCHES, Arch, MachineState
 from clr_model.errors import InvalidInput, ModelError
 from clr_model.function_enter import (
     COR_PRF_ENABLE_FUNCTION_ARGS,
     HOOK_RULES,
-    SYSV_CALLEE_SAVED,
     Argument,
     HookEvent,
-    MachineState,
     ObservedArgumentInfo,
     ObservedRange,
-    X64MachineState,
     abi_clauses,
     check_argument_info,
+    check_call_alignment,
     check_hook_abi,
     check_hook_entry,
     check_hook_events,
-    check_sysv_call_alignment,
-    check_sysv_hook_abi,
-    check_sysv_hook_entry,
     hook_register_changes,
     predict_argument_ranges,
-    sysv_abi_clauses,
-    sysv_register_changes,
 )
 from clr_model.strategies.function_enter import (
     arguments,
@@ -58,6 +53,10 @@ def ids(events: list[HookEvent], **kw: int | bool) -> list[str]:
 
 
 Pair = tuple[MachineState, MachineState]
+
+
+def x86(**values: object) -> MachineState:
+    return MachineState(arch="x86", **values)  # type: ignore[arg-type]
 
 
 # event rules ---------------------------------------------------------------------------------------
@@ -210,11 +209,11 @@ def test_FE2_10_11_12_forbidden_inside_property(case: tuple[list[HookEvent], int
 # the x86 ABI -------------------------------------------------------------------------------------------
 
 def test_FE2_06_naked_entry_layout_example() -> None:
-    state = MachineState(eip=0x401000, esp=0x1000, ebp=0, eax=0, ebx=0, ecx=0, edx=0, esi=0, edi=0, eflags=2,
-                         stack={0x1000: 0x77, 0x1004: 7, 0x1008: 0xC, 0x100C: 0xF, 0x1010: 0})
+    state = x86(eip=0x401000, esp=0x1000, ebp=0, eax=0, ebx=0, ecx=0, edx=0, esi=0, edi=0, eflags=2,
+                stack={0x1000: 0x77, 0x1004: 7, 0x1008: 0xC, 0x100C: 0xF, 0x1010: 0})
     assert check_hook_entry(state, 7, 0xC, 0xF, 0) == []
     # a compiler prologue (push ebp) would have moved ESP: the parameters are no longer at ESP+4
-    pushed = state.model_copy(update={"esp": 0xFFC, "stack": {**state.stack, 0xFFC: 0}})
+    pushed = state.replace(esp=0xFFC, stack={**state.stack, 0xFFC: 0})
     assert [v.clause for v in check_hook_entry(pushed, 7, 0xC, 0xF, 0)] == ["FE2-06"] * 4
 
 
@@ -228,13 +227,13 @@ def test_FE2_06_naked_entry_layout_property(case: tuple[MachineState, tuple[int,
 
 
 def test_FE2_07_scratch_registers_kept_example() -> None:
-    before = MachineState(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=0x246,
-                          stack={0x1000: 0x500})
-    after = before.model_copy(update={"esp": 0x1014, "eip": 0x500, "eax": 0, "stack": {}})
+    before = x86(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=0x246,
+                 stack={0x1000: 0x500})
+    after = before.replace(esp=0x1014, eip=0x500, eax=0, stack={})
     assert [v.clause for v in check_hook_abi(before, after)] == ["FE2-07"]
-    flags = after.model_copy(update={"eax": 3, "eflags": 0x247})  # CF set by the hook
+    flags = after.replace(eax=3, eflags=0x247)  # CF set by the hook
     assert [v.clause for v in check_hook_abi(before, flags)] == ["FE2-07"]
-    tf = after.model_copy(update={"eax": 3, "eflags": 0x346})  # TF is not the hook's business
+    tf = after.replace(eax=3, eflags=0x346)  # TF is not the hook's business
     assert check_hook_abi(before, tf) == []
 
 
@@ -243,15 +242,15 @@ def test_FE2_07_scratch_registers_kept_example() -> None:
 def test_FE2_07_scratch_registers_kept_property(pair: Pair, reg: str, xor: int) -> None:
     before, after = pair
     assert check_hook_abi(before, after) == []
-    bad = after.model_copy(update={reg: getattr(after, reg) ^ xor})
+    bad = after.replace(**{reg: after[reg] ^ xor})
     assert [v.clause for v in check_hook_abi(before, bad)] == ["FE2-07"]
 
 
 def test_FE2_08_saved_registers_and_fpu_example() -> None:
-    before = MachineState(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=2)
-    after = before.model_copy(update={"esp": 0x1014})
+    before = x86(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=2)
+    after = before.replace(esp=0x1014)
     assert check_hook_abi(before, after) == []
-    st0 = after.model_copy(update={"st": (1, 0, 0, 0, 0, 0, 0, 0), "xmm": (0, 0, 0, 0, 0, 0, 0, 9)})
+    st0 = after.replace(st=(1, 0, 0, 0, 0, 0, 0, 0), xmm=(0, 0, 0, 0, 0, 0, 0, 9))
     assert [v.message.split(" ")[0] for v in check_hook_abi(before, st0)] == ["x87", "XMM7"]
     assert {v.clause for v in check_hook_abi(before, st0)} == {"FE2-08"}
 
@@ -266,23 +265,23 @@ def test_FE2_08_saved_registers_and_fpu_property(
     pair: Pair, reg: str, xor: int, slot: int, vector: bool
 ) -> None:
     before, after = pair
-    bad = after.model_copy(update={reg: getattr(after, reg) ^ xor})
+    bad = after.replace(**{reg: after[reg] ^ xor})
     assert [v.clause for v in check_hook_abi(before, bad)] == ["FE2-08"]
     name = "xmm" if vector else "st"
     regs = list(getattr(after, name))
     regs[slot] ^= xor
-    bad_fp = after.model_copy(update={name: tuple(regs)})
+    bad_fp = after.replace(**{name: tuple(regs)})
     assert [v.clause for v in check_hook_abi(before, bad_fp)] == ["FE2-08"]
 
 
 def test_FE2_09_callee_pops_example() -> None:
-    before = MachineState(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=2,
-                          stack={0x1000: 0x401234})
-    good = before.model_copy(update={"esp": 0x1014, "eip": 0x401234, "stack": {}})
+    before = x86(eip=1, esp=0x1000, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=2,
+                 stack={0x1000: 0x401234})
+    good = before.replace(esp=0x1014, eip=0x401234, stack={})
     assert check_hook_abi(before, good) == []
-    cdecl = good.model_copy(update={"esp": 0x1004})  # plain `ret`: the caller's 16 bytes left behind
+    cdecl = good.replace(esp=0x1004)  # plain `ret`: the caller's 16 bytes left behind
     assert [v.clause for v in check_hook_abi(before, cdecl)] == ["FE2-09"]
-    elsewhere = good.model_copy(update={"eip": 0x401235})
+    elsewhere = good.replace(eip=0x401235)
     assert [v.clause for v in check_hook_abi(before, elsewhere)] == ["FE2-09"]
     with pytest.raises(InvalidInput, match="multiple of 4"):
         check_hook_abi(before, good, pushed_param_bytes=3)
@@ -292,7 +291,7 @@ def test_FE2_09_callee_pops_example() -> None:
 @given(conforming_returns(), st.integers(-64, 64).filter(lambda d: d != 0))
 def test_FE2_09_callee_pops_property(pair: Pair, delta: int) -> None:
     before, after = pair
-    off = after.model_copy(update={"esp": (after.esp + delta) % 2**32})
+    off = after.replace(esp=(after.sp + delta) % 2**32)
     assert [v.clause for v in check_hook_abi(before, off)] == ["FE2-09"]
 
 
@@ -393,33 +392,36 @@ def test_check_hook_abi_is_total(before: MachineState, after: MachineState) -> N
 
 def test_machine_state_rejects_bad_widths() -> None:
     with pytest.raises(ValidationError, match="80-bit"):
-        MachineState(eip=0, esp=0, ebp=0, eax=0, ebx=0, ecx=0, edx=0, esi=0, edi=0, eflags=0,
-                     st=(2**80, 0, 0, 0, 0, 0, 0, 0))
+        x86(eip=0, esp=0, ebp=0, eax=0, ebx=0, ecx=0, edx=0, esi=0, edi=0, eflags=0,
+            st=(2**80, 0, 0, 0, 0, 0, 0, 0))
 
 
 # the System V x64 reading of the ABI clauses (FE2-13 model choice for the hook checker) ----------------
 
-def _x64(**kw: int) -> X64MachineState:
+def _x64(**kw: int) -> MachineState:
     names = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
              "r15")
     regs = {r: i + 1 for i, r in enumerate(names)}
     base: dict[str, int] = {"rip": 0x401000, "rsp": 0x7FF8, "rflags": 0x202, **regs}
     base.update(kw)
-    return X64MachineState(**base, stack={0x7FF8: 0x401234})  # type: ignore[arg-type]
+    return MachineState(arch="x64", registers=base, stack={0x7FF8: 0x401234})
+
+
+SYSV_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
 
 
 def test_FE2_08_sysv_callee_saved_example() -> None:
     before = _x64()
-    after = before.model_copy(update={"rsp": 0x8000, "rip": 0x401234, "stack": {}})
-    assert check_sysv_hook_abi(before, after) == []
-    scratch = after.model_copy(update={"rax": 9, "rcx": 9, "r11": 9, "xmm": (5,) * 16,
-                                       "st": (1,) * 8, "mxcsr": before.mxcsr | 0x3F, "fpu_status": 0x3800})
-    assert check_sysv_hook_abi(before, scratch) == []  # System V lets a callee clobber these
+    after = before.replace(rsp=0x8000, rip=0x401234, stack={})
+    assert check_hook_abi(before, after) == []
+    scratch = after.replace(rax=9, rcx=9, r11=9, xmm=(5,) * 16, st=(1,) * 8, mxcsr=before.mxcsr | 0x3F,
+                            fpu_status=0x3800)
+    assert check_hook_abi(before, scratch) == []  # System V lets a callee clobber these
     for update, name in (({"rbx": 0}, "RBX"), ({"r15": 0}, "R15"),
                          ({"fpu_control": 0x027F}, "x87 control word"),
                          ({"mxcsr": 0x7F80}, "MXCSR control"), ({"rflags": 0x602}, "DF"),
                          ({"fpu_tag": 0x3FFF}, "x87 tag word")):
-        changes = sysv_register_changes(before, after.model_copy(update=update))
+        changes = hook_register_changes(before, after.replace(**update))
         assert [(c.clause, c.name) for c in changes] == [("FE2-08", name)]
 
 
@@ -427,34 +429,86 @@ def test_FE2_08_sysv_callee_saved_example() -> None:
 @given(st.sampled_from(SYSV_CALLEE_SAVED), st.integers(1, 2**64 - 1))
 def test_FE2_08_sysv_callee_saved_property(reg: str, xor: int) -> None:
     before = _x64()
-    after = before.model_copy(update={"rsp": 0x8000, "rip": 0x401234, reg: getattr(before, reg) ^ xor})
-    assert [v.clause for v in check_sysv_hook_abi(before, after)] == ["FE2-08"]
+    after = before.replace(rsp=0x8000, rip=0x401234, **{reg: before[reg] ^ xor})
+    assert [v.clause for v in check_hook_abi(before, after)] == ["FE2-08"]
 
 
 def test_FE2_09_sysv_stack_and_return_example() -> None:
     before = _x64()
-    good = before.model_copy(update={"rsp": 0x8000, "rip": 0x401234})
-    assert check_sysv_hook_abi(before, good) == []
-    off = good.model_copy(update={"rsp": 0x8008})
-    assert [v.clause for v in check_sysv_hook_abi(before, off)] == ["FE2-09"]
-    assert [v.clause for v in check_sysv_hook_abi(before, good.model_copy(update={"rip": 1}))] == ["FE2-09"]
+    good = before.replace(rsp=0x8000, rip=0x401234)
+    assert check_hook_abi(before, good) == []
+    off = good.replace(rsp=0x8008)
+    assert [v.message for v in check_hook_abi(before, off)] == [
+        "RSP after return 0x8008, expected 0x8000 (entry RSP + 8)"]
+    assert [v.clause for v in check_hook_abi(before, good.replace(rip=1))] == ["FE2-09"]
 
 
 @FAST
 @given(st.integers(0, 2**64 - 1))
 def test_FE2_09_sysv_call_alignment_property(rsp: int) -> None:
-    violation = check_sysv_call_alignment(rsp)
+    violation = check_call_alignment("x64", rsp)
     assert (violation is None) == ((rsp + 8) % 16 == 0)
     assert violation is None or violation.clause == "FE2-09"
+    assert check_call_alignment("x86", rsp % 2**32) is None  # the page states no alignment
 
 
 def test_FE2_06_sysv_entry_example() -> None:
     state = _x64(rdi=7, rsi=0xC, rdx=0xF, rcx=0x1000)
-    assert check_sysv_hook_entry(state, 7, 0xC, 0xF, 0x1000) == []
-    assert [v.index for v in check_sysv_hook_entry(state, 0xC, 7, 0xF, 0x1000)] == [0, 1]
-    bad = state.model_copy(update={"rsp": 0x8000, "rflags": 0x602, "fpu_tag": 0})
-    assert len(check_sysv_hook_entry(bad, 7, 0xC, 0xF, 0x1000)) == 3
-    assert sysv_abi_clauses() == ("FE2-06", "FE2-08", "FE2-09")
+    assert check_hook_entry(state, 7, 0xC, 0xF, 0x1000) == []
+    assert [v.index for v in check_hook_entry(state, 0xC, 7, 0xF, 0x1000)] == [0, 1]
+    bad = state.replace(rsp=0x8000, rflags=0x602, fpu_tag=0)
+    assert [v.message for v in check_hook_entry(bad, 7, 0xC, 0xF, 0x1000)] == [
+        "RSP 0x8000 at entry: RSP + 8 is not a multiple of 16", "DF set at entry",
+        "x87 stack not empty at entry (tag 0x0)"]
+    assert ABI["x64"].clauses == ("FE2-06", "FE2-08", "FE2-09")
+
+
+# either architecture: the same predicates over the table of the state's architecture -------------------
+
+@FAST
+@given(st.sampled_from(ARCHES), st.data())
+def test_FE2_06_entry_states_of_every_table_are_accepted(arch: Arch, data: st.DataObject) -> None:
+    state, params = data.draw(entry_states(arch))
+    assert check_hook_entry(state, *params) == []
+    if params[0] != params[1]:
+        swapped = (params[1], params[0], params[2], params[3])
+        assert [v.index for v in check_hook_entry(state, *swapped)] == [0, 1]
+
+
+@FAST
+@given(st.sampled_from(ARCHES), st.data())
+def test_FE2_07_08_09_conforming_returns_keep_every_rule(arch: Arch, data: st.DataObject) -> None:
+    """A conforming return of each table keeps every rule; one bit flipped in what a ``kept`` rule reads
+    is reported by that rule alone, with its clause and name."""
+    before, after = data.draw(conforming_returns(arch))
+    assert check_hook_abi(before, after) == []
+    kept = data.draw(st.sampled_from(ABI[arch].kept))
+    bits = kept.mask if kept.mask is not None else 0xFFFF  # every register has at least 16 bits
+    bit = data.draw(st.sampled_from([b for b in range(16) if bits >> b & 1]))
+    bad = _with(after, kept.register, after[kept.register] ^ (1 << bit))
+    changes = hook_register_changes(before, bad)
+    assert [(c.clause, c.name, c.after) for c in changes] == [(kept.clause, kept.name, kept.read(bad))]
+
+
+def _with(state: MachineState, name: str, value: int) -> MachineState:
+    for prefix in ("st", "xmm"):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            values = list(getattr(state, prefix))
+            values[int(name[len(prefix):])] = value
+            return state.replace(**{prefix: tuple(values)})
+    return state.replace(**{name: value})
+
+
+@FAST
+@given(st.sampled_from(ARCHES), st.data())
+def test_check_hook_abi_is_total_on_every_table(arch: Arch, data: st.DataObject) -> None:
+    before, after = data.draw(machine_states(arch)), data.draw(machine_states(arch))
+    assert {v.clause for v in check_hook_abi(before, after)} <= set(ABI[arch].clauses) - {"FE2-06"}
+
+
+def test_states_of_two_architectures_are_not_compared() -> None:
+    with pytest.raises(InvalidInput, match="x86, the state after it x64"):
+        check_hook_abi(x86(eip=1, esp=2, ebp=2, eax=3, ebx=4, ecx=5, edx=6, esi=7, edi=8, eflags=2), _x64())
 
 
 @FAST
@@ -462,11 +516,11 @@ def test_FE2_06_sysv_entry_example() -> None:
        st.integers(1, 0xFFFF))
 def test_FE2_07_08_register_changes_are_what_check_hook_abi_reports(pair: Pair, reg: str, xor: int) -> None:
     before, after = pair
-    bad = after.model_copy(update={reg: getattr(after, reg) ^ xor})
+    bad = after.replace(**{reg: after[reg] ^ xor})
     changes = hook_register_changes(before, bad)
     reported = [(v.clause, v.message) for v in check_hook_abi(before, bad)]
     assert [(c.clause, c.message) for c in changes] == reported
-    assert changes[0].before == getattr(before, reg) and changes[0].after == getattr(bad, reg)
+    assert changes[0].before == before[reg] and changes[0].after == bad[reg]
 
 
 def test_hook_rules_name_catalog_clauses() -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from emu.capture import (
     STACK_CAPTURE_BYTES,
@@ -15,8 +19,10 @@ from emu.capture import (
     SegmentPayload,
     StackInfo,
     X64Registers,
+    read_capture,
     write_capture,
 )
+from emu.errors import CaptureFormatError
 
 CODE = 0x7F00_0000_0000  # an anonymous executable page (stubs, or JIT code when in the JIT map)
 STACK = 0x7FFF_0000_0000  # a 16 KiB stack mapping
@@ -107,3 +113,18 @@ def rewrite(capture: Any, path: Path, **changes: Any) -> Path:
         for s in capture.manifest.segments
     ]
     return write_capture(path, fields, payloads)
+
+
+def expect_error(tmp_path: Path, data: bytes, pattern: str) -> str:
+    """Reading ``data`` as a capture fails with one line naming the file and matching ``pattern``, in
+    bounded time."""
+    path = tmp_path / "bad.phcap"
+    path.write_bytes(data)
+    t0 = time.monotonic()
+    with pytest.raises(CaptureFormatError) as info:
+        read_capture(path)
+    assert time.monotonic() - t0 < 2.0
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message, message
+    assert re.search(pattern, message), message
+    return message

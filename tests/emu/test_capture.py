@@ -25,7 +25,7 @@ from emu.capture import (
     write_capture,
 )
 from emu.errors import CaptureFormatError
-from tests.emu.synth import CODE, STACK, STACK_SIZE, manifest_fields, write_synthetic
+from tests.emu.synth import CODE, STACK, STACK_SIZE, expect_error, manifest_fields, write_synthetic
 
 STUB = bytes.fromhex("48b8efbeadde00000000ffe0")  # movabs rax, 0xdeadbeef; jmp rax
 
@@ -131,22 +131,6 @@ def test_stack_truncation_is_stated_not_guessed(tmp_path: Path) -> None:
 
 
 # -- bad files: one CaptureFormatError naming the file and the offset or field, in bounded time ---------
-
-
-def expect_error(tmp_path: Path, data: bytes, pattern: str) -> str:
-    path = tmp_path / "bad.phcap"
-    path.write_bytes(data)
-    t0 = time.monotonic()
-    with pytest.raises(CaptureFormatError) as info:
-        read_capture(path)
-    assert time.monotonic() - t0 < 2.0
-    message = str(info.value)
-    assert message.startswith(f"{path}: "), message
-    assert "\n" not in message
-    import re
-
-    assert re.search(pattern, message), message
-    return message
 
 
 def test_every_truncation_is_one_error_naming_an_offset(tmp_path: Path, good: Path) -> None:

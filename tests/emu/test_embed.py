@@ -1,6 +1,6 @@
 """emu.embed: a capture made self-contained with only the CFI entries its replay used.
 
-The gcc fixture (tests/emu/fixtures.py) is captured without CFI, so its replay must read the module files;
+The x64 gcc fixture (tests/emu/fixtures.py) is captured without CFI, so its replay must read the module files;
 the embedded copy must then replay with no file at all, to the same result, and carry far less than the
 whole sections."""
 
@@ -16,16 +16,16 @@ from emu.cfi import CfiError, CfiRow, read_elf, table_for
 from emu.embed import EmbedError, embed_cfi, trim_table
 from emu.replay import replay, replay_capture
 from emu.unwind import StopKind
-from tests.emu import fixtures
+from tests.emu.fixtures import X64
 
-needs_gcc = pytest.mark.skipif(not fixtures.compiler_available(), reason="gcc is not installed")
+needs_gcc = pytest.mark.skipif(not X64.compiler_available(), reason="gcc is not installed")
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
 
 @needs_gcc
-@pytest.mark.parametrize("place", fixtures.PLACES)
+@pytest.mark.parametrize("place", X64.places)
 def test_embedded_copy_replays_alone_to_the_same_result(program: Path, tmp_path: Path, place: str) -> None:
-    stopped = fixtures.capture_at(program, place, tmp_path / "bare.phcap", embed_cfi=False)
+    stopped = X64.capture_at(program, place, tmp_path / "bare.phcap", embed_cfi=False)
     bare = read_capture(tmp_path / "bare.phcap")
     assert bare.manifest.cfi == ()
     assert replay(bare, allow_disk=False).stop.kind is StopKind.MODULE_UNAVAILABLE
@@ -42,7 +42,7 @@ def test_embedded_copy_replays_alone_to_the_same_result(program: Path, tmp_path:
 
 @needs_gcc
 def test_embedding_refuses_to_overwrite_its_source(program: Path, tmp_path: Path) -> None:
-    fixtures.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
+    X64.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
     with pytest.raises(EmbedError, match="another file"):
         embed_cfi(tmp_path / "n.phcap", tmp_path / "n.phcap")
 

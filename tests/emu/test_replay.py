@@ -1,7 +1,8 @@
 """Replay of committed captures (no compiler, no runtime): frames, trust, seed, model, determinism, table.
 
-The captures under tests/data/captures were taken from the gcc fixture (tests/emu/fixtures.py,
-``python -m tests.emu.fixtures``); each ``*.expected.json`` holds the frames the program recorded itself.
+The captures under tests/data/captures (x86: tests/data/captures/x86) were taken from the gcc fixtures
+(tests/emu/fixtures.py, ``python -m tests.emu.fixtures x64|x86``); each ``*.expected.json`` holds the frames
+the program recorded itself.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from clr_model.context import AMD64_CONTEXT, X86_CONTEXT
 from clr_model.hresults import HResult
 from clr_model.stacksnapshot import seed_for
 from emu.capture import LiveFrame, LiveWalk, read_capture
@@ -25,10 +27,14 @@ from emu.replay import (
     seed_context,
 )
 from emu.unwind import StopKind
-from tests.emu.fixtures import FID_A, FID_B, PLACES, expected_trust
+from tests.emu.fixtures import FIXTURES, X64
 from tests.emu.synth import rewrite
 
 DATA = Path(__file__).parents[1] / "data" / "captures"
+PLACES = X64.places
+FID_B, FID_A = X64.known["managed"]  # the managed frames the program knows, leaf first
+#: the CONTEXT a seed and every callback carry, with no runtime to declare its own
+CONTEXTS = {"x64": AMD64_CONTEXT, "x86": X86_CONTEXT}
 
 
 def expected(place: str) -> dict[str, Any]:
@@ -36,18 +42,40 @@ def expected(place: str) -> dict[str, Any]:
     return loaded
 
 
-@pytest.mark.parametrize("place", PLACES)
-def test_committed_capture_replays_to_the_programs_frames(place: str) -> None:
-    exp = expected(place)
-    result = replay_capture(DATA / f"fixture-{place}.phcap", allow_disk=False)
+COMMITTED = [(fixture.arch, place) for fixture in FIXTURES.values() for place in fixture.committed]
+
+
+@pytest.mark.parametrize(("arch", "place"), COMMITTED)
+def test_committed_capture_replays_to_the_programs_frames(arch: str, place: str) -> None:
+    fixture = FIXTURES[arch]  # type: ignore[index]
+    exp = fixture.committed_record(place)
+    result = replay_capture(fixture.committed_capture(place), allow_disk=False)
     n = len(exp["frames"])
+    assert result.arch == arch
     assert [(f.ip, f.sp) for f in result.frames[:n]] == [(f["ip"], f["sp"]) for f in exp["frames"]]
-    assert [f.trust.value for f in result.frames[:n]] == expected_trust(place)
+    trust = fixture.expected_trust(place)
+    assert [f.trust.value for f in result.frames[:n]] == exp.get("trust", trust) == trust
     assert [(m["index"], m["function_id"]) for m in exp["managed"]] == [
         (f.index, f.function_id) for f in result.frames if f.function_id
     ]
-    assert result.stop.kind is StopKind.END_OF_STACK
-    assert result.recovered is True and result.known_managed == (FID_B, FID_A)
+    if fixture.program_cfi_only:  # the walk stops at main's caller in the C library
+        assert result.stop.kind is StopKind.MODULE_UNAVAILABLE and "libc" in result.stop.detail
+        assert len(result.frames) == n + 1
+    else:
+        assert result.stop.kind is StopKind.END_OF_STACK
+    known = fixture.known[place]
+    assert result.recovered is True and result.known_managed == known == tuple(exp.get("known", known))
+
+
+@pytest.mark.parametrize(("arch", "place"), COMMITTED)
+def test_model_callbacks_leaf_first_one_per_unmanaged_run_DSS_16_DSS_15(arch: str, place: str) -> None:
+    fixture = FIXTURES[arch]  # type: ignore[index]
+    result = replay_capture(fixture.committed_capture(place), allow_disk=False)
+    assert result.model.hresult.endswith("S_OK")
+    # seeded at the first known managed frame: one callback per managed frame, then one for the whole run
+    # of native frames below (c_outer .. _start)
+    assert [c.func_id for c in result.model.callbacks] == [*fixture.known[place], 0]
+    assert {c.context_size for c in result.model.callbacks} == {CONTEXTS[arch].size}
 
 
 @pytest.mark.parametrize("place", PLACES)
@@ -76,14 +104,6 @@ def test_seed_is_the_first_managed_frame_DSS_19(place: str) -> None:
     )
     model_seed = seed_for(thread)
     assert model_seed is not None and (model_seed.ip, model_seed.sp) == (result.seed.ip, result.seed.sp)
-
-
-@pytest.mark.parametrize("place", PLACES)
-def test_model_callbacks_leaf_first_one_per_unmanaged_run_DSS_16_DSS_15(place: str) -> None:
-    result = replay_capture(DATA / f"fixture-{place}.phcap", allow_disk=False)
-    assert result.model.hresult.endswith("S_OK")
-    # seeded at B: B, A, then one callback for the whole run of native frames below (c_outer .. _start)
-    assert [c.func_id for c in result.model.callbacks] == [FID_B, FID_A, 0]
 
 
 def test_replaying_one_capture_1000_times_gives_byte_identical_json() -> None:

@@ -1,40 +1,56 @@
-"""The unwinder on real x64 programs stopped with ptrace (gcc fixtures: ground truth from the program
-itself), and on small hostile captures: every walk ends with a stop reason, in bounded time."""
+"""The unwinder on real x64 and x86 programs stopped with ptrace (gcc fixtures: ground truth from the
+program itself), and on small hostile captures: every walk ends with a stop reason, in bounded time."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from emu.capture import ModuleEntry, read_capture
+from emu.replay import replay
 from emu.unwind import StopKind, Trust, unwind
-from tests.emu import fixtures
+from tests.emu.fixtures import FIXTURES, X64
 from tests.emu.synth import CODE, FID, STACK, STACK_SIZE, rewrite, write_synthetic
 
-needs_gcc = pytest.mark.skipif(not fixtures.compiler_available(), reason="gcc is not installed")
+needs_gcc = pytest.mark.skipif(not X64.compiler_available(), reason="gcc is not installed")
 
 
-@needs_gcc
-@pytest.mark.parametrize("place", fixtures.PLACES)
-def test_replayed_frames_equal_the_programs_own_frames(program: Path, tmp_path: Path, place: str) -> None:
-    stopped = fixtures.capture_at(program, place, tmp_path / f"{place}.phcap")
-    result = unwind(read_capture(tmp_path / f"{place}.phcap"), allow_disk=False)
+NATIVE_PLACES = [(fixture.arch, place) for fixture in FIXTURES.values() for place in fixture.places]
+
+
+@pytest.mark.parametrize(("arch", "place"), NATIVE_PLACES)
+def test_replayed_frames_equal_the_programs_own_frames(
+    native_program: Callable[[str], Path], tmp_path: Path, arch: str, place: str
+) -> None:
+    fixture = FIXTURES[arch]  # type: ignore[index]
+    stopped = fixture.capture_at(native_program(arch), place, tmp_path / f"{place}.phcap")
+    cap = read_capture(tmp_path / f"{place}.phcap")
+    assert cap.manifest.arch == arch
+    # the thread pointer is the TLS base: glibc's TCB there begins with a pointer to itself
+    assert stopped.tcb_self == getattr(cap.manifest.registers, fixture.thread_pointer) != 0
+    result = unwind(cap, allow_disk=False)
     got = [(f.ip, f.sp) for f in result.frames]
     n = len(stopped.truth)
     assert got[:n] == list(stopped.truth)
-    assert [f.trust.value for f in result.frames[:n]] == fixtures.expected_trust(place)
-    # past main's caller: the rest of libc's start code and _start, then CFI's undefined return address
+    assert [f.trust.value for f in result.frames[:n]] == fixture.expected_trust(place)
+    # past the program's last known frame: the rest of libc's start code and _start, then CFI's undefined
+    # return address
     assert result.stop is StopKind.END_OF_STACK, result.detail
     assert 0 < len(result.frames) - n <= 3
     for index, fid, _name in stopped.managed:
         assert result.frames[index].function_id == fid
+    assert replay(cap, allow_disk=False).recovered is True
 
 
-@needs_gcc
-def test_cfi_read_from_the_module_files_when_their_build_id_matches(program: Path, tmp_path: Path) -> None:
-    stopped = fixtures.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
+@pytest.mark.parametrize("arch", FIXTURES)
+def test_cfi_read_from_the_module_files_when_their_build_id_matches(
+    native_program: Callable[[str], Path], tmp_path: Path, arch: str
+) -> None:
+    fixture = FIXTURES[arch]  # type: ignore[index]
+    stopped = fixture.capture_at(native_program(arch), "native", tmp_path / "n.phcap", embed_cfi=False)
     cap = read_capture(tmp_path / "n.phcap")
     assert cap.manifest.cfi == ()
     result = unwind(cap, allow_disk=True)
@@ -44,7 +60,7 @@ def test_cfi_read_from_the_module_files_when_their_build_id_matches(program: Pat
 
 @needs_gcc
 def test_a_module_file_whose_build_id_differs_is_not_used(program: Path, tmp_path: Path) -> None:
-    fixtures.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
+    X64.capture_at(program, "native", tmp_path / "n.phcap", embed_cfi=False)
     cap = read_capture(tmp_path / "n.phcap")
     modules = tuple(
         m.model_copy(update={"build_id": "00" * 20}) if m.path == str(program) else m

@@ -6,7 +6,6 @@ one clear line or a stated stop."""
 from __future__ import annotations
 
 import json
-import re
 import struct
 import time
 import zlib
@@ -40,10 +39,11 @@ from emu.machine import X86_GDT_PAGE, UnicornMachine
 from emu.memory import CaptureMemory
 from emu.replay import replay, replay_capture, seed_context
 from emu.unwind import StopKind, Trust, unwind
-from tests.emu import fixtures32
+from tests.emu.fixtures import X86
+from tests.emu.synth import expect_error
 
 DATA = Path(__file__).parents[1] / "data" / "captures" / "x86"
-needs_gcc32 = pytest.mark.skipif(not fixtures32.compiler_available(), reason="gcc -m32 cannot build here")
+needs_gcc32 = pytest.mark.skipif(not X86.compiler_available(), reason="gcc -m32 cannot build here")
 
 # -- synthetic x86 captures ------------------------------------------------------------------------------
 
@@ -118,19 +118,6 @@ def raw_file(manifest: dict[str, Any], tail: bytes, old_start: int) -> bytes:
             seg["offset"] += start - old_start
         old_start = start
     return struct.pack("<8sIII", MAGIC, 1, len(body), zlib.crc32(body)) + body + tail
-
-
-def expect_error(tmp_path: Path, data: bytes, pattern: str) -> str:
-    path = tmp_path / "bad32.phcap"
-    path.write_bytes(data)
-    t0 = time.monotonic()
-    with pytest.raises(CaptureFormatError) as info:
-        read_capture(path)
-    assert time.monotonic() - t0 < 2.0
-    message = str(info.value)
-    assert message.startswith(f"{path}: ") and "\n" not in message, message
-    assert re.search(pattern, message), message
-    return message
 
 
 STUB = b"\xb8" + (CODE + 0x10).to_bytes(4, "little") + b"\xff\xe0"  # mov eax, CODE+0x10; jmp eax
@@ -366,31 +353,12 @@ def test_i386_dwarf_register_numbers() -> None:
     }  # fmt: skip
 
 
-# -- committed captures of the 32-bit program (no compiler) ----------------------------------------------
+# -- committed captures of the 32-bit program (no compiler; their frames and callbacks: test_replay.py) ----
 
-COMMITTED = fixtures32.COMMITTED
-
-
-def expected(place: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((DATA / f"fixture32-{place}.expected.json").read_text())
-    return loaded
+COMMITTED = X86.committed
 
 
-@pytest.mark.parametrize("place", COMMITTED)
-def test_committed_x86_capture_replays_to_the_programs_frames(place: str) -> None:
-    exp = expected(place)
-    result = replay_capture(DATA / f"fixture32-{place}.phcap", allow_disk=False)
-    n = len(exp["frames"])
-    assert result.arch == "x86"
-    assert [(f.ip, f.sp) for f in result.frames[:n]] == [(f["ip"], f["sp"]) for f in exp["frames"]]
-    assert [f.trust.value for f in result.frames[:n]] == exp["trust"] == fixtures32.expected_trust(place)
-    assert [(m["index"], m["function_id"]) for m in exp["managed"]] == [
-        (f.index, f.function_id) for f in result.frames if f.function_id
-    ]
-    # only the program's CFI is embedded: the walk stops at main's caller in the C library
-    assert result.stop.kind is StopKind.MODULE_UNAVAILABLE and "libc" in result.stop.detail
-    assert len(result.frames) == n + 1
-    assert result.recovered is True and list(result.known_managed or ()) == exp["known"]
+expected = X86.committed_record
 
 
 @pytest.mark.parametrize("place", COMMITTED)
@@ -414,14 +382,6 @@ def test_x86_seed_is_the_first_managed_frame_in_an_x86_context_DSS_19(place: str
     assert seed.fp is not None and values["Ebp"] == seed.fp
 
 
-@pytest.mark.parametrize("place", COMMITTED)
-def test_x86_model_callbacks_leaf_first_one_per_unmanaged_run_DSS_16_DSS_15(place: str) -> None:
-    result = replay_capture(DATA / f"fixture32-{place}.phcap", allow_disk=False)
-    assert result.model.hresult.endswith("S_OK")
-    assert [c.func_id for c in result.model.callbacks] == [*expected(place)["known"], 0]
-    assert all(c.context_size == 716 for c in result.model.callbacks)
-
-
 def test_x86_replay_is_deterministic() -> None:
     path = DATA / "fixture32-stub_ret.phcap"
     outputs = {replay_capture(path, allow_disk=False).model_dump_json() for _ in range(200)}
@@ -433,53 +393,22 @@ def test_x86_replay_is_deterministic() -> None:
 # -- live: the 32-bit program built, stopped with ptrace and captured here -------------------------------
 
 
-@pytest.fixture(scope="module")
-def program32(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fixtures32.build(tmp_path_factory.mktemp("emu-fixture32"))
-
-
 @needs_gcc32
-@pytest.mark.parametrize("place", fixtures32.PLACES)
-def test_x86_replayed_frames_equal_the_programs_own_frames(
-    program32: Path, tmp_path: Path, place: str
-) -> None:
-    stopped = fixtures32.capture_at(program32, place, tmp_path / f"{place}.phcap")
-    cap = read_capture(tmp_path / f"{place}.phcap")
+def test_x86_tracee_registers_are_the_32_bit_ones(program32: Path, tmp_path: Path) -> None:
+    """PTRACE_GETREGS (64-bit layout) on a 32-bit tracee: the 32-bit code selector, and gs_base is the TLS
+    base (the frames of every place: tests/emu/test_unwind.py)."""
+    X86.capture_at(program32, "native", tmp_path / "n.phcap")
+    cap = read_capture(tmp_path / "n.phcap")
     assert cap.manifest.arch is CaptureArch.X86
     regs = cap.manifest.registers
-    # PTRACE_GETREGS (64-bit layout) on a 32-bit tracee: the 32-bit code selector, and gs_base is the TLS
-    # base (glibc's i386 TCB there begins with a pointer to itself)
     assert isinstance(regs, X86Registers) and regs.cs == 0x23 and regs.gs_base != 0
-    assert stopped.tcb_self == regs.gs_base
-    result = unwind(cap, allow_disk=False)
-    n = len(stopped.truth)
-    assert [(f.ip, f.sp) for f in result.frames][:n] == list(stopped.truth)
-    assert [f.trust.value for f in result.frames[:n]] == fixtures32.expected_trust(place)
-    # past main: the C library's start code and _start, then CFI's undefined return address
-    assert result.stop is StopKind.END_OF_STACK, result.detail
-    assert 0 < len(result.frames) - n <= 3
-    for index, fid, _name in stopped.managed:
-        assert result.frames[index].function_id == fid
-    assert replay(cap, allow_disk=False).recovered is True
-
-
-@needs_gcc32
-def test_x86_cfi_read_from_the_module_files_when_their_build_id_matches(
-    program32: Path, tmp_path: Path
-) -> None:
-    stopped = fixtures32.capture_at(program32, "native", tmp_path / "n.phcap", embed_cfi=False)
-    cap = read_capture(tmp_path / "n.phcap")
-    assert cap.manifest.cfi == ()
-    result = unwind(cap, allow_disk=True)
-    assert [(f.ip, f.sp) for f in result.frames[: len(stopped.truth)]] == list(stopped.truth)
-    assert unwind(cap, allow_disk=False).stop is StopKind.MODULE_UNAVAILABLE
 
 
 @needs_gcc32
 def test_regenerated_x86_captures_agree_with_the_committed_ones(tmp_path: Path) -> None:
     """Rebuild the committed captures here (new addresses: ASLR) and compare what does not depend on
     where things were mapped: the frames' count, how each is found, which are managed, the known frames."""
-    fresh = fixtures32.regenerate(tmp_path, COMMITTED)
+    fresh = X86.regenerate(tmp_path, COMMITTED)
     for stopped in fresh:
         place = stopped.place
         new = json.loads((tmp_path / f"fixture32-{place}.expected.json").read_text())

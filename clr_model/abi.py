@@ -1,0 +1,367 @@
+"""The FunctionEnter2 hook ABI of each architecture as data, and one machine state for every architecture.
+
+Like pyelftools' ``DWARFStructs(address_size=...)``, what differs between the architectures is a field of
+a table, not a branch or a parallel class:
+
+* :class:`Isa` (``ISA["x86"]``, ``ISA["x64"]``): the register file: word size, the general registers (in
+  the order the hook checker draws them), the instruction and stack pointers, the flags register and how
+  many SSE registers there are. The x87 stack (8 registers of 80 bits, control/status/tag words) and MXCSR
+  are the same on both.
+* :class:`HookAbi` (``ABI["x86"]``, ``ABI["x64"]``): how a FunctionEnter2-style hook is called and what it
+  must give back: where its four parameters are, how many parameter bytes its return pops, the registers
+  (or bits of them) that must come back and the clause each reports, the stack alignment at calls, and the
+  clauses the model checks on that architecture. ``ABI["x86"]`` is the page's own reading (a naked
+  __stdcall function, FE2-06..09); ``ABI["x64"]`` is the System V reading (FE2-13 model choice, see
+  :mod:`clr_model.function_enter`).
+* :class:`MachineState`: the registers at one instant, named by ``ISA[arch]`` (``state["ebx"]``,
+  ``state.sp``), with the x87/SSE state and an optional view of the stack.
+
+The predicates over states (FE2-06..09) are :func:`clr_model.function_enter.check_hook_entry`,
+:func:`~clr_model.function_enter.hook_register_changes` and :func:`~clr_model.function_enter.check_hook_abi`:
+one function each, reading the table of the state's architecture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from clr_model.errors import InvalidInput
+
+__all__ = [
+    "ABI",
+    "ARCHES",
+    "EFLAGS_DF",
+    "EFLAGS_PRESERVED",
+    "HOOK_PARAMETERS",
+    "ISA",
+    "MXCSR_CONTROL",
+    "X87_ALL_EMPTY",
+    "Arch",
+    "ArgumentSlot",
+    "HookAbi",
+    "InRegister",
+    "Isa",
+    "Kept",
+    "MachineState",
+    "OnStack",
+    "RegisterReader",
+    "hook_abi",
+]
+
+Arch = Literal["x86", "x64"]
+ARCHES: tuple[Arch, ...] = ("x86", "x64")
+
+#: EFLAGS bits a hook must give back: CF PF AF ZF SF OF (status) and DF. System bits (TF, IF, RF, ...)
+#: are not the hook's to change either, but an emulator or debugger may touch them, so they are left out.
+EFLAGS_PRESERVED = 0x0CD5
+#: the direction flag (System V: clear on entry and on return)
+EFLAGS_DF = 0x0400
+#: MXCSR bits a System V callee preserves (control: DAZ, masks, RC, FZ); bits 0-5 are status flags
+MXCSR_CONTROL = 0xFFC0
+#: an x87 tag word with every register empty (System V: the x87 stack is empty at calls and returns)
+X87_ALL_EMPTY = 0xFFFF
+#: FunctionEnter2's parameters, in order (FunctionID, UINT_PTR, COR_PRF_FRAME_INFO, pointer)
+HOOK_PARAMETERS = ("funcId", "clientData", "func", "argumentInfo")
+
+#: the x87/SSE state's names beside the general registers: the words, then st0-st7 and xmm0-xmmN
+_FPU_WORDS = ("fpu_control", "fpu_status", "fpu_tag", "mxcsr")
+X87_REGISTERS = 8
+
+
+@dataclass(frozen=True)
+class Isa:
+    """The register file of one architecture, by the names states and CPUs use."""
+
+    arch: Arch
+    bits: int
+    #: the general registers, the stack pointer among them, in the order the hook checker draws them
+    general: tuple[str, ...]
+    ip: str
+    sp: str
+    flags: str
+    #: how many SSE registers (XMM0-7 on x86, XMM0-15 on x64)
+    xmm: int
+    #: what a stack slot is called in messages
+    word_name: str
+    #: the general registers an ordinary function preserves for its caller (System V AMD64 and i386 psABI)
+    callee_saved: tuple[str, ...]
+
+    @property
+    def word(self) -> int:
+        return self.bits // 8
+
+    @property
+    def mask(self) -> int:
+        return (1 << self.bits) - 1
+
+    @property
+    def registers(self) -> tuple[str, ...]:
+        """Every integer register a :class:`MachineState` holds: the general ones, IP and flags."""
+        return (*self.general, self.ip, self.flags)
+
+
+ISA: Mapping[Arch, Isa] = {
+    "x86": Isa(arch="x86", bits=32, general=("eax", "ebx", "ecx", "edx", "esi", "edi", "ebp", "esp"),
+               ip="eip", sp="esp", flags="eflags", xmm=8, word_name="dword",
+               callee_saved=("ebx", "esi", "edi", "ebp")),
+    "x64": Isa(arch="x64", bits=64, general=("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
+                                             *(f"r{i}" for i in range(8, 16))),
+               ip="rip", sp="rsp", flags="rflags", xmm=16, word_name="qword",
+               callee_saved=("rbx", "rbp", "r12", "r13", "r14", "r15")),
+}
+
+
+@dataclass(frozen=True)
+class OnStack:
+    """A parameter in the stack slot ``offset`` bytes above SP at the hook's first instruction."""
+
+    offset: int
+
+
+@dataclass(frozen=True)
+class InRegister:
+    """A parameter in a register at the hook's first instruction."""
+
+    register: str
+
+
+ArgumentSlot = OnStack | InRegister
+
+
+class RegisterReader(Protocol):
+    """Anything that gives a register's value by its :class:`Isa` name (a state, a CPU)."""
+
+    def __getitem__(self, name: str, /) -> int: ...
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A register, or bits of one, that a hook must give back, and the clause that says so.
+
+    ``fixed`` None: its value after the return is its value at entry. Otherwise the ABI fixes it at entry
+    and on return (System V: DF clear, the x87 stack empty); ``at_entry`` is the message when an entry
+    state breaks that (``{value}``: the value read)."""
+
+    clause: str
+    #: the register as messages and findings name it ("EBX", "x87 control word", "MXCSR control", "DF")
+    name: str
+    #: the register as :class:`Isa` and :class:`MachineState` name it ("ebx", "fpu_control", "st3")
+    register: str
+    mask: int | None = None
+    #: the masked bits read as one flag (0 or 1)
+    flag: bool = False
+    fixed: int | None = None
+    at_entry: str = ""
+
+    def read(self, registers: RegisterReader) -> int:
+        """The value this rule compares, read from a state or a CPU."""
+        value = registers[self.register]
+        if self.mask is not None:
+            value &= self.mask
+        return int(value != 0) if self.flag else value
+
+
+@dataclass(frozen=True)
+class HookAbi:
+    """How a FunctionEnter2-style hook is called on one architecture and what it must give back."""
+
+    isa: Isa
+    #: where the rules come from
+    reading: str
+    #: whether FunctionEnter2.md states these rules (FE2-13: only the x86 ones)
+    stated: bool
+    #: where funcId, clientData, func and argumentInfo are at the hook's first instruction
+    arguments: tuple[ArgumentSlot, ArgumentSlot, ArgumentSlot, ArgumentSlot]
+    #: parameter bytes the hook's return pops (__stdcall: the callee cleans the stack)
+    popped: int
+    #: what must come back, in the order changes are reported
+    kept: tuple[Kept, ...]
+    #: SP + one word is a multiple of this at the hook's entry and at every call it makes (None: no rule)
+    stack_alignment: int | None
+    #: the ABI clauses the hook checker judges on this architecture
+    clauses: tuple[str, ...]
+
+    @property
+    def arch(self) -> Arch:
+        return self.isa.arch
+
+    @property
+    def return_delta(self) -> int:
+        """How far SP rises from the hook's first instruction to the caller's next: the return address
+        and the popped parameters."""
+        return self.isa.word + self.popped
+
+    def fixed(self, register: str, mask: int | None = None) -> int | None:
+        """The value the ABI fixes ``register`` (masked by ``mask``) to at entry and return, if it does."""
+        for k in self.kept:
+            if k.register == register and k.mask == mask and k.fixed is not None:
+                return k.fixed
+        return None
+
+
+def _unchanged(clause: str, *registers: str) -> tuple[Kept, ...]:
+    return tuple(Kept(clause, r.upper(), r) for r in registers)
+
+
+def _x87_and_sse(clause: str, xmm: int) -> tuple[Kept, ...]:
+    """The whole x87 and SSE state unchanged: R0-R7, the three x87 words, MXCSR, XMM0-XMM{xmm - 1}."""
+    return (
+        *(Kept(clause, f"x87 R{i}", f"st{i}") for i in range(X87_REGISTERS)),
+        Kept(clause, "x87 control word", "fpu_control"),
+        Kept(clause, "x87 status word", "fpu_status"),
+        Kept(clause, "x87 tag word", "fpu_tag"),
+        Kept(clause, "MXCSR", "mxcsr"),
+        *(Kept(clause, f"XMM{i}", f"xmm{i}") for i in range(xmm)),
+    )
+
+
+ABI: Mapping[Arch, HookAbi] = {
+    # FunctionEnter2.md: naked __stdcall; the parameters pushed right to left above the return address and
+    # popped by the hook (ret 16); FE2-07 for the registers __stdcall would let a callee clobber, FE2-08
+    # for every other one (the x87 and SSE state included)
+    "x86": HookAbi(
+        isa=ISA["x86"],
+        reading="FunctionEnter2.md: naked __stdcall",
+        stated=True,
+        arguments=(OnStack(4), OnStack(8), OnStack(12), OnStack(16)),
+        popped=16,
+        kept=(
+            *_unchanged("FE2-07", "eax", "ecx", "edx"),
+            Kept("FE2-07", "EFLAGS (status/DF)", "eflags", mask=EFLAGS_PRESERVED),
+            *_unchanged("FE2-08", "ebx", "esi", "edi", "ebp"),
+            *_x87_and_sse("FE2-08", ISA["x86"].xmm),
+        ),
+        stack_alignment=None,
+        clauses=("FE2-06", "FE2-07", "FE2-08", "FE2-09"),
+    ),
+    # System V AMD64 (FE2-13 model choice): an ordinary function called from the runtime's register-saving
+    # helper; FE2-08 is the callee-saved set, the x87 control word, the MXCSR control bits, DF clear and the
+    # x87 stack empty; FE2-07 does not apply
+    "x64": HookAbi(
+        isa=ISA["x64"],
+        reading="System V AMD64 (FE2-13 model choice)",
+        stated=False,
+        arguments=(InRegister("rdi"), InRegister("rsi"), InRegister("rdx"), InRegister("rcx")),
+        popped=0,
+        kept=(
+            *_unchanged("FE2-08", *ISA["x64"].callee_saved),
+            Kept("FE2-08", "x87 control word", "fpu_control"),
+            Kept("FE2-08", "MXCSR control", "mxcsr", mask=MXCSR_CONTROL),
+            Kept("FE2-08", "DF", "rflags", mask=EFLAGS_DF, flag=True, fixed=0, at_entry="DF set at entry"),
+            Kept("FE2-08", "x87 tag word", "fpu_tag", fixed=X87_ALL_EMPTY,
+                 at_entry="x87 stack not empty at entry (tag {value:#x})"),
+        ),
+        stack_alignment=16,
+        clauses=("FE2-06", "FE2-08", "FE2-09"),
+    ),
+}
+
+
+def hook_abi(arch: str) -> HookAbi:
+    """``ABI[arch]``, or :class:`InvalidInput` for an architecture without a table."""
+    for known in ARCHES:
+        if arch == known:
+            return ABI[known]
+    raise InvalidInput(f"no hook ABI table for {arch!r}: expected one of {', '.join(ARCHES)}")
+
+
+class MachineState(BaseModel):
+    """Register state at one instant, every integer unsigned, the registers named by ``ISA[arch]``.
+
+    ``registers``: every name of :attr:`Isa.registers`, given as a mapping or by name
+    (``MachineState(arch="x86", eip=..., esp=..., ...)``). ``st``: x87 R0-R7 (80 bits each), ``xmm``: the
+    architecture's SSE registers (zeros when not given). ``stack``: words by address, optional."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    arch: Arch
+    registers: dict[str, int]
+    st: tuple[int, ...] = (0,) * X87_REGISTERS
+    fpu_control: int = Field(default=0x037F, ge=0, le=0xFFFF)
+    fpu_status: int = Field(default=0, ge=0, le=0xFFFF)
+    fpu_tag: int = Field(default=X87_ALL_EMPTY, ge=0, le=0xFFFF)
+    mxcsr: int = Field(default=0x1F80, ge=0, le=2**32 - 1)
+    xmm: tuple[int, ...] = ()
+    stack: dict[int, int] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registers_by_name(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or data.get("arch") not in ISA:
+            return data
+        isa = ISA[data["arch"]]
+        out = {k: v for k, v in data.items() if k not in isa.registers}
+        named = {k: data[k] for k in isa.registers if k in data}
+        if named:
+            out["registers"] = {**dict(data.get("registers") or {}), **named}
+        out.setdefault("xmm", (0,) * isa.xmm)
+        return out
+
+    @model_validator(mode="after")
+    def _widths(self) -> MachineState:
+        isa = self.isa
+        missing = [r for r in isa.registers if r not in self.registers]
+        unknown = sorted(set(self.registers) - set(isa.registers))
+        if missing or unknown:
+            raise ValueError(f"{self.arch} registers: missing {missing}, unknown {unknown}")
+        for name, value in self.registers.items():
+            if not 0 <= value <= isa.mask:
+                raise ValueError(f"{name}={value:#x} is not a {isa.bits}-bit value")
+        if len(self.st) != X87_REGISTERS:
+            raise ValueError(f"{len(self.st)} x87 registers, expected {X87_REGISTERS}")
+        for i, r in enumerate(self.st):
+            if not 0 <= r < 2**80:
+                raise ValueError(f"st[{i}]={r:#x} is not an 80-bit value")
+        if len(self.xmm) != isa.xmm:
+            raise ValueError(f"{len(self.xmm)} XMM registers, {self.arch} has {isa.xmm}")
+        for i, r in enumerate(self.xmm):
+            if not 0 <= r < 2**128:
+                raise ValueError(f"xmm{i}={r:#x} is not a 128-bit value")
+        for addr, word in self.stack.items():
+            if not (0 <= addr <= isa.mask and 0 <= word <= isa.mask):
+                raise ValueError(f"stack[{addr:#x}]={word:#x} is not a {isa.word_name} at a {isa.bits}-bit "
+                                 "address")
+        return self
+
+    @property
+    def isa(self) -> Isa:
+        return ISA[self.arch]
+
+    @property
+    def ip(self) -> int:
+        return self.registers[self.isa.ip]
+
+    @property
+    def sp(self) -> int:
+        return self.registers[self.isa.sp]
+
+    @property
+    def flags(self) -> int:
+        return self.registers[self.isa.flags]
+
+    def __getitem__(self, name: str) -> int:
+        """A register by name: a general register, IP, flags, ``fpu_control``, ``fpu_status``,
+        ``fpu_tag``, ``mxcsr``, ``st0``-``st7`` or ``xmm0``-``xmmN``."""
+        if name in self.registers:
+            return self.registers[name]
+        if name in _FPU_WORDS:
+            return int(getattr(self, name))
+        for prefix, values in (("st", self.st), ("xmm", self.xmm)):
+            index = name.removeprefix(prefix)
+            if index != name and index.isdigit() and int(index) < len(values):
+                return values[int(index)]
+        raise KeyError(name)
+
+    def replace(self, **changes: Any) -> MachineState:
+        """A validated copy with ``changes``: registers by name, or fields (``stack``, ``st``, ...)."""
+        data = self.model_dump()
+        for name, value in changes.items():
+            if name in self.isa.registers:
+                data["registers"][name] = value
+            else:
+                data[name] = value
+        return MachineState.model_validate(data)

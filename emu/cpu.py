@@ -1,0 +1,170 @@
+"""One unicorn CPU wrapper for every emulator in emu: the capture replay's machine (:mod:`emu.machine`) and
+the hook checker (:mod:`emu.hookcheck.check`).
+
+:class:`Cpu` takes an architecture and reads the rest from its table (:data:`clr_model.abi.ISA`): the unicorn
+mode from the word size, the instruction and stack pointers, the highest address. Registers are read and
+written by name (``cpu["rsp"]``, ``cpu["efl"]``, ``cpu["st3"]``, ``cpu["fpu_tag"]``): the names of the ABI
+table and of :class:`clr_model.abi.MachineState`, the capture's (``efl``) and unicorn's own in lower case
+(:func:`register_id`); x87 registers are 80-bit integers both ways. :meth:`save` keeps the CPU context once
+it is set up and :meth:`restore` starts every run from it, so runs are independent while translated code
+stays cached.
+
+Hooks are added with :meth:`hook` in unicorn's ``uccallback`` style: an exception inside a hook is stored,
+emulation is stopped, and :meth:`start` raises it after ``emu_start`` returns, before any error of
+``emu_start`` itself (:data:`UcError`): never swallowed, never mistaken for a CPU fault. Callbacks get
+unicorn's arguments without the ``Uc`` and the user data (a code hook ``(address, size)``, a memory hook
+``(access, address, size, value)``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+import unicorn as _unicorn
+from unicorn import UC_ARCH_X86, UC_MODE_32, UC_MODE_64
+from unicorn import x86_const as _x86
+
+from clr_model.abi import ISA, X87_REGISTERS, Arch
+
+__all__ = ["Cpu", "UcError", "register_id"]
+
+_UNICORN: Any = _unicorn
+#: unicorn's error type (raised by emu_start, mem_map, mem_read, ...)
+UcError: type[Exception] = _UNICORN.UcError
+
+_MODES = {32: UC_MODE_32, 64: UC_MODE_64}
+#: names that are not unicorn's own ``UC_X86_REG_<NAME>``: the capture's ``efl`` and the state's
+#: ``eflags``/``rflags`` (EFLAGS in both modes), the x87 words, and the x87 stack ``st0``-``st7``
+_ALIASES = {
+    "efl": "EFLAGS", "rflags": "EFLAGS", "fpu_control": "FPCW", "fpu_status": "FPSW", "fpu_tag": "FPTAG",
+    **{f"st{i}": f"FP{i}" for i in range(X87_REGISTERS)},
+}  # fmt: skip
+_X87 = frozenset(f"st{i}" for i in range(X87_REGISTERS))
+
+
+@functools.cache
+def register_id(name: str) -> int:
+    """unicorn's id of the register called ``name``; KeyError for a name unicorn does not know."""
+    reg = getattr(_x86, f"UC_X86_REG_{_ALIASES.get(name, name.upper())}", None)
+    if not isinstance(reg, int):
+        raise KeyError(name)
+    return reg
+
+
+class _Uc(Protocol):
+    """The part of unicorn's ``Uc`` the wrapper uses."""
+
+    def emu_start(self, begin: int, until: int) -> None: ...
+    def emu_stop(self) -> None: ...
+    def mem_map(self, address: int, size: int, perms: int) -> None: ...
+    def mem_write(self, address: int, data: bytes) -> None: ...
+    def mem_read(self, address: int, size: int) -> bytearray: ...
+    def reg_write(self, reg: int, value: object) -> None: ...
+    def reg_read(self, reg: int) -> Any: ...
+    def hook_add(self, htype: int, callback: Callable[..., Any]) -> int: ...
+    def hook_del(self, handle: int) -> None: ...
+    def ctl_flush_tb(self) -> None: ...
+    def context_save(self) -> object: ...
+    def context_restore(self, context: object) -> None: ...
+
+
+class Cpu:
+    """One unicorn CPU of ``arch`` (not thread-safe)."""
+
+    def __init__(self, arch: Arch) -> None:
+        self.arch: Arch = arch
+        self.isa = ISA[arch]
+        self.uc = cast(_Uc, _UNICORN.Uc(UC_ARCH_X86, _MODES[self.isa.bits]))
+        #: the first exception a hook raised in the current :meth:`start`
+        self.error: BaseException | None = None
+        self._saved: object = None
+
+    # -- registers ---------------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> int:
+        value = self.uc.reg_read(register_id(name))
+        if name in _X87:
+            mantissa, exponent = value
+            return (int(exponent) << 64) | int(mantissa)
+        return int(value)
+
+    def __setitem__(self, name: str, value: int | tuple[int, ...]) -> None:
+        if name in _X87 and isinstance(value, int):
+            value = (value & (2**64 - 1), value >> 64)
+        self.uc.reg_write(register_id(name), value)
+
+    @property
+    def ip(self) -> int:
+        return self[self.isa.ip]
+
+    @property
+    def sp(self) -> int:
+        return self[self.isa.sp]
+
+    @property
+    def end(self) -> int:
+        """The highest address: the ``until`` of a run that only a hook stops."""
+        return self.isa.mask
+
+    # -- memory ------------------------------------------------------------------------------------
+    def mem_map(self, address: int, size: int, perms: int) -> None:
+        self.uc.mem_map(address, size, perms)
+
+    def mem_write(self, address: int, data: bytes) -> None:
+        self.uc.mem_write(address, data)
+
+    def mem_read(self, address: int, size: int) -> bytes:
+        return bytes(self.uc.mem_read(address, size))
+
+    # -- hooks and runs ----------------------------------------------------------------------------
+    def hook(self, kind: int, callback: Callable[..., Any]) -> int:
+        """Add a unicorn hook of ``kind`` (``UC_HOOK_*``); what ``callback`` raises is stored, stops the
+        emulation and is raised by :meth:`start`. A memory hook that raises answers False (not handled)."""
+
+        def guarded(_uc: object, *args: Any) -> Any:
+            try:
+                return callback(*args[:-1])
+            except BaseException as exc:
+                self.fail(exc)
+                return False
+
+        return self.uc.hook_add(kind, guarded)
+
+    def unhook(self, handle: int) -> None:
+        self.uc.hook_del(handle)
+
+    def flush(self) -> None:
+        """Drop the translated code (code translated without a code hook would not call one added later)."""
+        self.uc.ctl_flush_tb()
+
+    def fail(self, exc: BaseException) -> None:
+        """Keep ``exc`` (the first one of a run) and stop the emulation."""
+        if self.error is None:
+            self.error = exc
+        self.uc.emu_stop()
+
+    def stop(self) -> None:
+        self.uc.emu_stop()
+
+    def start(self, begin: int, until: int) -> None:
+        """Run from ``begin`` until ``until``, a stop or a fault; a hook's exception is raised first, then
+        unicorn's :data:`UcError`."""
+        self.error = None
+        fault: Exception | None = None
+        try:
+            self.uc.emu_start(begin, until)
+        except UcError as exc:
+            fault = exc
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+        if fault is not None:
+            raise fault
+
+    def save(self) -> None:
+        """Keep the CPU context as it is now: every :meth:`restore` returns to it."""
+        self._saved = self.uc.context_save()
+
+    def restore(self) -> None:
+        self.uc.context_restore(self._saved)
