@@ -18,16 +18,16 @@ At ``gc_finished``: an object inside a moved block is at ``new + (old_id - old)`
 a surviving block stays; an object in no block stays if its generation was not collected, and is dropped
 otherwise (it died). An object whose bytes a moved block's new range now covers is dropped too (that memory
 is another object's now, .NET 8 regions compact into addresses other objects left in the same GC). Dropping
-is the safe side: an ObjectID the heap does not know is never a finding (:attr:`Verdict.UNKNOWN`).
+is the safe side: an ObjectID the heap does not know is never a finding (:attr:`HeapVerdict.UNKNOWN`).
 
 :meth:`ShadowHeap.classify` answers for one ObjectID (issue 19: "is this ID an object after the GC?"):
 
-* :attr:`Verdict.OBJECT`: the start of a known live object;
-* :attr:`Verdict.STALE`: the pre-GC start of an object a GC moved away, where no object starts now: an ID
+* :attr:`HeapVerdict.OBJECT`: the start of a known live object;
+* :attr:`HeapVerdict.STALE`: the pre-GC start of an object a GC moved away, where no object starts now: an ID
   the profiler did not remap (MR2-17);
-* :attr:`Verdict.INTERIOR`: strictly inside a known live object (its start and the offset are named): a
+* :attr:`HeapVerdict.INTERIOR`: strictly inside a known live object (its start and the offset are named): a
   wrong remapping (MR2-08);
-* :attr:`Verdict.UNKNOWN`: none of these (an object the runtime never reported, e.g. a frozen string
+* :attr:`HeapVerdict.UNKNOWN`: none of these (an object the runtime never reported, e.g. a frozen string
   literal): not judged.
 """
 
@@ -38,10 +38,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Classification", "ShadowHeap", "Verdict"]
+__all__ = ["Classification", "HeapVerdict", "ShadowHeap"]
 
 
-class Verdict(StrEnum):
+class HeapVerdict(StrEnum):
     OBJECT = "object"
     STALE = "stale"
     INTERIOR = "interior"
@@ -53,7 +53,7 @@ class Classification:
     """The verdict on one ObjectID, with the object it concerns: for STALE the object's address now
     (``object_start``) and for INTERIOR the start of the object the ID lies in and the offset into it."""
 
-    verdict: Verdict
+    verdict: HeapVerdict
     object_start: int | None = None
     offset: int | None = None
 
@@ -82,15 +82,15 @@ class ShadowHeap:
 
     def classify(self, oid: int) -> Classification:
         if oid in self._size:
-            return Classification(Verdict.OBJECT, oid)
+            return Classification(HeapVerdict.OBJECT, oid)
         if oid in self._left:
-            return Classification(Verdict.STALE, self._left[oid])
+            return Classification(HeapVerdict.STALE, self._left[oid])
         k = bisect.bisect_right(self._starts, oid) - 1
         if k >= 0:
             start = self._starts[k]
             if oid < start + self._size[start]:
-                return Classification(Verdict.INTERIOR, start, oid - start)
-        return Classification(Verdict.UNKNOWN)
+                return Classification(HeapVerdict.INTERIOR, start, oid - start)
+        return Classification(HeapVerdict.UNKNOWN)
 
     # -- the runtime's reports -----------------------------------------------------------------------------
     def allocate(self, oid: int, size: int) -> None:

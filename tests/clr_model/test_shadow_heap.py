@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clr_model.shadow_heap import ShadowHeap, Verdict
+from clr_model.shadow_heap import HeapVerdict, ShadowHeap
 
 BASE = 0x7F00_0000_0000
 
@@ -91,13 +91,13 @@ def test_MR2_08_every_survivor_starts_at_its_remapped_address(layout: Layout) ->
     now = set(layout.after.values())
     left = {old for old, new in layout.after.items() if old != new and old not in now}
     for old, new in layout.after.items():
-        assert heap.classify(new).verdict is Verdict.OBJECT
+        assert heap.classify(new).verdict is HeapVerdict.OBJECT
         for k in (1, 8, sizes[old] - 1):
             c = heap.classify(new + k)
             if new + k in left:
-                assert c.verdict is Verdict.STALE
+                assert c.verdict is HeapVerdict.STALE
             else:
-                assert (c.verdict, c.object_start, c.offset) == (Verdict.INTERIOR, new, k)
+                assert (c.verdict, c.object_start, c.offset) == (HeapVerdict.INTERIOR, new, k)
 
 
 @settings(max_examples=300, deadline=None)
@@ -110,9 +110,9 @@ def test_MR2_17_a_pre_gc_id_is_stale_only_where_no_object_starts_now(layout: Lay
     for old, new in layout.after.items():
         c = heap.classify(old)
         if old in now:
-            assert c.verdict is Verdict.OBJECT
+            assert c.verdict is HeapVerdict.OBJECT
         elif old != new:
-            assert (c.verdict, c.object_start) == (Verdict.STALE, new)
+            assert (c.verdict, c.object_start) == (HeapVerdict.STALE, new)
 
 
 @settings(max_examples=200, deadline=None)
@@ -135,7 +135,7 @@ def test_objects_of_generations_not_collected_stay_and_dead_ones_go() -> None:
     heap.moved([(BASE + 0x1000, BASE + 0x1000, 32)])
     heap.gc_finished()
     assert heap.objects() == {BASE: 32, BASE + 0x1000: 32}
-    assert heap.classify(BASE + 0x1020).verdict is Verdict.UNKNOWN
+    assert heap.classify(BASE + 0x1020).verdict is HeapVerdict.UNKNOWN
 
 
 def test_surviving_blocks_keep_their_objects_in_a_sweeping_gc() -> None:
@@ -158,9 +158,9 @@ def test_a_stale_id_follows_its_object_through_later_gcs_until_an_object_starts_
     heap.moved([(BASE + 0x200, BASE + 0x300, 24)])
     heap.gc_finished()
     c = heap.classify(BASE + 0x100)
-    assert (c.verdict, c.object_start) == (Verdict.STALE, BASE + 0x300)
+    assert (c.verdict, c.object_start) == (HeapVerdict.STALE, BASE + 0x300)
     heap.allocate(BASE + 0x100, 16)
-    assert heap.classify(BASE + 0x100).verdict is Verdict.OBJECT
+    assert heap.classify(BASE + 0x100).verdict is HeapVerdict.OBJECT
 
 
 def test_an_allocation_over_dead_objects_drops_them() -> None:
