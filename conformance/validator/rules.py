@@ -14,23 +14,19 @@ Model checkers reused: :func:`clr_model.moved_refs.check_gc_events` (MR2-09, MR2
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from types import ModuleType
 
 from pydantic import BaseModel, ConfigDict
 
-from clr_model import async_safety
+from clr_model import api, async_safety
 from clr_model.errors import InvalidInput
 from clr_model.events import InfoCall, ProfilerCallback, begins, int_arg
 from clr_model.hresults import hresult_failed
 from clr_model.moved_refs import check_gc_events
-from conformance.core.errors import HarnessError
 from conformance.core.hangs import ThreadReport
-from conformance.core.paths import NATIVE_DIR
 from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.trace import CallbackRecord, CallRecord, MarkRecord, ProbeErrorRecord
 from conformance.validator.hooks import HookChecks, registered_hooks
@@ -207,28 +203,13 @@ class BufferParams:
     count: str
 
 
-def _load_interfaces() -> ModuleType:
-    path = NATIVE_DIR / "tools" / "gen_interfaces.py"
-    spec = importlib.util.spec_from_file_location("_validator_gen_interfaces", path)
-    if spec is None or spec.loader is None:
-        raise HarnessError(f"{path}: the interface table's reader is missing")
-    module = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @cache
 def buffer_methods() -> dict[str, BufferParams]:
-    """Every ICorProfilerInfo method with a (cX, pcX, X) buffer, read from tools/interfaces.txt: a by-value
-    count ``c…``/``cch…``, its ``pc…`` out-count, and the pointer next to them that is the buffer."""
-    gen = _load_interfaces()
-    ifaces = gen.parse((NATIVE_DIR / "tools" / "interfaces.txt").read_text(), "interfaces.txt")
+    """Every ICorProfilerInfo method with a (cX, pcX, X) buffer, read from the API table (clr_model.api): a
+    by-value count ``c…``/``cch…``, its ``pc…`` out-count, and the pointer next to them that is the buffer."""
     found: dict[str, BufferParams] = {}
-    for iface in ifaces:
-        if not re.fullmatch(r"ICorProfilerInfo\d*", iface.name):
+    for iface in api.interfaces():
+        if iface.family != api.INFO:
             continue
         for method in iface.methods:
             names = [p.name for p in method.params]

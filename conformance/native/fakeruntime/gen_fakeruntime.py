@@ -139,7 +139,7 @@ def _deliverable(params: list) -> bool:  # type: ignore[type-arg]
 def render() -> str:
     gen = _load(NATIVE / "tools" / "gen_interfaces.py", "_gen_interfaces_for_fake")
     proxy = _load(NATIVE / "proxy" / "gen_proxy.py", "_gen_proxy_for_fake")
-    ifaces = gen.parse((NATIVE / "tools" / "interfaces.txt").read_text(), "interfaces.txt")
+    ifaces = gen.parse(gen.TABLE.read_text(), "interfaces.txt")
     callbacks = [i for i in ifaces if re.fullmatch(r"ICorProfilerCallback\d*", i.name)]
     infos = [i for i in ifaces if re.fullmatch(r"ICorProfilerInfo\d*", i.name)]
     metadata = next(i for i in ifaces if i.name == "IMetaDataImport")

@@ -164,7 +164,7 @@ def _recordable(ptype: str) -> bool:
 
 def render() -> str:
     gen = _load_interfaces()
-    ifaces = gen.parse((TOOLS / "interfaces.txt").read_text(), str(TOOLS / "interfaces.txt"))
+    ifaces = gen.parse(gen.TABLE.read_text(), str(gen.TABLE))
     callbacks = [i for i in ifaces if re.fullmatch(r"ICorProfilerCallback\d*", i.name)]
     infos = [i for i in ifaces if re.fullmatch(r"ICorProfilerInfo\d*", i.name)]
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent
 NATIVE = TOOLS.parent
+#: the table (clr_model/api/interfaces.txt)
+TABLE = NATIVE.parents[1] / "clr_model" / "api" / "interfaces.txt"
 
 
 @dataclass
@@ -185,7 +187,7 @@ def render_slots_tsv(ifaces: list[Interface]) -> str:
 
 
 def outputs() -> dict[Path, str]:
-    source = TOOLS / "interfaces.txt"
+    source = TABLE
     ifaces = parse(source.read_text(), str(source))
     return {
         NATIVE / "include" / "profharness" / "interfaces.h": render_header(ifaces),

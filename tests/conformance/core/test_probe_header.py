@@ -118,7 +118,7 @@ def test_slot_table_is_contiguous_per_interface_chain() -> None:
 def test_slot_table_rejects_a_missing_method() -> None:
     """The anchors catch a dropped method: removing one Info method shifts DoStackSnapshot."""
     gen = load_generator()
-    text = (TOOLS / "interfaces.txt").read_text().replace(
+    text = gen.TABLE.read_text().replace(
         "HRESULT GetObjectSize(ObjectID objectId, ULONG* pcSize)\n", "")
     ifaces = gen.parse(text, "mutated")
     rows = [r.split("\t") for r in gen.render_slots_tsv(ifaces).splitlines()[1:]]
