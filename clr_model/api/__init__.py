@@ -37,6 +37,7 @@ __all__ = [
     "interfaces",
     "method",
     "parse",
+    "table_text",
 ]
 
 #: the interface families whose methods are the profiling API: the runtime calls ICorProfilerCallback*,
@@ -140,11 +141,15 @@ def parse(text: str, where: str = TABLE_NAME) -> tuple[Interface, ...]:
     return tuple(Interface(n, b, iid, tuple(ms), *_family(n)) for n, b, iid, ms in found)
 
 
+def table_text() -> str:
+    """The table's text (package data)."""
+    return resources.files(__name__).joinpath(TABLE_NAME).read_text(encoding="utf-8")
+
+
 @cache
 def interfaces() -> tuple[Interface, ...]:
     """Every interface of the table, in its order (a base before the interfaces deriving from it)."""
-    text = resources.files(__name__).joinpath(TABLE_NAME).read_text(encoding="utf-8")
-    return parse(text, f"clr_model/api/{TABLE_NAME}")
+    return parse(table_text(), f"clr_model/api/{TABLE_NAME}")
 
 
 @cache

@@ -384,8 +384,9 @@ class MetaData final : public MetaDataBase {
     }
     ModuleID module() const { return module_; }
 
-    // IMetaDataImport has more methods after the ones interfaces.txt declares: a profiler calling one of
-    // them lands in these (the x86-64 caller cleans up its arguments) instead of past the vtable.
+    // IMetaDataImport has more methods after the ones clr_model/api/interfaces.txt declares: a profiler
+    // calling one of them lands in these (the x86-64 caller cleans up its arguments) instead of past the
+    // vtable.
     virtual HRESULT STDMETHODCALLTYPE More0() { return E_NOTIMPL; }
     virtual HRESULT STDMETHODCALLTYPE More1() { return E_NOTIMPL; }
     virtual HRESULT STDMETHODCALLTYPE More2() { return E_NOTIMPL; }

@@ -32,8 +32,8 @@
 
 namespace profharness {
 
-// An ICorProfilerInfo12 struct passed by value (interfaces.txt names it by elaborated type; the proxy
-// declares it the same way).
+// An ICorProfilerInfo12 struct passed by value (clr_model/api/interfaces.txt names it by elaborated type;
+// the proxy declares it the same way).
 struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG {
     const WCHAR* providerName;
     std::uint64_t keywords;

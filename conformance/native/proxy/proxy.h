@@ -40,7 +40,8 @@ inline constexpr bool kFastHookTrampolines = true;
 inline constexpr bool kFastHookTrampolines = false;
 #endif
 
-// ICorProfilerInfo12..14 structs the probe never needs (interfaces.txt names them by elaborated type).
+// ICorProfilerInfo12..14 structs the probe never needs (clr_model/api/interfaces.txt names them by elaborated
+// type).
 struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG {
     const WCHAR* providerName;
     std::uint64_t keywords;

@@ -1,0 +1,185 @@
+"""The recording proxy's forwarding classes (``proxy/generated.h``), from the API table:
+
+- ``ProxyCb``: every ICorProfilerCallback* method, its name and whether it is lazy (high-volume: counted
+  always, recorded only when the profiler calls the runtime inside it);
+- ``InfoM``: every ICorProfilerInfo* method and its name;
+- ``CallbackForwarderBase``: every callback method forwarded to the third-party profiler's interface of its
+  version, through a ``CallbackScope`` (proxy.h) that records it;
+- ``InfoRecorderBase``: every ICorProfilerInfo method forwarded to the runtime's interface of its version,
+  through an ``InfoScope`` that records its arguments, its scalar out-values and its HRESULT.
+
+Methods in ``CUSTOM_CALLBACKS`` / ``CUSTOM_INFO`` are left out: the hand-written classes in proxy.cpp
+implement them (the compiler refuses to instantiate a class that forgot one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clr_model import api
+from conformance.codegen import (
+    NATIVE_DIR,
+    family_interfaces,
+    generated_by,
+    iid_switch,
+    method_enum,
+    method_names,
+    out_values,
+    per_method,
+    recordable,
+)
+
+OUTPUT = NATIVE_DIR / "proxy" / "generated.h"
+
+#: Callbacks the proxy implements by hand (Initialize hands over the Info wrapper, ...).
+CUSTOM_CALLBACKS = frozenset(
+    {"Initialize", "InitializeForAttach", "Shutdown", "MovedReferences", "MovedReferences2"}
+)
+#: Info methods the proxy implements by hand (callbacks and hooks it wraps, enumerators it tracks).
+CUSTOM_INFO = frozenset(
+    {
+        "DoStackSnapshot",
+        "SetEnterLeaveFunctionHooks",
+        "SetEnterLeaveFunctionHooks2",
+        "SetEnterLeaveFunctionHooks3",
+        "SetEnterLeaveFunctionHooks3WithInfo",
+        "SetFunctionIDMapper",
+        "SetFunctionIDMapper2",
+        "EnumThreads",
+    }
+)
+#: Info methods recorded at entry and at return (another thread's records, or callbacks, may come
+#: between): calls that block, trigger a GC or call back.
+TWO_PHASE_INFO = frozenset(
+    {
+        "ForceGC",
+        "SuspendRuntime",
+        "ResumeRuntime",
+        "RequestReJIT",
+        "RequestRevert",
+        "RequestReJITWithInliners",
+        "EnumerateObjectReferences",
+        "RequestProfilerDetach",
+    }
+)
+#: High-volume callbacks: counted always, recorded only when the profiler calls the runtime inside them.
+LAZY_CALLBACKS = frozenset(
+    {
+        "ObjectAllocated",
+        "ObjectReferences",
+        "RootReferences",
+        "RootReferences2",
+        "ObjectsAllocatedByClass",
+        "SurvivingReferences",
+        "SurvivingReferences2",
+        "UnmanagedToManagedTransition",
+        "ManagedToUnmanagedTransition",
+        "ExceptionSearchFunctionEnter",
+        "ExceptionSearchFunctionLeave",
+        "ExceptionSearchFilterEnter",
+        "ExceptionSearchFilterLeave",
+        "ExceptionUnwindFunctionEnter",
+        "ExceptionUnwindFunctionLeave",
+        "ExceptionUnwindFinallyEnter",
+        "ExceptionUnwindFinallyLeave",
+        "ExceptionOSHandlerEnter",
+        "ExceptionOSHandlerLeave",
+        "ClassLoadStarted",
+        "ClassLoadFinished",
+        "JITCompilationStarted",
+        "JITCompilationFinished",
+        "JITInlining",
+        "JITCachedFunctionSearchStarted",
+        "JITCachedFunctionSearchFinished",
+        "HandleCreated",
+        "HandleDestroyed",
+        "ConditionalWeakTableElementReferences",
+        "EventPipeEventDelivered",
+        "RuntimeThreadSuspended",
+        "RuntimeThreadResumed",
+        "FinalizeableObjectQueued",
+        "ModuleAttachedToAssembly",
+    }
+)
+
+
+def render() -> str:
+    callbacks, infos = family_interfaces(api.CALLBACK), family_interfaces(api.INFO)
+    cb_methods, info_methods = api.callbacks(), api.info_methods()
+    max_cb, max_info = callbacks[-1].version, infos[-1].version
+    out = [
+        generated_by(__name__),
+        "// The recording proxy's forwarding: every callback to the profiler behind it, every",
+        "// ICorProfilerInfo",
+        "// method to the runtime, each through a scope (proxy.h) that records it.",
+        "#pragma once",
+        "",
+        '#include "proxy.h"',
+        "",
+        "namespace profharness::proxy {",
+        "",
+        f"inline constexpr int kMaxCallbackLevel = {max_cb};",
+        f"inline constexpr int kMaxInfoLevel = {max_info};",
+        "",
+        *method_enum("ProxyCb", cb_methods),
+        *method_names("kProxyCbNames", cb_methods),
+        *per_method("bool", "kProxyCbLazy", cb_methods, lambda m: str(m.name in LAZY_CALLBACKS).lower()),
+        "",
+        *method_enum("InfoM", info_methods),
+        *method_names("kInfoNames", info_methods),
+        "",
+        *iid_switch("callback_iid", api.CALLBACK),
+        *iid_switch("info_iid", api.INFO),
+        "",
+        "// Every callback method: forwarded to the third-party profiler's interface of its level.",
+        f"class CallbackForwarderBase : public {callbacks[-1].name} {{",
+        " protected:",
+        f"    void* target_[{max_cb + 1}] = {{}};  // the profiler's CallbackK, or null",
+        " public:",
+    ]
+    for m in cb_methods:
+        if m.name in CUSTOM_CALLBACKS:
+            continue
+        lvl = m.version
+        out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
+        out.append(
+            f"        CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {lvl}, "
+            f"target_[{lvl}] != nullptr);"
+        )
+        out += [f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)]
+        out.append("        s_.begin();")
+        out.append(f"        if (!target_[{lvl}]) return s_.finish(S_OK);")
+        out.append(
+            f"        return s_.finish(static_cast<{m.interface}*>(target_[{lvl}])->{m.name}({m.arg_names}));"
+        )
+        out.append("    }")
+    out += [
+        "};",
+        "",
+        "// Every ICorProfilerInfo method: recorded, then forwarded to the runtime's interface of its level.",
+        f"class InfoRecorderBase : public {infos[-1].name} {{",
+        " protected:",
+        f"    void* real_[{max_info + 1}] = {{}};  // real_[k]: the runtime's ICorProfilerInfoK, or null",
+        " public:",
+    ]
+    for m in info_methods:
+        if m.name in CUSTOM_INFO:
+            continue
+        lvl = m.version
+        two = str(m.name in TWO_PHASE_INFO).lower()
+        out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
+        out.append(f"        InfoScope s_(static_cast<int>(InfoM::{m.name}), {two});")
+        out += [f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)]
+        out.append("        s_.begin();")
+        out.append(f"        if (!real_[{lvl}]) return s_.finish(E_NOINTERFACE);")
+        target = f"static_cast<{m.interface}*>(real_[{lvl}])"
+        out.append(f"        HRESULT hr_ = {target}->{m.name}({m.arg_names});")
+        out += out_values(m)
+        out.append("        return s_.finish(hr_);")
+        out.append("    }")
+    out += ["};", "", "}  // namespace profharness::proxy", ""]
+    return "\n".join(out)
+
+
+def outputs() -> dict[Path, str]:
+    return {OUTPUT: render()}
