@@ -102,3 +102,58 @@ def test_the_validator_builds_on_core_adapters_and_the_model_alone() -> None:
         if bad:
             offenders.append(f"{rel(path)}: {bad}")
     assert not offenders, offenders
+
+
+#: modules that may list API method names, and why they are not facts of the API
+NAME_LISTS_ALLOWED = {
+    # the buffers-basic scenario's own plan: which methods it probes, how the scenario knows each answer
+    "conformance/checks/buffers.py",
+}
+
+
+def api_name_lists(text: str, where: str, names: frozenset[str]) -> list[str]:
+    """The literals of a module's ``text`` (sets, tuples, lists, dict keys) made of two or more API method
+    names and nothing else, as ``where:line: names``."""
+    found = []
+    for node in ast.walk(ast.parse(text, where)):
+        if isinstance(node, ast.Set | ast.Tuple | ast.List):
+            items: list[ast.expr | None] = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            items = list(node.keys)
+        else:
+            continue
+        strings = [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        hits = [s for s in strings if s in names]
+        if len(hits) >= 2 and len(hits) == len(strings):
+            found.append(f"{where}:{node.lineno}: {hits}")
+    return sorted(found)
+
+
+def api_method_names() -> frozenset[str]:
+    from clr_model import api
+
+    return frozenset(m.name for m in (*api.callbacks(), *api.info_methods()))
+
+
+def test_api_facts_live_in_the_api_table_alone() -> None:
+    """One table of API facts (clr_model/api/interfaces.txt): no other module lists ICorProfilerCallback* or
+    ICorProfilerInfo* method names as a set, tuple, list or dict (ask clr_model.api for them instead)."""
+    names = api_method_names()
+    offenders = [
+        hit
+        for path in sources(*PACKAGES)
+        if not rel(path).startswith("clr_model/api/") and rel(path) not in NAME_LISTS_ALLOWED
+        for hit in api_name_lists(path.read_text(encoding="utf-8"), rel(path), names)
+    ]
+    assert not offenders, offenders
+
+
+def test_the_name_list_scan_finds_planted_lists() -> None:
+    planted = (
+        'GC = frozenset({"GarbageCollectionStarted", "MovedReferences2"})\n'
+        'MIXED = ("ForceGC", "x")\n'
+        'D = {"ThreadCreated": "threadId", "ThreadDestroyed": "threadId"}\n'
+        'ONE = ["ForceGC"]\n'
+    )
+    hits = api_name_lists(planted, "planted.py", api_method_names())
+    assert [h.split(":")[1] for h in hits] == ["1", "3"]

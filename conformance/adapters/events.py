@@ -17,8 +17,9 @@ thread the record names (``os_tid``, or the thread it was written on behalf of, 
 * ``call`` records -> :class:`~clr_model.events.InfoCall` (phase ``whole``), except:
   DoStackSnapshot, whose ``frame`` records (written just before it, ``walk`` = its ``args.walk``) become
   StackSnapshotCallback callbacks between an ``enter`` (at the first frame) and a ``return`` (the call
-  record): frame records belong to their call; calls of :data:`~clr_model.events.OBJECT_INSPECTION_METHODS`
-  with an ``objectId`` -> :class:`~clr_model.events.ObjectInspection` (``within`` = ``args.at``, the
+  record): frame records belong to their call; calls of the API table's ``inspects`` methods
+  (:mod:`clr_model.api`) with an ``objectId`` -> :class:`~clr_model.events.ObjectInspection` (``within`` =
+  ``args.at``, the
   callback the probe made it in); the probe's ``ProfilerThreadCreated`` -> the thread operation plus the
   GetCurrentThreadID call it made; ``pthread_kill`` -> a ``Signal`` thread operation; the probe's
   bookkeeping (``enter_leave_flush``) -> a :class:`~clr_model.events.Mark`.
@@ -41,8 +42,9 @@ from typing import Any, NoReturn
 
 from pydantic import JsonValue, ValidationError
 
+from clr_model import api
+from clr_model.api import Fact, HookKind
 from clr_model.events import (
-    OBJECT_INSPECTION_METHODS,
     Event,
     InfoCall,
     Mark,
@@ -55,19 +57,19 @@ from conformance.core.trace import CallbackRecord, CallRecord, FrameRecord, Mark
 
 __all__ = ["ARG_NAMES", "PROBE_NOTES", "trace_events"]
 
-#: The probe's short argument names -> the API's parameter names, per callback.
+#: The probe's short names of the range arrays it records -> the API's parameter names.
+_RANGE_ARGS: Mapping[str, str] = {"oldObjectIDRangeStart": "old", "newObjectIDRangeStart": "new",
+                                  "objectIDRangeStart": "start", "cObjectIDRangeLength": "len"}
+#: The probe's short argument names -> the API's parameter names, per callback (the callbacks that report
+#: moved or surviving object ranges: the API table's moves and survivors).
 ARG_NAMES: Mapping[str, Mapping[str, str]] = {
-    "MovedReferences": {"old": "oldObjectIDRangeStart", "new": "newObjectIDRangeStart",
-                        "len": "cObjectIDRangeLength"},
-    "MovedReferences2": {"old": "oldObjectIDRangeStart", "new": "newObjectIDRangeStart",
-                         "len": "cObjectIDRangeLength"},
-    "SurvivingReferences": {"start": "objectIDRangeStart", "len": "cObjectIDRangeLength"},
-    "SurvivingReferences2": {"start": "objectIDRangeStart", "len": "cObjectIDRangeLength"},
+    m.name: {_RANGE_ARGS[p.name]: p.name for p in m.params if p.name in _RANGE_ARGS}
+    for m in api.with_fact(Fact.MOVES) + api.with_fact(Fact.SURVIVORS)
 }
-#: Values the probe records among a callback's args that the profiler gave back: arg name -> out name.
+#: Values the probe records among a mapper's args that the profiler gave back: arg name -> out name.
 _OUT_VALUES: Mapping[str, Mapping[str, str]] = {
-    "FunctionIDMapper": {"returned": "clientData", "pbHookFunction": "pbHookFunction"},
-    "FunctionIDMapper2": {"returned": "clientData", "pbHookFunction": "pbHookFunction"},
+    mapper: {"returned": "clientData", "pbHookFunction": "pbHookFunction"}
+    for mapper in api.hooks_of([HookKind.FUNCTION_ID_MAPPER])
 }
 #: Call records that are the probe's own bookkeeping, not calls into the runtime.
 PROBE_NOTES = frozenset({"enter_leave_flush"})
@@ -176,7 +178,7 @@ class _Reader:
                 self.closed_walks[walk] = record.seq
             self.add(record, InfoCall, thread=tid, name=name, phase=phase, args=record.args, out=record.out,
                      hr=record.hr)
-        elif name in OBJECT_INSPECTION_METHODS and "objectId" in record.args:
+        elif name in api.names_with(Fact.INSPECTS) and "objectId" in record.args:
             oid = record.args["objectId"]
             if not isinstance(oid, int) or isinstance(oid, bool):
                 self.fail(record, f"args.objectId {oid!r} is not an ObjectID")

@@ -1,27 +1,28 @@
 """The fake runtime's interface classes (``fakeruntime/generated.h``, issue 11), from the API table:
 
 - ``Cb``: every ICorProfilerCallback* method, its name, the callback interface version that declares it,
-  whether the recorder keeps it lazily (as the proxy does) and the COR_PRF_MONITOR bits the profiler must
-  have set for the runtime to make it (:data:`CALLBACK_MASKS`);
+  whether the recorder keeps it lazily (the table's ``lazy``, as the proxy does) and the COR_PRF_MONITOR bits
+  the profiler must have set for the runtime to make it (the table's ``monitor=``; 0: always made);
 - ``deliver_scalar``: calls every callback whose parameters are all by-value scalars (or ``BOOL*``
   out-flags) with its arguments read from a JSON object by the API's parameter names;
 - ``InfoBase``: every ICorProfilerInfo* method, recorded through a ``CallScope`` (fakeruntime.h) with the
   proxy's argument and out-value rules (the same records, so the validator's reader and rules judge both),
-  answered by ``answer_<Name>`` (fakeruntime.cpp) for :data:`ANSWERED` methods and ``E_NOTIMPL`` for the
-  rest;
-- ``MetaDataBase``: IMetaDataImport, answered by ``answer_<Name>`` for :data:`METADATA_ANSWERED` and
+  answered by ``answer_<Name>`` (fakeruntime.cpp) for the methods the table marks ``fake-answers`` and
+  ``E_NOTIMPL`` for the rest;
+- ``MetaDataBase``: IMetaDataImport, answered by ``answer_<Name>`` for its ``fake-answers`` methods and
   ``E_NOTIMPL`` otherwise.
 
-Methods in ``CUSTOM_INFO`` are written by hand in fakeruntime.cpp (DoStackSnapshot and the hook setters).
+Methods the table marks ``fake-by-hand`` are written by hand in fakeruntime.cpp (Initialize and Shutdown,
+DoStackSnapshot and the hook setters).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from clr_model import api
+from clr_model.api import Fact
 from conformance.codegen import (
     NATIVE_DIR,
     family_interfaces,
@@ -33,82 +34,8 @@ from conformance.codegen import (
     per_method,
     recordable,
 )
-from conformance.codegen.proxy import LAZY_CALLBACKS, TWO_PHASE_INFO
 
 OUTPUT = NATIVE_DIR / "fakeruntime" / "generated.h"
-
-#: ICorProfilerInfo methods the fake runtime answers from the world state it was sent.
-ANSWERED = frozenset(
-    {
-        "GetClassFromObject",
-        "GetClassFromToken",
-        "GetCodeInfo",
-        "GetEventMask",
-        "GetFunctionFromIP",
-        "GetFunctionFromToken",
-        "GetObjectSize",
-        "GetThreadInfo",
-        "GetCurrentThreadID",
-        "GetClassIDInfo",
-        "GetFunctionInfo",
-        "SetEventMask",
-        "GetTokenAndMetaDataFromFunction",
-        "GetModuleInfo",
-        "GetModuleMetaData",
-        "ForceGC",
-        "GetFunctionInfo2",
-        "GetClassIDInfo2",
-        "GetCodeInfo2",
-        "GetRuntimeInformation",
-        "GetModuleInfo2",
-        "InitializeCurrentThread",
-        "GetFunctionFromIP2",
-        "GetObjectSize2",
-        "GetEventMask2",
-        "SetEventMask2",
-        "SuspendRuntime",
-        "ResumeRuntime",
-    }
-)
-#: Written by hand (fakeruntime.cpp): what they record needs more than the generic rules.
-CUSTOM_INFO = frozenset(
-    {
-        "DoStackSnapshot",
-        "SetEnterLeaveFunctionHooks",
-        "SetEnterLeaveFunctionHooks2",
-        "SetEnterLeaveFunctionHooks3",
-        "SetEnterLeaveFunctionHooks3WithInfo",
-        "SetFunctionIDMapper",
-        "SetFunctionIDMapper2",
-    }
-)
-#: IMetaDataImport methods answered for the modules, types and methods the fuzzer invents.
-METADATA_ANSWERED = frozenset({"GetScopeProps", "GetModuleFromScope", "GetTypeDefProps", "GetMethodProps"})
-
-#: Callback name (a regular expression over the whole name) -> the COR_PRF_MONITOR bits the runtime needs
-#: set before it makes the callback (corprof.idl's COR_PRF_MONITOR documentation). First match wins; a
-#: callback no pattern names is always made.
-CALLBACK_MASKS: tuple[tuple[str, str], ...] = (
-    (r"Initialize|Shutdown|InitializeForAttach|ProfilerAttachComplete|ProfilerDetachSucceeded"
-     r"|LoadAsNotificationOnly", "0"),
-    (r"AppDomain\w+", "COR_PRF_MONITOR_APPDOMAIN_LOADS"),
-    (r"Assembly\w+|GetAssemblyReferences", "COR_PRF_MONITOR_ASSEMBLY_LOADS"),
-    (r"Module\w+", "COR_PRF_MONITOR_MODULE_LOADS"),
-    (r"Class\w+", "COR_PRF_MONITOR_CLASS_LOADS"),
-    (r"FunctionUnloadStarted", "COR_PRF_MONITOR_FUNCTION_UNLOADS"),
-    (r"JITCached\w+", "COR_PRF_MONITOR_CACHE_SEARCHES"),
-    (r"JIT\w+|DynamicMethod\w+", "COR_PRF_MONITOR_JIT_COMPILATION"),
-    (r"Thread\w+", "COR_PRF_MONITOR_THREADS"),
-    (r"Remoting\w+", "COR_PRF_MONITOR_REMOTING"),
-    (r"\w+ToManagedTransition|\w+ToUnmanagedTransition", "COR_PRF_MONITOR_CODE_TRANSITIONS"),
-    (r"Runtime\w+", "COR_PRF_MONITOR_SUSPENDS"),
-    (r"ObjectAllocated|ObjectsAllocatedByClass", "COR_PRF_MONITOR_OBJECT_ALLOCATED"),
-    (r"ExceptionCLR\w+", "COR_PRF_MONITOR_CLR_EXCEPTIONS"),
-    (r"Exception\w+", "COR_PRF_MONITOR_EXCEPTIONS"),
-    (r"COMClassic\w+", "COR_PRF_MONITOR_CCW"),
-    (r"GarbageCollection\w+|MovedReferences2?|SurvivingReferences2?|ObjectReferences|RootReferences2?"
-     r"|FinalizeableObjectQueued|Handle\w+|ConditionalWeakTableElementReferences", "COR_PRF_MONITOR_GC"),
-)
 
 #: by-value parameter types ``deliver_scalar`` reads from a JSON integer
 _INT_TYPES = frozenset(
@@ -120,13 +47,6 @@ _INT_TYPES = frozenset(
         "COR_PRF_SUSPEND_REASON", "COR_PRF_GC_REASON", "int",
     }
 )  # fmt: skip
-
-
-def mask_of(name: str) -> str:
-    for pattern, mask in CALLBACK_MASKS:
-        if re.fullmatch(pattern, name):
-            return mask
-    return "0"
 
 
 def _deliverable(params: Sequence[api.Param]) -> bool:
@@ -153,8 +73,8 @@ def render() -> str:
         *method_enum("Cb", cb_methods),
         *method_names("kCbNames", cb_methods),
         *per_method("int", "kCbLevel", cb_methods, lambda m: str(m.version)),
-        *per_method("bool", "kCbLazy", cb_methods, lambda m: str(m.name in LAZY_CALLBACKS).lower()),
-        *per_method("DWORD", "kCbMask", cb_methods, lambda m: mask_of(m.name)),
+        *per_method("bool", "kCbLazy", cb_methods, lambda m: str(m.has(Fact.LAZY)).lower()),
+        *per_method("DWORD", "kCbMask", cb_methods, lambda m: m.monitor or "0"),
         "",
         *iid_switch("callback_iid", api.CALLBACK),
         *iid_switch("info_iid", api.INFO),
@@ -165,7 +85,7 @@ def render() -> str:
         "    switch (static_cast<Cb>(id)) {",
     ]
     for m in cb_methods:
-        if not _deliverable(m.params) or m.name in ("Initialize", "Shutdown"):
+        if not _deliverable(m.params) or m.has(Fact.FAKE_BY_HAND):
             continue
         values = []
         locals_ = []
@@ -192,20 +112,20 @@ def render() -> str:
         f"class InfoBase : public {infos[-1].name} {{",
         " public:",
     ]
-    out += [f"    HRESULT answer_{m.name}({m.signature});" for m in info_methods if m.name in ANSWERED]
+    out += [f"    HRESULT answer_{m.name}({m.signature});" for m in info_methods if m.has(Fact.FAKE_ANSWERS)]
     for m in info_methods:
-        if m.name in CUSTOM_INFO:
+        if m.has(Fact.FAKE_BY_HAND):
             continue
-        two = str(m.name in TWO_PHASE_INFO).lower()
+        two = str(m.has(Fact.TWO_PHASE)).lower()
         out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
         out.append(f'        CallScope s_("{m.name}", {two});')
         for p in m.params:
             if recordable(p.type):
                 out.append(f'        s_.arg("{p.name}", {p.name});')
-            elif m.name not in ANSWERED:
+            elif not m.has(Fact.FAKE_ANSWERS):
                 out.append(f"        (void){p.name};")
         out.append("        s_.begin();")
-        if m.name in ANSWERED:
+        if m.has(Fact.FAKE_ANSWERS):
             out.append(f"        HRESULT hr_ = answer_{m.name}({m.arg_names});")
             out += out_values(m)
             out.append("        return s_.finish(hr_);")
@@ -220,12 +140,12 @@ def render() -> str:
         " public:",
     ]
     out += [f"    HRESULT answer_{m.name}({m.signature});" for m in metadata.methods
-            if m.name in METADATA_ANSWERED]
+            if m.has(Fact.FAKE_ANSWERS)]
     for m in metadata.methods:
         unnamed = ", ".join(p.type for p in m.params)
         if m.ret == "void":
             out.append(f"    void STDMETHODCALLTYPE {m.name}({unnamed}) override {{}}")
-        elif m.name in METADATA_ANSWERED:
+        elif m.has(Fact.FAKE_ANSWERS):
             out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
             out.append(f"        return answer_{m.name}({m.arg_names});")
             out.append("    }")

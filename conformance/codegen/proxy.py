@@ -8,8 +8,9 @@
 - ``InfoRecorderBase``: every ICorProfilerInfo method forwarded to the runtime's interface of its version,
   through an ``InfoScope`` that records its arguments, its scalar out-values and its HRESULT.
 
-Methods in ``CUSTOM_CALLBACKS`` / ``CUSTOM_INFO`` are left out: the hand-written classes in proxy.cpp
-implement them (the compiler refuses to instantiate a class that forgot one).
+Methods the table marks ``proxy-by-hand`` are left out: the hand-written classes in objects.cpp implement
+them (the compiler refuses to instantiate a class that forgot one). ``lazy`` callbacks and ``two-phase``
+Info methods are the table's facts too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clr_model import api
+from clr_model.api import Fact
 from conformance.codegen import (
     NATIVE_DIR,
     family_interfaces,
@@ -30,78 +32,6 @@ from conformance.codegen import (
 )
 
 OUTPUT = NATIVE_DIR / "proxy" / "generated.h"
-
-#: Callbacks the proxy implements by hand (Initialize hands over the Info wrapper, ...).
-CUSTOM_CALLBACKS = frozenset(
-    {"Initialize", "InitializeForAttach", "Shutdown", "MovedReferences", "MovedReferences2"}
-)
-#: Info methods the proxy implements by hand (callbacks and hooks it wraps, enumerators it tracks).
-CUSTOM_INFO = frozenset(
-    {
-        "DoStackSnapshot",
-        "SetEnterLeaveFunctionHooks",
-        "SetEnterLeaveFunctionHooks2",
-        "SetEnterLeaveFunctionHooks3",
-        "SetEnterLeaveFunctionHooks3WithInfo",
-        "SetFunctionIDMapper",
-        "SetFunctionIDMapper2",
-        "EnumThreads",
-    }
-)
-#: Info methods recorded at entry and at return (another thread's records, or callbacks, may come
-#: between): calls that block, trigger a GC or call back.
-TWO_PHASE_INFO = frozenset(
-    {
-        "ForceGC",
-        "SuspendRuntime",
-        "ResumeRuntime",
-        "RequestReJIT",
-        "RequestRevert",
-        "RequestReJITWithInliners",
-        "EnumerateObjectReferences",
-        "RequestProfilerDetach",
-    }
-)
-#: High-volume callbacks: counted always, recorded only when the profiler calls the runtime inside them.
-LAZY_CALLBACKS = frozenset(
-    {
-        "ObjectAllocated",
-        "ObjectReferences",
-        "RootReferences",
-        "RootReferences2",
-        "ObjectsAllocatedByClass",
-        "SurvivingReferences",
-        "SurvivingReferences2",
-        "UnmanagedToManagedTransition",
-        "ManagedToUnmanagedTransition",
-        "ExceptionSearchFunctionEnter",
-        "ExceptionSearchFunctionLeave",
-        "ExceptionSearchFilterEnter",
-        "ExceptionSearchFilterLeave",
-        "ExceptionUnwindFunctionEnter",
-        "ExceptionUnwindFunctionLeave",
-        "ExceptionUnwindFinallyEnter",
-        "ExceptionUnwindFinallyLeave",
-        "ExceptionOSHandlerEnter",
-        "ExceptionOSHandlerLeave",
-        "ClassLoadStarted",
-        "ClassLoadFinished",
-        "JITCompilationStarted",
-        "JITCompilationFinished",
-        "JITInlining",
-        "JITCachedFunctionSearchStarted",
-        "JITCachedFunctionSearchFinished",
-        "HandleCreated",
-        "HandleDestroyed",
-        "ConditionalWeakTableElementReferences",
-        "EventPipeEventDelivered",
-        "RuntimeThreadSuspended",
-        "RuntimeThreadResumed",
-        "FinalizeableObjectQueued",
-        "ModuleAttachedToAssembly",
-    }
-)
-
 
 def render() -> str:
     callbacks, infos = family_interfaces(api.CALLBACK), family_interfaces(api.INFO)
@@ -123,7 +53,7 @@ def render() -> str:
         "",
         *method_enum("ProxyCb", cb_methods),
         *method_names("kProxyCbNames", cb_methods),
-        *per_method("bool", "kProxyCbLazy", cb_methods, lambda m: str(m.name in LAZY_CALLBACKS).lower()),
+        *per_method("bool", "kProxyCbLazy", cb_methods, lambda m: str(m.has(Fact.LAZY)).lower()),
         "",
         *method_enum("InfoM", info_methods),
         *method_names("kInfoNames", info_methods),
@@ -138,7 +68,7 @@ def render() -> str:
         " public:",
     ]
     for m in cb_methods:
-        if m.name in CUSTOM_CALLBACKS:
+        if m.has(Fact.PROXY_BY_HAND):
             continue
         lvl = m.version
         out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
@@ -163,10 +93,10 @@ def render() -> str:
         " public:",
     ]
     for m in info_methods:
-        if m.name in CUSTOM_INFO:
+        if m.has(Fact.PROXY_BY_HAND):
             continue
         lvl = m.version
-        two = str(m.name in TWO_PHASE_INFO).lower()
+        two = str(m.has(Fact.TWO_PHASE)).lower()
         out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
         out.append(f"        InfoScope s_(static_cast<int>(InfoM::{m.name}), {two});")
         out += [f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)]
