@@ -3,6 +3,8 @@
 - ``ProxyCb``: every ICorProfilerCallback* method, its name and whether it is lazy (high-volume: counted
   always, recorded only when the profiler calls the runtime inside it);
 - ``InfoM``: every ICorProfilerInfo* method and its name;
+- ``Hook``: every hook the proxy wraps (its counter and the name of its frame: the hook's type), those of
+  :data:`WRAPPED_HOOK_KINDS`, the fast path's last (``kFirstFastHook``: hooks3.cpp's trampolines);
 - ``CallbackForwarderBase``: every callback method forwarded to the third-party profiler's interface of its
   version, through a ``CallbackScope`` (proxy.h) that records it;
 - ``InfoRecorderBase``: every ICorProfilerInfo method forwarded to the runtime's interface of its version,
@@ -18,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clr_model import api
-from clr_model.api import Fact
+from clr_model.api import Fact, HookKind
 from conformance.codegen import (
     NATIVE_DIR,
     family_interfaces,
@@ -32,6 +34,28 @@ from conformance.codegen import (
 )
 
 OUTPUT = NATIVE_DIR / "proxy" / "generated.h"
+#: The hook registrations whose hooks the proxy wraps, in counter order: FunctionEnter2-style and slow-path
+#: hooks by C++ wrappers (objects.cpp), then the fast path's by hooks3.cpp's trampolines, which index their
+#: kinds from ``kFirstFastHook``. (The .NET Framework 1.x hooks and the mappers are not counted hooks.)
+WRAPPED_HOOK_KINDS = (HookKind.FUNCTION_ENTER2, HookKind.FUNCTION_ENTER3_WITH_INFO, HookKind.FUNCTION_ENTER3)
+
+def hook_kinds() -> list[str]:
+    """``enum class Hook``, ``kHookNames`` and ``kFirstFastHook`` (see :data:`WRAPPED_HOOK_KINDS`)."""
+    hooks = [h for kind in WRAPPED_HOOK_KINDS for h in api.hooks_of([kind])]
+    fast = api.hooks_of([HookKind.FUNCTION_ENTER3])
+    return [
+        "// The hooks the proxy wraps, named by their types (a hook's frame has its name): C++ wrappers,",
+        "// then the fast path's, which hooks3.cpp's trampolines wrap (their kind k is kFirstFastHook + k).",
+        "enum class Hook : int {",
+        *(f"    {h}," for h in hooks),
+        "    Count_",
+        "};",
+        "inline constexpr const char* kHookNames[] = {",
+        *(f'    "{h}",' for h in hooks),
+        "};",
+        f"inline constexpr int kFirstFastHook = static_cast<int>(Hook::{fast[0]});",
+    ]
+
 
 def render() -> str:
     callbacks, infos = family_interfaces(api.CALLBACK), family_interfaces(api.INFO)
@@ -57,6 +81,8 @@ def render() -> str:
         "",
         *method_enum("InfoM", info_methods),
         *method_names("kInfoNames", info_methods),
+        "",
+        *hook_kinds(),
         "",
         *iid_switch("callback_iid", api.CALLBACK),
         *iid_switch("info_iid", api.INFO),

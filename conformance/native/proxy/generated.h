@@ -532,6 +532,33 @@ inline constexpr const char* kInfoNames[] = {
     "EventPipeCreateProvider2",
 };
 
+// The hooks the proxy wraps, named by their types (a hook's frame has its name): C++ wrappers,
+// then the fast path's, which hooks3.cpp's trampolines wrap (their kind k is kFirstFastHook + k).
+enum class Hook : int {
+    FunctionEnter2,
+    FunctionLeave2,
+    FunctionTailcall2,
+    FunctionEnter3WithInfo,
+    FunctionLeave3WithInfo,
+    FunctionTailcall3WithInfo,
+    FunctionEnter3,
+    FunctionLeave3,
+    FunctionTailcall3,
+    Count_
+};
+inline constexpr const char* kHookNames[] = {
+    "FunctionEnter2",
+    "FunctionLeave2",
+    "FunctionTailcall2",
+    "FunctionEnter3WithInfo",
+    "FunctionLeave3WithInfo",
+    "FunctionTailcall3WithInfo",
+    "FunctionEnter3",
+    "FunctionLeave3",
+    "FunctionTailcall3",
+};
+inline constexpr int kFirstFastHook = static_cast<int>(Hook::FunctionEnter3);
+
 inline const GUID* callback_iid(int level) {
     switch (level) {
         case 1: return &IID_ICorProfilerCallback;

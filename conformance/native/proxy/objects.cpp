@@ -168,13 +168,8 @@ Json hook_json(const void* fn) {
 
 // --- hooks ----------------------------------------------------------------------------------------------
 
-constexpr int kHookKinds = 9;
+constexpr int kHookKinds = static_cast<int>(Hook::Count_);  // generated.h: the hooks, from the API table
 std::atomic<std::int64_t> g_hook_counts[kHookKinds];
-const char* const kHookNames[kHookKinds] = {
-    "FunctionEnter2",         "FunctionLeave2",         "FunctionTailcall2",
-    "FunctionEnter3WithInfo", "FunctionLeave3WithInfo", "FunctionTailcall3WithInfo",
-    "FunctionEnter3",         "FunctionLeave3",         "FunctionTailcall3"};
-constexpr int kFirstFastHook = 6;  // FunctionEnter3: the hooks hooks3.cpp's trampolines wrap, in its order
 
 // A hook's lazy frame on the calling thread (counted; written only if the profiler calls the runtime in it).
 Frame* open_hook(ThreadState& t, int kind) {
@@ -185,7 +180,7 @@ void close_hook(ThreadState& t) { pop_frame(t, S_OK, false); }
 
 class HookScope {
  public:
-    explicit HookScope(int kind) : t_(me()), frame_(open_hook(t_, kind)) {}
+    explicit HookScope(Hook kind) : t_(me()), frame_(open_hook(t_, static_cast<int>(kind))) {}
     ~HookScope() { close_hook(t_); }
     template <typename T>
     void arg(const char* name, T v) { store_arg(frame_, name, v); }
@@ -205,32 +200,32 @@ FunctionIDMapper* g_mapper;
 FunctionIDMapper2* g_mapper2;
 
 void enter2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_INFO* ai) {
-    HookScope h(0);
+    HookScope h(Hook::FunctionEnter2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("argumentInfo", ai);
     g_enter2(f, cd, fi, ai);
 }
 void leave2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_RANGE* r) {
-    HookScope h(1);
+    HookScope h(Hook::FunctionLeave2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("retvalRange", r);
     g_leave2(f, cd, fi, r);
 }
 void tail2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi) {
-    HookScope h(2);
+    HookScope h(Hook::FunctionTailcall2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi);
     g_tail2(f, cd, fi);
 }
 void enter3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(3);
+    HookScope h(Hook::FunctionEnter3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_enter3i(id, elt);
 }
 void leave3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(4);
+    HookScope h(Hook::FunctionLeave3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_leave3i(id, elt);
 }
 void tail3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(5);
+    HookScope h(Hook::FunctionTailcall3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_tail3i(id, elt);
 }
