@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "generated.h"
+#include "profharness/class_factory.h"
 #include "profharness/flags.h"
 #include "profharness/native_stack.h"
 #include "proxy.h"
@@ -930,28 +931,6 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
     return proxy->QueryInterface(riid, ppv);
 }
 
-class ClassFactory final : public IClassFactory {
- public:
-    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
-        if (!ppv) return E_POINTER;
-        if (riid == IID_IUnknown || riid == IID_IClassFactory) {
-            *ppv = static_cast<IClassFactory*>(this);
-            return S_OK;
-        }
-        *ppv = nullptr;
-        return E_NOINTERFACE;
-    }
-    ULONG STDMETHODCALLTYPE AddRef() override { return 2; }
-    ULONG STDMETHODCALLTYPE Release() override { return 1; }
-    HRESULT STDMETHODCALLTYPE CreateInstance(IUnknown* outer, REFIID riid, void** ppv) override {
-        if (!ppv) return E_POINTER;
-        *ppv = nullptr;
-        if (outer) return CLASS_E_NOAGGREGATION;
-        return create_proxy(riid, ppv);
-    }
-    HRESULT STDMETHODCALLTYPE LockServer(BOOL) override { return S_OK; }
-};
-
 }  // namespace
 
 bool recording_enabled() { return g_trace_open.load(std::memory_order_relaxed); }
@@ -970,13 +949,10 @@ std::string guid_text(const GUID& g) {
 using namespace profharness;
 using namespace profharness::proxy;
 
-// The runtime loads the proxy as its profiler under whatever CLSID the harness chose; the profiler behind
-// it is named by PROFHARNESS_PROXY_TARGET and PROFHARNESS_PROXY_CLSID.
-PROXY_EXPORT HRESULT DllGetClassObject(REFCLSID, REFIID riid, void** ppv) {
-    if (!ppv) return E_POINTER;
-    *ppv = nullptr;
-    static ClassFactory* factory = new ClassFactory();
-    return factory->QueryInterface(riid, ppv);
+// The runtime loads the proxy as its profiler under whatever CLSID the harness chose (class_object with no
+// CLSID of its own); the profiler behind it is named by PROFHARNESS_PROXY_TARGET and PROFHARNESS_PROXY_CLSID.
+PROXY_EXPORT HRESULT DllGetClassObject(REFCLSID rclsid, REFIID riid, void** ppv) {
+    return class_object<create_proxy>(nullptr, rclsid, riid, ppv);
 }
 
 // --- the probe's seat: scenarios P/Invoke these (docs/design.md); the proxy records their marks ---------
