@@ -937,13 +937,6 @@ bool recording_enabled() { return g_trace_open.load(std::memory_order_relaxed); 
 bool shutdown_returned() { return g_shutdown_returned.load(std::memory_order_relaxed); }
 void* runtime_info() { return g_real_info.load(std::memory_order_relaxed); }
 
-std::string guid_text(const GUID& g) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "{%08X-%04X-%04X-%02X%02X-%02X%02X%02X%02X%02X%02X}", g.Data1, g.Data2, g.Data3,
-                  g.Data4[0], g.Data4[1], g.Data4[2], g.Data4[3], g.Data4[4], g.Data4[5], g.Data4[6], g.Data4[7]);
-    return buf;
-}
-
 }  // namespace profharness::proxy
 
 using namespace profharness;
