@@ -57,6 +57,26 @@ def hook_kinds() -> list[str]:
     ]
 
 
+def _forwarding(m: api.Method, scope: str, table: str, absent: str, *, read_back: bool) -> list[str]:
+    """A generated method: ``scope`` records its arguments, then the call goes on to ``table[version]``
+    (``absent``: what it returns when that interface is missing), its scalar out-values read back
+    (``read_back``) before the scope records its HRESULT."""
+    target = f"static_cast<{m.interface}*>({table}[{m.version}])"
+    lines = [
+        f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{",
+        f"        {scope}",
+        *(f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)),
+        "        s_.begin();",
+        f"        if (!{table}[{m.version}]) return s_.finish({absent});",
+    ]
+    if read_back:
+        lines += [f"        HRESULT hr_ = {target}->{m.name}({m.arg_names});", *out_values(m),
+                  "        return s_.finish(hr_);"]
+    else:
+        lines.append(f"        return s_.finish({target}->{m.name}({m.arg_names}));")
+    return [*lines, "    }"]
+
+
 def render() -> str:
     callbacks, infos = family_interfaces(api.CALLBACK), family_interfaces(api.INFO)
     cb_methods, info_methods = api.callbacks(), api.info_methods()
@@ -94,21 +114,10 @@ def render() -> str:
         " public:",
     ]
     for m in cb_methods:
-        if m.has(Fact.PROXY_BY_HAND):
-            continue
-        lvl = m.version
-        out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
-        out.append(
-            f"        CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {lvl}, "
-            f"target_[{lvl}] != nullptr);"
-        )
-        out += [f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)]
-        out.append("        s_.begin();")
-        out.append(f"        if (!target_[{lvl}]) return s_.finish(S_OK);")
-        out.append(
-            f"        return s_.finish(static_cast<{m.interface}*>(target_[{lvl}])->{m.name}({m.arg_names}));"
-        )
-        out.append("    }")
+        if not m.has(Fact.PROXY_BY_HAND):
+            v = m.version
+            scope = f"CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {v}, target_[{v}] != nullptr);"
+            out += _forwarding(m, scope, "target_", "S_OK", read_back=False)
     out += [
         "};",
         "",
@@ -119,20 +128,9 @@ def render() -> str:
         " public:",
     ]
     for m in info_methods:
-        if m.has(Fact.PROXY_BY_HAND):
-            continue
-        lvl = m.version
-        two = str(m.has(Fact.TWO_PHASE)).lower()
-        out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
-        out.append(f"        InfoScope s_(static_cast<int>(InfoM::{m.name}), {two});")
-        out += [f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)]
-        out.append("        s_.begin();")
-        out.append(f"        if (!real_[{lvl}]) return s_.finish(E_NOINTERFACE);")
-        target = f"static_cast<{m.interface}*>(real_[{lvl}])"
-        out.append(f"        HRESULT hr_ = {target}->{m.name}({m.arg_names});")
-        out += out_values(m)
-        out.append("        return s_.finish(hr_);")
-        out.append("    }")
+        if not m.has(Fact.PROXY_BY_HAND):
+            scope = f"InfoScope s_(static_cast<int>(InfoM::{m.name}), {str(m.has(Fact.TWO_PHASE)).lower()});"
+            out += _forwarding(m, scope, "real_", "E_NOINTERFACE", read_back=True)
     out += ["};", "", "}  // namespace profharness::proxy", ""]
     return "\n".join(out)
 
