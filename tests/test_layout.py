@@ -104,6 +104,22 @@ def test_the_validator_builds_on_core_adapters_and_the_model_alone() -> None:
     assert not offenders, offenders
 
 
+def test_the_generator_builds_on_the_model_alone() -> None:
+    """conformance/codegen renders the model's tables (the core's probe build imports it): it imports
+    clr_model and its own modules, and conformance.core.paths for where the native sources are."""
+    offenders = []
+    for path in sources("conformance/codegen"):
+        bad = sorted(
+            m
+            for m in imported_modules(path)
+            if m.startswith(("conformance", "emu"))
+            and not m.startswith(("conformance.codegen", "conformance.core.paths"))
+        )
+        if bad:
+            offenders.append(f"{rel(path)}: {bad}")
+    assert not offenders, offenders
+
+
 #: modules that may list API method names, and why they are not facts of the API
 NAME_LISTS_ALLOWED = {
     # the buffers-basic scenario's own plan: which methods it probes, how the scenario knows each answer
