@@ -87,8 +87,11 @@ class Fact(StrEnum):
     INITIALIZES = "initializes"
     #: a managed thread's life begins or ends (its ThreadID parameter names it)
     THREAD_LIFETIME = "thread-lifetime"
-    #: high-volume: a recorder counts it always and writes it only when the profiler calls the runtime in it
+    #: a recorder (the proxy, the fake runtime) counts it always and writes it only when the profiler calls
+    #: the runtime in it
     LAZY = "lazy"
+    #: the probe's plan ``"record": ["*"]`` leaves it out (counts it instead); every such callback is lazy
+    HIGH_VOLUME = "high-volume"
     # --- ICorProfilerInfo methods: what a call does
     #: triggers a garbage collection
     TRIGGERS_GC = "triggers-gc"
@@ -120,6 +123,7 @@ _APPLIES: Mapping[Fact, frozenset[str | None]] = {
     Fact.INITIALIZES: _CALLBACK_ONLY,
     Fact.THREAD_LIFETIME: _CALLBACK_ONLY,
     Fact.LAZY: _CALLBACK_ONLY,
+    Fact.HIGH_VOLUME: _CALLBACK_ONLY,
     Fact.TRIGGERS_GC: _INFO_ONLY,
     Fact.BLOCKS: _INFO_ONLY,
     Fact.TWO_PHASE: _INFO_ONLY,

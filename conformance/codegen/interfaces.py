@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clr_model import api
-from conformance.codegen import NATIVE_DIR, generated_by, guid_initializer, method_enum, method_names
+from clr_model.api import Fact
+from conformance.codegen import (
+    NATIVE_DIR,
+    generated_by,
+    guid_initializer,
+    method_enum,
+    method_names,
+    per_method,
+)
 
 BANNER = generated_by(__name__)
 
@@ -60,6 +68,9 @@ def render_callback_base(ifaces: Sequence[api.Interface]) -> str:
         *method_enum("Cb", methods),
         "",
         *method_names("kCallbackNames", methods),
+        "",
+        '// High-volume callbacks (the table\'s high-volume): "record": ["*"] leaves them out (plan.cpp).',
+        *per_method("bool", "kCallbackHighVolume", methods, lambda m: str(m.has(Fact.HIGH_VOLUME)).lower()),
         "",
         f"class CallbackBase : public {callbacks[-1].name} {{",
         " public:",

@@ -83,6 +83,14 @@ BEFORE: dict[api.Fact, set[str]] = {
         "ConditionalWeakTableElementReferences", "EventPipeEventDelivered", "RuntimeThreadSuspended",
         "RuntimeThreadResumed", "FinalizeableObjectQueued", "ModuleAttachedToAssembly",
     },
+    api.Fact.HIGH_VOLUME: {  # conformance/native/src/plan.cpp's kHighVolume
+        "ObjectReferences", "ObjectAllocated", "RootReferences", "RootReferences2", "ObjectsAllocatedByClass",
+        "HandleCreated", "HandleDestroyed", "ConditionalWeakTableElementReferences",
+        "FinalizeableObjectQueued", "EventPipeEventDelivered", "ManagedToUnmanagedTransition",
+        "UnmanagedToManagedTransition",
+        "ClassLoadStarted", "ClassLoadFinished", "JITCompilationStarted", "JITCompilationFinished",
+        "JITCachedFunctionSearchStarted", "JITCachedFunctionSearchFinished", "JITInlining",
+    },
     api.Fact.TRIGGERS_GC: {"ForceGC"},
     api.Fact.BLOCKS: {"SuspendRuntime", "RequestReJIT", "RequestRevert", "RequestReJITWithInliners",
                       "RequestProfilerDetach"},
@@ -120,6 +128,10 @@ def test_each_fact_holds_the_methods_it_held_before_the_table(fact: api.Fact) ->
     assert api.names_with(fact) == BEFORE[fact]
     assert [m.name for m in api.with_fact(fact)] == [m.name for i in api.interfaces() for m in i.methods
                                                      if m.name in BEFORE[fact]]  # in table order
+
+
+def test_every_high_volume_callback_is_lazy() -> None:
+    assert api.names_with(api.Fact.HIGH_VOLUME) < api.names_with(api.Fact.LAZY)
 
 
 def test_an_object_inspection_reads_the_object_of_its_objectId() -> None:

@@ -205,6 +205,105 @@ inline constexpr const char* kCallbackNames[] = {
     "LoadAsNotificationOnly",
 };
 
+// High-volume callbacks (the table's high-volume): "record": ["*"] leaves them out (plan.cpp).
+inline constexpr bool kCallbackHighVolume[] = {
+    false,  // Initialize
+    false,  // Shutdown
+    false,  // AppDomainCreationStarted
+    false,  // AppDomainCreationFinished
+    false,  // AppDomainShutdownStarted
+    false,  // AppDomainShutdownFinished
+    false,  // AssemblyLoadStarted
+    false,  // AssemblyLoadFinished
+    false,  // AssemblyUnloadStarted
+    false,  // AssemblyUnloadFinished
+    false,  // ModuleLoadStarted
+    false,  // ModuleLoadFinished
+    false,  // ModuleUnloadStarted
+    false,  // ModuleUnloadFinished
+    false,  // ModuleAttachedToAssembly
+    true,  // ClassLoadStarted
+    true,  // ClassLoadFinished
+    false,  // ClassUnloadStarted
+    false,  // ClassUnloadFinished
+    false,  // FunctionUnloadStarted
+    true,  // JITCompilationStarted
+    true,  // JITCompilationFinished
+    true,  // JITCachedFunctionSearchStarted
+    true,  // JITCachedFunctionSearchFinished
+    false,  // JITFunctionPitched
+    true,  // JITInlining
+    false,  // ThreadCreated
+    false,  // ThreadDestroyed
+    false,  // ThreadAssignedToOSThread
+    false,  // RemotingClientInvocationStarted
+    false,  // RemotingClientSendingMessage
+    false,  // RemotingClientReceivingReply
+    false,  // RemotingClientInvocationFinished
+    false,  // RemotingServerReceivingMessage
+    false,  // RemotingServerInvocationStarted
+    false,  // RemotingServerInvocationReturned
+    false,  // RemotingServerSendingReply
+    true,  // UnmanagedToManagedTransition
+    true,  // ManagedToUnmanagedTransition
+    false,  // RuntimeSuspendStarted
+    false,  // RuntimeSuspendFinished
+    false,  // RuntimeSuspendAborted
+    false,  // RuntimeResumeStarted
+    false,  // RuntimeResumeFinished
+    false,  // RuntimeThreadSuspended
+    false,  // RuntimeThreadResumed
+    false,  // MovedReferences
+    true,  // ObjectAllocated
+    true,  // ObjectsAllocatedByClass
+    true,  // ObjectReferences
+    true,  // RootReferences
+    false,  // ExceptionThrown
+    false,  // ExceptionSearchFunctionEnter
+    false,  // ExceptionSearchFunctionLeave
+    false,  // ExceptionSearchFilterEnter
+    false,  // ExceptionSearchFilterLeave
+    false,  // ExceptionSearchCatcherFound
+    false,  // ExceptionOSHandlerEnter
+    false,  // ExceptionOSHandlerLeave
+    false,  // ExceptionUnwindFunctionEnter
+    false,  // ExceptionUnwindFunctionLeave
+    false,  // ExceptionUnwindFinallyEnter
+    false,  // ExceptionUnwindFinallyLeave
+    false,  // ExceptionCatcherEnter
+    false,  // ExceptionCatcherLeave
+    false,  // COMClassicVTableCreated
+    false,  // COMClassicVTableDestroyed
+    false,  // ExceptionCLRCatcherFound
+    false,  // ExceptionCLRCatcherExecute
+    false,  // ThreadNameChanged
+    false,  // GarbageCollectionStarted
+    false,  // SurvivingReferences
+    false,  // GarbageCollectionFinished
+    true,  // FinalizeableObjectQueued
+    true,  // RootReferences2
+    true,  // HandleCreated
+    true,  // HandleDestroyed
+    false,  // InitializeForAttach
+    false,  // ProfilerAttachComplete
+    false,  // ProfilerDetachSucceeded
+    false,  // ReJITCompilationStarted
+    false,  // GetReJITParameters
+    false,  // ReJITCompilationFinished
+    false,  // ReJITError
+    false,  // MovedReferences2
+    false,  // SurvivingReferences2
+    true,  // ConditionalWeakTableElementReferences
+    false,  // GetAssemblyReferences
+    false,  // ModuleInMemorySymbolsUpdated
+    false,  // DynamicMethodJITCompilationStarted
+    false,  // DynamicMethodJITCompilationFinished
+    false,  // DynamicMethodUnloaded
+    true,  // EventPipeEventDelivered
+    false,  // EventPipeProviderCreated
+    false,  // LoadAsNotificationOnly
+};
+
 class CallbackBase : public ICorProfilerCallback11 {
  public:
     HRESULT STDMETHODCALLTYPE Initialize(IUnknown* pICorProfilerInfoUnk) override {
