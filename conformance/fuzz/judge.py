@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from clr_model import api
+from clr_model.api import Fact
 from clr_model.clauses import Layer
 from clr_model.events import Mark, ObjectInspection
 from conformance.core import registry
@@ -80,7 +82,7 @@ def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -
             continue
         if not isinstance(ev, ObjectInspection) or ev.object_id is None:
             continue
-        if ev.within in ("MovedReferences2", "MovedReferences"):
+        if ev.within in api.names_with(Fact.MOVES):
             continue  # MR2-09's (the rules report it)
         oid = ev.object_id
         if oid in heaps[version]:

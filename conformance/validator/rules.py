@@ -17,14 +17,11 @@ Model checkers reused: :func:`clr_model.moved_refs.check_gc_events` (MR2-09, MR2
 
 from __future__ import annotations
 
-import importlib.util
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cache
-from types import ModuleType
 
-from clr_model import async_safety
+from clr_model import api, async_safety
+from clr_model.api import BufferShape, Fact, HookKind
 from clr_model.clauses import Layer
 from clr_model.errors import InvalidInput
 from clr_model.events import InfoCall, ProfilerCallback, begins, int_arg
@@ -34,43 +31,18 @@ from conformance.core import registry
 from conformance.core.errors import HarnessError
 from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
-from conformance.core.paths import NATIVE_DIR
 from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.trace import CallbackRecord, CallRecord, MarkRecord, ProbeErrorRecord
 from conformance.validator.hooks import HookChecks, fault_line, registered_hooks
 from conformance.validator.recording import Recording
 
-#: Calls that block the calling thread until other threads move (FE2-10 inside a hook).
-BLOCKING_METHODS = frozenset(
-    {"SuspendRuntime", "RequestReJIT", "RequestRevert", "RequestReJITWithInliners", "RequestProfilerDetach"}
+#: The hook registrations whose tailcall hook must not be NULL when an enter or leave hook is set
+#: (VAL-NULL-TAILCALL): the FunctionEnter2-style, fast-path and slow-path ones.
+_NULL_TAILCALL_KINDS = (
+    HookKind.FUNCTION_ENTER2,
+    HookKind.FUNCTION_ENTER3,
+    HookKind.FUNCTION_ENTER3_WITH_INFO,
 )
-#: Callbacks made while the runtime is in a garbage collection.
-GC_CALLBACKS = frozenset(
-    {
-        "GarbageCollectionStarted",
-        "GarbageCollectionFinished",
-        "MovedReferences",
-        "MovedReferences2",
-        "SurvivingReferences",
-        "SurvivingReferences2",
-        "ObjectReferences",
-        "RootReferences",
-        "RootReferences2",
-        "FinalizeableObjectQueued",
-        "ConditionalWeakTableElementReferences",
-        "HandleCreated",
-        "HandleDestroyed",
-    }
-)
-_HOOK_REGISTRATIONS = {
-    "SetEnterLeaveFunctionHooks2": ("pFuncEnter", "pFuncLeave", "pFuncTailcall"),
-    "SetEnterLeaveFunctionHooks3": ("pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"),
-    "SetEnterLeaveFunctionHooks3WithInfo": (
-        "pFuncEnter3WithInfo",
-        "pFuncLeave3WithInfo",
-        "pFuncTailcall3WithInfo",
-    ),
-}
 
 
 @dataclass
@@ -114,64 +86,10 @@ def rule(*clauses: str, what: str) -> Callable[[Rule], Rule]:
 # --- buffers (BUF-04, BUF-08) ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BufferParams:
-    """A caller-allocated buffer of an ICorProfilerInfo method: its size, buffer and count parameters."""
-
-    size: str
-    buffer: str
-    count: str
-
-
-def _load_interfaces() -> ModuleType:
-    path = NATIVE_DIR / "tools" / "gen_interfaces.py"
-    spec = importlib.util.spec_from_file_location("_validator_gen_interfaces", path)
-    if spec is None or spec.loader is None:
-        raise HarnessError(f"{path}: the interface table's reader is missing")
-    module = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@cache
-def buffer_methods() -> dict[str, BufferParams]:
-    """Every ICorProfilerInfo method with a (cX, pcX, X) buffer, read from tools/interfaces.txt: a by-value
-    count ``c…``/``cch…``, its ``pc…`` out-count, and the pointer next to them that is the buffer."""
-    gen = _load_interfaces()
-    ifaces = gen.parse((NATIVE_DIR / "tools" / "interfaces.txt").read_text(), "interfaces.txt")
-    found: dict[str, BufferParams] = {}
-    for iface in ifaces:
-        if not re.fullmatch(r"ICorProfilerInfo\d*", iface.name):
-            continue
-        for method in iface.methods:
-            names = [p.name for p in method.params]
-            for k, p in enumerate(method.params):
-                if not re.fullmatch(r"c(ch)?[A-Z]\w*", p.name) or p.type not in ("ULONG", "ULONG32", "UINT"):
-                    continue
-                count = "p" + p.name
-                if count not in names:
-                    continue
-                j = names.index(count)
-                after = method.params[j + 1] if j + 1 < len(names) else None
-                before = method.params[k - 1] if k > 0 else None
-                for cand in (after, before):
-                    if (
-                        cand is not None
-                        and cand.type.endswith("*")
-                        and not re.match(r"p[a-z]*[A-Z]", cand.name)
-                    ):
-                        found[method.name] = BufferParams(p.name, cand.name, count)
-                        break
-    return found
-
-
 @rule("BUF-04", what="a NULL buffer goes with a size of 0")
 def null_buffer_with_size(c: RuleContext) -> Iterator[Finding]:
-    """BUF-04: a NULL buffer goes with a size of 0."""
-    table = buffer_methods()
+    """BUF-04: a NULL buffer goes with a size of 0 (every caller-allocated buffer of the API table)."""
+    table = api.buffer_methods()
     for i, ev in enumerate(c.rec.events):
         if isinstance(ev, InfoCall) and ev.name in table and begins(ev):
             params = table[ev.name]
@@ -180,7 +98,7 @@ def null_buffer_with_size(c: RuleContext) -> Iterator[Finding]:
                 yield c.at("BUF-04", i, f"{ev.name} with {params.buffer}=NULL and {params.size}={size}")
 
 
-def _identity(ev: InfoCall, params: BufferParams) -> tuple[object, ...]:
+def _identity(ev: InfoCall, params: BufferShape) -> tuple[object, ...]:
     """What a retry of the same question repeats: the by-value arguments except the buffer's own."""
     skip = {params.size, params.buffer, params.count}
     return tuple(
@@ -195,7 +113,7 @@ def _identity(ev: InfoCall, params: BufferParams) -> tuple[object, ...]:
 @rule("BUF-08", what="a truncated answer (*pcX > cX) is asked again with a large enough buffer")
 def truncated_without_retry(c: RuleContext) -> Iterator[Finding]:
     """BUF-08: *pcX > cX means the answer was truncated: allocate *pcX and call again."""
-    table = buffer_methods()
+    table = api.buffer_methods()
     events = c.rec.events
     for i, ev in enumerate(events):
         if not (isinstance(ev, InfoCall) and ev.name in table and ev.phase != "enter"):
@@ -324,7 +242,7 @@ def only_callback3(c: RuleContext) -> Iterator[Finding]:
 def query_interface_in_gc(c: RuleContext) -> Iterator[Finding]:
     for i, ev in enumerate(c.rec.events):
         if isinstance(ev, InfoCall) and ev.name == "QueryInterface":
-            inside = [name for name in c.rec.context[i] if name in GC_CALLBACKS]
+            inside = [name for name in c.rec.context[i] if name in api.names_with(Fact.GC)]
             if inside:
                 yield c.at("VAL-QI-IN-GC", i, f"QueryInterface on ICorProfilerInfo inside {inside[-1]}")
 
@@ -342,15 +260,16 @@ def calls_from_hooks(c: RuleContext) -> Iterator[Finding]:
             continue
         if ev.triggers_gc:
             yield c.at("FE2-11", i, f"{hooks[-1]} hook calls {ev.name}, which triggers a garbage collection")
-        elif ev.name in BLOCKING_METHODS:
+        elif ev.name in api.names_with(Fact.BLOCKS):
             yield c.at("FE2-10", i, f"{hooks[-1]} hook calls {ev.name}, which blocks")
 
 
 @rule("VAL-NULL-TAILCALL", what="enter/leave hooks come with a tailcall hook")
 def null_tailcall_hook(c: RuleContext) -> Iterator[Finding]:
+    registrations = {r.method: r.parameters for r in api.hook_registrations(_NULL_TAILCALL_KINDS)}
     for i, ev in enumerate(c.rec.events):
-        if isinstance(ev, InfoCall) and ev.name in _HOOK_REGISTRATIONS and begins(ev):
-            enter, leave, tail = (ev.args.get(n) for n in _HOOK_REGISTRATIONS[ev.name])
+        if isinstance(ev, InfoCall) and ev.name in registrations and begins(ev):
+            enter, leave, tail = (ev.args.get(n) for n in registrations[ev.name])
 
             def address(h: object) -> int:
                 return int_arg(h, "address") or 0 if isinstance(h, dict) else 0
@@ -543,7 +462,7 @@ def initialize_failed(c: RuleContext) -> Iterator[Finding]:
     for i, ev in enumerate(c.rec.events):
         if (
             isinstance(ev, ProfilerCallback)
-            and ev.name in ("Initialize", "InitializeForAttach")
+            and ev.name in api.names_with(Fact.INITIALIZES)
             and ev.phase != "enter"
             and ev.hr is not None
             and hresult_failed(ev.hr)
