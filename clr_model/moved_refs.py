@@ -461,6 +461,9 @@ class HeapEvent(BaseModel):
 _HANDED_OUT_ONE = ("objectId", "thrownObjectId")
 _HANDED_OUT_LIST = "objectIds"
 _HANDED_OUT_MANY = ("objectRefIds", "rootRefIds", _HANDED_OUT_LIST)
+#: every parameter name under which a callback hands out ObjectIDs (what :func:`check_gc_events` learns
+#: objects from)
+HANDED_OUT_PARAMETERS = (*_HANDED_OUT_ONE, *_HANDED_OUT_MANY)
 #: The callbacks the MR2 rules read: a GC's bounds and its moves (the API table's gc-bound and moves).
 GC_CALLBACK_NAMES = tuple(m.name for m in api.callbacks() if m.has(Fact.GC_BOUND) or m.has(Fact.MOVES))
 

@@ -20,16 +20,12 @@ from xml.etree import ElementTree as ET
 
 from clr_model.clauses import Layer
 from conformance.core import registry, runner, runtimes, scenarios
-from conformance.core.errors import HarnessError
 from conformance.core.findings import Finding
-from conformance.core.runner import RunOutcome
-from conformance.core.trace import read_trace
 from conformance.validator import launch
 from conformance.validator.groups import Grouper
 from conformance.validator.hooks import HookChecks
-from conformance.validator.recording import read_recording
 from conformance.validator.result import ClauseStatus, Group, RuleStatus, RunSummary, ValidationResult
-from conformance.validator.rules import check_recording, hook_abi
+from conformance.validator.rules import hook_abi, judge_run
 
 #: The validator's own scenarios (conformance/validator/scenarios/NAME).
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -66,6 +62,8 @@ def validate(
             (s, scenarios.compile_scenario(s, reference), False) for s in validator_scenarios(scenario_names)
         ]
     runs: list[RunSummary] = []
+    exercised: dict[str, set[str]] = {}
+    judge_seconds = 0.0
     grouper = Grouper()
     notes: list[str] = []
     checks = HookChecks()
@@ -85,41 +83,52 @@ def validate(
                     judged=result.record_count,
                 )
             )
-            found: list[Finding] = []
             if not result.trace_path.is_file():
                 message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
                 grouper.add(Finding.of(result, "VAL-LOAD", message, []))
+                exercised.setdefault(rt.version, set()).add("VAL-LOAD")
                 continue
-            trace = result.trace if result.trace is not None else read_trace(result.trace_path)
-            recording = read_recording(trace)
-            found.extend(check_recording(recording, result))
-            from_hooks, unchecked = hook_abi(recording, result, checks)
+            found: list[Finding] = []
+            judged = judge_run(result, found.append)
+            from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
             found.extend(from_hooks)
+            if judged.hooks and not unchecked:
+                judged.exercised.update(r.clause for r in registry.rules(Layer.HOOK))
             grouper.extend(found)
+            exercised.setdefault(rt.version, set()).update(judged.exercised)
+            runs[-1] = runs[-1].model_copy(update={"records": judged.records, "judged": judged.records})
+            judge_seconds += judged.seconds
             notes.extend(n for n in unchecked if n not in notes)
-            if result.outcome is RunOutcome.FAILED and not found:
-                raise HarnessError(
-                    f"{scenario.name} on {rt.version} exited with {result.exit_code} under the "
-                    f"profiler; trace: {result.trace_path}"
-                )
+            if judged.note is not None:
+                notes.append(judged.note)
     groups = grouper.groups()
     return ValidationResult(profiler=str(target), clsid=guid, runs=runs, groups=groups,
-                            rules=rule_statuses(runs, groups), notes=notes)  # fmt: skip
+                            rules=rule_statuses(runs, groups, exercised), notes=notes,
+                            judge_seconds=round(judge_seconds, 3))  # fmt: skip
 
 
-def rule_statuses(runs: Sequence[RunSummary], groups: Sequence[Group]) -> list[RuleStatus]:
-    """Each clause the validation judges, on each runtime: failed, noted or passed."""
+def rule_statuses(
+    runs: Sequence[RunSummary], groups: Sequence[Group], exercised: Mapping[str, set[str]]
+) -> list[RuleStatus]:
+    """Each clause the validation judges, on each runtime: failed, noted, passed, or skipped (no run on that
+    runtime showed what the rule judges, e.g. a run that crashed before it: it passes nothing)."""
     out = []
     for runtime in dict.fromkeys(r.runtime for r in runs):
+        mine_runs = [r for r in runs if r.runtime == runtime]
         for clause in rule_ids():
             mine = [g for g in groups if g.clause == clause and runtime in g.runtimes]
+            reason = ""
             if any(not g.note for g in mine):
                 status = ClauseStatus.FAILED
             elif mine:
                 status = ClauseStatus.NOTED
-            else:
+            elif clause in exercised.get(runtime, set()):
                 status = ClauseStatus.PASSED
-            out.append(RuleStatus(clause=clause, runtime=runtime, status=status))
+            else:
+                status = ClauseStatus.SKIPPED
+                ended = ", ".join(f"{r.scenario} {r.outcome} after {r.records} record(s)" for r in mine_runs)
+                reason = f"no run on {runtime} showed what {clause} judges ({ended})"
+            out.append(RuleStatus(clause=clause, runtime=runtime, status=status, reason=reason))
     return out
 
 
