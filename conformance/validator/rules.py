@@ -242,6 +242,10 @@ _NO_INSPECTION_INSIDE: dict[str, str] = {
 _GC_CALLBACKS = api.names_with(Fact.GC)
 _MOVES = api.names_with(Fact.MOVES)
 _GC_BOUND_OR_MOVES = api.names_with(Fact.GC_BOUND) | _MOVES
+#: the callbacks that hand out ObjectIDs (a parameter of type ObjectID or ObjectID*)
+_HANDS_OUT_OBJECTS = frozenset(
+    m.name for m in api.callbacks() if any(p.type.startswith("ObjectID") for p in m.params)
+)
 
 
 @rule(
@@ -301,17 +305,21 @@ class RemappedIds(StreamRule):
     shadow heap (``proxy.shadowHeap`` false: an older proxy, the fake runtime) is judged by the model's
     :func:`clr_model.moved_refs.check_gc_events`, fed the GC callbacks and inspections it reads."""
 
-    reads = (*_calls(set(_INSPECTS)), ("mark", "proxy.ranges"), ("callback", None))
+    reads = (*_calls(set(_INSPECTS)), ("mark", "proxy.ranges"),
+             *(("callback", n) for n in sorted(_GC_BOUND_OR_MOVES | _HANDS_OUT_OBJECTS)))  # fmt: skip
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
         self.events: list[ProfilerCallback | ObjectInspection] = []
         self.records: list[Record] = []
         self.ranges: dict[int, Record] = {}
+        self._shadow: bool | None = None
 
     @property
     def shadow(self) -> bool:
-        return self.j.proxy.get("shadowHeap") is True
+        if self._shadow is None:
+            self._shadow = self.j.proxy.get("shadowHeap") is True
+        return self._shadow
 
     def on(self, r: Record) -> None:
         if r["kind"] == "call":

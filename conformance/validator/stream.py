@@ -122,7 +122,6 @@ class Judging:
     #: clauses that saw what they judge
     exercised: set[str] = field(default_factory=set)
     records: int = 0
-    last_seq: int = -1
     #: Initialize (or InitializeForAttach) was delivered
     initialized: bool = False
     seconds: float = 0.0
@@ -236,21 +235,24 @@ class Judging:
                     anyname.setdefault(kind, []).append(rule.on)
                 else:
                     exact.setdefault((kind, name), []).append(rule.on)
+        # one list of handlers per (kind, name), the wildcards of its kind appended: one lookup a record
+        handlers: dict[tuple[str, str | None], list[Callable[[Record], None]]] = {}
+        for key, fns in exact.items():
+            handlers[key] = [*fns, *anyname.get(key[0], [])]
         stacks = self.stacks
-        empty: list[Callable[[Record], None]] = []
+        os_of = self.os_of
+        managed = self.managed
+        none: list[Callable[[Record], None]] = []
+        count = 0
         for _, r in read_records(path):
-            self.records += 1
+            count += 1
             kind = r["kind"]
             name = r.get("name")
             thread = r.get("os_tid", 0)
-            seq = r.get("seq")
-            if isinstance(seq, int):
-                self.last_seq = seq
             tid = r.get("tid")
-            if tid:
-                if tid not in self.os_of:
-                    self.os_of[tid] = thread
-                self.managed.add(thread)
+            if tid and tid not in os_of:
+                os_of[tid] = thread
+                managed.add(thread)
             pushed: Frame | None = None
             if kind == "callback":
                 phase = r.get("phase")
@@ -264,7 +266,7 @@ class Judging:
                     args = r.get("args") or {}
                     managed_id, os_id = args.get("managedThreadId"), args.get("osThreadId")
                     if isinstance(managed_id, int) and isinstance(os_id, int) and managed_id and os_id:
-                        self.os_of[managed_id] = os_id
+                        os_of[managed_id] = os_id
             elif kind == "mark" and isinstance(name, str) and name.startswith(NOTE_PREFIX):
                 self.notes[name] = r
                 if name == "proxy.module":
@@ -277,12 +279,17 @@ class Judging:
                 counts, hooks = r.get("counts"), r.get("hooks")
                 self.counts = counts if isinstance(counts, dict) else {}
                 self.hook_counts = hooks if isinstance(hooks, dict) else {}
-            for handler in exact.get((kind, name), empty) if isinstance(name, str) else empty:
-                handler(r)
-            for handler in anyname.get(kind, empty):
+            for handler in handlers.get((kind, name)) or anyname.get(kind, none):
                 handler(r)
             if pushed is not None:
-                stacks.setdefault(thread, []).append(pushed)
+                stack = stacks.get(thread)
+                if stack is None:
+                    stacks[thread] = [pushed]
+                else:
+                    stack.append(pushed)
+            if tid:
+                managed.add(thread)
+        self.records = count
         for rule in live:
             rule.end()
         self.seconds = time.perf_counter() - started
