@@ -13,6 +13,11 @@ a table, not a branch or a parallel class:
   clauses the model checks on that architecture. ``ABI["x86"]`` is the page's own reading (a naked
   __stdcall function, FE2-06..09); ``ABI["x64"]`` is the System V reading (FE2-13 model choice, see
   :mod:`clr_model.function_enter`).
+* A :class:`Kept` rule may be a *note* (``note=True``): what the runtime does not rely on. The x86
+  EFLAGS status flags (CF PF AF ZF SF OF) are one: the JIT's call to a hook does not rely on them (its
+  code sets them again before any use), so a hook that changes them (``sub esp``/``add esp`` alone do) is
+  told so, never failed. DF is a rule wherever the ABI says it is clear at calls and returns (both i386
+  and AMD64 do).
 * :class:`MachineState`: the registers at one instant, named by ``ISA[arch]`` (``state["ebx"]``,
   ``state.sp``), with the x87/SSE state and an optional view of the stack.
 
@@ -36,6 +41,7 @@ __all__ = [
     "ARCHES",
     "EFLAGS_DF",
     "EFLAGS_PRESERVED",
+    "EFLAGS_STATUS",
     "HOOK_PARAMETERS",
     "ISA",
     "MXCSR_CONTROL",
@@ -55,9 +61,11 @@ __all__ = [
 Arch = Literal["x86", "x64"]
 ARCHES: tuple[Arch, ...] = ("x86", "x64")
 
-#: EFLAGS bits a hook must give back: CF PF AF ZF SF OF (status) and DF. System bits (TF, IF, RF, ...)
+#: EFLAGS bits a naked hook gives back: CF PF AF ZF SF OF (status) and DF. System bits (TF, IF, RF, ...)
 #: are not the hook's to change either, but an emulator or debugger may touch them, so they are left out.
 EFLAGS_PRESERVED = 0x0CD5
+#: the EFLAGS status flags CF PF AF ZF SF OF: no caller relies on them across a call (a note, not a rule)
+EFLAGS_STATUS = 0x08D5
 #: the direction flag (System V: clear on entry and on return)
 EFLAGS_DF = 0x0400
 #: MXCSR bits a System V callee preserves (control: DAZ, masks, RC, FZ); bits 0-5 are status flags
@@ -144,7 +152,8 @@ class Kept:
 
     ``fixed`` None: its value after the return is its value at entry. Otherwise the ABI fixes it at entry
     and on return (System V: DF clear, the x87 stack empty); ``at_entry`` is the message when an entry
-    state breaks that (``{value}``: the value read)."""
+    state breaks that (``{value}``: the value read). ``note``: the runtime does not rely on it, so a change
+    is told (a note), never a finding (the x86 EFLAGS status flags)."""
 
     clause: str
     #: the register as messages and findings name it ("EBX", "x87 control word", "MXCSR control", "DF")
@@ -156,6 +165,7 @@ class Kept:
     flag: bool = False
     fixed: int | None = None
     at_entry: str = ""
+    note: bool = False
 
     def read(self, registers: RegisterReader) -> int:
         """The value this rule compares, read from a state or a CPU."""
@@ -221,8 +231,9 @@ def _x87_and_sse(clause: str, xmm: int) -> tuple[Kept, ...]:
 
 ABI: Mapping[Arch, HookAbi] = {
     # FunctionEnter2.md: naked __stdcall; the parameters pushed right to left above the return address and
-    # popped by the hook (ret 16); FE2-07 for the registers __stdcall would let a callee clobber, FE2-08
-    # for every other one (the x87 and SSE state included)
+    # popped by the hook (ret 16); FE2-07 for the registers __stdcall would let a callee clobber (the EFLAGS
+    # status flags a note; DF clear at calls and returns), FE2-08 for every other one (the x87 and SSE
+    # state included)
     "x86": HookAbi(
         isa=ISA["x86"],
         reading="FunctionEnter2.md: naked __stdcall",
@@ -231,7 +242,8 @@ ABI: Mapping[Arch, HookAbi] = {
         popped=16,
         kept=(
             *_unchanged("FE2-07", "eax", "ecx", "edx"),
-            Kept("FE2-07", "EFLAGS (status/DF)", "eflags", mask=EFLAGS_PRESERVED),
+            Kept("FE2-07", "EFLAGS status flags", "eflags", mask=EFLAGS_STATUS, note=True),
+            Kept("FE2-07", "DF", "eflags", mask=EFLAGS_DF, flag=True, fixed=0, at_entry="DF set at entry"),
             *_unchanged("FE2-08", "ebx", "esi", "edi", "ebp"),
             *_x87_and_sse("FE2-08", ISA["x86"].xmm),
         ),

@@ -28,8 +28,10 @@ architecture: each reads the table of the state's architecture (:data:`clr_model
 
 On x86 (the page's rules) the naked __stdcall hook finds its parameters at ESP+4, +8, +12, +16, pushed
 right to left, and returns with ``ret 16``: ESP = before.ESP + 4 + 16. FE2-07 covers the registers
-__stdcall would let a callee clobber (EAX, ECX, EDX and the EFLAGS status/direction bits), FE2-08 the rest
-(EBX, ESI, EDI, EBP, the x87 registers and control/status/tag words, MXCSR, XMM0-7).
+__stdcall would let a callee clobber (EAX, ECX, EDX; DF, clear at the call as at every call, must be clear
+on return; the EFLAGS status flags are a *note*: the JIT's call does not rely on them, so a change is told,
+never a finding), FE2-08 the rest (EBX, ESI, EDI, EBP, the x87 registers and control/status/tag words,
+MXCSR, XMM0-7).
 
 On x64 Unix (FE2-13 model choice for the hook checker) the runtime calls the hooks as ordinary functions
 from its own register-saving helpers (ProfileEnter/ProfileLeave), so the page's x86 rules are read as the
@@ -108,7 +110,8 @@ COR_PRF_ENABLE_FRAME_INFO = int(CorPrfMonitor.COR_PRF_ENABLE_FRAME_INFO)
 class RegisterChange(BaseModel):
     """A register the rules say must come back unchanged, with its value before and after the hook.
 
-    ``name`` names it as the messages do (``EBX``, ``x87 control word``, ``XMM3``, ``MXCSR control``)."""
+    ``name`` names it as the messages do (``EBX``, ``x87 control word``, ``XMM3``, ``MXCSR control``);
+    ``note``: the runtime does not rely on it (:attr:`clr_model.abi.Kept.note`): told, never a finding."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -116,6 +119,7 @@ class RegisterChange(BaseModel):
     name: str
     before: int = Field(ge=0)
     after: int = Field(ge=0)
+    note: bool = False
 
     @property
     def message(self) -> str:
@@ -182,21 +186,23 @@ def check_hook_entry(
 
 def hook_register_changes(before: MachineState, after: MachineState) -> list[RegisterChange]:
     """FE2-07/08: every register the hook must give back (``ABI[arch].kept``) that it did not, in the
-    table's order, with its clause. A register the ABI fixes (System V: DF, the x87 tag word) is compared
-    with that value, not with its value at entry."""
+    table's order, with its clause; a change of a register the runtime does not rely on has ``note`` set
+    (x86: the EFLAGS status flags). A register the ABI fixes (DF, System V's x87 tag word) is compared with
+    that value, not with its value at entry."""
     out: list[RegisterChange] = []
     for kept in _pair(before, after).kept:
         a = kept.fixed if kept.fixed is not None else kept.read(before)
         b = kept.read(after)
         if a != b:
-            out.append(RegisterChange(clause=kept.clause, name=kept.name, before=a, after=b))
+            out.append(RegisterChange(clause=kept.clause, name=kept.name, before=a, after=b, note=kept.note))
     return out
 
 
 def check_hook_abi(
     before: MachineState, after: MachineState, pushed_param_bytes: int | None = None
 ) -> list[Violation]:
-    """FE2-07/08/09 over the states at the hook's first instruction and right after its return.
+    """FE2-07/08/09 over the states at the hook's first instruction and right after its return (notes,
+    what the runtime does not rely on, are no violations: :func:`hook_register_changes` has them).
 
     FE2-09: SP after the return is the entry SP + the return address + the parameter bytes the hook pops
     (``pushed_param_bytes``, default ``ABI[arch].popped``: 16 on x86, 0 on x64), and control is back at
@@ -206,7 +212,8 @@ def check_hook_abi(
     popped = abi.popped if pushed_param_bytes is None else pushed_param_bytes
     if not 0 <= popped < 2**16 or popped % isa.word:
         raise InvalidInput(f"pushed_param_bytes={popped}: expected a multiple of {isa.word} below 65536")
-    out = [Violation(clause=c.clause, message=c.message) for c in hook_register_changes(before, after)]
+    out = [Violation(clause=c.clause, message=c.message) for c in hook_register_changes(before, after)
+           if not c.note]
     sp = isa.sp.upper()
     want_sp = (before.sp + isa.word + popped) & isa.mask
     if after.sp != want_sp:

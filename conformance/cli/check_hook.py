@@ -3,11 +3,13 @@
 The hook's machine code is taken from the ELF shared object (relocated; the functions it calls inside the
 object run too) and run from ``--runs`` random states drawn from ``--seed``. Every rule it breaks is a
 finding with its clause (FE2-06 memory, FE2-07/08 registers, FE2-09 stack, FE2-10 no return within the
-budget, FE2-12 a call or jump out of the object; see :data:`clr_model.function_enter.HOOK_RULES`).
+budget, FE2-12 a call or jump out of the object; see :data:`clr_model.function_enter.HOOK_RULES`); what the
+runtime does not rely on (the x86 EFLAGS status flags) is a note.
 
-Exit status: 0 every rule held in every run; 1 a rule was broken (a hook that loops forever or jumps to an
-unmapped address is a finding, not an input error); 2 the input is wrong (no such file, not an ELF object
-of that architecture, no such symbol, a symbol the object imports instead of defining), in one line.
+Exit status: 0 every rule held in every run (notes included); 1 a rule was broken (a hook that loops
+forever or jumps to an unmapped address is a finding, not an input error); 2 the input is wrong (no such
+file, not an ELF object of that architecture, no such symbol, a symbol the object imports instead of
+defining), in one line.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ What each run checks (rules and clauses from :data:`clr_model.function_enter.HOO
   must come back (x86 FE2-07/08, x64 FE2-08: :func:`hook_register_changes` over ``ABI[arch].kept``) and the
   stack pointer and return address (FE2-09). A changed register is then attributed to the last instruction
   that changed it by running the same state again, single-stepping with a code hook that watches only the
-  changed registers (cheap runs stay cheap);
+  changed registers (cheap runs stay cheap). A register whose rule is a note (:attr:`Kept.note`: the x86
+  EFLAGS status flags, which the JIT's call does not rely on) is reported the same way with ``note`` set,
+  kept apart from the findings (:attr:`HookReport.notes`);
 * while it runs (a block hook and memory hooks): a block outside the object's executable segments, a call
   or jump to a trap address (a symbol of another object: FE2-12), a fetch from an unmapped address or a data
   access outside the hook's stack frame, what argumentInfo points to, its thread block (x64 FS) and the
@@ -363,7 +365,7 @@ class HookChecker:
         for bit in _STATUS_FLAGS:
             flags |= bit if rng.getrandbits(1) else 0
         if abi.fixed(isa.flags, EFLAGS_DF) is None and rng.getrandbits(1):
-            flags |= EFLAGS_DF  # the EE saves nothing (FE2-07): DF may be anything; System V: clear
+            flags |= EFLAGS_DF  # no table leaves DF free today: both ABIs have it clear at calls
         regs[isa.flags] = flags
         # x87: masked exceptions (an unmasked one would fault a correct hook too), random precision and
         # rounding; TOP, condition codes and sticky flags random; ST(0)..ST(k-1) in use unless the ABI
@@ -521,9 +523,11 @@ class HookChecker:
         out = []
         for c in changes:
             who = run.watch[c.name][2]
-            out.append(HookFinding(clause=c.clause, rule="register-preserved",
-                                   detail=f"{c.name} not preserved", register_name=c.name, before=c.before,
-                                   after=c.after, instruction=self._describe(who)))
+            detail = (f"{c.name} not preserved (the runtime does not rely on it)" if c.note
+                      else f"{c.name} not preserved")
+            out.append(HookFinding(clause=c.clause, rule="register-preserved", detail=detail,
+                                   register_name=c.name, before=c.before, after=c.after,
+                                   instruction=self._describe(who), note=c.note))
         return out
 
 
@@ -535,7 +539,8 @@ def check_hook(
 
     Input errors (no such file, not an ELF object of ``arch``, no such symbol, a symbol not defined in the
     object or not in its code) raise :class:`HookInputError`; every rule the hook breaks is a finding of
-    the report (an endless loop and a jump to an unmapped address included)."""
+    the report (an endless loop and a jump to an unmapped address included), what the runtime does not rely
+    on a note."""
     if arch not in _LAYOUTS:
         raise HookInputError(f"unknown architecture {arch!r}: expected x86 or x64")
     if runs < 1:
@@ -547,13 +552,16 @@ def check_hook(
     checker = HookChecker(obj, entry, symbol, budget)
     rng = random.Random(seed)
     per_run: list[list[HookFinding]] = []
+    notes: list[list[HookFinding]] = []
     counts: list[int] = []
     returned = 0
     for _ in range(runs):
         findings, count, did_return = checker.run_once(checker.draw(rng))
-        per_run.append(findings)
+        per_run.append([f for f in findings if not f.note])
+        notes.append([f for f in findings if f.note])
         counts.append(count)
         returned += did_return
     return HookReport(file=str(path), symbol=symbol, arch=arch, seed=seed, runs=runs, budget=budget,
                       returned=returned, instructions_min=min(counts), instructions_max=max(counts),
-                      unapplied_relocations=obj.unapplied, findings=aggregate(per_run))
+                      unapplied_relocations=obj.unapplied, findings=aggregate(per_run),
+                      notes=aggregate(notes))

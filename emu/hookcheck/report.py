@@ -1,4 +1,5 @@
-"""What the hook checker reports: findings (one per rule broken, aggregated over runs) and the report."""
+"""What the hook checker reports: findings (one per rule broken, aggregated over runs), notes (what the
+runtime does not rely on: told, never a failure) and the report."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ class HookFinding(BaseModel):
     ``instruction``: ``location: disassembly`` (capstone) of the instruction that changed the register,
     made the access or the branch, or returned; ``detail``: one line without per-run addresses, so findings
     of different runs aggregate. ``runs``/``first_run``: in how many runs it was seen and the first (0-based);
-    the values are those of the first run."""
+    the values are those of the first run. ``note``: what the runtime does not rely on (the x86 EFLAGS
+    status flags): told, never a finding (a report keeps notes apart, :attr:`HookReport.notes`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -33,6 +35,7 @@ class HookFinding(BaseModel):
     target: str | None = None
     runs: int = 1
     first_run: int = 0
+    note: bool = False
 
     @field_serializer("before", "after")
     def _hex(self, value: int | None) -> str | None:
@@ -49,7 +52,7 @@ class HookFinding(BaseModel):
 
 
 class HookReport(BaseModel):
-    """A whole check: the input, how it ran, and the findings (empty: every rule held)."""
+    """A whole check: the input, how it ran, the findings (empty: every rule held) and the notes."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -65,9 +68,11 @@ class HookReport(BaseModel):
     instructions_max: int
     unapplied_relocations: int = 0
     findings: tuple[HookFinding, ...] = ()
+    notes: tuple[HookFinding, ...] = ()
 
     @property
     def ok(self) -> bool:
+        """No rule broken (notes are never failures)."""
         return not self.findings
 
 
@@ -91,20 +96,28 @@ def _hex(value: int | None) -> str:
     return "" if value is None else f"{value:#x}"
 
 
-def render_text(report: HookReport) -> str:
-    """A table of findings (clause, rule, register, before, after, instruction) under a summary line."""
-    head = (f"{report.symbol} in {report.file} ({report.arch}): {report.runs} runs from seed {report.seed}, "
-            f"{report.returned} returned, {report.instructions_min}-{report.instructions_max} instructions")
-    if report.ok:
-        return f"{head}\nevery rule holds"
+def _table(findings: Sequence[HookFinding]) -> list[str]:
     rows = [("clause", "rule", "register", "before", "after", "instruction", "runs", "detail")]
-    for f in report.findings:
+    for f in findings:
         rows.append((f.clause, f.rule, f.register_name or "", _hex(f.before), _hex(f.after),
                      f.instruction or "", str(f.runs), f.detail))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = [head, f"{len(report.findings)} rule(s) broken:"]
-    for r in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    return ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
+
+
+def render_text(report: HookReport) -> str:
+    """A summary line, then a table of findings (clause, rule, register, before, after, instruction) and
+    the notes likewise."""
+    head = (f"{report.symbol} in {report.file} ({report.arch}): {report.runs} runs from seed {report.seed}, "
+            f"{report.returned} returned, {report.instructions_min}-{report.instructions_max} instructions")
+    lines = [head]
+    if report.findings:
+        lines += [f"{len(report.findings)} rule(s) broken:", *_table(report.findings)]
+    else:
+        lines.append("every rule holds")
+    if report.notes:
+        lines += [f"{len(report.notes)} note(s), what the runtime does not rely on (never a failure):",
+                  *_table(report.notes)]
     return "\n".join(line.rstrip() for line in lines)
 
 

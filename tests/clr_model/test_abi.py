@@ -9,6 +9,7 @@ from clr_model.abi import (
     ABI,
     ARCHES,
     EFLAGS_DF,
+    EFLAGS_STATUS,
     HOOK_PARAMETERS,
     ISA,
     X87_ALL_EMPTY,
@@ -48,9 +49,12 @@ def test_x86_is_the_pages_stdcall_frame() -> None:
     assert abi.arguments == tuple(OnStack(4 + 4 * i) for i in range(4))
     assert abi.popped == 4 * len(abi.arguments) == 16 and abi.return_delta == 20
     scratch = [k.name for k in abi.kept if k.clause == "FE2-07"]
-    assert scratch == ["EAX", "ECX", "EDX", "EFLAGS (status/DF)"]
+    assert scratch == ["EAX", "ECX", "EDX", "EFLAGS status flags", "DF"]
+    # the status flags: a note (the JIT's call does not rely on them); DF: clear at calls and returns
+    assert [(k.mask, k.note) for k in abi.kept if k.register == "eflags"] == [(EFLAGS_STATUS, True),
+                                                                              (EFLAGS_DF, False)]
     assert [k.name for k in abi.kept if k.name.startswith("XMM")] == [f"XMM{i}" for i in range(8)]
-    assert abi.fixed("eflags", EFLAGS_DF) is None and abi.fixed("fpu_tag") is None
+    assert abi.fixed("eflags", EFLAGS_DF) == 0 and abi.fixed("fpu_tag") is None
 
 
 def test_x64_is_the_system_v_reading() -> None:

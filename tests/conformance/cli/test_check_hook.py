@@ -50,10 +50,20 @@ def test_FE2_09_json_report_is_stable(libs: tuple[Path, Path], capsys: pytest.Ca
     assert capsys.readouterr().out == first
     report = json.loads(first)
     assert list(report) == ["file", "symbol", "arch", "seed", "runs", "budget", "returned",
-                            "instructions_min", "instructions_max", "unapplied_relocations", "findings"]
+                            "instructions_min", "instructions_max", "unapplied_relocations", "findings",
+                            "notes"]
+    assert report["notes"] == []
     (f,) = report["findings"]
     assert (f["clause"], f["rule"], f["register"], f["runs"]) == ("FE2-09", "stack-restored", "ESP", 100)
     assert int(f["after"], 16) - int(f["before"], 16) == 16 and f["instruction"].endswith(": ret 0xc")
+
+
+def test_only_notes_exit_0(libs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 19: the EFLAGS status flags `sub esp`/`add esp` change are a note; the hook breaks no rule."""
+    assert main(["check-hook", str(libs[0]), "x86_sub_add_esp", "--arch", "x86", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["findings"] == [] and report["notes"]
+    assert all(n["note"] and n["register"] == "EFLAGS status flags" for n in report["notes"])
 
 
 def test_FE2_10_an_endless_loop_is_a_finding_not_an_error(libs: tuple[Path, Path],
