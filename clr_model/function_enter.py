@@ -242,14 +242,16 @@ def check_call_alignment(arch: Arch, sp_at_callee_entry: int) -> Violation | Non
 #: What the hook checker reports besides register changes (which carry their own clause): rule -> clause,
 #: with the sentence it prints. The page states none of these directly; each is read into the clause whose
 #: sentence it breaks (model choice, FE2-13 for x64):
-#: * memory: FE2-06 gives the hook its frame (return address and four parameters); memory other than its own
-#:   stack, what argumentInfo points to and its object's data is none of its inputs;
+#: * memory: FE2-06 gives the hook its frame (return address and parameters); memory other than its own
+#:   stack, what the runtime's pointers point to, its object's data and other objects' data is none of its
+#:   inputs (an access the emulator caused, through a pointer it never provided, is not a finding: the run
+#:   is "not emulated", emu.hookcheck.check);
 #: * stack/return/call alignment: FE2-09, the page's one rule on the stack;
 #: * leaving the object (a call or jump to libc or the runtime): FE2-12, because code the checker cannot see
 #:   may call managed code or allocate (as well as block or trigger a GC, FE2-10/11);
 #: * not returning within the instruction budget: FE2-10, a hook that never returns blocks forever.
 HOOK_RULES: dict[str, tuple[str, str]] = {
-    "memory": ("FE2-06", "memory access outside the frame, argumentInfo and the object's data"),
+    "memory": ("FE2-06", "memory access outside the frame, the runtime's blocks and the objects' data"),
     "stack-restored": ("FE2-09", "stack pointer after the return is not entry + return address + parameters"),
     "returns-to-caller": ("FE2-09", "control does not return to the return address"),
     "call-alignment": ("FE2-09", "stack not 16-byte aligned at a call"),

@@ -6,11 +6,23 @@ saved at creation, the object's pristine writable pages, a fresh stack and argum
 drawn from ``random.Random(seed)`` (never the clock): general registers, EFLAGS, the x87 stack (contents,
 TOP, which registers are in use), control and status words, MXCSR and the SSE registers, and the call frame
 of the four documented parameters. Everything that differs between the architectures is read from the ABI
-table (:data:`clr_model.abi.ABI`) and the check's :class:`Layout`: where the parameters go (x86: __stdcall on
-the stack below the return address; x64: System V RDI, RSI, RDX, RCX), the stack alignment (x64: RSP + 8 a
-multiple of 16), what the ABI fixes at entry (x64: DF clear, the x87 stack empty; x86: both drawn), the
-registers read back and the thread block (x64 FS). The entry state is checked against the model (FE2-06,
+table (:data:`clr_model.abi.ABI`) and the check's :class:`Layout`: where the parameters go (x86: __stdcall
+on the stack below the return address; x64: System V RDI, RSI, RDX, RCX), the stack alignment (x64: RSP + 8
+a multiple of 16), what the ABI fixes at entry (DF clear; x64: the x87 stack empty), the registers read
+back and the thread block (x64 FS). The entry state is checked against the model (FE2-06,
 :func:`check_hook_entry`) before the hook runs: a failure there is the checker's own bug and raises.
+
+**Not emulated is never a finding.** A run ends as *not emulated*, with a reason and the instruction,
+when the hook reaches what the emulator never provided: an access or jump through a pointer read from
+memory whose contents the emulator made up (the object's writable data as the file has it, a global the
+profiler's Initialize would have set; other objects' data; argumentInfo's page; the caller's frame),
+through NULL (within :data:`NEAR` of 0), through a value the emulator drew at random (a parameter such as
+FunctionID or clientData, which really point at runtime or profiler data, or another register at entry,
+which JIT code leaves its own values in), through fs:/gs: thread-local storage it did not set up, or below
+its 64 KiB stack. Every other stray access (an address the hook made up itself, the caller's frame, a
+read-only segment written) is FE2-06. Rules are judged on the runs emulated: the rules at the return only
+on runs that returned; a finding made before a run left what the emulator can follow stands (everything
+up to it was followed). Other objects' data (libc's ``stderr``, ...) reads as zeros.
 
 What each run checks (rules and clauses from :data:`clr_model.function_enter.HOOK_RULES`):
 
@@ -22,19 +34,19 @@ What each run checks (rules and clauses from :data:`clr_model.function_enter.HOO
   EFLAGS status flags, which the JIT's call does not rely on) is reported the same way with ``note`` set,
   kept apart from the findings (:attr:`HookReport.notes`);
 * while it runs (a block hook and memory hooks): a block outside the object's executable segments, a call
-  or jump to a trap address (a symbol of another object: FE2-12), a fetch from an unmapped address or a data
-  access outside the hook's stack frame, what argumentInfo points to, its thread block (x64 FS) and the
-  object's own data (FE2-06; writes to read-only segments included), a misaligned stack at the entry of a
-  callee (where the ABI aligns it, FE2-09), and the instruction budget (FE2-10: a hook that does not return
-  within it never does, for the checker).
+  or jump to a symbol of another object (FE2-12), a stray access (FE2-06, above), a misaligned stack at the
+  entry of a callee (where the ABI aligns it, FE2-09), and the instruction budget (FE2-10: a hook that does
+  not return within it never does, for the checker).
 
-A run that stops on a finding is not checked at its return (there is none). An exception inside a unicorn
-hook is stored, emulation stopped, and raised after ``emu_start`` returns (:meth:`emu.cpu.Cpu.hook`).
+A run that stops on a finding or is not emulated is not checked at its return (there is none). An
+exception inside a unicorn hook is stored, emulation stopped, and raised after ``emu_start`` returns
+(:meth:`emu.cpu.Cpu.hook`).
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,16 +55,29 @@ import capstone  # type: ignore[import-untyped]
 from unicorn import (
     UC_HOOK_BLOCK,
     UC_HOOK_CODE,
+    UC_HOOK_MEM_FETCH_PROT,
     UC_HOOK_MEM_READ,
     UC_HOOK_MEM_UNMAPPED,
     UC_HOOK_MEM_WRITE,
+    UC_MEM_FETCH_PROT,
     UC_MEM_FETCH_UNMAPPED,
     UC_MEM_WRITE,
     UC_MEM_WRITE_UNMAPPED,
     UC_PROT_ALL,
+    UC_PROT_READ,
+    UC_PROT_WRITE,
 )
 
-from clr_model.abi import ABI, EFLAGS_DF, X87_ALL_EMPTY, X87_REGISTERS, Kept, MachineState, OnStack
+from clr_model.abi import (
+    ABI,
+    EFLAGS_DF,
+    HOOK_PARAMETERS,
+    X87_ALL_EMPTY,
+    X87_REGISTERS,
+    Kept,
+    MachineState,
+    OnStack,
+)
 from clr_model.function_enter import (
     HOOK_RULES,
     RegisterChange,
@@ -64,18 +89,20 @@ from clr_model.function_enter import (
 from emu.cpu import Cpu, UcError
 from emu.errors import EmuError
 from emu.hookcheck.loader import PAGE, Arch, HookInputError, LoadedObject, find_symbol, load_object
-from emu.hookcheck.report import HookFinding, HookReport, aggregate
+from emu.hookcheck.report import HookFinding, HookReport, aggregate, aggregate_reasons
 
-__all__ = ["DEFAULT_BUDGET", "DEFAULT_RUNS", "check_hook"]
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_RUNS", "NEAR", "check_hook"]
 
 DEFAULT_RUNS = 100
 #: instructions one run may execute before it counts as never returning (FE2-10)
 DEFAULT_BUDGET = 10_000
+#: how far past a pointer an access still goes "through" it (a member of a struct, an element)
+NEAR = 0x10000
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a check puts things (none overlaps a loaded object at ``base``)."""
+    """Where a check puts things (none overlaps a loaded object at ``base`` or the trap addresses)."""
 
     base: int
     stack: int  # stack region [stack, stack + STACK_SIZE)
@@ -96,10 +123,13 @@ STACK_SIZE = 0x10000
 CALLER_FRAME = 0x100
 ARGS_SIZE = 0x1000
 TLS_SIZE = 0x2000
+#: trap addresses are this far apart (emu.hookcheck.loader)
+TRAP_STRIDE = 16
 
 #: EFLAGS bits the state draws: CF PF AF ZF SF OF (DF separately)
 _STATUS_FLAGS = (0x1, 0x4, 0x10, 0x40, 0x80, 0x800)
 _CS_MODES = {32: capstone.CS_MODE_32, 64: capstone.CS_MODE_64}
+_SEGMENT = re.compile(r"\b[fg]s:")
 
 
 @dataclass(frozen=True)
@@ -122,7 +152,7 @@ class _Start:
     registers: dict[str, int]
     stack: bytes
     args: bytes
-    params: tuple[int, int, int, int]
+    params: tuple[int, ...]
     sp: int
 
 
@@ -133,10 +163,25 @@ class _HookRun:
     count: int = 0
     blocks: list[tuple[int, int]] = field(default_factory=list)
     findings: list[HookFinding] = field(default_factory=list)
+    #: the emulation was stopped by a hook (a finding, not emulated)
     stopped: bool = False
     #: attribution: register name -> (its rule, last value, instruction that last changed it)
     watch: dict[str, tuple[Kept, int, _Insn | None]] = field(default_factory=dict)
     prev_insn: _Insn | None = None
+    #: the run ended on what the emulator never provided: (reason, instruction)
+    not_emulated: tuple[str, str | None] | None = None
+    #: pointer-sized loads from memory whose contents the emulator made up: (value, address), latest last
+    loads: list[tuple[int, int]] = field(default_factory=list)
+    #: entry values the emulator drew at random (parameters, registers): (name, value)
+    drawn: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    findings: list[HookFinding]
+    count: int
+    returned: bool
+    not_emulated: tuple[str, str | None] | None
 
 
 class HookChecker:
@@ -165,10 +210,18 @@ class HookChecker:
         cpu.mem_write(lay.ret, b"\xf4" * PAGE)  # hlt: the caller's code is never run
         if lay.tls is not None:
             cpu.mem_map(lay.tls, TLS_SIZE, UC_PROT_ALL)
+        # other objects' data (the trap addresses): readable and writable zeros, never executable, so a
+        # call or jump there faults on the fetch (UC_HOOK_MEM_FETCH_PROT) and names the symbol
+        self._traps = (0, 0)
+        if obj.traps:
+            lo = min(obj.traps) & ~(PAGE - 1)
+            hi = (max(obj.traps) + TRAP_STRIDE + 2 * PAGE - 1) & ~(PAGE - 1)
+            cpu.mem_map(lo, hi - lo, UC_PROT_READ | UC_PROT_WRITE)
+            self._traps = (lo, hi)
         self._writable = [(s.start, s.end) for s in obj.segments if s.writable]
         cpu.hook(UC_HOOK_BLOCK, self._on_block)
         cpu.hook(UC_HOOK_MEM_READ | UC_HOOK_MEM_WRITE, self._on_access)
-        cpu.hook(UC_HOOK_MEM_UNMAPPED, self._on_unmapped)
+        cpu.hook(UC_HOOK_MEM_UNMAPPED | UC_HOOK_MEM_FETCH_PROT, self._on_unmapped)
         cpu.save()
         self.cpu = cpu
 
@@ -215,7 +268,7 @@ class HookChecker:
                 return insns[-1]
         return None
 
-    # -- findings ------------------------------------------------------------------------------------
+    # -- findings and other ends of a run ------------------------------------------------------------
     def _finding(self, run: _HookRun, rule: str, detail: str, insn: _Insn | None, **kw: Any) -> None:
         clause = HOOK_RULES[rule][0]
         run.findings.append(HookFinding(clause=clause, rule=rule, detail=detail,
@@ -227,6 +280,10 @@ class HookChecker:
             run.stopped = True
         self.cpu.stop()
 
+    def _not_emulated(self, run: _HookRun, reason: str, insn: _Insn | None) -> None:
+        run.not_emulated = (reason, self._describe(insn))
+        self._stop()
+
     # -- hooks (what they raise, the run raises: emu.cpu.Cpu.hook) --------------------------------------
     def _on_block(self, address: int, size: int) -> None:
         run = self._run
@@ -234,9 +291,6 @@ class HookChecker:
         if run.stopped or address == self.ret:
             return
         prev = self._last_branch(run, outside_stubs=False)
-        if address in self.obj.traps:  # reached only if the trap page were mapped; kept for safety
-            self._call_out(run, address)
-            return
         if not self.obj.executable_at(address):
             self._finding(run, "memory", f"runs code outside the object's code ({self._region(address)})",
                           self._last_branch(run))
@@ -268,13 +322,13 @@ class HookChecker:
                           f"(mod {align}) at the callee's entry", call)
 
     def _call_out(self, run: _HookRun, address: int) -> None:
+        """A call or jump to another object's symbol: FE2-12."""
         name = self.obj.traps[address]
-        if self.abi.stack_alignment is not None:
-            call = self._last_branch(run)
-            if call is not None and call.mnemonic == "call":
-                self._check_alignment(run, call)
-        self._finding(run, "stays-in-object", f"calls or jumps to {name} outside the object",
-                      self._last_branch(run), target=name)
+        call = self._last_branch(run)
+        if self.abi.stack_alignment is not None and call is not None and call.mnemonic == "call":
+            self._check_alignment(run, call)
+        self._finding(run, "stays-in-object", f"calls or jumps to {name} outside the object", call,
+                      target=name)
         self._stop()
 
     def _region(self, address: int, size: int = 1) -> str:
@@ -284,9 +338,8 @@ class HookChecker:
             return f"the caller's frame at entry SP+{address - run.start.sp:#x}"
         if lay.stack <= address < lay.stack + STACK_SIZE:
             return "the stack"
-        if address in self.obj.traps or (self.obj.traps and min(self.obj.traps) <= address
-                                         <= max(self.obj.traps) + 15):
-            base = address - address % 16
+        if self._traps[0] <= address < self._traps[1]:
+            base = address - address % TRAP_STRIDE
             return f"{self.obj.traps.get(base, 'a symbol')} of another object"
         if lay.args <= address < lay.args + ARGS_SIZE:
             return "argumentInfo"
@@ -294,7 +347,12 @@ class HookChecker:
             return f"the object at {self.obj.location(address)}"
         if lay.ret <= address < lay.ret + PAGE:
             return "the caller's code"
+        if lay.tls is not None and lay.tls <= address < lay.tls + TLS_SIZE:
+            return "the thread block"
         return f"unmapped memory at {address:#x}"
+
+    def _mapped(self, address: int) -> bool:
+        return not self._region(address).startswith("unmapped")
 
     def _allowed(self, address: int, size: int, write: bool) -> bool:
         run = self._run
@@ -304,11 +362,84 @@ class HookChecker:
             return True
         if lay.tls is not None and lay.tls <= address and address + size <= lay.tls + TLS_SIZE:
             return True
+        if self._traps[0] <= address and address + size <= self._traps[1]:
+            return True  # other objects' data: zeros here
         if not write and lay.args <= address and address + size <= lay.args + ARGS_SIZE:
             return True
         if write:
             return self.obj.writable_at(address, size)
         return self.obj.readable_at(address, size)
+
+    def _invented(self, address: int) -> bool:
+        """Whether the emulator made up the contents at ``address`` (:meth:`_made_up` says what they are)."""
+        lay = self.layout
+        run = self._run
+        return (self.obj.writable_at(address, 1) or self._traps[0] <= address < self._traps[1]
+                or lay.args <= address < lay.args + ARGS_SIZE
+                or (lay.tls is not None and lay.tls <= address < lay.tls + TLS_SIZE)
+                or (run is not None and run.frame_end <= address < lay.stack + STACK_SIZE))
+
+    def _made_up(self, address: int) -> str | None:
+        """What the emulator made up the contents of, at ``address`` (None: memory whose contents are
+        real: the object's code and read-only data, what the hook wrote on its stack)."""
+        lay = self.layout
+        run = self._run
+        if self.obj.writable_at(address, 1):
+            return (f"{self.obj.data_location(address)}, as the file has it (a global the profiler sets at "
+                    "run time, e.g. in Initialize)")
+        if self._traps[0] <= address < self._traps[1]:
+            return f"{self._region(address)} (the emulator has none of its data: zeros)"
+        if lay.args <= address < lay.args + ARGS_SIZE:
+            return f"{self._region(address)} (runtime data the emulator made up)"
+        if lay.tls is not None and lay.tls <= address < lay.tls + TLS_SIZE:
+            return "the thread block (zeros here: thread-local storage the emulator did not set up)"
+        if run is not None and run.frame_end <= address < lay.stack + STACK_SIZE:
+            return f"{self._region(address)} (random here)"
+        return None
+
+    def _through(self, value: int, address: int) -> int | None:
+        """How far past the pointer ``value`` the faulting ``address`` is, if it is within :data:`NEAR`
+        (unicorn reports x64 addresses in their 48 bits: a non-canonical pointer's upper bits are gone)."""
+        mask = self.isa.mask if self.isa.bits == 32 else (1 << 48) - 1
+        off = (address - value) & mask
+        return off if off < NEAR else None
+
+    def _unprovided(self, run: _HookRun, address: int, insn: _Insn | None) -> str | None:
+        """Why an access to the unmapped ``address`` is the emulator's doing, not the hook's (None: the hook
+        made the address up itself). No per-run value is in the text, so runs aggregate."""
+        lay = self.layout
+        if insn is not None and _SEGMENT.search(insn.op_str):
+            return "through fs:/gs: thread-local storage the emulator did not set up"
+        for value, source in reversed(run.loads):
+            off = self._through(value, address)
+            if off is not None:
+                return f"through the pointer read from {self._made_up(source)}{f', +{off:#x}' if off else ''}"
+        if address < NEAR:
+            return (f"at {address:#x}, through a NULL pointer the emulator gave (a global zero in the file, "
+                    "a call out's return value, a zeroed out-parameter)")
+        for name, value in run.drawn:
+            off = self._through(value, address)
+            if off is not None:
+                return (f"through {name}{f'+{off:#x}' if off else ''}, which the emulator drew at random "
+                        "(the real one may point at real data)")
+        if lay.stack - 16 * STACK_SIZE <= address < lay.stack:
+            return f"below the emulator's {STACK_SIZE // 1024} KiB stack (a frame larger than it provides)"
+        return None
+
+    def _stray(self, address: int, size: int) -> str:
+        """Where an access the hook made up went."""
+        region = self._region(address, size)
+        # an unmapped address the hook made up: the finding's target, not its detail (runs aggregate)
+        return "in unmapped memory" if region.startswith("unmapped") else f"in {region}"
+
+    def _note_load(self, run: _HookRun, address: int) -> None:
+        """Remember a pointer-sized load from memory whose contents the emulator made up."""
+        if not self._invented(address):
+            return
+        value = int.from_bytes(self.cpu.mem_read(address, self.isa.word), "little")
+        run.loads.append((value, address))
+        if len(run.loads) > 64:
+            del run.loads[:32]
 
     def _on_access(self, access: int, address: int, size: int, _value: int) -> None:
         run = self._run
@@ -316,6 +447,8 @@ class HookChecker:
         if run.stopped:
             return
         write = access == UC_MEM_WRITE
+        if not write and size == self.isa.word:
+            self._note_load(run, address)
         if not self._allowed(address, size, write):
             kind = "write" if write else "read"
             self._finding(run, "memory", f"{kind} of {size} byte(s) in {self._region(address, size)}",
@@ -327,19 +460,32 @@ class HookChecker:
         assert run is not None
         if run.stopped:
             return False
-        if access == UC_MEM_FETCH_UNMAPPED:
+        if access in (UC_MEM_FETCH_UNMAPPED, UC_MEM_FETCH_PROT):
             if address in self.obj.traps:
                 self._call_out(run, address)
             else:
-                self._finding(run, "memory", f"jumps to {self._region(address)}", self._last_branch(run),
-                              target=f"{address:#x}")
-                self._stop()
+                self._jump(run, address)
             return False
-        kind = "write" if access == UC_MEM_WRITE_UNMAPPED else "read"
-        self._finding(run, "memory", f"{kind} of {size} byte(s) in {self._region(address, size)}",
-                      self._insn_at(self.cpu.ip))
-        self._stop()
+        write = access == UC_MEM_WRITE_UNMAPPED
+        insn = self._insn_at(self.cpu.ip)
+        kind = "write" if write else "read"
+        why = self._unprovided(run, address, insn)
+        if why is not None:
+            self._not_emulated(run, f"{kind} of {size} byte(s) {why}", insn)
+        else:
+            self._finding(run, "memory", f"{kind} of {size} byte(s) {self._stray(address, size)}", insn,
+                          target=f"{address:#x}")
+            self._stop()
         return False
+
+    def _jump(self, run: _HookRun, address: int) -> None:
+        insn = self._last_branch(run)
+        why = None if self._mapped(address) else self._unprovided(run, address, insn)
+        if why is not None:
+            self._not_emulated(run, f"jumps {why}", insn)
+            return
+        self._finding(run, "memory", f"jumps to {self._region(address)}", insn, target=f"{address:#x}")
+        self._stop()
 
     def _on_code(self, address: int, _size: int) -> None:
         """Attribution runs only: which instruction last changed each watched register."""
@@ -434,6 +580,8 @@ class HookChecker:
             page_hi = (hi + PAGE - 1) & ~(PAGE - 1)
             off = page_lo - self.obj.image_start
             cpu.mem_write(page_lo, bytes(self.obj.image[off: off + page_hi - page_lo]))
+        if self._traps[1]:
+            cpu.mem_write(self._traps[0], bytes(self._traps[1] - self._traps[0]))
         cpu.mem_write(lay.stack, start.stack)
         cpu.mem_write(lay.args, start.args)
         if lay.tls is not None:
@@ -442,7 +590,21 @@ class HookChecker:
             if name != "fpu_tag":
                 cpu[name] = value
         cpu["fpu_tag"] = start.registers["fpu_tag"]  # after the contents
-        return _HookRun(start=start, frame_end=start.sp + self.abi.return_delta)
+        run = _HookRun(start=start, frame_end=start.sp + self.abi.return_delta)
+        run.drawn = self._drawn(start)
+        return run
+
+    def _drawn(self, start: _Start) -> list[tuple[str, int]]:
+        """The entry values the emulator drew at random, by name: the parameters (but argumentInfo, the
+        checker's block: the runtime's would point at real data, a FunctionID at the runtime's, clientData
+        at the profiler's), then the other general registers (JIT code, which calls the hook, leaves its own
+        values there)."""
+        out = [(name, value) for name, value in zip(HOOK_PARAMETERS, start.params, strict=True)
+               if value != self.layout.args]
+        held = {w.register for w in self.abi.arguments if not isinstance(w, OnStack)}
+        out += [(f"{reg.upper()} at entry", start.registers[reg]) for reg in self.isa.general
+                if reg not in held and reg != self.isa.sp]
+        return out
 
     def _state(self) -> MachineState:
         """The CPU's registers as the model's state, with the stack words the ABI's frame holds."""
@@ -466,23 +628,29 @@ class HookChecker:
 
     def _emulate(self, run: _HookRun) -> None:
         self._run = run
+        begin: int | None = self.entry
         try:
-            self.cpu.start(self.entry, self.ret)
-        except UcError:
-            if not run.findings:
-                pc = self.cpu.ip
-                self._finding(run, "memory", f"the CPU faulted at {self.obj.location(pc)}", self._insn_at(pc))
+            while begin is not None:
+                try:
+                    self.cpu.start(begin, self.ret)
+                except UcError:
+                    if not run.stopped:
+                        pc = self.cpu.ip
+                        self._finding(run, "memory", f"the CPU faulted at {self.obj.location(pc)}",
+                                      self._insn_at(pc))
+                        run.stopped = True
+                begin = None
         finally:
             self._run = None
 
-    def run_once(self, start: _Start) -> tuple[list[HookFinding], int, bool]:
-        """One run: its findings, instructions run and whether it returned."""
+    def run_once(self, start: _Start) -> _Outcome:
+        """One run: its findings, instructions run, whether it returned and why it was not emulated."""
         run = self._load(start)
         before = self._state()
         self._check_entry(before, start)
         self._emulate(run)
         if run.stopped:
-            return run.findings, run.count, False
+            return _Outcome(run.findings, run.count, False, run.not_emulated)
         after = self._state()
         changes = hook_register_changes(before, after)
         sp_name, want = self.isa.sp.upper(), self.abi.return_delta
@@ -499,7 +667,7 @@ class HookChecker:
         findings = list(run.findings)
         if changes:
             findings.extend(self._attribute(start, changes))
-        return findings, run.count, True
+        return _Outcome(findings, run.count, True, None)
 
     def _check_entry(self, before: MachineState, start: _Start) -> None:
         bad = check_hook_entry(before, *start.params)
@@ -539,8 +707,9 @@ def check_hook(
 
     Input errors (no such file, not an ELF object of ``arch``, no such symbol, a symbol not defined in the
     object or not in its code) raise :class:`HookInputError`; every rule the hook breaks is a finding of
-    the report (an endless loop and a jump to an unmapped address included), what the runtime does not rely
-    on a note."""
+    the report (an endless loop and a jump to an address the hook made up included), what the runtime does
+    not rely on a note, and a run that reached what the emulator never provided is counted as not
+    emulated with its reason."""
     if arch not in _LAYOUTS:
         raise HookInputError(f"unknown architecture {arch!r}: expected x86 or x64")
     if runs < 1:
@@ -551,17 +720,14 @@ def check_hook(
     entry = find_symbol(obj, symbol)
     checker = HookChecker(obj, entry, symbol, budget)
     rng = random.Random(seed)
-    per_run: list[list[HookFinding]] = []
-    notes: list[list[HookFinding]] = []
-    counts: list[int] = []
-    returned = 0
-    for _ in range(runs):
-        findings, count, did_return = checker.run_once(checker.draw(rng))
-        per_run.append([f for f in findings if not f.note])
-        notes.append([f for f in findings if f.note])
-        counts.append(count)
-        returned += did_return
+    outcomes = [checker.run_once(checker.draw(rng)) for _ in range(runs)]
+    per_run = [[f for f in o.findings if not f.note] for o in outcomes]
+    notes = [[f for f in o.findings if f.note] for o in outcomes]
+    counts = [o.count for o in outcomes]
     return HookReport(file=str(path), symbol=symbol, arch=arch, seed=seed, runs=runs, budget=budget,
-                      returned=returned, instructions_min=min(counts), instructions_max=max(counts),
+                      returned=sum(o.returned for o in outcomes),
+                      not_emulated=sum(o.not_emulated is not None for o in outcomes),
+                      instructions_min=min(counts), instructions_max=max(counts),
                       unapplied_relocations=obj.unapplied, findings=aggregate(per_run),
-                      notes=aggregate(notes))
+                      notes=aggregate(notes),
+                      not_emulated_reasons=aggregate_reasons([o.not_emulated for o in outcomes]))

@@ -5,7 +5,8 @@ states, naming the register, its values before and after and the instruction tha
 hooks (the x86 reference hook, ``x86_ok``, ``x64_ok``) are never reported, over several seeds.
 
 Issue 19: EFLAGS status flags a hook changes (``sub esp``/``add esp`` do) are a note, never FE2-07; DF left
-set is FE2-07.
+set is FE2-07. An access through a pointer the emulator never gave (a parameter it drew at random, a global
+only Initialize sets, thread-local storage) ends the run as not emulated, never FE2-06.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from emu.hookcheck import HookInputError, check_hook, render_text
 from emu.hookcheck.build import REFERENCE_X86_SYMBOL, build_hook_library, reference_x86_library
 from emu.hookcheck.loader import load_object
-from emu.hookcheck.report import report_json
+from emu.hookcheck.report import HookReport, report_json
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (and gcc-multilib for -m32)")
 
@@ -45,6 +46,11 @@ def lib64(cache: Path) -> Path:
 @pytest.fixture(scope="module")
 def reference86(cache: Path) -> Path:
     return reference_x86_library(cache_root=cache)
+
+
+@pytest.fixture(scope="module")
+def slow64(cache: Path) -> Path:
+    return build_hook_library([HOOKS / "slow_x64.S"], "x64", name="slow_x64", cache_root=cache)
 
 
 # the planted faults: symbol, clause, register, the instruction that changed it -----------------------
@@ -253,3 +259,33 @@ def test_x86_status_flags_changed_are_a_note_never_a_finding(
     assert sum(n.runs for n in report.notes) > RUNS // 2  # random flags at entry: most runs change them
     text = render_text(report)
     assert "every rule holds" in text and f"{len(report.notes)} note(s)" in text
+
+
+# not emulated: never a finding (issue 19) -----------------------------------------------------------------
+
+def _not_emulated(report: HookReport, *words: str) -> None:
+    assert report.findings == () and report.ok, render_text(report)
+    assert report.not_emulated == report.runs and report.emulated == 0 and report.returned == 0
+    (why,) = report.not_emulated_reasons
+    assert why.runs == report.runs and all(w in why.reason for w in words), why.reason
+    assert "no run could be emulated" in render_text(report)
+
+
+def test_reading_through_a_parameter_the_emulator_drew_is_not_emulated(slow64: Path) -> None:
+    """The misfire: a WithInfo hook read through its COR_PRF_ELT_INFO handle, in RSI; checked as
+    FunctionEnter2, RSI is clientData, which the emulator draws at random: the unmapped read was FE2-06."""
+    report = check_hook(slow64, "reads_through_elt_info", "x64", runs=RUNS)
+    _not_emulated(report, "read of 8 byte(s) through clientData, which the emulator drew at random")
+
+
+def test_reading_through_a_global_only_initialize_sets_is_not_emulated(slow64: Path) -> None:
+    """The misfire: the unmapped read at 0x8 was FE2-06."""
+    report = check_hook(slow64, "reads_through_global", "x64", runs=RUNS)
+    _not_emulated(report, "read of 8 byte(s) through the pointer read from profiler (slow_x64.so+0x",
+                  "a global the profiler sets at run time", "+0x8")
+    where = report.not_emulated_reasons[0].instruction
+    assert where == "reads_through_global+0x7: mov rax, qword ptr [rax + 8]"
+
+
+def test_thread_local_storage_the_emulator_did_not_set_up_is_not_emulated(lib86: Path) -> None:
+    _not_emulated(check_hook(lib86, "x86_reads_tls", "x86", runs=RUNS), "thread-local storage")

@@ -49,10 +49,10 @@ def test_FE2_09_json_report_is_stable(libs: tuple[Path, Path], capsys: pytest.Ca
     assert main(argv) == 1
     assert capsys.readouterr().out == first
     report = json.loads(first)
-    assert list(report) == ["file", "symbol", "arch", "seed", "runs", "budget", "returned",
+    assert list(report) == ["file", "symbol", "arch", "seed", "runs", "budget", "returned", "not_emulated",
                             "instructions_min", "instructions_max", "unapplied_relocations", "findings",
-                            "notes"]
-    assert report["notes"] == []
+                            "notes", "not_emulated_reasons"]
+    assert report["notes"] == [] and report["not_emulated"] == 0
     (f,) = report["findings"]
     assert (f["clause"], f["rule"], f["register"], f["runs"]) == ("FE2-09", "stack-restored", "ESP", 100)
     assert int(f["after"], 16) - int(f["before"], 16) == 16 and f["instruction"].endswith(": ret 0xc")

@@ -92,6 +92,12 @@ HOOK x86_sub_add_esp
         popl    %ebp
         ret     $16
 
+HOOK x86_reads_tls              /* not emulated: gs-relative thread-local storage the emulator did not set up */
+        pushl   %eax
+        movl    %gs:0, %eax
+        popl    %eax
+        ret     $16
+
 HOOK x86_pushes_x87             /* FE2-08: the x87 stack changed (one more value, TOP moved) */
         SAVE
         RESTORE
