@@ -67,14 +67,16 @@ class NotEmulated(BaseModel):
 
 
 class HookReport(BaseModel):
-    """A whole check: the input, how it ran, the findings (empty: every rule held in the runs emulated), the
-    notes, and the runs not emulated with their reasons (never findings)."""
+    """A whole check: the input, the hook's kind, how it ran, the findings (empty: every rule held in the
+    runs emulated), the notes, and the runs not emulated with their reasons (never findings)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     file: str
     symbol: str
     arch: str
+    #: how the runtime calls the hook (clr_model.abi.KINDS): enter2, fast or slow
+    kind: str = "enter2"
     seed: int
     runs: int
     budget: int
@@ -88,6 +90,8 @@ class HookReport(BaseModel):
     findings: tuple[HookFinding, ...] = ()
     notes: tuple[HookFinding, ...] = ()
     not_emulated_reasons: tuple[NotEmulated, ...] = ()
+    #: slow kind: the globals the checker found the hook's ICorProfilerInfo pointer in (its stand-in there)
+    info_pointers: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -144,8 +148,9 @@ def _table(findings: Sequence[HookFinding]) -> list[str]:
 def render_text(report: HookReport) -> str:
     """A summary line, then a table of findings (clause, rule, register, before, after, instruction), the
     notes likewise, and the reasons runs were not emulated."""
-    head = (f"{report.symbol} in {report.file} ({report.arch}): {report.runs} runs from seed {report.seed}, "
-            f"{report.returned} returned, {report.instructions_min}-{report.instructions_max} instructions")
+    head = (f"{report.symbol} in {report.file} ({report.arch}, {report.kind}): {report.runs} runs from seed "
+            f"{report.seed}, {report.returned} returned, {report.instructions_min}-{report.instructions_max} "
+            "instructions")
     if report.not_emulated:
         head += f", {report.not_emulated} not emulated"
     lines = [head]
@@ -159,6 +164,8 @@ def render_text(report: HookReport) -> str:
     if report.notes:
         lines += [f"{len(report.notes)} note(s), what the runtime does not rely on (never a failure):",
                   *_table(report.notes)]
+    if report.info_pointers:
+        lines.append(f"ICorProfilerInfo calls answered through {', '.join(report.info_pointers)}")
     for why in report.not_emulated_reasons:
         where = f" at {why.instruction}" if why.instruction else ""
         lines.append(f"not emulated in {why.runs} run(s){where}: {why.reason}")
