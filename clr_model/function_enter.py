@@ -28,8 +28,15 @@ architecture: each reads the table of the state's architecture (:data:`clr_model
 
 On x86 (the page's rules) the naked __stdcall hook finds its parameters at ESP+4, +8, +12, +16, pushed
 right to left, and returns with ``ret 16``: ESP = before.ESP + 4 + 16. FE2-07 covers the registers
-__stdcall would let a callee clobber (EAX, ECX, EDX and the EFLAGS status/direction bits), FE2-08 the rest
-(EBX, ESI, EDI, EBP, the x87 registers and control/status/tag words, MXCSR, XMM0-7).
+__stdcall would let a callee clobber (EAX, ECX, EDX; DF, clear at the call as at every call, must be clear
+on return; the EFLAGS status flags are a *note*: the JIT's call does not rely on them, so a change is told,
+never a finding), FE2-08 the rest (EBX, ESI, EDI, EBP, the x87 registers and control/status/tag words,
+MXCSR, XMM0-7).
+
+Each predicate takes the hook's ``kind`` (:data:`clr_model.abi.KINDS`, default ``enter2``) and reads
+``HOOK_ABIS[kind][arch]``: the fast path (FunctionEnter3, one parameter, called from JIT code) keeps what
+``enter2`` keeps; the slow path (the ...3WithInfo hooks, called by the runtime's stub as ordinary C
+functions) keeps the System V callee-saved set.
 
 On x64 Unix (FE2-13 model choice for the hook checker) the runtime calls the hooks as ordinary functions
 from its own register-saving helpers (ProfileEnter/ProfileLeave), so the page's x86 rules are read as the
@@ -58,7 +65,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from clr_model import api
-from clr_model.abi import ABI, HOOK_PARAMETERS, ISA, Arch, HookAbi, InRegister, MachineState
+from clr_model.abi import ISA, Arch, HookAbi, InRegister, MachineState, hook_abi
 from clr_model.errors import InvalidInput
 from clr_model.events import (
     Event,
@@ -108,7 +115,8 @@ COR_PRF_ENABLE_FRAME_INFO = int(CorPrfMonitor.COR_PRF_ENABLE_FRAME_INFO)
 class RegisterChange(BaseModel):
     """A register the rules say must come back unchanged, with its value before and after the hook.
 
-    ``name`` names it as the messages do (``EBX``, ``x87 control word``, ``XMM3``, ``MXCSR control``)."""
+    ``name`` names it as the messages do (``EBX``, ``x87 control word``, ``XMM3``, ``MXCSR control``);
+    ``note``: the runtime does not rely on it (:attr:`clr_model.abi.Kept.note`): told, never a finding."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -116,6 +124,7 @@ class RegisterChange(BaseModel):
     name: str
     before: int = Field(ge=0)
     after: int = Field(ge=0)
+    note: bool = False
 
     @property
     def message(self) -> str:
@@ -126,7 +135,7 @@ def abi_clauses(arch: str) -> tuple[str, ...]:
     """The FE2 ABI clauses the page states on ``arch`` (FE2-13: only x86 has stated rules; the System V
     reading the hook checker uses on x64 is ``ABI["x64"].clauses``)."""
     if arch in _ABI_NAMES:
-        abi = ABI[_ABI_NAMES[arch]]
+        abi = hook_abi(_ABI_NAMES[arch])
         return abi.clauses if abi.stated else ()
     if arch in ("arm64", "arm"):
         return ()
@@ -136,25 +145,26 @@ def abi_clauses(arch: str) -> tuple[str, ...]:
 _ABI_NAMES: dict[str, Arch] = {"x86": "x86", "i386": "x86", "x64": "x64", "amd64": "x64"}
 
 
-def _pair(before: MachineState, after: MachineState) -> HookAbi:
+def _pair(before: MachineState, after: MachineState, kind: str) -> HookAbi:
     if before.arch != after.arch:
         raise InvalidInput(f"the state before the hook is {before.arch}, the state after it {after.arch}")
-    return ABI[before.arch]
+    return hook_abi(before.arch, kind)
 
 
-def check_hook_entry(
-    state: MachineState, func_id: int, client_data: int, func: int, argument_info: int
-) -> list[Violation]:
-    """FE2-06: the hook's inputs at its first instruction, where ``ABI[state.arch]`` puts them.
+def check_hook_entry(state: MachineState, *params: int, kind: str = "enter2") -> list[Violation]:
+    """FE2-06: the hook's inputs at its first instruction, where ``HOOK_ABIS[kind][state.arch]`` puts them
+    (``params`` in the order of its ``parameters``: funcId, clientData, func, argumentInfo for ``enter2``).
 
-    x86: the parameters at ESP+4..ESP+16, in order, read from ``state.stack`` (a missing dword is reported,
-    not guessed). x64 (System V reading): the parameters in RDI, RSI, RDX, RCX; RSP + 8 16-byte aligned;
-    DF clear; the x87 stack empty."""
-    abi = ABI[state.arch]
+    x86: the parameters at ESP+4, ESP+8, ..., in order, read from ``state.stack`` (a missing dword is
+    reported, not guessed). x64 (System V reading): the parameters in RDI, RSI, RDX, RCX; RSP + 8 16-byte
+    aligned; DF clear; the x87 stack empty. Every table fixing a register (DF clear) is checked too."""
+    abi = hook_abi(state.arch, kind)
     isa = abi.isa
     out: list[Violation] = []
-    wanted = (func_id, client_data, func, argument_info)
-    for slot, (name, want, where) in enumerate(zip(HOOK_PARAMETERS, wanted, abi.arguments, strict=True)):
+    if len(params) != len(abi.parameters):
+        raise InvalidInput(f"{len(params)} parameters given, a {kind} hook has {len(abi.parameters)} "
+                           f"({', '.join(abi.parameters)})")
+    for slot, (name, want, where) in enumerate(zip(abi.parameters, params, abi.arguments, strict=True)):
         if isinstance(where, InRegister):
             got: int | None = state[where.register]
             if got != want & isa.mask:
@@ -180,33 +190,38 @@ def check_hook_entry(
     return out
 
 
-def hook_register_changes(before: MachineState, after: MachineState) -> list[RegisterChange]:
-    """FE2-07/08: every register the hook must give back (``ABI[arch].kept``) that it did not, in the
-    table's order, with its clause. A register the ABI fixes (System V: DF, the x87 tag word) is compared
-    with that value, not with its value at entry."""
+def hook_register_changes(
+    before: MachineState, after: MachineState, kind: str = "enter2"
+) -> list[RegisterChange]:
+    """FE2-07/08: every register the hook must give back (``HOOK_ABIS[kind][arch].kept``) that it did not,
+    in the table's order, with its clause; a change of a register the runtime does not rely on has
+    ``note`` set (x86: the EFLAGS status flags). A register the ABI fixes (DF, System V's x87 tag word) is
+    compared with that value, not with its value at entry."""
     out: list[RegisterChange] = []
-    for kept in _pair(before, after).kept:
+    for kept in _pair(before, after, kind).kept:
         a = kept.fixed if kept.fixed is not None else kept.read(before)
         b = kept.read(after)
         if a != b:
-            out.append(RegisterChange(clause=kept.clause, name=kept.name, before=a, after=b))
+            out.append(RegisterChange(clause=kept.clause, name=kept.name, before=a, after=b, note=kept.note))
     return out
 
 
 def check_hook_abi(
-    before: MachineState, after: MachineState, pushed_param_bytes: int | None = None
+    before: MachineState, after: MachineState, pushed_param_bytes: int | None = None, kind: str = "enter2"
 ) -> list[Violation]:
-    """FE2-07/08/09 over the states at the hook's first instruction and right after its return.
+    """FE2-07/08/09 over the states at the hook's first instruction and right after its return (notes,
+    what the runtime does not rely on, are no violations: :func:`hook_register_changes` has them).
 
     FE2-09: SP after the return is the entry SP + the return address + the parameter bytes the hook pops
-    (``pushed_param_bytes``, default ``ABI[arch].popped``: 16 on x86, 0 on x64), and control is back at
+    (``pushed_param_bytes``, default the table's ``popped``: 16 on x86, 0 on x64), and control is back at
     the return address (``before.stack[SP]``, when the state holds it)."""
-    abi = _pair(before, after)
+    abi = _pair(before, after, kind)
     isa = abi.isa
     popped = abi.popped if pushed_param_bytes is None else pushed_param_bytes
     if not 0 <= popped < 2**16 or popped % isa.word:
         raise InvalidInput(f"pushed_param_bytes={popped}: expected a multiple of {isa.word} below 65536")
-    out = [Violation(clause=c.clause, message=c.message) for c in hook_register_changes(before, after)]
+    out = [Violation(clause=c.clause, message=c.message) for c in hook_register_changes(before, after, kind)
+           if not c.note]
     sp = isa.sp.upper()
     want_sp = (before.sp + isa.word + popped) & isa.mask
     if after.sp != want_sp:
@@ -220,11 +235,11 @@ def check_hook_abi(
     return out
 
 
-def check_call_alignment(arch: Arch, sp_at_callee_entry: int) -> Violation | None:
+def check_call_alignment(arch: Arch, sp_at_callee_entry: int, kind: str = "enter2") -> Violation | None:
     """FE2-09 where the ABI aligns the stack at calls (System V reading: at a callee's first instruction
-    RSP + 8 is a multiple of 16); None where it holds or the ABI states no alignment (x86)."""
+    RSP + 8 is a multiple of 16); None where it holds or the ABI states no alignment (x86 naked)."""
     isa = ISA[arch]
-    align = ABI[arch].stack_alignment
+    align = hook_abi(arch, kind).stack_alignment
     if align is None or not (sp_at_callee_entry + isa.word) % align:
         return None
     sp = isa.sp.upper()
@@ -235,14 +250,18 @@ def check_call_alignment(arch: Arch, sp_at_callee_entry: int) -> Violation | Non
 #: What the hook checker reports besides register changes (which carry their own clause): rule -> clause,
 #: with the sentence it prints. The page states none of these directly; each is read into the clause whose
 #: sentence it breaks (model choice, FE2-13 for x64):
-#: * memory: FE2-06 gives the hook its frame (return address and four parameters); memory other than its own
-#:   stack, what argumentInfo points to and its object's data is none of its inputs;
+#: * memory: FE2-06 gives the hook its frame (return address and parameters); memory other than its own
+#:   stack, what the runtime's pointers point to, its object's data and other objects' data is none of its
+#:   inputs (an access the emulator caused, through a pointer it never provided, is not a finding: the run
+#:   is "not emulated", emu.hookcheck.check);
 #: * stack/return/call alignment: FE2-09, the page's one rule on the stack;
-#: * leaving the object (a call or jump to libc or the runtime): FE2-12, because code the checker cannot see
-#:   may call managed code or allocate (as well as block or trigger a GC, FE2-10/11);
+#: * leaving the object (a call or jump to libc or the runtime) from a hook called straight from JIT code
+#:   (kinds enter2 and fast): FE2-12, because code the checker cannot see may call managed code or
+#:   allocate (as well as block or trigger a GC, FE2-10/11); a slow-path hook (kind slow) is an ordinary C
+#:   function whose calls the checker answers;
 #: * not returning within the instruction budget: FE2-10, a hook that never returns blocks forever.
 HOOK_RULES: dict[str, tuple[str, str]] = {
-    "memory": ("FE2-06", "memory access outside the frame, argumentInfo and the object's data"),
+    "memory": ("FE2-06", "memory access outside the frame, the runtime's blocks and the objects' data"),
     "stack-restored": ("FE2-09", "stack pointer after the return is not entry + return address + parameters"),
     "returns-to-caller": ("FE2-09", "control does not return to the return address"),
     "call-alignment": ("FE2-09", "stack not 16-byte aligned at a call"),

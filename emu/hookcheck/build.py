@@ -1,8 +1,10 @@
-"""Build hook sources (``.S`` or C) into shared objects with ``gcc``, cached by the hash of the sources.
+"""Build hook sources (``.S``, C or C++) into shared objects with ``gcc``, cached by the hash of the sources.
 
 ``gcc -m32`` for x86 needs Debian's gcc-multilib (``./dev setup`` installs it). A build lives in
 ``<cache>/hooks/<key>/<name>.so``, ``key`` = sha256 of the architecture, the flags, the first line of
-``gcc --version`` and every source's bytes; it is built in a temporary folder and renamed into place.
+``gcc --version``, every source's bytes and every header of the ``includes`` folders (``-I``); it is built
+in a temporary folder and renamed into place. C++ sources (``.cpp``) are compiled without exceptions or
+RTTI (``gcc`` links no libstdc++: a hook calls interfaces through their vtables, nothing of the library).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ REFERENCE_X86_SYMBOL = "reference_enter2"
 
 _FLAGS: dict[Arch, tuple[str, ...]] = {"x86": ("-m32", "-shared", "-fPIC", "-O1"),
                                        "x64": ("-shared", "-fPIC", "-O1")}
+#: added for C++ sources
+_CXX_FLAGS = ("-std=c++17", "-fno-exceptions", "-fno-rtti")
 
 
 class HookBuildError(EmuError):
@@ -41,11 +45,14 @@ def _gcc() -> tuple[str, str]:
 
 
 def build_hook_library(sources: Sequence[Path], arch: Arch, name: str = "hooks",
-                       cache_root: Path | None = None) -> Path:
-    """The shared object built from ``sources`` for ``arch`` (reused when the sources are unchanged)."""
+                       cache_root: Path | None = None, includes: Sequence[Path] = ()) -> Path:
+    """The shared object built from ``sources`` for ``arch`` (reused when the sources and the headers of
+    ``includes`` are unchanged)."""
     gcc, version = _gcc()
-    digest = hashlib.sha256(f"{arch}\0{' '.join(_FLAGS[arch])}\0{version}\0".encode())
-    for src in sources:
+    flags = [*_FLAGS[arch], *(_CXX_FLAGS if any(s.suffix == ".cpp" for s in sources) else ())]
+    digest = hashlib.sha256(f"{arch}\0{' '.join(flags)}\0{version}\0".encode())
+    headers = [h for d in includes for h in sorted(d.rglob("*.h"))]
+    for src in [*sources, *headers]:
         try:
             digest.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
         except OSError as exc:
@@ -56,7 +63,8 @@ def build_hook_library(sources: Sequence[Path], arch: Arch, name: str = "hooks",
     if built.is_file():
         return built
     with staged(final, prefix="hooks-") as work:
-        cmd = [gcc, *_FLAGS[arch], "-o", str(work / built.name), *(str(s) for s in sources)]
+        cmd = [gcc, *flags, *(f"-I{d}" for d in includes), "-o", str(work / built.name),
+               *(str(s) for s in sources)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
         if out.returncode != 0:
             first = next((ln for ln in out.stderr.splitlines() if "error" in ln), out.stderr.strip()[:200])

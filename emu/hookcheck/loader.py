@@ -23,6 +23,7 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
 from clr_model.abi import ISA, Arch
+from conformance.core.symbols import demangle
 from emu.errors import EmuError
 
 __all__ = ["PAGE", "Arch", "HookInputError", "LoadedObject", "Segment", "load_object"]
@@ -77,6 +78,8 @@ class LoadedObject:
     #: PLT stub address -> the symbol it jumps to
     plt: dict[int, str] = field(default_factory=dict)
     unapplied: int = 0
+    #: defined data symbols (STT_OBJECT): runtime address -> (name, size), to name a global
+    data: dict[int, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def image_end(self) -> int:
@@ -98,6 +101,16 @@ class LoadedObject:
             if lo <= address < hi:
                 return name
         return None
+
+    def data_location(self, address: int) -> str:
+        """``name+0xoff (file+0xOFF)`` for an address in a data symbol of the object (demangled), else
+        the offset."""
+        offset = f"{self.path.name}+{address - self.base:#x}"
+        for start, (name, size) in self.data.items():
+            if start <= address < start + max(size, 1):
+                off = address - start
+                return f"{demangle(name)}{f'+{off:#x}' if off else ''} ({offset})"
+        return offset
 
     def location(self, address: int) -> str:
         """``symbol+0xoff`` for an address in a known function, else the offset in the object."""
@@ -182,15 +195,20 @@ def load_object(path: Path, arch: Arch, base: int) -> LoadedObject:
     relro = [(base + s["p_vaddr"], base + s["p_vaddr"] + s["p_memsz"])
              for s in elf.iter_segments() if s["p_type"] == _PT_GNU_RELRO]
     functions: dict[int, tuple[str, int]] = {}
+    objects: dict[int, tuple[str, int]] = {}
     for sym in _symbols(elf):
-        if sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["type"] == "STT_FUNC" and sym.name:
+        if sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS") or not sym.name:
+            continue
+        if sym["st_info"]["type"] == "STT_FUNC":
             functions.setdefault(base + sym["st_value"], (sym.name, sym["st_size"]))
+        elif sym["st_info"]["type"] == "STT_OBJECT":
+            objects.setdefault(base + sym["st_value"], (sym.name, sym["st_size"]))
     stubs = {}
     for sec in elf.iter_sections():
         if sec.name in (".plt", ".plt.sec", ".plt.got") and sec["sh_flags"] & SH_FLAGS.SHF_ALLOC:
             stubs[(base + sec["sh_addr"], base + sec["sh_addr"] + sec["sh_size"])] = sec.name
     obj = LoadedObject(path=path, arch=arch, base=base, image_start=base + lo, image=image, segments=segments,
-                       relro=relro, functions=functions, stub_sections=stubs)
+                       relro=relro, functions=functions, stub_sections=stubs, data=objects)
     _relocate(elf, obj, lo)
     obj.plt = _plt_stubs(elf, base)
     return obj

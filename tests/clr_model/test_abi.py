@@ -9,14 +9,19 @@ from clr_model.abi import (
     ABI,
     ARCHES,
     EFLAGS_DF,
+    EFLAGS_STATUS,
+    HOOK_ABIS,
     HOOK_PARAMETERS,
     ISA,
+    KIND_OF_REGISTRATION,
+    KINDS,
     X87_ALL_EMPTY,
     InRegister,
     MachineState,
     OnStack,
     hook_abi,
 )
+from clr_model.api import HookKind
 from clr_model.errors import InvalidInput
 
 
@@ -24,12 +29,13 @@ def _zeros(arch: str) -> MachineState:
     return MachineState.model_validate({"arch": arch, "registers": dict.fromkeys(ISA[arch].registers, 0)})
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("arch", ARCHES)
-def test_every_table_names_only_registers_its_states_hold(arch: str) -> None:
-    abi = hook_abi(arch)
+def test_every_table_names_only_registers_its_states_hold(arch: str, kind: str) -> None:
+    abi = hook_abi(arch, kind)
     state = _zeros(arch)
-    assert abi.arch == arch and abi.isa is ISA[arch]
-    assert len(abi.arguments) == len(HOOK_PARAMETERS)
+    assert abi.arch == arch and abi.isa is ISA[arch] and abi.kind == kind
+    assert len(abi.arguments) == len(abi.parameters)
     for slot in abi.arguments:
         if isinstance(slot, InRegister):
             assert slot.register in abi.isa.general and slot.register != abi.isa.sp
@@ -47,10 +53,14 @@ def test_x86_is_the_pages_stdcall_frame() -> None:
     assert abi.stated and abi.stack_alignment is None
     assert abi.arguments == tuple(OnStack(4 + 4 * i) for i in range(4))
     assert abi.popped == 4 * len(abi.arguments) == 16 and abi.return_delta == 20
+    assert abi.parameters == HOOK_PARAMETERS
     scratch = [k.name for k in abi.kept if k.clause == "FE2-07"]
-    assert scratch == ["EAX", "ECX", "EDX", "EFLAGS (status/DF)"]
+    assert scratch == ["EAX", "ECX", "EDX", "EFLAGS status flags", "DF"]
+    # the status flags: a note (the JIT's call does not rely on them); DF: clear at calls and returns
+    assert [(k.mask, k.note) for k in abi.kept if k.register == "eflags"] == [(EFLAGS_STATUS, True),
+                                                                              (EFLAGS_DF, False)]
     assert [k.name for k in abi.kept if k.name.startswith("XMM")] == [f"XMM{i}" for i in range(8)]
-    assert abi.fixed("eflags", EFLAGS_DF) is None and abi.fixed("fpu_tag") is None
+    assert abi.fixed("eflags", EFLAGS_DF) == 0 and abi.fixed("fpu_tag") is None
 
 
 def test_x64_is_the_system_v_reading() -> None:
@@ -65,6 +75,28 @@ def test_x64_is_the_system_v_reading() -> None:
 def test_unknown_architecture_is_one_line() -> None:
     with pytest.raises(InvalidInput, match="no hook ABI table for 'arm64'"):
         hook_abi("arm64")
+    with pytest.raises(InvalidInput, match="no hook kind 'naked'"):
+        hook_abi("x64", "naked")
+
+
+def test_the_kinds_of_hook() -> None:
+    """enter2 is ABI; fast keeps what enter2 keeps with FunctionEnter3's one parameter (x86: ret 4); slow
+    is an ordinary System V C function with FunctionEnter3WithInfo's two parameters (x86: cdecl)."""
+    assert HOOK_ABIS["enter2"] is ABI and hook_abi("x86") is ABI["x86"]
+    for arch in ARCHES:
+        fast, slow = hook_abi(arch, "fast"), hook_abi(arch, "slow")
+        assert fast.kept == ABI[arch].kept and fast.parameters == ("functionIDOrClientID",)
+        assert slow.parameters == ("functionIDOrClientID", "eltInfo")
+        assert {k.clause for k in slow.kept} == {"FE2-08"} and not any(k.note for k in slow.kept)
+        assert [k.register for k in slow.kept][:len(ISA[arch].callee_saved)] == list(ISA[arch].callee_saved)
+        assert slow.fixed(ISA[arch].flags, EFLAGS_DF) == 0 and slow.stack_alignment == 16
+    fast86, slow86, slow64 = hook_abi("x86", "fast"), hook_abi("x86", "slow"), hook_abi("x64", "slow")
+    assert fast86.arguments == (OnStack(4),) and fast86.popped == 4
+    assert slow86.arguments == (OnStack(4), OnStack(8)) and slow86.popped == 0
+    assert slow86.frame_bytes == 12 and slow86.return_delta == 4 and slow86.aligned_calls == "out"
+    assert [a.register for a in slow64.arguments if isinstance(a, InRegister)] == ["rdi", "rsi"]
+    assert KIND_OF_REGISTRATION == {HookKind.FUNCTION_ENTER2: "enter2", HookKind.FUNCTION_ENTER3: "fast",
+                                    HookKind.FUNCTION_ENTER3_WITH_INFO: "slow"}
 
 
 def test_machine_state_registers_by_name_or_mapping() -> None:

@@ -231,8 +231,12 @@ def test_FE2_07_scratch_registers_kept_example() -> None:
                  stack={0x1000: 0x500})
     after = before.replace(esp=0x1014, eip=0x500, eax=0, stack={})
     assert [v.clause for v in check_hook_abi(before, after)] == ["FE2-07"]
-    flags = after.replace(eax=3, eflags=0x247)  # CF set by the hook
-    assert [v.clause for v in check_hook_abi(before, flags)] == ["FE2-07"]
+    flags = after.replace(eax=3, eflags=0x247)  # CF set by the hook: a note (the JIT does not rely on it)
+    assert check_hook_abi(before, flags) == []
+    (note,) = hook_register_changes(before, flags)
+    assert (note.clause, note.name, note.note) == ("FE2-07", "EFLAGS status flags", True)
+    df = after.replace(eax=3, eflags=0x646)  # DF left set: clear at every call and return
+    assert [v.message for v in check_hook_abi(before, df)] == ["DF changed: 0x0 -> 0x1"]
     tf = after.replace(eax=3, eflags=0x346)  # TF is not the hook's business
     assert check_hook_abi(before, tf) == []
 

@@ -49,11 +49,31 @@ def test_FE2_09_json_report_is_stable(libs: tuple[Path, Path], capsys: pytest.Ca
     assert main(argv) == 1
     assert capsys.readouterr().out == first
     report = json.loads(first)
-    assert list(report) == ["file", "symbol", "arch", "seed", "runs", "budget", "returned",
-                            "instructions_min", "instructions_max", "unapplied_relocations", "findings"]
+    assert list(report) == ["file", "symbol", "arch", "kind", "seed", "runs", "budget", "returned",
+                            "not_emulated", "instructions_min", "instructions_max", "unapplied_relocations",
+                            "findings", "notes", "not_emulated_reasons", "info_pointers"]
+    assert report["kind"] == "enter2" and report["notes"] == [] and report["not_emulated"] == 0
     (f,) = report["findings"]
     assert (f["clause"], f["rule"], f["register"], f["runs"]) == ("FE2-09", "stack-restored", "ESP", 100)
     assert int(f["after"], 16) - int(f["before"], 16) == 16 and f["instruction"].endswith(": ret 0xc")
+
+
+def test_only_notes_exit_0(libs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 19: the EFLAGS status flags `sub esp`/`add esp` change are a note; the hook breaks no rule."""
+    assert main(["check-hook", str(libs[0]), "x86_sub_add_esp", "--arch", "x86", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["findings"] == [] and report["notes"]
+    assert all(n["note"] and n["register"] == "EFLAGS status flags" for n in report["notes"])
+
+
+@pytest.mark.parametrize(("kind", "code"), [("slow", 0), ("fast", 1), ("enter2", 1)])
+def test_kind_says_how_the_runtime_calls_the_hook(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  kind: str, code: int) -> None:
+    lib = build_hook_library([HOOKS / "slow_x64.S"], "x64", name="slow_x64", cache_root=tmp_path)
+    assert main(["check-hook", str(lib), "calls_printf", "--arch", "x64", "--kind", kind, "--json"]) == code
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == kind and [f["clause"] for f in report["findings"]] == ([] if code == 0
+                                                                                    else ["FE2-12"])
 
 
 def test_FE2_10_an_endless_loop_is_a_finding_not_an_error(libs: tuple[Path, Path],

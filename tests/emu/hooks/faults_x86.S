@@ -69,10 +69,33 @@ HOOK x86_clobbers_eax           /* FE2-07: the EE saves no registers, not even E
         notl    %eax
         ret     $16
 
-HOOK x86_clobbers_eflags        /* FE2-07: CF flipped */
+HOOK x86_clobbers_eflags        /* a note, not FE2-07: CF flipped (the JIT's call does not rely on it) */
         SAVE
         RESTORE
         cmc
+        ret     $16
+
+HOOK x86_leaves_df_set          /* FE2-07: DF set on return (clear at every call and return) */
+        SAVE
+        RESTORE
+        std
+        ret     $16
+
+/* The misfire of issue 19: a hook that keeps every register but whose frame set-up (`sub esp`/`add esp`)
+ * changes the status flags, which the JIT's call does not rely on: a note, never a finding. */
+HOOK x86_sub_add_esp
+        pushl   %ebp
+        movl    %esp, %ebp
+        subl    $16, %esp
+        movl    $0, (%esp)              /* a local */
+        addl    $16, %esp
+        popl    %ebp
+        ret     $16
+
+HOOK x86_reads_tls              /* not emulated: gs-relative thread-local storage the emulator did not set up */
+        pushl   %eax
+        movl    %gs:0, %eax
+        popl    %eax
         ret     $16
 
 HOOK x86_pushes_x87             /* FE2-08: the x87 stack changed (one more value, TOP moved) */
