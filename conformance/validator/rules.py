@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from clr_model import api
+from clr_model.abi import KIND_OF_REGISTRATION
 from clr_model.api import Fact, HookKind
 from clr_model.async_safety import Checker as AsyncChecker
 from clr_model.clauses import CATALOG, Layer
@@ -33,7 +34,7 @@ from conformance.core import registry
 from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
-from conformance.validator.hooks import HookChecks, RegisteredHook, fault_line
+from conformance.validator.hooks import CHECKED_KINDS, HookChecks, RegisteredHook, fault_line
 from conformance.validator.recording import Recording
 from conformance.validator.stream import ELT_HOOKS, Judging, Record, StreamRule
 
@@ -757,6 +758,9 @@ class JudgedRun:
     note: str | None = None
 
 
+_CHECKED_REGISTRATIONS = {reg.method: reg for reg in api.hook_registrations(CHECKED_KINDS)}
+
+
 class _Hooks(StreamRule):
     """Collects the hooks the profiler registered (for the hook checker, :func:`hook_abi`)."""
 
@@ -767,10 +771,7 @@ class _Hooks(StreamRule):
         self.found: list[tuple[RegisteredHook, str | None]] = []
 
     def on(self, r: Record) -> None:
-        from conformance.validator.hooks import CHECKED_KINDS
-
-        kinds = {reg.method: reg for reg in api.hook_registrations(CHECKED_KINDS)}
-        reg = kinds.get(r["name"])
+        reg = _CHECKED_REGISTRATIONS.get(r["name"])
         if reg is None or not _begins(r):
             return
         for name in reg.parameters:
@@ -782,7 +783,8 @@ class _Hooks(StreamRule):
                                         address=_int(hook.get("address")) or 0,
                                         module=module if isinstance(module, str) else None,
                                         offset=_int(hook.get("offset")),
-                                        symbol=symbol if isinstance(symbol, str) else None)  # fmt: skip
+                                        symbol=symbol if isinstance(symbol, str) else None,
+                                        kind=KIND_OF_REGISTRATION[reg.kind])  # fmt: skip
             self.found.append((registered, self.j.callback_of(r["os_tid"])))
 
 
@@ -869,10 +871,21 @@ def hook_abi(
             notes.append(f"{hook.registration} {hook.parameter} {name} not checked: {answer.problem}")
             continue
         site = site_of(hook.offset) if site_of is not None and hook.offset is not None else None
+        what = f"{hook.parameter} hook {name} ({hook.registration}, checked as {answer.kind})"
         for fault in answer.faults:
-            found.append(Finding.of(run, fault.clause, f"{hook.parameter} hook {name} ({hook.registration}): "
-                                    f"{fault_line(fault)}", [hook.index], callback=callback,
-                                    site=site))  # fmt: skip
+            found.append(Finding.of(run, fault.clause, f"{what}: {fault_line(fault)}", [hook.index],
+                                    callback=callback, site=site))  # fmt: skip
+        for note in answer.notes:
+            found.append(Finding.of(run, note.clause, f"{what}: {fault_line(note)}", [hook.index],
+                                    callback=callback, site=site, note=True))  # fmt: skip
+        if answer.not_emulated:
+            reason = answer.reasons[0] if answer.reasons else "no reason given"
+            line = (
+                f"{hook.registration} {hook.parameter} {name}: {answer.not_emulated} of {answer.runs} runs "
+                f"not emulated ({reason}); the rules were judged on the others"
+            )
+            if line not in notes:
+                notes.append(line)
     return found, notes
 
 
