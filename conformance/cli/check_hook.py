@@ -7,7 +7,8 @@ budget, FE2-12 a call or jump out of the object; see :data:`clr_model.function_e
 
 Exit status: 0 every rule held in every run; 1 a rule was broken (a hook that loops forever or jumps to an
 unmapped address is a finding, not an input error); 2 the input is wrong (no such file, not an ELF object
-of that architecture, no such symbol, a symbol the object imports instead of defining), in one line.
+of that architecture, no such symbol, a symbol the object imports instead of defining), in one line; 3 the
+checker itself failed.
 """
 
 from __future__ import annotations

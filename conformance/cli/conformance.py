@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS, InputError
 from conformance.core.fsio import check_output_path
 from conformance.suite import report
 from conformance.suite.orchestrate import ProgressFn, run_suite
@@ -64,7 +64,7 @@ def check_outputs(outputs: dict[str, Path]) -> None:
     for option, path in outputs.items():
         resolved = path.resolve()
         if resolved in seen:
-            raise HarnessError(f"{seen[resolved]} and {option} name the same file {path}")
+            raise InputError(f"{seen[resolved]} and {option} name the same file {path}")
         seen[resolved] = option
 
 
@@ -144,5 +144,5 @@ def main(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"profharness: error: {problem}", file=sys.stderr)
     if problems:
-        return 2
-    return 0 if result.ok else 1
+        return EXIT_HARNESS  # the paths were checked before the run: the harness failed to deliver
+    return EXIT_FINDINGS if not result.ok else EXIT_CLEAN

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from conformance.core import runtimes
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 from conformance.fuzz_runtime.differential import Differential
 from conformance.fuzz_runtime.search import FuzzSettings, RuntimeFuzzReport, fuzz
 from conformance.fuzz_runtime.strategies import FAMILIES
@@ -55,9 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_folder(path: Path, option: str) -> None:
     """A folder to create or fill: one line naming ``option`` when it cannot be."""
     if path.exists() and not path.is_dir():
-        raise HarnessError(f"{option} {path}: exists and is not a folder")
+        raise InputError(f"{option} {path}: exists and is not a folder")
     if not path.exists() and not path.parent.is_dir():
-        raise HarnessError(f"{option} {path}: the folder {path.parent} does not exist")
+        raise InputError(f"{option} {path}: the folder {path.parent} does not exist")
 
 
 def summary(report: RuntimeFuzzReport) -> list[str]:
@@ -83,9 +83,9 @@ def summary(report: RuntimeFuzzReport) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     if args.known_only and args.no_known:
-        raise HarnessError("fuzz-runtime: --known-only and --no-known exclude each other")
+        raise InputError("fuzz-runtime: --known-only and --no-known exclude each other")
     if args.max_examples < 1 or args.max_rounds < 0:
-        raise HarnessError("fuzz-runtime: --max-examples must be >= 1 and --max-rounds >= 0")
+        raise InputError("fuzz-runtime: --max-examples must be >= 1 and --max-rounds >= 0")
     for option, path in (("--out", args.out), ("--database", args.database)):
         if path is not None:
             _check_folder(path, option)

@@ -4,7 +4,8 @@ the validator's scenarios (or your app) on live runtimes; prints one row per fin
 The enter/leave hooks the profiler registers (SetEnterLeaveFunctionHooks2/3) are also given to the hook
 checker (``check-hook``); a hook it cannot read (no symbol) is a ``note:`` line, not a finding.
 
-Exit status: 0 clean, 1 findings, 2 bad input (one line: missing file, bad CLSID, not an ELF .so).
+Exit status: 0 clean, 1 findings, 2 bad input (one line: missing file, bad CLSID, not an ELF .so), 3 the
+harness failed (one line: a proxy that does not build, a runtime that cannot be installed).
 """
 
 from __future__ import annotations

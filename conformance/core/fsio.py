@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 
 
 def check_output_path(path: Path, option: str) -> None:
@@ -21,15 +21,15 @@ def check_output_path(path: Path, option: str) -> None:
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
-        raise HarnessError(f"{option} {target}: is a folder, not a file")
+        raise InputError(f"{option} {target}: is a folder, not a file")
     if not parent.exists():
-        raise HarnessError(f"{option} {target}: the folder {parent} does not exist")
+        raise InputError(f"{option} {target}: the folder {parent} does not exist")
     if not parent.is_dir():
-        raise HarnessError(f"{option} {target}: {parent} is not a folder")
+        raise InputError(f"{option} {target}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise HarnessError(f"{option} {target}: the folder {parent} is not writable")
+        raise InputError(f"{option} {target}: the folder {parent} is not writable")
     if target.exists() and not os.access(target, os.W_OK):
-        raise HarnessError(f"{option} {target}: the file is not writable")
+        raise InputError(f"{option} {target}: the file is not writable")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -72,9 +72,9 @@ def read_text_file(path: Path, what: str = "file") -> str:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise HarnessError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise HarnessError(f"{path}:{line}: the {what} is not UTF-8 text (byte {exc.start})") from None
+        raise InputError(f"{path}:{line}: the {what} is not UTF-8 text (byte {exc.start})") from None

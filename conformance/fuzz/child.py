@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.core import probe
-from conformance.core.errors import HarnessError
+from conformance.core.errors import HarnessError, InputError
 from conformance.core.runner import RunOutcome
 
 #: CMake target and file of the fake runtime executable (conformance/native/CMakeLists.txt).
@@ -71,7 +71,7 @@ class FakeRuntime:
                  executable: Path | None = None, env: Mapping[str, str] | None = None,
                  workdir: Path | None = None, fresh: bool = False) -> None:
         if not profiler.is_file():
-            raise HarnessError(f"{profiler}: no such profiler")
+            raise InputError(f"{profiler}: no such profiler")
         self.profiler = profiler
         self.clsid = clsid
         self.hang_s = hang_s

@@ -38,7 +38,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, precondition, rule
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 from conformance.core.findings import Finding
 from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
 from conformance.fuzz.judge import judge
@@ -335,7 +335,7 @@ def fuzz(
     the fake runtime's environment (and kept in the reproducer; ``{workdir}`` in a value is the run's
     directory); ``fresh`` runs every example in a new fake runtime process."""
     if engine not in ENGINES:
-        raise HarnessError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
+        raise InputError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
     began = time.monotonic()
     db: ExampleDatabase | None = None
     if database is not None:
@@ -416,42 +416,42 @@ def load_reproducer(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise HarnessError(
+        raise InputError(
             f"{path}:{exc.lineno}:{exc.colno}: not a reproducer: invalid JSON: {exc.msg}"
         ) from None
     except (ValueError, RecursionError) as exc:  # nesting too deep, a number too long
-        raise HarnessError(f"{path}:1: not a reproducer: {type(exc).__name__}: {exc}") from None
+        raise InputError(f"{path}:1: not a reproducer: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != REPRODUCER_FORMAT:
-        raise HarnessError(f"{path}: format: not a reproducer (format is not {REPRODUCER_FORMAT!r})")
+        raise InputError(f"{path}: format: not a reproducer (format is not {REPRODUCER_FORMAT!r})")
     for key, kind in (("profiler", str), ("clsid", str), ("commands", list)):
         if not isinstance(data.get(key), kind):
-            raise HarnessError(f"{path}: {key}: reproducer field {key!r} is missing or not a {kind.__name__}")
+            raise InputError(f"{path}: {key}: reproducer field {key!r} is missing or not a {kind.__name__}")
     profiler: str = data["profiler"]
     if not profiler or "\0" in profiler or ".." in Path(profiler).parts:
-        raise HarnessError(f"{path}: profiler: {profiler!r} is not a usable path (empty, a NUL byte or '..')")
+        raise InputError(f"{path}: profiler: {profiler!r} is not a usable path (empty, a NUL byte or '..')")
     if "\0" in data["clsid"]:
-        raise HarnessError(f"{path}: clsid: holds a NUL byte")
+        raise InputError(f"{path}: clsid: holds a NUL byte")
     control = {"start", "end", "sync", "quit", "ready"}
     for i, command in enumerate(data["commands"]):
         if not isinstance(command, dict) or not isinstance(command.get("op"), str):
-            raise HarnessError(f"{path}: commands[{i}]: not an object with a string 'op'")
+            raise InputError(f"{path}: commands[{i}]: not an object with a string 'op'")
         if command["op"] in control or "trace" in command:
-            raise HarnessError(
+            raise InputError(
                 f"{path}: commands[{i}]: op {command['op']!r} with "
                 f"{'a trace field' if 'trace' in command else 'no place in a reproducer'}: the fake runtime "
                 "protocol's start/end/sync/quit are the harness's (start names the file the child writes)"
             )
     env = data.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise HarnessError(f"{path}: env: reproducer field 'env' is not an object of strings")
+        raise InputError(f"{path}: env: reproducer field 'env' is not an object of strings")
     for name, value in env.items():
         if not name or "=" in name or "\0" in name or "\0" in value:
-            raise HarnessError(f"{path}: env[{name!r}]: not a variable name and value ('=' or a NUL byte)")
+            raise InputError(f"{path}: env[{name!r}]: not a variable name and value ('=' or a NUL byte)")
         if value.startswith(("/", "~", "./", "../", "{workdir}")) or value in (".", ".."):
             rest = value.removeprefix("{workdir}")
             inside = value.startswith("{workdir}") and (not rest or rest.startswith("/"))
             if not inside or ".." in Path(rest).parts:
-                raise HarnessError(
+                raise InputError(
                     f"{path}: env[{name!r}]: {value!r} names a path outside the replay's work directory "
                     "(paths in a reproducer start with {workdir}/ and have no '..' part)"
                 )
@@ -473,7 +473,7 @@ def _check_program(path: Path, program: object, commands: list[Any]) -> None:
     except ValueError:
         data = None
     if data is None:
-        raise HarnessError(f"{path}: program: not a hex string of the example's bytes (nor null)")
+        raise InputError(f"{path}: program: not a hex string of the example's bytes (nor null)")
     # every step sends at least one command: more steps than commands cannot give these commands
     decoded = decode(data, len(commands))
     derived: list[Any] = json.loads(json.dumps(decoded.world.commands))
@@ -482,12 +482,12 @@ def _check_program(path: Path, program: object, commands: list[Any]) -> None:
     redo = "edited, or another example's: set program to null to play edited commands"
     differ = next((i for i, (a, b) in enumerate(zip(commands, derived, strict=False)) if a != b), None)
     if differ is not None:
-        raise HarnessError(
+        raise InputError(
             f"{path}: commands[{differ}]: does not follow from the reproducer's program, whose steps give "
             f"{_command_text(derived[differ])!r} there ({redo})"
         )
     ends = ", ".join(str(n) for n in decoded.ends[:8]) + (", ..." if len(decoded.ends) > 8 else "")
-    raise HarnessError(
+    raise InputError(
         f"{path}: commands: {len(commands)} commands do not follow from the reproducer's program, whose "
         f"steps end after {ends or 'no'} commands ({redo})"
     )

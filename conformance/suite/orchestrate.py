@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.core import probe, runtimes, scenarios
-from conformance.core.errors import HarnessError
+from conformance.core.errors import HarnessError, InputError
 from conformance.core.paths import NATIVE_DIR, SCENARIOS_DIR
 from conformance.core.plans import resolve_plan
 from conformance.core.runner import RunOutcome, RunResult, execute, reference_runtime
@@ -195,7 +195,7 @@ def select_experiments(
     known = {j.clause for e in lives for j in e.judges} | {j.clause for e in hooks for j in e.judges}
     unknown = [c for c in clauses if c not in known]
     if unknown:
-        raise HarnessError(
+        raise InputError(
             f"--clause {', '.join(unknown)}: no experiment of the suite checks it (suite clauses: "
             f"{len(known)}; see 'profharness clauses --layer live', --layer emu and --layer hook)"
         )
