@@ -7,7 +7,8 @@ provides ``HELP: str``, ``add_arguments(parser)`` and ``main(args) -> int``. A m
 Exit status of every command: 0 clean, 1 findings (what the command judges went wrong), 2 usage or bad
 input (argparse's errors, :class:`~conformance.core.errors.InputError`), 3 the harness failed (any other
 :class:`~conformance.core.errors.HarnessError`, or an unexpected exception: one line, the traceback kept in
-a file it names), 130 interrupted.
+a file it names), 130/143 interrupted by SIGINT/SIGTERM (:mod:`conformance.core.interrupt`: the whole
+process tree is ended; a command that judged something writes it first and says so).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
+from conformance.core import interrupt
 from conformance.core.errors import EXIT_HARNESS, HarnessError
 
 #: Subcommand name -> module implementing it.
@@ -75,9 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"profharness: error: {args._broken}", file=sys.stderr)
         return EXIT_HARNESS
     try:
-        result: int = args._module.main(args)
+        with interrupt.handling():
+            result: int = args._module.main(args)
     except HarnessError as exc:
         print(f"profharness: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except interrupt.Interrupted as exc:  # a command that keeps results catches it itself
+        print(f"profharness: interrupted by {exc.name}; nothing was judged yet", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("profharness: interrupted", file=sys.stderr)
