@@ -17,8 +17,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS, InputError
-from conformance.core.fsio import check_output_path
+from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS
+from conformance.core.fsio import check_output_paths
 from conformance.suite import report
 from conformance.suite.orchestrate import ProgressFn, run_suite
 from conformance.suite.verdicts import SuiteResult
@@ -58,14 +58,7 @@ def _outputs(args: argparse.Namespace) -> dict[str, Path]:
 
 def check_outputs(outputs: dict[str, Path]) -> None:
     """Every report path must be writable before any runtime starts (finding 7 of issue 7)."""
-    for option, path in outputs.items():
-        check_output_path(path, option)
-    seen: dict[Path, str] = {}
-    for option, path in outputs.items():
-        resolved = path.resolve()
-        if resolved in seen:
-            raise InputError(f"{seen[resolved]} and {option} name the same file {path}")
-        seen[resolved] = option
+    check_output_paths(outputs)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from conformance.core.errors import InputError
@@ -30,6 +31,19 @@ def check_output_path(path: Path, option: str) -> None:
         raise InputError(f"{option} {target}: the folder {parent} is not writable")
     if target.exists() and not os.access(target, os.W_OK):
         raise InputError(f"{option} {target}: the file is not writable")
+
+
+def check_output_paths(outputs: Mapping[str, Path]) -> None:
+    """Every report path (option -> path) writable, and no two naming one file: checked before any run
+    starts, each failure one :class:`InputError` line naming the option."""
+    for option, path in outputs.items():
+        check_output_path(path, option)
+    seen: dict[Path, str] = {}
+    for option, path in outputs.items():
+        resolved = Path(path).resolve()
+        if resolved in seen:
+            raise InputError(f"{seen[resolved]} and {option} name the same file {path}")
+        seen[resolved] = option
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
