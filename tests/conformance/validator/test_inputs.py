@@ -90,7 +90,7 @@ def test_cli_env_and_preload(runtimes: list[Runtime], capsys: pytest.CaptureFixt
     assert cli_main([*argv, "--env", "FIXTURE_GREETING=hello"]) == 0
     argv = ["validate", str(build_fixture("needs_companion")), "--clsid", FIXTURE_CLSID, "--runtime", rt]
     assert cli_main([*argv, "--preload", str(build_fixture("companion"))]) == 0
-    assert "0 finding(s)" in capsys.readouterr().out
+    assert "0 finding group(s)" in capsys.readouterr().out
 
 
 @pytest.mark.live
@@ -111,3 +111,23 @@ def test_pytest_items_one_per_clause_BUF_04_fails(pytester: pytest.Pytester, run
     result.stdout.fnmatch_lines(
         ["*test_null_buffer?BUF-04?*", "*BUF-04 (NULL buffer needs size 0): * finding(s)*"]
     )
+
+
+@pytest.mark.live
+def test_pytest_items_of_a_crashed_run_skip_what_it_never_reached(
+    pytester: pytest.Pytester, runtimes: list[Runtime]
+) -> None:
+    """A crash fails VAL-CRASH; every other clause is skipped (the run never got there), not passed."""
+    so = build_fixture("crash")
+    pytester.makepyfile(
+        test_profiler=textwrap.dedent(
+            f"""
+            from conformance.validator.pytest_items import clause_tests
+
+            test_crash = clause_tests({str(so)!r}, {FIXTURE_CLSID!r}, runtime={runtimes[-1].version!r})
+            """
+        )
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-rs")
+    result.assert_outcomes(failed=1, skipped=len(api.rule_ids()) - 1)
+    result.stdout.fnmatch_lines(["*test_crash?VAL-CRASH?*", "*crashed (SIGSEGV) after * records*"])
