@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"profharness: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except interrupt.Interrupted as exc:  # a command that keeps results catches it itself
-        print(f"profharness: interrupted by {exc.name}; nothing was judged yet", file=sys.stderr)
+        print(f"profharness: interrupted by {exc.name}; its processes were ended", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("profharness: interrupted", file=sys.stderr)

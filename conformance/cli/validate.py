@@ -18,6 +18,7 @@ tree is ended, what was judged before is printed and written to the reports aske
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -126,12 +127,13 @@ def main(args: argparse.Namespace) -> int:
         hang_s=args.hang_seconds,
         dotnet=args.dotnet,
     )
-    print(report.render_text(result, verbose=args.verbose), flush=True)
-    problems = write_reports(result, paths)
+    with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
+        print(report.render_text(result, verbose=args.verbose), flush=True)
+        problems = write_reports(result, paths)
     for problem in problems:
         print(f"profharness: error: {problem}", file=sys.stderr)
     if result.interrupted:
-        signum = interrupt.requested() or 2
+        signum = interrupt.requested() or signal.SIGINT
         written = [f"{option} {path}" for option, path in paths.items()
                    if not any(p.startswith(f"{option} ") for p in problems)]  # fmt: skip
         where = f"; written to {', '.join(written)}" if written else ""

@@ -117,6 +117,7 @@ def summary_line(result: SuiteResult) -> str:
         f"{len(_by_clause(result))} clauses x {len(_columns(result))} columns in {result.seconds:.1f}s: "
         + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         + f"; {len(result.failures)} unexpected"
+        + ("; interrupted: only the runs judged before it" if result.interrupted else "")
     )
 
 
@@ -278,6 +279,10 @@ def render_html(result: SuiteResult) -> str:
         "<h1>profharness conformance report</h1>",
         f"<p class='small'>{len(table)} clauses on {len(_columns(result))} columns in {result.seconds:.1f}s; "
         f"{len(result.failures)} unexpected.</p>",
+        "<p class='small'><b>Interrupted</b>: this report holds the verdicts of the runs judged before the "
+        "suite was stopped.</p>"
+        if result.interrupted
+        else "",
         "<table class='matrix'><tr><th>clause</th><th>what</th>",
     ]
     out += [

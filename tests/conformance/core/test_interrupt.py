@@ -137,7 +137,7 @@ def test_a_signal_to_the_profharness_process_alone_ends_its_tree(tmp_path: Path,
             harness.kill()
             harness.wait()
     assert harness.returncode == 128 + sig, err
-    assert err == f"profharness: interrupted by {sig.name}; nothing was judged yet\n"
+    assert err == f"profharness: interrupted by {sig.name}; its processes were ended\n"
     assert not _alive(compiler) and not _alive(its_child)
 
 
