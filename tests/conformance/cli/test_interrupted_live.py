@@ -162,3 +162,20 @@ def test_sigint_to_conformance_ends_its_tree_and_writes_its_verdicts(
     assert data["interrupted"] is True and data["ok"] is False
     assert all(v["outcome"] != "stale-expectation" for v in data["verdicts"])
     assert len(data["runs"]) < 2 * len(runtimes), "the runs not yet judged are not in the result"
+
+
+@pytest.mark.live
+def test_sigint_to_fuzz_runtime_ends_its_tree_and_writes_its_report(
+    tmp_path: Path, runtimes: list[Runtime]
+) -> None:
+    runs, out = tmp_path / "runs", tmp_path / "found"
+    argv = ["fuzz-runtime", "--known-only", "--runtime", "8.0", "--out", str(out)]
+    done, tree = _interrupt(argv, runs, signal.SIGINT, lambda pid: bool(_dotnet_children(pid)))
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.startswith("profharness: interrupted by SIGINT after ")
+    assert done.stderr.count("\n") == 1
+    assert "finding(s) found before it" in done.stderr and "Traceback" not in done.stderr
+    _nothing_left(tree, runs)
+    saved = json.loads((out / "fuzz-report.json").read_text())
+    assert saved["interrupted"] is True
+    assert any(n.startswith("interrupted by SIGINT") for n in saved["notes"])
