@@ -113,6 +113,130 @@ def _walk_target(ev: InfoCall) -> int:
     return target if target else ev.thread
 
 
+class Checker:
+    """The DSS-22..25 rules as a state machine: :meth:`feed` one event at a time (with its index), read
+    :attr:`violations` at any point. :func:`check` runs it over a whole sequence; a streaming judge feeds it
+    only the events it reads (see :func:`check`), in order, holding no more than its state."""
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+        self._ran_managed: set[int] = set()
+        self._profiler_threads: set[int] = set()
+        self._warmed_up: set[int] = set()
+        self._flagged_25: set[int] = set()
+        self._suspended_by: dict[int, int] = {}  # target -> suspender
+        # walker -> (target, begin index, target suspended by walker)
+        self._walks: dict[int, tuple[int, int, bool]] = {}
+        self._frames_seen: dict[int, int] = {}
+        self._destroying: set[int] = set()
+        self._destroyed: set[int] = set()
+        self._locks: dict[int, list[str]] = {}
+
+    def _fail(self, clause: str, index: int, message: str) -> None:
+        self.violations.append(Violation(clause=clause, message=message, index=index))
+
+    def _walk_begins(self, i: int, by: int, target: int) -> None:
+        if by in self._walks:
+            raise InvalidEventSequence(f"event {i}: thread {by} begins a walk inside a walk")
+        if target in self._destroyed:
+            self._fail("DSS-23", i, f"thread {by} walks thread {target} after its ThreadDestroyed returned")
+        self._walks[by] = (target, i, self._suspended_by.get(target) == by)
+        self._frames_seen[by] = 0
+
+    def _walk_ends(self, i: int, ev: InfoCall, by: int, target: int) -> None:
+        begun = self._walks.pop(by, None)
+        if begun is None or begun[0] != target:
+            raise InvalidEventSequence(f"event {i}: walk of {target} by {by} ends without beginning")
+        _, _, target_suspended = begun
+        counted = int_arg(ev.out, "frameCount")
+        frames = counted if counted is not None else self._frames_seen.get(by, 0)
+        hr = ev.hr if ev.hr is not None else int(HResult.S_OK)
+        if by in self._profiler_threads and target != by and not target_suspended \
+                and not hresult_failed(hr) and frames >= 1:
+            self._warmed_up.add(by)
+
+    def _destroyed_returns(self, i: int, thread: int) -> None:
+        if thread not in self._destroying:
+            raise InvalidEventSequence(f"event {i}: ThreadDestroyed({thread}) returns without entry")
+        self._destroying.discard(thread)
+        self._destroyed.add(thread)
+        for walker, (target, begin, _) in self._walks.items():
+            if target == thread:
+                self._fail("DSS-23", i, f"ThreadDestroyed({thread}) returned while thread {walker} was "
+                           f"walking it (walk began at event {begin})")
+
+    def feed(self, i: int, ev: Event) -> None:
+        """One event, at index ``i`` of its sequence."""
+        if isinstance(ev, ProfilerCallback):
+            subject = int_arg(ev.args, "threadId")
+            subject = ev.thread if subject is None else subject
+            if ev.name == "ThreadCreated" and begins(ev):
+                self._destroyed.discard(subject)
+            elif ev.name == "ThreadDestroyed":
+                if begins(ev):
+                    self._destroying.add(subject)
+                if ends(ev):
+                    self._destroyed_returns(i, subject)
+            elif ev.name == "StackSnapshotCallback" and begins(ev) and ev.thread in self._walks:
+                self._frames_seen[ev.thread] += 1
+        elif isinstance(ev, InfoCall):
+            if ev.name == "DoStackSnapshot":
+                walked = _walk_target(ev)
+                if begins(ev):
+                    self._walk_begins(i, ev.thread, walked)
+                if ends(ev):
+                    self._walk_ends(i, ev, ev.thread, walked)
+            elif ev.triggers_gc and begins(ev):
+                held = self._locks.get(ev.thread, [])
+                if held:
+                    self._fail("DSS-24", i, f"thread {ev.thread} calls {ev.name} (may trigger a GC) holding "
+                               + ", ".join(map(repr, held)))
+        elif isinstance(ev, ThreadOperation):
+            self._operation(i, ev)
+
+    def _operation(self, i: int, ev: ThreadOperation) -> None:
+        if ev.op == "ProfilerThreadCreated":
+            self._profiler_threads.add(ev.thread)
+        elif ev.op == "ManagedCodeRan":
+            self._ran_managed.add(ev.thread)
+        elif ev.op in ("SuspendThread", "ResumeThread"):
+            by, target = ev.thread, ev.target
+            if target is None:
+                raise InvalidEventSequence(f"event {i}: {ev.op} by thread {by} names no target")
+            if ev.op == "ResumeThread":
+                if self._suspended_by.get(target) != by:
+                    raise InvalidEventSequence(
+                        f"event {i}: thread {by} resumes {target}, not suspended by it"
+                    )
+                del self._suspended_by[target]
+                return
+            if target in self._suspended_by:
+                raise InvalidEventSequence(f"event {i}: thread {target} is already suspended")
+            if by == target:
+                raise InvalidEventSequence(f"event {i}: thread {by} suspends itself")
+            if by in self._ran_managed:
+                self._fail("DSS-22", i, f"thread {by} has run managed code and suspends thread {target}")
+            if by in self._profiler_threads and by not in self._warmed_up and by not in self._flagged_25:
+                self._flagged_25.add(by)
+                self._fail("DSS-25", i, f"profiler thread {by} suspends thread {target} before a warm-up "
+                           "DoStackSnapshot of an unsuspended thread succeeded with at least one frame")
+            self._suspended_by[target] = by
+        elif ev.op in ("LockAcquire", "LockRelease"):
+            if ev.lock is None:
+                raise InvalidEventSequence(f"event {i}: {ev.op} by thread {ev.thread} names no lock")
+            held = self._locks.setdefault(ev.thread, [])
+            if ev.op == "LockAcquire":
+                if ev.lock in held:
+                    raise InvalidEventSequence(f"event {i}: thread {ev.thread} acquires {ev.lock!r} twice")
+                held.append(ev.lock)
+            else:
+                if ev.lock not in held:
+                    raise InvalidEventSequence(
+                        f"event {i}: thread {ev.thread} releases {ev.lock!r} it does not hold"
+                    )
+                held.remove(ev.lock)
+
+
 def check(events: Sequence[Event]) -> list[Violation]:
     """Every violation of DSS-22..25 in ``events`` (in order), each with the index of the event.
 
@@ -121,121 +245,10 @@ def check(events: Sequence[Event]) -> list[Violation]:
     thread operations ProfilerThreadCreated, ManagedCodeRan, SuspendThread, ResumeThread, LockAcquire and
     LockRelease; every other event is ignored.
     """
-    out: list[Violation] = []
-    ran_managed: set[int] = set()
-    profiler_threads: set[int] = set()
-    warmed_up: set[int] = set()
-    flagged_25: set[int] = set()
-    suspended_by: dict[int, int] = {}  # target -> suspender
-    # walker -> (target, begin index, target suspended by walker)
-    walks: dict[int, tuple[int, int, bool]] = {}
-    frames_seen: dict[int, int] = {}
-    destroying: set[int] = set()
-    destroyed: set[int] = set()
-    locks: dict[int, list[str]] = {}
-
-    def fail(clause: str, index: int, message: str) -> None:
-        out.append(Violation(clause=clause, message=message, index=index))
-
-    def walk_begins(i: int, by: int, target: int) -> None:
-        if by in walks:
-            raise InvalidEventSequence(f"event {i}: thread {by} begins a walk inside a walk")
-        if target in destroyed:
-            fail("DSS-23", i, f"thread {by} walks thread {target} after its ThreadDestroyed returned")
-        walks[by] = (target, i, suspended_by.get(target) == by)
-        frames_seen[by] = 0
-
-    def walk_ends(i: int, ev: InfoCall, by: int, target: int) -> None:
-        begun = walks.pop(by, None)
-        if begun is None or begun[0] != target:
-            raise InvalidEventSequence(f"event {i}: walk of {target} by {by} ends without beginning")
-        _, _, target_suspended = begun
-        counted = int_arg(ev.out, "frameCount")
-        frames = counted if counted is not None else frames_seen.get(by, 0)
-        hr = ev.hr if ev.hr is not None else int(HResult.S_OK)
-        if by in profiler_threads and target != by and not target_suspended and not hresult_failed(hr) \
-                and frames >= 1:
-            warmed_up.add(by)
-
-    def destroyed_returns(i: int, thread: int) -> None:
-        if thread not in destroying:
-            raise InvalidEventSequence(f"event {i}: ThreadDestroyed({thread}) returns without entry")
-        destroying.discard(thread)
-        destroyed.add(thread)
-        for walker, (target, begin, _) in walks.items():
-            if target == thread:
-                fail("DSS-23", i, f"ThreadDestroyed({thread}) returned while thread {walker} was walking it "
-                     f"(walk began at event {begin})")
-
+    checker = Checker()
     for i, ev in enumerate(events):
-        if isinstance(ev, ProfilerCallback):
-            subject = int_arg(ev.args, "threadId")
-            subject = ev.thread if subject is None else subject
-            if ev.name == "ThreadCreated" and begins(ev):
-                destroyed.discard(subject)
-            elif ev.name == "ThreadDestroyed":
-                if begins(ev):
-                    destroying.add(subject)
-                if ends(ev):
-                    destroyed_returns(i, subject)
-            elif ev.name == "StackSnapshotCallback" and begins(ev) and ev.thread in walks:
-                frames_seen[ev.thread] += 1
-        elif isinstance(ev, InfoCall):
-            if ev.name == "DoStackSnapshot":
-                walked = _walk_target(ev)
-                if begins(ev):
-                    walk_begins(i, ev.thread, walked)
-                if ends(ev):
-                    walk_ends(i, ev, ev.thread, walked)
-            elif ev.triggers_gc and begins(ev):
-                held = locks.get(ev.thread, [])
-                if held:
-                    fail("DSS-24", i, f"thread {ev.thread} calls {ev.name} (may trigger a GC) holding "
-                         + ", ".join(map(repr, held)))
-        elif isinstance(ev, ThreadOperation):
-            if ev.op == "ProfilerThreadCreated":
-                profiler_threads.add(ev.thread)
-            elif ev.op == "ManagedCodeRan":
-                ran_managed.add(ev.thread)
-            elif ev.op in ("SuspendThread", "ResumeThread"):
-                by, target = ev.thread, ev.target
-                if target is None:
-                    raise InvalidEventSequence(f"event {i}: {ev.op} by thread {by} names no target")
-                if ev.op == "ResumeThread":
-                    if suspended_by.get(target) != by:
-                        raise InvalidEventSequence(
-                            f"event {i}: thread {by} resumes {target}, not suspended by it"
-                        )
-                    del suspended_by[target]
-                    continue
-                if target in suspended_by:
-                    raise InvalidEventSequence(f"event {i}: thread {target} is already suspended")
-                if by == target:
-                    raise InvalidEventSequence(f"event {i}: thread {by} suspends itself")
-                if by in ran_managed:
-                    fail("DSS-22", i, f"thread {by} has run managed code and suspends thread {target}")
-                if by in profiler_threads and by not in warmed_up and by not in flagged_25:
-                    flagged_25.add(by)
-                    fail("DSS-25", i, f"profiler thread {by} suspends thread {target} before a warm-up "
-                         "DoStackSnapshot of an unsuspended thread succeeded with at least one frame")
-                suspended_by[target] = by
-            elif ev.op in ("LockAcquire", "LockRelease"):
-                if ev.lock is None:
-                    raise InvalidEventSequence(f"event {i}: {ev.op} by thread {ev.thread} names no lock")
-                held = locks.setdefault(ev.thread, [])
-                if ev.op == "LockAcquire":
-                    if ev.lock in held:
-                        raise InvalidEventSequence(
-                            f"event {i}: thread {ev.thread} acquires {ev.lock!r} twice"
-                        )
-                    held.append(ev.lock)
-                else:
-                    if ev.lock not in held:
-                        raise InvalidEventSequence(
-                            f"event {i}: thread {ev.thread} releases {ev.lock!r} it does not hold"
-                        )
-                    held.remove(ev.lock)
-    return out
+        checker.feed(i, ev)
+    return checker.violations
 
 
 def describe(violations: Sequence[Violation]) -> str:

@@ -17,7 +17,8 @@ Five kinds, told apart by ``kind``:
 * :class:`ThreadOperation`: something a thread did that is no runtime call: the profiler created a thread,
   suspended or resumed one natively, ran managed code, took or released a lock, blocked, ...
 * :class:`ObjectInspection`: the profiler used an ObjectID with an ICorProfilerInfo method
-  (GetClassFromObject, GetObjectSize, ...), ``within`` the callback it was made in.
+  (GetClassFromObject, GetObjectSize, ...: the API table's ``inspects`` methods, :mod:`clr_model.api`),
+  ``within`` the callback it was made in.
 * :class:`Mark`: an annotation that is not something the runtime or the profiler did: the scenario's own
   ground truth (marks), or a recorder's bookkeeping. No checker judges marks; they keep their place in the
   timeline so a judge can read ground truth and events from one list.
@@ -41,10 +42,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
+from clr_model import api
+
 __all__ = [
     "EVENTS",
-    "GC_TRIGGERING_METHODS",
-    "OBJECT_INSPECTION_METHODS",
     "Args",
     "Event",
     "InfoCall",
@@ -84,23 +85,6 @@ def _finite(values: dict[str, JsonValue]) -> dict[str, JsonValue]:
 Args = Annotated[dict[str, JsonValue], AfterValidator(_finite)]
 #: ``enter``: the call or callback began; ``return``: it returned; ``whole``: one record for both.
 Phase = Literal["enter", "return", "whole"]
-
-#: ICorProfilerInfo methods that take an ObjectID to inspect it: a recorder turns calls of these into
-#: :class:`ObjectInspection` events (MR2-09/17 judge them).
-OBJECT_INSPECTION_METHODS = frozenset(
-    {
-        "GetClassFromObject",
-        "GetObjectSize",
-        "GetObjectSize2",
-        "GetObjectGeneration",
-        "GetArrayObjectInfo",
-        "IsFrozenObject",
-        "EnumerateObjectReferences",
-    }
-)
-#: ICorProfilerInfo methods that certainly trigger a garbage collection (DSS-24, FE2-11). A recorder that
-#: knows more (a call into the runtime that may allocate) sets :attr:`InfoCall.may_trigger_gc`.
-GC_TRIGGERING_METHODS = frozenset({"ForceGC"})
 
 ThreadOperationName = Literal[
     "ProfilerThreadCreated",  # the profiler created ``thread`` (never ran managed code so far)
@@ -153,13 +137,14 @@ class InfoCall(_Event):
     args: Args = Field(default_factory=dict)
     out: Args = Field(default_factory=dict)
     hr: HResultValue | None = None
-    #: the recorder knows this call can trigger a garbage collection (besides GC_TRIGGERING_METHODS)
+    #: the recorder knows this call can trigger a garbage collection (besides the methods the API table says
+    #: certainly trigger one: ``triggers-gc``)
     may_trigger_gc: bool = False
 
     @property
     def triggers_gc(self) -> bool:
         """DSS-24/FE2-11: the call can trigger a garbage collection."""
-        return self.may_trigger_gc or self.name in GC_TRIGGERING_METHODS
+        return self.may_trigger_gc or self.name in api.names_with(api.Fact.TRIGGERS_GC)
 
 
 class ThreadOperation(_Event):

@@ -57,6 +57,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from clr_model import api
 from clr_model.abi import ABI, HOOK_PARAMETERS, ISA, Arch, HookAbi, InRegister, MachineState
 from clr_model.errors import InvalidInput
 from clr_model.events import (
@@ -328,8 +329,7 @@ _INSIDE_RULES: dict[str, tuple[str, str]] = {
     "Block": ("FE2-10", "blocks"), "ManagedCodeRan": ("FE2-12", "calls managed code"),
     "ManagedAllocation": ("FE2-12", "allocates managed memory")}
 _HOOK = "FunctionEnter2"
-_MAPPERS = ("FunctionIDMapper", "FunctionIDMapper2")
-_EVENT_MASK_CALLS = ("SetEventMask", "SetEventMask2")
+_MAPPERS = api.hooks_of([api.HookKind.FUNCTION_ID_MAPPER])
 
 
 def _present(**values: int | None) -> dict[str, JsonValue]:
@@ -430,7 +430,7 @@ def check_hook_events(
                 if ends(ev):
                     leave(ev.thread)
         elif isinstance(ev, InfoCall):
-            if ev.name in _EVENT_MASK_CALLS and ends(ev):
+            if ev.name in api.names_with(api.Fact.SETS_EVENT_MASK) and ends(ev):
                 new_mask = int_arg(ev.args, "dwEvents", "dwEventsLow")
                 if new_mask is not None and (ev.hr is None or not hresult_failed(ev.hr)):
                     mask = new_mask

@@ -6,7 +6,7 @@ e.g. ``0x8013135F CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX``.
 Sources: winerror.h (COM and Win32 codes) and the runtime's corerror.xml (CORPROF_E_* codes,
 dotnet/runtime src/coreclr/inc/corerror.xml; every CORPROF value below was checked against it). The native
 probe's header ``profharness/hresults.h`` is generated from this table at build time
-(conformance/native/tools/gen_constants.py; tests/conformance/core/test_probe_header.py).
+(conformance/codegen/constants.py; tests/conformance/core/test_probe_header.py).
 
 DoStackSnapshot returns (dotnet/runtime src/coreclr/vm/proftoeeinterfaceimpl.cpp): S_OK,
 E_INVALIDARG (infoFlags bits other than REGISTER_CONTEXT, or X86_OPTIMIZED on x86),

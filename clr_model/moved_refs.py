@@ -25,6 +25,8 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from clr_model import api
+from clr_model.api import Fact
 from clr_model.errors import InvalidInput
 from clr_model.events import Event, ObjectInspection, ProfilerCallback, begins, int_arg
 from clr_model.hresults import hresult_failed, to_unsigned
@@ -459,9 +461,11 @@ class HeapEvent(BaseModel):
 _HANDED_OUT_ONE = ("objectId", "thrownObjectId")
 _HANDED_OUT_LIST = "objectIds"
 _HANDED_OUT_MANY = ("objectRefIds", "rootRefIds", _HANDED_OUT_LIST)
-#: The callbacks the MR2 rules read.
-GC_CALLBACK_NAMES = ("GarbageCollectionStarted", "MovedReferences2", "MovedReferences",
-                     "GarbageCollectionFinished")
+#: every parameter name under which a callback hands out ObjectIDs (what :func:`check_gc_events` learns
+#: objects from)
+HANDED_OUT_PARAMETERS = (*_HANDED_OUT_ONE, *_HANDED_OUT_MANY)
+#: The callbacks the MR2 rules read: a GC's bounds and its moves (the API table's gc-bound and moves).
+GC_CALLBACK_NAMES = tuple(m.name for m in api.callbacks() if m.has(Fact.GC_BOUND) or m.has(Fact.MOVES))
 
 
 def _handed_out(ev: ProfilerCallback) -> list[int]:

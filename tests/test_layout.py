@@ -108,16 +108,18 @@ def test_the_validator_builds_on_core_adapters_the_emulator_and_the_model_alone(
 #: the layers, lowest first: a module may import its own layer and those below it, never one above
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("clr_model",),
-    ("conformance/core",),
+    ("conformance/core", "conformance/codegen"),
     ("emu",),
     ("conformance/adapters",),
     ("conformance/validator", "conformance/fuzz", "conformance/checks", "conformance/suite"),
     ("conformance/fuzz_runtime",),
     ("conformance/cli",),
 )
-#: within the fourth layer: the suite's registry and verdicts are what the checks register with; the
+#: within a layer: the suite's registry and verdicts are what the checks register with; the
 #: validator and the fuzzer share the validator's rules; nothing else crosses between these folders
 SIDEWAYS: dict[str, tuple[str, ...]] = {
+    "conformance/core": ("conformance.codegen",),  # the probe build writes the generated constants
+    "conformance/codegen": ("conformance.core.paths",),
     "conformance/validator": (),
     "conformance/fuzz": ("conformance.validator",),
     "conformance/checks": ("conformance.suite.registry", "conformance.suite.verdicts"),
@@ -170,6 +172,66 @@ def test_no_layer_calls_the_cli() -> None:
     assert not offenders, offenders
 
 
+def test_the_generator_builds_on_the_model_alone() -> None:
+    """conformance/codegen renders the model's tables (the core's probe build imports it): it imports
+    clr_model and its own modules, and conformance.core.paths for where the native sources are."""
+    offenders = []
+    for path in sources("conformance/codegen"):
+        bad = sorted(
+            m
+            for m in imported_modules(path)
+            if m.startswith(("conformance", "emu"))
+            and not m.startswith(("conformance.codegen", "conformance.core.paths"))
+        )
+        if bad:
+            offenders.append(f"{rel(path)}: {bad}")
+    assert not offenders, offenders
+
+
+#: modules that may list API method names, and why they are not facts of the API
+NAME_LISTS_ALLOWED = {
+    # the buffers-basic scenario's own plan: which methods it probes, how the scenario knows each answer
+    "conformance/checks/buffers.py",
+}
+
+
+def api_name_lists(text: str, where: str, names: frozenset[str]) -> list[str]:
+    """The literals of a module's ``text`` (sets, tuples, lists, dict keys) made of two or more API method
+    names and nothing else, as ``where:line: names``."""
+    found = []
+    for node in ast.walk(ast.parse(text, where)):
+        if isinstance(node, ast.Set | ast.Tuple | ast.List):
+            items: list[ast.expr | None] = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            items = list(node.keys)
+        else:
+            continue
+        strings = [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        hits = [s for s in strings if s in names]
+        if len(hits) >= 2 and len(hits) == len(strings):
+            found.append(f"{where}:{node.lineno}: {hits}")
+    return sorted(found)
+
+
+def api_method_names() -> frozenset[str]:
+    from clr_model import api
+
+    return frozenset(m.name for m in (*api.callbacks(), *api.info_methods()))
+
+
+def test_api_facts_live_in_the_api_table_alone() -> None:
+    """One table of API facts (clr_model/api/interfaces.txt): no other module lists ICorProfilerCallback* or
+    ICorProfilerInfo* method names as a set, tuple, list or dict (ask clr_model.api for them instead)."""
+    names = api_method_names()
+    offenders = [
+        hit
+        for path in sources(*PACKAGES)
+        if not rel(path).startswith("clr_model/api/") and rel(path) not in NAME_LISTS_ALLOWED
+        for hit in api_name_lists(path.read_text(encoding="utf-8"), rel(path), names)
+    ]
+    assert not offenders, offenders
+
+
 def test_the_runtime_modules_are_named_in_one_table() -> None:
     """Issue 20: the runtime's native modules (libcoreclr, libclrjit...) were listed twice, differently
     (the capture writer's places and the replay's model): emu.capture.RUNTIME_MODULES is the one table."""
@@ -183,3 +245,14 @@ def test_the_runtime_modules_are_named_in_one_table() -> None:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and name.match(node.value):
                 found.append(f"{rel(path)}:{node.lineno}")
     assert found and all(f.startswith("emu/capture.py:") for f in found), found
+
+
+def test_the_name_list_scan_finds_planted_lists() -> None:
+    planted = (
+        'GC = frozenset({"GarbageCollectionStarted", "MovedReferences2"})\n'
+        'MIXED = ("ForceGC", "x")\n'
+        'D = {"ThreadCreated": "threadId", "ThreadDestroyed": "threadId"}\n'
+        'ONE = ["ForceGC"]\n'
+    )
+    hits = api_name_lists(planted, "planted.py", api_method_names())
+    assert [h.split(":")[1] for h in hits] == ["1", "3"]

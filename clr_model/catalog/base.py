@@ -8,12 +8,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Document(StrEnum):
-    """The four contract documents in ``shared/spec``, and the harness's own rules (no document)."""
+    """The four contract documents in ``shared/spec``, the further Microsoft pages a validator rule rests on
+    (:data:`SOURCES` gives where each is), and the harness's own rules (no document)."""
 
     DO_STACK_SNAPSHOT = "DoStackSnapshot.md"
     FUNCTION_ENTER2 = "FunctionEnter2.md"
     MOVED_REFERENCES2 = "MovedReferences2.md"
     CALLER_ALLOCATED_BUFFERS = "caller-allocated-buffers.md"
+    OBJECT_REFERENCES = "ICorProfilerCallback::ObjectReferences"
+    ROOT_REFERENCES2 = "ICorProfilerCallback2::RootReferences2"
+    GARBAGE_COLLECTION_STARTED = "ICorProfilerCallback2::GarbageCollectionStarted"
+    SHUTDOWN = "ICorProfilerCallback::Shutdown"
     #: rules the harness holds a profiler to that no document states (a crash, a hang, a failed load): each
     #: says why in ``reason``
     HARNESS = "profharness"
@@ -26,6 +31,9 @@ class Kind(StrEnum):
     AUTHOR_RULE = "author-rule"  # a rule for profiler authors (checked on a profiler, not on the runtime)
     ABI_RULE = "abi-rule"
     AMBIGUITY = "ambiguity"  # the documents are unclear or contradict each other; `question` says how
+    #: no document states it: the validator shows it as a note (never a failure) so an author can check it is
+    #: meant; ``reason`` says why it is worth a look
+    OBSERVATION = "observation"
 
 
 class Layer(StrEnum):
@@ -42,7 +50,26 @@ PREFIXES: dict[Document, str] = {
     Document.FUNCTION_ENTER2: "FE2",
     Document.MOVED_REFERENCES2: "MR2",
     Document.CALLER_ALLOCATED_BUFFERS: "BUF",
+    Document.OBJECT_REFERENCES: "ORF",
+    Document.ROOT_REFERENCES2: "RRF",
+    Document.GARBAGE_COLLECTION_STARTED: "GCS",
+    Document.SHUTDOWN: "SHD",
     Document.HARNESS: "VAL",
+}
+
+_PAGES = "https://learn.microsoft.com/dotnet/framework/unmanaged-api/profiling/"
+#: where each document is: a contract file in ``shared/spec``, or the Microsoft page (its quotes were read
+#: from the dotnet/docs sources of these pages)
+SOURCES: dict[Document, str] = {
+    Document.DO_STACK_SNAPSHOT: "shared/spec/DoStackSnapshot.md",
+    Document.FUNCTION_ENTER2: "shared/spec/FunctionEnter2.md",
+    Document.MOVED_REFERENCES2: "shared/spec/MovedReferences2.md",
+    Document.CALLER_ALLOCATED_BUFFERS: "shared/spec/caller-allocated-buffers.md",
+    Document.OBJECT_REFERENCES: _PAGES + "icorprofilercallback-objectreferences-method",
+    Document.ROOT_REFERENCES2: _PAGES + "icorprofilercallback2-rootreferences2-method",
+    Document.GARBAGE_COLLECTION_STARTED: _PAGES + "icorprofilercallback2-garbagecollectionstarted-method",
+    Document.SHUTDOWN: _PAGES + "icorprofilercallback-shutdown-method",
+    Document.HARNESS: "profharness (the harness's own rules)",
 }
 
 
@@ -69,6 +96,9 @@ class Clause(BaseModel):
     fix: str | None = Field(
         default=None, description="for rules held against a profiler: what to change, one line"
     )
+    during: tuple[str, ...] = Field(
+        default=(), description="the callbacks the sentence speaks of (e.g. no inspection during them)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Clause:
@@ -79,4 +109,6 @@ class Clause(BaseModel):
             raise ValueError(f"{self.id}: an ambiguity needs a question, and only an ambiguity has one")
         if (self.document is Document.HARNESS) != (self.reason is not None):
             raise ValueError(f"{self.id}: a harness rule needs a reason, and only a harness rule has one")
+        if self.kind is Kind.OBSERVATION and self.document is not Document.HARNESS:
+            raise ValueError(f"{self.id}: an observation is what no document states: a harness rule")
         return self

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from clr_model.moved_refs import U64_MAX, HeapEvent
+from clr_model.moved_refs import GC_CALLBACK_NAMES, U64_MAX, HeapEvent
 
 __all__ = ["Arrays", "gc_event_sequences", "invalid_tables", "object_ids_for", "valid_tables"]
 
@@ -118,8 +118,8 @@ def object_ids_for(arrays: Arrays) -> st.SearchStrategy[int]:
     return st.one_of(pool)
 
 
-_CALLBACKS = ["GarbageCollectionStarted", "MovedReferences2", "MovedReferences",
-              "GarbageCollectionFinished", "ObjectAllocated"]
+#: the callbacks the MR2 rules read, and one that hands out ObjectIDs
+_CALLBACKS = [*GC_CALLBACK_NAMES, "ObjectAllocated"]
 
 
 @st.composite

@@ -33,6 +33,7 @@ import numpy as np
 
 from clr_model.hresults import HResult, format_hresult, hresult_failed, to_unsigned
 from clr_model.moved_refs import (
+    GC_CALLBACK_NAMES,
     HeapEvent,
     HeapSnapshot,
     RangeTable,
@@ -49,12 +50,6 @@ from conformance.suite.verdicts import Evidence, Judgement, Status
 SCENARIO = "gc-moves"
 #: bytes of a Tagged object from its ObjectID: method table pointer + Tag + Twin
 OBJECT_BYTES = 24
-GC_CALLBACKS = (
-    "GarbageCollectionStarted",
-    "GarbageCollectionFinished",
-    "MovedReferences2",
-    "MovedReferences",
-)
 
 C, D, NA = Status.CONFORMS, Status.DIVERGES, Status.NOT_APPLICABLE
 
@@ -251,7 +246,7 @@ def heap_events(trace: Trace, replies: Mapping[str, int] | None = None) -> list[
     reports and tests of the probe itself should do."""
     events: list[HeapEvent] = []
     for r in trace.callbacks():
-        if r.name not in GC_CALLBACKS:
+        if r.name not in GC_CALLBACK_NAMES:
             continue
         ranges = None
         if r.name == "MovedReferences2" and "old" in r.args and not r.args.get("truncated"):
@@ -284,7 +279,7 @@ def inspected_events(
 
 
 def _gc_records(trace: Trace) -> list[CallbackRecord]:
-    return [r for r in trace.callbacks() if r.name in GC_CALLBACKS]
+    return [r for r in trace.callbacks() if r.name in GC_CALLBACK_NAMES]
 
 
 def _violations(ev: Evidence, clause: str) -> tuple[list[Violation], list[CallbackRecord]]:

@@ -1,7 +1,7 @@
 """Build and cache the native probe profiler (``conformance/native``, CMake) in the harness cache.
 
 The headers generated from the Python tables (``profharness/hresults.h`` from ``clr_model/hresults.py``,
-``profharness/flags.h`` from ``clr_model/flags.py``, by ``conformance/native/tools/gen_constants.py``) are
+``profharness/flags.h`` from ``clr_model/flags.py``, by :mod:`conformance.codegen.constants`) are
 written into the build folder before CMake runs and never committed, so they cannot go stale.
 
 The cache key is the sha256 of every file under ``conformance/native``, of the generated headers (a change
@@ -15,14 +15,13 @@ area's lock (:func:`~conformance.core.paths.area_lock`), so two processes that n
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
-from types import ModuleType
 
+from conformance.codegen import constants
 from conformance.core.errors import HarnessError
 from conformance.core.paths import (
     NATIVE_DIR,
@@ -41,8 +40,6 @@ PROBE_FILE_NAME = "libprofharness_probe.so"
 #: its CMake target (CMakeLists.txt also builds the recording proxy, which the probe does not need)
 PROBE_TARGET = "profharness_probe"
 BUILD_LOG_NAME = "build.log"
-#: The generator of the constant headers, relative to the native folder.
-GENERATOR = Path("tools") / "gen_constants.py"
 #: Where the generated headers go in a build folder (passed to CMake as PROFHARNESS_GENERATED_DIR).
 GENERATED_DIR_NAME = "generated"
 
@@ -69,32 +66,21 @@ def _source_files(native_dir: Path) -> list[Path]:
     )
 
 
-def _load_generator(native_dir: Path) -> ModuleType:
-    path = native_dir / GENERATOR
-    spec = importlib.util.spec_from_file_location("_profharness_gen_constants", path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise HarnessError(f"{path}: the constant header generator is missing")
-    module = importlib.util.module_from_spec(spec)
+def generated_headers() -> dict[str, str]:
+    """The headers :mod:`conformance.codegen.constants` renders from the Python tables: relative path ->
+    text."""
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # a broken generator is a build failure, reported in one line
-        raise HarnessError(f"{path}: cannot load the generator: {type(exc).__name__}: {exc}") from exc
-    return module
-
-
-def generated_headers(native_dir: Path = NATIVE_DIR) -> dict[str, str]:
-    """The headers ``tools/gen_constants.py`` renders from the Python tables: relative path -> text."""
-    outputs = _load_generator(native_dir).outputs()
-    if not isinstance(outputs, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in outputs.items()
-    ):
-        raise HarnessError(f"{native_dir / GENERATOR}: outputs() must map relative paths to header text")
+        outputs = constants.outputs()
+    except Exception as exc:  # a broken table or emitter is a build failure, reported in one line
+        raise HarnessError(
+            f"{constants.__name__}: cannot generate the constant headers: {type(exc).__name__}: {exc}"
+        ) from exc
     return dict(sorted(outputs.items()))
 
 
-def write_generated_headers(out_dir: Path, native_dir: Path = NATIVE_DIR) -> dict[str, str]:
+def write_generated_headers(out_dir: Path) -> dict[str, str]:
     """Writes the generated headers under ``out_dir``; returns what was written."""
-    headers = generated_headers(native_dir)
+    headers = generated_headers()
     for rel, text in headers.items():
         path = out_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +97,7 @@ def build_key(native_dir: Path = NATIVE_DIR) -> str:
         digest.update(b"\0")
         digest.update(path.read_bytes())
         digest.update(b"\0")
-    for rel, text in generated_headers(native_dir).items():
+    for rel, text in generated_headers().items():
         digest.update(f"{GENERATED_DIR_NAME}/{rel}".encode())
         digest.update(b"\0")
         digest.update(text.encode())
@@ -170,7 +156,7 @@ def _build_locked(target: str, file_name: str, what: str, native_dir: Path, key:
         log = work / BUILD_LOG_NAME
         build_dir = work / "build"
         generated = work / GENERATED_DIR_NAME
-        write_generated_headers(generated, native_dir)
+        write_generated_headers(generated)
         cmake = shutil.which("cmake") or "cmake"
         configure = [cmake, "-S", str(native_dir), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                      f"-DPROFHARNESS_GENERATED_DIR={generated}"]

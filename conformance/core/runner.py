@@ -132,9 +132,12 @@ def execute(
     kill_signal: int = signal.SIGKILL,
     run_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
+    read: bool = True,
 ) -> RunResult:
     """Run ``app_dll`` on ``runtime`` under the probe, bounded by ``timeout_s``.
 
+    ``read=False`` leaves the trace unread (``trace`` None, ``record_count`` 0): a caller that streams it
+    (the validator) reads it once itself.
     ``kill_when(trace_path)`` is polled while the process runs; when it returns True the process group gets
     ``kill_signal`` (then SIGKILL if it is still there; used to test that a run killed at any point loses
     nothing already recorded). ``env``: extra environment variables (fault injection: PROFHARNESS_FAULT).
@@ -199,10 +202,10 @@ def execute(
 
     trace: Trace | None = None
     problem: str | None = None
-    if trace_path.is_file():
+    if trace_path.is_file() and read:
         trace = read_trace(trace_path)
         problem = str(trace.problem) if trace.problem else None
-    else:
+    elif not trace_path.is_file():
         problem = f"{trace_path}: no trace was written (the probe did not load)"
     last = trace.last_callback() if trace else None
     stderr_text = (run_dir / "stderr.txt").read_text(errors="replace")

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from clr_model import api
+from clr_model.api import Fact
 from clr_model.clauses import Layer
 from clr_model.events import Mark, ObjectInspection
 from conformance.core import registry
@@ -25,7 +27,7 @@ from conformance.core.trace import read_trace_whole
 from conformance.fuzz.child import ExampleOutcome
 from conformance.fuzz.world import HEAP_MARK
 from conformance.validator.recording import Recording, read_recording
-from conformance.validator.rules import check_recording, finding_at
+from conformance.validator.rules import check_recording
 
 #: What a fuzz run calls its runtime and scenario in findings.
 RUNTIME = "fake"
@@ -80,7 +82,7 @@ def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -
             continue
         if not isinstance(ev, ObjectInspection) or ev.object_id is None:
             continue
-        if ev.within in ("MovedReferences2", "MovedReferences"):
+        if ev.within in api.names_with(Fact.MOVES):
             continue  # MR2-09's (the rules report it)
         oid = ev.object_id
         if oid in heaps[version]:
@@ -89,7 +91,8 @@ def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -
             what = "an ObjectID from before a compacting GC that moved that object"
         else:
             what = "an ObjectID no live object has (a wrong remapping)"
-        found.append(finding_at(rec, run, "MR2-17", i, f"{ev.name} inspects {oid:#x}, {what}"))
+        found.append(Finding.of(run, "MR2-17", f"{ev.name} inspects {oid:#x}, {what}", [ev.seq],
+                                thread=ev.thread, callback=rec.callback_at(i)))
     return found
 
 

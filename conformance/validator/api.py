@@ -20,18 +20,14 @@ from pathlib import Path
 
 from clr_model.clauses import Layer
 from conformance.core import interrupt, registry, runner, runtimes, scenarios
-from conformance.core.errors import HarnessError
 from conformance.core.findings import Finding
-from conformance.core.runner import RunOutcome
-from conformance.core.trace import read_trace
 from conformance.validator import launch
 from conformance.validator.groups import Grouper
 from conformance.validator.hooks import HookChecks
-from conformance.validator.recording import read_recording
 from conformance.validator.report import render_text as table
 from conformance.validator.report import to_html, to_json, to_junit
 from conformance.validator.result import ClauseStatus, Group, RuleStatus, RunSummary, ValidationResult
-from conformance.validator.rules import check_recording, hook_abi
+from conformance.validator.rules import hook_abi, judge_run
 
 __all__ = [
     "findings",
@@ -69,6 +65,8 @@ def validate(
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set."""
     runs: list[RunSummary] = []
+    exercised: dict[str, set[str]] = {}
+    judge_seconds = 0.0
     grouper = Grouper()
     notes: list[str] = []
     selected: list[runtimes.Runtime] = []
@@ -102,75 +100,72 @@ def validate(
                     judged=result.record_count,
                 )
                 found: list[Finding] = []
+                seen: set[str] = set()
                 unchecked: list[str] = []
+                note: str | None = None
+                seconds = 0.0
                 if not result.trace_path.is_file():
                     message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
                     found.append(Finding.of(result, "VAL-LOAD", message, []))
+                    seen.add("VAL-LOAD")
                 else:
-                    trace = result.trace if result.trace is not None else read_trace(result.trace_path)
-                    recording = read_recording(trace)
-                    found.extend(check_recording(recording, result))
-                    from_hooks, unchecked = hook_abi(recording, result, checks)
+                    judged = judge_run(result, found.append)
+                    from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
                     found.extend(from_hooks)
+                    if judged.hooks and not unchecked:
+                        judged.exercised.update(r.clause for r in registry.rules(Layer.HOOK))
+                    seen = judged.exercised
+                    summary = summary.model_copy(update={"records": judged.records, "judged": judged.records})
+                    seconds, note = judged.seconds, judged.note
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
                     runs.append(summary)
                     grouper.extend(found)
+                    exercised.setdefault(rt.version, set()).update(seen)
+                    judge_seconds += seconds
                     notes.extend(n for n in unchecked if n not in notes)
-                if result.outcome is RunOutcome.FAILED and not found and result.trace_path.is_file():
-                    raise HarnessError(
-                        f"{scenario.name} on {rt.version} exited with {result.exit_code} under the "
-                        f"profiler; trace: {result.trace_path}"
-                    )
+                    if note is not None:
+                        notes.append(note)
     except interrupt.Interrupted:
         interrupted = True
     groups = grouper.groups()
-    versions = [rt.version for rt in selected]
-    return ValidationResult(profiler=str(target), clsid=guid, runs=runs, groups=groups,
-                            rules=rule_statuses(runs, groups, runtimes=versions), notes=notes,
-                            interrupted=interrupted)  # fmt: skip
-
-
-#: how a run ends when the app ran to its end (a non-zero exit code is the app's own business)
-RAN_TO_THE_END = frozenset({RunOutcome.OK.value, RunOutcome.FAILED.value})
+    statuses = rule_statuses(runs, groups, exercised, runtimes=[rt.version for rt in selected])
+    return ValidationResult(profiler=str(target), clsid=guid, runs=runs, groups=groups, rules=statuses,
+                            notes=notes, interrupted=interrupted,
+                            judge_seconds=round(judge_seconds, 3))  # fmt: skip
 
 
 def rule_statuses(
-    runs: Sequence[RunSummary], groups: Sequence[Group], *, runtimes: Sequence[str] = ()
+    runs: Sequence[RunSummary],
+    groups: Sequence[Group],
+    exercised: Mapping[str, set[str]],
+    *,
+    runtimes: Sequence[str] = (),
 ) -> list[RuleStatus]:
-    """Each clause the validation judges on each runtime (``runtimes``: those selected, default those that
-    ran): failed (a finding), noted (notes only), passed (a run on that runtime ran to its end, every record
-    judged, and the rule held), or skipped with why: a run that crashed, hung or was cut short passes
-    nothing it did not reach, and a runtime the validation never ran (interrupted) passes nothing."""
+    """Each clause the validation judges, on each runtime (``runtimes``: those selected; by default those
+    that ran): failed, noted, passed, or skipped (no run on that runtime showed what the rule judges, e.g. a
+    run that crashed before it, or none ran because the validation was interrupted: it passes nothing)."""
     out = []
     for runtime in dict.fromkeys([*runtimes, *(r.runtime for r in runs)]):
-        mine = [r for r in runs if r.runtime == runtime]
-        whole = [r for r in mine if r.outcome in RAN_TO_THE_END and r.judged >= r.records]
+        mine_runs = [r for r in runs if r.runtime == runtime]
         for clause in rule_ids():
-            here = [g for g in groups if g.clause == clause and runtime in g.runtimes]
-            if any(not g.note for g in here):
-                out.append(RuleStatus(clause=clause, runtime=runtime, status=ClauseStatus.FAILED))
-            elif here:
-                out.append(RuleStatus(clause=clause, runtime=runtime, status=ClauseStatus.NOTED))
-            elif whole:
-                out.append(RuleStatus(clause=clause, runtime=runtime, status=ClauseStatus.PASSED))
+            mine = [g for g in groups if g.clause == clause and runtime in g.runtimes]
+            reason = ""
+            if any(not g.note for g in mine):
+                status = ClauseStatus.FAILED
+            elif mine:
+                status = ClauseStatus.NOTED
+            elif clause in exercised.get(runtime, set()):
+                status = ClauseStatus.PASSED
             else:
-                out.append(RuleStatus(clause=clause, runtime=runtime, status=ClauseStatus.SKIPPED,
-                                      reason=_not_reached(runtime, mine)))  # fmt: skip
+                status = ClauseStatus.SKIPPED
+                if mine_runs:
+                    ended = ", ".join(f"{r.scenario} {r.outcome} after {r.records} record(s)"
+                                      for r in mine_runs)  # fmt: skip
+                    reason = f"no run on {runtime} showed what {clause} judges ({ended})"
+                else:
+                    reason = f"the validation was interrupted before a run on {runtime}"
+            out.append(RuleStatus(clause=clause, runtime=runtime, status=status, reason=reason))
     return out
-
-
-def _not_reached(runtime: str, runs: Sequence[RunSummary]) -> str:
-    """Why no run on ``runtime`` can pass a rule."""
-    if not runs:
-        return f"the validation was interrupted before a run on {runtime}"
-    why = []
-    for r in runs:
-        if r.judged < r.records:
-            why.append(f"{r.scenario}: only {r.judged} of {r.records} records were judged")
-        else:
-            how = f"{r.outcome} ({r.signal})" if r.signal else r.outcome
-            why.append(f"{r.scenario} {how} after {r.records} records")
-    return "; ".join(why) + ": a rule passes nothing the run did not reach"
 
 
 def findings(profiler: Path, clsid: str, **options: object) -> list[Group]:

@@ -2,9 +2,9 @@
 
 The proxy records every SetEnterLeaveFunctionHooks* call with each hook's address, the module it is in
 (``dladdr``: the file and the hook's offset in it, its dynamic symbol when it has one) and its first bytes
-(``conformance/native/proxy/objects.cpp``, ``hook_json``). For the hooks of
-:data:`CHECKED_REGISTRATIONS` the checker runs on the hook's machine code read from that file (never loaded:
-the checker relocates it into unicorn), named by its symbol (the dynamic one the proxy saw, or the
+(``conformance/native/proxy/objects.cpp``, ``hook_json``). For the hooks of the registrations of
+:data:`CHECKED_KINDS` the checker runs on the hook's machine code read from that file (never loaded: the
+checker relocates it into unicorn), named by its symbol (the dynamic one the proxy saw, or the
 ``.symtab``/``.dynsym`` function at that offset). A hook that breaks an ABI rule gives a finding with the
 checker's FE2 clause.
 
@@ -24,16 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from clr_model import api
+from clr_model.api import HookKind
 from clr_model.events import InfoCall, begins, int_arg
 from conformance.validator.recording import Recording
 from emu.errors import EmuError
 from emu.hookcheck import HookFinding, HookInputError, check_hook
 
-#: registration -> its hook parameters, as the proxy records them
-CHECKED_REGISTRATIONS: dict[str, tuple[str, ...]] = {
-    "SetEnterLeaveFunctionHooks2": ("pFuncEnter", "pFuncLeave", "pFuncTailcall"),
-    "SetEnterLeaveFunctionHooks3": ("pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"),
-}
+#: the kinds of hook registration the checker runs on (their hooks and parameters: the API table's)
+CHECKED_KINDS = (HookKind.FUNCTION_ENTER2, HookKind.FUNCTION_ENTER3)
 
 
 @dataclass(frozen=True)
@@ -60,12 +59,13 @@ class HookCheck:
 
 
 def registered_hooks(rec: Recording) -> list[RegisteredHook]:
-    """Every non-NULL hook of every :data:`CHECKED_REGISTRATIONS` call in the recording."""
+    """Every non-NULL hook of every registration call of :data:`CHECKED_KINDS` in the recording."""
+    checked = {r.method: r.parameters for r in api.hook_registrations(CHECKED_KINDS)}
     found: list[RegisteredHook] = []
     for i, ev in enumerate(rec.events):
-        if not (isinstance(ev, InfoCall) and ev.name in CHECKED_REGISTRATIONS and begins(ev)):
+        if not (isinstance(ev, InfoCall) and ev.name in checked and begins(ev)):
             continue
-        for name in CHECKED_REGISTRATIONS[ev.name]:
+        for name in checked[ev.name]:
             hook = ev.args.get(name)
             if not isinstance(hook, dict) or not int_arg(hook, "address"):
                 continue

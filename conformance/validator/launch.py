@@ -174,4 +174,4 @@ def run_under_proxy(
     limit = (
         timeout_s if timeout_s is not None else (hang_s if hang_s > 0 else DEFAULT_HANG_S) + WATCHDOG_MARGIN_S
     )
-    return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir)
+    return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir, read=False)

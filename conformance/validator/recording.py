@@ -6,14 +6,15 @@ The proxy writes the trace format (``docs/design.md``) with edges (``conformance
   of that phase (hooks and StackSnapshotCallbacks the proxy wrapped too, ``hook: true`` for hooks); the
   ``proxy.ranges`` mark written just before a MovedReferences(2) entry gives that callback its three arrays;
 * ``call`` records -> :class:`~clr_model.events.InfoCall` (``phase`` from the record, ``whole`` without),
-  except calls of :data:`~clr_model.events.OBJECT_INSPECTION_METHODS` with an ``objectId``, which become
-  :class:`~clr_model.events.ObjectInspection` ``within`` the callback open on that thread;
+  except calls of the API table's ``inspects`` methods (:mod:`clr_model.api`) with an ``objectId``, which
+  become :class:`~clr_model.events.ObjectInspection` ``within`` the callback open on that thread;
 * the scenario's marks -> :class:`~clr_model.events.Mark`; the proxy's own marks (``proxy.*``: crash, hang,
   shutdown, ranges) stay in :attr:`Recording.notes`.
 
-Thread identities: ``thread`` is the OS thread; a runtime ThreadID in ``threadId`` (ThreadCreated,
-ThreadDestroyed) or in DoStackSnapshot's ``thread`` is mapped to its OS thread when the trace tells
-(every record carries both ``os_tid`` and ``tid``), so the model compares like with like.
+Thread identities: ``thread`` is the OS thread; a runtime ThreadID in the ThreadID parameter of a
+``thread-lifetime`` callback (ThreadCreated, ThreadDestroyed) or in DoStackSnapshot's ``thread`` is mapped
+to its OS thread when the trace tells (every record carries both ``os_tid`` and ``tid``), so the model
+compares like with like.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from typing import Any
 
 from pydantic import JsonValue, ValidationError
 
+from clr_model import api
+from clr_model.api import Fact
 from clr_model.events import (
-    OBJECT_INSPECTION_METHODS,
     Event,
     InfoCall,
     Mark,
@@ -39,8 +41,11 @@ from conformance.core.trace import CallbackRecord, CallRecord, HeaderRecord, Mar
 #: The proxy's own marks (not the scenario's).
 NOTE_PREFIX = "proxy."
 _RANGES = "proxy.ranges"
-_THREAD_ARGS: Mapping[str, str] = {"ThreadCreated": "threadId", "ThreadDestroyed": "threadId"}
-_MOVES = ("MovedReferences", "MovedReferences2")
+#: a thread-lifetime callback -> its ThreadID parameter
+_THREAD_ARGS: Mapping[str, str] = {
+    m.name: next(p.name for p in m.params if p.type == "ThreadID")
+    for m in api.with_fact(Fact.THREAD_LIFETIME)
+}
 
 
 @dataclass
@@ -134,7 +139,7 @@ def read_recording(trace: Trace) -> Recording:
                 key = _THREAD_ARGS.get(record.name)
                 if key is not None and _int(args.get(key)) in os_of:
                     args[key] = os_of[int(args[key])]  # type: ignore[arg-type]
-                if record.name in _MOVES and phase != "return":
+                if record.name in api.names_with(Fact.MOVES) and phase != "return":
                     ranges = pending_ranges.pop(record.os_tid, None)
                     if ranges is not None:
                         moved = ranges.model_extra or {}
@@ -168,7 +173,7 @@ def read_recording(trace: Trace) -> Recording:
                         args["thread"] = os_of[target]
                         args["threadId"] = target
                 oid = _int(record.args.get("objectId"))
-                if record.name in OBJECT_INSPECTION_METHODS and oid is not None:
+                if record.name in api.names_with(Fact.INSPECTS) and oid is not None:
                     stack = stacks.get(record.os_tid, [])
                     add(
                         ObjectInspection(

@@ -1,495 +1,708 @@
-"""The rules the validator holds a profiler to, over one recording (:class:`~.recording.Recording`).
+"""The rules the validator holds a profiler to, each fed the records of one recording it reads
+(:mod:`~.stream`: one pass, bounded memory).
 
 Each rule registers with the clauses it judges (:func:`rule`, into the one registry
 :mod:`conformance.core.registry`): ids of the catalog (``profharness clauses --layer validator``), the
-four documents' clauses or, for what they do not cover (crashes, hangs, a profiler's lifecycle), the
-harness's own ``VAL-*`` rules. A finding (:class:`conformance.core.findings.Finding`) names one of its
-rule's clauses, the OS thread, the callback (or hook) that was running, and the seqs of the trace records
-that are its evidence.
+documents' clauses or, for what they do not cover (crashes, hangs, a profiler's lifecycle), the harness's
+own ``VAL-*`` rules. A finding (:class:`conformance.core.findings.Finding`) names one of its rule's clauses,
+the OS thread, the callback (or hook) that was running, the seqs of the trace records that are its evidence
+and the profiler's own code it came from (the call's ``caller``); a rule no document states is a note.
 
 The hooks the profiler registered go to the hook checker (:func:`hook_abi`, the ``hook`` layer's rules,
-FE2-06/08/09/10/12, see :mod:`~.hooks`); :func:`check_recording` leaves it to the caller (it is asked once
-per hook however many runs registered it).
+FE2-06/08/09/10/12, see :mod:`~.hooks`), asked once per hook however many runs registered it.
 
-Model checkers reused: :func:`clr_model.moved_refs.check_gc_events` (MR2-09, MR2-17) and
-:func:`clr_model.async_safety.check` (DSS-23, DSS-24). The rest are read here from the recording.
+Adding a rule: a :class:`~.stream.StreamRule` subclass decorated with :func:`rule` here, and its test.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from types import ModuleType
+from pathlib import Path
+from typing import Any, cast
 
-from clr_model import async_safety
-from clr_model.clauses import Layer
+from clr_model import api
+from clr_model.api import Fact, HookKind
+from clr_model.async_safety import Checker as AsyncChecker
+from clr_model.clauses import CATALOG, Layer
 from clr_model.errors import InvalidInput
-from clr_model.events import InfoCall, ProfilerCallback, begins, int_arg
+from clr_model.events import InfoCall, ObjectInspection, ProfilerCallback
 from clr_model.hresults import hresult_failed
-from clr_model.moved_refs import check_gc_events
+from clr_model.moved_refs import HANDED_OUT_PARAMETERS, check_gc_events
 from conformance.core import registry
-from conformance.core.errors import HarnessError
 from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
-from conformance.core.paths import NATIVE_DIR
 from conformance.core.runner import RunOutcome, RunResult
-from conformance.core.trace import CallbackRecord, CallRecord, MarkRecord, ProbeErrorRecord
-from conformance.validator.hooks import HookChecks, fault_line, registered_hooks
+from conformance.validator.hooks import HookChecks, RegisteredHook, fault_line
 from conformance.validator.recording import Recording
+from conformance.validator.stream import ELT_HOOKS, Judging, Record, StreamRule
 
-#: Calls that block the calling thread until other threads move (FE2-10 inside a hook).
-BLOCKING_METHODS = frozenset(
-    {"SuspendRuntime", "RequestReJIT", "RequestRevert", "RequestReJITWithInliners", "RequestProfilerDetach"}
-)
-#: Callbacks made while the runtime is in a garbage collection.
-GC_CALLBACKS = frozenset(
-    {
-        "GarbageCollectionStarted",
-        "GarbageCollectionFinished",
-        "MovedReferences",
-        "MovedReferences2",
-        "SurvivingReferences",
-        "SurvivingReferences2",
-        "ObjectReferences",
-        "RootReferences",
-        "RootReferences2",
-        "FinalizeableObjectQueued",
-        "ConditionalWeakTableElementReferences",
-        "HandleCreated",
-        "HandleDestroyed",
-    }
-)
-_HOOK_REGISTRATIONS = {
-    "SetEnterLeaveFunctionHooks2": ("pFuncEnter", "pFuncLeave", "pFuncTailcall"),
-    "SetEnterLeaveFunctionHooks3": ("pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"),
-    "SetEnterLeaveFunctionHooks3WithInfo": (
-        "pFuncEnter3WithInfo",
-        "pFuncLeave3WithInfo",
-        "pFuncTailcall3WithInfo",
-    ),
-}
+RuleClass = type[StreamRule]
 
 
-@dataclass
-class RuleContext:
-    """What a rule reads: the recording and its run."""
-
-    rec: Recording
-    run: RunResult
-
-    def finding(
-        self,
-        clause: str,
-        message: str,
-        records: list[int],
-        *,
-        thread: int | None = None,
-        callback: str | None = None,
-    ) -> Finding:
-        return Finding.of(self.run, clause, message, records, thread=thread, callback=callback)
-
-    def at(self, clause: str, index: int, message: str, more: list[int] | None = None) -> Finding:
-        ev = self.rec.events[index]
-        return self.finding(
-            clause, message, [ev.seq, *(more or [])], thread=ev.thread, callback=self.rec.callback_at(index)
-        )
-
-
-def finding_at(rec: Recording, run: RunResult, clause: str, index: int, message: str) -> Finding:
-    """A finding at event ``index`` of ``rec``: its record, thread and the callback it happened in."""
-    return RuleContext(rec, run).at(clause, index, message)
-
-
-Rule = Callable[["RuleContext"], Iterator[Finding]]
-
-
-def rule(*clauses: str, what: str) -> Callable[[Rule], Rule]:
+def rule(*clauses: str, what: str) -> Callable[[RuleClass], RuleClass]:
     """Register a validator rule for ``clauses`` (the one registry, :mod:`conformance.core.registry`)."""
     return registry.rule(*clauses, layer=Layer.VALIDATOR, what=what)
 
 
+def _begins(r: Record) -> bool:
+    return bool(r.get("phase", "whole") != "return")
+
+
+def _ends(r: Record) -> bool:
+    return bool(r.get("phase", "whole") != "enter")
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _arg(r: Record, key: str, name: str) -> int | None:
+    values = r.get(key)
+    return _int(values.get(name)) if isinstance(values, dict) else None
+
+
+def _calls(names: frozenset[str] | set[str]) -> tuple[tuple[str, str | None], ...]:
+    return tuple(("call", n) for n in sorted(names))
+
+
 # --- buffers (BUF-04, BUF-08) ---------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class BufferParams:
-    """A caller-allocated buffer of an ICorProfilerInfo method: its size, buffer and count parameters."""
-
-    size: str
-    buffer: str
-    count: str
+_BUFFERS = api.buffer_methods()
 
 
-def _load_interfaces() -> ModuleType:
-    path = NATIVE_DIR / "tools" / "gen_interfaces.py"
-    spec = importlib.util.spec_from_file_location("_validator_gen_interfaces", path)
-    if spec is None or spec.loader is None:
-        raise HarnessError(f"{path}: the interface table's reader is missing")
-    module = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@cache
-def buffer_methods() -> dict[str, BufferParams]:
-    """Every ICorProfilerInfo method with a (cX, pcX, X) buffer, read from tools/interfaces.txt: a by-value
-    count ``c…``/``cch…``, its ``pc…`` out-count, and the pointer next to them that is the buffer."""
-    gen = _load_interfaces()
-    ifaces = gen.parse((NATIVE_DIR / "tools" / "interfaces.txt").read_text(), "interfaces.txt")
-    found: dict[str, BufferParams] = {}
-    for iface in ifaces:
-        if not re.fullmatch(r"ICorProfilerInfo\d*", iface.name):
-            continue
-        for method in iface.methods:
-            names = [p.name for p in method.params]
-            for k, p in enumerate(method.params):
-                if not re.fullmatch(r"c(ch)?[A-Z]\w*", p.name) or p.type not in ("ULONG", "ULONG32", "UINT"):
-                    continue
-                count = "p" + p.name
-                if count not in names:
-                    continue
-                j = names.index(count)
-                after = method.params[j + 1] if j + 1 < len(names) else None
-                before = method.params[k - 1] if k > 0 else None
-                for cand in (after, before):
-                    if (
-                        cand is not None
-                        and cand.type.endswith("*")
-                        and not re.match(r"p[a-z]*[A-Z]", cand.name)
-                    ):
-                        found[method.name] = BufferParams(p.name, cand.name, count)
-                        break
-    return found
-
-
-@rule("BUF-04", what="a NULL buffer goes with a size of 0")
-def null_buffer_with_size(c: RuleContext) -> Iterator[Finding]:
-    """BUF-04: a NULL buffer goes with a size of 0."""
-    table = buffer_methods()
-    for i, ev in enumerate(c.rec.events):
-        if isinstance(ev, InfoCall) and ev.name in table and begins(ev):
-            params = table[ev.name]
-            size, buf = int_arg(ev.args, params.size), int_arg(ev.args, params.buffer)
-            if buf == 0 and size:
-                yield c.at("BUF-04", i, f"{ev.name} with {params.buffer}=NULL and {params.size}={size}")
-
-
-def _identity(ev: InfoCall, params: BufferParams) -> tuple[object, ...]:
+def _identity(r: Record, size: str, buffer: str, count: str) -> tuple[object, ...]:
     """What a retry of the same question repeats: the by-value arguments except the buffer's own."""
-    skip = {params.size, params.buffer, params.count}
-    return tuple(
-        sorted(
-            (k, v)
-            for k, v in ev.args.items()
-            if k not in skip and not k.startswith("p") and isinstance(v, int | str)
-        )
-    )
+    args = r.get("args") or {}
+    skip = {size, buffer, count}
+    return tuple(sorted((k, v) for k, v in args.items()
+                        if k not in skip and not k.startswith("p") and isinstance(v, int | str)))  # fmt: skip
 
 
-@rule("BUF-08", what="a truncated answer (*pcX > cX) is asked again with a large enough buffer")
-def truncated_without_retry(c: RuleContext) -> Iterator[Finding]:
-    """BUF-08: *pcX > cX means the answer was truncated: allocate *pcX and call again."""
-    table = buffer_methods()
-    events = c.rec.events
-    for i, ev in enumerate(events):
-        if not (isinstance(ev, InfoCall) and ev.name in table and ev.phase != "enter"):
-            continue
-        params = table[ev.name]
-        size, buf = int_arg(ev.args, params.size), int_arg(ev.args, params.buffer)
-        needed = int_arg(ev.out, params.count)
-        if not size or not buf or needed is None or needed <= size:
-            continue
-        key = _identity(ev, params)
-        retried = any(
-            isinstance(later, InfoCall)
-            and later.name == ev.name
-            and later.thread == ev.thread
-            and _identity(later, params) == key
-            and (int_arg(later.args, params.size) or 0) >= needed
-            for later in events[i + 1 :]
-        )
-        if not retried:
-            yield c.at(
-                "BUF-08",
-                i,
-                f"{ev.name} answered {params.count}={needed} for {params.size}={size} "
-                "(truncated) and was not called again with a large enough buffer",
-            )
+@rule("BUF-04", "BUF-08", what="a NULL buffer goes with a size of 0; a truncated answer (*pcX > cX) is asked "
+      "again with a large enough buffer")  # fmt: skip
+class Buffers(StreamRule):
+    """BUF-04: a NULL buffer goes with a size of 0. BUF-08: *pcX > cX means the answer was truncated:
+    allocate *pcX and call again (held until a later call of the same question on the thread settles it)."""
+
+    reads = _calls(set(_BUFFERS))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        #: (thread, method, identity) -> [(needed, record, site seq)] truncations not retried yet
+        self.pending: dict[tuple[int, str, tuple[object, ...]], list[tuple[int, Record]]] = {}
+
+    def on(self, r: Record) -> None:
+        shape = _BUFFERS[r["name"]]
+        self.j.exercised.update(("BUF-04", "BUF-08"))
+        size, buf = _arg(r, "args", shape.size), _arg(r, "args", shape.buffer)
+        if _begins(r) and buf == 0 and size:
+            self.j.at("BUF-04", r, f"{r['name']} with {shape.buffer}=NULL and {shape.size}={size}")
+        if not _ends(r):
+            return
+        key = (r["os_tid"], r["name"], _identity(r, shape.size, shape.buffer, shape.count))
+        waiting = self.pending.get(key)
+        if waiting:
+            waiting[:] = [(needed, rec) for needed, rec in waiting if (size or 0) < needed]
+        needed = _arg(r, "out", shape.count)
+        if size and buf and needed is not None and needed > size:
+            self.pending.setdefault(key, []).append((needed, self.j.keep(r, size=size)))
+
+    def end(self) -> None:
+        for (_, name, _), waiting in self.pending.items():
+            shape = _BUFFERS[name]
+            for needed, r in waiting:
+                size = r["size"]
+                self.j.at("BUF-08", r, f"{name} answered {shape.count}={needed} for {shape.size}={size} "
+                          "(truncated) and was not called again with a large enough buffer")  # fmt: skip
 
 
-# --- walks (DSS-13, DSS-19, DSS-22) and the model's DSS-23/24 ---------------------------------------------
+# --- walks (DSS-13, DSS-19, DSS-22, DSS-23) --------------------------------------------------------------
 
 
 @rule("DSS-13", "DSS-19", "DSS-22",
       what="cross-thread walks only while suspended; a seed in JIT-compiled code; SuspendRuntime not from "
       "a managed thread")  # fmt: skip
-def walks_and_suspension(c: RuleContext) -> Iterator[Finding]:
-    suspended_by: dict[int, int] = {}  # thread -> seq of its SuspendRuntime that succeeded
-    gc_suspended = False
-    for i, ev in enumerate(c.rec.events):
-        if isinstance(ev, ProfilerCallback):
-            if ev.name == "RuntimeSuspendFinished" and begins(ev):
-                gc_suspended = True
-            elif ev.name == "RuntimeResumeStarted" and begins(ev):
-                gc_suspended = False
-            continue
-        if not isinstance(ev, InfoCall):
-            continue
-        if ev.name == "SuspendRuntime" and begins(ev) and ev.thread in c.rec.managed_threads:
-            yield c.at("DSS-22", i, f"SuspendRuntime from thread {ev.thread}, which runs managed code")
-        if (
-            ev.name == "SuspendRuntime"
-            and ev.phase != "enter"
-            and ev.hr is not None
-            and not hresult_failed(ev.hr)
-        ):
-            suspended_by[ev.thread] = ev.seq
-        elif ev.name == "ResumeRuntime" and ev.phase != "enter":
-            suspended_by.pop(ev.thread, None)
-        elif ev.name == "DoStackSnapshot" and begins(ev):
-            target = int_arg(ev.args, "thread")
-            if target and target != ev.thread and not suspended_by and not gc_suspended:
-                yield c.at(
-                    "DSS-13",
-                    i,
-                    f"DoStackSnapshot of thread {target} from thread {ev.thread} while the "
-                    "target is not suspended (no SuspendRuntime in force)",
-                )
-            seed = ev.args.get("seed")
-            if isinstance(seed, dict) and not int_arg(seed, "functionId"):
-                rip = int_arg(seed, "rip") or 0
-                yield c.at(
-                    "DSS-19",
-                    i,
-                    f"DoStackSnapshot seeded at {rip:#x}, outside JIT-compiled code "
-                    "(GetFunctionFromIP gives no FunctionID)",
-                )
+class WalksAndSuspension(StreamRule):
+    reads = (("callback", "RuntimeSuspendFinished"), ("callback", "RuntimeResumeStarted"),
+             ("call", "SuspendRuntime"), ("call", "ResumeRuntime"), ("call", "DoStackSnapshot"))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.suspended_by: dict[int, int] = {}  # thread -> seq of its SuspendRuntime that succeeded
+        self.gc_suspended = False
+        self.suspends: list[
+            Record
+        ] = []  # SuspendRuntime calls: a managed thread's is DSS-22 (known at the end)
+
+    def on(self, r: Record) -> None:
+        name, thread = r["name"], r["os_tid"]
+        if r["kind"] == "callback":
+            if _begins(r):
+                self.gc_suspended = name == "RuntimeSuspendFinished"
+            return
+        if name == "SuspendRuntime":
+            self.j.exercised.add("DSS-22")
+            if _begins(r):
+                self.suspends.append(self.j.keep(r))
+            hr = _int(r.get("hr"))
+            if _ends(r) and hr is not None and not hresult_failed(hr):
+                self.suspended_by[thread] = r["seq"]
+        elif name == "ResumeRuntime" and _ends(r):
+            self.suspended_by.pop(thread, None)
+        elif name == "DoStackSnapshot" and _begins(r):
+            target_id = _arg(r, "args", "thread")
+            target = self.j.os_thread(target_id) or target_id
+            if target and target != thread:
+                self.j.exercised.add("DSS-13")
+                if not self.suspended_by and not self.gc_suspended:
+                    self.j.at("DSS-13", r, f"DoStackSnapshot of thread {target} from thread {thread} while "
+                              "the "
+                              "target is not suspended (no SuspendRuntime in force)")  # fmt: skip
+            seed = (r.get("args") or {}).get("seed")
+            if isinstance(seed, dict):
+                self.j.exercised.add("DSS-19")
+                if not _int(seed.get("functionId")):
+                    rip = _int(seed.get("rip")) or 0
+                    self.j.at("DSS-19", r, f"DoStackSnapshot seeded at {rip:#x}, outside JIT-compiled code "
+                              "(GetFunctionFromIP gives no FunctionID)")  # fmt: skip
+
+    def end(self) -> None:
+        for r in self.suspends:
+            if r["os_tid"] in self.j.managed:
+                self.j.at("DSS-22", r, f"SuspendRuntime from thread {r['os_tid']}, which runs managed code")
 
 
-@rule("DSS-23", "DSS-24", "VAL-LOAD", what="asynchronous-walk safety by clr_model.async_safety")
-def model_async_rules(c: RuleContext) -> Iterator[Finding]:
-    """DSS-23 and DSS-24 by clr_model.async_safety (DSS-22/25 need native suspensions it cannot see)."""
-    try:
-        violations = async_safety.check(c.rec.events)
-    except InvalidInput as err:
-        yield c.finding("VAL-LOAD", f"the recording cannot be judged for DSS-23/24: {err}", [])
-        return
-    for v in violations:
-        if v.clause in ("DSS-23", "DSS-24") and v.index is not None:
-            yield c.at(v.clause, v.index, v.message)
+@rule("DSS-23", "VAL-LOAD", what="ThreadDestroyed blocks until a walk of its thread ends, and no destroyed "
+      "thread is walked (clr_model.async_safety)")  # fmt: skip
+class ThreadLifetimeWalks(StreamRule):
+    """DSS-23 by the model's :class:`clr_model.async_safety.Checker`, fed the events it reads (the thread
+    lifetime callbacks and the walks), as the recording goes."""
+
+    reads = (("callback", "ThreadCreated"), ("callback", "ThreadDestroyed"), ("call", "DoStackSnapshot"))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.checker = AsyncChecker()
+        self.by_index: list[Record] = []
+        self.reported = 0
+        self.broken: str | None = None
+
+    def on(self, r: Record) -> None:
+        if self.broken is not None:
+            return
+        args: dict[str, Any] = dict(r.get("args") or {})
+        if r["name"] == "DoStackSnapshot":
+            self.j.exercised.add("DSS-23")
+            target = self.j.os_thread(args.get("thread"))
+            if target is not None:
+                args["thread"] = target
+            ev: InfoCall | ProfilerCallback = InfoCall(
+                seq=r["seq"], thread=r["os_tid"], name=r["name"], phase=r.get("phase", "whole"), args=args,
+                out=r.get("out") or {}, hr=_int(r.get("hr")) if _ends(r) else None)  # fmt: skip
+        else:
+            subject = self.j.os_thread(args.get("threadId"))
+            if subject is not None:
+                args["threadId"] = subject
+            ev = ProfilerCallback(seq=r["seq"], thread=r["os_tid"], name=r["name"],
+                                  phase=r.get("phase", "whole"), args=args)  # fmt: skip
+        self.by_index.append(self.j.keep(r))
+        try:
+            self.checker.feed(len(self.by_index) - 1, ev)
+        except InvalidInput as err:
+            self.broken = str(err)
+            return
+        for v in self.checker.violations[self.reported :]:
+            if v.clause == "DSS-23" and v.index is not None:
+                self.j.at("DSS-23", self.by_index[v.index], v.message)
+        self.reported = len(self.checker.violations)
+        if not self.j.stacks.get(r["os_tid"]) and r["name"] != "DoStackSnapshot":
+            self.by_index[-1] = {
+                "seq": r["seq"],
+                "os_tid": r["os_tid"],
+            }  # keep little of what is no longer read
+
+    def end(self) -> None:
+        if self.broken is not None:
+            self.j.finding("VAL-LOAD", f"the recording cannot be judged for DSS-23: {self.broken}", [])
 
 
-# --- the GC (MR2-09, MR2-13, MR2-17, VAL-QI-IN-GC) ----------------------------------------------------
+# --- objects and the GC (MR2-09, ORF-01, RRF-01, GCS-01, MR2-17, MR2-08, MR2-13) -------------------------
+
+_INSPECTS = api.names_with(Fact.INSPECTS)
+#: the ObjectID parameter of each inspecting method (the API table's first ObjectID parameter)
+_OBJECT_PARAM = {n: next(p.name for p in api.method(n).params if p.type == "ObjectID") for n in _INSPECTS}
+#: inspecting inside one of these callbacks breaks the clause its own page states (the catalog's ``during``)
+_NO_INSPECTION_INSIDE: dict[str, str] = {
+    callback: c.id
+    for c in CATALOG.values()
+    if c.id in ("MR2-09", "ORF-01", "RRF-01")
+    for callback in c.during
+}
+_GC_CALLBACKS = api.names_with(Fact.GC)
+_MOVES = api.names_with(Fact.MOVES)
+_GC_BOUND_OR_MOVES = api.names_with(Fact.GC_BOUND) | _MOVES
 
 
-@rule("MR2-09", "MR2-17", "VAL-LOAD",
-      what="no inspection during MovedReferences2; earlier ObjectIDs remapped, by clr_model.moved_refs")
-def model_gc_rules(c: RuleContext) -> Iterator[Finding]:
-    level = c.rec.callback_level
-    try:
-        violations = check_gc_events(c.rec.events, implements_callback4=level >= 4 or level == 0)
-    except InvalidInput as err:
-        yield c.finding("VAL-LOAD", f"the recording cannot be judged for MR2-09/17: {err}", [])
-        return
-    for v in violations:
-        if v.clause in ("MR2-09", "MR2-17") and v.index is not None:
-            yield c.at(v.clause, v.index, v.message)
+@rule(
+    "MR2-09",
+    "ORF-01",
+    "RRF-01",
+    "GCS-01",
+    what="no object inspected while ObjectIDs are invalid: inside MovedReferences2, ObjectReferences or "
+    "RootReferences2, or anywhere between GarbageCollectionStarted's return and GarbageCollectionFinished",
+)
+class InspectionWhileInvalid(StreamRule):
+    reads = (*_calls(set(_INSPECTS)), ("callback", "GarbageCollectionStarted"),
+             ("callback", "GarbageCollectionFinished"))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.in_gc = False  # between GarbageCollectionStarted's return and GarbageCollectionFinished
+
+    def on(self, r: Record) -> None:
+        name = r["name"]
+        if r["kind"] == "callback":
+            if name == "GarbageCollectionStarted" and r.get("phase") == "return":
+                self.in_gc = True
+            elif name == "GarbageCollectionFinished" and _begins(r):
+                self.in_gc = False
+            return
+        if not _begins(r):
+            return
+        self.j.exercised.update(("MR2-09", "ORF-01", "RRF-01", "GCS-01"))
+        oid = _arg(r, "args", _OBJECT_PARAM[name]) or 0
+        inside = [f.name for f in self.j.stack(r["os_tid"]) if f.name in _GC_CALLBACKS]
+        own = next((_NO_INSPECTION_INSIDE[c] for c in reversed(inside) if c in _NO_INSPECTION_INSIDE), None)
+        if own is not None:
+            callback = next(c for c in reversed(inside) if c in _NO_INSPECTION_INSIDE)
+            self.j.at(own, r, f"{name} inspects ObjectID {oid:#x} inside {callback}, whose ObjectIDs are not "
+                      "valid during the callback")  # fmt: skip
+        elif r.get("inGc") is True or (self.in_gc and "GarbageCollectionFinished" not in inside):
+            where = f"inside {inside[-1]}" if inside else f"on thread {r['os_tid']}"
+            self.j.at(
+                "GCS-01",
+                r,
+                f"{name} inspects ObjectID {oid:#x} {where} while a garbage collection is "
+                "moving objects (after GarbageCollectionStarted returned, before GarbageCollectionFinished)",
+            )
+
+
+@rule(
+    "MR2-17",
+    "MR2-08",
+    "VAL-LOAD",
+    what="an inspected ObjectID is an object after the GC: never a pre-GC ID of a moved object (not "
+    "remapped) nor a place inside an object (a wrong remapping): the proxy's shadow heap",
+)
+class RemappedIds(StreamRule):
+    """The proxy's shadow heap judges each inspected ObjectID at the call (``heap`` on the call record:
+    ``stale`` -> MR2-17, ``interior`` -> MR2-08, naming the object and the offset). A recording without a
+    shadow heap (``proxy.shadowHeap`` false: an older proxy, the fake runtime) is judged by the model's
+    :func:`clr_model.moved_refs.check_gc_events`, fed the GC callbacks and inspections it reads."""
+
+    reads = (*_calls(set(_INSPECTS)), ("mark", "proxy.ranges"), ("callback", None))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.events: list[ProfilerCallback | ObjectInspection] = []
+        self.records: list[Record] = []
+        self.ranges: dict[int, Record] = {}
+
+    @property
+    def shadow(self) -> bool:
+        return self.j.proxy.get("shadowHeap") is True
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "call":
+            if not _begins(r) or (r.get("phase") == "return" and r.get("heap")):
+                return  # a two-phase inspection is judged at its enter record
+            self.j.exercised.update(("MR2-17", "MR2-08"))
+            name = r["name"]
+            oid = _arg(r, "args", _OBJECT_PARAM[name]) or 0
+            heap = r.get("heap")
+            if self.shadow:
+                if isinstance(heap, dict):
+                    self._judge(r, name, oid, heap)
+                return
+            stack = self.j.stack(r["os_tid"])
+            self._keep(r, ObjectInspection(seq=r["seq"], thread=r["os_tid"], name=name, object_id=oid,
+                                           within=stack[-1].name if stack else None))  # fmt: skip
+            return
+        if self.shadow:
+            return
+        if r["kind"] == "mark":
+            self.ranges[r["os_tid"]] = r
+            return
+        name = r["name"]
+        args: dict[str, Any] = {}
+        if name not in _GC_BOUND_OR_MOVES:
+            given = r.get("args") or {}
+            if not _begins(r) or not any(k in given for k in HANDED_OUT_PARAMETERS):
+                return
+            args = {k: given[k] for k in HANDED_OUT_PARAMETERS if k in given}  # the ObjectIDs it hands out
+        if name in _MOVES and _begins(r):
+            moved = self.ranges.pop(r["os_tid"], None) or {}
+            for key in ("oldObjectIDRangeStart", "newObjectIDRangeStart", "cObjectIDRangeLength"):
+                args[key] = moved.get(key)
+        phase = r.get("phase", "whole")
+        self._keep(
+            r,
+            ProfilerCallback(
+                seq=r["seq"],
+                thread=r["os_tid"],
+                name=r["name"],
+                phase=phase,
+                args=args,
+                hr=_int(r.get("hr")) if phase != "enter" else None,
+            ),
+        )
+
+    def _keep(self, r: Record, ev: ProfilerCallback | ObjectInspection) -> None:
+        self.events.append(ev)
+        self.records.append(self.j.keep(r))
+
+    def _judge(self, r: Record, name: str, oid: int, heap: dict[str, Any]) -> None:
+        verdict, start, offset = heap.get("verdict"), _int(heap.get("objectStart")), _int(heap.get("offset"))
+        if verdict == "stale":
+            now = f"; that object moved to {start:#x}" if start else ""
+            self.j.at("MR2-17", r, f"{name} uses ObjectID {oid:#x} from before a GC that moved its object "
+                      "and no "
+                      f"object starts there now (not remapped){now}")  # fmt: skip
+        elif verdict == "interior":
+            self.j.at("MR2-08", r, f"{name} uses ObjectID {oid:#x}, {offset or 0} bytes inside the object at "
+                      f"{start or 0:#x}: not an object start (a wrong remapping)")  # fmt: skip
+
+    def end(self) -> None:
+        if self.shadow or not self.events:
+            return
+        level = self.j.callback_level
+        try:
+            violations = check_gc_events(self.events, implements_callback4=level >= 4 or level == 0)
+        except InvalidInput as err:
+            self.j.finding("VAL-LOAD", f"the recording cannot be judged for MR2-17: {err}", [])
+            return
+        for v in violations:
+            if v.clause == "MR2-17" and v.index is not None:
+                self.j.at("MR2-17", self.records[v.index], v.message)
 
 
 @rule("MR2-13", what="a profiler without ICorProfilerCallback4 gets MovedReferences (32-bit lengths)")
-def only_callback3(c: RuleContext) -> Iterator[Finding]:
+class OnlyCallback3(StreamRule):
     """MR2-13: a profiler without ICorProfilerCallback4 gets MovedReferences, whose ULONG lengths cannot say
     how long a block of 4 GiB or more is."""
-    level = c.rec.callback_level
-    if not 0 < level < 4:
-        return
-    for i, ev in enumerate(c.rec.events):
-        if isinstance(ev, ProfilerCallback) and ev.name == "MovedReferences" and begins(ev):
-            yield c.at(
-                "MR2-13",
-                i,
-                f"the profiler implements callbacks only up to ICorProfilerCallback{level}: "
-                "the runtime falls back to MovedReferences with 32-bit lengths",
-            )
+
+    reads = (("callback", "MovedReferences"), ("counts", None))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.done = False
+
+    def on(self, r: Record) -> None:
+        level = self.j.callback_level
+        if r["kind"] == "counts":
+            moved = self.j.counts.get("MovedReferences", 0) + self.j.counts.get("MovedReferences2", 0)
+            if moved:
+                self.j.exercised.add("MR2-13")
             return
+        self.j.exercised.add("MR2-13")
+        if 0 < level < 4 and not self.done and _begins(r):
+            self.done = True
+            self.j.at("MR2-13", r, f"the profiler implements callbacks only up to "
+                      f"ICorProfilerCallback{level}: "
+                      "the runtime falls back to MovedReferences with 32-bit lengths")  # fmt: skip
 
 
-@rule("VAL-QI-IN-GC", what="no QueryInterface on ICorProfilerInfo inside a GC callback")
-def query_interface_in_gc(c: RuleContext) -> Iterator[Finding]:
-    for i, ev in enumerate(c.rec.events):
-        if isinstance(ev, InfoCall) and ev.name == "QueryInterface":
-            inside = [name for name in c.rec.context[i] if name in GC_CALLBACKS]
-            if inside:
-                yield c.at("VAL-QI-IN-GC", i, f"QueryInterface on ICorProfilerInfo inside {inside[-1]}")
+@rule("VAL-QI-IN-GC", what="QueryInterface on ICorProfilerInfo inside a GC callback (a note)")
+class QueryInterfaceInGc(StreamRule):
+    reads = (("call", "QueryInterface"),)
+
+    def on(self, r: Record) -> None:
+        self.j.exercised.add("VAL-QI-IN-GC")
+        inside = [f.name for f in self.j.stack(r["os_tid"]) if f.name in _GC_CALLBACKS]
+        if inside:
+            self.j.at("VAL-QI-IN-GC", r, f"QueryInterface on ICorProfilerInfo inside {inside[-1]}")
 
 
 # --- hooks (FE2-10, FE2-11, VAL-NULL-TAILCALL) ----------------------------------------------------------
 
+_BLOCKS = api.names_with(Fact.BLOCKS)
+_TRIGGERS_GC = api.names_with(Fact.TRIGGERS_GC)
 
-@rule("FE2-10", "FE2-11", what="a hook calls nothing that blocks or triggers a GC")
-def calls_from_hooks(c: RuleContext) -> Iterator[Finding]:
-    for i, ev in enumerate(c.rec.events):
-        if not (isinstance(ev, InfoCall) and begins(ev)):
-            continue
-        hooks = [name for name in c.rec.context[i] if name in c.rec.hook_names]
+
+@rule("FE2-10", "FE2-11", what="an enter/leave hook calls nothing that blocks or triggers a GC")
+class CallsFromHooks(StreamRule):
+    reads = (("call", None), ("counts", None))
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "counts":
+            if any(self.j.hook_counts.get(h) for h in ELT_HOOKS):
+                self.j.exercised.update(("FE2-10", "FE2-11"))
+            return
+        if not _begins(r):
+            return
+        stack = self.j.stacks.get(r["os_tid"])
+        if not stack:
+            return
+        hooks = [f.name for f in stack if f.hook and f.name in ELT_HOOKS]
         if not hooks:
-            continue
-        if ev.triggers_gc:
-            yield c.at("FE2-11", i, f"{hooks[-1]} hook calls {ev.name}, which triggers a garbage collection")
-        elif ev.name in BLOCKING_METHODS:
-            yield c.at("FE2-10", i, f"{hooks[-1]} hook calls {ev.name}, which blocks")
+            return
+        self.j.exercised.update(("FE2-10", "FE2-11"))
+        name = r["name"]
+        if name in _TRIGGERS_GC:
+            self.j.at("FE2-11", r, f"{hooks[-1]} hook calls {name}, which triggers a garbage collection")
+        elif name in _BLOCKS:
+            self.j.at("FE2-10", r, f"{hooks[-1]} hook calls {name}, which blocks")
 
 
-@rule("VAL-NULL-TAILCALL", what="enter/leave hooks come with a tailcall hook")
-def null_tailcall_hook(c: RuleContext) -> Iterator[Finding]:
-    for i, ev in enumerate(c.rec.events):
-        if isinstance(ev, InfoCall) and ev.name in _HOOK_REGISTRATIONS and begins(ev):
-            enter, leave, tail = (ev.args.get(n) for n in _HOOK_REGISTRATIONS[ev.name])
+_NULL_TAILCALL = {
+    r.method: r.parameters
+    for r in api.hook_registrations(
+        (HookKind.FUNCTION_ENTER2, HookKind.FUNCTION_ENTER3, HookKind.FUNCTION_ENTER3_WITH_INFO)
+    )
+}
 
-            def address(h: object) -> int:
-                return int_arg(h, "address") or 0 if isinstance(h, dict) else 0
 
-            if (address(enter) or address(leave)) and not address(tail):
-                yield c.at(
-                    "VAL-NULL-TAILCALL",
-                    i,
-                    f"{ev.name} with a NULL tailcall hook: a tail call jumps to address 0",
+@rule("VAL-NULL-TAILCALL", what="enter/leave hooks registered without a tailcall hook (a note)")
+class NullTailcall(StreamRule):
+    reads = _calls(set(_NULL_TAILCALL))
+
+    def on(self, r: Record) -> None:
+        if not _begins(r):
+            return
+        self.j.exercised.add("VAL-NULL-TAILCALL")
+        args = r.get("args") or {}
+        enter, leave, tail = (_int((args.get(n) or {}).get("address")) if isinstance(args.get(n), dict) else 0
+                              for n in _NULL_TAILCALL[r["name"]])  # fmt: skip
+        if (enter or leave) and not tail:
+            self.j.at("VAL-NULL-TAILCALL", r, f"{r['name']} with a NULL tailcall hook: tail calls are not "
+                      "reported, so enters and leaves do not pair up")  # fmt: skip
+
+
+# --- lifecycle (SHD-01, VAL-RELEASED-INFO, VAL-THREAD-AT-SHUTDOWN, VAL-ENUM-LEAK, VAL-LOAD) --------------
+
+
+@rule("SHD-01", "VAL-RELEASED-INFO", "VAL-THREAD-AT-SHUTDOWN",
+      what="no ICorProfilerInfo call after Shutdown returned or through a released interface; no profiler "
+      "thread still calling the runtime after Shutdown")  # fmt: skip
+class AfterShutdownAndRelease(StreamRule):
+    """SHD-01: any ICorProfilerInfo call after Shutdown returned (the proxy marks it ``afterShutdown``),
+    inside a
+    callback the runtime still makes or not. VAL-RELEASED-INFO: a call through the wrapper after its last
+    reference was released. VAL-THREAD-AT-SHUTDOWN: a thread alive when Shutdown returned is a finding when
+    it called the runtime afterwards, a note naming its start routine otherwise."""
+
+    reads = (("call", None), ("callback", "Shutdown"), ("mark", "proxy.shutdown"))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.released_at: int | None = None
+        self.reported_release = False
+        self.after: dict[int, int] = {}  # OS thread -> calls after Shutdown
+
+    def on(self, r: Record) -> None:
+        kind, name = r["kind"], r["name"]
+        if kind == "callback":
+            if _ends(r):
+                self.j.exercised.add("SHD-01")
+            return
+        if kind == "mark":
+            self._leftover_threads(r)
+            return
+        if name == "Release" and (_arg(r, "out", "refs") or 0) <= 0:
+            self.released_at = r["seq"]
+            self.j.exercised.add("VAL-RELEASED-INFO")
+            return
+        if name == "QueryInterface" and r.get("hr") == 0:
+            self.released_at = None
+            return
+        if r.get("afterShutdown") is True and _begins(r):
+            thread = r["os_tid"]
+            self.after[thread] = self.after.get(thread, 0) + 1
+            callback = self.j.callback_of(thread)
+            where = (
+                f"inside {callback}, which the runtime made after Shutdown"
+                if callback
+                else "outside any callback"
+            )
+            self.j.at("SHD-01", r, f"{name} called after Shutdown returned ({where})")
+        if self.released_at is not None and not self.reported_release and not name.startswith("ICorProfiler"):
+            self.reported_release = True
+            self.j.at("VAL-RELEASED-INFO", r, f"{name} called through an ICorProfilerInfo the profiler "
+                "released "
+                      f"(record {self.released_at})", more=[self.released_at])  # fmt: skip
+
+    def _leftover_threads(self, mark: Record) -> None:
+        self.j.exercised.add("VAL-THREAD-AT-SHUTDOWN")
+        alive = [t for t in mark.get("profilerThreadsAlive") or [] if isinstance(t, int)]
+        details = {d.get("osTid"): d for d in mark.get("threads") or [] if isinstance(d, dict)}
+        for thread in alive:
+            detail = details.get(thread, {})
+            calls = _int(detail.get("callsAfterShutdown"))
+            calls = calls if calls is not None else self.after.get(thread, 0)
+            routine = self._start_routine(detail.get("stack"))
+            started = f" (started at {routine})" if routine else ""
+            if calls:
+                self.j.finding(
+                    "VAL-THREAD-AT-SHUTDOWN",
+                    f"profiler thread {thread}{started} still runs after "
+                    f"Shutdown returned and called ICorProfilerInfo {calls} time(s) after it",
+                    [mark["seq"]],
+                    thread=thread,
+                    site=self._routine_site(detail.get("stack")),
+                )
+            else:
+                self.j.finding(
+                    "VAL-THREAD-AT-SHUTDOWN",
+                    f"profiler thread {thread}{started} still runs after "
+                    "Shutdown returned; it makes no profiling API call after it",
+                    [mark["seq"]],
+                    thread=thread,
+                    note=True,
+                    site=self._routine_site(detail.get("stack")),
                 )
 
-
-# --- lifecycle ------------------------------------------------------------------------------------------
-
-
-@rule("VAL-AFTER-SHUTDOWN", "VAL-RELEASED-INFO",
-      what="no ICorProfilerInfo call after Shutdown or after the last Release")
-def after_shutdown_and_release(c: RuleContext) -> Iterator[Finding]:
-    """VAL-AFTER-SHUTDOWN: a call after Shutdown returned, made outside any callback (a call inside a
-    callback the runtime still makes after Shutdown, as 3.1 does with ThreadCreated, answers the runtime);
-    VAL-RELEASED-INFO: a call through the wrapper after its last reference was released."""
-    released_at: int | None = None
-    reported_release = reported_shutdown = False
-    open_on: dict[int, int] = {}  # OS thread -> callbacks (and hooks) open on it
-    for record in c.rec.trace.records:
-        if isinstance(record, CallbackRecord):
-            phase = (record.model_extra or {}).get("phase")
-            if phase == "enter":
-                open_on[record.os_tid] = open_on.get(record.os_tid, 0) + 1
-            elif phase == "return":
-                open_on[record.os_tid] = max(0, open_on.get(record.os_tid, 0) - 1)
-            continue
-        if not isinstance(record, CallRecord):
-            continue
-        extra = record.model_extra or {}
-        if record.name == "Release" and (int_arg(record.out, "refs") or 0) <= 0:
-            released_at = record.seq
-            continue
-        if record.name == "QueryInterface" and record.hr == 0:
-            released_at = None
-            continue
-        if extra.get("afterShutdown") is True and not reported_shutdown and not open_on.get(record.os_tid):
-            reported_shutdown = True
-            yield c.finding(
-                "VAL-AFTER-SHUTDOWN",
-                f"{record.name} called after Shutdown returned",
-                [record.seq],
-                thread=record.os_tid,
-            )
-        if released_at is not None and not reported_release and not record.name.startswith("ICorProfiler"):
-            reported_release = True
-            yield c.finding(
-                "VAL-RELEASED-INFO",
-                f"{record.name} called through an ICorProfilerInfo the "
-                f"profiler released (record {released_at})",
-                [released_at, record.seq],
-                thread=record.os_tid,
-            )
-
-
-def _note(c: RuleContext, name: str) -> MarkRecord | None:
-    found = c.rec.notes.get(name)
-    return found[-1] if found else None
-
-
-@rule("VAL-THREAD-AT-SHUTDOWN", "VAL-ENUM-LEAK",
-      what="no profiler thread alive and no enumerator unreleased at Shutdown")
-def shutdown_leftovers(c: RuleContext) -> Iterator[Finding]:
-    note = _note(c, "proxy.shutdown")
-    if note is None:
-        return
-    extra = note.model_extra or {}
-    alive = extra.get("profilerThreadsAlive") or []
-    if alive:
-        yield c.finding(
-            "VAL-THREAD-AT-SHUTDOWN",
-            f"profiler thread(s) {alive} still run after Shutdown "
-            "returned (3.1 destroys the profiler under them; 8.0 never releases it)",
-            [note.seq],
-            thread=alive[0] if isinstance(alive[0], int) else None,
-        )
-    leaks = extra.get("liveEnumerators") or []
-    if leaks:
-        made = [
-            r.seq
-            for r in c.rec.trace.records
-            if isinstance(r, CallRecord) and r.name == "EnumThreads" and r.out.get("enumerator") in leaks
-        ]
-        yield c.finding(
-            "VAL-ENUM-LEAK", f"{len(leaks)} ICorProfilerThreadEnum never released", [*made, note.seq]
+    def _profiler_frames(self, stack: object) -> list[dict[str, Any]]:
+        target = Path(self.j.target).name
+        return (
+            [f for f in stack if isinstance(f, dict) and f.get("module") == target]
+            if isinstance(stack, list)
+            else []
         )
 
+    def _routine_site(self, stack: object) -> Any:
+        frames = self._profiler_frames(stack)
+        offset = _int(frames[-1].get("offset")) if frames else None
+        return self.j.site_in_target(offset) if offset is not None else None
 
-# --- crashes, hangs, loading ----------------------------------------------------------------------------
+    def _start_routine(self, stack: object) -> str | None:
+        site = self._routine_site(stack)
+        return site.text() if site is not None else None
 
 
-def _stack_text(frames: object, limit: int = 6) -> str:
+@rule("VAL-ENUM-LEAK", what="every enumerator the profiler obtained is released")
+class EnumeratorLeak(StreamRule):
+    reads = (("call", "EnumThreads"), ("mark", "proxy.shutdown"))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.made: dict[object, Record] = {}
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "call":
+            self.j.exercised.add("VAL-ENUM-LEAK")
+            handed = (r.get("out") or {}).get("enumerator")
+            if handed:
+                self.made[handed] = self.j.keep(r)
+            return
+        for leaked in r.get("liveEnumerators") or []:
+            made = self.made.get(leaked)
+            if made is not None:
+                self.j.at("VAL-ENUM-LEAK", made, "an ICorProfilerThreadEnum this call handed out is never "
+                          "released", more=[r["seq"]])  # fmt: skip
+            else:
+                self.j.finding("VAL-ENUM-LEAK", "an ICorProfilerThreadEnum is never released", [r["seq"]])
+
+
+_INITIALIZES = api.names_with(Fact.INITIALIZES)
+
+
+@rule("VAL-LOAD", what="the profiler loads and its Initialize succeeds")
+class Loading(StreamRule):
+    """VAL-LOAD: the profiler's Initialize returned a failure (the runtime unloads it and nothing it was meant
+    to do happens: often a missing configuration, an environment variable, a companion library), or the
+    proxy could not load it (a ``probe_error`` record)."""
+
+    reads = (*(("callback", n) for n in sorted(_INITIALIZES)), ("probe_error", None))
+
+    def on(self, r: Record) -> None:
+        self.j.exercised.add("VAL-LOAD")
+        if r["kind"] == "probe_error":
+            self.j.finding(
+                "VAL-LOAD", f"{r.get('what')} ({r.get('where')})", [r["seq"]], thread=r.get("os_tid")
+            )
+            return
+        hr = _int(r.get("hr"))
+        if r.get("phase") != "enter" and hr is not None and hresult_failed(hr):
+            self.j.at("VAL-LOAD", r, f"the profiler's {r['name']} returned {hr:#010x}: "
+                "the runtime unloads it "
+                      "(missing configuration? try --env K=V or --preload LIB)")  # fmt: skip
+
+
+# --- crashes and hangs (VAL-CRASH, VAL-HANG) -------------------------------------------------------------
+
+#: the modules of the harness's own frames at the top of a crash stack (the proxy sits in the probe's seat,
+#: under the probe's file name; libc's signal trampoline follows its handler)
+_HARNESS_MODULES = ("libprofharness_probe.so",)
+
+
+def crash_stack(frames: object, target: str) -> list[dict[str, Any]]:
+    """The crash stack from the first frame that is not the harness's: the proxy's signal handler and the
+    libc trampoline that called it are dropped."""
     if not isinstance(frames, list):
-        return ""
-    parts = []
-    for f in frames[:limit]:
-        if isinstance(f, dict):
-            parts.append(str(f.get("symbol") or f"{f.get('module', '?')}+{int_arg(f, 'offset') or 0:#x}"))
-    return " < ".join(parts)
+        return []
+    out = [f for f in frames if isinstance(f, dict)]
+    k = 0
+    while k < len(out) and out[k].get("module") in _HARNESS_MODULES:
+        k += 1
+    if k and k < len(out) and str(out[k].get("module", "")).startswith("libc.so"):
+        k += 1  # the signal trampoline (__restore_rt) the handler returns through
+    return out[k:] if k < len(out) else out
 
 
-def _thread_line(t: ThreadReport) -> str:
-    """One thread of a watchdog report: ``tid name: callback in call (three innermost native frames)``."""
-    where = t.open_callback or t.last_callback or "-"
-    call = f" in {t.open_call}" if t.open_call else ""
-    return f"{t.os_tid} {t.name}: {where}{call} ({' < '.join(t.frames[:3]) or 'no stack'})"
+@rule("VAL-CRASH", "VAL-HANG",
+      what="the process neither crashes in the profiler's code nor hangs in a callback "
+      "or call")  # fmt: skip
+class CrashesAndHangs(StreamRule):
+    reads = (("mark", "proxy.crash"), ("mark", "proxy.hang"))
 
+    def on(self, r: Record) -> None:
+        if r["name"] == "proxy.crash":
+            self._crash(r)
+        else:
+            self._hang(r)
 
-@rule("VAL-CRASH", "VAL-HANG", "VAL-LOAD", what="the process neither crashes nor hangs under the profiler")
-def crashes_and_hangs(c: RuleContext) -> Iterator[Finding]:
-    crash, hang = _note(c, "proxy.crash"), _note(c, "proxy.hang")
-    if crash is not None:
-        extra = crash.model_extra or {}
-        callbacks = extra.get("callbacks") or []
-        callback = callbacks[-1] if isinstance(callbacks, list) and callbacks else None
+    def _frame_text(self, f: dict[str, Any]) -> str:
+        symbol = f.get("symbol")
+        if isinstance(symbol, str) and symbol:
+            from conformance.core.symbols import demangle
+
+            return demangle(symbol)
+        return f"{f.get('module', '?')}+{_int(f.get('offset')) or 0:#x}"
+
+    def _crash(self, r: Record) -> None:
+        target = Path(self.j.target).name
+        stack = crash_stack(r.get("stack"), self.j.target)
+        mine = [f for f in stack if f.get("module") == target]
+        callbacks = [c for c in r.get("callbacks") or [] if isinstance(c, str)]
+        callback = callbacks[-1] if callbacks else None
+        call = r.get("call")
+        ours = bool(mine) or r.get("pcInProfiler") is True or bool(callbacks) or bool(call)
         where = f"in {callback}" if callback else "outside any callback"
-        initialized = any(isinstance(e, ProfilerCallback) and e.name == "Initialize" for e in c.rec.events)
-        if extra.get("shutdownReturned") is True:
+        if r.get("shutdownReturned") is True:
             where += ", after Shutdown returned"
-        elif not initialized:
+        elif not self.j.initialized:
             where += ", before Initialize (while the profiler was being created)"
-        call = f", inside {extra.get('call')}" if extra.get("call") else ""
-        yield c.finding(
+        inside = f", inside {call}" if call else ""
+        site = None
+        if mine:
+            offset = _int(mine[0].get("offset"))
+            site = self.j.site_in_target(offset) if offset is not None else None
+        shown = " < ".join(self._frame_text(f) for f in stack[:6])
+        self.j.finding(
             "VAL-CRASH",
-            f"{extra.get('signal')} {where}{call} on thread {crash.os_tid}; stack: "
-            f"{_stack_text(extra.get('stack'))}",
-            [crash.seq],
-            thread=crash.os_tid,
-            callback=str(callback) if callback else None,
+            f"{r.get('signal')} {where}{inside} on thread {r.get('os_tid')}; stack: {shown}"
+            + ("" if ours else " (no profiler frame on the stack: the app's own crash)"),
+            [r["seq"]],
+            thread=r.get("os_tid"),
+            callback=callback,
+            note=not ours,
+            site=site,
         )
-    if hang is not None:
-        extra = hang.model_extra or {}
-        stuck = int_arg(extra, "stuckOsTid")
-        threads = extra.get("threads") or []
+
+    def _hang(self, r: Record) -> None:
+        stuck = _int(r.get("stuckOsTid"))
+        threads = r.get("threads") or []
         stuck_cb = None
         lines = []
         for th in threads if isinstance(threads, list) else []:
@@ -499,108 +712,160 @@ def crashes_and_hangs(c: RuleContext) -> Iterator[Finding]:
             last = cbs[-1] if cbs else th.get("lastCallback")
             if th.get("osTid") == stuck and cbs:
                 stuck_cb = cbs[-1]
-            lines.append(f"{th.get('osTid')}: {last or '-'} ({_stack_text(th.get('stack'), 3)})")
-        yield c.finding(
-            "VAL-HANG",
-            f"a callback ran {extra.get('busyMs')} ms (limit {extra.get('limitMs')} ms) on "
-            f"thread {stuck}; threads: " + "; ".join(lines),
-            [hang.seq],
-            thread=stuck,
-            callback=str(stuck_cb) if stuck_cb else None,
-        )
-    if crash is None and hang is None and c.run.outcome is not RunOutcome.OK:
-        open_cbs = _open_callbacks(c.rec)
-        hung = c.run.outcome is RunOutcome.HUNG
-        detail = "; ".join(f"thread {t}: {' > '.join(s)}" for t, s in open_cbs.items()) or "no callback open"
-        thread, callback = next(iter(open_cbs), None), next(iter(open_cbs.values()))[-1] if open_cbs else None
-        threads = ""
-        if hung:
-            # the harness's watchdog fired, not the proxy's (nothing the proxy tracks stayed open, e.g. a
-            # profiler thread stuck in SuspendRuntime outside any callback): its report of every thread
-            threads = "; threads: " + (
-                "; ".join(_thread_line(t) for t in c.run.threads)
-                or (c.run.threads_problem or "none reported")
+            frames = crash_stack(th.get("stack"), self.j.target)[:3]
+            lines.append(
+                f"{th.get('osTid')}: {last or '-'} ({' < '.join(self._frame_text(f) for f in frames)})"
             )
-            blocked = next((t for t in c.run.threads if t.open_callback or t.open_call), None)
+        open_kind = r.get("open") if r.get("open") in ("callback", "call") else "callback"
+        what = f"{open_kind} {r.get('openName')}" if r.get("openName") else "a callback"
+        self.j.finding("VAL-HANG", f"{what} ran {r.get('busyMs')} ms (limit {r.get('limitMs')} ms) on thread "
+                       f"{stuck}; threads: " + "; ".join(lines), [r["seq"]], thread=stuck,
+                       callback=str(stuck_cb) if stuck_cb else None)  # fmt: skip
+
+
+# --- one run ---------------------------------------------------------------------------------------------
+
+
+def _thread_line(t: ThreadReport) -> str:
+    """One thread of a watchdog report: ``tid name: callback in call (three innermost native frames)``."""
+    where = t.open_callback or t.last_callback or "-"
+    call = f" in {t.open_call}" if t.open_call else ""
+    return f"{t.os_tid} {t.name}: {where}{call} ({' < '.join(t.frames[:3]) or 'no stack'})"
+
+
+@dataclass
+class JudgedRun:
+    """What judging one run's recording found beyond its findings (given to the sink as they came)."""
+
+    records: int
+    exercised: set[str]
+    #: the hooks the profiler registered (``index``: the seq of the call that registered it), each with the
+    #: callback that call was made in
+    hooks: list[tuple[RegisteredHook, str | None]]
+    seconds: float
+    #: the profiler's module offset -> its site (for findings on a registered hook)
+    site_of: Callable[[int], Any] | None = None
+    #: a line for what the run's outcome means when no rule blames anything (the run reached its time limit)
+    note: str | None = None
+
+
+class _Hooks(StreamRule):
+    """Collects the hooks the profiler registered (for the hook checker, :func:`hook_abi`)."""
+
+    reads = _calls({r.method for r in api.hook_registrations()})
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.found: list[tuple[RegisteredHook, str | None]] = []
+
+    def on(self, r: Record) -> None:
+        from conformance.validator.hooks import CHECKED_KINDS
+
+        kinds = {reg.method: reg for reg in api.hook_registrations(CHECKED_KINDS)}
+        reg = kinds.get(r["name"])
+        if reg is None or not _begins(r):
+            return
+        for name in reg.parameters:
+            hook = (r.get("args") or {}).get(name)
+            if not isinstance(hook, dict) or not _int(hook.get("address")):
+                continue
+            module, symbol = hook.get("module"), hook.get("symbol")
+            registered = RegisteredHook(registration=r["name"], parameter=name, index=r["seq"],
+                                        address=_int(hook.get("address")) or 0,
+                                        module=module if isinstance(module, str) else None,
+                                        offset=_int(hook.get("offset")),
+                                        symbol=symbol if isinstance(symbol, str) else None)  # fmt: skip
+            self.found.append((registered, self.j.callback_of(r["os_tid"])))
+
+
+def judge_run(run: RunResult, sink: Callable[[Finding], None]) -> JudgedRun:
+    """Every validator rule over ``run``'s recording (its trace file), findings into ``sink``; then what the
+    run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit)."""
+    registry.load_all((Layer.VALIDATOR,))
+    judging = Judging(run=run, sink=sink)
+    rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
+    rules += [_Hooks, _InitializeSeen]
+    live = judging.judge(run.trace_path, rules)
+    hooks = next(r for r in live if isinstance(r, _Hooks)).found
+    judged = JudgedRun(records=judging.records, exercised=judging.exercised, hooks=hooks,
+                       seconds=judging.seconds, site_of=judging.site_in_target)  # fmt: skip
+    crash, hang = judging.notes.get("proxy.crash"), judging.notes.get("proxy.hang")
+    judging.exercised.update(("VAL-CRASH", "VAL-HANG", "VAL-LOAD"))
+    if crash is None and hang is None and run.outcome in (RunOutcome.CRASHED, RunOutcome.HUNG):
+        open_cbs = {t: [f.name for f in s] for t, s in judging.stacks.items() if s}
+        detail = "; ".join(f"thread {t}: {' > '.join(s)}" for t, s in open_cbs.items()) or "no callback open"
+        thread = next(iter(open_cbs), None)
+        callback = open_cbs[thread][-1] if thread is not None else None
+        if run.outcome is RunOutcome.HUNG:
+            blocked = next((t for t in run.threads if t.open_callback or t.open_call), None)
             if thread is None and blocked is not None:
                 thread, callback = blocked.os_tid, blocked.open_callback
-        yield c.finding(
-            "VAL-HANG" if hung else "VAL-CRASH",
-            f"the process {c.run.describe_failure().split(' on ', 1)[-1]}; open callbacks: {detail}{threads}",
-            [],
-            thread=thread,
-            callback=callback,
-        )
-    for record in c.rec.trace.records:
-        if isinstance(record, ProbeErrorRecord):
-            yield c.finding("VAL-LOAD", f"{record.what} ({record.where})", [record.seq], thread=record.os_tid)
-
-
-@rule("VAL-LOAD", what="the profiler's Initialize succeeds")
-def initialize_failed(c: RuleContext) -> Iterator[Finding]:
-    """VAL-LOAD: the profiler's Initialize returned a failure: the runtime unloads it and nothing it was
-    meant to do happens (often a missing configuration: an environment variable, a companion library)."""
-    for i, ev in enumerate(c.rec.events):
-        if (
-            isinstance(ev, ProfilerCallback)
-            and ev.name in ("Initialize", "InitializeForAttach")
-            and ev.phase != "enter"
-            and ev.hr is not None
-            and hresult_failed(ev.hr)
-        ):
-            yield c.at(
-                "VAL-LOAD",
-                i,
-                f"the profiler's {ev.name} returned {ev.hr:#010x}: the runtime unloads it (missing "
-                "configuration? try --env K=V or --preload LIB)",
+            if thread is None:
+                judged.note = (
+                    f"{run.scenario} on {run.runtime} reached the run's time limit and was stopped; "
+                    "no callback or profiling call was open, so no rule blames one"
+                )
+                return judged
+            threads = "; ".join(_thread_line(t) for t in run.threads) or (
+                run.threads_problem or "none reported"
             )
+            judging.finding(
+                "VAL-HANG",
+                f"the process {run.describe_failure().split(' on ', 1)[-1]}; open "
+                f"callbacks: {detail}; threads: {threads}",
+                [],
+                thread=thread,
+                callback=callback,
+            )
+        else:
+            judging.finding("VAL-CRASH", f"the process {run.describe_failure().split(' on ', 1)[-1]}; open "
+                            f"callbacks: {detail}", [], thread=thread, callback=callback,
+                            note=not open_cbs)  # fmt: skip
+    return judged
 
 
-def _open_callbacks(rec: Recording) -> dict[int, list[str]]:
-    stacks: dict[int, list[str]] = {}
-    for ev in rec.events:
-        if isinstance(ev, ProfilerCallback):
-            stack = stacks.setdefault(ev.thread, [])
-            if ev.phase == "enter":
-                stack.append(ev.name)
-            elif ev.phase == "return" and stack:
-                stack.pop()
-    return {t: s for t, s in stacks.items() if s}
+class _InitializeSeen(StreamRule):
+    """Whether Initialize was delivered (a crash before it happened while the profiler was being created)."""
+
+    reads = tuple(("callback", n) for n in sorted(_INITIALIZES))
+
+    def on(self, r: Record) -> None:
+        self.j.initialized = True
 
 
 def check_recording(rec: Recording, run: RunResult) -> list[Finding]:
-    """Every finding of every rule over one run's recording."""
-    ctx = RuleContext(rec, run)
+    """Every finding of every rule over a recording's trace file (the same rules as :func:`judge_run`)."""
     found: list[Finding] = []
-    for fn in registry.functions(Layer.VALIDATOR):
-        mine = registry.clauses_of(fn)
-        for finding in fn(ctx):
-            if finding.clause not in mine:
-                raise HarnessError(f"validator rule {fn.__qualname__} made a {finding.clause} finding; it is "
-                                   f"registered for {', '.join(sorted(mine))}")
-            found.append(finding)
+    if rec.trace.path != run.trace_path:
+        run = run.model_copy(update={"trace_path": rec.trace.path})
+    judge_run(run, found.append)
     return found
 
 
-def hook_abi(rec: Recording, run: RunResult, checks: HookChecks) -> tuple[list[Finding], list[str]]:
-    """FE2-06/08/09/10/12: every registered hook the checker can read, under the checker (``checks`` asks
-    it once per hook however many runs registered it). Returns the findings (one per rule a hook broke,
-    at the call that registered it) and a note for each hook that could not be checked."""
-    ctx = RuleContext(rec, run)
+def hook_abi(
+    hooks: list[tuple[RegisteredHook, str | None]],
+    run: RunResult,
+    checks: HookChecks,
+    site_of: Callable[[int], Any] | None = None,
+) -> tuple[list[Finding], list[str]]:
+    """FE2-06/08/09/10/12: every registered hook the checker can read, under the checker (``checks`` asks it
+    once per hook however many runs registered it). Returns the findings (one per rule a hook broke, at the
+    call that registered it, sited at the hook's own code) and a note for each hook that could not be
+    checked."""
     found: list[Finding] = []
     notes: list[str] = []
-    for hook in registered_hooks(rec):
+    for hook, callback in hooks:
         answer = checks.check(hook)
         name = answer.symbol or f"{hook.address:#x}"
         if answer.problem is not None:
             notes.append(f"{hook.registration} {hook.parameter} {name} not checked: {answer.problem}")
             continue
+        site = site_of(hook.offset) if site_of is not None and hook.offset is not None else None
         for fault in answer.faults:
-            found.append(
-                ctx.at(
-                    fault.clause,
-                    hook.index,
-                    f"{hook.parameter} hook {name} ({hook.registration}): {fault_line(fault)}",
-                )
-            )
+            found.append(Finding.of(run, fault.clause, f"{hook.parameter} hook {name} ({hook.registration}): "
+                                    f"{fault_line(fault)}", [hook.index], callback=callback,
+                                    site=site))  # fmt: skip
     return found, notes
+
+
+__all__ = ["JudgedRun", "RuleClass", "check_recording", "crash_stack", "hook_abi", "judge_run", "rule"]

@@ -8,7 +8,6 @@ the program recorded itself.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +107,8 @@ def test_seed_is_the_first_managed_frame_DSS_19(place: str) -> None:
 
 def test_replaying_one_capture_1000_times_gives_byte_identical_json() -> None:
     path = DATA / "fixture-stub.phcap"
-    t0 = time.monotonic()
     outputs = {replay_capture(path, allow_disk=False).model_dump_json() for _ in range(1000)}
-    assert len(outputs) == 1
-    assert time.monotonic() - t0 < 30
+    assert len(outputs) == 1  # speed is bench/replay.py's business, not a timed test's
     # and a capture object replayed again (its caches warm) gives the same bytes
     cap = read_capture(path)
     assert {replay(cap, allow_disk=False).model_dump_json() for _ in range(50)} == outputs

@@ -327,35 +327,17 @@ void pop_callback(HRESULT hr) {
     fs.pop_back();
 }
 
-std::string guid_text(const GUID& g) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "{%08X-%04X-%04X-%02X%02X-%02X%02X%02X%02X%02X%02X}", g.Data1, g.Data2, g.Data3,
-                  g.Data4[0], g.Data4[1], g.Data4[2], g.Data4[3], g.Data4[4], g.Data4[5], g.Data4[6], g.Data4[7]);
-    return buf;
-}
-
-void CallScope::arg(const char* name, const GUID& g) { args_.set(name, Json(guid_text(g))); }
-
 void CallScope::begin() {
     tl_call = name_;
     if (!recording()) return;
     flush_callbacks();
-    if (two_phase_) {
-        Json rec = Json::object();
-        rec.set("name", name_).set("phase", "enter").set("args", args_).set("hr", Json(0u));
-        record("call", rec);
-    }
+    if (two_phase_) record("call", enter_record(name_));
 }
 
 HRESULT CallScope::finish(HRESULT hr) {
     tl_call = nullptr;
     if (!recording()) return hr;
-    Json rec = Json::object();
-    rec.set("name", name_);
-    if (two_phase_) rec.set("phase", "return");
-    rec.set("args", std::move(args_)).set("out", std::move(out_)).set("hr", Json(static_cast<std::uint32_t>(hr)));
-    if (shutdown_returned()) rec.set("afterShutdown", true);
-    record("call", rec);
+    record("call", call_record(name_, two_phase_, hr, shutdown_returned()));
     return hr;
 }
 
@@ -384,8 +366,9 @@ class MetaData final : public MetaDataBase {
     }
     ModuleID module() const { return module_; }
 
-    // IMetaDataImport has more methods after the ones interfaces.txt declares: a profiler calling one of
-    // them lands in these (the x86-64 caller cleans up its arguments) instead of past the vtable.
+    // IMetaDataImport has more methods after the ones clr_model/api/interfaces.txt declares: a profiler
+    // calling one of them lands in these (the x86-64 caller cleans up its arguments) instead of past the
+    // vtable.
     virtual HRESULT STDMETHODCALLTYPE More0() { return E_NOTIMPL; }
     virtual HRESULT STDMETHODCALLTYPE More1() { return E_NOTIMPL; }
     virtual HRESULT STDMETHODCALLTYPE More2() { return E_NOTIMPL; }

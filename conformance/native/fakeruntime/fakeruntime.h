@@ -28,12 +28,13 @@
 #include "profharness/hresults.h"
 #include "profharness/interfaces.h"
 #include "profharness/json.h"
+#include "profharness/record_scope.h"
 #include "profharness/types.h"
 
 namespace profharness {
 
-// An ICorProfilerInfo12 struct passed by value (interfaces.txt names it by elaborated type; the proxy
-// declares it the same way).
+// An ICorProfilerInfo12 struct passed by value (clr_model/api/interfaces.txt names it by elaborated type;
+// the proxy declares it the same way).
 struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG {
     const WCHAR* providerName;
     std::uint64_t keywords;
@@ -65,44 +66,18 @@ void push_callback(const char* name, Json args, bool lazy);
 void pop_callback(HRESULT hr);
 void flush_callbacks();
 
-// One ICorProfilerInfo call: its arguments, out-values and HRESULT, recorded as the proxy records them.
-class CallScope {
+// One ICorProfilerInfo call: its arguments, out-values (RecordScope) and HRESULT, recorded as the proxy
+// records them.
+class CallScope : public RecordScope {
  public:
     CallScope(const char* name, bool two_phase) : name_(name), two_phase_(two_phase) {}
-    CallScope(const CallScope&) = delete;
-    CallScope& operator=(const CallScope&) = delete;
 
-    template <typename T>
-    void arg(const char* name, T value) {
-        if constexpr (std::is_pointer<T>::value) {
-            args_.set(name, Json::pointer(reinterpret_cast<const void*>(value)));
-        } else if constexpr (std::is_enum<T>::value) {
-            args_.set(name, Json(static_cast<std::int64_t>(value)));
-        } else {
-            args_.set(name, Json(value));
-        }
-    }
-    void arg(const char* name, const GUID& g);
-    void arg(const char* name, FunctionIDOrClientID v) { args_.set(name, Json(v.functionID)); }
-    template <typename T>
-    void out(const char* name, T* p) {
-        if (!p) return;
-        if constexpr (std::is_pointer<T>::value) {
-            out_.set(name, Json::pointer(reinterpret_cast<const void*>(*p)));
-        } else {
-            out_.set(name, Json(*p));
-        }
-    }
-    void out_value(const char* name, Json v) { out_.set(name, std::move(v)); }
-    Json& args() { return args_; }
     void begin();
     HRESULT finish(HRESULT hr);
 
  private:
     const char* name_;
     bool two_phase_;
-    Json args_ = Json::object();
-    Json out_ = Json::object();
 };
 
 }  // namespace profharness::fake

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "generated.h"
+#include "profharness/class_factory.h"
 #include "profharness/flags.h"
 #include "profharness/native_stack.h"
 #include "proxy.h"
@@ -168,13 +169,8 @@ Json hook_json(const void* fn) {
 
 // --- hooks ----------------------------------------------------------------------------------------------
 
-constexpr int kHookKinds = 9;
+constexpr int kHookKinds = static_cast<int>(Hook::Count_);  // generated.h: the hooks, from the API table
 std::atomic<std::int64_t> g_hook_counts[kHookKinds];
-const char* const kHookNames[kHookKinds] = {
-    "FunctionEnter2",         "FunctionLeave2",         "FunctionTailcall2",
-    "FunctionEnter3WithInfo", "FunctionLeave3WithInfo", "FunctionTailcall3WithInfo",
-    "FunctionEnter3",         "FunctionLeave3",         "FunctionTailcall3"};
-constexpr int kFirstFastHook = 6;  // FunctionEnter3: the hooks hooks3.cpp's trampolines wrap, in its order
 
 // A hook's lazy frame on the calling thread (counted; written only if the profiler calls the runtime in it).
 Frame* open_hook(ThreadState& t, int kind) {
@@ -185,7 +181,7 @@ void close_hook(ThreadState& t) { pop_frame(t, S_OK, false); }
 
 class HookScope {
  public:
-    explicit HookScope(int kind) : t_(me()), frame_(open_hook(t_, kind)) {}
+    explicit HookScope(Hook kind) : t_(me()), frame_(open_hook(t_, static_cast<int>(kind))) {}
     ~HookScope() { close_hook(t_); }
     template <typename T>
     void arg(const char* name, T v) { store_arg(frame_, name, v); }
@@ -205,32 +201,32 @@ FunctionIDMapper* g_mapper;
 FunctionIDMapper2* g_mapper2;
 
 void enter2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_INFO* ai) {
-    HookScope h(0);
+    HookScope h(Hook::FunctionEnter2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("argumentInfo", ai);
     g_enter2(f, cd, fi, ai);
 }
 void leave2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_RANGE* r) {
-    HookScope h(1);
+    HookScope h(Hook::FunctionLeave2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("retvalRange", r);
     g_leave2(f, cd, fi, r);
 }
 void tail2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi) {
-    HookScope h(2);
+    HookScope h(Hook::FunctionTailcall2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi);
     g_tail2(f, cd, fi);
 }
 void enter3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(3);
+    HookScope h(Hook::FunctionEnter3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_enter3i(id, elt);
 }
 void leave3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(4);
+    HookScope h(Hook::FunctionLeave3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_leave3i(id, elt);
 }
 void tail3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(5);
+    HookScope h(Hook::FunctionTailcall3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_tail3i(id, elt);
 }
@@ -935,53 +931,21 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
     return proxy->QueryInterface(riid, ppv);
 }
 
-class ClassFactory final : public IClassFactory {
- public:
-    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
-        if (!ppv) return E_POINTER;
-        if (riid == IID_IUnknown || riid == IID_IClassFactory) {
-            *ppv = static_cast<IClassFactory*>(this);
-            return S_OK;
-        }
-        *ppv = nullptr;
-        return E_NOINTERFACE;
-    }
-    ULONG STDMETHODCALLTYPE AddRef() override { return 2; }
-    ULONG STDMETHODCALLTYPE Release() override { return 1; }
-    HRESULT STDMETHODCALLTYPE CreateInstance(IUnknown* outer, REFIID riid, void** ppv) override {
-        if (!ppv) return E_POINTER;
-        *ppv = nullptr;
-        if (outer) return CLASS_E_NOAGGREGATION;
-        return create_proxy(riid, ppv);
-    }
-    HRESULT STDMETHODCALLTYPE LockServer(BOOL) override { return S_OK; }
-};
-
 }  // namespace
 
 bool recording_enabled() { return g_trace_open.load(std::memory_order_relaxed); }
 bool shutdown_returned() { return g_shutdown_returned.load(std::memory_order_relaxed); }
 void* runtime_info() { return g_real_info.load(std::memory_order_relaxed); }
 
-std::string guid_text(const GUID& g) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "{%08X-%04X-%04X-%02X%02X-%02X%02X%02X%02X%02X%02X}", g.Data1, g.Data2, g.Data3,
-                  g.Data4[0], g.Data4[1], g.Data4[2], g.Data4[3], g.Data4[4], g.Data4[5], g.Data4[6], g.Data4[7]);
-    return buf;
-}
-
 }  // namespace profharness::proxy
 
 using namespace profharness;
 using namespace profharness::proxy;
 
-// The runtime loads the proxy as its profiler under whatever CLSID the harness chose; the profiler behind
-// it is named by PROFHARNESS_PROXY_TARGET and PROFHARNESS_PROXY_CLSID.
-PROXY_EXPORT HRESULT DllGetClassObject(REFCLSID, REFIID riid, void** ppv) {
-    if (!ppv) return E_POINTER;
-    *ppv = nullptr;
-    static ClassFactory* factory = new ClassFactory();
-    return factory->QueryInterface(riid, ppv);
+// The runtime loads the proxy as its profiler under whatever CLSID the harness chose (class_object with no
+// CLSID of its own); the profiler behind it is named by PROFHARNESS_PROXY_TARGET and PROFHARNESS_PROXY_CLSID.
+PROXY_EXPORT HRESULT DllGetClassObject(REFCLSID rclsid, REFIID riid, void** ppv) {
+    return class_object<create_proxy>(nullptr, rclsid, riid, ppv);
 }
 
 // --- the probe's seat: scenarios P/Invoke these (docs/design.md); the proxy records their marks ---------

@@ -176,28 +176,17 @@ InfoScope::InfoScope(const char* name, bool two_phase)
     ++t_.in_runtime;
 }
 
-void InfoScope::arg(const char* name, const GUID& g) { args_.set(name, Json(guid_text(g))); }
-
 void InfoScope::begin() {
     if (!recording_enabled()) return;
     flush_frames(t_);
-    if (two_phase_) {
-        Json rec = Json::object();
-        rec.set("name", name_).set("phase", "enter").set("args", args_).set("hr", Json(0u));
-        trace().write("call", rec);
-    }
+    if (two_phase_) trace().write("call", enter_record(name_));
 }
 
 HRESULT InfoScope::finish(HRESULT hr) {
     --t_.in_runtime;
     t_.current_call = prev_call_;
     if (!recording_enabled()) return hr;
-    Json rec = Json::object();
-    rec.set("name", name_);
-    if (two_phase_) rec.set("phase", "return");
-    rec.set("args", std::move(args_)).set("out", std::move(out_)).set("hr", Json(static_cast<std::uint32_t>(hr)));
-    if (shutdown_returned()) rec.set("afterShutdown", true);
-    trace().write("call", rec);
+    trace().write("call", call_record(name_, two_phase_, hr, shutdown_returned()));
     return hr;
 }
 

@@ -17,6 +17,7 @@
 #include "profharness/hresults.h"
 #include "profharness/interfaces.h"
 #include "profharness/json.h"
+#include "profharness/record_scope.h"
 #include "profharness/trace.h"
 #include "profharness/types.h"
 
@@ -40,7 +41,8 @@ inline constexpr bool kFastHookTrampolines = true;
 inline constexpr bool kFastHookTrampolines = false;
 #endif
 
-// ICorProfilerInfo12..14 structs the probe never needs (interfaces.txt names them by elaborated type).
+// ICorProfilerInfo12..14 structs the probe never needs (clr_model/api/interfaces.txt names them by elaborated
+// type).
 struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG {
     const WCHAR* providerName;
     std::uint64_t keywords;
@@ -94,7 +96,6 @@ TraceWriter& trace();
 bool recording_enabled();      // the trace is open
 bool shutdown_returned();      // the profiler's Shutdown has returned
 void* runtime_info();          // the runtime's own ICorProfilerInfo (never the wrapper), or null
-std::string guid_text(const GUID& g);
 Json counts_json();
 
 // Every ThreadState ever made (never freed), for the hang report and the crash handler.
@@ -165,37 +166,13 @@ class CallbackScope {
     bool finished_ = false;
 };
 
-// One ICorProfilerInfo call made through the wrapper.
-class InfoScope {
+// One ICorProfilerInfo call made through the wrapper: its arguments and out-values (RecordScope), recorded
+// in the calling thread's state.
+class InfoScope : public RecordScope {
  public:
     InfoScope(int id, bool two_phase);              // an ICorProfilerInfo method (InfoM)
     InfoScope(const char* name, bool two_phase);    // IUnknown's methods on the wrapper
-    InfoScope(const InfoScope&) = delete;
-    InfoScope& operator=(const InfoScope&) = delete;
 
-    template <typename T>
-    void arg(const char* name, T value) {
-        if constexpr (std::is_pointer<T>::value) {
-            args_.set(name, Json::pointer(reinterpret_cast<const void*>(value)));
-        } else if constexpr (std::is_enum<T>::value) {
-            args_.set(name, Json(static_cast<std::int64_t>(value)));
-        } else {
-            args_.set(name, Json(value));
-        }
-    }
-    void arg(const char* name, const GUID& g);
-    void arg(const char* name, FunctionIDOrClientID v) { args_.set(name, Json(v.functionID)); }
-    template <typename T>
-    void out(const char* name, T* p) {
-        if (!p) return;
-        if constexpr (std::is_pointer<T>::value) {
-            out_.set(name, Json::pointer(reinterpret_cast<const void*>(*p)));
-        } else {
-            out_.set(name, Json(*p));
-        }
-    }
-    void out_value(const char* name, Json v) { out_.set(name, std::move(v)); }
-    Json& args() { return args_; }
     // After the arguments: flushes the thread's lazy frames, writes the enter record of a two-phase call.
     void begin();
     HRESULT finish(HRESULT hr);
@@ -205,8 +182,6 @@ class InfoScope {
     const char* name_;
     bool two_phase_;
     const char* prev_call_;
-    Json args_ = Json::object();
-    Json out_ = Json::object();
 };
 
 }  // namespace proxy

@@ -14,14 +14,7 @@ int callback_index(const std::string& name) {
     return -1;
 }
 
-std::string guid_string(const GUID& g) {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "%08X-%04X-%04X-%02X%02X-%02X%02X%02X%02X%02X%02X", g.Data1, g.Data2, g.Data3,
-                  g.Data4[0], g.Data4[1], g.Data4[2], g.Data4[3], g.Data4[4], g.Data4[5], g.Data4[6], g.Data4[7]);
-    return buf;
-}
-
-CallbackEvent::CallbackEvent(int id) : id_(id), recording_(false), args_(Json::object()) {
+CallbackEvent::CallbackEvent(int id) : id_(id), recording_(false) {
     ProbeState& s = state();
     s.counts[id].fetch_add(1, std::memory_order_relaxed);
     recording_ = s.initialized.load(std::memory_order_acquire) && s.record_flags[id];

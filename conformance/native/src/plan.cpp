@@ -1,7 +1,6 @@
 // Plan parsing: PROFHARNESS_PLAN (docs/design.md "The plan", numbers only: the harness resolves symbolic
 // names before it writes the plan, conformance/core/plans.py) into state().plan and the reply table, from
 // scratch at every Initialize. Problems become probe_error records; the run goes on.
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,21 +13,6 @@ namespace profharness {
 namespace {
 
 constexpr std::size_t kMaxRanges = 256;  // default: ranges logged per MovedReferences* call
-
-// High-volume callbacks that "record": ["*"] leaves out (count them instead).
-const char* const kHighVolume[] = {
-    "ObjectReferences", "ObjectAllocated", "RootReferences", "RootReferences2", "ObjectsAllocatedByClass",
-    "HandleCreated", "HandleDestroyed", "ConditionalWeakTableElementReferences", "FinalizeableObjectQueued",
-    "EventPipeEventDelivered", "ManagedToUnmanagedTransition", "UnmanagedToManagedTransition",
-    "ClassLoadStarted", "ClassLoadFinished", "JITCompilationStarted", "JITCompilationFinished",
-    "JITCachedFunctionSearchStarted", "JITCachedFunctionSearchFinished", "JITInlining",
-};
-
-bool is_high_volume(const char* name) {
-    for (const char* h : kHighVolume)
-        if (std::strcmp(h, name) == 0) return true;
-    return false;
-}
 
 std::vector<std::string> string_list(const Json* j, const char* where) {
     std::vector<std::string> out;
@@ -121,7 +105,7 @@ void load_plan(const char* text) {
     for (const auto& name : plan.record) {
         if (name == "*") {
             for (int i = 0; i < kCbCount; ++i)
-                if (!is_high_volume(kCallbackNames[i])) s.record_flags[i] = true;
+                if (!kCallbackHighVolume[i]) s.record_flags[i] = true;  // generated: the API table's
             continue;
         }
         int idx = callback_index(name);

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from clr_model.hresults import HResult
+from conformance.codegen import constants
 from conformance.core import probe
 from conformance.core.errors import HarnessError
 from conformance.core.paths import NATIVE_DIR
@@ -74,13 +75,14 @@ def test_key_changes_with_the_hresult_table(monkeypatch: pytest.MonkeyPatch) -> 
     assert probe.build_key() == key
 
 
-def test_a_broken_generator_is_one_line(tmp_path: Path) -> None:
-    copy = tmp_path / "native"
-    shutil.copytree(NATIVE_DIR, copy)
-    (copy / probe.GENERATOR).write_text("raise RuntimeError('boom')\n")
-    expected = r"gen_constants\.py: cannot load the generator: RuntimeError: boom$"
+def test_a_broken_generator_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom() -> dict[str, str]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(constants, "outputs", boom)
+    expected = r"^conformance\.codegen\.constants: cannot generate the constant headers: RuntimeError: boom$"
     with pytest.raises(HarnessError, match=expected):
-        probe.build_key(copy)
+        probe.build_key()
 
 
 def test_build_failure_names_first_error_and_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,24 +1,24 @@
-"""The probe's own headers: interface vtable slots computed by the compiler, anchored by published facts;
-generated files up to date with tools/interfaces.txt; the HRESULT and flag headers generated from
-clr_model.hresults / clr_model.flags (one table per fact: never committed, never redefined by hand)."""
+"""The probe's own headers: interface vtable slots computed by the compiler, anchored by published facts
+(the headers are generated from clr_model/api/interfaces.txt: tests/conformance/codegen); the HRESULT and
+flag headers generated from clr_model.hresults / clr_model.flags (one table per fact: never committed,
+never redefined by hand)."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import itertools
 import re
 import shutil
 import subprocess
-import sys
 from enum import IntEnum
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from clr_model import api
 from clr_model.flags import CorPrfHighMonitor, CorPrfMonitor, CorPrfSnapshotInfo
 from clr_model.hresults import HResult
+from conformance.codegen import interfaces
 from conformance.core import probe
 from conformance.core.paths import NATIVE_DIR
 
@@ -45,15 +45,6 @@ def read_slot_table() -> list[tuple[str, str, int]]:
     with SLOTS_TSV.open(newline="") as fh:
         reader = csv.DictReader(fh, delimiter="\t")
         return [(row["interface"], row["method"], int(row["slot"])) for row in reader]
-
-
-def load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_interfaces", TOOLS / "gen_interfaces.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -117,19 +108,11 @@ def test_slot_table_is_contiguous_per_interface_chain() -> None:
 
 def test_slot_table_rejects_a_missing_method() -> None:
     """The anchors catch a dropped method: removing one Info method shifts DoStackSnapshot."""
-    gen = load_generator()
-    text = (TOOLS / "interfaces.txt").read_text().replace(
-        "HRESULT GetObjectSize(ObjectID objectId, ULONG* pcSize)\n", "")
-    ifaces = gen.parse(text, "mutated")
-    rows = [r.split("\t") for r in gen.render_slots_tsv(ifaces).splitlines()[1:]]
+    text, n = re.subn(r"(?m)^HRESULT GetObjectSize\(.*\n", "", api.table_text())
+    assert n == 1
+    rows = [r.split("\t") for r in interfaces.render_slots_tsv(api.parse(text, "mutated")).splitlines()[1:]]
     table = {(i, m): int(s) for i, m, s in rows}
     assert table[("ICorProfilerInfo2", "DoStackSnapshot")] == 35
-
-
-def test_generated_files_up_to_date() -> None:
-    gen = load_generator()
-    for path, text in gen.outputs().items():
-        assert Path(path).read_text() == text, f"{path} is stale: run tools/gen_interfaces.py"
 
 
 #: every native source folder: the probe (src), the common library (common) and its headers (include)

@@ -34,7 +34,6 @@ from conformance.fuzz.machine import (
 from conformance.fuzz.probe import FUZZ_PLAN, probe_target
 from conformance.fuzz.program import END_BELOW, decode
 from conformance.fuzz.world import World
-from conformance.native.fakeruntime import gen_fakeruntime
 from conformance.validator.recording import read_recording
 from tests.conformance.fuzz.fixtures import CLSID, build
 
@@ -50,10 +49,6 @@ def clean_examples(long_profile: bool, short: int) -> int:
 
 def reproducer_events(path: Path) -> list[str]:
     return [c["name"] for c in json.loads(path.read_text())["commands"] if c["op"] == "event"]
-
-
-def test_generated_header_is_up_to_date() -> None:
-    assert gen_fakeruntime.OUTPUT.read_text() == gen_fakeruntime.render()
 
 
 def test_fake_runtime_delivers_initialize_and_shutdown_and_records_them(tmp_path: Path) -> None:

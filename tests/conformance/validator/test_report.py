@@ -63,16 +63,19 @@ def faulty() -> ValidationResult:
     note = Group(clause="VAL-THREAD-AT-SHUTDOWN", title="a profiler thread alive at Shutdown", note=True,
                  count=1, runtimes=["3.1.23"], first=thread, last=thread, occurrences=[thread])
     groups = [stale, crashed, note]
+    # 3.1 showed every rule what it judges; the 8.0 run crashed before any rule but VAL-CRASH saw its own
+    exercised = {"3.1.23": set(api.rule_ids()), "8.0.4": {"VAL-CRASH"}}
     return ValidationResult(profiler="/opt/p/libtracker.so", clsid=FIXTURE_CLSID, runs=runs, groups=groups,
-                            rules=api.rule_statuses(runs, groups), notes=["hook OnEnter: no symbol to read"],
-                            judge_seconds=0.8)  # fmt: skip
+                            rules=api.rule_statuses(runs, groups, exercised),
+                            notes=["hook OnEnter: no symbol to read"], judge_seconds=0.8)  # fmt: skip
 
 
 def clean() -> ValidationResult:
     runs = [RunSummary(runtime=rt, scenario="validate-basic", outcome="ok", exit_code=0, seconds=0.2,
                        trace=f"/runs/{rt}/trace.jsonl", records=35, judged=35) for rt in ("3.1.23", "8.0.4")]
+    exercised = {r.runtime: set(api.rule_ids()) for r in runs}
     return ValidationResult(profiler="/opt/p/libgood.so", clsid=FIXTURE_CLSID, runs=runs,
-                            rules=api.rule_statuses(runs, []))  # fmt: skip
+                            rules=api.rule_statuses(runs, [], exercised))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -88,14 +91,13 @@ def test_a_crashed_run_passes_nothing_and_an_unreached_runtime_is_skipped() -> N
     assert status[("VAL-CRASH", "8.0.4")].status is ClauseStatus.FAILED
     skipped = status[("BUF-04", "8.0.4")]
     assert skipped.status is ClauseStatus.SKIPPED
-    assert skipped.reason == ("validate-basic crashed (SIGSEGV) after 10 records: a rule passes nothing "
-                              "the run did not reach")  # fmt: skip
-    never = api.rule_statuses(result.runs[:1], [], runtimes=["3.1.23", "8.0.4"])
+    assert skipped.reason == ("no run on 8.0.4 showed what BUF-04 judges (validate-basic crashed after 10 "
+                              "record(s))")  # fmt: skip
+    never = api.rule_statuses(result.runs[:1], [], {"3.1.23": set()}, runtimes=["3.1.23", "8.0.4"])
     assert {s.reason for s in never if s.runtime == "8.0.4"} == {
         "the validation was interrupted before a run on 8.0.4"
     }
-    cut = result.runs[0].model_copy(update={"judged": 7})
-    assert {s.status for s in api.rule_statuses([cut], [])} == {ClauseStatus.SKIPPED}
+    assert {s.status for s in never} == {ClauseStatus.SKIPPED}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -132,7 +134,7 @@ def test_terminal_verbose_adds_the_sentence_the_fix_and_the_kept_occurrences() -
                                    "records", "100,101", "GetClassFromObject(0x7f0012345678):"]  # fmt: skip
     assert "#29999" in rows[-1]
     assert "why: A profiler runs inside the application" in text
-    assert "skipped: BUF-04 on 8.0.4: validate-basic crashed (SIGSEGV) after 10 records" in text
+    assert "skipped: BUF-04 on 8.0.4: no run on 8.0.4 showed what BUF-04 judges (validate-basic" in text
 
 
 def test_terminal_of_a_clean_and_an_interrupted_validation() -> None:
@@ -193,7 +195,8 @@ def test_junit_one_suite_per_runtime_with_its_time_and_a_case_per_clause(tmp_pat
                                       "on 3.1.23 at 1 site(s)")  # fmt: skip
     assert failure.text is not None and "Tracker::Remap(unsigned long) (/src/tracker.cpp:118)" in failure.text
     skipped = cases["BUF-04[8.0.4]"].find("skipped")
-    assert skipped is not None and "crashed (SIGSEGV) after 10 records" in (skipped.get("message") or "")
+    assert skipped is not None
+    assert "(validate-basic crashed after 10 record(s))" in (skipped.get("message") or "")
     assert cases["BUF-04[3.1.23]"].find("skipped") is None and cases["BUF-04[3.1.23]"].find("failure") is None
     noted = cases["VAL-THREAD-AT-SHUTDOWN[3.1.23]"]
     out = noted.find("system-out")
@@ -206,7 +209,8 @@ def test_junit_one_suite_per_runtime_with_its_time_and_a_case_per_clause(tmp_pat
 def test_junit_of_an_interrupted_validation_skips_the_runtime_it_never_ran(tmp_path: Path) -> None:
     first = faulty().runs[0]
     result = ValidationResult(profiler="/p.so", clsid=FIXTURE_CLSID, runs=[first], interrupted=True,
-                              rules=api.rule_statuses([first], [], runtimes=["3.1.23", "8.0.4"]))  # fmt: skip
+                              rules=api.rule_statuses([first], [], {"3.1.23": set(api.rule_ids())},
+                                                      runtimes=["3.1.23", "8.0.4"]))  # fmt: skip
     never = _junit(result, tmp_path).findall("testsuite")[1]
     assert never.get("skipped") == never.get("tests") and never.get("time") == "0.000"
     assert "interrupted" in (never.findtext("system-out") or "")

@@ -83,10 +83,12 @@ def test_a_clean_validation_renders(
     versions = [rt.version for rt in runtimes]
     n = len(api.rule_ids())
     assert [row[:4] for row in seen["runtimes"]] == [[v, "1", "ok", "0"] for v in versions]
-    assert [row[4:] for row in seen["runtimes"]] == [["0", "0", str(n), "0"]] * len(versions)
+    for row in seen["runtimes"]:  # what the runs never showed a rule is skipped, however clean
+        failed, noted, passed, skipped = (int(x) for x in row[4:])
+        assert (failed, noted) == (0, 0) and passed > 0 and passed + skipped == n
     assert [row[:3] for row in seen["runs"]] == [[v, "validate-basic", "ok"] for v in versions]
     assert seen["groups"] == [] and seen["verdict"].startswith("0 finding group(s)")
-    assert len(seen["clauses"]) == n and all(set(row[2:]) == {"passed"} for row in seen["clauses"])
+    assert len(seen["clauses"]) == n and all(set(row[2:]) <= {"passed", "skipped"} for row in seen["clauses"])
 
 
 @pytest.mark.live
@@ -101,13 +103,15 @@ def test_a_faulty_validation_renders(
     n = len(api.rule_ids())
     assert [row[2] for row in seen["runtimes"]] == ["crashed"] * len(runtimes)
     assert [row[3] for row in seen["runtimes"]] == ["SIGSEGV"] * len(runtimes)
-    assert [row[4:] for row in seen["runtimes"]] == [["1", "0", "0", str(n - 1)]] * len(runtimes)
+    for row in seen["runtimes"]:  # VAL-CRASH failed; what the run reached before the crash passed, the rest
+        failed, noted, passed, skipped = (int(x) for x in row[4:])  # is skipped
+        assert (failed, noted) == (1, 0) and skipped > 0 and passed + skipped == n - 1
     (group,) = seen["groups"]
     assert group["kind"] == "finding" and "VAL-CRASH" in group["title"]
     assert group["occurrences"] == len(runtimes) and seen["opened"] == [len(runtimes)]
     crash = next(row for row in seen["clauses"] if row[0] == "VAL-CRASH")
     assert crash[1] == "the profiler crashed the process" and crash[2:] == ["failed"] * len(runtimes)
-    assert all(set(row[2:]) == {"skipped"} for row in seen["clauses"] if row[0] != "VAL-CRASH")
+    assert all(set(row[2:]) <= {"passed", "skipped"} for row in seen["clauses"] if row[0] != "VAL-CRASH")
 
 
 @pytest.mark.live

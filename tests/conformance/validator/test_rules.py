@@ -20,7 +20,7 @@ from conformance.validator.hooks import (
     symbol_at,
 )
 from conformance.validator.recording import Recording, read_recording
-from conformance.validator.rules import check_recording, hook_abi
+from conformance.validator.rules import check_recording, hook_abi, judge_run
 from emu.hookcheck import HookFinding
 from tests.conformance.validator.fixtures import build_fixture
 
@@ -81,20 +81,25 @@ def test_VAL_LOAD_initialize_that_fails_is_a_finding(tmp_path: Path) -> None:
     assert check_recording(rec, run) == []
 
 
-def test_VAL_AFTER_SHUTDOWN_only_outside_the_callbacks_the_runtime_still_makes(tmp_path: Path) -> None:
-    # 3.1 calls ThreadCreated after Shutdown returned; a call inside it answers the runtime
+def test_SHD_01_any_call_after_shutdown_inside_a_late_callback_or_not(tmp_path: Path) -> None:
+    """The Shutdown page: "Any calls to ICorProfilerInfo methods result in undefined behavior after the
+    Shutdown method returns", and of the immutable events that may still arrive: "the profiler should take
+    care to return immediately". 3.1 calls ThreadCreated after Shutdown: a call inside it is a finding too."""
     inside = [
         _callback("ThreadCreated", "enter"),
         _call("GetCurrentThreadID", afterShutdown=True),
         _callback("ThreadCreated", "return", S_OK),
     ]
     rec, run = _recording(tmp_path, inside)
-    assert check_recording(rec, run) == []
-    rec, run = _recording(
-        tmp_path, [*inside, {**_call("GetEventMask", afterShutdown=True), "os_tid": SAMPLER}]
-    )
     (finding,) = check_recording(rec, run)
-    assert finding.clause == "VAL-AFTER-SHUTDOWN" and finding.thread == SAMPLER and finding.records == [4]
+    assert finding.clause == "SHD-01" and finding.callback == "ThreadCreated" and finding.records == [2]
+    assert "inside ThreadCreated" in finding.message
+    rec, run = _recording(tmp_path, [{**_call("GetEventMask", afterShutdown=True), "os_tid": SAMPLER}])
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "SHD-01" and finding.thread == SAMPLER
+    assert "outside any callback" in finding.message
+    rec, run = _recording(tmp_path, [_call("GetEventMask")])
+    assert check_recording(rec, run) == []
 
 
 def test_DSS_22_suspend_runtime_from_a_managed_thread_not_from_a_native_one(tmp_path: Path) -> None:
@@ -141,6 +146,8 @@ def test_FE2_hook_faults_come_from_the_checker_at_the_registration(tmp_path: Pat
     )
     (found,) = registered_hooks(rec)
     assert (found.parameter, found.symbol, found.offset) == ("pFuncEnter", "enter2", 0x1000)
+    hooks = judge_run(run, lambda f: None).hooks
+    assert [(h.parameter, h.index, callback) for h, callback in hooks] == [("pFuncEnter", 2, "Initialize")]
 
     class Answers(HookChecks):
         def __init__(self, answer: HookCheck) -> None:
@@ -153,13 +160,13 @@ def test_FE2_hook_faults_come_from_the_checker_at_the_registration(tmp_path: Pat
     rbx = HookFinding(clause="FE2-08", rule="register-preserved", detail="RBX not preserved",
                       register_name="RBX", before=1, after=2)
     faulty = HookCheck("/nowhere/libp.so", "enter2", faults=(rbx,))
-    findings, notes = hook_abi(rec, run, Answers(faulty))
+    findings, notes = hook_abi(hooks, run, Answers(faulty))
     assert [(f.clause, f.records, f.callback) for f in findings] == [
         ("FE2-08", [2], "Initialize")
     ] and not notes
-    findings, notes = hook_abi(rec, run, Answers(HookCheck("/nowhere/libp.so", "enter2")))
+    findings, notes = hook_abi(hooks, run, Answers(HookCheck("/nowhere/libp.so", "enter2")))
     assert findings == [] and notes == []
-    findings, notes = hook_abi(rec, run, Answers(HookCheck("/nowhere/libp.so", None, problem="stripped")))
+    findings, notes = hook_abi(hooks, run, Answers(HookCheck("/nowhere/libp.so", None, problem="stripped")))
     assert findings == [] and notes == [
         "SetEnterLeaveFunctionHooks2 pFuncEnter 0x7f0000001000 not checked: stripped"
     ]
@@ -210,6 +217,18 @@ def test_VAL_HANG_from_the_proxys_watchdog_cites_its_mark_and_limit_not_the_kill
     assert finding.clause == "VAL-HANG" and finding.records == [4]
     assert finding.thread == SAMPLER and finding.callback == "GarbageCollectionFinished"
     assert finding.message.startswith(f"a callback ran 10042 ms (limit 10000 ms) on thread {SAMPLER}; ")
+    hang_in_call = {**hang, "open": "call", "openName": "SuspendRuntime"}
+    rec, run = _recording(
+        tmp_path, [_callback("Initialize", "enter"), _callback("Initialize", "return", S_OK), hang_in_call]
+    )
+    (finding,) = check_recording(rec, killed.model_copy(update={"trace_path": run.trace_path}))
+    expected = f"call SuspendRuntime ran 10042 ms (limit 10000 ms) on thread {SAMPLER}"
+    assert finding.message.startswith(expected)
+    rec, run = _recording(
+        tmp_path,
+        [_callback("Initialize", "enter"), _callback("Initialize", "return", S_OK),
+         _callback("GarbageCollectionFinished", "enter", os_tid=SAMPLER), hang],
+    )  # fmt: skip
     assert "watchdog" not in finding.message
     # the harness's watchdog on the same recording without the proxy's mark: no records, its own words
     rec, run = _recording(
@@ -242,6 +261,8 @@ def test_VAL_HANG_from_the_harness_watchdog_carries_every_thread_it_reported(tmp
         f"{MAIN} dotnet: Initialize (0x1 in futex_wait () from libc.so.6 < 0x2 in Main ())" in finding.message
     )
     assert f"{SAMPLER} sampler: - in SuspendRuntime (0x3 in futex_wait" in finding.message
+    # the harness's watchdog (the run's time limit) with nothing open: a note, no callback blamed
     no_report = run.model_copy(update={"outcome": RunOutcome.HUNG, "threads_problem": "gdb is not installed"})
-    (finding,) = check_recording(rec, no_report)
-    assert finding.message.endswith("; threads: gdb is not installed") and finding.thread is None
+    assert check_recording(rec, no_report) == []
+    judged = judge_run(no_report, lambda f: None)
+    assert judged.note is not None and "time limit" in judged.note and "no rule blames one" in judged.note

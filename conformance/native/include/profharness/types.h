@@ -82,7 +82,7 @@ using COR_PRF_GC_GENERATION = std::int32_t;
 using COR_PRF_CLAUSE_TYPE = std::int32_t;
 
 // Flag values (COR_PRF_MONITOR, COR_PRF_HIGH_MONITOR, COR_PRF_SNAPSHOT_INFO) are in the generated
-// profharness/flags.h, HRESULTs in the generated profharness/hresults.h (tools/gen_constants.py).
+// profharness/flags.h, HRESULTs in the generated profharness/hresults.h (conformance/codegen/constants.py).
 
 // COR_PRF_RUNTIME_TYPE
 inline constexpr COR_PRF_RUNTIME_TYPE COR_PRF_DESKTOP_CLR = 0x1;

@@ -1,5 +1,6 @@
 // The plumbing every fixture profiler shares: COM identity (QueryInterface up to the callback level the
-// fixture's base class implements), the ICorProfilerInfo10 it keeps, and the class factory export.
+// fixture's base class implements), the ICorProfilerInfo10 it keeps, and the class factory export (the
+// harness's own ClassFactory, profharness/class_factory.h: boilerplate, not what the fixtures test).
 // A fixture derives from fixture::Profiler<CallbacksN> (callbacks.h: every callback a do-nothing S_OK) and
 // overrides only what its one fault needs. Written for the validator's tests; not the probe's code.
 #pragma once
@@ -8,6 +9,7 @@
 #include <cstdio>
 
 #include "callbacks.h"
+#include "profharness/class_factory.h"
 #include "profharness/flags.h"
 #include "profharness/hresults.h"
 
@@ -56,32 +58,16 @@ class Profiler : public Base {
     std::atomic<ULONG> refs_{0};
 };
 
+// A new fixture object for the runtime, made by the class factory (profharness/class_factory.h).
 template <typename P>
-class Factory final : public IClassFactory {
- public:
-    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
-        if (!ppv) return E_POINTER;
-        if (riid == IID_IUnknown || riid == IID_IClassFactory) {
-            *ppv = this;
-            return S_OK;
-        }
-        *ppv = nullptr;
-        return E_NOINTERFACE;
-    }
-    ULONG STDMETHODCALLTYPE AddRef() override { return 2; }
-    ULONG STDMETHODCALLTYPE Release() override { return 1; }
-    HRESULT STDMETHODCALLTYPE CreateInstance(IUnknown*, REFIID riid, void** ppv) override {
-        return (new P())->QueryInterface(riid, ppv);
-    }
-    HRESULT STDMETHODCALLTYPE LockServer(BOOL) override { return S_OK; }
-};
+HRESULT create(REFIID riid, void** ppv) {
+    return (new P())->QueryInterface(riid, ppv);
+}
 
 }  // namespace fixture
 
 #define FIXTURE_EXPORT(P)                                                                              \
     extern "C" __attribute__((visibility("default"))) profharness::HRESULT DllGetClassObject(           \
         const profharness::GUID& clsid, const profharness::GUID& riid, void** ppv) {                  \
-        if (!(clsid == fixture::kFixtureClsid)) return profharness::CLASS_E_CLASSNOTAVAILABLE;        \
-        static fixture::Factory<P> factory;                                                          \
-        return factory.QueryInterface(riid, ppv);                                                      \
+        return profharness::class_object<fixture::create<P>>(&fixture::kFixtureClsid, clsid, riid, ppv); \
     }

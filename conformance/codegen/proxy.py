@@ -1,0 +1,139 @@
+"""The recording proxy's forwarding classes (``proxy/generated.h``), from the API table:
+
+- ``ProxyCb``: every ICorProfilerCallback* method, its name and whether it is lazy (high-volume: counted
+  always, recorded only when the profiler calls the runtime inside it);
+- ``InfoM``: every ICorProfilerInfo* method and its name;
+- ``Hook``: every hook the proxy wraps (its counter and the name of its frame: the hook's type), those of
+  :data:`WRAPPED_HOOK_KINDS`, the fast path's last (``kFirstFastHook``: hooks3.cpp's trampolines);
+- ``CallbackForwarderBase``: every callback method forwarded to the third-party profiler's interface of its
+  version, through a ``CallbackScope`` (proxy.h) that records it;
+- ``InfoRecorderBase``: every ICorProfilerInfo method forwarded to the runtime's interface of its version,
+  through an ``InfoScope`` that records its arguments, its scalar out-values and its HRESULT.
+
+Methods the table marks ``proxy-by-hand`` are left out: the hand-written classes in objects.cpp implement
+them (the compiler refuses to instantiate a class that forgot one). ``lazy`` callbacks and ``two-phase``
+Info methods are the table's facts too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clr_model import api
+from clr_model.api import Fact, HookKind
+from conformance.codegen import (
+    NATIVE_DIR,
+    family_interfaces,
+    generated_by,
+    iid_switch,
+    method_enum,
+    method_names,
+    out_values,
+    per_method,
+    recordable,
+)
+
+OUTPUT = NATIVE_DIR / "proxy" / "generated.h"
+#: The hook registrations whose hooks the proxy wraps, in counter order: FunctionEnter2-style and slow-path
+#: hooks by C++ wrappers (objects.cpp), then the fast path's by hooks3.cpp's trampolines, which index their
+#: kinds from ``kFirstFastHook``. (The .NET Framework 1.x hooks and the mappers are not counted hooks.)
+WRAPPED_HOOK_KINDS = (HookKind.FUNCTION_ENTER2, HookKind.FUNCTION_ENTER3_WITH_INFO, HookKind.FUNCTION_ENTER3)
+
+def hook_kinds() -> list[str]:
+    """``enum class Hook``, ``kHookNames`` and ``kFirstFastHook`` (see :data:`WRAPPED_HOOK_KINDS`)."""
+    hooks = [h for kind in WRAPPED_HOOK_KINDS for h in api.hooks_of([kind])]
+    fast = api.hooks_of([HookKind.FUNCTION_ENTER3])
+    return [
+        "// The hooks the proxy wraps, named by their types (a hook's frame has its name): C++ wrappers,",
+        "// then the fast path's, which hooks3.cpp's trampolines wrap (their kind k is kFirstFastHook + k).",
+        "enum class Hook : int {",
+        *(f"    {h}," for h in hooks),
+        "    Count_",
+        "};",
+        "inline constexpr const char* kHookNames[] = {",
+        *(f'    "{h}",' for h in hooks),
+        "};",
+        f"inline constexpr int kFirstFastHook = static_cast<int>(Hook::{fast[0]});",
+    ]
+
+
+def _forwarding(m: api.Method, scope: str, table: str, absent: str, *, read_back: bool) -> list[str]:
+    """A generated method: ``scope`` records its arguments, then the call goes on to ``table[version]``
+    (``absent``: what it returns when that interface is missing), its scalar out-values read back
+    (``read_back``) before the scope records its HRESULT."""
+    target = f"static_cast<{m.interface}*>({table}[{m.version}])"
+    lines = [
+        f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{",
+        f"        {scope}",
+        *(f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)),
+        "        s_.begin();",
+        f"        if (!{table}[{m.version}]) return s_.finish({absent});",
+    ]
+    if read_back:
+        lines += [f"        HRESULT hr_ = {target}->{m.name}({m.arg_names});", *out_values(m),
+                  "        return s_.finish(hr_);"]
+    else:
+        lines.append(f"        return s_.finish({target}->{m.name}({m.arg_names}));")
+    return [*lines, "    }"]
+
+
+def render() -> str:
+    callbacks, infos = family_interfaces(api.CALLBACK), family_interfaces(api.INFO)
+    cb_methods, info_methods = api.callbacks(), api.info_methods()
+    max_cb, max_info = callbacks[-1].version, infos[-1].version
+    out = [
+        generated_by(__name__),
+        "// The recording proxy's forwarding: every callback to the profiler behind it, every",
+        "// ICorProfilerInfo",
+        "// method to the runtime, each through a scope (proxy.h) that records it.",
+        "#pragma once",
+        "",
+        '#include "proxy.h"',
+        "",
+        "namespace profharness::proxy {",
+        "",
+        f"inline constexpr int kMaxCallbackLevel = {max_cb};",
+        f"inline constexpr int kMaxInfoLevel = {max_info};",
+        "",
+        *method_enum("ProxyCb", cb_methods),
+        *method_names("kProxyCbNames", cb_methods),
+        *per_method("bool", "kProxyCbLazy", cb_methods, lambda m: str(m.has(Fact.LAZY)).lower()),
+        "",
+        *method_enum("InfoM", info_methods),
+        *method_names("kInfoNames", info_methods),
+        "",
+        *hook_kinds(),
+        "",
+        *iid_switch("callback_iid", api.CALLBACK),
+        *iid_switch("info_iid", api.INFO),
+        "",
+        "// Every callback method: forwarded to the third-party profiler's interface of its level.",
+        f"class CallbackForwarderBase : public {callbacks[-1].name} {{",
+        " protected:",
+        f"    void* target_[{max_cb + 1}] = {{}};  // the profiler's CallbackK, or null",
+        " public:",
+    ]
+    for m in cb_methods:
+        if not m.has(Fact.PROXY_BY_HAND):
+            v = m.version
+            scope = f"CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {v}, target_[{v}] != nullptr);"
+            out += _forwarding(m, scope, "target_", "S_OK", read_back=False)
+    out += [
+        "};",
+        "",
+        "// Every ICorProfilerInfo method: recorded, then forwarded to the runtime's interface of its level.",
+        f"class InfoRecorderBase : public {infos[-1].name} {{",
+        " protected:",
+        f"    void* real_[{max_info + 1}] = {{}};  // real_[k]: the runtime's ICorProfilerInfoK, or null",
+        " public:",
+    ]
+    for m in info_methods:
+        if not m.has(Fact.PROXY_BY_HAND):
+            scope = f"InfoScope s_(static_cast<int>(InfoM::{m.name}), {str(m.has(Fact.TWO_PHASE)).lower()});"
+            out += _forwarding(m, scope, "real_", "E_NOINTERFACE", read_back=True)
+    out += ["};", "", "}  // namespace profharness::proxy", ""]
+    return "\n".join(out)
+
+
+def outputs() -> dict[Path, str]:
+    return {OUTPUT: render()}

@@ -1,0 +1,296 @@
+"""Judging a recording as it is read: one pass over the proxy's trace, bounded memory, every validator rule
+fed the records it reads (issue 19).
+
+The trace (``docs/design.md``, the proxy's records) is read line by line with orjson; each record is a plain
+dict. :class:`Judging` keeps what every rule needs to know of the moment, and nothing more: the callbacks and
+hooks open on each OS thread (so a finding names the callback it happened in), the map from runtime
+ThreadIDs to OS threads (each record carries both ``os_tid`` and ``tid``), the modules of the profiler's call
+sites (the header's target and the ``proxy.module`` marks) for attribution, the callback counts and the
+proxy's notes. A rule (:class:`StreamRule`) declares the records it reads (``reads``: (kind, name) pairs,
+``None`` for any name) and is handed only those, in order; it emits findings into the sink as it goes and
+may hold back what it can only decide at the end (:meth:`StreamRule.end`).
+
+A torn last line is the mark of a killed writer and ends the recording; a malformed complete line is refused
+with its ``file:line`` (a verdict on the records before it would not cover the run).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import orjson
+
+from clr_model import api
+from clr_model.api import HookKind
+from clr_model.clauses import CATALOG, Kind
+from conformance.core.errors import HarnessError
+from conformance.core.findings import Finding
+from conformance.core.runner import RunResult
+from conformance.core.symbols import Site, Symbolizer
+
+__all__ = ["ELT_HOOKS", "Judging", "StreamRule", "read_records"]
+
+Record = dict[str, Any]
+Sink = Callable[[Finding], None]
+#: the names of the enter/leave/tailcall hooks the proxy wraps (frames with ``hook: true`` that are not the
+#: FunctionIDMapper nor a StackSnapshotCallback)
+ELT_HOOKS: frozenset[str] = frozenset(
+    api.hooks_of(
+        (
+            HookKind.FUNCTION_ENTER,
+            HookKind.FUNCTION_ENTER2,
+            HookKind.FUNCTION_ENTER3,
+            HookKind.FUNCTION_ENTER3_WITH_INFO,
+        )
+    )
+)
+#: the proxy's own marks (not the scenario's)
+NOTE_PREFIX = "proxy."
+
+
+def read_records(path: Path) -> Iterator[tuple[int, Record]]:
+    """(line number, record) of every complete line; a torn last line ends it quietly; a malformed complete
+    line raises :class:`HarnessError` naming ``file:line``."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise HarnessError(f"{path}: cannot read the recording: {exc.strerror}") from None
+    with fh:
+        for number, line in enumerate(fh, 1):
+            if not line.endswith(b"\n"):
+                return  # the writer died mid-record: every complete record before it counts
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise HarnessError(
+                    f"{path}:{number}: not JSON ({exc}); the recording is damaged there"
+                ) from None
+            if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+                raise HarnessError(f"{path}:{number}: a record must be a JSON object with a kind")
+            yield number, record
+
+
+@dataclass
+class Frame:
+    name: str
+    hook: bool
+
+
+class StreamRule:
+    """A validator rule over the records it reads (see the module's docstring). Subclasses set
+    :attr:`reads` and override :meth:`on` and :meth:`end`; :meth:`exercise` says a clause saw what it
+    judges (a rule that never saw it is reported skipped, not passed)."""
+
+    #: the records the rule reads: (kind, name), name None for every record of that kind
+    reads: ClassVar[tuple[tuple[str, str | None], ...]] = ()
+
+    def __init__(self, judging: Judging) -> None:
+        self.j = judging
+
+    def on(self, r: Record) -> None:
+        """One record the rule reads."""
+
+    def end(self) -> None:
+        """The recording is over (complete or cut short): decide what was held back."""
+
+
+@dataclass
+class Judging:
+    """One recording being judged: its run, the sink for findings and the state every rule shares."""
+
+    run: RunResult
+    sink: Sink
+    symbolizer: Symbolizer = field(default_factory=Symbolizer)
+    header: Record = field(default_factory=dict)
+    #: OS thread -> callbacks and hooks open on it, outermost first
+    stacks: dict[int, list[Frame]] = field(default_factory=dict)
+    #: runtime ThreadID -> OS thread
+    os_of: dict[int, int] = field(default_factory=dict)
+    #: OS threads that ran managed code (had a ThreadID)
+    managed: set[int] = field(default_factory=set)
+    #: the proxy's notes (proxy.* marks) kept by name, the last of each
+    notes: dict[str, Record] = field(default_factory=dict)
+    #: callback and hook counts of the ``counts`` record
+    counts: dict[str, int] = field(default_factory=dict)
+    hook_counts: dict[str, int] = field(default_factory=dict)
+    #: clauses that saw what they judge
+    exercised: set[str] = field(default_factory=set)
+    records: int = 0
+    last_seq: int = -1
+    #: Initialize (or InitializeForAttach) was delivered
+    initialized: bool = False
+    seconds: float = 0.0
+    #: the profiler's modules: (base, path) sorted by base, from the header and proxy.module marks
+    _modules: list[tuple[int, str]] = field(default_factory=list)
+    _sites: dict[int, Site | None] = field(default_factory=dict)
+
+    # -- what rules ask ------------------------------------------------------------------------------------
+    @property
+    def proxy(self) -> Record:
+        info = self.header.get("proxy")
+        return info if isinstance(info, dict) else {}
+
+    @property
+    def callback_level(self) -> int:
+        level = self.proxy.get("callbackLevel")
+        return level if isinstance(level, int) else 0
+
+    @property
+    def target(self) -> str:
+        target = self.proxy.get("target")
+        return target if isinstance(target, str) else ""
+
+    def stack(self, thread: int) -> list[Frame]:
+        """The callbacks and hooks open on ``thread`` around the current record (its own frame excluded)."""
+        return self.stacks.get(thread) or []
+
+    def callback_of(self, thread: int) -> str | None:
+        stack = self.stacks.get(thread)
+        return stack[-1].name if stack else None
+
+    def os_thread(self, thread_id: object) -> int | None:
+        """The OS thread of a runtime ThreadID, when the recording told."""
+        return self.os_of.get(thread_id) if isinstance(thread_id, int) else None
+
+    def site(self, r: Record) -> Site | None:
+        """The profiler's code a call record was made from (its ``caller``), when the recording says."""
+        caller = r.get("caller")
+        if not isinstance(caller, int) or not caller:
+            return None
+        if caller in self._sites:
+            return self._sites[caller]
+        found = None
+        module = self._module_of(caller)
+        if module is not None:
+            base, path = module
+            found = self.symbolizer.site(path, caller - base, return_address=True)
+        self._sites[caller] = found
+        return found
+
+    def site_in_target(self, offset: int) -> Site | None:
+        """A site at ``offset`` into the profiler's own file (a crash frame, a registered hook)."""
+        return self.symbolizer.site(self.target, offset) if self.target else None
+
+    def _module_of(self, address: int) -> tuple[int, str] | None:
+        best = None
+        for base, path in self._modules:
+            if base <= address:
+                best = (base, path)
+            else:
+                break
+        return best
+
+    def finding(
+        self,
+        clause: str,
+        message: str,
+        records: list[int],
+        *,
+        thread: int | None = None,
+        callback: str | None = None,
+        note: bool = False,
+        site: Site | None = None,
+    ) -> None:
+        """Emit a finding; an observation (a clause no document states) is always a note."""
+        item = CATALOG.get(clause)
+        note = note or (item is not None and item.kind is Kind.OBSERVATION)
+        self.sink(Finding.of(self.run, clause, message, records, thread=thread, callback=callback, note=note,
+                             site=site))  # fmt: skip
+
+    def at(
+        self, clause: str, r: Record, message: str, *, more: Iterable[int] = (), note: bool = False
+    ) -> None:
+        """Emit a finding at record ``r``: its seq, thread, the callback open around it (a record a rule kept
+        for later carries its own, see :meth:`keep`) and its call site."""
+        thread = r.get("os_tid")
+        if "kind" not in r:  # kept by keep()
+            callback = r.get("callback")
+        else:
+            callback = self.callback_of(thread) if isinstance(thread, int) else None
+        self.finding(clause, message, [r["seq"], *more], thread=thread, callback=callback, note=note,
+                     site=self.site(r))  # fmt: skip
+
+    def keep(self, r: Record, **extra: Any) -> Record:
+        """What a rule keeps of record ``r`` to judge it later (:meth:`at` then names the same callback and
+        site as now): its seq, thread, caller and the callback open around it, and ``extra``."""
+        thread = r.get("os_tid")
+        callback = self.callback_of(thread) if isinstance(thread, int) else None
+        return {"seq": r["seq"], "os_tid": thread, "caller": r.get("caller"), "callback": callback, **extra}
+
+    # -- the pass --------------------------------------------------------------------------------------------
+    def judge(self, path: Path, rules: Iterable[type[StreamRule]]) -> list[StreamRule]:
+        """Read ``path`` once, feeding each rule the records it reads; returns the rules (ended)."""
+        started = time.perf_counter()
+        live = [cls(self) for cls in rules]
+        exact: dict[tuple[str, str], list[Callable[[Record], None]]] = {}
+        anyname: dict[str, list[Callable[[Record], None]]] = {}
+        for rule in live:
+            for kind, name in rule.reads:
+                if name is None:
+                    anyname.setdefault(kind, []).append(rule.on)
+                else:
+                    exact.setdefault((kind, name), []).append(rule.on)
+        stacks = self.stacks
+        empty: list[Callable[[Record], None]] = []
+        for _, r in read_records(path):
+            self.records += 1
+            kind = r["kind"]
+            name = r.get("name")
+            thread = r.get("os_tid", 0)
+            seq = r.get("seq")
+            if isinstance(seq, int):
+                self.last_seq = seq
+            tid = r.get("tid")
+            if tid:
+                if tid not in self.os_of:
+                    self.os_of[tid] = thread
+                self.managed.add(thread)
+            pushed: Frame | None = None
+            if kind == "callback":
+                phase = r.get("phase")
+                if phase == "return":
+                    stack = stacks.get(thread)
+                    if stack:
+                        stack.pop()
+                elif phase == "enter":
+                    pushed = Frame(name or "?", r.get("hook") is True)
+                if name == "ThreadAssignedToOSThread":
+                    args = r.get("args") or {}
+                    managed_id, os_id = args.get("managedThreadId"), args.get("osThreadId")
+                    if isinstance(managed_id, int) and isinstance(os_id, int) and managed_id and os_id:
+                        self.os_of[managed_id] = os_id
+            elif kind == "mark" and isinstance(name, str) and name.startswith(NOTE_PREFIX):
+                self.notes[name] = r
+                if name == "proxy.module":
+                    self._add_module(r.get("base"), r.get("path"))
+            elif kind == "header":
+                self.header = r
+                info = self.proxy
+                self._add_module(info.get("targetBase"), info.get("target"))
+            elif kind == "counts":
+                counts, hooks = r.get("counts"), r.get("hooks")
+                self.counts = counts if isinstance(counts, dict) else {}
+                self.hook_counts = hooks if isinstance(hooks, dict) else {}
+            for handler in exact.get((kind, name), empty) if isinstance(name, str) else empty:
+                handler(r)
+            for handler in anyname.get(kind, empty):
+                handler(r)
+            if pushed is not None:
+                stacks.setdefault(thread, []).append(pushed)
+        for rule in live:
+            rule.end()
+        self.seconds = time.perf_counter() - started
+        return live
+
+    def _add_module(self, base: object, path: object) -> None:
+        if isinstance(base, int) and isinstance(path, str) and base and path:
+            if (base, path) not in self._modules:
+                self._modules.append((base, path))
+                self._modules.sort()
+                self._sites.clear()
