@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import HarnessError, InputError
 
 __all__ = ["CaptureFormatError", "EmuError", "EmulationFault", "MemoryFault"]
 
@@ -11,8 +11,9 @@ class EmuError(HarnessError):
     """A failure of the emulator (a capture that cannot be read, an emulation that cannot go on)."""
 
 
-class CaptureFormatError(EmuError):
-    """A truncated, corrupt or hostile capture file: ``FILE: offset N: what`` or ``FILE: FIELD: what``."""
+class CaptureFormatError(EmuError, InputError):
+    """A truncated, corrupt or hostile capture file: ``FILE: offset N: what`` or ``FILE: FIELD: what``
+    (input: exit 2)."""
 
 
 class MemoryFault(EmuError):

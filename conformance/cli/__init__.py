@@ -3,6 +3,12 @@
 Subcommands live in their own modules and are registered in :data:`COMMANDS` (name -> module). A module
 provides ``HELP: str``, ``add_arguments(parser)`` and ``main(args) -> int``. A module that does not exist
 (yet) simply has no subcommand.
+
+Exit status of every command: 0 clean, 1 findings (what the command judges went wrong), 2 usage or bad
+input (argparse's errors, :class:`~conformance.core.errors.InputError`), 3 the harness failed (any other
+:class:`~conformance.core.errors.HarnessError`, or an unexpected exception: one line, the traceback kept in
+a file it names), 130/143 interrupted by SIGINT/SIGTERM (:mod:`conformance.core.interrupt`: the whole
+process tree is ended; a command that judged something writes it first and says so).
 """
 
 from __future__ import annotations
@@ -11,10 +17,13 @@ import argparse
 import importlib
 import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
-from conformance.core.errors import HarnessError
+from conformance.core import interrupt
+from conformance.core.errors import EXIT_HARNESS, HarnessError
 
 #: Subcommand name -> module implementing it.
 COMMANDS: dict[str, str] = {
@@ -67,12 +76,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "_broken", None):
         print(f"profharness: error: {args._broken}", file=sys.stderr)
-        return 2
+        return EXIT_HARNESS
     try:
-        result: int = args._module.main(args)
+        with interrupt.handling():
+            result: int = args._module.main(args)
     except HarnessError as exc:
         print(f"profharness: error: {exc.message}", file=sys.stderr)
-        return 2
+        return exc.exit_code
+    except interrupt.Interrupted as exc:  # a command that keeps results catches it itself
+        print(f"profharness: interrupted by {exc.name}; its processes were ended", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("profharness: interrupted", file=sys.stderr)
         return 130
@@ -82,7 +95,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except Exception as exc:  # a harness bug: one line, never a traceback on the terminal
+        print(f"profharness: internal error: {_one_line(exc)}{_keep_traceback(exc)}", file=sys.stderr)
+        return EXIT_HARNESS
     return result
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _keep_traceback(exc: BaseException) -> str:
+    """Write ``exc``'s traceback to a temporary file; `` (traceback: PATH)``, or nothing when it cannot."""
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", prefix="profharness-traceback-", suffix=".txt", delete=False
+        ) as handle:
+            handle.write("".join(traceback.format_exception(exc)))
+    except OSError:
+        return ""
+    return f" (traceback: {handle.name})"
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any
 
 from conformance.adapters.capture import write_captures
 from conformance.core import scenarios
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 from conformance.core.runner import DEFAULT_TIMEOUT_S, RunOutcome, RunResult, run_scenario
 from conformance.core.trace import ProbeErrorRecord
 
@@ -38,11 +38,11 @@ def sampling_plan(plan: dict[str, Any], samples: int, where: str) -> dict[str, A
         if isinstance(exp, dict) and exp.get("run") == SAMPLING_EXPERIMENT:
             args = exp.setdefault("args", {})
             if not isinstance(args, dict):
-                raise HarnessError(f"{where}: experiments: {exp.get('id')}: args must be an object")
+                raise InputError(f"{where}: experiments: {exp.get('id')}: args must be an object")
             args["samples"] = samples
             found += 1
     if not found:
-        raise HarnessError(f"{where}: no {SAMPLING_EXPERIMENT} experiment to take samples with")
+        raise InputError(f"{where}: no {SAMPLING_EXPERIMENT} experiment to take samples with")
     return out
 
 
@@ -66,9 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.samples <= 0 or args.samples > 100_000:
-        raise HarnessError(f"--samples {args.samples}: must be between 1 and 100000")
+        raise InputError(f"--samples {args.samples}: must be between 1 and 100000")
     if args.timeout <= 0:
-        raise HarnessError(f"--timeout {args.timeout}: must be a positive number of seconds")
+        raise InputError(f"--timeout {args.timeout}: must be a positive number of seconds")
     scenario = scenarios.load_scenario(args.scenario)
     plan = sampling_plan(dict(scenario.plan), args.samples, f"{args.scenario}/plan.json")
     results = run_scenario(args.scenario, args.runtime, dotnet=args.dotnet, plan=plan, timeout_s=args.timeout)

@@ -14,7 +14,7 @@ flags) is a note; runs that reached what the emulator never provided are counted
 Exit status: 0 every rule held in every run emulated (notes and runs not emulated included); 1 a rule was
 broken (a hook that loops forever or jumps to an address it made up is a finding, not an input error); 2
 the input is wrong (no such file, not an ELF object of that architecture, no such symbol, a symbol the
-object imports instead of defining), in one line.
+object imports instead of defining), in one line; 3 the checker itself failed.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from clr_model.clauses import CATALOG, Clause, Document, Layer
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 
 HELP = "list the contract clauses (id, kind, layers, title); --where ID shows where one clause lives"
 
@@ -51,14 +51,14 @@ def _parse_layer(text: str) -> Layer:
         return Layer(text.strip().lower())
     except ValueError:
         known = ", ".join(layer.value for layer in Layer)
-        raise HarnessError(f"--layer {text!r}: unknown layer (known: {known})") from None
+        raise InputError(f"--layer {text!r}: unknown layer (known: {known})") from None
 
 
 def _parse_document(text: str) -> Document:
     found = _DOCUMENT_ALIASES.get(text.strip().lower())
     if found is None:
         known = ", ".join(doc.value for doc in Document)
-        raise HarnessError(f"--document {text!r}: unknown document (known: {known}, or DSS/FE2/MR2/BUF)")
+        raise InputError(f"--document {text!r}: unknown document (known: {known}, or DSS/FE2/MR2/BUF)")
     return found
 
 
@@ -105,7 +105,7 @@ def _where(clause_id: str, as_json: bool) -> int:
     wanted = clause_id.strip().upper()
     known = CATALOG.get(wanted)
     if known is None:
-        raise HarnessError(
+        raise InputError(
             f"--where {clause_id!r}: no such clause (ids look like DSS-05; list them with"
             " `profharness clauses`, or `profharness clauses --layer live`)"
         )

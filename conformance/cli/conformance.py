@@ -2,12 +2,17 @@
 
 Every output path is checked before any runtime starts (a one-line error, exit 2); the reports are written
 atomically at the end, each on its own: when one cannot be written the others still are, and the JSON
-result is kept in a file the message names.
+result is kept in a file the message names (exit 3).
+
+Exit status: 0 nothing unexpected, 1 anything unexpected (an undocumented divergence, an error verdict, a
+stale expectation), 2 bad input, 3 the harness failed, 130/143 SIGINT/SIGTERM: the runs under way are
+killed, the verdicts judged before are printed and written (``interrupted`` in the JSON), one line says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -17,8 +22,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from conformance.core.errors import HarnessError
-from conformance.core.fsio import check_output_path
+from conformance.core import interrupt
+from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS
+from conformance.core.fsio import check_output_paths
 from conformance.suite import report
 from conformance.suite.orchestrate import ProgressFn, run_suite
 from conformance.suite.verdicts import SuiteResult
@@ -58,14 +64,7 @@ def _outputs(args: argparse.Namespace) -> dict[str, Path]:
 
 def check_outputs(outputs: dict[str, Path]) -> None:
     """Every report path must be writable before any runtime starts (finding 7 of issue 7)."""
-    for option, path in outputs.items():
-        check_output_path(path, option)
-    seen: dict[Path, str] = {}
-    for option, path in outputs.items():
-        resolved = path.resolve()
-        if resolved in seen:
-            raise HarnessError(f"{seen[resolved]} and {option} name the same file {path}")
-        seen[resolved] = option
+    check_output_paths(outputs)
 
 
 @contextmanager
@@ -137,12 +136,22 @@ def main(args: argparse.Namespace) -> int:
             expectations_dir=args.expectations,
             progress=progress,
         )
-    out.print(report.matrix_renderable(result))
-    problems = write_reports(result, outputs)
+    with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
+        out.print(report.matrix_renderable(result))
+        problems = write_reports(result, outputs)
     for verdict in result.failures:
         print(f"profharness: {verdict.outcome_message}", file=sys.stderr)
     for problem in problems:
         print(f"profharness: error: {problem}", file=sys.stderr)
+    if result.interrupted:
+        signum = interrupt.requested() or signal.SIGINT
+        written = [f"{option} {path}" for option, path in outputs.items()
+                   if not any(p.startswith(f"{option} ") for p in problems)]  # fmt: skip
+        where = f"; written to {', '.join(written)}" if written else ""
+        name = interrupt.signal_name(signum)
+        print(f"profharness: interrupted by {name}: {len(result.verdicts)} verdict(s) of {len(result.runs)} "
+              f"run(s) judged before it{where}", file=sys.stderr)  # fmt: skip
+        return 128 + signum
     if problems:
-        return 2
-    return 0 if result.ok else 1
+        return EXIT_HARNESS  # the paths were checked before the run: the harness failed to deliver
+    return EXIT_FINDINGS if not result.ok else EXIT_CLEAN

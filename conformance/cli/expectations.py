@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 from conformance.core.fsio import atomic_write_text
 from conformance.suite.expectations import WHY_PLACEHOLDER, load_expectations, propose_update
 
@@ -41,11 +41,11 @@ def _read_run(path: Path) -> dict[str, object]:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise HarnessError(f"--from {path}: cannot read it ({exc.strerror or exc})") from exc
+        raise InputError(f"--from {path}: cannot read it ({exc.strerror or exc})") from exc
     except json.JSONDecodeError as exc:
-        raise HarnessError(f"--from {path}: not JSON ({exc})") from exc
+        raise InputError(f"--from {path}: not JSON ({exc})") from exc
     if not isinstance(data, dict):
-        raise HarnessError(
+        raise InputError(
             f"--from {path}: not a suite result (write one with `profharness conformance --json`)"
         )
     return data
@@ -65,7 +65,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _update(args: argparse.Namespace) -> int:
     if args.run is None:
-        raise HarnessError(
+        raise InputError(
             "expectations update needs --from RUN.json (from `profharness conformance --json`)"
         )
     proposal = propose_update(_read_run(args.run), args.expectations)
@@ -95,5 +95,5 @@ def main(args: argparse.Namespace) -> int:
     if args.action == "update":
         return _update(args)
     if args.write or args.run:
-        raise HarnessError("--from and --write belong to `expectations update`")
+        raise InputError("--from and --write belong to `expectations update`")
     return _check(args)

@@ -2,16 +2,21 @@
 
 Prints progress, then the findings of the first failure (shrunk) and where its reproducer went;
 ``--replay FILE`` plays a reproducer again; ``--probe`` fuzzes the harness's own probe (its fuzz plan,
-a new process per example: :mod:`conformance.fuzz.probe`). Exit status: 0 clean, 1 findings, 2 harness
-error.
+a new process per example: :mod:`conformance.fuzz.probe`). Exit status: 0 clean, 1 findings, 2 bad
+input (a missing profiler or reproducer, a bad flag), 3 the harness failed (the fake runtime does not build
+or start), 130/143 SIGINT/SIGTERM: the fake runtime is ended, a failure found before it is printed and its
+reproducer saved (as far as it was shrunk).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from pathlib import Path
 
-from conformance.core.errors import HarnessError
+from conformance.core import interrupt
+from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, InputError
 from conformance.fuzz.machine import ENGINES, Session, fuzz, replay
 from conformance.fuzz.probe import probe_target
 
@@ -59,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
     for item in args.env:
         name, eq, value = item.partition("=")
         if not eq or not name:
-            raise HarnessError(f"--env {item!r} is not NAME=VALUE")
+            raise InputError(f"--env {item!r} is not NAME=VALUE")
         env[name] = value
     profiler, clsid, fresh = args.profiler, args.clsid, args.fresh_process
     if args.probe:
@@ -67,11 +72,11 @@ def main(args: argparse.Namespace) -> int:
         profiler, clsid, fresh = target.profiler, target.clsid, target.fresh or args.fresh_process
         env = {**target.env, **env}
     if profiler is None or not clsid:
-        raise HarnessError("fuzz needs PROFILER.so and --clsid (or --probe, or --replay FILE)")
+        raise InputError("fuzz needs PROFILER.so and --clsid (or --probe, or --replay FILE)")
     if args.max_examples < 1:
-        raise HarnessError(f"--max-examples must be at least 1, not {args.max_examples}")
+        raise InputError(f"--max-examples must be at least 1, not {args.max_examples}")
     if args.steps < 1:
-        raise HarnessError(f"--steps must be at least 1, not {args.steps}")
+        raise InputError(f"--steps must be at least 1, not {args.steps}")
     print(f"fuzzing {profiler} ({clsid})", flush=True)
     report = fuzz(profiler, clsid, max_examples=args.max_examples, seed=args.seed,
                   time_limit=args.time, database=args.database, reproducer=args.reproducer, hang_s=hang_s,
@@ -82,9 +87,16 @@ def main(args: argparse.Namespace) -> int:
     for f in report.findings:
         print(f.line())
     if report.findings:
-        shrunk = "" if args.no_shrink else "shrunk "
+        shrunk = "shrunk " if report.shrunk else ("" if args.no_shrink else "not shrunk (interrupted) ")
         print(f"first failing example: #{report.first_failure}; {shrunk}reproducer "
               f"({report.reproducer_events} events): {report.reproducer}")
-        return 1
-    print("no findings")
-    return 0
+    else:
+        print("no findings")
+    if report.interrupted:
+        signum = interrupt.requested() or signal.SIGINT
+        kept = f"; reproducer: {report.reproducer}" if report.findings and report.reproducer else ""
+        name = interrupt.signal_name(signum)
+        print(f"profharness: interrupted by {name} after {report.examples} examples: "
+              f"{len(report.findings)} finding(s) found before it{kept}", file=sys.stderr)
+        return 128 + signum
+    return EXIT_FINDINGS if report.findings else EXIT_CLEAN

@@ -5,7 +5,8 @@ hypothesis-generated programs; each finding (a verdict the expectation files do 
 crashed, hung or failed) is shrunk to the smallest program that still shows it and written under ``--out``
 as a ready scenario folder (``app.cs``, ``plan.json``, ``finding.json``). ``--known-only`` is the CI profile
 (every shape once, no generation). Prints one line per program and a summary; exit code 1 when anything was
-found. See ``conformance/fuzz_runtime``.
+found (2 bad input, 3 the harness failed; 130/143 SIGINT/SIGTERM: the runs are ended, what was found
+before is printed and kept, a shrink cut short as far as it got). See ``conformance/fuzz_runtime``.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 from pathlib import Path
 
-from conformance.core import runtimes
-from conformance.core.errors import HarnessError
+from conformance.core import interrupt, runtimes
+from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, InputError
 from conformance.fuzz_runtime.differential import Differential
 from conformance.fuzz_runtime.search import FuzzSettings, RuntimeFuzzReport, fuzz
 from conformance.fuzz_runtime.strategies import FAMILIES
@@ -55,9 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_folder(path: Path, option: str) -> None:
     """A folder to create or fill: one line naming ``option`` when it cannot be."""
     if path.exists() and not path.is_dir():
-        raise HarnessError(f"{option} {path}: exists and is not a folder")
+        raise InputError(f"{option} {path}: exists and is not a folder")
     if not path.exists() and not path.parent.is_dir():
-        raise HarnessError(f"{option} {path}: the folder {path.parent} does not exist")
+        raise InputError(f"{option} {path}: the folder {path.parent} does not exist")
 
 
 def summary(report: RuntimeFuzzReport) -> list[str]:
@@ -83,9 +85,9 @@ def summary(report: RuntimeFuzzReport) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     if args.known_only and args.no_known:
-        raise HarnessError("fuzz-runtime: --known-only and --no-known exclude each other")
+        raise InputError("fuzz-runtime: --known-only and --no-known exclude each other")
     if args.max_examples < 1 or args.max_rounds < 0:
-        raise HarnessError("fuzz-runtime: --max-examples must be >= 1 and --max-rounds >= 0")
+        raise InputError("fuzz-runtime: --max-examples must be >= 1 and --max-rounds >= 0")
     for option, path in (("--out", args.out), ("--database", args.database)):
         if path is not None:
             _check_folder(path, option)
@@ -111,4 +113,11 @@ def main(args: argparse.Namespace) -> int:
     else:
         for line in summary(report):
             print(line)
-    return 1 if report.findings else 0
+    if report.interrupted:
+        signum = interrupt.requested() or signal.SIGINT
+        where = f"; kept under {args.out}" if args.out is not None and report.findings else ""
+        name = interrupt.signal_name(signum)
+        print(f"profharness: interrupted by {name} after {report.programs} program(s): "
+              f"{len(report.findings)} finding(s) found before it{where}", file=sys.stderr)  # fmt: skip
+        return 128 + signum
+    return EXIT_FINDINGS if report.findings else EXIT_CLEAN

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 
 HELP = "replay captured instants under unicorn: frames, seed, trust per frame; a folder: the recovery table"
 
@@ -38,12 +38,12 @@ def capture_paths(items: list[Path]) -> list[Path]:
         if item.is_dir():
             found = sorted(item.rglob(f"*{CAPTURE_SUFFIX}"))
             if not found:
-                raise HarnessError(f"{item}: no *{CAPTURE_SUFFIX} capture in this folder")
+                raise InputError(f"{item}: no *{CAPTURE_SUFFIX} capture in this folder")
             paths.extend(found)
         elif item.is_file():
             paths.append(item)
         else:
-            raise HarnessError(f"{item}: no such capture file or folder")
+            raise InputError(f"{item}: no such capture file or folder")
     return paths
 
 
@@ -69,10 +69,10 @@ def _embed(paths: list[Path], out_dir: Path) -> int:
     from emu.embed import embed_cfi
 
     if out_dir.exists() and not out_dir.is_dir():
-        raise HarnessError(f"{out_dir}: --embed-cfi needs a folder")
+        raise InputError(f"{out_dir}: --embed-cfi needs a folder")
     names = [p.name for p in paths]
     if len(set(names)) != len(names):
-        raise HarnessError(f"{out_dir}: two captures of one name would overwrite each other")
+        raise InputError(f"{out_dir}: two captures of one name would overwrite each other")
     for path in paths:
         report = embed_cfi(path, out_dir / path.name)
         kept = ", ".join(f"{name} {n} FDE(s)" for name, n in report.modules.items()) or "nothing to embed"

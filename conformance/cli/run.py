@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 from conformance.core.runner import DEFAULT_TIMEOUT_S, RunOutcome, RunResult, run_scenario
 from conformance.core.trace import ProbeErrorRecord, Trace
 
@@ -155,17 +155,17 @@ def _load_plan(path: Path | None) -> dict[str, Any] | None:
     try:
         value = json.loads(path.read_text())
     except OSError as exc:
-        raise HarnessError(f"--plan {path}: {exc.strerror}") from exc
+        raise InputError(f"--plan {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
-        raise HarnessError(f"--plan {path}:{exc.lineno}: not JSON ({exc.msg})") from exc
+        raise InputError(f"--plan {path}:{exc.lineno}: not JSON ({exc.msg})") from exc
     if not isinstance(value, dict):
-        raise HarnessError(f"--plan {path}: a plan must be a JSON object")
+        raise InputError(f"--plan {path}: a plan must be a JSON object")
     return value
 
 
 def main(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
-        raise HarnessError(f"--timeout {args.timeout}: must be a positive number of seconds")
+        raise InputError(f"--timeout {args.timeout}: must be a positive number of seconds")
     results = run_scenario(
         args.scenario, args.runtime, dotnet=args.dotnet, plan=_load_plan(args.plan), timeout_s=args.timeout
     )

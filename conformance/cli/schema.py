@@ -1,4 +1,5 @@
-"""``profharness schema trace|capture``: the JSON Schema of a trace record or of a capture's manifest."""
+"""``profharness schema trace|capture|validate``: the JSON Schema of a trace record, of a capture's manifest,
+or of a validation's result (``profharness validate --json``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-HELP = "print a JSON Schema (trace: one record of the probe's trace; capture: an emu capture's manifest)"
+HELP = (
+    "print a JSON Schema (trace: one record of the probe's trace; capture: an emu capture's manifest; "
+    "validate: the result `profharness validate --json` writes)"
+)
 
 
 def _trace() -> dict[str, Any]:
@@ -22,7 +26,17 @@ def _capture() -> dict[str, Any]:
     return capture_schema()
 
 
-SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {"trace": _trace, "capture": _capture}
+def _validate() -> dict[str, Any]:
+    from conformance.validator.report import json_schema
+
+    return json_schema()
+
+
+SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
+    "trace": _trace,
+    "capture": _capture,
+    "validate": _validate,
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

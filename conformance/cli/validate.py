@@ -1,22 +1,43 @@
 """``profharness validate PROFILER.so --clsid {...}``: a third-party profiler behind the recording proxy on
-the validator's scenarios (or your app) on live runtimes; prints one row per finding.
+the validator's scenarios (or your app) on live runtimes.
+
+Prints one line per finding group (clause, title, runtimes, count, the profiler's site, the first message;
+notes after them, marked ``note``), then the runs table and a summary line; ``--verbose`` adds each group's
+documentation sentence, fix and occurrences. ``--json``/``--junit``/``--html`` write the reports
+(:mod:`conformance.validator.report`); their paths are checked before anything runs.
 
 The enter/leave hooks the profiler registers (SetEnterLeaveFunctionHooks2/3) are also given to the hook
 checker (``check-hook``); a hook it cannot read (no symbol) is a ``note:`` line, not a finding.
 
-Exit status: 0 clean, 1 findings, 2 bad input (one line: missing file, bad CLSID, not an ELF .so).
+Exit status: 0 clean, 1 findings, 2 bad input (one line: missing file, bad CLSID, not an ELF .so, a report
+path that cannot be written), 3 the harness failed (one line: a proxy that does not build, a runtime that
+cannot be installed, a report that could not be written at the end), 130/143 SIGINT/SIGTERM: the process
+tree is ended, what was judged before is printed and written to the reports asked for (``interrupted``).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from conformance.core import fsio
-from conformance.validator import api
+from conformance.core import fsio, interrupt
+from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS
+from conformance.validator import api, report
 from conformance.validator.launch import DEFAULT_HANG_S, ValidatorInputError, parse_env
+from conformance.validator.result import ValidationResult
 
 HELP = "validate a profiler .so against the author rules, behind a recording proxy"
+
+#: option -> renderer, in the order the reports are written
+REPORTS: dict[str, Callable[[ValidationResult], str | bytes]] = {
+    "--json": report.to_json,
+    "--junit": report.to_junit,
+    "--html": report.to_html,
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,12 +69,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_HANG_S,
         help="a callback open longer than this is a hang (default %(default)s)",
     )
-    parser.add_argument("--json", type=Path, metavar="F", help="write every run and finding as JSON")
-    parser.add_argument("--junit", type=Path, metavar="F", help="write a JUnit report (a case per rule)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print each group's documented sentence, fix and occurrences")  # fmt: skip
+    parser.add_argument("--json", type=Path, metavar="F", help="write the result as JSON (schema: "
+                        "`profharness schema validate`)")  # fmt: skip
+    parser.add_argument("--junit", type=Path, metavar="F",
+                        help="write a JUnit report (a suite per runtime, a case per clause)")  # fmt: skip
     parser.add_argument("--html", type=Path, metavar="F", help="write an HTML report")
 
 
+def outputs(args: argparse.Namespace) -> dict[str, Path]:
+    """option -> path of every report asked for."""
+    chosen = {option: getattr(args, option.removeprefix("--")) for option in REPORTS}
+    return {option: path for option, path in chosen.items() if path is not None}
+
+
+def write_reports(result: ValidationResult, paths: dict[str, Path]) -> list[str]:
+    """Write every report asked for, each on its own (atomically); the one-line problems of those that
+    could not be written. When any failed, the JSON result is kept: in --json, or in a temporary file."""
+    problems: list[str] = []
+    for option, path in paths.items():
+        try:
+            fsio.atomic_write_bytes(path, _bytes(REPORTS[option](result)))
+        except OSError as exc:
+            problems.append(f"{option} {path}: could not write the report ({exc.strerror or exc})")
+    if not problems:
+        return problems
+    if "--json" in paths and not any(p.startswith("--json ") for p in problems):
+        problems.append(f"the other reports were written; the result is in {paths['--json']}")
+        return problems
+    try:
+        with tempfile.NamedTemporaryFile("w", prefix="profharness-validate-", suffix=".json",
+                                         delete=False) as handle:  # fmt: skip
+            handle.write(report.to_json(result))
+        problems.append(f"the result is kept in {handle.name}")
+    except OSError as exc:
+        problems.append(f"the result could not be kept either ({exc})")
+    return problems
+
+
+def _bytes(document: str | bytes) -> bytes:
+    return document.encode("utf-8") if isinstance(document, str) else document
+
+
 def main(args: argparse.Namespace) -> int:
+    paths = outputs(args)
+    fsio.check_output_paths(paths)  # before anything runs
     if args.hang_seconds <= 0:
         raise ValidatorInputError(f"--hang-seconds {args.hang_seconds}: must be a positive number of seconds")
     result = api.validate(
@@ -66,11 +127,20 @@ def main(args: argparse.Namespace) -> int:
         hang_s=args.hang_seconds,
         dotnet=args.dotnet,
     )
-    print(api.table(result))
-    if args.json:
-        fsio.atomic_write_text(args.json, api.to_json(result))
-    if args.junit:
-        fsio.atomic_write_text(args.junit, api.to_junit(result))
-    if args.html:
-        fsio.atomic_write_text(args.html, api.to_html(result))
-    return 1 if result.findings else 0
+    with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
+        print(report.render_text(result, verbose=args.verbose), flush=True)
+        problems = write_reports(result, paths)
+    for problem in problems:
+        print(f"profharness: error: {problem}", file=sys.stderr)
+    if result.interrupted:
+        signum = interrupt.requested() or signal.SIGINT
+        written = [f"{option} {path}" for option, path in paths.items()
+                   if not any(p.startswith(f"{option} ") for p in problems)]  # fmt: skip
+        where = f"; written to {', '.join(written)}" if written else ""
+        name = interrupt.signal_name(signum)
+        print(f"profharness: interrupted by {name}: {len(result.runs)} run(s) judged before it, "
+              f"{len(result.findings)} finding group(s){where}", file=sys.stderr)  # fmt: skip
+        return 128 + signum
+    if problems:
+        return EXIT_HARNESS
+    return EXIT_FINDINGS if result.findings else EXIT_CLEAN

@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 
 
 def check_output_path(path: Path, option: str) -> None:
@@ -21,15 +22,28 @@ def check_output_path(path: Path, option: str) -> None:
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
-        raise HarnessError(f"{option} {target}: is a folder, not a file")
+        raise InputError(f"{option} {target}: is a folder, not a file")
     if not parent.exists():
-        raise HarnessError(f"{option} {target}: the folder {parent} does not exist")
+        raise InputError(f"{option} {target}: the folder {parent} does not exist")
     if not parent.is_dir():
-        raise HarnessError(f"{option} {target}: {parent} is not a folder")
+        raise InputError(f"{option} {target}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise HarnessError(f"{option} {target}: the folder {parent} is not writable")
+        raise InputError(f"{option} {target}: the folder {parent} is not writable")
     if target.exists() and not os.access(target, os.W_OK):
-        raise HarnessError(f"{option} {target}: the file is not writable")
+        raise InputError(f"{option} {target}: the file is not writable")
+
+
+def check_output_paths(outputs: Mapping[str, Path]) -> None:
+    """Every report path (option -> path) writable, and no two naming one file: checked before any run
+    starts, each failure one :class:`InputError` line naming the option."""
+    for option, path in outputs.items():
+        check_output_path(path, option)
+    seen: dict[Path, str] = {}
+    for option, path in outputs.items():
+        resolved = Path(path).resolve()
+        if resolved in seen:
+            raise InputError(f"{seen[resolved]} and {option} name the same file {path}")
+        seen[resolved] = option
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -72,9 +86,9 @@ def read_text_file(path: Path, what: str = "file") -> str:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise HarnessError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise HarnessError(f"{path}:{line}: the {what} is not UTF-8 text (byte {exc.start})") from None
+        raise InputError(f"{path}:{line}: the {what} is not UTF-8 text (byte {exc.start})") from None

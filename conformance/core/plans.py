@@ -31,7 +31,7 @@ from typing import Any
 
 from clr_model.flags import CorPrfHighMonitor, CorPrfMonitor, CorPrfSnapshotInfo
 from clr_model.hresults import HResult
-from conformance.core.errors import HarnessError
+from conformance.core.errors import HarnessError, InputError
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ SYMBOLIC_ARGS: Mapping[str, Vocabulary] = {"infoFlags": SNAPSHOT_INFO, "abortRep
 
 
 def _fail(where: str, path: str, message: str) -> HarnessError:
-    return HarnessError(f"{where}: {path}: {message}")
+    return InputError(f"{where}: {path}: {message}")
 
 
 def _name(vocab: Vocabulary, name: str, where: str, path: str) -> int:
@@ -141,7 +141,7 @@ def resolve_plan(plan: Mapping[str, Any], where: str = "plan") -> dict[str, Any]
     and report as a ``probe_error``) is copied unchanged.
     """
     if not isinstance(plan, Mapping):
-        raise HarnessError(f"{where}: a plan must be a JSON object, not {type(plan).__name__}")
+        raise InputError(f"{where}: a plan must be a JSON object, not {type(plan).__name__}")
     refuse_paths(plan, where)
     out: dict[str, Any] = copy.deepcopy(dict(plan))
     for key, vocab in SYMBOLIC_KEYS.items():

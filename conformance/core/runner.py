@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conformance.core import probe, runtimes, scenarios
+from conformance.core import interrupt, probe, runtimes, scenarios
 from conformance.core.errors import HarnessError
 from conformance.core.hangs import ThreadReport, thread_reports
 from conformance.core.paths import file_sha256, runs_dir
@@ -156,6 +156,7 @@ def execute(
     hung = False
     threads: tuple[ThreadReport, ...] = ()
     threads_problem: str | None = None
+    interrupt.check()  # no new process once SIGINT/SIGTERM came
     with (run_dir / "stdout.txt").open("wb") as out, (run_dir / "stderr.txt").open("wb") as err:
         try:
             process = subprocess.Popen(
@@ -170,6 +171,7 @@ def execute(
         except OSError as exc:
             raise HarnessError(f"cannot start {runtime.host}: {exc.strerror}") from exc
         try:
+            interrupt.register(process)  # a signal to the harness kills its group (the finally reaps it)
             while process.poll() is None:
                 if time.monotonic() - started > timeout_s:
                     hung = True
@@ -185,6 +187,7 @@ def execute(
             if process.poll() is None:
                 _kill_group(process)
                 process.wait()
+            interrupt.unregister(process)
     seconds = time.monotonic() - started
 
     if hung:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import HarnessError, InputError
 from conformance.core.paths import area_lock, cache_dir, clear_staging, file_sha256
 
 FRAMEWORK_NAME = "Microsoft.NETCore.App"
@@ -310,7 +310,7 @@ def bundled_matching(version: str | None) -> list[BundledRuntime]:
     chosen = [b for b in BUNDLED if _matches(version, b.version)]
     if not chosen:
         known = ", ".join(b.version for b in BUNDLED)
-        raise HarnessError(f"no bundled runtime matches {version!r}; bundled: {known}")
+        raise InputError(f"no bundled runtime matches {version!r}; bundled: {known}")
     return chosen
 
 
@@ -339,13 +339,13 @@ def _runtimes_in_root(root: Path, source: str) -> list[Runtime]:
 def user_runtimes(dotnet: Path) -> list[Runtime]:
     """Runtimes of a user's dotnet: ``dotnet`` is a dotnet root folder or the ``dotnet`` executable."""
     if not dotnet.exists():
-        raise HarnessError(
+        raise InputError(
             f"--dotnet {dotnet}: no such file or folder (expected a dotnet root or executable)"
         )
     root = dotnet if dotnet.is_dir() else dotnet.parent
     found = _runtimes_in_root(root, f"--dotnet {dotnet}")
     if not found:
-        raise HarnessError(
+        raise InputError(
             f"--dotnet {dotnet}: no runtime found: looked for {root / 'dotnet'} and "
             f"{root / 'shared' / FRAMEWORK_NAME}/<version>/System.Private.CoreLib.dll"
         )
@@ -398,7 +398,7 @@ def select(spec: str, dotnet: Path | None = None) -> list[Runtime]:
         chosen = [rt for rt in available if _matches(spec, rt.version)]
     if not chosen:
         listing = ", ".join(f"{rt.version} ({rt.source})" for rt in available) or "none"
-        raise HarnessError(f"no runtime matches {spec!r}; available: {listing}")
+        raise InputError(f"no runtime matches {spec!r}; available: {listing}")
     return chosen
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import HarnessError, InputError
 from conformance.core.fsio import read_text_file
 from conformance.core.paths import (
     SCENARIOS_DIR,
@@ -94,11 +94,11 @@ def _read_plan(path: Path) -> dict[str, Any]:
     try:
         plan = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise HarnessError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from exc
+        raise InputError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from exc
     if not isinstance(plan, dict):
-        raise HarnessError(f"{path}:1: the plan must be a JSON object, not {type(plan).__name__}")
+        raise InputError(f"{path}:1: the plan must be a JSON object, not {type(plan).__name__}")
     if plan.get("version") != 1:
-        raise HarnessError(f"{path}: unsupported plan version {plan.get('version')!r} (expected 1)")
+        raise InputError(f"{path}: unsupported plan version {plan.get('version')!r} (expected 1)")
     return resolve_plan(plan, where=str(path))
 
 
@@ -111,7 +111,7 @@ def load_scenario_dir(folder: Path, common_root: Path = SCENARIOS_DIR) -> Scenar
     """Load the scenario in ``folder`` (its ``.cs`` files, ``plan.json``) plus the shared helpers."""
     app = folder / APP_FILE
     if not app.is_file():
-        raise HarnessError(f"{folder}: not a scenario: no {APP_FILE}")
+        raise InputError(f"{folder}: not a scenario: no {APP_FILE}")
     own = sorted(folder.glob("*.cs"))
     return Scenario(
         name=folder.name,
@@ -140,7 +140,7 @@ def load_scenario(name: str, root: Path = SCENARIOS_DIR) -> Scenario:
     """The scenario called ``name``; an unknown name lists the known ones."""
     if name not in scenario_names(root):
         known = ", ".join(scenario_names(root)) or "none"
-        raise HarnessError(f"unknown scenario {name!r}; known scenarios: {known}")
+        raise InputError(f"unknown scenario {name!r}; known scenarios: {known}")
     return load_scenario_dir(root / name, root)
 
 

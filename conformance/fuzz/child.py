@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.core import probe
-from conformance.core.errors import HarnessError
+from conformance.core import interrupt, probe
+from conformance.core.errors import HarnessError, InputError
 from conformance.core.runner import RunOutcome
 
 #: CMake target and file of the fake runtime executable (conformance/native/CMakeLists.txt).
@@ -71,7 +71,7 @@ class FakeRuntime:
                  executable: Path | None = None, env: Mapping[str, str] | None = None,
                  workdir: Path | None = None, fresh: bool = False) -> None:
         if not profiler.is_file():
-            raise HarnessError(f"{profiler}: no such profiler")
+            raise InputError(f"{profiler}: no such profiler")
         self.profiler = profiler
         self.clsid = clsid
         self.hang_s = hang_s
@@ -92,6 +92,7 @@ class FakeRuntime:
     # --- the process ---------------------------------------------------------------------------------
 
     def _spawn(self) -> subprocess.Popen[bytes]:
+        interrupt.check()  # no new child once SIGINT/SIGTERM came
         proc = subprocess.Popen(
             [str(self.executable), str(self.profiler), self.clsid],
             stdin=subprocess.PIPE,
@@ -102,6 +103,7 @@ class FakeRuntime:
         )
         self._proc = proc
         self._buf = b""
+        interrupt.register(proc)  # its own process group: a signal to the harness ends it (close() reaps)
         assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
         os.set_blocking(proc.stdin.fileno(), False)
         os.set_blocking(proc.stderr.fileno(), False)
@@ -167,6 +169,7 @@ class FakeRuntime:
                 except OSError:
                     pass
         self._proc = None
+        interrupt.unregister(proc)
         return outcome, sig
 
     def close(self) -> None:

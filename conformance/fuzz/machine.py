@@ -38,7 +38,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, precondition, rule
 
-from conformance.core.errors import HarnessError
+from conformance.core import interrupt
+from conformance.core.errors import InputError
 from conformance.core.findings import Finding
 from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
 from conformance.fuzz.judge import judge
@@ -103,6 +104,8 @@ class Session:
     progress_every: int = 100
     #: the example (1-based) that failed first, before shrinking
     first_failure: int | None = None
+    #: that example's failure (kept when the run is interrupted before its shrinking ends)
+    first_found: FuzzFailure | None = None
 
     @property
     def trace(self) -> Path:
@@ -126,7 +129,10 @@ class Session:
         """Run one example; raise its failure if it has findings."""
         findings = self.run(world.commands, world.events)
         if findings:
-            raise failure(findings, world.commands, data)
+            found = failure(findings, world.commands, data)
+            if self.first_found is None:
+                self.first_found = found
+            raise found
 
 
 # --- the engines --------------------------------------------------------------------------------------
@@ -261,6 +267,11 @@ class FuzzReport:
     #: where the time went: the child (delivering, the profiler), the judge (reading, the rules)
     seconds_in_child: float = 0.0
     seconds_judging: float = 0.0
+    #: SIGINT/SIGTERM stopped the run; a failure found before it is reported (and its reproducer saved)
+    #: as far as it was shrunk
+    interrupted: bool = False
+    #: the reproducer is the shrunk failure (False: as found, or as far as the shrinking got)
+    shrunk: bool = False
 
 
 #: While fuzzing, the collector's youngest generation collects after this many new objects (Python's
@@ -335,7 +346,7 @@ def fuzz(
     the fake runtime's environment (and kept in the reproducer; ``{workdir}`` in a value is the run's
     directory); ``fresh`` runs every example in a new fake runtime process."""
     if engine not in ENGINES:
-        raise HarnessError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
+        raise InputError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
     began = time.monotonic()
     db: ExampleDatabase | None = None
     if database is not None:
@@ -346,43 +357,17 @@ def fuzz(
     ) as runtime:
         session = Session(runtime, Path(tmp), steps=steps, progress=progress)
         report = FuzzReport(str(profiler), clsid, 0, 0, 0.0)
-        k = 0
-        while session.examples < max_examples:
-            if time_limit is not None and time.monotonic() - began > time_limit:
-                break
-            budget = min(chunk, max_examples - session.examples)
-            config = settings(
-                max_examples=budget,
-                deadline=None,
-                suppress_health_check=list(HealthCheck),
-                database=db,
-                report_multiple_bugs=True,
-                print_blob=False,
-                phases=[Phase.explicit, *([Phase.reuse] if db else []), Phase.generate,
-                        *([Phase.shrink] if shrink else [])],
-            )
-            test = make_test(session, config)
-            if seed is not None:
-                test = hypothesis_seed(seed + k)(test)
-            k += 1
-            before = session.examples
-            try:
-                with with_reporter(lambda _msg: None):
-                    test()
-            except (FuzzFailure, BaseExceptionGroup) as exc:
-                found = _failures(exc)
-                if not found:
-                    raise
-                shrunk = polish(session, found[0]) if shrink else found[0]
-                report.findings = shrunk.findings
-                report.reproducer_events = sum(1 for c in shrunk.commands if c.get("op") == "event")
-                if reproducer is not None:
-                    reproducer.parent.mkdir(parents=True, exist_ok=True)
-                    reproducer.write_text(json.dumps(reproducer_json(profiler, clsid, shrunk, env), indent=1))
-                    report.reproducer = reproducer
-                break
-            if session.examples == before:
-                break
+        found_so_far: list[FuzzFailure] = []
+        try:
+            _fuzz_chunks(session, report, found_so_far, make_test, profiler=profiler, clsid=clsid,
+                         max_examples=max_examples, seed=seed, time_limit=time_limit, began=began, db=db,
+                         reproducer=reproducer, chunk=chunk, shrink=shrink, env=env)  # fmt: skip
+        except interrupt.Interrupted:
+            report.interrupted = True
+            best = found_so_far[-1] if found_so_far else session.first_found
+            if best is not None and not report.findings:
+                _report_failure(report, best, shrunk=False, profiler=profiler, clsid=clsid,
+                                reproducer=reproducer, env=env)  # fmt: skip
         report.examples = session.examples
         report.events = session.events
         report.restarts = runtime.restarts
@@ -391,6 +376,75 @@ def fuzz(
         report.seconds_judging = session.seconds_judging
     report.seconds = time.monotonic() - began
     return report
+
+
+def _report_failure(report: FuzzReport, found: FuzzFailure, *, shrunk: bool, profiler: Path, clsid: str,
+                    reproducer: Path | None, env: Mapping[str, str] | None) -> None:  # fmt: skip
+    """``found`` is the run's failure: its findings in the report, its reproducer saved."""
+    with interrupt.deferred():  # a signal does not leave half a reproducer
+        report.findings = found.findings
+        report.shrunk = shrunk
+        report.reproducer_events = sum(1 for c in found.commands if c.get("op") == "event")
+        if reproducer is not None:
+            reproducer.parent.mkdir(parents=True, exist_ok=True)
+            reproducer.write_text(json.dumps(reproducer_json(profiler, clsid, found, env), indent=1))
+            report.reproducer = reproducer
+
+
+def _fuzz_chunks(
+    session: Session,
+    report: FuzzReport,
+    found_so_far: list[FuzzFailure],
+    make_test: Callable[[Session, settings], Callable[[], None]],
+    *,
+    profiler: Path,
+    clsid: str,
+    max_examples: int,
+    seed: int | None,
+    time_limit: float | None,
+    began: float,
+    db: ExampleDatabase | None,
+    reproducer: Path | None,
+    chunk: int,
+    shrink: bool,
+    env: Mapping[str, str] | None,
+) -> None:
+    """Hypothesis runs of ``chunk`` examples until a failure (shrunk: ``found_so_far`` holds it as found
+    while :func:`polish` works), ``max_examples`` or ``time_limit``."""
+    k = 0
+    while session.examples < max_examples:
+        if time_limit is not None and time.monotonic() - began > time_limit:
+            break
+        budget = min(chunk, max_examples - session.examples)
+        config = settings(
+            max_examples=budget,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=db,
+            report_multiple_bugs=True,
+            print_blob=False,
+            phases=[Phase.explicit, *([Phase.reuse] if db else []), Phase.generate,
+                    *([Phase.shrink] if shrink else [])],
+        )
+        test = make_test(session, config)
+        if seed is not None:
+            test = hypothesis_seed(seed + k)(test)
+        k += 1
+        before = session.examples
+        try:
+            with with_reporter(lambda _msg: None):
+                test()
+        except (FuzzFailure, BaseExceptionGroup) as exc:
+            found = _failures(exc)
+            if not found:
+                raise
+            found_so_far.append(found[0])
+            shrunk = polish(session, found[0]) if shrink else found[0]
+            _report_failure(report, shrunk, shrunk=shrink, profiler=profiler, clsid=clsid,
+                            reproducer=reproducer, env=env)  # fmt: skip
+            break
+        if session.examples == before:
+            break
 
 
 def load_reproducer(path: Path) -> dict[str, Any]:
@@ -416,42 +470,42 @@ def load_reproducer(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise HarnessError(
+        raise InputError(
             f"{path}:{exc.lineno}:{exc.colno}: not a reproducer: invalid JSON: {exc.msg}"
         ) from None
     except (ValueError, RecursionError) as exc:  # nesting too deep, a number too long
-        raise HarnessError(f"{path}:1: not a reproducer: {type(exc).__name__}: {exc}") from None
+        raise InputError(f"{path}:1: not a reproducer: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != REPRODUCER_FORMAT:
-        raise HarnessError(f"{path}: format: not a reproducer (format is not {REPRODUCER_FORMAT!r})")
+        raise InputError(f"{path}: format: not a reproducer (format is not {REPRODUCER_FORMAT!r})")
     for key, kind in (("profiler", str), ("clsid", str), ("commands", list)):
         if not isinstance(data.get(key), kind):
-            raise HarnessError(f"{path}: {key}: reproducer field {key!r} is missing or not a {kind.__name__}")
+            raise InputError(f"{path}: {key}: reproducer field {key!r} is missing or not a {kind.__name__}")
     profiler: str = data["profiler"]
     if not profiler or "\0" in profiler or ".." in Path(profiler).parts:
-        raise HarnessError(f"{path}: profiler: {profiler!r} is not a usable path (empty, a NUL byte or '..')")
+        raise InputError(f"{path}: profiler: {profiler!r} is not a usable path (empty, a NUL byte or '..')")
     if "\0" in data["clsid"]:
-        raise HarnessError(f"{path}: clsid: holds a NUL byte")
+        raise InputError(f"{path}: clsid: holds a NUL byte")
     control = {"start", "end", "sync", "quit", "ready"}
     for i, command in enumerate(data["commands"]):
         if not isinstance(command, dict) or not isinstance(command.get("op"), str):
-            raise HarnessError(f"{path}: commands[{i}]: not an object with a string 'op'")
+            raise InputError(f"{path}: commands[{i}]: not an object with a string 'op'")
         if command["op"] in control or "trace" in command:
-            raise HarnessError(
+            raise InputError(
                 f"{path}: commands[{i}]: op {command['op']!r} with "
                 f"{'a trace field' if 'trace' in command else 'no place in a reproducer'}: the fake runtime "
                 "protocol's start/end/sync/quit are the harness's (start names the file the child writes)"
             )
     env = data.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise HarnessError(f"{path}: env: reproducer field 'env' is not an object of strings")
+        raise InputError(f"{path}: env: reproducer field 'env' is not an object of strings")
     for name, value in env.items():
         if not name or "=" in name or "\0" in name or "\0" in value:
-            raise HarnessError(f"{path}: env[{name!r}]: not a variable name and value ('=' or a NUL byte)")
+            raise InputError(f"{path}: env[{name!r}]: not a variable name and value ('=' or a NUL byte)")
         if value.startswith(("/", "~", "./", "../", "{workdir}")) or value in (".", ".."):
             rest = value.removeprefix("{workdir}")
             inside = value.startswith("{workdir}") and (not rest or rest.startswith("/"))
             if not inside or ".." in Path(rest).parts:
-                raise HarnessError(
+                raise InputError(
                     f"{path}: env[{name!r}]: {value!r} names a path outside the replay's work directory "
                     "(paths in a reproducer start with {workdir}/ and have no '..' part)"
                 )
@@ -473,7 +527,7 @@ def _check_program(path: Path, program: object, commands: list[Any]) -> None:
     except ValueError:
         data = None
     if data is None:
-        raise HarnessError(f"{path}: program: not a hex string of the example's bytes (nor null)")
+        raise InputError(f"{path}: program: not a hex string of the example's bytes (nor null)")
     # every step sends at least one command: more steps than commands cannot give these commands
     decoded = decode(data, len(commands))
     derived: list[Any] = json.loads(json.dumps(decoded.world.commands))
@@ -482,12 +536,12 @@ def _check_program(path: Path, program: object, commands: list[Any]) -> None:
     redo = "edited, or another example's: set program to null to play edited commands"
     differ = next((i for i, (a, b) in enumerate(zip(commands, derived, strict=False)) if a != b), None)
     if differ is not None:
-        raise HarnessError(
+        raise InputError(
             f"{path}: commands[{differ}]: does not follow from the reproducer's program, whose steps give "
             f"{_command_text(derived[differ])!r} there ({redo})"
         )
     ends = ", ".join(str(n) for n in decoded.ends[:8]) + (", ..." if len(decoded.ends) > 8 else "")
-    raise HarnessError(
+    raise InputError(
         f"{path}: commands: {len(commands)} commands do not follow from the reproducer's program, whose "
         f"steps end after {ends or 'no'} commands ({redo})"
     )

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 
+from conformance.core import interrupt
 from conformance.fuzz_runtime.differential import Differential, ProgramResult, RuntimeFinding, Signature
 from conformance.fuzz_runtime.render import write_scenario
 from conformance.fuzz_runtime.shapes import Program
@@ -94,6 +95,9 @@ class RuntimeFuzzReport:
     findings: list[KeptFinding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: SIGINT/SIGTERM stopped the run: what is here was found before it (a shrink cut short keeps the
+    #: smallest program it had)
+    interrupted: bool = False
 
     def add(self, result: ProgramResult) -> None:
         self.programs += 1
@@ -120,6 +124,7 @@ class RuntimeFuzzReport:
             "shapes": sorted(self.shapes),
             "findings": [k.to_dict() for k in self.findings],
             "notes": self.notes,
+            "interrupted": self.interrupted,
         }
 
 
@@ -192,12 +197,16 @@ def shrink_round(
     deadline: float | None = None,
     report: RuntimeFuzzReport | None = None,
     log: Log = _quiet,
+    state: dict[str, Any] | None = None,
 ) -> tuple[RuntimeFinding, Program] | None:
     """One hypothesis round: the smallest program showing the first disagreement whose signature is not
     in ``known``, and the finding that shows it; None when ``max_examples`` programs (or the time) showed
-    none."""
+    none. ``state`` (filled here) lets the caller keep the smallest program so far when the round is
+    interrupted."""
     #: target: the signature being shrunk; best: the smallest (finding, program) showing it so far
-    state: dict[str, Any] = {"target": None, "shrink_until": None, "best": None}
+    if state is None:
+        state = {}
+    state.update({"target": None, "shrink_until": None, "best": None})
 
     def run(program: Program, runtimes: Sequence[str] | None = None) -> ProgramResult:
         fresh = not differential.cached(program, runtimes)
@@ -266,6 +275,35 @@ def fuzz(differential: Differential, settings_: FuzzSettings, log: Log = _quiet)
     def over() -> bool:
         return deadline is not None and time.monotonic() > deadline
 
+    shrinking: dict[str, Any] = {}
+    try:
+        _search(differential, settings_, report, over, deadline, log, shrinking)
+    except interrupt.Interrupted as exc:
+        report.interrupted = True
+        best: tuple[RuntimeFinding, Program] | None = shrinking.get("best")
+        if best is not None and best[0].signatures() - report.seen():
+            finding, program = best
+            log(f"kept {finding.clause} on {finding.runtime} ({finding.status}) as far as it was shrunk: "
+                f"{program.describe()}")  # fmt: skip
+            report.findings.extend(keep([finding], program, "interrupted", differential, settings_.out))
+        report.notes.append(f"interrupted by {exc.name}: what is here was found before it")
+    report.seconds = time.monotonic() - started
+    if settings_.out is not None:
+        settings_.out.mkdir(parents=True, exist_ok=True)
+        (settings_.out / "fuzz-report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    return report
+
+
+def _search(
+    differential: Differential,
+    settings_: FuzzSettings,
+    report: RuntimeFuzzReport,
+    over: Callable[[], bool],
+    deadline: float | None,
+    log: Log,
+    shrinking: dict[str, Any],
+) -> None:
+    """The known shapes, then the hypothesis rounds; each finding is added to ``report`` as it is kept."""
     if settings_.known_first:
         for program in known_programs(settings_.families):
             if over():
@@ -283,14 +321,10 @@ def fuzz(differential: Differential, settings_: FuzzSettings, log: Log = _quiet)
             if over():
                 break
             found = shrink_round(differential, settings_, report.seen(), round_number=round_number,
-                                 deadline=deadline, report=report, log=log)  # fmt: skip
+                                 deadline=deadline, report=report, log=log, state=shrinking)  # fmt: skip
             if found is None:
                 break
             finding, program = found
             log(f"shrunk {finding.clause} on {finding.runtime} ({finding.status}) to: {program.describe()}")
             report.findings.extend(keep([finding], program, "shrunk", differential, settings_.out))
-    report.seconds = time.monotonic() - started
-    if settings_.out is not None:
-        settings_.out.mkdir(parents=True, exist_ok=True)
-        (settings_.out / "fuzz-report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    return report
+            shrinking.clear()

@@ -41,7 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 from conformance.core.fsio import read_text_file
 from conformance.core.paths import EXPECTATIONS_DIR
 from conformance.suite.verdicts import AppliedExpectation, Status, Verdict, VerdictOutcome
@@ -164,7 +164,7 @@ def _header_lines(text: str) -> dict[str, int]:
 def _validate(path: Path, clause: str, table: Mapping[str, Any], line: int) -> Expectation:
     where = f"{path}:{line}: [{clause}]"
     if "observed" in table:
-        raise HarnessError(
+        raise InputError(
             f"{where}: 'observed' is the old form; list every disagreement line in 'disagreements'"
         )
     try:
@@ -172,15 +172,15 @@ def _validate(path: Path, clause: str, table: Mapping[str, Any], line: int) -> E
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
-        raise HarnessError(f"{where} {key}: {first['msg']}") from exc
+        raise InputError(f"{where} {key}: {first['msg']}") from exc
     if Status.ERROR in fields.status:
-        raise HarnessError(f"{where} status: an error is never expected (fix the run or the judge)")
+        raise InputError(f"{where} status: an error is never expected (fix the run or the judge)")
     if set(fields.status) == {Status.CONFORMS}:
-        raise HarnessError(f"{where} status: an entry that only says 'conforms' says nothing; remove it")
+        raise InputError(f"{where} status: an entry that only says 'conforms' says nothing; remove it")
     if Status.DIVERGES in fields.status and not fields.disagreements:
-        raise HarnessError(f"{where} disagreements: a divergence must list every disagreement line")
+        raise InputError(f"{where} disagreements: a divergence must list every disagreement line")
     if Status.DIVERGES not in fields.status and fields.disagreements:
-        raise HarnessError(f"{where} disagreements: only a 'diverges' entry lists disagreements")
+        raise InputError(f"{where} disagreements: only a 'diverges' entry lists disagreements")
     return Expectation(
         clause=clause,
         runtimes=fields.runtimes,
@@ -213,13 +213,13 @@ def load_file(path: Path) -> list[Expectation]:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path}:{_toml_error_line(str(exc), text)}: not valid TOML: {exc}") from None
+        raise InputError(f"{path}:{_toml_error_line(str(exc), text)}: not valid TOML: {exc}") from None
     lines = _header_lines(text)
     entries = []
     for clause, table in raw.items():
         if not isinstance(table, dict):
             line = lines.get(clause) or _key_line(text, clause)
-            raise HarnessError(f"{path}:{line}: [{clause}] must be a table (one entry per clause and file)")
+            raise InputError(f"{path}:{line}: [{clause}] must be a table (one entry per clause and file)")
         entries.append(_validate(path, clause, table, lines.get(clause) or _key_line(text, clause)))
     return entries
 
@@ -237,7 +237,7 @@ def load_expectations(directory: Path | None = None) -> ExpectationSet:
                 if clash:
                     a, b = clash[0]
                     shown = a if a == b else f"{a} / {b}"
-                    raise HarnessError(
+                    raise InputError(
                         f"[{entry.clause}] runtime {shown} has two expectation entries: {other.file}:"
                         f"{other.line} and {entry.file}:{entry.line}"
                     )
@@ -373,7 +373,7 @@ def observations(run: Mapping[str, Any]) -> tuple[list[Observed], list[str]]:
     """Read a suite result (``profharness conformance --json``): one observation per clause and runtime."""
     verdicts = run.get("verdicts")
     if not isinstance(verdicts, list):
-        raise HarnessError(
+        raise InputError(
             "the run file has no 'verdicts' list (write it with `profharness conformance --json`)"
         )
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -480,7 +480,7 @@ class _Editor:
     def append(self, path: Path, entry: Expectation, runtime: str) -> None:
         lines = self._lines(path)
         if any((m := _HEADER.match(line.strip())) and m.group(1) == entry.clause for line in lines):
-            raise HarnessError(
+            raise InputError(
                 f"{path}: already has a [{entry.clause}] table for other runtimes; move it before updating"
             )
         if not lines:

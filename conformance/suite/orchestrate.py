@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from conformance.core import probe, runtimes, scenarios
-from conformance.core.errors import HarnessError
+from conformance.core import interrupt, probe, runtimes, scenarios
+from conformance.core.errors import HarnessError, InputError
 from conformance.core.paths import NATIVE_DIR, SCENARIOS_DIR
 from conformance.core.plans import resolve_plan
 from conformance.core.runner import RunOutcome, RunResult, execute, reference_runtime
@@ -136,9 +136,12 @@ def apply_expectations(
     runtime_versions: Sequence[str],
     expectations: ExpectationSet,
     clauses: Sequence[str] | None = None,
+    *,
+    stale: bool = True,
 ) -> list[Verdict]:
     """Measure every verdict against the entry covering its clause and runtime (setting its outcome), and
-    add a stale verdict for each entry of a selected runtime whose clause produced no verdict."""
+    add a stale verdict for each entry of a selected runtime whose clause produced no verdict (unless not
+    ``stale``: an interrupted suite did not run every experiment)."""
     out = list(verdicts)
     for version in runtime_versions:
         entries = expectations.for_runtime(version)
@@ -151,7 +154,7 @@ def apply_expectations(
             verdict.expectation = entry.applied() if entry else None
             verdict.outcome, verdict.outcome_message = classify(verdict, entry)
         for clause_id, entry in entries.items():
-            if clause_id in seen or (clauses and clause_id not in clauses):
+            if not stale or clause_id in seen or (clauses and clause_id not in clauses):
                 continue
             out.append(
                 Verdict(
@@ -195,7 +198,7 @@ def select_experiments(
     known = {j.clause for e in lives for j in e.judges} | {j.clause for e in hooks for j in e.judges}
     unknown = [c for c in clauses if c not in known]
     if unknown:
-        raise HarnessError(
+        raise InputError(
             f"--clause {', '.join(unknown)}: no experiment of the suite checks it (suite clauses: "
             f"{len(known)}; see 'profharness clauses --layer live', --layer emu and --layer hook)"
         )
@@ -249,11 +252,52 @@ def run_suite(
     layers: Sequence[str] = LAYERS,
 ) -> SuiteResult:
     """Run and judge the chosen experiments on the selected runtimes. ``native_dir`` and ``scenarios_root``
-    let tests run the suite with a probe or scenarios built from a (deliberately broken) copy."""
+    let tests run the suite with a probe or scenarios built from a (deliberately broken) copy.
+
+    A SIGINT/SIGTERM while :func:`conformance.core.interrupt.handling` is active stops it: the runs under
+    way are killed, none starts, and the result holds the verdicts of the runs judged before, ``interrupted``
+    set (no stale-expectation verdict: the experiments it did not run say nothing)."""
     started = time.monotonic()
     expectations = load_expectations(expectations_dir)  # a broken expectation file fails before any run
     selected = runtimes.select(runtime_spec, dotnet)
     chosen, hook_chosen = select_experiments(clauses, experiments, layers)
+    verdicts: list[Verdict] = []
+    runs: list[dict[str, Any]] = []
+    columns = [rt.version for rt in selected]
+    for layer in sorted({j.layer for e in chosen for j in e.judges} - {"live"}):
+        columns += [f"{layer} {rt.version}" for rt in selected]
+    interrupted = False
+    try:
+        _run_and_judge(selected, chosen, hook_chosen, verdicts, runs, columns, progress=progress,
+                       native_dir=native_dir, scenarios_root=scenarios_root)  # fmt: skip
+    except interrupt.Interrupted:
+        interrupted = True
+    verdicts = apply_expectations(verdicts, columns, expectations, clauses, stale=not interrupted)
+    return SuiteResult(
+        runtimes=[rt.version for rt in selected],
+        columns=columns,
+        runtime_sources={rt.version: rt.source for rt in selected},
+        verdicts=verdicts,
+        seconds=round(time.monotonic() - started, 2),
+        runs=runs,
+        interrupted=interrupted,
+    )
+
+
+def _run_and_judge(
+    selected: Sequence[Runtime],
+    chosen: Sequence[LiveExperiment],
+    hook_chosen: Sequence[HookExperiment],
+    verdicts: list[Verdict],
+    runs: list[dict[str, Any]],
+    columns: list[str],
+    *,
+    progress: ProgressFn | None,
+    native_dir: Path,
+    scenarios_root: Path,
+) -> None:
+    """Build, run and judge; each run's verdicts are added to ``verdicts`` (and the run to ``runs``) whole,
+    as it is judged, so an interruption leaves what was judged before it."""
     probe_so = probe.build_probe(native_dir)
     reference = reference_runtime()
     names = sorted({e.scenario for e in chosen})
@@ -277,40 +321,34 @@ def run_suite(
         )
         return experiment, runtime, result
 
-    verdicts: list[Verdict] = []
-    runs: list[dict[str, Any]] = []
     if progress:
         progress(0, len(jobs), "starting")
-    with ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
+    pool = ThreadPoolExecutor(max_workers=PARALLEL_RUNS)
+    try:
         for experiment, runtime, result in pool.map(one, jobs):
             done += 1
             if progress:
                 progress(done, len(jobs), f"{experiment.id} on {runtime.version}")
-            verdicts.extend(judge_run(experiment, runtime, result, plans[experiment.id]))
-            runs.append(
-                {
-                    "experiment": experiment.id,
-                    "runtime": runtime.version,
-                    "outcome": result.outcome.value,
-                    "seconds": result.seconds,
-                    "trace": str(result.trace_path),
-                    "trace_sha256": result.trace_sha256,
-                    "records": result.record_count,
-                }
-            )
+            judged = judge_run(experiment, runtime, result, plans[experiment.id])
+            with interrupt.deferred():  # a run's verdicts are in the result whole or not at all
+                verdicts.extend(judged)
+                runs.append(
+                    {
+                        "experiment": experiment.id,
+                        "runtime": runtime.version,
+                        "outcome": result.outcome.value,
+                        "seconds": result.seconds,
+                        "trace": str(result.trace_path),
+                        "trace_sha256": result.trace_sha256,
+                        "records": result.record_count,
+                    }
+                )
+    finally:
+        # after a signal: the runs under way were killed (their threads end at once), none starts
+        pool.shutdown(wait=True, cancel_futures=True)
 
-    columns = [rt.version for rt in selected]
-    for layer in sorted({j.layer for e in chosen for j in e.judges} - {"live"}):
-        columns += [f"{layer} {rt.version}" for rt in selected]
     for hook in hook_chosen:
-        verdicts.extend(judge_hook_experiment(hook))
-        columns.append(hook.column)
-    verdicts = apply_expectations(verdicts, columns, expectations, clauses)
-    return SuiteResult(
-        runtimes=[rt.version for rt in selected],
-        columns=columns,
-        runtime_sources={rt.version: rt.source for rt in selected},
-        verdicts=verdicts,
-        seconds=round(time.monotonic() - started, 2),
-        runs=runs,
-    )
+        judged = judge_hook_experiment(hook)
+        with interrupt.deferred():
+            verdicts.extend(judged)
+            columns.append(hook.column)

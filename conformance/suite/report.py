@@ -20,6 +20,7 @@ from rich.text import Text
 
 from clr_model.clauses import CATALOG
 from conformance.core.fsio import atomic_write_bytes, atomic_write_text
+from conformance.core.report_style import STYLE
 from conformance.suite.verdicts import Status, SuiteResult, Verdict, VerdictOutcome
 
 _CELL = {
@@ -116,6 +117,7 @@ def summary_line(result: SuiteResult) -> str:
         f"{len(_by_clause(result))} clauses x {len(_columns(result))} columns in {result.seconds:.1f}s: "
         + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         + f"; {len(result.failures)} unexpected"
+        + ("; interrupted: only the runs judged before it" if result.interrupted else "")
     )
 
 
@@ -195,17 +197,7 @@ def write_junit(result: SuiteResult, path: Path) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # HTML
 
-_STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2330}
-h1{font-size:20px} h2{font-size:16px;margin-top:28px}
-table.matrix{border-collapse:collapse} .matrix th,.matrix td{border:1px solid #ccd;padding:3px 8px}
-.matrix th{background:#eef} td.ok{background:#dfd} td.div{background:#fdd} td.exp{background:#fec}
-td.na{background:#eee} td.err{background:#f99} td.bad{outline:2px solid #c00}
-.matrix td a{color:inherit}
-.ev{border:1px solid #ccd;margin:12px 0;padding:8px 12px} pre{background:#f6f6fa;padding:6px;overflow:auto}
-.ev svg{display:block;max-width:100%;height:auto}
-.small{color:#556;font-size:12px}
-"""
+_STYLE = STYLE
 
 #: frame pictures: advance of one character of 12px monospace (DejaVu/Liberation Mono: 7.2px) plus margin
 _SVG_CHAR_PX = 7.5
@@ -287,6 +279,10 @@ def render_html(result: SuiteResult) -> str:
         "<h1>profharness conformance report</h1>",
         f"<p class='small'>{len(table)} clauses on {len(_columns(result))} columns in {result.seconds:.1f}s; "
         f"{len(result.failures)} unexpected.</p>",
+        "<p class='small'><b>Interrupted</b>: this report holds the verdicts of the runs judged before the "
+        "suite was stopped.</p>"
+        if result.interrupted
+        else "",
         "<table class='matrix'><tr><th>clause</th><th>what</th>",
     ]
     out += [

@@ -191,6 +191,8 @@ class SuiteResult(BaseModel):
     verdicts: list[Verdict]
     seconds: float
     runs: list[dict[str, Any]]
+    #: SIGINT/SIGTERM stopped the suite: the verdicts are those of the runs judged before it
+    interrupted: bool = False
 
     @property
     def failures(self) -> list[Verdict]:
@@ -199,4 +201,5 @@ class SuiteResult(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return not self.failures
+        """Nothing unexpected, and the whole suite ran (an interrupted one is never ok)."""
+        return not self.failures and not self.interrupted

@@ -6,26 +6,40 @@ on each selected runtime; the findings of every rule. For users' CI::
 
 or one pytest item per clause (:func:`conformance.validator.pytest_items.clause_tests`).
 
-Reports: :func:`table` (one line per finding, then a ``note:`` line per thing that could not be judged),
-:func:`to_json`, :func:`to_junit` (one test case per rule and runtime), :func:`to_html`.
+Reports: :mod:`conformance.validator.report` (terminal, JSON and its schema, JUnit, HTML); :func:`table`,
+:func:`to_json`, :func:`to_junit` and :func:`to_html` here are its renderers.
+
+A SIGINT/SIGTERM while :func:`conformance.core.interrupt.handling` is active (the ``profharness`` command)
+ends the run in progress; :func:`validate` then returns what it judged before, ``interrupted`` set.
 """
 
 from __future__ import annotations
 
-import html
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from xml.etree import ElementTree as ET
 
 from clr_model.clauses import Layer
-from conformance.core import registry, runner, runtimes, scenarios
+from conformance.core import interrupt, registry, runner, runtimes, scenarios
 from conformance.core.findings import Finding
 from conformance.validator import launch
 from conformance.validator.groups import Grouper
 from conformance.validator.hooks import HookChecks
+from conformance.validator.report import render_text as table
+from conformance.validator.report import to_html, to_json, to_junit
 from conformance.validator.result import ClauseStatus, Group, RuleStatus, RunSummary, ValidationResult
 from conformance.validator.rules import hook_abi, judge_run
+
+__all__ = [
+    "findings",
+    "rule_ids",
+    "rule_statuses",
+    "table",
+    "to_html",
+    "to_json",
+    "to_junit",
+    "validate",
+    "validator_scenarios",
+]
 
 #: The validator's own scenarios (conformance/validator/scenarios/NAME).
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -48,30 +62,33 @@ def validate(
     dotnet: Path | None = None,
     scenario_names: Sequence[str] = SCENARIO_SET,
 ) -> ValidationResult:
-    """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError."""
-    target = launch.check_profiler(profiler)
-    guid = launch.parse_clsid(clsid)
-    companions = launch.check_preloads(preload)
-    environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s)
-    selected = runtimes.select(runtime, dotnet)
-    if app is not None:
-        plan = [(launch.user_app_scenario(app), app.resolve(), True)]
-    else:
-        reference = runner.reference_runtime()
-        plan = [
-            (s, scenarios.compile_scenario(s, reference), False) for s in validator_scenarios(scenario_names)
-        ]
+    """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
+    signal (see the module's docstring) returns what was judged before it, ``interrupted`` set."""
     runs: list[RunSummary] = []
     exercised: dict[str, set[str]] = {}
     judge_seconds = 0.0
     grouper = Grouper()
     notes: list[str] = []
-    checks = HookChecks()
-    for rt in selected:
-        for scenario, dll, user in plan:
-            result = launch.run_under_proxy(scenario, dll, rt, environment, hang_s=hang_s, user_app=user)
-            runs.append(
-                RunSummary(
+    selected: list[runtimes.Runtime] = []
+    target, guid = profiler, clsid
+    interrupted = False
+    try:
+        target = launch.check_profiler(profiler)
+        guid = launch.parse_clsid(clsid)
+        companions = launch.check_preloads(preload)
+        environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s)
+        selected = runtimes.select(runtime, dotnet)
+        if app is not None:
+            plan = [(launch.user_app_scenario(app), app.resolve(), True)]
+        else:
+            reference = runner.reference_runtime()
+            plan = [(s, scenarios.compile_scenario(s, reference), False)
+                    for s in validator_scenarios(scenario_names)]  # fmt: skip
+        checks = HookChecks()
+        for rt in selected:
+            for scenario, dll, user in plan:
+                result = launch.run_under_proxy(scenario, dll, rt, environment, hang_s=hang_s, user_app=user)
+                summary = RunSummary(
                     runtime=rt.version,
                     scenario=scenario.name,
                     outcome=result.outcome.value,
@@ -82,38 +99,53 @@ def validate(
                     records=result.record_count,
                     judged=result.record_count,
                 )
-            )
-            if not result.trace_path.is_file():
-                message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
-                grouper.add(Finding.of(result, "VAL-LOAD", message, []))
-                exercised.setdefault(rt.version, set()).add("VAL-LOAD")
-                continue
-            found: list[Finding] = []
-            judged = judge_run(result, found.append)
-            from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
-            found.extend(from_hooks)
-            if judged.hooks and not unchecked:
-                judged.exercised.update(r.clause for r in registry.rules(Layer.HOOK))
-            grouper.extend(found)
-            exercised.setdefault(rt.version, set()).update(judged.exercised)
-            runs[-1] = runs[-1].model_copy(update={"records": judged.records, "judged": judged.records})
-            judge_seconds += judged.seconds
-            notes.extend(n for n in unchecked if n not in notes)
-            if judged.note is not None:
-                notes.append(judged.note)
+                found: list[Finding] = []
+                seen: set[str] = set()
+                unchecked: list[str] = []
+                note: str | None = None
+                seconds = 0.0
+                if not result.trace_path.is_file():
+                    message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
+                    found.append(Finding.of(result, "VAL-LOAD", message, []))
+                    seen.add("VAL-LOAD")
+                else:
+                    judged = judge_run(result, found.append)
+                    from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
+                    found.extend(from_hooks)
+                    if judged.hooks and not unchecked:
+                        judged.exercised.update(r.clause for r in registry.rules(Layer.HOOK))
+                    seen = judged.exercised
+                    summary = summary.model_copy(update={"records": judged.records, "judged": judged.records})
+                    seconds, note = judged.seconds, judged.note
+                with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
+                    runs.append(summary)
+                    grouper.extend(found)
+                    exercised.setdefault(rt.version, set()).update(seen)
+                    judge_seconds += seconds
+                    notes.extend(n for n in unchecked if n not in notes)
+                    if note is not None:
+                        notes.append(note)
+    except interrupt.Interrupted:
+        interrupted = True
     groups = grouper.groups()
-    return ValidationResult(profiler=str(target), clsid=guid, runs=runs, groups=groups,
-                            rules=rule_statuses(runs, groups, exercised), notes=notes,
+    statuses = rule_statuses(runs, groups, exercised, runtimes=[rt.version for rt in selected])
+    return ValidationResult(profiler=str(target), clsid=guid, runs=runs, groups=groups, rules=statuses,
+                            notes=notes, interrupted=interrupted,
                             judge_seconds=round(judge_seconds, 3))  # fmt: skip
 
 
 def rule_statuses(
-    runs: Sequence[RunSummary], groups: Sequence[Group], exercised: Mapping[str, set[str]]
+    runs: Sequence[RunSummary],
+    groups: Sequence[Group],
+    exercised: Mapping[str, set[str]],
+    *,
+    runtimes: Sequence[str] = (),
 ) -> list[RuleStatus]:
-    """Each clause the validation judges, on each runtime: failed, noted, passed, or skipped (no run on that
-    runtime showed what the rule judges, e.g. a run that crashed before it: it passes nothing)."""
+    """Each clause the validation judges, on each runtime (``runtimes``: those selected; by default those
+    that ran): failed, noted, passed, or skipped (no run on that runtime showed what the rule judges, e.g. a
+    run that crashed before it, or none ran because the validation was interrupted: it passes nothing)."""
     out = []
-    for runtime in dict.fromkeys(r.runtime for r in runs):
+    for runtime in dict.fromkeys([*runtimes, *(r.runtime for r in runs)]):
         mine_runs = [r for r in runs if r.runtime == runtime]
         for clause in rule_ids():
             mine = [g for g in groups if g.clause == clause and runtime in g.runtimes]
@@ -126,8 +158,12 @@ def rule_statuses(
                 status = ClauseStatus.PASSED
             else:
                 status = ClauseStatus.SKIPPED
-                ended = ", ".join(f"{r.scenario} {r.outcome} after {r.records} record(s)" for r in mine_runs)
-                reason = f"no run on {runtime} showed what {clause} judges ({ended})"
+                if mine_runs:
+                    ended = ", ".join(f"{r.scenario} {r.outcome} after {r.records} record(s)"
+                                      for r in mine_runs)  # fmt: skip
+                    reason = f"no run on {runtime} showed what {clause} judges ({ended})"
+                else:
+                    reason = f"the validation was interrupted before a run on {runtime}"
             out.append(RuleStatus(clause=clause, runtime=runtime, status=status, reason=reason))
     return out
 
@@ -137,29 +173,6 @@ def findings(profiler: Path, clsid: str, **options: object) -> list[Group]:
     return validate(profiler, clsid, **options).findings  # type: ignore[arg-type]
 
 
-# --- reports --------------------------------------------------------------------------------------------
-
-
-def table(result: ValidationResult) -> str:
-    """One line per group (clause, runtimes, count, where in the profiler, the first message), then a
-    ``note:`` line per thing that could not be judged."""
-    lines = [f"{'clause':<22} {'runtimes':<16} {'count':>6}  finding"]
-    for g in result.groups:
-        where = f" at {g.site.text()}" if g.site else ""
-        kind = "note " if g.note else ""
-        runtimes = ",".join(g.runtimes)
-        lines.append(f"{g.clause:<22} {runtimes:<16} {g.count:>6}  {kind}{g.first.message}{where}")
-    lines.extend(f"note: {n}" for n in result.notes)
-    runs = ", ".join(f"{r.scenario}@{r.runtime} {r.outcome} {r.seconds:.1f}s" for r in result.runs)
-    total = sum(g.count for g in result.findings)
-    lines.append(f"{total} finding(s) in {len(result.findings)} group(s); runs: {runs}")
-    return "\n".join(lines)
-
-
-def to_json(result: ValidationResult) -> str:
-    return json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-
-
 #: the layers whose rules a validation applies: the rules over the recording, and the hook checker's rules on
 #: the hooks the profiler registered
 VALIDATE_LAYERS = (Layer.VALIDATOR, Layer.HOOK)
@@ -167,42 +180,9 @@ VALIDATE_LAYERS = (Layer.VALIDATOR, Layer.HOOK)
 
 def rule_ids() -> list[str]:
     """Every clause a validation judges (the registry's validator and hook rules), catalog clauses first."""
-    import emu.hookcheck.rules  # noqa: F401  (registers the hook checker's rules)
+    if not any(r.name.startswith("hookcheck:") for r in registry.rules(Layer.HOOK)):
+        # once: importing it again (pytester drops the modules a test imported) would register twice
+        import emu.hookcheck.rules  # noqa: F401  (registers the hook checker's rules)
 
     found = {r.clause for layer in VALIDATE_LAYERS for r in registry.rules(layer)}
     return sorted(found, key=lambda c: (c.startswith("VAL-"), c))
-
-
-def to_junit(result: ValidationResult) -> str:
-    """One test case per clause and runtime; a finding fails its case."""
-    suite = ET.Element("testsuite", name="profharness-validate", tests="0", failures="0")
-    cases = failures = 0
-    for status in result.rules:
-        cases += 1
-        rt = status.runtime
-        case = ET.SubElement(suite, "testcase", classname=f"validate.{rt}", name=f"{status.clause}[{rt}]")
-        mine = [g for g in result.findings if g.clause == status.clause and rt in g.runtimes]
-        if mine:
-            failures += 1
-            fail = ET.SubElement(case, "failure", message=mine[0].first.message)
-            fail.text = "\n".join(f"{g.clause} x{g.count}: {g.first.message}" for g in mine)
-    suite.set("tests", str(cases))
-    suite.set("failures", str(failures))
-    return ET.tostring(suite, encoding="unicode") + "\n"
-
-
-def to_html(result: ValidationResult) -> str:
-    rows = "".join(
-        f"<tr><td>{html.escape(g.clause)}</td><td>{html.escape(g.title)}</td>"
-        f"<td>{html.escape(', '.join(g.runtimes))}</td><td>{g.count}</td>"
-        f"<td>{html.escape(g.site.text() if g.site else '-')}</td>"
-        f"<td>{html.escape(g.first.message)}</td></tr>"
-        for g in result.groups
-    )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>profharness validate</title></head><body>"
-        f"<h1>{html.escape(result.profiler)} {html.escape(result.clsid)}</h1>"
-        f"<p>{len(result.findings)} finding group(s) over {len(result.runs)} run(s)</p>"
-        "<table border='1'><tr><th>clause</th><th>rule</th><th>runtimes</th><th>count</th><th>where</th>"
-        f"<th>finding</th></tr>{rows}</table></body></html>\n"
-    )

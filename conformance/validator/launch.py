@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from conformance.core import runner, scenarios
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 from conformance.core.paths import runs_dir
 from conformance.core.runner import RunResult
 from conformance.core.runtimes import Runtime
@@ -42,7 +42,7 @@ _ET_DYN = 3
 _EM_X86_64 = 62
 
 
-class ValidatorInputError(HarnessError):
+class ValidatorInputError(InputError):
     """What the user gave ``validate`` cannot be used (one line naming it)."""
 
 

@@ -10,7 +10,8 @@ pytest collects ``test_my_profiler[BUF-04]``, ``test_my_profiler[DSS-13]``, ... 
 :func:`conformance.validator.api.rule_ids`, catalog clauses and the validator's own VAL-* rules). The
 validation runs once, at the first item that needs it (the options are those of
 :func:`~conformance.validator.api.validate`); each item then fails with the findings of its clause (one line
-each: runtime, scenario, thread, callback, message, trace records) and passes when there are none. Input the
+each: runtime, scenario, thread, callback, message, trace records), is skipped when no run reached what it
+judges (every run crashed or was cut short: the reason names the run), and passes otherwise. Input the
 validator refuses (no such file, a bad CLSID) errors every item with its one-line message.
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conformance.validator.api import rule_ids, validate
-from conformance.validator.result import ValidationResult
+from conformance.validator.result import ClauseStatus, ValidationResult
 
 
 def clause_tests(profiler: str | Path, clsid: str, **options: object) -> Callable[[str], None]:
@@ -49,5 +50,8 @@ def clause_tests(profiler: str | Path, clsid: str, **options: object) -> Callabl
                 ),
                 pytrace=False,
             )
+        statuses = [s for s in result().rules if s.clause == clause]
+        if statuses and all(s.status is ClauseStatus.SKIPPED for s in statuses):
+            pytest.skip("; ".join(dict.fromkeys(f"{s.runtime}: {s.reason}" for s in statuses)))
 
     return test_profiling_contract

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conformance.codegen import constants
 from conformance.codegen.fixtures import render_callbacks
-from conformance.core.errors import HarnessError
+from conformance.core.errors import InputError
 from conformance.core.paths import NATIVE_DIR, PACKAGE_DIR
 
 SKELETON_DIR = PACKAGE_DIR / "skeleton"
@@ -28,7 +28,7 @@ _COPIED = ("interfaces.h", "types.h", "class_factory.h")
 def write_skeleton(folder: Path) -> list[Path]:
     """Write the skeleton project into ``folder`` (created; it must hold nothing yet); returns the files."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise HarnessError(f"{folder}: not an empty folder (the skeleton goes into a new or empty one)")
+        raise InputError(f"{folder}: not an empty folder (the skeleton goes into a new or empty one)")
     include = folder / "include" / "profharness"
     include.mkdir(parents=True, exist_ok=True)
     written = []

@@ -23,6 +23,7 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
 from clr_model.abi import ISA, Arch
+from conformance.core.errors import InputError
 from conformance.core.symbols import demangle
 from emu.errors import EmuError
 
@@ -41,8 +42,9 @@ _TRAP_REGIONS: dict[Arch, int] = {"x86": 0x7000_0000, "x64": 0x7F77_0000_0000}
 _PT_GNU_RELRO = "PT_GNU_RELRO"
 
 
-class HookInputError(EmuError):
-    """The checker's input is wrong: no such file, not an ELF object of that architecture, no such symbol."""
+class HookInputError(EmuError, InputError):
+    """The checker's input is wrong: no such file, not an ELF object of that architecture, no such symbol
+    (exit 2)."""
 
 
 @dataclass(frozen=True)

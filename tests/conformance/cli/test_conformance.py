@@ -143,7 +143,7 @@ def test_finding7_a_report_that_fails_at_the_end_does_not_lose_the_others(
     out_json, out_html, out_xml = tmp_path / "r.json", tmp_path / "r.html", tmp_path / "r.xml"
     rc = main(["conformance", "--html", str(out_html), "--json", str(out_json), "--junit", str(out_xml)])
     err = capsys.readouterr().err
-    assert rc == 2
+    assert rc == 3  # the harness failed to deliver a report (its path was checked before the run)
     assert f"--html {out_html}: could not write the report (No space left on device)" in err
     assert f"the result is in {out_json}" in err
     assert json.loads(out_json.read_text())["verdicts"][0]["clause"] == "DSS-16"
@@ -172,7 +172,7 @@ def test_finding7_when_the_json_report_fails_the_result_is_kept_elsewhere(
     monkeypatch.setattr(tempfile, "tempdir", None)
     rc = main(["conformance", "--json", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
-    assert rc == 2
+    assert rc == 3
     line = next(x for x in err.splitlines() if "the result is kept in" in x)
     kept = Path(line.split("the result is kept in ")[1])
     assert kept.parent == tmp_path / "kept"
@@ -214,3 +214,28 @@ def test_a_failed_write_leaves_the_old_file_intact(tmp_path: Path, monkeypatch: 
         fsio.atomic_write_text(target, "new report")
     assert target.read_text() == "old report"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"], "the temporary file is removed"
+
+
+def test_an_interrupted_suite_prints_writes_its_verdicts_and_exits_with_the_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the command does with the result run_suite returned after SIGINT (the live test sends one)."""
+    import signal
+
+    from conformance.core import interrupt
+
+    cut = result().model_copy(update={"interrupted": True})
+    monkeypatch.setattr(cmd, "run_suite", lambda *a, **k: cut)
+    monkeypatch.setattr(interrupt, "requested", lambda: signal.SIGINT)
+    out = {"--json": tmp_path / "r.json", "--junit": tmp_path / "r.xml", "--html": tmp_path / "r.html"}
+    argv = ["conformance"] + [x for option, path in out.items() for x in (option, str(path))]
+    assert main(argv) == 130
+    printed = capsys.readouterr()
+    assert printed.err.splitlines()[-1] == (
+        "profharness: interrupted by SIGINT: 1 verdict(s) of 0 run(s) judged before it; written to --json "
+        f"{out['--json']}, --junit {out['--junit']}, --html {out['--html']}"
+    )
+    data = json.loads(out["--json"].read_text())
+    assert data["interrupted"] is True and data["ok"] is False and data["verdicts"][0]["clause"] == "DSS-16"
+    assert "interrupted: only the runs judged before it" in printed.out
+    assert "<b>Interrupted</b>" in out["--html"].read_text()

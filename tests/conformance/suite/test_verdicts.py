@@ -275,3 +275,18 @@ def test_emu_entries_of_one_column_clash_and_a_bad_column_is_one_line(tmp_path: 
         assert "\n" not in message
         assert message.endswith(f"{bad!r} is not a version or version prefix (like 8.0.4 or 8.0), nor a "
                                 "column of a layer (emu) like 'emu 8.0.4' or 'emu x86 hooks'")  # fmt: skip
+
+
+def test_an_interrupted_suite_names_no_stale_entry_and_is_never_ok() -> None:
+    """SIGINT/SIGTERM stopped the suite (issue 19): an entry whose experiment never ran is not stale, and the
+    result of the runs judged before is not ok, however clean."""
+    from conformance.suite.expectations import ExpectationSet
+    from conformance.suite.verdicts import SuiteResult
+
+    pending = ExpectationSet((entry(Status.DIVERGES, lines=(LINE_A,)),), Path("."))
+    whole = apply_expectations([], ["8.0.4"], pending)
+    assert [v.outcome for v in whole] == [VerdictOutcome.STALE_EXPECTATION]
+    assert apply_expectations([], ["8.0.4"], pending, stale=False) == []
+    cut = SuiteResult(runtimes=["8.0.4"], runtime_sources={}, verdicts=[], seconds=0, runs=[],
+                      interrupted=True)  # fmt: skip
+    assert cut.failures == [] and not cut.ok

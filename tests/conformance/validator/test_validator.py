@@ -3,10 +3,14 @@ fixture profiler validated on each bundled runtime with the finding its one faul
 
 from __future__ import annotations
 
+import json
 import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import jsonschema
 import pytest
+import xmlschema
 
 from conformance.cli import main as cli_main
 from conformance.core import probe
@@ -21,6 +25,7 @@ from conformance.validator.launch import (
     parse_env,
 )
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, build_fixture
+from tests.conformance.validator.test_report import JUNIT_XSD
 
 
 def test_clsid_is_normalised_and_a_bad_one_is_one_line() -> None:
@@ -236,6 +241,14 @@ def test_reports_junit_json_html(
     ]
     assert cli_main(argv) == 1
     assert "BUF-04" in capsys.readouterr().out
-    assert "BUF-04" in (tmp_path / "r.json").read_text()
-    assert 'failures="1"' in (tmp_path / "r.xml").read_text()
+    # the JSON of a real validation holds to the schema `profharness schema validate` prints
+    assert cli_main(["schema", "validate"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    document = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
+    assert [g["clause"] for g in document["groups"]] == ["BUF-04"]
+    xmlschema.XMLSchema(JUNIT_XSD).validate(tmp_path / "r.xml")
+    (suite,) = ET.parse(tmp_path / "r.xml").getroot().findall("testsuite")
+    failed = [c.get("name") for c in suite.findall("testcase") if c.find("failure") is not None]
+    assert suite.get("failures") == "1" and failed == [f"BUF-04[{runtimes[0].version}]"]
     assert "BUF-04" in (tmp_path / "r.html").read_text()
