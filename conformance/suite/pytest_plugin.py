@@ -125,6 +125,12 @@ class SuiteCollector(pytest.Collector):
             )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The ``clause`` marker the suite's items and the validator's ``clause_tests`` carry, registered so a
+    user's ``--strict-markers`` run accepts them."""
+    config.addinivalue_line("markers", "clause(id): the contract clause(s) a test checks (profharness)")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("profharness")
     group.addoption(

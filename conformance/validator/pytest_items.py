@@ -7,7 +7,9 @@ In a test module::
     test_my_profiler = clause_tests("build/libmyprofiler.so", "{...}", runtime="8.0")
 
 pytest collects ``test_my_profiler[BUF-04]``, ``test_my_profiler[DSS-13]``, ... (every id of
-:func:`conformance.validator.api.rule_ids`, catalog clauses and the validator's own VAL-* rules). The
+:func:`conformance.validator.api.rule_ids`, catalog clauses and the validator's own VAL-* rules), each
+marked ``clause(ID)`` (the marker is registered by profharness' pytest plugin, so ``--strict-markers``
+passes and ``-m "clause"`` or ``-k MR2`` select them). The
 validation runs once, at the first item that needs it (the options are those of
 :func:`~conformance.validator.api.validate`); each item then fails with the findings of its clause (one line
 each: runtime, scenario, thread, callback, message, trace records), is skipped when no run reached what it
@@ -36,7 +38,7 @@ def clause_tests(profiler: str | Path, clsid: str, **options: object) -> Callabl
             done.append(validate(Path(profiler), clsid, **options))  # type: ignore[arg-type]
         return done[0]
 
-    @pytest.mark.parametrize("clause", rule_ids())
+    @pytest.mark.parametrize("clause", [pytest.param(c, id=c, marks=pytest.mark.clause(c)) for c in rule_ids()])
     def test_profiling_contract(clause: str) -> None:
         broken = [g for g in result().findings if g.clause == clause]
         if broken:

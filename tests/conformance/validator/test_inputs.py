@@ -107,9 +107,11 @@ def test_pytest_items_one_per_clause_BUF_04_fails(pytester: pytest.Pytester, run
             """
         )
     )
+    pytester.makeini("[pytest]\naddopts = --strict-markers\n")  # a user's strict CI: the marker is known
     result = pytester.runpytest("-p", "no:cacheprovider", "-q")
     outcomes = result.parseoutcomes()
     assert outcomes["failed"] == 1 and outcomes["passed"] >= 1
+    assert pytester.runpytest("-p", "no:cacheprovider", "-q", "--co", "-m", "clause").ret == 0
     assert outcomes["passed"] + outcomes.get("skipped", 0) == len(api.rule_ids()) - 1
     result.stdout.fnmatch_lines(
         ["*test_null_buffer?BUF-04?*", "*BUF-04 (NULL buffer needs size 0): * finding(s)*"]
