@@ -38,7 +38,9 @@ def clause_tests(profiler: str | Path, clsid: str, **options: object) -> Callabl
             done.append(validate(Path(profiler), clsid, **options))  # type: ignore[arg-type]
         return done[0]
 
-    @pytest.mark.parametrize("clause", [pytest.param(c, id=c, marks=pytest.mark.clause(c)) for c in rule_ids()])
+    @pytest.mark.parametrize(
+        "clause", [pytest.param(c, id=c, marks=pytest.mark.clause(c)) for c in rule_ids()]
+    )
     def test_profiling_contract(clause: str) -> None:
         broken = [g for g in result().findings if g.clause == clause]
         if broken:
