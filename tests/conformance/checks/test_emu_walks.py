@@ -3,12 +3,27 @@ instant against the emulator's replay of the same capture."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 
-from conformance.checks.emu_walks import Sample, dss16_emu
-from conformance.suite.verdicts import Status
+from conformance.checks.emu_walks import (
+    CAPTURES,
+    DONE_CALL,
+    EMU_MAX_SAMPLES,
+    Sample,
+    _sampled,
+    dss07_emu,
+    dss16_emu,
+)
+from conformance.core import probe
+from conformance.core.runner import RunOutcome, execute, reference_runtime
+from conformance.core.runtimes import Runtime
+from conformance.core.scenarios import compile_scenario, load_scenario
+from conformance.core.trace import Trace
+from conformance.suite.orchestrate import effective_plan
+from conformance.suite.verdicts import Evidence, Status
 from emu.capture import read_capture
 from tests.emu.synth import rewrite
 
@@ -51,3 +66,68 @@ def test_DSS_16_emu_a_live_walk_that_loses_the_leaf_or_main_differs_from_the_rep
         "managed: the live walk's managed frames are not the replay's, leaf first and main last",
     )
     assert verdict.observed.startswith("1 of 2 sample(s) (DSS-16): managed: ")
+
+
+# -- the sampling: until each judged place has its successful live walks, bounded ---------------------------
+
+
+def _sampling_run(runtime: Runtime, **args: int) -> Trace:
+    """The emu experiment's run on ``runtime`` with its sampling arguments changed to ``args``."""
+    scenario = load_scenario(CAPTURES.scenario)
+    plan = copy.deepcopy(effective_plan(CAPTURES.build(), scenario))
+    entry = next(e for e in plan["experiments"] if e["run"] == "capture_sample")
+    entry["args"].update(args)
+    app = compile_scenario(scenario, reference_runtime())
+    result = execute(scenario, app, runtime, probe.build_probe(), plan=plan, timeout_s=CAPTURES.timeout_s)
+    assert result.outcome is RunOutcome.OK and result.trace is not None, result.describe_failure()
+    return result.trace
+
+
+def _counts_as_sampled(trace: Trace) -> list[tuple[int, int]]:
+    """(managed, other) samples with a successful live walk after each sample, in the order taken."""
+    managed = other = 0
+    out = []
+    for rec in trace.calls("capture_sample"):
+        if rec.out["walk"]["hr"] == 0:
+            if rec.out["where"]["kind"] == "managed":
+                managed += 1
+            else:
+                other += 1
+        out.append((managed, other))
+    return out
+
+
+@pytest.mark.live
+def test_sampling_goes_on_past_its_count_until_each_place_has_its_live_walks_and_stops_there(
+    runtimes: list[Runtime],
+) -> None:
+    """Whatever the machine's load does to where the thread spends its time, the probe stops at the first
+    sample (from args.samples on) after which both places have their successful live walks, or at
+    args.maxSamples; its capture_done record says which."""
+    samples, least, bound = 2, 3, EMU_MAX_SAMPLES
+    for rt in runtimes:
+        trace = _sampling_run(rt, samples=samples, minManagedOk=least, minUnmanagedOk=least, maxSamples=bound)
+        counts = _counts_as_sampled(trace)
+        (done,) = trace.calls(DONE_CALL)
+        enough = [i for i, (m, o) in enumerate(counts) if i + 1 >= samples and m >= least and o >= least]
+        stop = enough[0] + 1 if enough else bound
+        assert len(counts) == done.out["taken"] == stop, rt.version
+        assert done.out["enough"] is bool(enough), rt.version
+        assert (done.out["managedOk"], done.out["unmanagedOk"]) == counts[-1], rt.version
+        assert (done.args["minManagedOk"], done.args["maxSamples"]) == (least, bound), rt.version
+
+
+@pytest.mark.live
+def test_sampling_stops_at_its_bound_and_a_verdict_with_nothing_to_judge_says_so(
+    runtimes: list[Runtime],
+) -> None:
+    rt = runtimes[0]
+    trace = _sampling_run(rt, samples=2, minManagedOk=10**6, minUnmanagedOk=0, maxSamples=5)
+    (done,) = trace.calls(DONE_CALL)
+    assert (done.out["taken"], done.out["enough"], len(trace.calls("capture_sample"))) == (5, False, 5)
+    ev = Evidence(trace=trace, runtime=rt, plan={})
+    assert _sampled(ev) == " in 5 sample(s), the most the plan allows"
+    assert dss07_emu([], sampled=_sampled(ev)).observed == (
+        "no sample with managed code on top had a successful live walk in 5 sample(s), the most the plan "
+        "allows"
+    )
