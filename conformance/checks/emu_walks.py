@@ -227,7 +227,8 @@ def dss07_emu(all_samples: Sequence[Sample], *, sampled: str = "") -> Judgement:
                 "the live walk does not start at the interrupted managed frame"),
         clause="DSS-07",
         expected="with managed code on top the seed's registers are those of the top frame: the walk's first "
-        "callback is the interrupted frame (the replay's frame 0)",
+        "callback is the interrupted frame (the replay's frame 0; at the return address its InlinedCallFrame "
+        "recorded while the thread is still in its P/Invoke's preemptive mode)",
         none=f"no sample with managed code on top had a successful live walk{sampled}",
     )  # fmt: skip
 

@@ -14,6 +14,7 @@ from conformance.checks.emu_walks import (
     EMU_MAX_SAMPLES,
     Sample,
     _sampled,
+    dss03_emu,
     dss07_emu,
     dss16_emu,
 )
@@ -28,6 +29,10 @@ from emu.capture import read_capture
 from tests.emu.synth import rewrite
 
 LIVE = Path(__file__).resolve().parents[2] / "data" / "captures" / "live"
+#: the sample that made DSS-07[emu 8.0.4] (and DSS-03) diverge on a loaded machine: the thread back in
+#: CaptureSampling::Work from its P/Invoke, 4 bytes past the native call's return address, before the store
+#: that switches it to cooperative mode
+TRANSITION = LIVE.parent / "transition" / "8.0.4-pinvoke-return.phcap"
 RUNTIMES = ("3.1.23", "8.0.4")
 
 
@@ -66,6 +71,37 @@ def test_DSS_16_emu_a_live_walk_that_loses_the_leaf_or_main_differs_from_the_rep
         "managed: the live walk's managed frames are not the replay's, leaf first and main last",
     )
     assert verdict.observed.startswith("1 of 2 sample(s) (DSS-16): managed: ")
+
+
+def test_DSS_07_emu_a_sample_in_the_pinvoke_transition_starts_at_the_frames_recorded_return_address(
+    tmp_path: Path,
+) -> None:
+    """Its IP is managed code (Work), so DSS-07 judges it; but the thread is still in preemptive mode, so the
+    runtime threw the naive seed out and walked from the Frame chain, whose first Frame is Work's
+    InlinedCallFrame: its first callback is Work at the return address that Frame recorded, 4 bytes before
+    the interrupted IP. The replay reports Work there, and the live walk is the model's."""
+    cap = read_capture(TRANSITION)
+    sample = Sample.of(cap)
+    r = sample.replay
+    top = r.frames[0]
+    assert (r.place, r.phase) == ("managed", "native")
+    assert top.function == "ProfHarness.Scenarios.CaptureSampling::Work"
+    live = cap.manifest.live
+    assert live is not None and live.hresult == 0
+    first = next(f for f in live.frames if f.function_id)
+    assert (first.function_id, first.ip) == (top.function_id, top.ip - 4) and top.reported_ip == first.ip
+    for verdict in (dss07_emu([sample]), dss03_emu([sample]), dss16_emu([sample])):
+        assert verdict.status is Status.CONFORMS, verdict.disagreements
+    # one instruction later the thread is in cooperative mode: the runtime uses the seed, and a live walk
+    # that still gave the recorded return address would not start at the interrupted frame
+    regs = cap.manifest.registers.model_copy(update={"rip": top.ip + 4})
+    later = Sample.of(read_capture(rewrite(cap, tmp_path / "later.phcap", registers=regs)))
+    assert later.replay.frames[0].reported_ip is None
+    verdict = dss07_emu([later, sample])
+    assert verdict.status is Status.DIVERGES
+    assert verdict.disagreements == (
+        "managed: the live walk does not start at the interrupted managed frame",
+    )
 
 
 # -- the sampling: until each judged place has its successful live walks, bounded ---------------------------
