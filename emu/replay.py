@@ -269,8 +269,8 @@ _PINVOKE_BEGIN_WINDOW = 64
 
 def _reported_ips(frames: list[ReplayFrame], result: UnwindResult, *, x86: bool = False) -> list[ReplayFrame]:
     """The IP the runtime reports for a frame whose InlinedCallFrame is active: a ReadyToRun frame that
-    called native code (a P/Invoke or QCall), and (x64) a JIT-compiled top frame interrupted inside its
-    inlined P/Invoke's transition (:func:`_top_in_pinvoke_transition`).
+    called native code (a P/Invoke or QCall), and (x64) a top frame interrupted in managed code inside its
+    inlined P/Invoke's preemptive-mode window (:func:`_top_in_pinvoke_transition`).
 
     ReadyToRun code enters native code through the JIT_PInvokeBegin helper, which records the
     InlinedCallFrame in the calling frame's locals with the helper call's return address; the runtime's
@@ -308,10 +308,13 @@ def _reported_ips(frames: list[ReplayFrame], result: UnwindResult, *, x86: bool 
     return out
 
 
-#: how far from the native call's return address an inlined P/Invoke's GC mode switches lie (bytes): the
-#: JIT puts at most a few instructions between the switch to preemptive mode and the call, and between
-#: the return and the switch back
-_TRANSITION_BYTES = 32
+#: how far from the return address an inlined P/Invoke's InlinedCallFrame records its GC mode switches lie
+#: (bytes): the JIT puts a few instructions between the switch to preemptive mode and the call, and between
+#: the return and the switch back; ReadyToRun code, the native call and its arguments between the helpers
+_TRANSITION_BYTES = 64
+
+_TRANSFERS = (capstone.CS_GRP_JUMP, capstone.CS_GRP_CALL, capstone.CS_GRP_RET, capstone.CS_GRP_INT,
+              capstone.CS_GRP_IRET)  # fmt: skip
 
 
 @functools.cache
@@ -321,9 +324,10 @@ def _x64() -> Any:
     return md
 
 
-def _straight_line(memory: CaptureMemory, start: int, end: int) -> list[Any]:
+def _straight_line(memory: CaptureMemory, start: int, end: int, *, through_calls: bool = False) -> list[Any]:
     """The instructions decoded from ``start`` while they begin before ``end``, up to and including the
-    first control transfer (jump, call, return, interrupt); [] where the bytes are not captured."""
+    first control transfer (jump, call, return, interrupt; calls go on with ``through_calls``), [] where
+    the bytes are not captured."""
     try:
         data = memory.read(start, end - start + 15)
     except MemoryFault:
@@ -333,10 +337,20 @@ def _straight_line(memory: CaptureMemory, start: int, end: int) -> list[Any]:
         if ins.address >= end:
             break
         out.append(ins)
-        if any(ins.group(g) for g in (capstone.CS_GRP_JUMP, capstone.CS_GRP_CALL, capstone.CS_GRP_RET,
-                                      capstone.CS_GRP_INT, capstone.CS_GRP_IRET)):  # fmt: skip
+        if any(ins.group(g) for g in _TRANSFERS) and not (through_calls and ins.group(capstone.CS_GRP_CALL)):
             break
     return out
+
+
+def _calls_to(memory: CaptureMemory, ret: int) -> list[list[Any]]:
+    """Straight-line runs that end with a call returning to ``ret``, starting 2 to 64 bytes before it,
+    nearest first."""
+    runs = []
+    for start in range(ret - 2, ret - _TRANSITION_BYTES, -1):
+        run = _straight_line(memory, start, ret)
+        if run and run[-1].group(capstone.CS_GRP_CALL) and run[-1].address + run[-1].size == ret:
+            runs.append(run)
+    return runs
 
 
 def _mode_store(ins: Any) -> tuple[int, int] | None:
@@ -352,38 +366,56 @@ def _mode_store(ins: Any) -> tuple[int, int] | None:
     return int(dst.mem.disp), int(src.imm)
 
 
-def _preemptive_ips(memory: CaptureMemory, ret: int) -> frozenset[int]:
-    """Where a thread in a JIT-inlined P/Invoke whose native call returns to ``ret`` runs in preemptive
-    mode: every instruction after the store that switches its Thread to preemptive mode (``mov byte ptr
-    [thread + d], 0``) up to the call, and from ``ret`` up to and including the store that switches it back
-    (``mov byte ptr [thread + d], 1``, not yet executed there), with the same ``d``, all straight-line
-    code. Empty when the code around ``ret`` is not that shape (or not captured)."""
-    after = _straight_line(memory, ret, ret + _TRANSITION_BYTES)
+def _address_of(ins: Any) -> tuple[int, int, int, int] | None:
+    """``lea reg, [base + disp]``: (reg, base, index, disp); None for any other instruction."""
+    if ins.id != capstone.x86.X86_INS_LEA or len(ins.operands) != 2:
+        return None
+    reg, mem = ins.operands
+    return int(reg.reg), int(mem.mem.base), int(mem.mem.index), int(mem.mem.disp)
+
+
+def _inline_switch_ips(memory: CaptureMemory, ret: int) -> frozenset[int]:
+    """JIT-compiled code switches the Thread's GC mode itself: every instruction after the store that
+    switches it to preemptive mode (``mov byte ptr [thread + d], 0``) up to the native call returning to
+    ``ret``, and from ``ret`` up to and including the store that switches it back (``mov byte ptr [thread +
+    d], 1``, not yet executed there), all straight-line code."""
+    after = _straight_line(memory, ret, ret + _TRANSITION_BYTES // 2)
     back = next((k for k, ins in enumerate(after) if (_mode_store(ins) or (0, 0))[1] == 1), None)
     if back is None:
         return frozenset()
     disp = after[back].operands[0].mem.disp
-    for start in range(ret - 2, ret - _TRANSITION_BYTES, -1):  # the nearest switch to preemptive mode
-        before = _straight_line(memory, start, ret)
-        if (
-            len(before) >= 2
-            and _mode_store(before[0]) == (disp, 0)
-            and before[-1].group(capstone.CS_GRP_CALL)
-            and before[-1].address + before[-1].size == ret
-        ):
+    for before in _calls_to(memory, ret):
+        if len(before) >= 2 and _mode_store(before[0]) == (disp, 0):
             return frozenset(ins.address for ins in (*before[1:], *after[: back + 1]))
+    return frozenset()
+
+
+def _helper_pair_ips(memory: CaptureMemory, ret: int) -> frozenset[int]:
+    """ReadyToRun code has helpers switch it: ``lea reg, [icf]; call [JIT_PInvokeBegin]`` returns to
+    ``ret`` in preemptive mode, then comes the native call, then ``lea reg, [icf]; call [JIT_PInvokeEnd]``
+    switches back: every instruction from ``ret`` up to and including that second helper call (not yet
+    made there), all straight-line code."""
+    # (decoding from a byte inside an instruction can give another ``lea`` before the same call: any will do
+    # whose operands the second helper call's ``lea`` repeats)
+    icfs = {_address_of(run[-2]) for run in _calls_to(memory, ret) if len(run) >= 2} - {None}
+    if not icfs:
+        return frozenset()
+    after = _straight_line(memory, ret, ret + _TRANSITION_BYTES, through_calls=True)
+    calls = [k for k, ins in enumerate(after) if ins.group(capstone.CS_GRP_CALL)]
+    for k in calls[1:]:  # the first call is the native one
+        if _address_of(after[k - 1]) in icfs:
+            return frozenset(ins.address for ins in after[: k + 1])
     return frozenset()
 
 
 def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResult) -> int | None:
     """The return address the top frame's InlinedCallFrame recorded, when the thread was interrupted in
-    managed code while still in preemptive mode: between the JIT-inlined P/Invoke's switch to preemptive
-    mode and its native call, or back from the call before the switch to cooperative mode. Its IP is
-    managed code, but the runtime sees a thread in preemptive mode: it throws the seed out and walks from
-    the Frame chain, whose first Frame is that InlinedCallFrame, so it reports the frame at the recorded
-    return address (DSS-07: the seed is ignored; the walk starts where it would without one). The replay
-    finds it as in :func:`_reported_ips`: a word of the frame's own stack area that returns into the same
-    method near the IP, the call before it ending there."""
+    managed code while in an inlined P/Invoke's preemptive mode (:func:`_inline_switch_ips`,
+    :func:`_helper_pair_ips`). Its IP is managed code, but the runtime sees a thread in preemptive mode: it
+    throws the seed out and walks from the Frame chain, whose first Frame is that InlinedCallFrame, so it
+    reports the frame at the recorded return address (DSS-07: the seed is ignored; the walk starts where it
+    would without one). The replay finds it as in :func:`_reported_ips`: a word of the frame's own stack
+    area that returns into the same method near the IP."""
     memory, code = result.memory, result.code
     top = frames[0]
     if memory is None or not top.function_id or top.trust is not Trust.CONTEXT:
@@ -401,7 +433,7 @@ def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResu
             abs(word - top.ip) <= _TRANSITION_BYTES
             and code.method_range(word - 1) == rng
             and looks_like_return_address(memory, word)
-            and top.ip in _preemptive_ips(memory, word)
+            and (top.ip in _inline_switch_ips(memory, word) or top.ip in _helper_pair_ips(memory, word))
         ):
             return word
     return None

@@ -328,18 +328,28 @@ PINVOKE_31 = bytes.fromhex(
 #    mov byte [rbx+0xc],1; movabs rdi,..; cmp [rdi],0; je; movabs rsi,..; call [rsi]; mov rdi,[rbp-0x60]; ...
 
 
+#: a ReadyToRun P/Invoke (3.1's System.GC::Collect calling its QCall): helpers switch the mode, each given
+#: the InlinedCallFrame's address, and JIT_PInvokeBegin's return address is the one the Frame records
+PINVOKE_R2R = bytes.fromhex(
+    "897dd48bf08975d0488dbd78ffffffff159d08c6ff488b059ec5c7ff8b7dd48b75d0ff10488dbd78ffffffff158908c6ff90"
+)  # ...; lea rdi,[rbp-0x88]; call [JIT_PInvokeBegin]; mov rax,[..]; mov edi,..; mov esi,..; call [rax];
+#    lea rdi,[rbp-0x88]; call [JIT_PInvokeEnd]; nop
+
+
 @pytest.mark.parametrize(
     ("code", "ret", "slot", "preemptive"),
-    [(PINVOKE_80, 0x2B, 0xC8, {0x25, 0x2B, 0x2F}), (PINVOKE_31, 0x39, 0x40, {0x2D, 0x37, 0x39})],
-    ids=["8.0.4", "3.1.23"],
+    [(PINVOKE_80, 0x2B, 0xC8, {0x25, 0x2B, 0x2F}), (PINVOKE_31, 0x39, 0x40, {0x2D, 0x37, 0x39}),
+     (PINVOKE_R2R, 0x15, 0x50, {0x15, 0x1C, 0x1F, 0x22, 0x24, 0x2B})],
+    ids=["8.0.4", "3.1.23", "ready-to-run"],
 )  # fmt: skip
 def test_a_top_frame_in_its_pinvokes_preemptive_window_is_reported_at_its_inlined_call_frame(
     tmp_path: Path, code: bytes, ret: int, slot: int, preemptive: set[int]
 ) -> None:
     """Interrupted in managed code while its thread is still in preemptive mode (past the switch before the
-    native call, or back from it before the switch to cooperative mode), the top frame is reported at the
-    return address its InlinedCallFrame recorded: the runtime throws the seed of a thread in preemptive mode
-    out and walks from that Frame. Anywhere else the frame is reported where it was interrupted."""
+    native call, or back from it before the switch to cooperative mode: a store to the Thread's mode byte,
+    or JIT_PInvokeBegin and JIT_PInvokeEnd in ReadyToRun code), the top frame is reported at the return
+    address its InlinedCallFrame recorded: the runtime throws the seed of a thread in preemptive mode out
+    and walks from that Frame. Anywhere else the frame is reported where it was interrupted."""
     at = CODE + 0x20
     rbp = TOP + 0x100
     words = [0] * 0x22

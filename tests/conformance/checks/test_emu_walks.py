@@ -29,10 +29,9 @@ from emu.capture import read_capture
 from tests.emu.synth import rewrite
 
 LIVE = Path(__file__).resolve().parents[2] / "data" / "captures" / "live"
-#: the sample that made DSS-07[emu 8.0.4] (and DSS-03) diverge on a loaded machine: the thread back in
-#: CaptureSampling::Work from its P/Invoke, 4 bytes past the native call's return address, before the store
-#: that switches it to cooperative mode
-TRANSITION = LIVE.parent / "transition" / "8.0.4-pinvoke-return.phcap"
+#: samples that made DSS-07[emu <version>] (and DSS-03) diverge on a loaded machine, the thread interrupted in
+#: managed code inside a P/Invoke's preemptive-mode window
+TRANSITION = LIVE.parent / "transition"
 RUNTIMES = ("3.1.23", "8.0.4")
 
 
@@ -73,31 +72,41 @@ def test_DSS_16_emu_a_live_walk_that_loses_the_leaf_or_main_differs_from_the_rep
     assert verdict.observed.startswith("1 of 2 sample(s) (DSS-16): managed: ")
 
 
-def test_DSS_07_emu_a_sample_in_the_pinvoke_transition_starts_at_the_frames_recorded_return_address(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("name", "phase", "function", "back", "later"),
+    [
+        # 8.0.4: back in CaptureSampling::Work from its inlined P/Invoke, before the store that switches the
+        # thread to cooperative mode (its next instruction is 4 bytes on)
+        ("8.0.4-pinvoke-return", "native", "ProfHarness.Scenarios.CaptureSampling::Work", 4, 4),
+        # 3.1.23: in ReadyToRun System.GC::Collect at its call to JIT_PInvokeEnd, back from the QCall (the
+        # call is 6 bytes long)
+        ("3.1.23-pinvoke-helpers", "helper:gc", "System.GC::Collect", 0x16, 6),
+    ],
+)  # fmt: skip
+def test_DSS_07_emu_a_sample_in_a_pinvokes_preemptive_window_starts_at_the_frames_recorded_return_address(
+    tmp_path: Path, name: str, phase: str, function: str, back: int, later: int
 ) -> None:
-    """Its IP is managed code (Work), so DSS-07 judges it; but the thread is still in preemptive mode, so the
-    runtime threw the naive seed out and walked from the Frame chain, whose first Frame is Work's
-    InlinedCallFrame: its first callback is Work at the return address that Frame recorded, 4 bytes before
-    the interrupted IP. The replay reports Work there, and the live walk is the model's."""
-    cap = read_capture(TRANSITION)
+    """Its IP is managed code, so DSS-07 judges it; but the thread is still in preemptive mode, so the
+    runtime threw the naive seed out and walked from the Frame chain, whose first Frame is the top frame's
+    InlinedCallFrame: its first callback is that frame at the return address the Frame recorded, before the
+    interrupted IP. The replay reports the frame there, and the live walk is the model's."""
+    cap = read_capture(TRANSITION / f"{name}.phcap")
     sample = Sample.of(cap)
     r = sample.replay
     top = r.frames[0]
-    assert (r.place, r.phase) == ("managed", "native")
-    assert top.function == "ProfHarness.Scenarios.CaptureSampling::Work"
+    assert (r.place, r.phase, top.function) == ("managed", phase, function)
     live = cap.manifest.live
     assert live is not None and live.hresult == 0
     first = next(f for f in live.frames if f.function_id)
-    assert (first.function_id, first.ip) == (top.function_id, top.ip - 4) and top.reported_ip == first.ip
+    assert (first.function_id, first.ip) == (top.function_id, top.ip - back) and top.reported_ip == first.ip
     for verdict in (dss07_emu([sample]), dss03_emu([sample]), dss16_emu([sample])):
         assert verdict.status is Status.CONFORMS, verdict.disagreements
     # one instruction later the thread is in cooperative mode: the runtime uses the seed, and a live walk
     # that still gave the recorded return address would not start at the interrupted frame
-    regs = cap.manifest.registers.model_copy(update={"rip": top.ip + 4})
-    later = Sample.of(read_capture(rewrite(cap, tmp_path / "later.phcap", registers=regs)))
-    assert later.replay.frames[0].reported_ip is None
-    verdict = dss07_emu([later, sample])
+    regs = cap.manifest.registers.model_copy(update={"rip": top.ip + later})
+    moved = Sample.of(read_capture(rewrite(cap, tmp_path / "later.phcap", registers=regs)))
+    assert moved.replay.frames[0].reported_ip is None
+    verdict = dss07_emu([moved, sample])
     assert verdict.status is Status.DIVERGES
     assert verdict.disagreements == (
         "managed: the live walk does not start at the interrupted managed frame",
