@@ -184,6 +184,25 @@ def test_a_stub_reading_data_the_capture_lacks_is_passed_by_scan_with_callee_sav
     assert (result.frames[1].registers["rbp"], result.frames[1].registers["rbx"]) == (TOP + 0x40, 0x42)
 
 
+def test_a_stub_with_a_frame_pointer_passed_by_scan_gives_its_caller_the_rbp_it_saved(tmp_path: Path) -> None:
+    """Code the capture has no unwind information for that set up a frame (the vDSO's clock_gettime:
+    ``push rbp; mov rbp, rsp``, then reads its data page, which no capture holds): the return address the
+    scan finds is at [rbp + 8], so the caller's RBP is the one saved at [rbp], not the stub's own."""
+    stub_at = CODE + 0x800
+    code = NOP * 0x10 + b"\xe8\x00\x00\x00\x00" + NOP * 0x10  # App::Caller's call ends at CODE + 0x15
+    stub = b"\x55\x48\x89\xe5" + b"\x48\xa1" + (0x1234_0000).to_bytes(8, "little") + b"\x5d\xc3"
+    jit = JitMap(methods=(JitMethod(function_id=0xB2, name="App::Caller",
+                                    ranges=(CodeRange(start=CODE, end=CODE + 0x100),)),))  # fmt: skip
+    path = write_synthetic(
+        tmp_path / "framed.phcap", code=code + NOP * (0x800 - len(code)) + stub, rip=stub_at + 4,
+        stack_words=[TOP + 0x40, CODE + 0x15, 0, 0], jit=jit, regs={"rbp": TOP, "rbx": 0x42},
+    )  # fmt: skip
+    result = unwind(read_capture(path))
+    assert [f.trust for f in result.frames[:2]] == [Trust.CONTEXT, Trust.SCAN]
+    assert (result.frames[1].function_id, result.frames[1].sp) == (0xB2, TOP + 0x10)
+    assert (result.frames[1].registers["rbp"], result.frames[1].registers["rbx"]) == (TOP + 0x40, 0x42)
+
+
 @pytest.mark.parametrize(
     ("path", "is_file"),
     [

@@ -16,6 +16,7 @@ from conformance.checks.emu_walks import (
     _sampled,
     dss03_emu,
     dss07_emu,
+    dss08_emu,
     dss16_emu,
 )
 from conformance.core import probe
@@ -26,6 +27,7 @@ from conformance.core.trace import Trace
 from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Status
 from emu.capture import read_capture
+from emu.unwind import StopKind
 from tests.emu.synth import rewrite
 
 LIVE = Path(__file__).resolve().parents[2] / "data" / "captures" / "live"
@@ -111,6 +113,20 @@ def test_DSS_07_emu_a_sample_in_a_pinvokes_preemptive_window_starts_at_the_frame
     assert verdict.disagreements == (
         "managed: the live walk does not start at the interrupted managed frame",
     )
+
+
+def test_DSS_03_emu_a_sample_in_the_vdso_is_replayed_to_the_end_of_the_stack() -> None:
+    """Sampled under load on 8.0.4 (the JIT phase): the thread in the vDSO's clock_gettime, which set up a
+    frame (push rbp; mov rbp, rsp) and reads a data page no capture holds. The replay passes it by scan;
+    taking the caller's RBP from the frame (not the vDSO's own RBP) lets the CFI walk below go on to the
+    end of the stack, so the model's callbacks are the live walk's (the replay stopped after three frames
+    and DSS-03[emu 8.0.4] diverged)."""
+    sample = Sample.of(read_capture(LIVE.parent / "rare" / "8.0.4-vdso-clock-gettime.phcap"))
+    r = sample.replay
+    assert (r.place, r.frames[0].kind, r.stop.kind) == ("helper:jit", "stub", StopKind.END_OF_STACK)
+    assert r.seed is not None and r.live_matches is True
+    for verdict in (dss03_emu([sample]), dss08_emu([sample]), dss16_emu([sample])):
+        assert verdict.status is Status.CONFORMS, verdict.disagreements
 
 
 # -- the sampling: until each judged place has its successful live walks, bounded ---------------------------
