@@ -4,6 +4,7 @@ instant against the emulator's replay of the same capture."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,9 @@ LIVE = Path(__file__).resolve().parents[2] / "data" / "captures" / "live"
 #: samples that made DSS-07[emu <version>] (and DSS-03) diverge on a loaded machine, the thread interrupted in
 #: managed code inside a P/Invoke's preemptive-mode window
 TRANSITION = LIVE.parent / "transition"
+SELF = "ProfHarness.Scenarios.CaptureSampling::"
+#: the CoreLib code the scenario's Enter calls (capture-sampling/app.cs, EnterCallees)
+ENTER_CALLEES = "System.Threading.Volatile::"
 RUNTIMES = ("3.1.23", "8.0.4")
 
 
@@ -127,6 +131,39 @@ def test_DSS_03_emu_a_sample_in_the_vdso_is_replayed_to_the_end_of_the_stack() -
     assert r.seed is not None and r.live_matches is True
     for verdict in (dss03_emu([sample]), dss08_emu([sample]), dss16_emu([sample])):
         assert verdict.status is Status.CONFORMS, verdict.disagreements
+
+
+def test_DSS_16_emu_enters_volatile_write_is_one_of_the_declared_callees_in_every_phase(
+    tmp_path: Path,
+) -> None:
+    """Sampled on 3.1.23 while Enter was still Tier-0 code: the thread in System.Threading.Volatile::Write,
+    called by Enter, phase write-barrier. The live walk and the replay agree, but the scenario declared
+    Enter and not what Enter calls, so the known frames were "not recovered" below an undeclared frame and
+    DSS-16[emu 3.1.23] diverged. The scenario now declares Enter's callee in every phase."""
+    cap = read_capture(LIVE.parent / "rare" / "3.1.23-enter-volatile-write.phcap")
+    declared = cap.manifest.known_callees
+    assert declared is not None and declared.phase == "helper:write-barrier"
+    as_recorded = Sample.of(cap)
+    assert [f.function for f in as_recorded.replay.frames[:3]] == [
+        "System.Threading.Volatile::Write", f"{SELF}Enter", f"{SELF}Work"
+    ]
+    assert dss16_emu([as_recorded]).disagreements == (
+        "managed: the live walk does not give the scenario's frames leaf first",
+    )
+    now = declared.model_copy(update={"prefixes": (*declared.prefixes, ENTER_CALLEES)})
+    sample = Sample.of(read_capture(rewrite(cap, tmp_path / "declared.phcap", known_callees=now)))
+    for verdict in (dss16_emu([sample]), dss03_emu([sample]), dss07_emu([sample])):
+        assert verdict.status is Status.CONFORMS, verdict.disagreements
+
+
+@pytest.mark.live
+def test_the_scenario_declares_enters_callee_in_every_phase(runtimes: list[Runtime]) -> None:
+    trace = _sampling_run(runtimes[0], samples=1, maxSamples=1)
+    (mark,) = [m for m in trace.marks("capture.stack") if m.payload]
+    phases = json.loads(mark.payload or "")["phases"]
+    assert phases and all(
+        f"{SELF}Enter" in p["callees"] and ENTER_CALLEES in p["calleePrefixes"] for p in phases
+    )
 
 
 # -- the sampling: until each judged place has its successful live walks, bounded ---------------------------
