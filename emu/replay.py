@@ -16,11 +16,14 @@ share where the live naive-seed walk did.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import capstone  # type: ignore[import-untyped]
+import capstone.x86  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field
 
 from clr_model.context import (
@@ -58,6 +61,7 @@ from emu.capture import (
     read_capture,
 )
 from emu.errors import EmuError, MemoryFault
+from emu.memory import CaptureMemory
 from emu.unwind import StopKind, Trust, UnwindResult, UnwoundFrame, looks_like_return_address, unwind
 
 __all__ = [
@@ -93,8 +97,9 @@ class ReplayFrame(BaseModel):
     #: basename of the module file and the IP's offset from the mapping's file start
     module: str | None = None
     module_offset: U64 | None = None
-    #: the IP the runtime reports for this frame when it is not ``ip`` (a ReadyToRun frame that called
-    #: native code: the return address its InlinedCallFrame recorded; see :func:`_reported_ips`)
+    #: the IP the runtime reports for this frame when it is not ``ip``: the return address its
+    #: InlinedCallFrame recorded, for a ReadyToRun frame that called native code and for a top frame
+    #: interrupted inside its inlined P/Invoke's transition (see :func:`_reported_ips`)
     reported_ip: U64 | None = None
 
 
@@ -218,7 +223,7 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
             )
         )  # fmt: skip
     x86 = man.arch is CaptureArch.X86
-    frames = _reported_ips(frames, result)
+    frames = _reported_ips(frames, result, x86=x86)
     layout = AMD64_CONTEXT
     if x86:
         layout = X86_CONTEXT  # the x86 CONTEXT: 716 bytes whatever the runtime
@@ -262,8 +267,10 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
 _PINVOKE_BEGIN_WINDOW = 64
 
 
-def _reported_ips(frames: list[ReplayFrame], result: UnwindResult) -> list[ReplayFrame]:
-    """The IP the runtime reports for a ReadyToRun frame that called native code (a P/Invoke or QCall).
+def _reported_ips(frames: list[ReplayFrame], result: UnwindResult, *, x86: bool = False) -> list[ReplayFrame]:
+    """The IP the runtime reports for a frame whose InlinedCallFrame is active: a ReadyToRun frame that
+    called native code (a P/Invoke or QCall), and (x64) a top frame interrupted in managed code inside its
+    inlined P/Invoke's preemptive-mode window (:func:`_top_in_pinvoke_transition`).
 
     ReadyToRun code enters native code through the JIT_PInvokeBegin helper, which records the
     InlinedCallFrame in the calling frame's locals with the helper call's return address; the runtime's
@@ -274,6 +281,10 @@ def _reported_ips(frames: list[ReplayFrame], result: UnwindResult) -> list[Repla
     if memory is None:
         return frames
     out = list(frames)
+    if not x86 and frames:
+        recorded = _top_in_pinvoke_transition(frames, result)
+        if recorded is not None:
+            out[0] = frames[0].model_copy(update={"reported_ip": recorded})
     for i in range(1, len(frames)):
         f, callee = frames[i], frames[i - 1]
         if not f.function_id or callee.function_id or f.trust is Trust.CONTEXT:
@@ -295,6 +306,137 @@ def _reported_ips(frames: list[ReplayFrame], result: UnwindResult) -> list[Repla
                 out[i] = f.model_copy(update={"reported_ip": word})
                 break
     return out
+
+
+#: how far from the return address an inlined P/Invoke's InlinedCallFrame records its GC mode switches lie
+#: (bytes): the JIT puts a few instructions between the switch to preemptive mode and the call, and between
+#: the return and the switch back; ReadyToRun code, the native call and its arguments between the helpers
+_TRANSITION_BYTES = 64
+
+_TRANSFERS = (capstone.CS_GRP_JUMP, capstone.CS_GRP_CALL, capstone.CS_GRP_RET, capstone.CS_GRP_INT,
+              capstone.CS_GRP_IRET)  # fmt: skip
+
+
+@functools.cache
+def _x64() -> Any:
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md.detail = True
+    return md
+
+
+def _straight_line(memory: CaptureMemory, start: int, end: int, *, through_calls: bool = False) -> list[Any]:
+    """The instructions decoded from ``start`` while they begin before ``end``, up to and including the
+    first control transfer (jump, call, return, interrupt; calls go on with ``through_calls``), [] where
+    the bytes are not captured."""
+    try:
+        data = memory.read(start, end - start + 15)
+    except MemoryFault:
+        return []
+    out: list[Any] = []
+    for ins in _x64().disasm(data, start):
+        if ins.address >= end:
+            break
+        out.append(ins)
+        if any(ins.group(g) for g in _TRANSFERS) and not (through_calls and ins.group(capstone.CS_GRP_CALL)):
+            break
+    return out
+
+
+def _calls_to(memory: CaptureMemory, ret: int) -> list[list[Any]]:
+    """Straight-line runs that end with a call returning to ``ret``, starting 2 to 64 bytes before it,
+    nearest first."""
+    runs = []
+    for start in range(ret - 2, ret - _TRANSITION_BYTES, -1):
+        run = _straight_line(memory, start, ret)
+        if run and run[-1].group(capstone.CS_GRP_CALL) and run[-1].address + run[-1].size == ret:
+            runs.append(run)
+    return runs
+
+
+def _mode_store(ins: Any) -> tuple[int, int] | None:
+    """``mov byte ptr [reg + disp], imm`` with imm 0 or 1 (the JIT's store to the Thread's GC mode byte,
+    m_fPreemptiveGCDisabled): (disp, imm); None for any other instruction."""
+    if ins.id != capstone.x86.X86_INS_MOV or len(ins.operands) != 2:
+        return None
+    dst, src = ins.operands
+    if dst.type != capstone.x86.X86_OP_MEM or dst.size != 1 or src.type != capstone.x86.X86_OP_IMM:
+        return None
+    if dst.mem.base == 0 or dst.mem.index != 0 or src.imm not in (0, 1):
+        return None
+    return int(dst.mem.disp), int(src.imm)
+
+
+def _address_of(ins: Any) -> tuple[int, int, int, int] | None:
+    """``lea reg, [base + disp]``: (reg, base, index, disp); None for any other instruction."""
+    if ins.id != capstone.x86.X86_INS_LEA or len(ins.operands) != 2:
+        return None
+    reg, mem = ins.operands
+    return int(reg.reg), int(mem.mem.base), int(mem.mem.index), int(mem.mem.disp)
+
+
+def _inline_switch_ips(memory: CaptureMemory, ret: int) -> frozenset[int]:
+    """JIT-compiled code switches the Thread's GC mode itself: every instruction after the store that
+    switches it to preemptive mode (``mov byte ptr [thread + d], 0``) up to the native call returning to
+    ``ret``, and from ``ret`` up to and including the store that switches it back (``mov byte ptr [thread +
+    d], 1``, not yet executed there), all straight-line code."""
+    after = _straight_line(memory, ret, ret + _TRANSITION_BYTES // 2)
+    back = next((k for k, ins in enumerate(after) if (_mode_store(ins) or (0, 0))[1] == 1), None)
+    if back is None:
+        return frozenset()
+    disp = after[back].operands[0].mem.disp
+    for before in _calls_to(memory, ret):
+        if len(before) >= 2 and _mode_store(before[0]) == (disp, 0):
+            return frozenset(ins.address for ins in (*before[1:], *after[: back + 1]))
+    return frozenset()
+
+
+def _helper_pair_ips(memory: CaptureMemory, ret: int) -> frozenset[int]:
+    """ReadyToRun code has helpers switch it: ``lea reg, [icf]; call [JIT_PInvokeBegin]`` returns to
+    ``ret`` in preemptive mode, then comes the native call, then ``lea reg, [icf]; call [JIT_PInvokeEnd]``
+    switches back: every instruction from ``ret`` up to and including that second helper call (not yet
+    made there), all straight-line code."""
+    # (decoding from a byte inside an instruction can give another ``lea`` before the same call: any will do
+    # whose operands the second helper call's ``lea`` repeats)
+    icfs = {_address_of(run[-2]) for run in _calls_to(memory, ret) if len(run) >= 2} - {None}
+    if not icfs:
+        return frozenset()
+    after = _straight_line(memory, ret, ret + _TRANSITION_BYTES, through_calls=True)
+    calls = [k for k, ins in enumerate(after) if ins.group(capstone.CS_GRP_CALL)]
+    for k in calls[1:]:  # the first call is the native one
+        if _address_of(after[k - 1]) in icfs:
+            return frozenset(ins.address for ins in after[: k + 1])
+    return frozenset()
+
+
+def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResult) -> int | None:
+    """The return address the top frame's InlinedCallFrame recorded, when the thread was interrupted in
+    managed code while in an inlined P/Invoke's preemptive mode (:func:`_inline_switch_ips`,
+    :func:`_helper_pair_ips`). Its IP is managed code, but the runtime sees a thread in preemptive mode: it
+    throws the seed out and walks from the Frame chain, whose first Frame is that InlinedCallFrame, so it
+    reports the frame at the recorded return address (DSS-07: the seed is ignored; the walk starts where it
+    would without one). The replay finds it as in :func:`_reported_ips`: a word of the frame's own stack
+    area that returns into the same method near the IP."""
+    memory, code = result.memory, result.code
+    top = frames[0]
+    if memory is None or not top.function_id or top.trust is not Trust.CONTEXT:
+        return None
+    rng = code.method_range(top.ip)
+    if rng is None:
+        return None
+    end = frames[1].sp if len(frames) > 1 else top.sp + 512
+    for slot in range(top.sp, end, 8):
+        try:
+            word = memory.read_u64(slot)
+        except MemoryFault:
+            break
+        if (
+            abs(word - top.ip) <= _TRANSITION_BYTES
+            and code.method_range(word - 1) == rng
+            and looks_like_return_address(memory, word)
+            and (top.ip in _inline_switch_ips(memory, word) or top.ip in _helper_pair_ips(memory, word))
+        ):
+            return word
+    return None
 
 
 def _live_matches(live: LiveWalk, model: ModelWalk) -> bool | None:
@@ -379,6 +521,8 @@ def render_text(result: ReplayResult) -> str:
             f"{f.module}+{f.module_offset:#x}" if f.module and f.module_offset is not None else f.kind
         )
         fid = f" FunctionID {f.function_id:#x}" if f.function_id else ""
+        if f.reported_ip is not None:
+            fid += f" (reported at {f.reported_ip:#x})"
         lines.append(f"  #{f.index:<3} ip {f.ip:#018x} sp {f.sp:#018x}  {f.trust.value:<13} {where}{fid}")
     lines.append(f"  stop: {result.stop.kind.value}: {result.stop.detail}")
     if result.emulated_instructions:

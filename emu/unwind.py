@@ -446,11 +446,20 @@ class _Walker:
     def _scan_past_stub(self, regs: Mapping[str, int], stop: _Stop) -> tuple[dict[str, int], Trust]:
         """The caller of interrupted code no unwind rule covers, by scan (``stop`` is raised when the scan
         finds nothing). The ABI's callee-saved registers still hold the caller's values unless that code
-        changed them, which code that never ran cannot show: they are carried over (the trust says scan)."""
+        changed them, which code that never ran cannot show: they are carried over (the trust says scan).
+        One change shows: a return address found right above the frame pointer (at ``[rbp + 8]``) means
+        that code set up a frame (``push rbp; mov rbp, rsp``, as the vDSO's clock_gettime does), so the
+        caller's frame pointer is the one it saved at ``[rbp]``."""
         try:
             caller, trust = self.scan(regs, stop.detail)
         except _Stop:
             raise stop from None
+        fp, word = regs.get(self.isa.fp), self.isa.word
+        if fp is not None and caller[self.isa.sp] == fp + 2 * word:
+            try:
+                caller[self.isa.fp] = self.word(fp)
+            except MemoryFault:
+                pass
         for name in self.isa.cfi.callee_saved:
             if name in regs:
                 caller.setdefault(name, regs[name])

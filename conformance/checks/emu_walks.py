@@ -1,7 +1,9 @@
 """Emu-layer judges: the live runtime's asynchronous walks against the replay of the same instants.
 
 The experiment runs ``capture-sampling`` (the sampled thread cycles through managed code, P/Invoke and the
-runtime's helpers, below a 70-frame recursion) with 40 samples. Each sample becomes a capture
+runtime's helpers, below a 70-frame recursion) with :data:`EMU_SAMPLES` samples, and more (up to
+:data:`EMU_MAX_SAMPLES`) until :data:`EMU_MIN_PER_PLACE` of them had managed code on top and as many other
+code, each with a successful live walk: the places DSS-07 and DSS-08 judge. Each sample becomes a capture
 (:mod:`conformance.adapters.capture`); :mod:`emu.replay` unwinds it from the registers and memory of the
 instant, builds the documented seed (DSS-19) and asks the model what DoStackSnapshot delivers. The judges
 compare the live walk the probe made at that instant (naive seed: the ucontext as it was) with inputs the
@@ -30,20 +32,31 @@ from emu.errors import EmuError
 from emu.replay import ReplayResult, replay
 from emu.unwind import StopKind
 
-#: samples per runtime: enough that every kind of place turns up, managed code on top included, even on a
-#: loaded machine (40 gave 2 managed-on-top samples in some runs, and none once under load)
+#: samples per runtime, at least: enough that every kind of place usually turns up
 EMU_SAMPLES = 80
+#: successful live walks the sampling goes on for, per place the judges need (managed code on top for DSS-07,
+#: other code on top for DSS-08): no fixed count is enough on a loaded machine, where the sampled thread can
+#: spend a whole 80 ms window waiting for the contended Monitor or in a GC (80 samples then held no
+#: managed-on-top sample at all, and DSS-07 was not applicable)
+EMU_MIN_PER_PLACE = 4
+#: the bound on samples per runtime (each is replayed): 400 ms of the thread's time at the 1 ms interval,
+#: five times the window in which 80 samples found no managed code on top
+EMU_MAX_SAMPLES = 400
 
 _PLAN = {
     "experiments": [
         {"id": "register-sampled", "at": "mark:capture.register", "run": "capture_register_thread",
          "args": {"name": "sampled"}, "times": 1},
         {"id": "sample", "at": "mark:capture.sample", "run": "capture_sample",
-         "args": {"target": "sampled", "samples": EMU_SAMPLES, "intervalUs": 1000, "timeoutMs": 2000,
-                  "infoFlags": ["COR_PRF_SNAPSHOT_REGISTER_CONTEXT"], "jitMap": True},
+         "args": {"target": "sampled", "samples": EMU_SAMPLES, "minManagedOk": EMU_MIN_PER_PLACE,
+                  "minUnmanagedOk": EMU_MIN_PER_PLACE, "maxSamples": EMU_MAX_SAMPLES, "intervalUs": 1000,
+                  "timeoutMs": 2000, "infoFlags": ["COR_PRF_SNAPSHOT_REGISTER_CONTEXT"], "jitMap": True},
          "times": 1},
     ]
 }  # fmt: skip
+
+#: the probe's record of how the sampling ended (samples taken, successful live walks per place)
+DONE_CALL = "capture_done"
 
 CAPTURES = experiment("emu-captures", scenario="capture-sampling", plan_overlay=_PLAN, timeout_s=90.0)
 
@@ -96,9 +109,26 @@ def _ok(r: ReplayResult) -> bool:
     return r.live_hresult is not None and r.live_hresult.startswith(f"0x{int(HResult.S_OK):08X}")
 
 
-def _live_ok(ev: Evidence, where: Callable[[ReplayResult], bool] = lambda r: True) -> list[Sample]:
-    """The run's samples whose live walk succeeded, and ``where`` holds for their replay."""
-    return [s for s in samples(ev) if _ok(s.replay) and where(s.replay)]
+def _sampled(ev: Evidence) -> str:
+    """How the sampling ended, by the probe's own account (its ``capture_done`` record), for a verdict that
+    found nothing to judge: " in N sample(s), ..." or "" without the record."""
+    done = ev.trace.calls(DONE_CALL)
+    if not done:
+        return ""
+    out, args = done[-1].out, done[-1].args
+    taken, bound = out.get("taken"), args.get("maxSamples")
+    if out.get("enough") is False and taken == bound:
+        return f" in {taken} sample(s), the most the plan allows"
+    return f" in {taken} sample(s)"
+
+
+def _managed_on_top(r: ReplayResult) -> bool:
+    return bool(r.frames) and r.frames[0].kind == "managed"
+
+
+def _unmanaged_on_top(r: ReplayResult) -> bool:
+    """Helper or native code on top of a managed frame (the seed's frame is not the first)."""
+    return r.seed is not None and r.seed.frame_index > 0
 
 
 def _verdict(
@@ -165,8 +195,13 @@ def _dss16_fault(s: Sample) -> str | None:
 @judge("DSS-03", CAPTURES, what="live walks: one callback per frame of the replayed stack", layer="emu",
        uses=("sample",))  # fmt: skip
 def judge_dss03_emu(ev: Evidence) -> Judgement:
+    return dss03_emu(samples(ev))
+
+
+def dss03_emu(all_samples: Sequence[Sample]) -> Judgement:
+    """DSS-03 over samples: a successful live walk gives the model's callbacks for the replayed stack."""
     return _verdict(
-        _live_ok(ev),
+        [s for s in all_samples if _ok(s.replay)],
         _unless(lambda r: bool(r.live_matches),
                 "the live walk's callbacks differ from the model's for the replayed stack"),
         clause="DSS-03",
@@ -179,28 +214,42 @@ def judge_dss03_emu(ev: Evidence) -> Judgement:
 @judge("DSS-07", CAPTURES, what="managed code on top: the walk starts at the interrupted frame", layer="emu",
        uses=("sample",))  # fmt: skip
 def judge_dss07_emu(ev: Evidence) -> Judgement:
+    return dss07_emu(samples(ev), sampled=_sampled(ev))
+
+
+def dss07_emu(all_samples: Sequence[Sample], *, sampled: str = "") -> Judgement:
+    """DSS-07 over samples whose live walk succeeded with managed code on top: the walk's first callback is
+    the interrupted frame, at the IP the runtime reports for it (``sampled``: how the sampling ended, for
+    the verdict that has none to judge)."""
     return _verdict(
-        _live_ok(ev, lambda r: bool(r.frames) and r.frames[0].kind == "managed"),
+        [s for s in all_samples if _ok(s.replay) and _managed_on_top(s.replay)],
         _unless(lambda r: bool(r.model.callbacks) and _starts_at(r, 0),
                 "the live walk does not start at the interrupted managed frame"),
         clause="DSS-07",
         expected="with managed code on top the seed's registers are those of the top frame: the walk's first "
-        "callback is the interrupted frame (the replay's frame 0)",
-        none="no sample with managed code on top had a successful live walk",
+        "callback is the interrupted frame (the replay's frame 0; at the return address its InlinedCallFrame "
+        "recorded while the thread is still in its P/Invoke's preemptive mode)",
+        none=f"no sample with managed code on top had a successful live walk{sampled}",
     )  # fmt: skip
 
 
 @judge("DSS-08", CAPTURES, what="helper or native code on top: no managed frame below it is skipped",
        layer="emu", uses=("sample",))  # fmt: skip
 def judge_dss08_emu(ev: Evidence) -> Judgement:
+    return dss08_emu(samples(ev), sampled=_sampled(ev))
+
+
+def dss08_emu(all_samples: Sequence[Sample], *, sampled: str = "") -> Judgement:
+    """DSS-08 over samples whose live walk succeeded with helper or native code on top: the walk starts at
+    the first managed frame below it (``sampled`` as in :func:`dss07_emu`)."""
     return _verdict(
-        _live_ok(ev, lambda r: r.seed is not None and r.seed.frame_index > 0),
+        [s for s in all_samples if _ok(s.replay) and _unmanaged_on_top(s.replay)],
         _unless(lambda r: r.seed is not None and _starts_at(r, r.seed.frame_index),
                 "the live walk does not start at the first managed frame below the code on top"),
         clause="DSS-08",
         expected="with helper or native code on top the walk starts at the first managed frame below it (the "
         "replay's seed frame), skipping none",
-        none="no sample with unmanaged code on top had a successful live walk",
+        none=f"no sample with unmanaged code on top had a successful live walk{sampled}",
     )  # fmt: skip
 
 

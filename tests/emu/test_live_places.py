@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import capstone  # type: ignore[import-untyped]
 import pytest
 
 from emu.capture import (
@@ -183,6 +184,25 @@ def test_a_stub_reading_data_the_capture_lacks_is_passed_by_scan_with_callee_sav
     assert (result.frames[1].registers["rbp"], result.frames[1].registers["rbx"]) == (TOP + 0x40, 0x42)
 
 
+def test_a_stub_with_a_frame_pointer_passed_by_scan_gives_its_caller_the_rbp_it_saved(tmp_path: Path) -> None:
+    """Code the capture has no unwind information for that set up a frame (the vDSO's clock_gettime:
+    ``push rbp; mov rbp, rsp``, then reads its data page, which no capture holds): the return address the
+    scan finds is at [rbp + 8], so the caller's RBP is the one saved at [rbp], not the stub's own."""
+    stub_at = CODE + 0x800
+    code = NOP * 0x10 + b"\xe8\x00\x00\x00\x00" + NOP * 0x10  # App::Caller's call ends at CODE + 0x15
+    stub = b"\x55\x48\x89\xe5" + b"\x48\xa1" + (0x1234_0000).to_bytes(8, "little") + b"\x5d\xc3"
+    jit = JitMap(methods=(JitMethod(function_id=0xB2, name="App::Caller",
+                                    ranges=(CodeRange(start=CODE, end=CODE + 0x100),)),))  # fmt: skip
+    path = write_synthetic(
+        tmp_path / "framed.phcap", code=code + NOP * (0x800 - len(code)) + stub, rip=stub_at + 4,
+        stack_words=[TOP + 0x40, CODE + 0x15, 0, 0], jit=jit, regs={"rbp": TOP, "rbx": 0x42},
+    )  # fmt: skip
+    result = unwind(read_capture(path))
+    assert [f.trust for f in result.frames[:2]] == [Trust.CONTEXT, Trust.SCAN]
+    assert (result.frames[1].function_id, result.frames[1].sp) == (0xB2, TOP + 0x10)
+    assert (result.frames[1].registers["rbp"], result.frames[1].registers["rbx"]) == (TOP + 0x40, 0x42)
+
+
 @pytest.mark.parametrize(
     ("path", "is_file"),
     [
@@ -307,3 +327,73 @@ def test_module_code_with_no_fde_at_the_top_is_passed_by_scan(tmp_path: Path) ->
     frames = unwind(read_capture(path)).frames
     assert [f.trust for f in frames[:2]] == [Trust.CONTEXT, Trust.SCAN]
     assert (frames[1].function_id, frames[1].registers["rbx"]) == (0xB2, 0x42)
+
+
+# -- a top frame inside its inlined P/Invoke's transition -----------------------------------------------
+
+#: JIT-inlined P/Invokes as the bundled runtimes compiled CaptureSampling::Work (bytes from live captures):
+#: the InlinedCallFrame's return address stored, the Frame pushed, the Thread's GC mode byte (+0xc) set to
+#: 0 (preemptive), the native call, the byte set back to 1 (cooperative), the GC poll, the Frame popped.
+#: (code, offset of the call's return address, offsets where the thread runs in preemptive mode)
+PINVOKE_80 = bytes.fromhex(
+    "488d052400000048898538ffffff488b4580488d8d10ffffff48894810488b4580c6400c00ff1555c10800488b4d80c6410c01"
+    "833d36f0857e007406ff153655847e488b7d80488b8d18ffffff48894f10480345c8488945c8"
+)  # lea rax,[rip+0x24]; mov [rbp-0xc8],rax; ...; mov byte [rax+0xc],0; call [rip+..]; mov rcx,[rbp-0x80];
+#    mov byte [rcx+0xc],1; cmp [rip+..],0; je; call [rip+..]; mov rdi,[rbp-0x80]; ...; mov [rdi+0x10],rcx
+PINVOKE_31 = bytes.fromhex(
+    "4533dbbf204e000048b8b0f84e6e917f0000488945a8488d051c000000488945c0488d459848894310c6430c0048b8a0fa4e6e"
+    "917f0000ff10c6430c0148bff0b5d5e7917f0000833f00740c48bec8d7d4e7917f0000ff16488b7da048897b10"
+)  # ...; lea rax,[rip+0x1c]; mov [rbp-0x40],rax; ...; mov byte [rbx+0xc],0; movabs rax,..; call [rax];
+#    mov byte [rbx+0xc],1; movabs rdi,..; cmp [rdi],0; je; movabs rsi,..; call [rsi]; mov rdi,[rbp-0x60]; ...
+
+
+#: a ReadyToRun P/Invoke (3.1's System.GC::Collect calling its QCall): helpers switch the mode, each given
+#: the InlinedCallFrame's address, and JIT_PInvokeBegin's return address is the one the Frame records
+PINVOKE_R2R = bytes.fromhex(
+    "897dd48bf08975d0488dbd78ffffffff159d08c6ff488b059ec5c7ff8b7dd48b75d0ff10488dbd78ffffffff158908c6ff90"
+)  # ...; lea rdi,[rbp-0x88]; call [JIT_PInvokeBegin]; mov rax,[..]; mov edi,..; mov esi,..; call [rax];
+#    lea rdi,[rbp-0x88]; call [JIT_PInvokeEnd]; nop
+
+
+@pytest.mark.parametrize(
+    ("code", "ret", "slot", "preemptive"),
+    [(PINVOKE_80, 0x2B, 0xC8, {0x25, 0x2B, 0x2F}), (PINVOKE_31, 0x39, 0x40, {0x2D, 0x37, 0x39}),
+     (PINVOKE_R2R, 0x15, 0x50, {0x15, 0x1C, 0x1F, 0x22, 0x24, 0x2B})],
+    ids=["8.0.4", "3.1.23", "ready-to-run"],
+)  # fmt: skip
+def test_a_top_frame_in_its_pinvokes_preemptive_window_is_reported_at_its_inlined_call_frame(
+    tmp_path: Path, code: bytes, ret: int, slot: int, preemptive: set[int]
+) -> None:
+    """Interrupted in managed code while its thread is still in preemptive mode (past the switch before the
+    native call, or back from it before the switch to cooperative mode: a store to the Thread's mode byte,
+    or JIT_PInvokeBegin and JIT_PInvokeEnd in ReadyToRun code), the top frame is reported at the return
+    address its InlinedCallFrame recorded: the runtime throws the seed of a thread in preemptive mode out
+    and walks from that Frame. Anywhere else the frame is reported where it was interrupted."""
+    at = CODE + 0x20
+    rbp = TOP + 0x100
+    words = [0] * 0x22
+    words[(rbp - slot - TOP) // 8] = at + ret  # the InlinedCallFrame's m_pCallerReturnAddress
+    jit = JitMap(methods=(JitMethod(function_id=0xA1, name="App::Work",
+                                    ranges=(CodeRange(start=CODE, end=CODE + 0x100),)),))  # fmt: skip
+    x64 = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    offsets = [i.address - at for i in x64.disasm(code, at)]
+    assert preemptive < set(offsets) and ret in offsets
+    seen = set()
+    for off in offsets:
+        path = write_synthetic(
+            tmp_path / f"at-{off:x}.phcap", code=NOP * 0x20 + code + NOP * (0xE0 - len(code)), rip=at + off,
+            stack_words=words, jit=jit, regs={"rbp": rbp},
+        )  # fmt: skip
+        result = replay(read_capture(path))
+        top = result.frames[0]
+        assert (top.function_id, top.ip, top.trust) == (0xA1, at + off, Trust.CONTEXT)
+        if top.reported_ip is not None:
+            assert top.reported_ip == at + ret
+            seen.add(off)
+        first = next((c.func_id, c.ip) for c in result.model.callbacks if c.func_id)
+        assert first == (0xA1, top.reported_ip or top.ip)
+    assert seen == preemptive
+    # without the recorded return address in the frame nothing tells the transition: no substitution
+    path = write_synthetic(tmp_path / "no-icf.phcap", code=NOP * 0x20 + code + NOP * (0xE0 - len(code)),
+                           rip=at + ret, stack_words=[0] * 0x22, jit=jit, regs={"rbp": rbp})  # fmt: skip
+    assert replay(read_capture(path)).frames[0].reported_ip is None

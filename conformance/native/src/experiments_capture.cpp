@@ -8,7 +8,10 @@
 // capture_sample starts a profiler thread (a std::thread that never runs managed code) which sends SIGPROF
 // to the registered thread args.samples times, one every args.intervalUs (fixed deadlines on CLOCK_MONOTONIC,
 // so the time a sample takes to record does not lower the rate; a sample later than its deadline is sent at
-// once, without a burst to catch up). The handler, on the sampled thread,
+// once, without a burst to catch up). Past args.samples it goes on, up to args.maxSamples in all, until
+// args.minManagedOk samples landed in managed code (GetFunctionFromIP knew the IP) and args.minUnmanagedOk
+// elsewhere, each with a successful live walk: where the thread spends its time shifts with the machine's
+// load, so a fixed count can miss a place a judge needs. The handler, on the sampled thread,
 // copies into preallocated buffers (no allocation, no lock, no stdio): the ucontext general registers,
 // fs_base, the stack from SP to min(SP + 64 KiB, the thread's stack end), up to 256 bytes around the IP
 // (process_vm_readv, so an unmapped neighbour page costs bytes, never a fault); then it calls DoStackSnapshot
@@ -491,6 +494,9 @@ struct SamplingJob {
     std::string point;
     CaptureThread target;
     std::int64_t samples = 20, intervalUs = 1000, timeoutMs = 2000, maxCandidates = 256;
+    // Sampling goes on past `samples` until minManagedOk samples had managed code on top and minUnmanagedOk
+    // other code, each with a successful live walk (the places the judges need), up to maxSamples in all.
+    std::int64_t minManagedOk = 0, minUnmanagedOk = 0, maxSamples = 20;
     ULONG32 infoFlags = 0;
     bool jitMap = true;
     std::atomic<bool> done{false};
@@ -556,7 +562,8 @@ Json candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
     return out;
 }
 
-void record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::vector<Mapping>& maps) {
+// Records one sample; returns whether its IP was managed code (GetFunctionFromIP gave a FunctionID).
+bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::vector<Mapping>& maps) {
     ProbeState& s = state();
     const SampleBuffer& b = g_sample;
     Json args = Json::object();
@@ -600,11 +607,15 @@ void record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     }
     w.set("frames", frames);
     out.set("walk", w);
-    out.set("where", where_of(b.gregs[REG_RIP], maps));
+    Json where = where_of(b.gregs[REG_RIP], maps);
+    const Json* kind = where.get("kind");
+    const bool managed = kind && kind->is_string() && kind->as_string() == "managed";
+    out.set("where", std::move(where));
     Json timing = Json::object();
     timing.set("copyNs", Json(b.tCopied - b.tEnter)).set("walkNs", Json(b.tWalked - b.tCopied));
     out.set("timing", timing);
     s.call("capture_sample", job.planned->id.c_str(), args, out, S_OK);
+    return managed;
 }
 
 void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
@@ -620,9 +631,10 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         s.call("ProfilerThreadCreated", exp, args, out, hr);
     }
     std::vector<Mapping> maps = parse_maps(read_maps_text());
-    std::int64_t taken = 0, timed_out = 0;
+    std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
+    auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
     std::uint64_t deadline_ns = now_ns();
-    for (std::int64_t i = 0; i < job->samples; ++i) {
+    for (std::int64_t i = 0; i < job->maxSamples && (i < job->samples || !enough()); ++i) {
         if (i > 0 && job->intervalUs > 0) {
             deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
             sleep_until_ns(deadline_ns);
@@ -664,7 +676,8 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
             }
             break;
         }
-        record_sample(*job, i, *walk, maps);
+        const bool managed = record_sample(*job, i, *walk, maps);
+        if (g_sample.hr == S_OK) ++(managed ? managed_ok : unmanaged_ok);
         ++taken;
         delete walk;
         g_sample.walk.store(nullptr);
@@ -678,9 +691,12 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     if (job->jitMap) record_jit_map(exp);
     {
         Json args = Json::object();
-        args.set("samples", Json(job->samples));
+        args.set("samples", Json(job->samples)).set("maxSamples", Json(job->maxSamples));
+        args.set("minManagedOk", Json(job->minManagedOk)).set("minUnmanagedOk", Json(job->minUnmanagedOk));
         Json out = Json::object();
         out.set("taken", Json(taken)).set("timedOut", Json(timed_out));
+        out.set("managedOk", Json(managed_ok)).set("unmanagedOk", Json(unmanaged_ok));
+        out.set("enough", Json(enough()));
         s.call("capture_done", exp, args, out, timed_out ? E_FAIL : S_OK);
     }
     job->done.store(true, std::memory_order_release);
@@ -714,13 +730,16 @@ void capture_sample(ExperimentContext& ctx) {
     job->point = ctx.point;
     job->target = target;
     job->samples = ctx.int_arg("samples", 20);
+    job->minManagedOk = ctx.int_arg("minManagedOk", 0);
+    job->minUnmanagedOk = ctx.int_arg("minUnmanagedOk", 0);
+    job->maxSamples = std::max(job->samples, ctx.int_arg("maxSamples", job->samples));
     job->intervalUs = ctx.int_arg("intervalUs", 1000);
     job->timeoutMs = ctx.int_arg("timeoutMs", 2000);
     job->maxCandidates = ctx.int_arg("maxCandidates", 256);
     job->infoFlags = static_cast<ULONG32>(ctx.int_arg("infoFlags", 0));
     job->jitMap = ctx.bool_arg("jitMap", true);
     const std::int64_t budget_ms =
-        ctx.int_arg("totalTimeoutMs", 20000 + job->samples * (job->timeoutMs + job->intervalUs / 1000 + 20));
+        ctx.int_arg("totalTimeoutMs", 20000 + job->maxSamples * (job->timeoutMs + job->intervalUs / 1000 + 20));
     std::thread worker;
     try {
         worker = std::thread(sampling_thread_main, job);
@@ -753,9 +772,12 @@ const ExperimentEntry kRows[] = {
      "A profiler thread sends SIGPROF to the registered thread args.target args.samples times (20), "
      "one every args.intervalUs (1000, fixed deadlines); the handler copies registers, fs_base, the stack (SP to min(SP + 64 KiB, "
      "stack end)) and 256 code bytes around the IP into preallocated buffers, then calls DoStackSnapshot seeded "
-     "from the ucontext (args.infoFlags, 0). One capture_sample call record per sample, then capture_maps, "
-     "capture_jit_map (args.jitMap true) and capture_done. args: timeoutMs (2000, per sample), maxCandidates "
-     "(256, code windows around stack words pointing into executable memory), totalTimeoutMs."},
+     "from the ucontext (args.infoFlags, 0). Past args.samples, sampling goes on (up to args.maxSamples, "
+     "default args.samples) until args.minManagedOk (0) samples had managed code on top and "
+     "args.minUnmanagedOk (0) other code, each with a live walk that returned S_OK. One capture_sample call "
+     "record per sample, then capture_maps, capture_jit_map (args.jitMap true) and capture_done (taken, "
+     "managedOk, unmanagedOk, enough). args: timeoutMs (2000, per sample), maxCandidates (256, code windows "
+     "around stack words pointing into executable memory), totalTimeoutMs."},
 };
 
 }  // namespace

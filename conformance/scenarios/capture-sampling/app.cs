@@ -9,7 +9,8 @@
 // (payload {"name": "sampled", "stack": [...], "phases": [...]}), its own stack leaf first (reflection: the
 // managed frames on the stack whatever place a sample lands in) and the phases it cycles through, in
 // order of their number: each with the place it stands for and the callees that may sit above Work there
-// (its own methods, Enter included, and a namespace prefix for the CoreLib code those call). Before each phase it stores the
+// (its own methods, Enter included, and namespace prefixes for the CoreLib code those call, Enter's
+// Volatile.Write among them). Before each phase it stores the
 // phase's number in a pinned cell whose address it gave the probe (profharness_capture_phase_cell); the
 // probe's signal handler reads the cell at the instant, so each capture says which phase the thread was in
 // by the scenario's own account. Then it marks "capture.register" (the plan registers the thread there),
@@ -142,11 +143,16 @@ namespace ProfHarness.Scenarios
                 var prefixes = new JsonArray();
                 if (Phases[i][2].Length > 0)
                     prefixes.Raw(Json.Str(Phases[i][2]));
+                // Enter's own callee: Tier-0 code (3.1 compiles Enter so at first) calls Volatile.Write
+                prefixes.Raw(Json.Str(EnterCallees));
                 list.Raw(new JsonObject().Add("phase", i).Add("place", Phases[i][0])
                     .Raw("callees", callees.ToString()).Raw("calleePrefixes", prefixes.ToString()).ToString());
             }
             return list.ToString();
         }
+
+        // The CoreLib code Enter calls (Volatile.Write, when Enter is Tier-0 code that does not inline it).
+        const string EnterCallees = "System.Threading.Volatile::";
 
         [MethodImpl(MethodImplOptions.NoInlining)]
         static void Enter(int phase) { Volatile.Write(ref phaseCell[0], phase); }

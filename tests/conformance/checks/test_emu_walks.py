@@ -3,16 +3,41 @@ instant against the emulator's replay of the same capture."""
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 
 import pytest
 
-from conformance.checks.emu_walks import Sample, dss16_emu
-from conformance.suite.verdicts import Status
+from conformance.checks.emu_walks import (
+    CAPTURES,
+    DONE_CALL,
+    EMU_MAX_SAMPLES,
+    Sample,
+    _sampled,
+    dss03_emu,
+    dss07_emu,
+    dss08_emu,
+    dss16_emu,
+)
+from conformance.core import probe
+from conformance.core.runner import RunOutcome, execute, reference_runtime
+from conformance.core.runtimes import Runtime
+from conformance.core.scenarios import compile_scenario, load_scenario
+from conformance.core.trace import Trace
+from conformance.suite.orchestrate import effective_plan
+from conformance.suite.verdicts import Evidence, Status
 from emu.capture import read_capture
+from emu.unwind import StopKind
 from tests.emu.synth import rewrite
 
 LIVE = Path(__file__).resolve().parents[2] / "data" / "captures" / "live"
+#: samples that made DSS-07[emu <version>] (and DSS-03) diverge on a loaded machine, the thread interrupted in
+#: managed code inside a P/Invoke's preemptive-mode window
+TRANSITION = LIVE.parent / "transition"
+SELF = "ProfHarness.Scenarios.CaptureSampling::"
+#: the CoreLib code the scenario's Enter calls (capture-sampling/app.cs, EnterCallees)
+ENTER_CALLEES = "System.Threading.Volatile::"
 RUNTIMES = ("3.1.23", "8.0.4")
 
 
@@ -51,3 +76,156 @@ def test_DSS_16_emu_a_live_walk_that_loses_the_leaf_or_main_differs_from_the_rep
         "managed: the live walk's managed frames are not the replay's, leaf first and main last",
     )
     assert verdict.observed.startswith("1 of 2 sample(s) (DSS-16): managed: ")
+
+
+@pytest.mark.parametrize(
+    ("name", "phase", "function", "back", "later"),
+    [
+        # 8.0.4: back in CaptureSampling::Work from its inlined P/Invoke, before the store that switches the
+        # thread to cooperative mode (its next instruction is 4 bytes on)
+        ("8.0.4-pinvoke-return", "native", "ProfHarness.Scenarios.CaptureSampling::Work", 4, 4),
+        # 3.1.23: in ReadyToRun System.GC::Collect at its call to JIT_PInvokeEnd, back from the QCall (the
+        # call is 6 bytes long)
+        ("3.1.23-pinvoke-helpers", "helper:gc", "System.GC::Collect", 0x16, 6),
+    ],
+)  # fmt: skip
+def test_DSS_07_emu_a_sample_in_a_pinvokes_preemptive_window_starts_at_the_frames_recorded_return_address(
+    tmp_path: Path, name: str, phase: str, function: str, back: int, later: int
+) -> None:
+    """Its IP is managed code, so DSS-07 judges it; but the thread is still in preemptive mode, so the
+    runtime threw the naive seed out and walked from the Frame chain, whose first Frame is the top frame's
+    InlinedCallFrame: its first callback is that frame at the return address the Frame recorded, before the
+    interrupted IP. The replay reports the frame there, and the live walk is the model's."""
+    cap = read_capture(TRANSITION / f"{name}.phcap")
+    sample = Sample.of(cap)
+    r = sample.replay
+    top = r.frames[0]
+    assert (r.place, r.phase, top.function) == ("managed", phase, function)
+    live = cap.manifest.live
+    assert live is not None and live.hresult == 0
+    first = next(f for f in live.frames if f.function_id)
+    assert (first.function_id, first.ip) == (top.function_id, top.ip - back) and top.reported_ip == first.ip
+    for verdict in (dss07_emu([sample]), dss03_emu([sample]), dss16_emu([sample])):
+        assert verdict.status is Status.CONFORMS, verdict.disagreements
+    # one instruction later the thread is in cooperative mode: the runtime uses the seed, and a live walk
+    # that still gave the recorded return address would not start at the interrupted frame
+    regs = cap.manifest.registers.model_copy(update={"rip": top.ip + later})
+    moved = Sample.of(read_capture(rewrite(cap, tmp_path / "later.phcap", registers=regs)))
+    assert moved.replay.frames[0].reported_ip is None
+    verdict = dss07_emu([moved, sample])
+    assert verdict.status is Status.DIVERGES
+    assert verdict.disagreements == (
+        "managed: the live walk does not start at the interrupted managed frame",
+    )
+
+
+def test_DSS_03_emu_a_sample_in_the_vdso_is_replayed_to_the_end_of_the_stack() -> None:
+    """Sampled under load on 8.0.4 (the JIT phase): the thread in the vDSO's clock_gettime, which set up a
+    frame (push rbp; mov rbp, rsp) and reads a data page no capture holds. The replay passes it by scan;
+    taking the caller's RBP from the frame (not the vDSO's own RBP) lets the CFI walk below go on to the
+    end of the stack, so the model's callbacks are the live walk's (the replay stopped after three frames
+    and DSS-03[emu 8.0.4] diverged)."""
+    sample = Sample.of(read_capture(LIVE.parent / "rare" / "8.0.4-vdso-clock-gettime.phcap"))
+    r = sample.replay
+    assert (r.place, r.frames[0].kind, r.stop.kind) == ("helper:jit", "stub", StopKind.END_OF_STACK)
+    assert r.seed is not None and r.live_matches is True
+    for verdict in (dss03_emu([sample]), dss08_emu([sample]), dss16_emu([sample])):
+        assert verdict.status is Status.CONFORMS, verdict.disagreements
+
+
+def test_DSS_16_emu_enters_volatile_write_is_one_of_the_declared_callees_in_every_phase(
+    tmp_path: Path,
+) -> None:
+    """Sampled on 3.1.23 while Enter was still Tier-0 code: the thread in System.Threading.Volatile::Write,
+    called by Enter, phase write-barrier. The live walk and the replay agree, but the scenario declared
+    Enter and not what Enter calls, so the known frames were "not recovered" below an undeclared frame and
+    DSS-16[emu 3.1.23] diverged. The scenario now declares Enter's callee in every phase."""
+    cap = read_capture(LIVE.parent / "rare" / "3.1.23-enter-volatile-write.phcap")
+    declared = cap.manifest.known_callees
+    assert declared is not None and declared.phase == "helper:write-barrier"
+    as_recorded = Sample.of(cap)
+    assert [f.function for f in as_recorded.replay.frames[:3]] == [
+        "System.Threading.Volatile::Write", f"{SELF}Enter", f"{SELF}Work"
+    ]
+    assert dss16_emu([as_recorded]).disagreements == (
+        "managed: the live walk does not give the scenario's frames leaf first",
+    )
+    now = declared.model_copy(update={"prefixes": (*declared.prefixes, ENTER_CALLEES)})
+    sample = Sample.of(read_capture(rewrite(cap, tmp_path / "declared.phcap", known_callees=now)))
+    for verdict in (dss16_emu([sample]), dss03_emu([sample]), dss07_emu([sample])):
+        assert verdict.status is Status.CONFORMS, verdict.disagreements
+
+
+@pytest.mark.live
+def test_the_scenario_declares_enters_callee_in_every_phase(runtimes: list[Runtime]) -> None:
+    trace = _sampling_run(runtimes[0], samples=1, maxSamples=1)
+    (mark,) = [m for m in trace.marks("capture.stack") if m.payload]
+    phases = json.loads(mark.payload or "")["phases"]
+    assert phases and all(
+        f"{SELF}Enter" in p["callees"] and ENTER_CALLEES in p["calleePrefixes"] for p in phases
+    )
+
+
+# -- the sampling: until each judged place has its successful live walks, bounded ---------------------------
+
+
+def _sampling_run(runtime: Runtime, **args: int) -> Trace:
+    """The emu experiment's run on ``runtime`` with its sampling arguments changed to ``args``."""
+    scenario = load_scenario(CAPTURES.scenario)
+    plan = copy.deepcopy(effective_plan(CAPTURES.build(), scenario))
+    entry = next(e for e in plan["experiments"] if e["run"] == "capture_sample")
+    entry["args"].update(args)
+    app = compile_scenario(scenario, reference_runtime())
+    result = execute(scenario, app, runtime, probe.build_probe(), plan=plan, timeout_s=CAPTURES.timeout_s)
+    assert result.outcome is RunOutcome.OK and result.trace is not None, result.describe_failure()
+    return result.trace
+
+
+def _counts_as_sampled(trace: Trace) -> list[tuple[int, int]]:
+    """(managed, other) samples with a successful live walk after each sample, in the order taken."""
+    managed = other = 0
+    out = []
+    for rec in trace.calls("capture_sample"):
+        if rec.out["walk"]["hr"] == 0:
+            if rec.out["where"]["kind"] == "managed":
+                managed += 1
+            else:
+                other += 1
+        out.append((managed, other))
+    return out
+
+
+@pytest.mark.live
+def test_sampling_goes_on_past_its_count_until_each_place_has_its_live_walks_and_stops_there(
+    runtimes: list[Runtime],
+) -> None:
+    """Whatever the machine's load does to where the thread spends its time, the probe stops at the first
+    sample (from args.samples on) after which both places have their successful live walks, or at
+    args.maxSamples; its capture_done record says which."""
+    samples, least, bound = 2, 3, EMU_MAX_SAMPLES
+    for rt in runtimes:
+        trace = _sampling_run(rt, samples=samples, minManagedOk=least, minUnmanagedOk=least, maxSamples=bound)
+        counts = _counts_as_sampled(trace)
+        (done,) = trace.calls(DONE_CALL)
+        enough = [i for i, (m, o) in enumerate(counts) if i + 1 >= samples and m >= least and o >= least]
+        stop = enough[0] + 1 if enough else bound
+        assert len(counts) == done.out["taken"] == stop, rt.version
+        assert done.out["enough"] is bool(enough), rt.version
+        assert (done.out["managedOk"], done.out["unmanagedOk"]) == counts[-1], rt.version
+        assert (done.args["minManagedOk"], done.args["maxSamples"]) == (least, bound), rt.version
+
+
+@pytest.mark.live
+def test_sampling_stops_at_its_bound_and_a_verdict_with_nothing_to_judge_says_so(
+    runtimes: list[Runtime],
+) -> None:
+    rt = runtimes[0]
+    trace = _sampling_run(rt, samples=2, minManagedOk=10**6, minUnmanagedOk=0, maxSamples=5)
+    (done,) = trace.calls(DONE_CALL)
+    assert (done.out["taken"], done.out["enough"], len(trace.calls("capture_sample"))) == (5, False, 5)
+    ev = Evidence(trace=trace, runtime=rt, plan={})
+    assert _sampled(ev) == " in 5 sample(s), the most the plan allows"
+    assert dss07_emu([], sampled=_sampled(ev)).observed == (
+        "no sample with managed code on top had a successful live walk in 5 sample(s), the most the plan "
+        "allows"
+    )
