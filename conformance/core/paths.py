@@ -8,7 +8,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -70,10 +70,11 @@ def glob_escape(text: str) -> str:
 
 
 @contextmanager
-def staged(final: Path, prefix: str) -> Iterator[Path]:
+def staged(final: Path, prefix: str, *, in_place: Callable[[], bool] | None = None) -> Iterator[Path]:
     """A fresh folder beside ``final`` to build into; when the block ends normally it becomes ``final`` with
     one rename, so readers never see a half-built cache entry. If another process renamed its own build into
-    place first, that one is kept. The folder is removed whatever happens."""
+    place first (``in_place()``; by default: ``final`` exists), that one is kept. The folder is removed
+    whatever happens."""
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=prefix, dir=final.parent))
     try:
@@ -81,7 +82,7 @@ def staged(final: Path, prefix: str) -> Iterator[Path]:
         try:
             os.rename(work, final)
         except OSError:
-            if not final.exists():
+            if not (in_place() if in_place is not None else final.exists()):
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -130,3 +131,4 @@ def sealed_entry(final: Path, file_name: str, *, repair: bool = True) -> Path | 
         with contextlib.suppress(OSError):
             aside.rmdir()
     return None
+
