@@ -132,3 +132,21 @@ def sealed_entry(final: Path, file_name: str, *, repair: bool = True) -> Path | 
             aside.rmdir()
     return None
 
+
+def sealed_build(final: Path, file_name: str, build: Callable[[Path], None]) -> Path:
+    """``final/file_name`` of a sealed cache entry (:func:`sealed_entry`), built when needed: once per entry,
+    however many processes ask at once (under the area's lock, rechecked there; the staging folders of killed
+    builds of this key are cleared first). ``build(work)`` writes ``file_name`` and whatever goes with it
+    into a fresh folder (:func:`staged`); the file is sealed and the folder renamed into place."""
+    built = final / file_name
+    if sealed_entry(final, file_name, repair=False) is not None:
+        return built
+    with area_lock(final.parent):
+        if sealed_entry(final, file_name) is not None:
+            return built
+        prefix = f".{final.name[:12]}-"
+        clear_staging(final.parent, prefix)
+        with staged(final, prefix=prefix) as work:
+            build(work)
+            seal(work / file_name)
+    return built
