@@ -112,14 +112,6 @@ class BundledRuntime(BaseModel):
     version: str
 
     @property
-    def host_in_wheel(self) -> str:
-        return f"{self.root_in_wheel}/dotnet"
-
-    @property
-    def framework_in_wheel(self) -> str:
-        return f"{self.root_in_wheel}/shared/{FRAMEWORK_NAME}/{self.version}"
-
-    @property
     def requirement(self) -> str:
         return f"{self.package}=={self.pin}"
 
@@ -135,12 +127,14 @@ class BundledRuntime(BaseModel):
     def install_dir(self) -> Path:
         return cache_dir() / "runtimes" / self.version
 
-    def runtime(self) -> Runtime:
-        root = self.install_dir()
+    def runtime(self, root: Path | None = None) -> Runtime:
+        """The runtime as unpacked into ``root`` (by default :meth:`install_dir`) from the wheel's dotnet
+        root: the host ``dotnet`` and the framework ``shared/Microsoft.NETCore.App/<version>``."""
+        root = self.install_dir() if root is None else root
         return Runtime(
             version=self.version,
-            host=root / _relative(self.host_in_wheel, self.root_in_wheel),
-            framework_dir=root / _relative(self.framework_in_wheel, self.root_in_wheel),
+            host=root / "dotnet",
+            framework_dir=root / "shared" / FRAMEWORK_NAME / self.version,
             source=self.source,
         )
 
@@ -153,10 +147,6 @@ class BundledRuntime(BaseModel):
             return marker.read_text().strip() == self.marker_text()
         except OSError:
             return False
-
-
-def _relative(path: str, root: str) -> str:
-    return str(Path(path).relative_to(root))
 
 
 BUNDLED: tuple[BundledRuntime, ...] = (
@@ -287,7 +277,7 @@ def _install_locked(bundled: BundledRuntime) -> Runtime:
             shutil.rmtree(stale, ignore_errors=True)
     runtime = bundled.runtime()
     if not runtime.host.is_file():
-        raise HarnessError(f"{wheel}: no dotnet host at {bundled.host_in_wheel} in the wheel")
+        raise HarnessError(f"{wheel}: no dotnet host at {bundled.root_in_wheel}/dotnet in the wheel")
     return runtime
 
 
