@@ -16,8 +16,10 @@ below were read from public headers and declared here by field name, offset and 
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -63,39 +65,21 @@ XSTATE = 0x40
 #: Flags the OS / runtime may set besides the parts (CONTEXT_UNWOUND_TO_CALL, CONTEXT_EXCEPTION_*).
 STATUS_FLAGS = 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80000000
 
-CONTEXT_AMD64_CONTROL = CONTEXT_AMD64 | CONTROL
-CONTEXT_AMD64_INTEGER = CONTEXT_AMD64 | INTEGER
-CONTEXT_AMD64_SEGMENTS = CONTEXT_AMD64 | SEGMENTS
-CONTEXT_AMD64_FLOATING_POINT = CONTEXT_AMD64 | FLOATING_POINT
-CONTEXT_AMD64_DEBUG_REGISTERS = CONTEXT_AMD64 | DEBUG_REGISTERS
+# winnt.h's named combinations (one part: amd64_flags(PART), x86_flags(PART))
 CONTEXT_AMD64_FULL = CONTEXT_AMD64 | CONTROL | INTEGER | FLOATING_POINT
 CONTEXT_AMD64_ALL = CONTEXT_AMD64 | CONTROL | INTEGER | SEGMENTS | FLOATING_POINT | DEBUG_REGISTERS
-CONTEXT_AMD64_XSTATE = CONTEXT_AMD64 | XSTATE
-
-CONTEXT_I386_CONTROL = CONTEXT_I386 | CONTROL
-CONTEXT_I386_INTEGER = CONTEXT_I386 | INTEGER
-CONTEXT_I386_SEGMENTS = CONTEXT_I386 | SEGMENTS
-CONTEXT_I386_FLOATING_POINT = CONTEXT_I386 | FLOATING_POINT
-CONTEXT_I386_DEBUG_REGISTERS = CONTEXT_I386 | DEBUG_REGISTERS
-CONTEXT_I386_EXTENDED_REGISTERS = CONTEXT_I386 | EXTENDED_REGISTERS
 CONTEXT_I386_FULL = CONTEXT_I386 | CONTROL | INTEGER | SEGMENTS
 CONTEXT_I386_ALL = CONTEXT_I386_FULL | FLOATING_POINT | DEBUG_REGISTERS | EXTENDED_REGISTERS
 
 
 def amd64_flags(*parts: int) -> int:
     """CONTEXT_AMD64 | the given parts (CONTROL, INTEGER, ...)."""
-    value = CONTEXT_AMD64
-    for part in parts:
-        value |= part
-    return value
+    return functools.reduce(operator.or_, parts, CONTEXT_AMD64)
 
 
 def x86_flags(*parts: int) -> int:
     """CONTEXT_i386 | the given parts."""
-    value = CONTEXT_I386
-    for part in parts:
-        value |= part
-    return value
+    return functools.reduce(operator.or_, parts, CONTEXT_I386)
 
 
 class ContextError(ModelError):
@@ -118,6 +102,18 @@ class ContextFieldError(ContextError):
     """An unknown field, a value that does not fit its field, or two overlapping fields given at once."""
 
 
+#: the ContextFlags parts both architectures define (x86 adds EXTENDED_REGISTERS, its FXSAVE area)
+_COMMON_PARTS = CONTROL | INTEGER | SEGMENTS | FLOATING_POINT | DEBUG_REGISTERS | XSTATE
+#: what winnt.h fixes for each architecture's CONTEXT: the ContextFlags architecture bit, the part bits the
+#: architecture defines and the structure's alignment
+_ARCH_CONTEXT: Mapping[Arch, tuple[int, int, int]] = MappingProxyType(
+    {
+        Arch.AMD64: (CONTEXT_AMD64, _COMMON_PARTS, 16),
+        Arch.X86: (CONTEXT_I386, _COMMON_PARTS | EXTENDED_REGISTERS, 4),
+    }
+)
+
+
 @dataclass(frozen=True)
 class ContextLayout:
     """One CONTEXT structure: field name -> (offset, size in bytes). Fields may overlap (C unions)."""
@@ -125,13 +121,24 @@ class ContextLayout:
     arch: Arch
     name: str
     size: int
-    alignment: int
     fields: Mapping[str, tuple[int, int]]
-    #: ContextFlags architecture bit and the part bits the architecture defines.
-    arch_flag: int
-    part_flags: int
     #: size of the structure the header declares; ``size`` may be larger (:meth:`with_size`).
     declared_size: int = field(default=0)
+
+    @property
+    def arch_flag(self) -> int:
+        """The ContextFlags bit of the architecture."""
+        return _ARCH_CONTEXT[self.arch][0]
+
+    @property
+    def part_flags(self) -> int:
+        """The ContextFlags part bits the architecture defines."""
+        return _ARCH_CONTEXT[self.arch][1]
+
+    @property
+    def alignment(self) -> int:
+        """The structure's alignment in bytes (its size is a multiple of it)."""
+        return _ARCH_CONTEXT[self.arch][2]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
@@ -181,16 +188,12 @@ class ContextLayout:
             raise ContextMisaligned(f"{self.name}: size {size} is not a multiple of {self.alignment}")
         if size == self.size:
             return self
-        return ContextLayout(
-            arch=self.arch,
-            name=f"{self.name}[{size}]",
-            size=size,
-            alignment=self.alignment,
-            fields=self.fields,
-            arch_flag=self.arch_flag,
-            part_flags=self.part_flags,
-            declared_size=self.declared_size,
-        )
+        return replace(self, name=f"{self.name}[{size}]", size=size)
+
+    def extended(self, name: str, size: int, tail: Mapping[str, tuple[int, int]]) -> ContextLayout:
+        """A structure of ``size`` bytes that begins with this one (every field where it is) and declares the
+        fields ``tail`` after it."""
+        return replace(self, name=name, size=size, fields={**self.fields, **tail}, declared_size=size)
 
     # -- bytes -----------------------------------------------------------------------------------------
     def pack(self, values: Mapping[str, int]) -> bytes:
@@ -301,30 +304,14 @@ def _x86_fields() -> dict[str, tuple[int, int]]:
 
 
 #: winnt.h AMD64 CONTEXT (also the PAL's up to LastExceptionFromRip): 1232 bytes, 16-aligned.
-AMD64_CONTEXT = ContextLayout(
-    arch=Arch.AMD64,
-    name="AMD64 CONTEXT",
-    size=0x4D0,
-    alignment=16,
-    fields=_amd64_fields(),
-    arch_flag=CONTEXT_AMD64,
-    part_flags=CONTROL | INTEGER | SEGMENTS | FLOATING_POINT | DEBUG_REGISTERS | XSTATE,
-)
+AMD64_CONTEXT = ContextLayout(Arch.AMD64, "AMD64 CONTEXT", size=0x4D0, fields=_amd64_fields())
 
 #: winnt.h x86 CONTEXT: 716 bytes, 4-aligned.
-X86_CONTEXT = ContextLayout(
-    arch=Arch.X86,
-    name="x86 CONTEXT",
-    size=0x2CC,
-    alignment=4,
-    fields=_x86_fields(),
-    arch_flag=CONTEXT_I386,
-    part_flags=CONTROL | INTEGER | SEGMENTS | FLOATING_POINT | DEBUG_REGISTERS | EXTENDED_REGISTERS | XSTATE,
-)
+X86_CONTEXT = ContextLayout(Arch.X86, "x86 CONTEXT", size=0x2CC, fields=_x86_fields())
 
 
-def _pal_xstate_fields() -> dict[str, tuple[int, int]]:
-    f = _amd64_fields()
+def _pal_xstate_tail() -> dict[str, tuple[int, int]]:
+    f: dict[str, tuple[int, int]] = {}
     f["XStateFeaturesMask"] = (0x4D0, 8)
     f["XStateReserved0"] = (0x4D8, 8)
     f.update(_seq([f"Ymm{i}H" for i in range(16)], 0x4E0, 16))
@@ -336,16 +323,7 @@ def _pal_xstate_fields() -> dict[str, tuple[int, int]]:
 
 #: The PAL's AMD64 CONTEXT with the XSTATE / AVX / AVX-512 tail (pal.h of runtimes with AVX-512 context
 #: support): 0xC20 = 3104 bytes; a prefix-compatible extension of :data:`AMD64_CONTEXT`.
-AMD64_PAL_XSTATE = ContextLayout(
-    arch=Arch.AMD64,
-    name="PAL AMD64 CONTEXT (XSTATE, AVX-512)",
-    size=0xC20,
-    alignment=16,
-    fields=_pal_xstate_fields(),
-    arch_flag=CONTEXT_AMD64,
-    part_flags=AMD64_CONTEXT.part_flags,
-    declared_size=0xC20,
-)
+AMD64_PAL_XSTATE = AMD64_CONTEXT.extended("PAL AMD64 CONTEXT (XSTATE, AVX-512)", 0xC20, _pal_xstate_tail())
 
 
 def amd64_layout_for_size(size: int) -> ContextLayout:

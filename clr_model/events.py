@@ -111,32 +111,34 @@ class _Event(BaseModel):
     thread: ThreadId = 0
 
 
-class ProfilerCallback(_Event):
+class _Call(_Event):
+    """A call across the profiling API, either way: the method (or registered function) ``name`` with its
+    arguments, what came back besides the HRESULT, and the HRESULT."""
+
+    kind: str
+    name: str = Field(min_length=1)
+    phase: Phase = "whole"
+    args: Args = Field(default_factory=dict)
+    #: what the callee gave back besides its HRESULT (FunctionIDMapper: clientData, pbHookFunction)
+    out: Args = Field(default_factory=dict)
+    #: what the callee returned (None: not known, or not returned yet)
+    hr: HResultValue | None = None
+
+
+class ProfilerCallback(_Call):
     """The runtime called the profiler: ``name`` is the ICorProfilerCallback method or the function the
     profiler registered (FunctionEnter2, FunctionIDMapper, StackSnapshotCallback)."""
 
     kind: Literal["callback"] = "callback"
-    name: str = Field(min_length=1)
-    phase: Phase = "whole"
-    args: Args = Field(default_factory=dict)
-    #: what the profiler gave back besides its HRESULT (FunctionIDMapper: clientData, pbHookFunction)
-    out: Args = Field(default_factory=dict)
-    #: what the profiler returned (None: not known, or not returned yet)
-    hr: HResultValue | None = None
     #: what an independent source (the scenario) knows about this callback, e.g. FunctionEnter2's
     #: ``funcId`` (the function control really passes to) and ``token`` (its metadata token)
     truth: Args = Field(default_factory=dict)
 
 
-class InfoCall(_Event):
+class InfoCall(_Call):
     """The profiler called the ICorProfilerInfo method ``name`` on ``thread``."""
 
     kind: Literal["info_call"] = "info_call"
-    name: str = Field(min_length=1)
-    phase: Phase = "whole"
-    args: Args = Field(default_factory=dict)
-    out: Args = Field(default_factory=dict)
-    hr: HResultValue | None = None
     #: the recorder knows this call can trigger a garbage collection (besides the methods the API table says
     #: certainly trigger one: ``triggers-gc``)
     may_trigger_gc: bool = False

@@ -133,7 +133,9 @@ def _check_disjoint(clause: str, space: str, starts: U64, lengths: U64) -> None:
 
 
 class RangeTable:
-    """The three parallel arrays of one MovedReferences2 call, validated; immutable."""
+    """The three parallel arrays of one MovedReferences2 call (``oldObjectIDRangeStart``,
+    ``newObjectIDRangeStart``, ``cObjectIDRangeLength``; ``count``: ``cMovedObjectIDRanges``), validated;
+    immutable."""
 
     __slots__ = (
         "_buckets", "_delta_s", "_end_s", "_len_s", "_new_s", "_next_s", "_old_s", "_order", "_shift",
@@ -215,17 +217,6 @@ class RangeTable:
         if inside is not None:
             found &= inside
         return k, found
-
-    @classmethod
-    def from_arrays(
-        cls,
-        old: Sequence[int] | npt.NDArray[np.generic],
-        new: Sequence[int] | npt.NDArray[np.generic],
-        lengths: Sequence[int] | npt.NDArray[np.generic],
-        count: int | None = None,
-    ) -> RangeTable:
-        """Build from ``oldObjectIDRangeStart``, ``newObjectIDRangeStart``, ``cObjectIDRangeLength``."""
-        return cls(old, new, lengths, count)
 
     def __len__(self) -> int:
         return int(self.old.size)

@@ -602,18 +602,14 @@ def _diff(
 
     # (sort position, violation): sequence faults in walk order
     found: list[tuple[int, Violation]] = []
+
+    def flag(j: int, clause: str, message: str) -> None:
+        """A violation at observed callback #j (and sorted there)."""
+        found.append((j, Violation(clause=clause, message=message, index=j)))
+
     for i, j in moved:
-        found.append(
-            (
-                j,
-                Violation(
-                    clause="DSS-16",
-                    message=f"{_who(obs_ids[j], names)} comes out of order: the model has it at #{i} "
-                    "(leaf first)",
-                    index=j,
-                ),
-            )
-        )
+        who = _who(obs_ids[j], names)
+        flag(j, "DSS-16", f"{who} comes out of order: the model has it at #{i} (leaf first)")
 
     def gap_of(index: int, side: int) -> int:
         """How many aligned pairs come before ``index`` (0: expected side, 1: observed side)."""
@@ -631,17 +627,8 @@ def _diff(
                 clause = "DSS-30" if o == 0 and j == 0 and inp.thread.top_kind == "helper" else "DSS-15"
             else:
                 clause = "DSS-03"
-            found.append(
-                (
-                    j,
-                    Violation(
-                        clause=clause,
-                        message=f"a callback for {_who(o, names)} where the model has {_who(e, names)} "
-                        f"(its #{i})",
-                        index=j,
-                    ),
-                )
-            )
+            flag(j, clause, f"a callback for {_who(o, names)} where the model has {_who(e, names)} "
+                 f"(its #{i})")
         for i in gap_lost[len(substituted) :]:
             e = exp_ids[i]
             if e == 0:
@@ -677,68 +664,36 @@ def _diff(
                 clause, msg = "DSS-03", f"{_who(o, names)} reported again"
             else:
                 clause, msg = "DSS-03", f"a callback for {_who(o, names)}, not a frame of the thread"
-            found.append((j, Violation(clause=clause, message=msg, index=j)))
+            flag(j, clause, msg)
 
     for i, j in sorted([*pairs, *moved], key=lambda p: p[1]):
         exp, obs = expected[i], observed[j]
         if obs.client_data != exp.client_data:  # DSS-04: the model's prediction for this callback
-            found.append(
-                (
-                    j,
-                    Violation(
-                        clause="DSS-04",
-                        message=f"clientData {obs.client_data:#x}, the model's callback gets "
-                        f"{exp.client_data:#x}",
-                        index=j,
-                    ),
-                )
-            )
+            got, wanted = obs.client_data, exp.client_data
+            flag(j, "DSS-04", f"clientData {got:#x}, the model's callback gets {wanted:#x}")
         if (obs.context is None) != (exp.context is None) or obs.context_size != exp.context_size:
-            found.append(
-                (
-                    j,
-                    Violation(
-                        clause="DSS-05",
-                        message=f"context {'present' if obs.context else 'absent'} (size {obs.context_size}),"
-                        f" infoFlags {inp.info_flags:#x} calls for "
-                        f"{'one' if exp.context else 'none'} (size {exp.context_size})",
-                        index=j,
-                    ),
-                )
+            flag(
+                j,
+                "DSS-05",
+                f"context {'present' if obs.context else 'absent'} (size {obs.context_size}), infoFlags "
+                f"{inp.info_flags:#x} calls for {'one' if exp.context else 'none'} (size {exp.context_size})",
             )
         if obs.hr is not None and exp.hr is not None and obs.hr != exp.hr:
-            found.append(
-                (
-                    j,
-                    Violation(
-                        clause="DSS-26",
-                        message=f"the callback returned {format_hresult(obs.hr)}, the model's callback "
-                        f"returns {format_hresult(exp.hr)}",
-                        index=j,
-                    ),
-                )
+            flag(
+                j,
+                "DSS-26",
+                f"the callback returned {format_hresult(obs.hr)}, the model's callback returns "
+                f"{format_hresult(exp.hr)}",
             )
         if compare_addresses:
             if obs.ip != exp.ip:
-                found.append(
-                    (
-                        j,
-                        Violation(
-                            clause="DSS-03", message=f"ip {obs.ip:#x}, the frame's is {exp.ip:#x}", index=j
-                        ),
-                    )
-                )
+                flag(j, "DSS-03", f"ip {obs.ip:#x}, the frame's is {exp.ip:#x}")
             if obs.context is not None and exp.context is not None and obs.context != exp.context:
-                found.append(
-                    (
-                        j,
-                        Violation(
-                            clause="DSS-05",
-                            message=f"context ip/sp {obs.context.ip:#x}/{obs.context.sp:#x}, the frame's "
-                            f"are {exp.context.ip:#x}/{exp.context.sp:#x}",
-                            index=j,
-                        ),
-                    )
+                flag(
+                    j,
+                    "DSS-05",
+                    f"context ip/sp {obs.context.ip:#x}/{obs.context.sp:#x}, the frame's are "
+                    f"{exp.context.ip:#x}/{exp.context.sp:#x}",
                 )
     found.sort(key=lambda f: f[0])
     out.extend(v for _, v in found)

@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -60,6 +60,7 @@ from pydantic import (
     model_validator,
 )
 
+from clr_model.abi import ISA, Arch
 from clr_model.context import X86_CONTEXT, ContextError, ContextLayout, runtime_context_layout
 from emu.errors import CaptureFormatError
 
@@ -126,11 +127,32 @@ class CaptureArch(StrEnum):
     X86 = "x86"
 
 
-class X64Registers(BaseModel):
-    """The ucontext general registers (``gregs``, sys/ucontext.h names, lower case) plus ``fs_base``."""
+class _Registers(BaseModel):
+    """The registers of a capture: by name, and its stack and instruction pointers (named by the ISA)."""
 
     model_config = _FROZEN
+    arch: Arch
+    #: the fields that are no integer register (besides ``arch``)
+    not_general: ClassVar[frozenset[str]] = frozenset()
+
+    def general(self) -> dict[str, int]:
+        """The integer registers by name: every field but ``arch`` and :attr:`not_general`."""
+        return {k: v for k, v in self.model_dump().items() if k != "arch" and k not in self.not_general}
+
+    @property
+    def sp(self) -> int:
+        return int(getattr(self, ISA[self.arch].sp))
+
+    @property
+    def ip(self) -> int:
+        return int(getattr(self, ISA[self.arch].ip))
+
+
+class X64Registers(_Registers):
+    """The ucontext general registers (``gregs``, sys/ucontext.h names, lower case) plus ``fs_base``."""
+
     arch: Literal["x64"] = "x64"
+    not_general: ClassVar[frozenset[str]] = frozenset({"csgsfs", "err", "trapno", "oldmask", "cr2"})
     r8: U64 = 0
     r9: U64 = 0
     r10: U64 = 0
@@ -156,27 +178,14 @@ class X64Registers(BaseModel):
     cr2: U64 = 0
     fs_base: U64 = 0
 
-    def general(self) -> dict[str, int]:
-        """The integer registers by name (r8..r15, rdi, ..., rsp, rip, efl, fs_base)."""
-        skip = {"arch", "csgsfs", "err", "trapno", "oldmask", "cr2"}
-        return {k: v for k, v in self.model_dump().items() if k not in skip}
 
-    @property
-    def sp(self) -> int:
-        return self.rsp
-
-    @property
-    def ip(self) -> int:
-        return self.rip
-
-
-class X86Registers(BaseModel):
+class X86Registers(_Registers):
     """The i386 general registers (ucontext ``gregs`` names of sys/ucontext.h, lower case: ``efl`` is
     EFLAGS), the segment selectors, and ``gs_base``: the base of the GS segment, which the i386 ABI uses
     for thread-local storage (what ``PTRACE_GETREGS`` from a 64-bit tracer reports as ``gs_base``)."""
 
-    model_config = _FROZEN
     arch: Literal["x86"] = "x86"
+    not_general: ClassVar[frozenset[str]] = frozenset({"cs", "ss", "ds", "es", "fs", "gs"})
     eax: U32 = 0
     ecx: U32 = 0
     edx: U32 = 0
@@ -194,19 +203,6 @@ class X86Registers(BaseModel):
     fs: Annotated[int, Field(ge=0, lt=2**16)] = 0
     gs: Annotated[int, Field(ge=0, lt=2**16)] = 0
     gs_base: U32 = 0
-
-    def general(self) -> dict[str, int]:
-        """The integer registers by name (eax..edi, esp, ebp, eip, efl, gs_base)."""
-        skip = {"arch", "cs", "ss", "ds", "es", "fs", "gs"}
-        return {k: v for k, v in self.model_dump().items() if k not in skip}
-
-    @property
-    def sp(self) -> int:
-        return self.esp
-
-    @property
-    def ip(self) -> int:
-        return self.eip
 
 
 def _registers_tag(value: Any) -> str:

@@ -20,12 +20,15 @@ import ctypes
 import os
 import signal
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from emu.capture import X64Registers, X86Registers
 from emu.errors import EmuError
 
 __all__ = ["USER32_CS", "USER_CS", "Tracee", "UserRegs"]
+
+T = TypeVar("T")
 
 _PTRACE_CONT, _PTRACE_GETREGS, _PTRACE_SETREGS = 7, 12, 13
 _PTRACE_ATTACH, _PTRACE_DETACH = 16, 17
@@ -115,30 +118,27 @@ class Tracee:
             time.sleep(0.001)
 
     # -- memory ------------------------------------------------------------------------------------
-    def read(self, address: int, size: int) -> bytes:
-        fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
+    def _mem(self, mode: int, what: str, size: int, address: int, io: Callable[[int], T]) -> T:
+        """``io`` on the tracee's /proc/<pid>/mem opened with ``mode``; its OSError names what it did to
+        ``size`` bytes at ``address``."""
+        fd = os.open(f"/proc/{self.pid}/mem", mode)
         try:
-            data = os.pread(fd, size, address)
+            return io(fd)
         except OSError as exc:
             raise EmuError(
-                f"pid {self.pid}: cannot read {size} bytes at {address:#x}: {exc.strerror}"
+                f"pid {self.pid}: cannot {what} {size} bytes at {address:#x}: {exc.strerror}"
             ) from None
         finally:
             os.close(fd)
+
+    def read(self, address: int, size: int) -> bytes:
+        data = self._mem(os.O_RDONLY, "read", size, address, lambda fd: os.pread(fd, size, address))
         if len(data) != size:
             raise EmuError(f"pid {self.pid}: short read of {size} bytes at {address:#x}")
         return data
 
     def write(self, address: int, data: bytes) -> None:
-        fd = os.open(f"/proc/{self.pid}/mem", os.O_WRONLY)
-        try:
-            done = os.pwrite(fd, data, address)
-        except OSError as exc:
-            raise EmuError(
-                f"pid {self.pid}: cannot write {len(data)} bytes at {address:#x}: {exc.strerror}"
-            ) from None
-        finally:
-            os.close(fd)
+        done = self._mem(os.O_WRONLY, "write", len(data), address, lambda fd: os.pwrite(fd, data, address))
         if done != len(data):
             raise EmuError(f"pid {self.pid}: short write of {len(data)} bytes at {address:#x}")
 

@@ -32,9 +32,11 @@ from clr_model.stacksnapshot import (
     ObservedCallback,
     Os,
     Platform,
+    Seed,
     Snapshot,
     SnapshotInput,
     ThreadModel,
+    ThreadState,
     UnmanagedFrame,
     Violation,
     WalkOutcome,
@@ -145,6 +147,29 @@ class WalkRequest:
             return CallbackBehaviour()
         reply = self.number("abortReply", _S_OK) & 0xFFFFFFFF
         return CallbackBehaviour(returns=(*([_S_OK] * at), reply))
+
+    def model_input(
+        self,
+        walk: TraceWalk,
+        thread: ThreadModel,
+        state: ThreadState,
+        platform: Platform,
+        *,
+        seed: Seed | None = None,
+        context_size: int = 0,
+    ) -> SnapshotInput:
+        """The model's input for this entry's walk of ``thread`` in ``state``: infoFlags, clientData and the
+        callback's replies as planned (the probe's own values where the plan leaves them to it)."""
+        return SnapshotInput(
+            thread=thread,
+            state=state,
+            info_flags=self.info_flags(walk),
+            seed=seed,
+            context_size=context_size,
+            client_data=self.client_data(walk),
+            platform=platform,
+            callback=self.callback(),
+        )
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.args.get(name, default)

@@ -32,7 +32,7 @@ frame. Every judge lists every disagreement of its clause, one stable line each 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clr_model.async_safety import (
@@ -49,7 +49,6 @@ from clr_model.context import runtime_context_size
 from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.stacksnapshot import (
     Os,
-    SnapshotInput,
     ThreadModel,
     ThreadState,
     author_violations,
@@ -73,7 +72,7 @@ from conformance.adapters.stack import (
 )
 from conformance.core.errors import HarnessError
 from conformance.core.trace import CallRecord, Trace
-from conformance.suite.registry import experiment, judge
+from conformance.suite.registry import JudgeFn, experiment, judge
 from conformance.suite.verdicts import Evidence, Judgement, Status
 
 __all__ = [
@@ -181,16 +180,9 @@ def _compare(
     # the seed's size as planned when the plan names it; else the probe's own buffer size (8192)
     planned = request.context_size(runtime_context_size(ev.runtime.version)) if seeded else None
     size = planned if planned is not None else int(walk.arg("contextSize") or 0) if seeded else 0
-    model_input = SnapshotInput(
-        thread=thread,
-        state=state,
-        info_flags=request.info_flags(walk),
-        seed=seed_for(thread) if seeded else None,
-        context_size=size,
-        client_data=request.client_data(walk),
-        platform=platform_for(ev.runtime.version, os),
-        callback=request.callback(),
-    )
+    platform = platform_for(ev.runtime.version, os)
+    seed = seed_for(thread) if seeded else None
+    model_input = request.model_input(walk, thread, state, platform, seed=seed, context_size=size)
     names = ObservedNames.from_trace(trace)
     return truth, compare_walk(
         _walk_name(entry, role), walk, model_input, ids, names, planned_context_size=planned
@@ -222,26 +214,40 @@ def _judgement(
     evidence: Sequence[int],
     picture_of: WalkComparison | None = None,
 ) -> Judgement:
-    return Judgement(
-        status=Status.DIVERGES if lines else Status.CONFORMS,
-        observed=observed + _bracket(lines),
-        expected=expected,
-        evidence=tuple(evidence),
-        picture=tuple(picture_of.picture()) if picture_of is not None else (),
-        disagreements=tuple(lines),
+    picture = picture_of.picture() if picture_of is not None else ()
+    return Judgement.from_disagreements(
+        lines, observed=observed + _bracket(lines), expected=expected, evidence=evidence, picture=picture
     )
+
+
+def _both(
+    truth: GroundTruth,
+    first: WalkComparison,
+    second: WalkComparison,
+    observed: tuple[str, str],
+    expected: tuple[str, str],
+) -> Judgement:
+    """Two walks of the target, every disagreement of either; the texts name each walk (``observed``,
+    ``expected``: the two names in each text), the picture is the second's."""
+    return _judgement(
+        _lines(first, second),
+        f"{observed[0]}: {first.observed_text}; {observed[1]}: {second.observed_text}",
+        f"{expected[0]}: {first.expected_text}; {expected[1]}: {second.expected_text}",
+        (truth.seq, *first.walk.seqs, *second.walk.seqs),
+        second,
+    )
+
+
+def _async_judge(clause: str, what: str, *uses: str) -> Callable[[JudgeFn], JudgeFn]:
+    """Register a judge of ``clause`` on the async-walks run, reading the plan entries ``uses``."""
+    return judge(clause, ASYNC_WALKS, what=what, uses=uses)
 
 
 # --------------------------------------------------------------------------------------------------
 # Judges
 
 
-@judge(
-    "DSS-02",
-    ASYNC_WALKS,
-    what="walk of a running other thread: the CLR suspends it (page)",
-    uses=(CROSS_RUNNING,),
-)
+@_async_judge("DSS-02", "walk of a running other thread: the CLR suspends it (page)", CROSS_RUNNING)
 def judge_dss02(ev: Evidence) -> Judgement:
     """DSS-02 as the page says it: another thread's ThreadID -> the CLR suspends it, walks, resumes."""
     truth, check = _compare(ev, CROSS_RUNNING, ThreadState.OTHER_SUSPENDED_BY_CLR, os=Os.WINDOWS)
@@ -256,12 +262,7 @@ def judge_dss02(ev: Evidence) -> Judgement:
     )
 
 
-@judge(
-    "DSS-06",
-    ASYNC_WALKS,
-    what="a CONTEXT seed's registers start the walk (signal handler)",
-    uses=(SIGNAL_SEEDED,),
-)
+@_async_judge("DSS-06", "a CONTEXT seed's registers start the walk (signal handler)", SIGNAL_SEEDED)
 def judge_dss06(ev: Evidence) -> Judgement:
     """DSS-06: the seed is a Win32-layout CONTEXT (the PAL's AMD64 CONTEXT on Linux, built from the
     interrupted ucontext) of contextSize bytes; the runtime reads the walk's start from its registers, so the
@@ -337,12 +338,7 @@ def _interrupted_in_leaf(ev: Evidence, entry: str, truth: GroundTruth) -> tuple[
     return True, "", call.seq
 
 
-@judge(
-    "DSS-08",
-    ASYNC_WALKS,
-    what="seeded signal-handler walk starts at the seed's frame",
-    uses=(SIGNAL_SEEDED,),
-)
+@_async_judge("DSS-08", "seeded signal-handler walk starts at the seed's frame", SIGNAL_SEEDED)
 def judge_dss08(ev: Evidence) -> Judgement:
     """DSS-08: with helper code on top, the seeded walk starts at the seed's frame (Park)."""
     _require_seeded(ev, SIGNAL_SEEDED, True)
@@ -366,12 +362,7 @@ def judge_dss08(ev: Evidence) -> Judgement:
     )
 
 
-@judge(
-    "DSS-09",
-    ASYNC_WALKS,
-    what="asynchronous walk with the seed the rule asks for",
-    uses=(SIGNAL_SEEDED, SIGNAL_UNSEEDED),
-)
+@_async_judge("DSS-09", "asynchronous walk with the seed the rule asks for", SIGNAL_SEEDED, SIGNAL_UNSEEDED)
 def judge_dss09(ev: Evidence) -> Judgement:
     """DSS-09 (author rule, checked live from the runtime's side): the walk the rule asks for (seeded) gives
     the stack; the validator flags the unseeded one, and the runtime does not deliver it either."""
@@ -394,53 +385,35 @@ def judge_dss09(ev: Evidence) -> Judgement:
     )
 
 
-@judge(
-    "DSS-13",
-    ASYNC_WALKS,
-    what="other threads: E_NOTIMPL running, stack under SuspendRuntime (model)",
-    uses=(CROSS_RUNNING, NATIVE_THREAD),
-)
+@_async_judge("DSS-13", "other threads: E_NOTIMPL running, stack under SuspendRuntime (model)",
+              CROSS_RUNNING, NATIVE_THREAD)
 def judge_dss13(ev: Evidence) -> Judgement:
     """DSS-13 (ambiguity): the model's choice on Unix: a running other thread -> E_NOTIMPL; a walk while the
     runtime is suspended (SuspendRuntime) -> the target's stack."""
     truth, running = _compare(ev, CROSS_RUNNING, ThreadState.OTHER_SUSPENDED_BY_CLR)
     _, suspended = _compare(ev, NATIVE_THREAD, ThreadState.OTHER_RUNTIME_SUSPENDED, role="suspended")
-    return _judgement(
-        _lines(running, suspended),
-        f"running target: {running.observed_text}; under SuspendRuntime: {suspended.observed_text}",
-        f"running target: {running.expected_text}; under SuspendRuntime: {suspended.expected_text}",
-        (truth.seq, *running.walk.seqs, *suspended.walk.seqs),
-        suspended,
-    )
+    names = ("running target", "under SuspendRuntime")
+    return _both(truth, running, suspended, names, names)
 
 
-@judge(
-    "DSS-18",
-    ASYNC_WALKS,
-    what="asynchronous walks: other thread and signal-hijacked own thread",
-    uses=(NATIVE_THREAD, SIGNAL_SEEDED),
-)
+@_async_judge("DSS-18", "asynchronous walks: other thread and signal-hijacked own thread",
+              NATIVE_THREAD, SIGNAL_SEEDED)
 def judge_dss18(ev: Evidence) -> Judgement:
     """DSS-18: both kinds of asynchronous walk give the target's stack: another thread (runtime suspended)
     and the current thread hijacked by a signal (seeded from the interrupted context)."""
     truth, other = _compare(ev, NATIVE_THREAD, ThreadState.OTHER_RUNTIME_SUSPENDED, role="suspended")
     _, hijacked = _compare(ev, SIGNAL_SEEDED, ThreadState.CURRENT_SIGNAL_INTERRUPTED)
-    return _judgement(
-        _lines(other, hijacked),
-        f"other thread (runtime suspended): {other.observed_text}; own thread from a signal handler "
-        f"(seeded): {hijacked.observed_text}",
-        f"other thread: {other.expected_text}; signal handler: {hijacked.expected_text}",
-        (truth.seq, *other.walk.seqs, *hijacked.walk.seqs),
+    return _both(
+        truth,
+        other,
         hijacked,
+        ("other thread (runtime suspended)", "own thread from a signal handler (seeded)"),
+        ("other thread", "signal handler"),
     )
 
 
-@judge(
-    "DSS-20",
-    ASYNC_WALKS,
-    what="unseeded asynchronous walks skip only top managed frames",
-    uses=(NATIVE_THREAD, SIGNAL_UNSEEDED),
-)
+@_async_judge("DSS-20", "unseeded asynchronous walks skip only top managed frames",
+              NATIVE_THREAD, SIGNAL_UNSEEDED)
 def judge_dss20(ev: Evidence) -> Judgement:
     """DSS-20: unseeded asynchronous walks may skip managed frames at the top, never others. Checked on the
     walk under SuspendRuntime and on the unseeded signal-handler walk (a failed walk that delivers nothing
@@ -472,12 +445,7 @@ def judge_dss20(ev: Evidence) -> Judgement:
     )
 
 
-@judge(
-    "DSS-28",
-    ASYNC_WALKS,
-    what="unseeded signal-handler walk: error or incomplete walk",
-    uses=(SIGNAL_UNSEEDED,),
-)
+@_async_judge("DSS-28", "unseeded signal-handler walk: error or incomplete walk", SIGNAL_UNSEEDED)
 def judge_dss28(ev: Evidence) -> Judgement:
     """DSS-28 (ambiguity): model choice: an unseeded asynchronous walk is no error, it may be incomplete."""
     _require_seeded(ev, SIGNAL_UNSEEDED, False)
@@ -564,12 +532,8 @@ def native_thread_events(trace: Trace) -> tuple[list[Event], list[int], CallReco
     return events, seqs, suspend, warm
 
 
-@judge(
-    "DSS-22",
-    ASYNC_WALKS,
-    what="SuspendRuntime from a managed vs a never-managed thread",
-    uses=(CROSS_SUSPENDED_MANAGED, NATIVE_THREAD, REGISTER),
-)
+@_async_judge("DSS-22", "SuspendRuntime from a managed vs a never-managed thread",
+              CROSS_SUSPENDED_MANAGED, NATIVE_THREAD, REGISTER)
 def judge_dss22(ev: Evidence) -> Judgement:
     """DSS-22: only a thread that never ran managed code may suspend: the model (async_safety) flags the
     main thread's SuspendRuntime and not the native thread's; the runtime refuses and accepts accordingly.
@@ -610,12 +574,8 @@ def judge_dss22(ev: Evidence) -> Judgement:
     )
 
 
-@judge(
-    "DSS-25",
-    ASYNC_WALKS,
-    what="profiler thread: warm-up walk of a running thread, then suspend",
-    uses=(NATIVE_THREAD, REGISTER),
-)
+@_async_judge("DSS-25", "profiler thread: warm-up walk of a running thread, then suspend",
+              NATIVE_THREAD, REGISTER)
 def judge_dss25(ev: Evidence) -> Judgement:
     """DSS-25: a profiler-created thread's warm-up walk of a running thread succeeds with >= 1 frame, so the
     documented procedure (warm up, then suspend) can be followed: async_safety finds no DSS-25 violation."""

@@ -48,7 +48,7 @@ from clr_model.errors import ModelError
 from clr_model.hresults import format_hresult, hresult_failed
 from conformance.core.errors import HarnessError
 from conformance.core.trace import CallRecord, ProbeErrorRecord, Trace
-from conformance.suite.registry import experiment, judge
+from conformance.suite.registry import JudgeFn, experiment, judge
 from conformance.suite.verdicts import Evidence, Judgement, Status
 
 __all__ = [
@@ -704,41 +704,25 @@ def _judge_clause(ev: Evidence, rule: ClauseRule) -> Judgement:
     )
 
 
-_USES: dict[str, Any] = {"uses": PLAN_ENTRIES}
+def _rule_judge(clause: str, what: str) -> JudgeFn:
+    """Register the judge of ``clause`` (a rule of :data:`RULES`) over every recorded buffer call."""
+
+    def judge_clause(ev: Evidence) -> Judgement:
+        return _judge_clause(ev, RULES[clause])
+
+    judge_clause.__name__ = judge_clause.__qualname__ = f"judge_{clause.lower().replace('-', '')}"
+    return judge(clause, BUFFERS_BASIC, what=what, uses=PLAN_ENTRIES)(judge_clause)
 
 
-@judge("BUF-01", BUFFERS_BASIC, what="no buffer method writes beyond cBufferSizeStart (guard)", **_USES)
-def judge_buf01(ev: Evidence) -> Judgement:
-    return _judge_clause(ev, RULES["BUF-01"])
+judge_buf01 = _rule_judge("BUF-01", "no buffer method writes beyond cBufferSizeStart (guard)")
+judge_buf02 = _rule_judge("BUF-02", "*pcBufferMax is the total at every size")
+judge_buf03 = _rule_judge("BUF-03", "min(total, size) elements written, the full answer's prefix")
+judge_buf05 = _rule_judge("BUF-05", "S_OK when the whole answer fits")
+judge_buf09 = _rule_judge("BUF-09", "too-small buffer: S_OK + truncated, NUL-terminated fill (model choice)")
+judge_buf10 = _rule_judge("BUF-10", "no element returned: S_OK + total (model choice)")
 
 
-@judge("BUF-02", BUFFERS_BASIC, what="*pcBufferMax is the total at every size", **_USES)
-def judge_buf02(ev: Evidence) -> Judgement:
-    return _judge_clause(ev, RULES["BUF-02"])
-
-
-@judge("BUF-03", BUFFERS_BASIC, what="min(total, size) elements written, the full answer's prefix", **_USES)
-def judge_buf03(ev: Evidence) -> Judgement:
-    return _judge_clause(ev, RULES["BUF-03"])
-
-
-@judge("BUF-05", BUFFERS_BASIC, what="S_OK when the whole answer fits", **_USES)
-def judge_buf05(ev: Evidence) -> Judgement:
-    return _judge_clause(ev, RULES["BUF-05"])
-
-
-@judge("BUF-09", BUFFERS_BASIC, what="too-small buffer: S_OK + truncated, NUL-terminated fill (model choice)",
-       **_USES)
-def judge_buf09(ev: Evidence) -> Judgement:
-    return _judge_clause(ev, RULES["BUF-09"])
-
-
-@judge("BUF-10", BUFFERS_BASIC, what="no element returned: S_OK + total (model choice)", **_USES)
-def judge_buf10(ev: Evidence) -> Judgement:
-    return _judge_clause(ev, RULES["BUF-10"])
-
-
-@judge("BUF-04", BUFFERS_BASIC, what="a NULL buffer with size 0 is accepted", **_USES)
+@judge("BUF-04", BUFFERS_BASIC, what="a NULL buffer with size 0 is accepted", uses=PLAN_ENTRIES)
 def judge_buf04(ev: Evidence) -> Judgement:
     """BUF-04 puts the NULL rule on the caller: a NULL buffer with size 0 is the legal form, which the
     runtime must accept (not reject as an argument error); a NULL buffer with a non-zero size is a caller

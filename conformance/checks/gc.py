@@ -51,19 +51,10 @@ SCENARIO = "gc-moves"
 #: bytes of a Tagged object from its ObjectID: method table pointer + Tag + Twin
 OBJECT_BYTES = 24
 
-C, D, NA = Status.CONFORMS, Status.DIVERGES, Status.NOT_APPLICABLE
+NA = Status.NOT_APPLICABLE
 
 
 # --- reading the run ----------------------------------------------------------------------------------
-
-
-def _mark(trace: Trace, name: str) -> MarkRecord:
-    found = trace.marks(name)
-    if len(found) != 1:
-        raise HarnessError(
-            f"{trace.path}: expected one mark {name!r}, found {len(found)} (did the scenario run?)"
-        )
-    return found[0]
 
 
 def _extra(record: MarkRecord, field: str) -> Any:
@@ -144,14 +135,14 @@ def _ranges(record: CallbackRecord) -> tuple[list[int], list[int], list[int], in
 
 
 def read_run(trace: Trace) -> GcRun:
-    expect = _mark(trace, "expect.objects")
+    expect = trace.mark("expect.objects")
     try:
         rule = json.loads(expect.payload or "")
         live, dead = int(rule["live"]), int(rule["dead"])
     except (ValueError, KeyError, TypeError) as exc:
         raise HarnessError(f"{expect.seq}: mark 'expect.objects' payload: {exc}") from exc
-    before = Readings.of(_mark(trace, "ids.before"))
-    after = Readings.of(_mark(trace, "ids.after"))
+    before = Readings.of(trace.mark("ids.before"))
+    after = Readings.of(trace.mark("ids.after"))
     if len(before.ids) != live + dead or len(after.ids) != live:
         raise HarnessError(
             f"{trace.path}: {len(before.ids)} ids before / {len(after.ids)} after, "
@@ -213,12 +204,15 @@ def _run(ev: Evidence) -> tuple[GcRun, RangeTable | RangeTableError]:
         return run, err
 
 
-def _needs_table(run: GcRun, table: RangeTable | RangeTableError) -> RangeTable:
+def _run_with_table(ev: Evidence) -> tuple[GcRun, RangeTable]:
+    """The run and the model's table of its GC, for the judges that need one (no table: a harness error;
+    MR2-01/03/14/15 judge why)."""
+    run, table = _run(ev)
     if isinstance(table, RangeTableError):
         raise HarnessError(f"the ranges of the GC are not a valid table ({table}); see MR2-03/14/15")
     if not run.batches:
         raise HarnessError("no MovedReferences2 during the compacting GC (see MR2-01)")
-    return table
+    return run, table
 
 
 # --- what the harness asked the probe to return ------------------------------------------------------------
@@ -289,13 +283,18 @@ def _violations(ev: Evidence, clause: str) -> tuple[list[Violation], list[Callba
     return found, records
 
 
-def _lines(items: list[str]) -> tuple[str, ...]:
-    """Disagreement lines: each once, in first-seen order."""
-    return tuple(dict.fromkeys(items))
-
-
 def _object_lines(what: str, indexes: Any) -> list[str]:
     return [f"live object #{int(i)}: {what}" for i in indexes]
+
+
+def _by_object(
+    run: GcRun, bad: Any, what: str, expected: str, *, ok: str, first: Callable[[int], str]
+) -> Judgement:
+    """One disagreement per live object of ``bad`` (their indexes): ``live object #i: what``. Observed:
+    ``first`` of the first bad object's index (how many, and that one), else ``ok``."""
+    observed = first(int(bad[0])) if len(bad) else ok
+    lines = _object_lines(what, bad)
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
 
 
 # --- experiments --------------------------------------------------------------------------------------
@@ -326,36 +325,24 @@ def judge_mr2_01(ev: Evidence) -> Judgement:
         "every MovedReferences2 between GarbageCollectionStarted and GarbageCollectionFinished; "
         ">= 1 in the forced compacting GC"
     )
-    evidence = tuple(r.seq for r in records)[:40]
     lines = [v.message for v in violations]
     if len(run.started) != 1:
         lines.append(f"{len(run.started)} GarbageCollectionStarted between the captures, expected 1")
     if not run.batches:
         lines.append("no MovedReferences2 in the forced compacting GC")
+    evidence = run.evidence()
     if violations:
         v = violations[0]
-        return Judgement(
-            status=D,
-            observed=f"{len(violations)} outside a GC, first: {v.message} (seq {records[v.index or 0].seq})",
-            expected=expected,
-            evidence=evidence,
-            disagreements=_lines(lines),
+        observed = f"{len(violations)} outside a GC, first: {v.message} (seq {records[v.index or 0].seq})"
+        evidence = tuple(r.seq for r in records)[:40]
+    elif lines:
+        observed = f"{len(run.batches)} MovedReferences2 in {len(run.started)} GC(s) between the captures"
+    else:
+        total = sum(1 for r in records if r.name == "MovedReferences2")
+        observed = (
+            f"{total} MovedReferences2, all inside a GC; {len(run.batches)} in the forced compacting GC"
         )
-    if lines:
-        return Judgement(
-            status=D,
-            observed=f"{len(run.batches)} MovedReferences2 in {len(run.started)} GC(s) between the captures",
-            expected=expected,
-            evidence=run.evidence(),
-            disagreements=_lines(lines),
-        )
-    total = sum(1 for r in records if r.name == "MovedReferences2")
-    return Judgement(
-        status=C,
-        observed=f"{total} MovedReferences2, all inside a GC; {len(run.batches)} in the forced compacting GC",
-        expected=expected,
-        evidence=run.evidence(),
-    )
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=evidence)
 
 
 @judge(
@@ -366,23 +353,13 @@ def judge_mr2_01(ev: Evidence) -> Judgement:
 def judge_mr2_02(ev: Evidence) -> Judgement:
     violations, records = _violations(ev, "MR2-02")
     mr2 = [r for r in records if r.name == "MovedReferences2"]
-    expected = "MovedReferences2 delivered to the probe, which implements ICorProfilerCallback4"
-    evidence = tuple(r.seq for r in mr2)[:40]
-    if violations or not mr2:
-        lines = [v.message for v in violations] or ["no MovedReferences2 delivered"]
-        return Judgement(
-            status=D,
-            observed=f"{len(mr2)} MovedReferences2 delivered",
-            expected=expected,
-            evidence=evidence,
-            disagreements=_lines(lines),
-        )
-    return Judgement(
-        status=C,
-        observed=f"{len(mr2)} MovedReferences2 delivered (the profiler without "
-        "ICorProfilerCallback4 is not tried)",
-        expected=expected,
-        evidence=evidence,
+    lines = [v.message for v in violations] or ([] if mr2 else ["no MovedReferences2 delivered"])
+    note = "" if lines else " (the profiler without ICorProfilerCallback4 is not tried)"
+    return Judgement.from_disagreements(
+        lines,
+        observed=f"{len(mr2)} MovedReferences2 delivered{note}",
+        expected="MovedReferences2 delivered to the probe, which implements ICorProfilerCallback4",
+        evidence=tuple(r.seq for r in mr2)[:40],
     )
 
 
@@ -407,48 +384,38 @@ def judge_mr2_03(ev: Evidence) -> Judgement:
     if bad:
         first, first_err = bad[0]
         doc = (type(first_err).__doc__ or "").strip().splitlines()[0]
-        return Judgement(
-            status=D,
-            observed=f"{len(bad)} of {len(records)} calls; first seq {first.seq}: {first_err}",
-            expected=expected,
-            evidence=tuple(b.seq for b, _ in bad)[:40],
-            disagreements=_lines([f"MovedReferences2 ranges: {doc}"]),
+        lines = [f"MovedReferences2 ranges: {doc}"]
+        observed = f"{len(bad)} of {len(records)} calls; first seq {first.seq}: {first_err}"
+        evidence = tuple(b.seq for b, _ in bad)[:40]
+    else:
+        sizes = sorted({int(r.args["cMovedObjectIDRanges"]) for r in records})
+        lines = []
+        observed = (
+            f"{len(records)} calls, three arrays of cMovedObjectIDRanges each "
+            f"(counts {sizes[0]}..{sizes[-1]})"
         )
-    sizes = sorted({int(r.args["cMovedObjectIDRanges"]) for r in records})
-    return Judgement(
-        status=C,
-        observed=f"{len(records)} calls, three arrays of cMovedObjectIDRanges each "
-        f"(counts {sizes[0]}..{sizes[-1]})",
-        expected=expected,
-        evidence=run.evidence(),
-    )
+        evidence = run.evidence()
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=evidence)
 
 
 def _overlap_judge(clause: str, space: str) -> Callable[[Evidence], Judgement]:
     def judge_overlap(ev: Evidence) -> Judgement:
         run, table = _run(ev)
         expected = f"the GC's ranges are disjoint in {space} space (RangeTable validation)"
-        if isinstance(table, RangeTableError):
-            if table.clause == clause:
-                return Judgement(
-                    status=D,
-                    observed=str(table),
-                    expected=expected,
-                    evidence=run.evidence(),
-                    disagreements=(f"ranges of the forced compacting GC overlap in {space} space",),
-                )
+        if isinstance(table, RangeTableError) and table.clause != clause:
             return Judgement(
                 status=NA,
                 observed=f"the ranges are not a valid table for another rule ({table}): {clause} cannot "
                 "be judged",
                 expected=expected,
             )
-        return Judgement(
-            status=C,
-            observed=f"{len(table)} ranges in {len(run.batches)} batches, disjoint in {space} space",
-            expected=expected,
-            evidence=run.evidence(),
-        )
+        if isinstance(table, RangeTableError):
+            lines, observed = [f"ranges of the forced compacting GC overlap in {space} space"], str(table)
+        else:
+            lines = []
+            observed = f"{len(table)} ranges in {len(run.batches)} batches, disjoint in {space} space"
+        evidence = run.evidence()
+        return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=evidence)
 
     judge_overlap.__name__ = judge_overlap.__qualname__ = f"judge_{clause.lower().replace('-', '_')}"
     return judge_overlap
@@ -470,8 +437,7 @@ def _split(
 
 @judge("MR2-07", GC_MOVES, what="every live tracked object lies in a range (half-open membership)")
 def judge_mr2_07(ev: Evidence) -> Judgement:
-    run, t = _run(ev)
-    table = _needs_table(run, t)
+    run, table = _run_with_table(ev)
     live_before, _, found = _split(run, table)
     after = np.array(run.after.ids, dtype=np.uint64)
     lost = np.flatnonzero(~found & (live_before != after))
@@ -479,28 +445,20 @@ def judge_mr2_07(ev: Evidence) -> Judgement:
     expected = (
         "each live tracked object lies in a range, old_i <= id < old_i + len_i (or, in none, it did not move)"
     )
-    if lost.size:
-        i = int(lost[0])
-        return Judgement(
-            status=D,
-            observed=f"{lost.size} of {run.live} live objects in no range yet moved, "
-            f"first #{i} {int(live_before[i]):#x} -> {int(after[i]):#x}",
-            expected=expected,
-            evidence=run.evidence(),
-            disagreements=tuple(_object_lines("in no range, yet it moved", lost)),
-        )
-    return Judgement(
-        status=C,
-        observed=f"{int(found.sum())} of {run.live} live objects in a range, {unmoved} in none and unmoved",
-        expected=expected,
-        evidence=run.evidence(),
+    return _by_object(
+        run,
+        lost,
+        "in no range, yet it moved",
+        expected,
+        ok=f"{int(found.sum())} of {run.live} live objects in a range, {unmoved} in none and unmoved",
+        first=lambda i: f"{lost.size} of {run.live} live objects in no range yet moved, "
+        f"first #{i} {int(live_before[i]):#x} -> {int(after[i]):#x}",
     )
 
 
 @judge("MR2-08", GC_MOVES, what="model remap of the old address == the scenario's new address")
 def judge_mr2_08(ev: Evidence) -> Judgement:
-    run, t = _run(ev)
-    table = _needs_table(run, t)
+    run, table = _run_with_table(ev)
     _, new, found = _split(run, table)
     after = np.array(run.after.ids, dtype=np.uint64)
     wrong = np.flatnonzero(found & (new != after))
@@ -509,29 +467,20 @@ def judge_mr2_08(ev: Evidence) -> Judgement:
     )
     if not found.any():
         return Judgement(status=NA, observed="no tracked object in any range", expected=expected)
-    if wrong.size:
-        i = int(wrong[0])
-        return Judgement(
-            status=D,
-            observed=f"{wrong.size} of {int(found.sum())} remapped wrong, first #{i}: model "
-            f"{int(new[i]):#x}, scenario {int(after[i]):#x}",
-            expected=expected,
-            evidence=run.evidence(),
-            disagreements=tuple(_object_lines("the model's remapped id is not its address after the GC",
-                                              wrong)),
-        )
-    return Judgement(
-        status=C,
-        observed=f"{int(found.sum())} of {run.live} objects: model remap == scenario address",
-        expected=expected,
-        evidence=run.evidence(),
+    return _by_object(
+        run,
+        wrong,
+        "the model's remapped id is not its address after the GC",
+        expected,
+        ok=f"{int(found.sum())} of {run.live} objects: model remap == scenario address",
+        first=lambda i: f"{wrong.size} of {int(found.sum())} remapped wrong, first #{i}: model "
+        f"{int(new[i]):#x}, scenario {int(after[i]):#x}",
     )
 
 
 @judge("MR2-04", GC_MOVES, what="ranges hold live objects only: dead tracked objects in no range")
 def judge_mr2_04(ev: Evidence) -> Judgement:
-    run, t = _run(ev)
-    table = _needs_table(run, t)
+    run, table = _run_with_table(ev)
     dead_ids = np.array(run.before.ids[run.live :], dtype=np.uint64)
     _, found = table.remap_many(dead_ids)
     live_before, _, live_found = _split(run, table)
@@ -544,34 +493,29 @@ def judge_mr2_04(ev: Evidence) -> Judgement:
     expected = (
         "ranges start blocks of live objects: no dead tracked object inside a range, live ones wholly inside"
     )
-    if found.any() or spilled:
+    lines = [f"dead object #{int(k)}: inside a range" for k in np.flatnonzero(found)]
+    lines += _object_lines("crosses the end of its range", spilled)
+    if lines:
         k = int(np.argmax(found)) if found.any() else -1
-        what = (
+        observed = (
             f"{int(found.sum())} of {run.dead} dead objects inside a range (first dead #{k} "
             f"{int(dead_ids[k]):#x})"
             if k >= 0
             else ""
         )
         if spilled:
-            what += f"{'; ' if what else ''}{len(spilled)} live objects cross a range end"
-        lines = [f"dead object #{int(k)}: inside a range" for k in np.flatnonzero(found)]
-        lines += _object_lines("crosses the end of its range", spilled)
-        return Judgement(
-            status=D, observed=what, expected=expected, evidence=run.evidence(), disagreements=tuple(lines)
+            observed += f"{'; ' if observed else ''}{len(spilled)} live objects cross a range end"
+    else:
+        observed = (
+            f"0 of {run.dead} dead objects in a range; {int(live_found.sum())} live "
+            f"objects wholly inside theirs"
         )
-    return Judgement(
-        status=C,
-        observed=f"0 of {run.dead} dead objects in a range; {int(live_found.sum())} live "
-        f"objects wholly inside theirs",
-        expected=expected,
-        evidence=run.evidence(),
-    )
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
 
 
 @judge("MR2-05", GC_MOVES, what="a range's new start is its first object's new address")
 def judge_mr2_05(ev: Evidence) -> Judgement:
-    run, t = _run(ev)
-    table = _needs_table(run, t)
+    run, table = _run_with_table(ev)
     where = {oid: i for i, oid in enumerate(run.before.ids[: run.live])}
     starts = [(k, where[o]) for k, o in enumerate(table.old.tolist()) if o in where]
     expected = "a range starting at a tracked object's old address starts at that object's new address"
@@ -580,28 +524,19 @@ def judge_mr2_05(ev: Evidence) -> Judgement:
     bad = [(k, i) for k, i in starts if int(table.new[k]) != run.after.ids[i]]
     if bad:
         k, i = bad[0]
-        return Judgement(
-            status=D,
-            observed=f"{len(bad)} of {len(starts)} ranges: first range {k} new start "
-            f"{int(table.new[k]):#x}, object #{i} is at {run.after.ids[i]:#x}",
-            expected=expected,
-            evidence=run.evidence(),
-            disagreements=tuple(
-                _object_lines("its range's new start is not its address after the GC", (i for _, i in bad))
-            ),
+        observed = (
+            f"{len(bad)} of {len(starts)} ranges: first range {k} new start "
+            f"{int(table.new[k]):#x}, object #{i} is at {run.after.ids[i]:#x}"
         )
-    return Judgement(
-        status=C,
-        observed=f"{len(starts)} ranges start at a tracked object; each new start is its new address",
-        expected=expected,
-        evidence=run.evidence(),
-    )
+    else:
+        observed = f"{len(starts)} ranges start at a tracked object; each new start is its new address"
+    lines = _object_lines("its range's new start is not its address after the GC", (i for _, i in bad))
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
 
 
 @judge("MR2-06", GC_MOVES, what="every block has a SIZE_T length; MovedReferences = the ULONG cut")
 def judge_mr2_06(ev: Evidence) -> Judgement:
-    run, t = _run(ev)
-    table = _needs_table(run, t)
+    run, table = _run_with_table(ev)
     expected = "a SIZE_T length for every block; MovedReferences carries the same blocks with to_v1(lengths)"
     zero = int((table.lengths == 0).sum())
     problems: list[str] = []
@@ -622,26 +557,18 @@ def judge_mr2_06(ev: Evidence) -> Judgement:
             lines.append("a MovedReferences differs from its MovedReferences2 cut to ULONG lengths")
     biggest = int(table.lengths.max()) if len(table) else 0
     if problems:
-        return Judgement(
-            status=D,
-            observed="; ".join(problems[:3]) + (f" ({len(problems)} problems)" if len(problems) > 3 else ""),
-            expected=expected,
-            evidence=run.evidence(),
-            disagreements=_lines(lines),
+        observed = "; ".join(problems[:3]) + (f" ({len(problems)} problems)" if len(problems) > 3 else "")
+    else:
+        observed = (
+            f"{len(table)} lengths, all > 0 (largest {biggest:#x}); "
+            f"{sum(b.mr1 is not None for b in run.batches)} MovedReferences = to_v1"
         )
-    return Judgement(
-        status=C,
-        observed=f"{len(table)} lengths, all > 0 (largest {biggest:#x}); "
-        f"{sum(b.mr1 is not None for b in run.batches)} MovedReferences = to_v1",
-        expected=expected,
-        evidence=run.evidence(),
-    )
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
 
 
 @judge("MR2-10", GC_MOVES, what="after GarbageCollectionFinished the objects are at the model's addresses")
 def judge_mr2_10(ev: Evidence) -> Judgement:
-    run, t = _run(ev)
-    table = _needs_table(run, t)
+    run, table = _run_with_table(ev)
     _, new, found = _split(run, table)
     expected = (
         "after GarbageCollectionFinished the object at the model's new ObjectID has its class and Tag/Twin"
@@ -669,22 +596,14 @@ def judge_mr2_10(ev: Evidence) -> Judgement:
             bad.append(f"#{i} ClassID {run.after.class_ids[i]:#x} after, {run.before.class_ids[i]:#x} before")
             lines.append(f"live object #{i}: ClassID after the GC differs from before")
     if bad:
-        more = f" ({len(bad)} objects)" if len(bad) > 3 else ""
-        return Judgement(
-            status=D,
-            observed="; ".join(bad[:3]) + more,
-            expected=expected,
-            evidence=run.evidence(),
-            disagreements=tuple(lines),
+        observed = "; ".join(bad[:3]) + (f" ({len(bad)} objects)" if len(bad) > 3 else "")
+    else:
+        classes = {c for c in run.after.class_ids}
+        observed = (
+            f"{run.live} objects read after GarbageCollectionFinished (seq {fin}) at "
+            f"the model's ids: Tag/Twin intact, {len(classes)} ClassID as before"
         )
-    classes = {c for c in run.after.class_ids}
-    return Judgement(
-        status=C,
-        observed=f"{run.live} objects read after GarbageCollectionFinished (seq {fin}) at "
-        f"the model's ids: Tag/Twin intact, {len(classes)} ClassID as before",
-        expected=expected,
-        evidence=run.evidence(),
-    )
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
 
 
 @judge("MR2-11", GC_MOVES, what="MovedReferences2 before MovedReferences in every batch")
@@ -698,19 +617,12 @@ def judge_mr2_11(ev: Evidence) -> Judgement:
     if violations:
         v = violations[0]
         seq = records[v.index].seq if v.index is not None else -1
-        return Judgement(
-            status=D,
-            observed=f"{len(violations)} violations, first at seq {seq}: {v.message}",
-            expected=expected,
-            evidence=tuple(r.seq for r in records)[:40],
-            disagreements=_lines([_without_positions(v.message) for v in violations]),
-        )
-    return Judgement(
-        status=C,
-        observed=f"{mr2} MovedReferences2, each followed by MovedReferences ({mr1})",
-        expected=expected,
-        evidence=tuple(r.seq for r in records)[:40],
-    )
+        observed = f"{len(violations)} violations, first at seq {seq}: {v.message}"
+    else:
+        observed = f"{mr2} MovedReferences2, each followed by MovedReferences ({mr1})"
+    lines = [_without_positions(v.message) for v in violations]
+    evidence = tuple(r.seq for r in records)[:40]
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=evidence)
 
 
 def _without_positions(message: str) -> str:
@@ -761,27 +673,19 @@ def judge_mr2_12(ev: Evidence) -> Judgement:
         else ""
     )
     if violations:
-        return Judgement(
-            status=D,
-            observed=f"{len(mr1)} MovedReferences after {len(mr2)} MovedReferences2 answered {hr} "
-            f"(the plan's reply){note}",
-            expected=expected,
-            evidence=evidence,
-            disagreements=(f"MovedReferences delivered after a MovedReferences2 answered {hr}",),
+        lines = [f"MovedReferences delivered after a MovedReferences2 answered {hr}"]
+        observed = (
+            f"{len(mr1)} MovedReferences after {len(mr2)} MovedReferences2 answered {hr} (the plan's reply)"
         )
-    return Judgement(
-        status=C,
-        observed=f"{len(mr2)} MovedReferences2 answered {hr} (the plan's reply); {len(mr1)} MovedReferences"
-        f"{note}",
-        expected=expected,
-        evidence=evidence,
-    )
+    else:
+        lines = []
+        observed = f"{len(mr2)} MovedReferences2 answered {hr} (the plan's reply); {len(mr1)} MovedReferences"
+    return Judgement.from_disagreements(lines, observed=observed + note, expected=expected, evidence=evidence)
 
 
 @judge("MR2-16", GC_MOVES, what="tracked ids in no range: which MR2-16 policy matches the runtime")
 def judge_mr2_16(ev: Evidence) -> Judgement:
-    run, t = _run(ev)
-    table = _needs_table(run, t)
+    run, table = _run_with_table(ev)
     origin = run.before.ids
     live_truth = dict(zip(origin[: run.live], run.after.ids, strict=True))
     dead = set(origin[run.live :])
@@ -805,22 +709,17 @@ def judge_mr2_16(ev: Evidence) -> Judgement:
     )
     fitting = [f.policy for f in fits if f.fits]
     observed += f"; policies that reproduce the scenario: {', '.join(fitting) or 'none'}"
-    if fitting:
-        return Judgement(status=C, observed=observed, expected=expected, evidence=run.evidence())
-    lines = [
+    lines = [] if fitting else [
         f"policy '{f.policy}' does not reproduce the scenario: "
         + ("live objects lost" if not f.live_ok else "dead objects kept")
         for f in fits
     ]
-    return Judgement(
-        status=D, observed=observed, expected=expected, evidence=run.evidence(), disagreements=tuple(lines)
-    )
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
 
 
 @judge("MR2-17", GC_MOVES, what="tracked ObjectIDs change and remapping finds them")
 def judge_mr2_17(ev: Evidence) -> Judgement:
-    run, t = _run(ev)
-    table = _needs_table(run, t)
+    run, table = _run_with_table(ev)
     before = run.before.ids[: run.live]
     changed = sum(b != a for b, a in zip(before, run.after.ids, strict=True))
     # An id in no range is the MR2-16 ambiguity (dead, or alive and not moved: an object of an older
@@ -850,8 +749,6 @@ def judge_mr2_17(ev: Evidence) -> Judgement:
             f"; {len(stale)} after-capture ids not the remapped ones, first (seq "
             f"{seqs[first.index or 0]}): {first.message}"
         )
-    if not lost and not stale:
-        return Judgement(status=C, observed=observed, expected=expected, evidence=run.evidence())
     tags = run.tags
     key_of = {tags[i]: i for i in range(run.live)}
     lines = _object_lines("HeapSnapshot does not find it at its address after the GC", lost)
@@ -860,6 +757,4 @@ def judge_mr2_17(ev: Evidence) -> Judgement:
         key = events[ev_index].object_key if 0 <= ev_index < len(events) else None
         who = f"live object #{key_of[key]}" if key in key_of else "a tracked object"
         lines.append(f"{who}: the after-capture id is not the one the model's remapping gives it")
-    return Judgement(
-        status=D, observed=observed, expected=expected, evidence=run.evidence(), disagreements=_lines(lines)
-    )
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())

@@ -58,8 +58,8 @@ from clr_model.function_enter import (
 from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.violations import Violation
 from conformance.core.errors import HarnessError
-from conformance.core.trace import CallbackRecord, MarkRecord, Trace
-from conformance.suite.registry import experiment, judge
+from conformance.core.trace import CallbackRecord, MarkRecord
+from conformance.suite.registry import ExperimentSpec, JudgeFn, experiment, judge
 from conformance.suite.verdicts import Evidence, Judgement, Status
 
 SCENARIO = "hooks-enter"
@@ -156,15 +156,6 @@ def _int(value: Any, what: str) -> int:
     return value
 
 
-def _mark(trace: Trace, name: str) -> MarkRecord:
-    found = trace.marks(name)
-    if len(found) != 1:
-        raise HarnessError(
-            f"{trace.path}: expected one mark {name!r}, found {len(found)} (did the scenario run?)"
-        )
-    return found[0]
-
-
 def _calls(mark: MarkRecord) -> tuple[Call, ...]:
     where = f"mark {mark.name!r} (seq {mark.seq})"
     try:
@@ -230,7 +221,7 @@ def read_run(evidence: Evidence) -> HookRun:
     """Everything the FE2 judges need from one run; a malformed trace raises HarnessError naming it."""
     trace = evidence.trace
     plan = evidence.plan  # as the harness wrote it; never the probe's echo of it
-    mark = _mark(trace, "fe2.calls")
+    mark = trace.mark("fe2.calls")
     hooks_calls = trace.calls("SetEnterLeaveFunctionHooks2")
     mappings: dict[int, Mapped] = {}
     for cb in trace.callbacks():
@@ -279,8 +270,13 @@ def target_enters(run: HookRun) -> list[tuple[Enter, int]]:
     return out
 
 
-def _not_hooked(run: HookRun, clause: str) -> Judgement | None:
-    """Not applicable when the hooks were never installed: the runtime was not exercised."""
+def _unjudged(run: HookRun, clause: str, expected: str, *, needs_args: bool = False) -> Judgement | None:
+    """The verdict when ``clause`` cannot be judged on this run's entries, else None.
+
+    Not applicable when the hooks were never installed (the runtime was not exercised), when ``needs_args``
+    and the event mask lacks COR_PRF_ENABLE_FUNCTION_ARGS, or when not one FunctionEnter2 was recorded and
+    the probe never wrote its enter buffer out (nothing recorded to judge); diverges when the buffer was
+    written out, yet the runtime never called the enter hook."""
     if run.hooks_hr is not None and hresult_failed(run.hooks_hr):
         return Judgement(
             status=NA,
@@ -297,29 +293,32 @@ def _not_hooked(run: HookRun, clause: str) -> Judgement | None:
             expected="the ELT hooks installed at Initialize",
             evidence=(run.mark_seq,),
         )
-    return None
-
-
-def _no_entries(run: HookRun, clause: str, expected: str) -> Judgement | None:
-    """Hooks installed, yet not one FunctionEnter2 record: the runtime never called the enter hook (diverges),
-    or the probe never wrote its buffer out (not applicable: nothing recorded to judge)."""
-    if run.enters:
-        return None
-    if not run.flushed:
+    if needs_args and not run.event_mask & COR_PRF_ENABLE_FUNCTION_ARGS:
         return Judgement(
             status=NA,
-            observed=f"no FunctionEnter2 record and the probe never flushed its enter buffer (plan entry "
-            f"fe2-flush at mark fe2.flush): {clause} cannot be judged",
-            expected=expected,
-            evidence=(run.mark_seq,),
+            observed=f"event mask {run.event_mask:#x} has no COR_PRF_ENABLE_FUNCTION_ARGS",
+            expected="argument ranges only with COR_PRF_ENABLE_FUNCTION_ARGS",
         )
+    if run.enters:
+        return None
+    if run.flushed:
+        observed = (
+            f"SetEnterLeaveFunctionHooks2 returned S_OK, yet the runtime never called the enter hook: "
+            f"0 FunctionEnter2 for the scenario's {len(run.calls)} calls"
+        )
+        lines = [f"call {k} {c.method}: no FunctionEnter2" for k, c in enumerate(run.calls, 1)]
+    else:
+        observed = (
+            f"no FunctionEnter2 record and the probe never flushed its enter buffer (plan entry "
+            f"fe2-flush at mark fe2.flush): {clause} cannot be judged"
+        )
+        lines = []
     return Judgement(
-        status=D,
-        observed=f"SetEnterLeaveFunctionHooks2 returned S_OK, yet the runtime never called the enter hook: "
-        f"0 FunctionEnter2 for the scenario's {len(run.calls)} calls",
+        status=D if run.flushed else NA,
+        observed=observed,
         expected=expected,
         evidence=(run.mark_seq,),
-        disagreements=tuple(f"call {k} {c.method}: no FunctionEnter2" for k, c in enumerate(run.calls, 1)),
+        disagreements=tuple(lines),
     )
 
 
@@ -419,20 +418,20 @@ def _stable(run: HookRun, found: list[tuple[Violation, int]], what: Callable[[Vi
 # --- judges -------------------------------------------------------------------------------------------
 
 
-@judge(
-    "FE2-01",
-    FE2_HOOKS_ARGS,
-    what="FunctionEnter2 funcId = the called method (reflection token, call order)",
-    uses=USES,
-)
+def _fe2_judge(
+    clause: str, what: str, experiment: ExperimentSpec = FE2_HOOKS_ARGS
+) -> Callable[[JudgeFn], JudgeFn]:
+    """Register a judge of ``clause`` on a hooks run; every one reads the plan entries :data:`USES`."""
+    return judge(clause, experiment, what=what, uses=USES)
+
+
+@_fe2_judge("FE2-01", "FunctionEnter2 funcId = the called method (reflection token, call order)")
 def judge_fe2_01(evidence: Evidence) -> Judgement:
     """FE2-01: the entries into the called methods carry their funcIds, in the scenario's call order."""
     run = read_run(evidence)
     want = "entries into " + ", ".join(f"{c.method} {_hex(c.token)}" for c in run.calls)
-    if (na := _not_hooked(run, "FE2-01")) is not None:
-        return na
-    if (none := _no_entries(run, "FE2-01", want)) is not None:
-        return none
+    if (unjudged := _unjudged(run, "FE2-01", want)) is not None:
+        return unjudged
     expected = [c.token for c in run.calls]
     found = target_enters(run)
     observed_tokens = [t for _, t in found]
@@ -469,30 +468,20 @@ def judge_fe2_01(evidence: Evidence) -> Judgement:
     )
     ev = (run.mark_seq, *(e.seq for e, _ in found))
     got = ", ".join(f"{names.get(t, '?')} {_hex(t)}" for t in observed_tokens) or "none"
-    if not lines:
-        return Judgement(
-            status=C, observed=f"{len(found)} entries: {got}", expected=want, evidence=ev, picture=picture
-        )
-    why = bad[0][0].message if bad else f"{len(found)} entries ({got})"
-    return Judgement(
-        status=D,
-        observed=why,
-        expected=want,
-        evidence=ev + tuple(s for _, s in bad[:5]),
-        picture=picture,
-        disagreements=tuple(dict.fromkeys(lines)),
-    )
+    observed = f"{len(found)} entries: {got}"
+    if lines:
+        observed = bad[0][0].message if bad else f"{len(found)} entries ({got})"
+        ev += tuple(s for _, s in bad[:5])
+    return Judgement.from_disagreements(lines, observed=observed, expected=want, evidence=ev, picture=picture)
 
 
-@judge("FE2-02", FE2_HOOKS_ARGS, what="clientData = the FunctionIDMapper2 result for funcId", uses=USES)
+@_fe2_judge("FE2-02", "clientData = the FunctionIDMapper2 result for funcId")
 def judge_fe2_02(evidence: Evidence) -> Judgement:
     """FE2-02: every entry's clientData is what the mapper returned for its funcId (funcId ^ xor)."""
     run = read_run(evidence)
     expected = f"clientData = the mapper's result for funcId (funcId ^ {run.xor:#x}) on every entry"
-    if (na := _not_hooked(run, "FE2-02")) is not None:
-        return na
-    if (none := _no_entries(run, "FE2-02", expected)) is not None:
-        return none
+    if (unjudged := _unjudged(run, "FE2-02", expected)) is not None:
+        return unjudged
     events, seqs = _model_events(run, run.enters)
     bad = _violations(run, "FE2-02", events, seqs)
     # the mapper's own results against its documented rule: a probe bug must not pass as conformance
@@ -507,21 +496,17 @@ def judge_fe2_02(evidence: Evidence) -> Judgement:
             expected=expected,
             evidence=(m.seq,),
         )
-    if not bad:
-        return Judgement(
-            status=C,
-            observed=f"{len(run.enters)} entries, {len(run.mappings)} mapped functions: "
-            "clientData always the mapper's result",
-            expected=expected,
-            evidence=tuple(e.seq for e in run.enters[:20]),
+    lines = _stable(run, bad, lambda v: "clientData is not the mapper's result for funcId")
+    if bad:
+        observed = f"{len(bad)} of {len(run.enters)} entries differ; first: {bad[0][0].message}"
+        ev = tuple(s for _, s in bad[:20])
+    else:
+        observed = (
+            f"{len(run.enters)} entries, {len(run.mappings)} mapped functions: "
+            "clientData always the mapper's result"
         )
-    return Judgement(
-        status=D,
-        observed=f"{len(bad)} of {len(run.enters)} entries differ; first: {bad[0][0].message}",
-        expected=expected,
-        evidence=tuple(s for _, s in bad[:20]),
-        disagreements=tuple(_stable(run, bad, lambda v: "clientData is not the mapper's result for funcId")),
-    )
+        ev = tuple(e.seq for e in run.enters[:20])
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=ev)
 
 
 def _frame_info_problem(v: Violation) -> str:
@@ -530,20 +515,13 @@ def _frame_info_problem(v: Violation) -> str:
     return "GetFunctionInfo2 with the hook's frame info names another function"
 
 
-@judge(
-    "FE2-03",
-    FE2_HOOKS_ARGS,
-    what="GetFunctionInfo2(funcId, func) inside the hook: S_OK, same token",
-    uses=USES,
-)
+@_fe2_judge("FE2-03", "GetFunctionInfo2(funcId, func) inside the hook: S_OK, same token")
 def judge_fe2_03(evidence: Evidence) -> Judgement:
     """FE2-03: GetFunctionInfo2(funcId, func) inside the hook accepts func and names the entered method."""
     run = read_run(evidence)
     expected = "S_OK and the entered method's token from GetFunctionInfo2(funcId, func) in every hook"
-    if (na := _not_hooked(run, "FE2-03")) is not None:
-        return na
-    if (none := _no_entries(run, "FE2-03", expected)) is not None:
-        return none
+    if (unjudged := _unjudged(run, "FE2-03", expected)) is not None:
+        return unjudged
     found = target_enters(run)
     events, seqs = _model_events(run, run.enters, with_frames=True)
     violations = _violations(run, "FE2-03", events, seqs)
@@ -563,25 +541,18 @@ def judge_fe2_03(evidence: Evidence) -> Judgement:
         if not hresult_failed(use.hr) and use.token is None:
             bad.append(f"GetFunctionInfo2 in hook #{e.hook_index} succeeded without a token (seq {use.seq})")
             lines.append(f"{_who(run, e)}: GetFunctionInfo2 succeeded without a token")
-    if not bad:
-        return Judgement(
-            status=C,
-            observed=f"{len(ev)} in-hook GetFunctionInfo2 calls: S_OK, tokens match "
-            f"({len(found)} into the called methods)",
-            expected=expected,
-            evidence=tuple(ev[:20]),
-        )
-    return Judgement(
-        status=D,
-        observed=f"{len(bad)} problems; first: {bad[0]}",
-        expected=expected,
-        evidence=tuple(ev[:20]) or (run.mark_seq,),
-        disagreements=tuple(dict.fromkeys(lines)),
+    observed = (
+        f"{len(bad)} problems; first: {bad[0]}"
+        if bad
+        else f"{len(ev)} in-hook GetFunctionInfo2 calls: S_OK, tokens match ({len(found)} into the called "
+        "methods)"
     )
+    evidence_seqs = tuple(ev[:20]) or (run.mark_seq,)
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=evidence_seqs)
 
 
-@judge("FE2-04", FE2_HOOKS_ARGS, what="argumentInfo present with COR_PRF_ENABLE_FUNCTION_ARGS", uses=USES)
-@judge("FE2-04", FE2_HOOKS_NOARGS, what="argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS", uses=USES)
+@_fe2_judge("FE2-04", "argumentInfo present with COR_PRF_ENABLE_FUNCTION_ARGS")
+@_fe2_judge("FE2-04", "argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS", FE2_HOOKS_NOARGS)
 def judge_fe2_04(evidence: Evidence) -> Judgement:
     """FE2-04: argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS, present with it."""
     run = read_run(evidence)
@@ -593,25 +564,18 @@ def judge_fe2_04(evidence: Evidence) -> Judgement:
         expected = f"{flag}: argumentInfo non-NULL in every entry"
     else:
         expected = f"{flag}: argumentInfo NULL in every entry"
-    if (na := _not_hooked(run, "FE2-04")) is not None:
-        return na
-    if (none := _no_entries(run, "FE2-04", expected)) is not None:
-        return none
+    if (unjudged := _unjudged(run, "FE2-04", expected)) is not None:
+        return unjudged
     events, seqs = _model_events(run, run.enters)
     violations = _violations(run, "FE2-04", events, seqs)
-    bad = [f"{v.message} (seq {s})" for v, s in violations]
     present = [e for e in run.enters if e.argument_info]
     observed = f"{flag}: argumentInfo non-NULL in {len(present)} of {len(run.enters)} entries"
+    if violations:
+        v, s = violations[0]
+        observed += f"; first: {v.message} (seq {s})"
+    lines = _stable(run, violations, lambda v: v.message)
     ev = tuple(e.seq for e in run.enters[:20])
-    if not bad:
-        return Judgement(status=C, observed=observed, expected=expected, evidence=ev)
-    return Judgement(
-        status=D,
-        observed=f"{observed}; first: {bad[0]}",
-        expected=expected,
-        evidence=ev,
-        disagreements=tuple(_stable(run, violations, lambda v: v.message)),
-    )
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=ev)
 
 
 def _observed_args(e: Enter) -> ObservedArgumentInfo:
@@ -636,7 +600,7 @@ def _predicted_args(call: Call) -> ArgumentPrediction:
         raise HarnessError(f"mark fe2.calls: {call.method}: {exc}") from None
 
 
-@judge("FE2-14", FE2_HOOKS_ARGS, what="argument ranges hold the scenario's int/long arguments", uses=USES)
+@_fe2_judge("FE2-14", "argument ranges hold the scenario's int/long arguments")
 def judge_fe2_14(evidence: Evidence) -> Judgement:
     """FE2-14: the argument ranges locate the arguments: one range per argument, of the type's size, holding
     the value the scenario passed; totalArgumentSize is their sum."""
@@ -644,16 +608,8 @@ def judge_fe2_14(evidence: Evidence) -> Judgement:
     expected = "one range per argument, sized by its type, holding the value passed: " + "; ".join(
         f"{c.method}({', '.join(str(v) for _, v in c.args)})" for c in run.calls
     )
-    if (na := _not_hooked(run, "FE2-14")) is not None:
-        return na
-    if not run.event_mask & COR_PRF_ENABLE_FUNCTION_ARGS:
-        return Judgement(
-            status=NA,
-            observed=f"event mask {run.event_mask:#x} has no COR_PRF_ENABLE_FUNCTION_ARGS",
-            expected="argument ranges only with COR_PRF_ENABLE_FUNCTION_ARGS",
-        )
-    if (none := _no_entries(run, "FE2-14", expected)) is not None:
-        return none
+    if (unjudged := _unjudged(run, "FE2-14", expected, needs_args=True)) is not None:
+        return unjudged
     found = target_enters(run)
     bad: list[str] = []
     lines: list[str] = []
@@ -672,21 +628,14 @@ def judge_fe2_14(evidence: Evidence) -> Judgement:
         )
         bad += [f"{call.method} (seq {e.seq}): {p}" for p in problems]
         lines += [f"call {k} {call.method}: {p}" for p in problems]
-    ev = (run.mark_seq, *(e.seq for e, _ in found))
-    if not bad:
-        n = sum(len(c.args) for c in run.calls)
-        return Judgement(
-            status=C,
-            observed=f"{n} arguments of {len(found)} calls read back from their ranges",
-            expected=expected,
-            evidence=ev,
-            picture=tuple(picture),
-        )
+    n = sum(len(c.args) for c in run.calls)
+    # more entries than calls is a problem without a line of its own: the verdict follows the problems
     return Judgement(
-        status=D,
-        observed=f"{len(bad)} problems; first: {bad[0]}",
+        status=D if bad else C,
+        observed=f"{len(bad)} problems; first: {bad[0]}" if bad
+        else f"{n} arguments of {len(found)} calls read back from their ranges",
         expected=expected,
-        evidence=ev,
+        evidence=(run.mark_seq, *(e.seq for e, _ in found)),
         picture=tuple(picture),
         disagreements=tuple(dict.fromkeys(lines)),
     )

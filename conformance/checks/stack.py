@@ -43,7 +43,6 @@ from clr_model.stacksnapshot import (
     ManagedFrame,
     Platform,
     Seed,
-    SnapshotInput,
     ThreadModel,
     ThreadState,
     UnmanagedFrame,
@@ -64,7 +63,7 @@ from conformance.adapters.stack import (
     thread_from_reflection,
 )
 from conformance.core.trace import Trace
-from conformance.suite.registry import experiment, judge
+from conformance.suite.registry import JudgeFn, experiment, judge
 from conformance.suite.verdicts import Evidence, Judgement, Status
 
 __all__ = ["STACK_WALKS", "JudgeInputError"]
@@ -204,16 +203,8 @@ def compare(
     if context_size_rule is not None:
         size = context_size_rule(size, platform.runtime_context_size)
     state = ThreadState.CURRENT_IN_CALLBACK if in_callback else ThreadState.CURRENT_OUTSIDE_CALLBACK
-    model_input = SnapshotInput(
-        thread=thread,
-        state=state,
-        info_flags=request.info_flags(walk),
-        seed=_seed(walk, request),
-        context_size=size,
-        client_data=request.client_data(walk),
-        platform=platform,
-        callback=request.callback(),
-    )
+    seed = _seed(walk, request)
+    model_input = request.model_input(walk, thread, state, platform, seed=seed, context_size=size)
     return compare_walk(
         entry, walk, model_input, ids, ObservedNames.from_trace(trace), planned_context_size=planned
     )
@@ -244,72 +235,55 @@ def _verdict(
     expected = "; ".join(f"{c.name}: {c.expected_text}" for c in checks)
     evidence = tuple(seq for c in checks for seq in c.walk.seqs)
     pic = tuple((picture_of or checks[0]).picture()) if checks else ()
-    if not lines:
-        return Judgement(
-            status=Status.CONFORMS, observed=observed, expected=expected, evidence=evidence, picture=pic
-        )
-    more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
-    return Judgement(
-        status=Status.DIVERGES,
-        observed=f"{lines[0]}{more} | {observed}",
-        expected=expected,
-        evidence=evidence,
-        picture=pic,
-        disagreements=tuple(lines),
+    return Judgement.from_disagreements(
+        lines, observed=_first_then(lines, observed), expected=expected, evidence=evidence, picture=pic
     )
 
 
-JudgeFn = Callable[[Evidence], Judgement]
+def _first_then(lines: Sequence[str], observed: str) -> str:
+    """The observed line, led by the first disagreement (and how many more) when there is one."""
+    if not lines:
+        return observed
+    more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+    return f"{lines[0]}{more} | {observed}"
 
 
-def _guarded(fn: JudgeFn) -> JudgeFn:
-    """Model errors become one-line harness errors naming the judge."""
+def _walks_judge(clause: str, what: str, *uses: str) -> Callable[[JudgeFn], JudgeFn]:
+    """Register a judge of ``clause`` on the stack-walks run reading the plan entries ``uses``; a model
+    error becomes a one-line harness error naming the judge."""
 
-    @functools.wraps(fn)
-    def run(ev: Evidence) -> Judgement:
-        try:
-            return fn(ev)
-        except ModelError as exc:
-            raise JudgeInputError(f"{fn.__name__}: the model rejected the input: {exc}") from exc
+    def add(fn: JudgeFn) -> JudgeFn:
+        @functools.wraps(fn)
+        def run(ev: Evidence) -> Judgement:
+            try:
+                return fn(ev)
+            except ModelError as exc:
+                raise JudgeInputError(f"{fn.__name__}: the model rejected the input: {exc}") from exc
 
-    return run
+        return judge(clause, STACK_WALKS, what=what, uses=uses)(run)
+
+    return add
 
 
 # --------------------------------------------------------------------------------------------------
 # Judges
 
 
-@judge(
-    "DSS-01",
-    STACK_WALKS,
-    what="NULL thread: the walk equals the mark's reflection stack",
-    uses=("now-default",),
-)
-@_guarded
+@_walks_judge("DSS-01", "NULL thread: the walk equals the mark's reflection stack", "now-default")
 def judge_dss01(ev: Evidence) -> Judgement:
     """NULL thread: the walk is the calling thread's own stack (the reflection stack of the mark)."""
     return _verdict([_at_mark(ev, "now-default")], None)
 
 
-@judge(
-    "DSS-03",
-    STACK_WALKS,
-    what="one callback per managed frame and per unmanaged run (reverse P/Invoke)",
-    uses=("reverse-regctx", "now-default"),
-)
-@_guarded
+@_walks_judge("DSS-03", "one callback per managed frame and per unmanaged run (reverse P/Invoke)",
+              "reverse-regctx", "now-default")
 def judge_dss03(ev: Evidence) -> Judgement:
     checks = [_at_mark(ev, "reverse-regctx", "walk-reverse"), _at_mark(ev, "now-default")]
     return _verdict(checks, ("DSS-03", "DSS-15", "DSS-16"))
 
 
-@judge(
-    "DSS-04",
-    STACK_WALKS,
-    what="clientData reaches every callback unchanged (DEFAULT and REGISTER_CONTEXT walks)",
-    uses=("now-default", "now-regctx"),
-)
-@_guarded
+@_walks_judge("DSS-04", "clientData reaches every callback unchanged (DEFAULT and REGISTER_CONTEXT walks)",
+              "now-default", "now-regctx")
 def judge_dss04(ev: Evidence) -> Judgement:
     _require_default_and_regctx(ev)
     return _verdict([_at_mark(ev, "now-default"), _at_mark(ev, "now-regctx")], ("DSS-04",))
@@ -333,13 +307,8 @@ def _rip_problems(check: WalkComparison) -> list[tuple[WalkComparison, Violation
     ]
 
 
-@judge(
-    "DSS-05",
-    STACK_WALKS,
-    what="DEFAULT: no context; REGISTER_CONTEXT: sizeof(CONTEXT), rip == ip per frame",
-    uses=("now-default", "now-regctx"),
-)
-@_guarded
+@_walks_judge("DSS-05", "DEFAULT: no context; REGISTER_CONTEXT: sizeof(CONTEXT), rip == ip per frame",
+              "now-default", "now-regctx")
 def judge_dss05(ev: Evidence) -> Judgement:
     if runtime_context_size(ev.runtime.version) is None:
         return Judgement(
@@ -352,36 +321,21 @@ def judge_dss05(ev: Evidence) -> Judgement:
     return _verdict([default, regctx], ("DSS-05",), _rip_problems(regctx), picture_of=regctx)
 
 
-@judge(
-    "DSS-07",
-    STACK_WALKS,
-    what="a managed frame's CONTEXT as seed, P/Invoke on top: seed ignored, same frames",
-    uses=("now-seed-managed",),
-)
-@_guarded
+@_walks_judge("DSS-07", "a managed frame's CONTEXT as seed, P/Invoke on top: seed ignored, same frames",
+              "now-seed-managed")
 def judge_dss07(ev: Evidence) -> Judgement:
     _require_seed(ev, "now-seed-managed", "captured")
     return _verdict([_at_mark(ev, "now-seed-managed")], None)
 
 
-@judge(
-    "DSS-10",
-    STACK_WALKS,
-    what="synchronous walk at ExceptionThrown, NULL thread and context: S_OK, complete",
-    uses=("throw-sync",),
-)
-@_guarded
+@_walks_judge("DSS-10", "synchronous walk at ExceptionThrown, NULL thread and context: S_OK, complete",
+              "throw-sync")
 def judge_dss10(ev: Evidence) -> Judgement:
     return _verdict([_at_throw(ev, "throw-sync")], None)
 
 
-@judge(
-    "DSS-11",
-    STACK_WALKS,
-    what="seed with infoFlags 0 (no context flag) below helper code is still honoured",
-    uses=("throw-seed-native",),
-)
-@_guarded
+@_walks_judge("DSS-11", "seed with infoFlags 0 (no context flag) below helper code is still honoured",
+              "throw-seed-native")
 def judge_dss11(ev: Evidence) -> Judgement:
     """No COR_PRF_SNAPSHOT_CONTEXT: a seed with infoFlags 0 (no context flag at all), below helper code;
     the model honours it whatever infoFlags says."""
@@ -393,8 +347,7 @@ def judge_dss11(ev: Evidence) -> Judgement:
 _SIZE_ENTRIES = ("now-size-zero", "now-size-runtime-1", "now-size-small", "now-size-larger")
 
 
-@judge("DSS-12", STACK_WALKS, what="seed with contextSize 0, sizeof-1, 16, sizeof+256", uses=_SIZE_ENTRIES)
-@_guarded
+@_walks_judge("DSS-12", "seed with contextSize 0, sizeof-1, 16, sizeof+256", *_SIZE_ENTRIES)
 def judge_dss12(ev: Evidence) -> Judgement:
     checks: list[WalkComparison] = []
     for entry in _SIZE_ENTRIES:
@@ -407,13 +360,8 @@ def judge_dss12(ev: Evidence) -> Judgement:
     return _verdict(checks, None)
 
 
-@judge(
-    "DSS-14",
-    STACK_WALKS,
-    what="all callbacks inside the call, on the calling thread, before the return",
-    uses=("now-default", "throw-sync"),
-)
-@_guarded
+@_walks_judge("DSS-14", "all callbacks inside the call, on the calling thread, before the return",
+              "now-default", "throw-sync")
 def judge_dss14(ev: Evidence) -> Judgement:
     """Every callback before DoStackSnapshot returns: frame records delivered inside the call, on the
     calling OS thread, before the call's return; as many as the model's callbacks."""
@@ -440,13 +388,8 @@ def judge_dss14(ev: Evidence) -> Judgement:
     return _verdict(checks, ("DSS-14",), extra)
 
 
-@judge(
-    "DSS-15",
-    STACK_WALKS,
-    what="managed -> native -> managed: one FunctionID 0 callback for the native run",
-    uses=("reverse-regctx",),
-)
-@_guarded
+@_walks_judge("DSS-15", "managed -> native -> managed: one FunctionID 0 callback for the native run",
+              "reverse-regctx")
 def judge_dss15(ev: Evidence) -> Judgement:
     check = _at_mark(ev, "reverse-regctx", "walk-reverse")
     predicted = check.snapshot.exact.callbacks
@@ -459,52 +402,29 @@ def judge_dss15(ev: Evidence) -> Judgement:
     return _verdict([check], ("DSS-15", "DSS-03"))
 
 
-@judge(
-    "DSS-16",
-    STACK_WALKS,
-    what="leaf first: order equals the reflection order",
-    uses=("now-default", "throw-sync"),
-)
-@_guarded
+@_walks_judge("DSS-16", "leaf first: order equals the reflection order", "now-default", "throw-sync")
 def judge_dss16(ev: Evidence) -> Judgement:
     checks = [_at_mark(ev, "now-default"), _at_throw(ev, "throw-sync")]
     return _verdict(checks, ("DSS-16", "DSS-03", "DSS-15"))
 
 
-@judge(
-    "DSS-17",
-    STACK_WALKS,
-    what="synchronous walks from ExceptionThrown and from Initialize",
-    uses=("throw-sync", "init-walk"),
-)
-@_guarded
+@_walks_judge("DSS-17", "synchronous walks from ExceptionThrown and from Initialize",
+              "throw-sync", "init-walk")
 def judge_dss17(ev: Evidence) -> Judgement:
     """Synchronous walks from inside callbacks: ExceptionThrown (a full stack) and Initialize (no managed
     frame yet: S_OK and no callback)."""
     throw = _at_throw(ev, "throw-sync")
     request = WalkRequest.from_plan(ev.plan, "init-walk")
     walk = need_walk(ev.trace, "init-walk")
-    model_input = SnapshotInput(
-        thread=ThreadModel(frames=()),
-        state=ThreadState.CURRENT_IN_CALLBACK,
-        info_flags=request.info_flags(walk),
-        client_data=request.client_data(walk),
-        platform=_platform(ev),
-        callback=request.callback(),
-    )
+    no_frames = ThreadModel(frames=())
+    model_input = request.model_input(walk, no_frames, ThreadState.CURRENT_IN_CALLBACK, _platform(ev))
     init = compare_walk(
         "init-walk (Initialize)", walk, model_input, FunctionIdentities(), ObservedNames.from_trace(ev.trace)
     )
     return _verdict([throw, init], None)
 
 
-@judge(
-    "DSS-19",
-    STACK_WALKS,
-    what="GetFunctionFromIP: 0 for native code, the FunctionID for managed ips",
-    uses=("now-from-ip",),
-)
-@_guarded
+@_walks_judge("DSS-19", "GetFunctionFromIP: 0 for native code, the FunctionID for managed ips", "now-from-ip")
 def judge_dss19(ev: Evidence) -> Judgement:
     """GetFunctionFromIP: 0 for a probe function's address, the walked FunctionID for a managed frame's ip.
 
@@ -570,37 +490,19 @@ def judge_dss19(ev: Evidence) -> Judgement:
         " the walked FunctionID for each managed frame"
     )
     seqs = tuple([*walk.seqs, *(c.seq for c in calls)])
-    if lines:
-        more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
-        return Judgement(
-            status=Status.DIVERGES,
-            observed=f"{lines[0]}{more} | {observed}",
-            expected=expected,
-            evidence=seqs,
-            disagreements=tuple(lines),
-        )
-    return Judgement(status=Status.CONFORMS, observed=observed, expected=expected, evidence=seqs)
+    return Judgement.from_disagreements(
+        lines, observed=_first_then(lines, observed), expected=expected, evidence=seqs
+    )
 
 
-@judge(
-    "DSS-21",
-    STACK_WALKS,
-    what="seed pointing at a probe function, helper code on top: UNMANAGED_CTX",
-    uses=("throw-seed-native",),
-)
-@_guarded
+@_walks_judge("DSS-21", "seed pointing at a probe function, helper code on top: UNMANAGED_CTX",
+              "throw-seed-native")
 def judge_dss21(ev: Evidence) -> Judgement:
     _require_seed(ev, "throw-seed-native", "native")
     return _verdict([_at_throw(ev, "throw-seed-native")], None)
 
 
-@judge(
-    "DSS-26",
-    STACK_WALKS,
-    what="callback returns E_FAIL / S_FALSE at frame 2",
-    uses=("now-abort-efail", "now-abort-sfalse"),
-)
-@_guarded
+@_walks_judge("DSS-26", "callback returns E_FAIL / S_FALSE at frame 2", "now-abort-efail", "now-abort-sfalse")
 def judge_dss26(ev: Evidence) -> Judgement:
     """The callback's replies (abortAt, abortReply) come from the plan entries, never from the probe's
     record of what it did: a probe that never aborts gives a full walk where the model stops at frame 2."""
@@ -615,13 +517,8 @@ def judge_dss26(ev: Evidence) -> Judgement:
     return _verdict([_at_mark(ev, "now-abort-efail"), _at_mark(ev, "now-abort-sfalse")], None)
 
 
-@judge(
-    "DSS-27",
-    STACK_WALKS,
-    what="infoFlags X86_OPTIMIZED on AMD64, and an undefined bit",
-    uses=("now-flags-x86", "now-flags-undefined"),
-)
-@_guarded
+@_walks_judge("DSS-27", "infoFlags X86_OPTIMIZED on AMD64, and an undefined bit",
+              "now-flags-x86", "now-flags-undefined")
 def judge_dss27(ev: Evidence) -> Judgement:
     _require(
         ev,
@@ -634,26 +531,16 @@ def judge_dss27(ev: Evidence) -> Judgement:
     return _verdict([_at_mark(ev, "now-flags-x86"), _at_mark(ev, "now-flags-undefined")], None)
 
 
-@judge(
-    "DSS-29",
-    STACK_WALKS,
-    what="zeroed seed: P/Invoke on top and helper code on top",
-    uses=("now-seed-zero", "throw-seed-zero"),
-)
-@_guarded
+@_walks_judge("DSS-29", "zeroed seed: P/Invoke on top and helper code on top",
+              "now-seed-zero", "throw-seed-zero")
 def judge_dss29(ev: Evidence) -> Judgement:
     _require_seed(ev, "now-seed-zero", "zero")
     _require_seed(ev, "throw-seed-zero", "zero")
     return _verdict([_at_mark(ev, "now-seed-zero"), _at_throw(ev, "throw-seed-zero")], None)
 
 
-@judge(
-    "DSS-30",
-    STACK_WALKS,
-    what="unmanaged code on top (P/Invoke target, CLR helper): no leading FunctionID 0",
-    uses=("now-default", "throw-sync"),
-)
-@_guarded
+@_walks_judge("DSS-30", "unmanaged code on top (P/Invoke target, CLR helper): no leading FunctionID 0",
+              "now-default", "throw-sync")
 def judge_dss30(ev: Evidence) -> Judgement:
     """Unmanaged code on top (the probe's P/Invoke target at a mark, CLR helper code at ExceptionThrown):
     the model reports no FunctionID 0 callback for it (its DSS-30 choice; a leading run for P/Invoke code is

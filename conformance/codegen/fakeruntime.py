@@ -27,7 +27,9 @@ from conformance.codegen import (
     NATIVE_DIR,
     family_interfaces,
     generated_by,
+    header_opening,
     iid_switch,
+    max_levels,
     method_enum,
     method_names,
     out_values,
@@ -54,21 +56,16 @@ def _deliverable(params: Sequence[api.Param]) -> bool:
 
 
 def render() -> str:
-    callbacks, infos = family_interfaces(api.CALLBACK), family_interfaces(api.INFO)
+    infos = family_interfaces(api.INFO)
     metadata = api.interface("IMetaDataImport")
     cb_methods, info_methods = api.callbacks(), api.info_methods()
+    about = [
+        "The fake runtime's side of the profiling API: callbacks it can make, the ICorProfilerInfo it",
+        "hands the profiler (every call recorded as the recording proxy records it), IMetaDataImport.",
+    ]
     out = [
-        generated_by(__name__),
-        "// The fake runtime's side of the profiling API: callbacks it can make, the ICorProfilerInfo it",
-        "// hands the profiler (every call recorded as the recording proxy records it), IMetaDataImport.",
-        "#pragma once",
-        "",
-        '#include "fakeruntime.h"',
-        "",
-        "namespace profharness::fake {",
-        "",
-        f"inline constexpr int kMaxCallbackLevel = {callbacks[-1].version};",
-        f"inline constexpr int kMaxInfoLevel = {infos[-1].version};",
+        *header_opening(generated_by(__name__), about, ['"fakeruntime.h"'], "profharness::fake"),
+        *max_levels(),
         "",
         *method_enum("Cb", cb_methods),
         *method_names("kCbNames", cb_methods),

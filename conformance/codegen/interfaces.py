@@ -17,6 +17,7 @@ from conformance.codegen import (
     NATIVE_DIR,
     generated_by,
     guid_initializer,
+    header_opening,
     method_enum,
     method_names,
     per_method,
@@ -26,17 +27,11 @@ BANNER = generated_by(__name__)
 
 
 def render_header(ifaces: Sequence[api.Interface]) -> str:
-    out = [
-        BANNER,
-        "// Profiling API interfaces in vtable order (facts from dotnet/runtime corprof.idl, cor.h).",
-        "// No destructors anywhere: a virtual destructor would take vtable slots.",
-        "#pragma once",
-        "",
-        '#include "profharness/types.h"',
-        "",
-        "namespace profharness {",
-        "",
+    about = [
+        "Profiling API interfaces in vtable order (facts from dotnet/runtime corprof.idl, cor.h).",
+        "No destructors anywhere: a virtual destructor would take vtable slots.",
     ]
+    out = header_opening(BANNER, about, ['"profharness/types.h"'], "profharness")
     out += [f"struct {iface.name};" for iface in ifaces]
     out.append("")
     out += [f"inline constexpr GUID IID_{iface.name} = {guid_initializer(iface.iid)};" for iface in ifaces]
@@ -54,17 +49,12 @@ def render_header(ifaces: Sequence[api.Interface]) -> str:
 def render_callback_base(ifaces: Sequence[api.Interface]) -> str:
     callbacks = [i for i in ifaces if i.family == api.CALLBACK]
     methods = [m for i in callbacks for m in i.methods]
+    about = [
+        "CallbackBase implements every ICorProfilerCallback* method as a generic event: counted, recorded",
+        "when the plan asks, experiments run at it. Probe overrides the ones it reports in more detail.",
+    ]
     out = [
-        BANNER,
-        "// CallbackBase implements every ICorProfilerCallback* method as a generic event: counted, recorded",
-        "// when the plan asks, experiments run at it. Probe overrides the ones it reports in more detail.",
-        "#pragma once",
-        "",
-        '#include "events.h"',
-        '#include "profharness/interfaces.h"',
-        "",
-        "namespace profharness {",
-        "",
+        *header_opening(BANNER, about, ['"events.h"', '"profharness/interfaces.h"'], "profharness"),
         *method_enum("Cb", methods),
         "",
         *method_names("kCallbackNames", methods),

@@ -17,6 +17,7 @@ Info methods are the table's facts too.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clr_model import api
@@ -25,7 +26,9 @@ from conformance.codegen import (
     NATIVE_DIR,
     family_interfaces,
     generated_by,
+    header_opening,
     iid_switch,
+    max_levels,
     method_enum,
     method_names,
     out_values,
@@ -78,22 +81,15 @@ def _forwarding(m: api.Method, scope: str, table: str, absent: str, *, read_back
 
 
 def render() -> str:
-    callbacks, infos = family_interfaces(api.CALLBACK), family_interfaces(api.INFO)
     cb_methods, info_methods = api.callbacks(), api.info_methods()
-    max_cb, max_info = callbacks[-1].version, infos[-1].version
+    about = [
+        "The recording proxy's forwarding: every callback to the profiler behind it, every",
+        "ICorProfilerInfo",
+        "method to the runtime, each through a scope (proxy.h) that records it.",
+    ]
     out = [
-        generated_by(__name__),
-        "// The recording proxy's forwarding: every callback to the profiler behind it, every",
-        "// ICorProfilerInfo",
-        "// method to the runtime, each through a scope (proxy.h) that records it.",
-        "#pragma once",
-        "",
-        '#include "proxy.h"',
-        "",
-        "namespace profharness::proxy {",
-        "",
-        f"inline constexpr int kMaxCallbackLevel = {max_cb};",
-        f"inline constexpr int kMaxInfoLevel = {max_info};",
+        *header_opening(generated_by(__name__), about, ['"proxy.h"'], "profharness::proxy"),
+        *max_levels(),
         "",
         *method_enum("ProxyCb", cb_methods),
         *method_names("kProxyCbNames", cb_methods),
@@ -107,32 +103,51 @@ def render() -> str:
         *iid_switch("callback_iid", api.CALLBACK),
         *iid_switch("info_iid", api.INFO),
         "",
-        "// Every callback method: forwarded to the third-party profiler's interface of its level.",
-        f"class CallbackForwarderBase : public {callbacks[-1].name} {{",
-        " protected:",
-        f"    void* target_[{max_cb + 1}] = {{}};  // the profiler's CallbackK, or null",
-        " public:",
     ]
-    for m in cb_methods:
-        if not m.has(Fact.PROXY_BY_HAND):
-            v = m.version
-            scope = f"CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {v}, target_[{v}] != nullptr);"
-            out += _forwarding(m, scope, "target_", "S_OK", read_back=False)
-    out += [
-        "};",
-        "",
-        "// Every ICorProfilerInfo method: recorded, then forwarded to the runtime's interface of its level.",
-        f"class InfoRecorderBase : public {infos[-1].name} {{",
-        " protected:",
-        f"    void* real_[{max_info + 1}] = {{}};  // real_[k]: the runtime's ICorProfilerInfoK, or null",
-        " public:",
-    ]
-    for m in info_methods:
-        if not m.has(Fact.PROXY_BY_HAND):
-            scope = f"InfoScope s_(static_cast<int>(InfoM::{m.name}), {str(m.has(Fact.TWO_PHASE)).lower()});"
-            out += _forwarding(m, scope, "real_", "E_NOINTERFACE", read_back=True)
-    out += ["};", "", "}  // namespace profharness::proxy", ""]
+    out += _forwarder_class(
+        "Every callback method: forwarded to the third-party profiler's interface of its level.",
+        "CallbackForwarderBase", api.CALLBACK, cb_methods, ("target_", "the profiler's CallbackK, or null"),
+        "S_OK",
+        lambda m: f"CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {m.version}, "
+        f"target_[{m.version}] != nullptr);",
+    )
+    out += _forwarder_class(
+        "Every ICorProfilerInfo method: recorded, then forwarded to the runtime's interface of its level.",
+        "InfoRecorderBase", api.INFO, info_methods,
+        ("real_", "real_[k]: the runtime's ICorProfilerInfoK, or null"), "E_NOINTERFACE",
+        lambda m: f"InfoScope s_(static_cast<int>(InfoM::{m.name}), {str(m.has(Fact.TWO_PHASE)).lower()});",
+        read_back=True,
+    )
+    out += ["}  // namespace profharness::proxy", ""]
     return "\n".join(out)
+
+
+def _forwarder_class(
+    about: str,
+    name: str,
+    family: str,
+    methods: Sequence[api.Method],
+    table: tuple[str, str],
+    absent: str,
+    scope: Callable[[api.Method], str],
+    *,
+    read_back: bool = False,
+) -> list[str]:
+    """Class ``name``: it implements the newest interface of ``family`` and holds ``table`` (its name, and
+    what its entry k is: the interface of version k, or null); every method of ``methods`` not written by
+    hand is :func:`_forwarding` through it, recorded by ``scope(m)``."""
+    newest = family_interfaces(family)[-1]
+    lines = [
+        f"// {about}",
+        f"class {name} : public {newest.name} {{",
+        " protected:",
+        f"    void* {table[0]}[{newest.version + 1}] = {{}};  // {table[1]}",
+        " public:",
+    ]
+    for m in methods:
+        if not m.has(Fact.PROXY_BY_HAND):
+            lines += _forwarding(m, scope(m), table[0], absent, read_back=read_back)
+    return [*lines, "};", ""]
 
 
 def outputs() -> dict[Path, str]:

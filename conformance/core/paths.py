@@ -8,7 +8,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -70,10 +70,11 @@ def glob_escape(text: str) -> str:
 
 
 @contextmanager
-def staged(final: Path, prefix: str) -> Iterator[Path]:
+def staged(final: Path, prefix: str, *, in_place: Callable[[], bool] | None = None) -> Iterator[Path]:
     """A fresh folder beside ``final`` to build into; when the block ends normally it becomes ``final`` with
     one rename, so readers never see a half-built cache entry. If another process renamed its own build into
-    place first, that one is kept. The folder is removed whatever happens."""
+    place first (``in_place()``; by default: ``final`` exists), that one is kept. The folder is removed
+    whatever happens."""
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=prefix, dir=final.parent))
     try:
@@ -81,7 +82,7 @@ def staged(final: Path, prefix: str) -> Iterator[Path]:
         try:
             os.rename(work, final)
         except OSError:
-            if not final.exists():
+            if not (in_place() if in_place is not None else final.exists()):
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -130,3 +131,22 @@ def sealed_entry(final: Path, file_name: str, *, repair: bool = True) -> Path | 
         with contextlib.suppress(OSError):
             aside.rmdir()
     return None
+
+
+def sealed_build(final: Path, file_name: str, build: Callable[[Path], None]) -> Path:
+    """``final/file_name`` of a sealed cache entry (:func:`sealed_entry`), built when needed: once per entry,
+    however many processes ask at once (under the area's lock, rechecked there; the staging folders of killed
+    builds of this key are cleared first). ``build(work)`` writes ``file_name`` and whatever goes with it
+    into a fresh folder (:func:`staged`); the file is sealed and the folder renamed into place."""
+    built = final / file_name
+    if sealed_entry(final, file_name, repair=False) is not None:
+        return built
+    with area_lock(final.parent):
+        if sealed_entry(final, file_name) is not None:
+            return built
+        prefix = f".{final.name[:12]}-"
+        clear_staging(final.parent, prefix)
+        with staged(final, prefix=prefix) as work:
+            build(work)
+            seal(work / file_name)
+    return built

@@ -23,15 +23,7 @@ from pathlib import Path
 
 from conformance.codegen import constants
 from conformance.core.errors import HarnessError
-from conformance.core.paths import (
-    NATIVE_DIR,
-    area_lock,
-    cache_dir,
-    clear_staging,
-    seal,
-    sealed_entry,
-    staged,
-)
+from conformance.core.paths import NATIVE_DIR, cache_dir, sealed_build
 
 #: The probe's class id (CORECLR_PROFILER), as src/factory.cpp declares it.
 CLSID = "{8C3B5D2E-6F4A-4B1C-9E7D-2A5F3C1B0D9E}"
@@ -133,26 +125,10 @@ def build_target(target: str, file_name: str, what: str, native_dir: Path = NATI
     """The path of ``file_name``, the shared library CMake target ``target`` of ``native_dir`` builds,
     building only that target (and what it links) into ``cache_dir()/<what>/<key>/`` when needed. ``what``
     names it in errors ("probe", "proxy")."""
-    key = build_key(native_dir)
     root = cache_dir() / what
-    final = root / key
-    built = final / file_name
-    if sealed_entry(final, file_name, repair=False) is not None:
-        return built
-    with area_lock(root):
-        return _build_locked(target, file_name, what, native_dir, key, root)
+    final = root / build_key(native_dir)
 
-
-def _build_locked(target: str, file_name: str, what: str, native_dir: Path, key: str, root: Path) -> Path:
-    """:func:`build_target` holding the area's lock: reuse the entry another process just built, else clear
-    the staging folders of killed builds of this key and build it."""
-    final = root / key
-    built = final / file_name
-    if sealed_entry(final, file_name) is not None:
-        return built
-    prefix = f".{key[:12]}-"
-    clear_staging(root, prefix)
-    with staged(final, prefix=prefix) as work:
+    def build(work: Path) -> None:
         log = work / BUILD_LOG_NAME
         build_dir = work / "build"
         generated = work / GENERATED_DIR_NAME
@@ -164,13 +140,14 @@ def _build_locked(target: str, file_name: str, what: str, native_dir: Path, key:
         ok = _run_logged(configure, log, work) and _run_logged(build_cmd, log, work)
         produced = build_dir / file_name
         if not ok or not produced.is_file():
-            failed_log = root / f"{key}.failed.log"
+            failed_log = root / f"{final.name}.failed.log"
             shutil.copyfile(log, failed_log)
             text = log.read_text(errors="replace")
             raise HarnessError(f"{what} build failed: {first_error_line(text)} (full log: {failed_log})")
         shutil.copy2(produced, work / file_name)
-        seal(work / file_name)
         shutil.rmtree(build_dir, ignore_errors=True)
+
+    built = sealed_build(final, file_name, build)
     if not built.is_file():
         raise HarnessError(f"{what} build produced no {file_name} in {final}")
     return built

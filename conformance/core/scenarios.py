@@ -22,15 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from conformance.core.errors import HarnessError, InputError
 from conformance.core.fsio import read_text_file
-from conformance.core.paths import (
-    SCENARIOS_DIR,
-    area_lock,
-    cache_dir,
-    clear_staging,
-    seal,
-    sealed_entry,
-    staged,
-)
+from conformance.core.paths import SCENARIOS_DIR, cache_dir, sealed_build
 from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
 
@@ -198,27 +190,12 @@ def _first_error(output: str) -> str:
 
 
 def compile_scenario(scenario: Scenario, reference: Runtime) -> Path:
-    """Compile the scenario into ``cache_dir()/scenarios/<key>/app.dll`` (or reuse it) and return its path."""
+    """Compile the scenario into ``cache_dir()/scenarios/<key>/app.dll`` (or reuse it) and return its path;
+    one compile per entry, however many processes ask at once (issue 13)."""
     mcs = _mcs()
-    key = compile_key(scenario, reference, _mcs_version(mcs))
-    root = cache_dir() / "scenarios"
-    final = root / key
-    app_dll = final / APP_DLL
-    if sealed_entry(final, APP_DLL, repair=False) is not None:
-        return app_dll
-    with area_lock(root):  # one compile per entry, however many processes ask at once (issue 13)
-        return _compile_locked(scenario, reference, mcs, final)
+    final = cache_dir() / "scenarios" / compile_key(scenario, reference, _mcs_version(mcs))
 
-
-def _compile_locked(scenario: Scenario, reference: Runtime, mcs: str, final: Path) -> Path:
-    """:func:`compile_scenario` holding the area's lock: reuse what another process just compiled, else
-    clear the staging folders of killed compiles of this key and compile."""
-    app_dll = final / APP_DLL
-    if sealed_entry(final, APP_DLL) is not None:
-        return app_dll
-    prefix = f".{final.name[:12]}-"
-    clear_staging(final.parent, prefix)
-    with staged(final, prefix=prefix) as tmp:
+    def compile_into(tmp: Path) -> None:
         command = [
             mcs,
             *MCS_FLAGS,
@@ -232,9 +209,9 @@ def _compile_locked(scenario: Scenario, reference: Runtime, mcs: str, final: Pat
             raise HarnessError(f"{_first_error(output)}\n{output}")
         (tmp / "mcs.log").write_text(" ".join(command) + "\n" + output + "\n")
         (tmp / "scenario.txt").write_text(scenario.name + "\n")
-        seal(tmp / APP_DLL)
         tmp.chmod(0o755)
-    return app_dll
+
+    return sealed_build(final, APP_DLL, compile_into)
 
 
 def prepare_run_dir(app_dll: Path, runtime: Runtime, run_dir: Path) -> Path:

@@ -188,6 +188,15 @@ class Trace(BaseModel):
     def marks(self, name: str | None = None) -> list[MarkRecord]:
         return [r for r in self.of_kind(MarkRecord) if name is None or r.name == name]
 
+    def mark(self, name: str) -> MarkRecord:
+        """The one mark ``name`` the scenario makes; none or several is a HarnessError."""
+        found = self.marks(name)
+        if len(found) != 1:
+            raise HarnessError(
+                f"{self.path}: expected one mark {name!r}, found {len(found)} (did the scenario run?)"
+            )
+        return found[0]
+
     def frames(self, walk: int) -> list[FrameRecord]:
         return sorted((r for r in self.of_kind(FrameRecord) if r.walk == walk), key=lambda r: r.index)
 

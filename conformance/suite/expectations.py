@@ -253,6 +253,11 @@ def _lines(lines: Iterable[str]) -> str:
     return " | ".join(lines)
 
 
+def _not_exercised(label: str, why: str, verdict: Verdict) -> tuple[VerdictOutcome, str]:
+    """A not-applicable verdict no expectation entry allows: the clause was declared to apply."""
+    return VerdictOutcome.UNEXPECTED, f"{label}: not applicable, but {why}: {verdict.observed}"
+
+
 def classify(verdict: Verdict, expectation: Expectation | None) -> tuple[VerdictOutcome, str]:
     """Measure a verdict against the entry covering its clause and runtime; the message names both."""
     label = f"{verdict.clause}[{verdict.runtime}]"
@@ -267,26 +272,23 @@ def classify(verdict: Verdict, expectation: Expectation | None) -> tuple[Verdict
                 f" {_lines(lines)}; model expects {verdict.expected}",
             )
         if verdict.status is Status.NOT_APPLICABLE:
-            return (
-                VerdictOutcome.UNEXPECTED,
-                f"{label}: not applicable, but experiment {verdict.experiment} declares the clause applies"
-                f" and no expectation entry says not-applicable: {verdict.observed}",
+            why = (
+                f"experiment {verdict.experiment} declares the clause applies and no expectation entry says "
+                "not-applicable"
             )
+            return _not_exercised(label, why, verdict)
         return VerdictOutcome.AS_DOCUMENTED, f"{label}: {verdict.status}"
     entry = f"the expectation entry {expectation.source}"
     expected_status = "/".join(s.value for s in expectation.status)
     if verdict.status not in expectation.status:
+        if verdict.status is Status.NOT_APPLICABLE:
+            why = f"{entry} expects {expected_status}: a listed divergence must be exercised"
+            return _not_exercised(label, why, verdict)
         if verdict.status is Status.CONFORMS:
             return (
                 VerdictOutcome.STALE_EXPECTATION,
                 f"{label}: {entry} expects {expected_status}, which no longer occurs (now conforms:"
                 f" {verdict.observed})",
-            )
-        if verdict.status is Status.NOT_APPLICABLE:
-            return (
-                VerdictOutcome.UNEXPECTED,
-                f"{label}: not applicable, but {entry} expects {expected_status}: a listed divergence must"
-                f" be exercised: {verdict.observed}",
             )
         return (
             VerdictOutcome.UNEXPECTED,

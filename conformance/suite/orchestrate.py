@@ -31,6 +31,7 @@ from conformance.suite.verdicts import (
     Evidence,
     HookEvidence,
     HookExperiment,
+    Judge,
     Judgement,
     LiveExperiment,
     Status,
@@ -62,24 +63,17 @@ def judge_run(
     experiment: LiveExperiment, runtime: Runtime, result: RunResult, plan: Mapping[str, Any]
 ) -> list[Verdict]:
     """Every clause verdict of one experiment run (``plan``: what the harness asked the probe to do)."""
-    base = {
-        "experiment": experiment.id,
-        "trace": str(result.trace_path),
-        "trace_sha256": result.trace_sha256,
-    }
+    base = {"experiment": experiment.id, "trace": str(result.trace_path), "trace_sha256": result.trace_sha256}
+
+    def of(judge: Judge) -> dict[str, Any]:
+        """What every verdict of ``judge`` on this run names: its clause, column and check, and the run."""
+        return {"clause": judge.clause, "runtime": judge.column(runtime.version), "what": judge.what, **base}
+
     if result.outcome is not RunOutcome.OK or result.trace is None:
         line = result.describe_failure()
         return [
-            Verdict(
-                clause=j.clause,
-                runtime=j.column(runtime.version),
-                what=j.what,
-                status=Status.ERROR,
-                observed=line,
-                expected="a normal run",
-                **base,
-            )
-            for j in experiment.judges
+            Verdict(status=Status.ERROR, observed=line, expected="a normal run", **of(judge))
+            for judge in experiment.judges
         ]
     evidence = Evidence(trace=result.trace, runtime=runtime, plan=plan)
     verdicts: list[Verdict] = []
@@ -87,30 +81,18 @@ def judge_run(
         try:
             judgement = judge.judge(evidence)
         except Exception as exc:  # a judge bug is an error verdict naming the clause, never a crash
-            verdicts.append(
-                Verdict(
-                    clause=judge.clause,
-                    runtime=judge.column(runtime.version),
-                    what=judge.what,
-                    status=Status.ERROR,
-                    observed=f"judge failed: {type(exc).__name__}: {exc}",
-                    expected="a judgement",
-                    **base,
-                )
-            )
+            why = f"judge failed: {type(exc).__name__}: {exc}"
+            verdicts.append(Verdict(status=Status.ERROR, observed=why, expected="a judgement", **of(judge)))
             continue
         verdicts.append(
             Verdict(
-                clause=judge.clause,
-                runtime=judge.column(runtime.version),
-                what=judge.what,
                 status=judgement.status,
                 observed=judgement.observed,
                 expected=judgement.expected,
                 evidence=_excerpt(result, judgement.evidence),
                 picture=[dict(p) for p in judgement.picture],
                 disagreements=disagreements_of(judgement),
-                **base,
+                **of(judge),
             )
         )
     return verdicts

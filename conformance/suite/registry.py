@@ -75,14 +75,9 @@ class ExperimentSpec:
     module: str = ""
 
     def build(self) -> LiveExperiment:
-        return LiveExperiment(
-            id=self.id,
-            scenario=self.scenario,
-            judges=tuple(self.judges),
-            plan_overlay=self.plan_overlay,
-            timeout_s=self.timeout_s,
-            only_on=self.only_on,
-        )
+        return LiveExperiment(id=self.id, scenario=self.scenario, judges=tuple(self.judges),
+                              plan_overlay=self.plan_overlay, timeout_s=self.timeout_s,
+                              only_on=self.only_on)  # fmt: skip
 
 
 @dataclass

@@ -12,7 +12,7 @@ every disagreement are pinned by the expectation files (:mod:`conformance.suite.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -47,6 +47,27 @@ class Judgement(BaseModel):
     #: every disagreement with the model, one stable line each (no addresses, paths or per-run ids), so an
     #: expectation can pin each one: a new disagreement in a clause with a known divergence is unexpected
     disagreements: tuple[str, ...] = ()
+
+    @classmethod
+    def from_disagreements(
+        cls,
+        disagreements: Iterable[str],
+        *,
+        observed: str,
+        expected: str,
+        evidence: Iterable[int] = (),
+        picture: Iterable[Mapping[str, Any]] = (),
+    ) -> Judgement:
+        """Diverges when there is any disagreement (each line once, in first-seen order), else conforms."""
+        lines = tuple(dict.fromkeys(disagreements))
+        return cls(
+            status=Status.DIVERGES if lines else Status.CONFORMS,
+            observed=observed,
+            expected=expected,
+            evidence=tuple(evidence),
+            picture=tuple(picture),
+            disagreements=lines,
+        )
 
 
 @dataclass(frozen=True)

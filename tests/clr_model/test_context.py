@@ -166,7 +166,7 @@ def test_layout_for_runtime_sizes() -> None:
 
 def test_layout_refuses_fields_outside_the_structure() -> None:
     with pytest.raises(ContextFieldError):
-        ContextLayout(ctx.Arch.X86, "bad", 8, 4, {"ContextFlags": (6, 4)}, ctx.CONTEXT_I386, 0)
+        ContextLayout(ctx.Arch.X86, "bad", 8, {"ContextFlags": (6, 4)})
 
 
 @settings(max_examples=150)

@@ -166,13 +166,26 @@ class Parser {
         return fail("unexpected character");
     }
 
-    bool object(Json& out, int depth) {
-        out = Json::object();
+    // The items of an object or array, from its opening bracket to `close`: `item` reads one (white space
+    // around it skipped), ',' separates them.
+    template <typename Item>
+    bool items(char close, const char* expected_after_item, Item item) {
         ++p_;
         ws();
-        if (p_ < t_.size() && t_[p_] == '}') { ++p_; return true; }
+        if (p_ < t_.size() && t_[p_] == close) { ++p_; return true; }
         for (;;) {
             ws();
+            if (!item()) return false;
+            ws();
+            if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
+            if (p_ < t_.size() && t_[p_] == close) { ++p_; return true; }
+            return fail(expected_after_item);
+        }
+    }
+
+    bool object(Json& out, int depth) {
+        out = Json::object();
+        return items('}', "expected ',' or '}'", [&] {
             if (p_ >= t_.size() || t_[p_] != '"') return fail("expected a member name");
             std::string key;
             if (!string(key)) return false;
@@ -183,28 +196,18 @@ class Parser {
             Json v;
             if (!value(v, depth + 1)) return false;
             out.set(key, std::move(v));
-            ws();
-            if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
-            if (p_ < t_.size() && t_[p_] == '}') { ++p_; return true; }
-            return fail("expected ',' or '}'");
-        }
+            return true;
+        });
     }
 
     bool array(Json& out, int depth) {
         out = Json::array();
-        ++p_;
-        ws();
-        if (p_ < t_.size() && t_[p_] == ']') { ++p_; return true; }
-        for (;;) {
-            ws();
+        return items(']', "expected ',' or ']'", [&] {
             Json v;
             if (!value(v, depth + 1)) return false;
             out.push(std::move(v));
-            ws();
-            if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
-            if (p_ < t_.size() && t_[p_] == ']') { ++p_; return true; }
-            return fail("expected ',' or ']'");
-        }
+            return true;
+        });
     }
 
     bool hex4(std::uint32_t& v) {

@@ -3,12 +3,18 @@
 // tag checks, enter/leave hooks) are new rows here; run_experiments_at (dispatch.cpp) does not change.
 #include "experiments.h"
 
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "events.h"
+#include "profharness/hresults.h"
 #include "walk.h"
 
 namespace profharness {
@@ -16,34 +22,103 @@ namespace profharness {
 // ---------------------------------------------------------------------------------------------------
 // Context helpers
 
-std::int64_t ExperimentContext::int_arg(const char* name, std::int64_t dflt) const {
+namespace {
+
+// args[name] when the plan gives it (not null) with the kind `is` accepts; else nullptr, after a probe_error
+// saying what it `must_be` when it has another kind.
+const Json* typed_arg(const PlannedExperiment& planned, const char* name, bool (Json::*is)() const,
+                      const char* must_be) {
     const Json* v = planned.args.get(name);
-    if (!v || v->is_null()) return dflt;
-    if (!v->is_integer()) {
-        state().probe_error(std::string("argument ") + name + " must be an integer", planned.id);
-        return dflt;
+    if (!v || v->is_null()) return nullptr;
+    if (!(v->*is)()) {
+        state().probe_error(std::string("argument ") + name + " must be " + must_be, planned.id);
+        return nullptr;
     }
-    return v->as_int();
+    return v;
+}
+
+}  // namespace
+
+std::int64_t ExperimentContext::int_arg(const char* name, std::int64_t dflt) const {
+    const Json* v = typed_arg(planned, name, &Json::is_integer, "an integer");
+    return v ? v->as_int() : dflt;
 }
 
 bool ExperimentContext::bool_arg(const char* name, bool dflt) const {
-    const Json* v = planned.args.get(name);
-    if (!v || v->is_null()) return dflt;
-    if (!v->is_bool()) {
-        state().probe_error(std::string("argument ") + name + " must be true or false", planned.id);
-        return dflt;
-    }
-    return v->as_bool();
+    const Json* v = typed_arg(planned, name, &Json::is_bool, "true or false");
+    return v ? v->as_bool() : dflt;
 }
 
 std::string ExperimentContext::string_arg(const char* name, const std::string& dflt) const {
-    const Json* v = planned.args.get(name);
-    if (!v || v->is_null()) return dflt;
-    if (!v->is_string()) {
-        state().probe_error(std::string("argument ") + name + " must be a string", planned.id);
-        return dflt;
+    const Json* v = typed_arg(planned, name, &Json::is_string, "a string");
+    return v ? v->as_string() : dflt;
+}
+
+bool planned_at_initialize(const ExperimentContext& ctx, const char* experiment) {
+    if (ctx.point == "Initialize") return true;
+    state().probe_error(std::string(experiment) + " must be planned at Initialize (hooks are accepted only there)",
+                        ctx.planned.id);
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Threads
+
+long os_tid() { return static_cast<long>(::syscall(SYS_gettid)); }
+
+void sleep_us(long us) {
+    timespec ts{us / 1000000, (us % 1000000) * 1000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
     }
-    return v->as_string();
+}
+
+bool name_calling_thread(const ExperimentContext& ctx, const char* experiment, NamedThread& t) {
+    ProbeState& s = state();
+    const std::string name = ctx.string_arg("name", "");
+    if (name.empty()) {
+        s.probe_error(std::string(experiment) + ": args.name (a non-empty string) is required", ctx.planned.id);
+        return false;
+    }
+    ThreadID tid = 0;
+    t.threadIdHr = s.info ? s.info->GetCurrentThreadID(&tid) : E_NOINTERFACE;
+    t.name = name;
+    t.threadId = failed(t.threadIdHr) ? 0 : tid;
+    t.pthread = pthread_self();
+    t.osTid = os_tid();
+    return true;
+}
+
+Json thread_ids_json(const NamedThread& t) {
+    Json out = Json::object();
+    out.set("threadId", Json(static_cast<std::uint64_t>(t.threadId)));
+    out.set("osTid", Json(static_cast<std::int64_t>(t.osTid)));
+    out.set("pthread", Json(static_cast<std::uint64_t>(t.pthread)));
+    return out;
+}
+
+void record_profiler_thread_created(const char* experiment) {
+    ProbeState& s = state();
+    Json args = Json::object();
+    args.set("osTid", Json(static_cast<std::int64_t>(os_tid())));
+    ThreadID self = 0;
+    HRESULT hr = s.info->GetCurrentThreadID(&self);
+    Json out = Json::object();
+    out.set("threadId", Json(static_cast<std::uint64_t>(self)));
+    s.call("ProfilerThreadCreated", experiment, args, out, hr);
+}
+
+bool join_within(std::thread& worker, const std::atomic<bool>& done, std::int64_t timeout_ms) {
+    std::int64_t waited = 0;
+    while (!done.load(std::memory_order_acquire) && waited < timeout_ms) {
+        sleep_us(2000);
+        waited += 2;
+    }
+    if (done.load(std::memory_order_acquire)) {
+        worker.join();
+        return true;
+    }
+    worker.detach();
+    return false;
 }
 
 namespace {

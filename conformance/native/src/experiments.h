@@ -3,10 +3,15 @@
 // experiments.cpp (and its function); the dispatcher never changes.
 #pragma once
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <thread>
 
+#include "profharness/hresults.h"
 #include "state.h"
 
 namespace profharness {
@@ -23,6 +28,38 @@ struct ExperimentContext {
 };
 
 using ExperimentFn = void (*)(ExperimentContext& ctx);
+
+// Hooks are accepted only at Initialize: false (and a probe_error naming `experiment`) when planned elsewhere.
+bool planned_at_initialize(const ExperimentContext& ctx, const char* experiment);
+
+// ---------------------------------------------------------------------------------------------------
+// Threads the experiments name, start and wait for (experiments.cpp)
+
+long os_tid();  // gettid()
+void sleep_us(long us);  // nanosleep, resumed after a signal
+
+// A thread a scenario registers under args.name (at one of its own marks) so that experiments can take it as
+// args.target.
+struct NamedThread {
+    std::string name;
+    ThreadID threadId = 0;  // 0 when GetCurrentThreadID failed
+    HRESULT threadIdHr = S_OK;  // what GetCurrentThreadID answered (E_NOINTERFACE without ICorProfilerInfo)
+    pthread_t pthread{};
+    long osTid = 0;
+};
+// The registering experiment `experiment`'s start: the calling thread under args.name (a non-empty string;
+// else a probe_error and false) in `t`.
+bool name_calling_thread(const ExperimentContext& ctx, const char* experiment, NamedThread& t);
+// The out-values of a registration record: threadId, osTid, pthread.
+Json thread_ids_json(const NamedThread& t);
+
+// The first record of a profiler-created thread: a ProfilerThreadCreated `call` record of `experiment` with
+// its gettid and what GetCurrentThreadID answers there.
+void record_profiler_thread_created(const char* experiment);
+
+// Waits up to timeout_ms (polling every 2 ms) for `done`, then joins `worker`; one still running is detached
+// (what it reads must be shared, so that it stays valid for it) and the answer is false.
+bool join_within(std::thread& worker, const std::atomic<bool>& done, std::int64_t timeout_ms);
 
 struct ExperimentEntry {
     const char* name;

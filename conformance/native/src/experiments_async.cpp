@@ -36,47 +36,24 @@ namespace {
 // ---------------------------------------------------------------------------------------------------
 // The thread registry
 
-struct RegisteredThread {
-    std::string name;
-    ThreadID threadId = 0;
-    pthread_t pthread{};
-    long osTid = 0;
-};
+using RegisteredThread = NamedThread;
 
 NamedRegistry<RegisteredThread, 16> g_registry;
 
-bool find_registered(const std::string& name, RegisteredThread& out) { return g_registry.find(name, out); }
-
-long os_tid() { return static_cast<long>(::syscall(SYS_gettid)); }
-
 void async_register_thread(ExperimentContext& ctx) {
-    ProbeState& s = state();
-    const std::string name = ctx.string_arg("name", "");
-    if (name.empty()) {
-        s.probe_error("async_register_thread: args.name (a non-empty string) is required", ctx.planned.id);
-        return;
-    }
-    ThreadID tid = 0;
-    HRESULT hr = s.info ? s.info->GetCurrentThreadID(&tid) : E_NOINTERFACE;
     RegisteredThread r;
-    r.name = name;
-    r.threadId = failed(hr) ? 0 : tid;
-    r.pthread = pthread_self();
-    r.osTid = os_tid();
+    if (!name_calling_thread(ctx, "async_register_thread", r)) return;
+    ProbeState& s = state();
     if (!g_registry.put(r)) s.probe_error("async_register_thread: registry full", ctx.planned.id);
     Json args = Json::object();
-    args.set("name", name);
-    Json out = Json::object();
-    out.set("threadId", Json(static_cast<std::uint64_t>(r.threadId)));
-    out.set("osTid", Json(static_cast<std::int64_t>(r.osTid)));
-    out.set("pthread", Json(static_cast<std::uint64_t>(r.pthread)));
-    s.call("GetCurrentThreadID", ctx.planned.id.c_str(), args, out, hr);
+    args.set("name", r.name);
+    s.call("GetCurrentThreadID", ctx.planned.id.c_str(), args, thread_ids_json(r), r.threadIdHr);
 }
 
 // Looks the target up; a missing one is a probe_error.
 bool target_of(ExperimentContext& ctx, RegisteredThread& target) {
     const std::string name = ctx.string_arg("target", "");
-    if (find_registered(name, target)) return true;
+    if (g_registry.find(name, target)) return true;
     state().probe_error("no thread registered as \"" + name + "\" (run async_register_thread on it first)",
                         ctx.planned.id);
     return false;
@@ -152,14 +129,21 @@ WalkRequest cross_request(ExperimentContext& ctx, const RegisteredThread& target
     return req;
 }
 
-void async_cross_walk(ExperimentContext& ctx) {
-    if (dispatch_to_native(ctx, &async_cross_walk)) return;
-    RegisteredThread target;
-    if (!target_of(ctx, target)) return;
+// True when the calling thread is to walk the plan's target now; false when `body` (the experiment
+// `experiment`) ran on a native walker thread instead (args.walker "native"), or, after a probe_error, when the
+// target is not registered or ICorProfilerInfo2 is missing.
+bool walk_here(ExperimentContext& ctx, Body body, const char* experiment, RegisteredThread& target) {
+    if (dispatch_to_native(ctx, body) || !target_of(ctx, target)) return false;
     if (!state().info_as<ICorProfilerInfo2>(2)) {
-        state().probe_error("async_cross_walk needs ICorProfilerInfo2", ctx.planned.id);
-        return;
+        state().probe_error(std::string(experiment) + " needs ICorProfilerInfo2", ctx.planned.id);
+        return false;
     }
+    return true;
+}
+
+void async_cross_walk(ExperimentContext& ctx) {
+    RegisteredThread target;
+    if (!walk_here(ctx, &async_cross_walk, "async_cross_walk", target)) return;
     const bool suspend = ctx.bool_arg("suspendRuntime", false);
     Walk walk(cross_request(ctx, target, suspend ? "suspended" : "running", suspend));
     CrossWalkResult r = run_cross_walk(walk, suspend);
@@ -181,24 +165,9 @@ struct NativeRun {
     std::atomic<bool> done{false};
 };
 
-void sleep_ms(long ms) {
-    timespec ts{ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
-
 void native_thread_main(std::shared_ptr<NativeRun> job) {
     t_native_walker = true;
-    ProbeState& s = state();
-    {
-        Json args = Json::object();
-        args.set("osTid", Json(static_cast<std::int64_t>(os_tid())));
-        ThreadID self = 0;
-        HRESULT hr = s.info->GetCurrentThreadID(&self);
-        Json out = Json::object();
-        out.set("threadId", Json(static_cast<std::uint64_t>(self)));
-        s.call("ProfilerThreadCreated", job->planned->id.c_str(), args, out, hr);
-    }
+    record_profiler_thread_created(job->planned->id.c_str());
     ExperimentContext c{*job->planned, job->point};
     job->body(c);
     job->done.store(true, std::memory_order_release);
@@ -220,30 +189,16 @@ bool dispatch_to_native(ExperimentContext& ctx, Body body) {
         s.probe_error(std::string("cannot start a native walker thread: ") + e.what(), ctx.planned.id);
         return true;
     }
-    std::int64_t waited = 0;
-    while (!job->done.load(std::memory_order_acquire) && waited < timeout_ms) {
-        sleep_ms(2);
-        waited += 2;
-    }
-    if (job->done.load(std::memory_order_acquire)) {
-        worker.join();
-    } else {
-        worker.detach();  // the job is shared: it stays valid for the thread
+    if (!join_within(worker, job->done, timeout_ms))
         s.probe_error("the native walker thread did not finish within " + std::to_string(timeout_ms) + " ms",
                       ctx.planned.id);
-    }
     return true;
 }
 
 // Warm-up walk without suspending (DSS-25), then a walk under SuspendRuntime; meant for walker "native".
 void async_warmup_then_suspend(ExperimentContext& ctx) {
-    if (dispatch_to_native(ctx, &async_warmup_then_suspend)) return;
     RegisteredThread target;
-    if (!target_of(ctx, target)) return;
-    if (!state().info_as<ICorProfilerInfo2>(2)) {
-        state().probe_error("async_warmup_then_suspend needs ICorProfilerInfo2", ctx.planned.id);
-        return;
-    }
+    if (!walk_here(ctx, &async_warmup_then_suspend, "async_warmup_then_suspend", target)) return;
     for (int phase = 0; phase < 2; ++phase) {
         const bool suspend = phase == 1;
         Walk walk(cross_request(ctx, target, suspend ? "suspended" : "warmup", suspend));
@@ -260,8 +215,6 @@ void async_warmup_then_suspend(ExperimentContext& ctx) {
 
 constexpr int kWalkSignal = SIGUSR2;
 
-enum SignalState : int { kIdle = 0, kRequested = 1, kInHandler = 2, kDone = 3, kAbandoned = 4 };
-
 struct SignalRequest {
     std::atomic<int> state{kIdle};
     std::atomic<Walk*> walk{nullptr};
@@ -275,20 +228,13 @@ struct SignalRequest {
 
 SignalRequest g_signal;
 alignas(64) BYTE g_seed[kContextBufferSize];
-struct sigaction g_previous_action;
-std::once_flag g_install_once;
-bool g_installed = false;
-int g_install_errno = 0;
+
+void walk_signal_handler(int sig, siginfo_t* info, void* ucv);
+OnceHandler g_walk_handler(kWalkSignal, &walk_signal_handler);
 
 void walk_signal_handler(int sig, siginfo_t* info, void* ucv) {
+    if (!g_walk_handler.claim(g_signal.state, g_signal.targetOsTid, sig, info, ucv)) return;
     const int saved_errno = errno;
-    int expected = kRequested;
-    if (static_cast<long>(::syscall(SYS_gettid)) != g_signal.targetOsTid ||
-        !g_signal.state.compare_exchange_strong(expected, kInHandler, std::memory_order_acq_rel)) {
-        chain_signal(g_previous_action, sig, info, ucv);
-        errno = saved_errno;
-        return;
-    }
     const auto* uc = static_cast<const ucontext_t*>(ucv);
     g_signal.handlerOsTid = static_cast<long>(::syscall(SYS_gettid));
     g_signal.rip = static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
@@ -301,24 +247,13 @@ void walk_signal_handler(int sig, siginfo_t* info, void* ucv) {
     errno = saved_errno;
 }
 
-void install_handler() {
-    g_install_errno = install_signal_handler(kWalkSignal, &walk_signal_handler, &g_previous_action);
-    g_installed = g_install_errno == 0;
-}
-
 void async_signal_walk(ExperimentContext& ctx) {
-    if (dispatch_to_native(ctx, &async_signal_walk)) return;
+    RegisteredThread target;
+    if (!walk_here(ctx, &async_signal_walk, "async_signal_walk", target)) return;
     ProbeState& s = state();
     const char* exp = ctx.planned.id.c_str();
-    RegisteredThread target;
-    if (!target_of(ctx, target)) return;
-    if (!s.info_as<ICorProfilerInfo2>(2)) {
-        s.probe_error("async_signal_walk needs ICorProfilerInfo2", ctx.planned.id);
-        return;
-    }
-    std::call_once(g_install_once, install_handler);
-    if (!g_installed) {
-        s.probe_error("async_signal_walk: sigaction(SIGUSR2) failed: " + std::string(std::strerror(g_install_errno)),
+    if (const int err = g_walk_handler.install()) {
+        s.probe_error("async_signal_walk: sigaction(SIGUSR2) failed: " + std::string(std::strerror(err)),
                       ctx.planned.id);
         return;
     }
@@ -372,7 +307,7 @@ void async_signal_walk(ExperimentContext& ctx) {
         waited = 0;
         if (kill_rc == 0) {
             while (g_signal.state.load(std::memory_order_acquire) != kDone && waited < timeout_ms) {
-                sleep_ms(1);
+                sleep_us(1000);
                 ++waited;
             }
         }
@@ -399,7 +334,7 @@ void async_signal_walk(ExperimentContext& ctx) {
         walk = nullptr;
         g_signal.walk.store(nullptr);
         g_signal.state.store(kIdle, std::memory_order_release);
-        sleep_ms(1);
+        sleep_us(1000);
     }
 
     Json kargs = Json::object();

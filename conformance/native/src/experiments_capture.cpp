@@ -79,8 +79,6 @@ constexpr std::size_t kRedZone = 128;                  // System V AMD64: leaf c
 constexpr std::size_t kPrologueBytes = 32;             // first bytes of each JIT-compiled code range
 constexpr int kSampleSignal = SIGPROF;
 
-long os_tid() { return static_cast<long>(::syscall(SYS_gettid)); }
-
 std::uint64_t now_ns() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
@@ -96,12 +94,6 @@ void sleep_until_ns(std::uint64_t& deadline_ns) {
     }
     timespec ts{static_cast<time_t>(deadline_ns / 1000000000ull), static_cast<long>(deadline_ns % 1000000000ull)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-    }
-}
-
-void sleep_us(long us) {
-    timespec ts{us / 1000000, (us % 1000000) * 1000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
     }
 }
 
@@ -150,33 +142,17 @@ std::size_t read_own(std::uint64_t addr, unsigned char* out, std::size_t n) {
 // ---------------------------------------------------------------------------------------------------
 // The thread registry (threads that can be sampled)
 
-struct CaptureThread {
-    std::string name;
-    ThreadID threadId = 0;
-    pthread_t pthread{};
-    long osTid = 0;
+struct CaptureThread : NamedThread {
     std::uint64_t fsBase = 0;
     std::uint64_t stackLow = 0, stackHigh = 0;  // 0, 0: unknown
 };
 
 NamedRegistry<CaptureThread, 8> g_threads;
 
-bool find_thread(const std::string& name, CaptureThread& out) { return g_threads.find(name, out); }
-
 void capture_register_thread(ExperimentContext& ctx) {
-    ProbeState& s = state();
-    const std::string name = ctx.string_arg("name", "");
-    if (name.empty()) {
-        s.probe_error("capture_register_thread: args.name (a non-empty string) is required", ctx.planned.id);
-        return;
-    }
     CaptureThread t;
-    t.name = name;
-    ThreadID tid = 0;
-    HRESULT hr = s.info ? s.info->GetCurrentThreadID(&tid) : E_NOINTERFACE;
-    t.threadId = failed(hr) ? 0 : tid;
-    t.pthread = pthread_self();
-    t.osTid = os_tid();
+    if (!name_calling_thread(ctx, "capture_register_thread", t)) return;
+    ProbeState& s = state();
     unsigned long fs = 0;
     const bool fs_ok = ::syscall(SYS_arch_prctl, ARCH_GET_FS, &fs) == 0;
     t.fsBase = fs_ok ? fs : 0;
@@ -193,22 +169,17 @@ void capture_register_thread(ExperimentContext& ctx) {
     }
     if (!g_threads.put(t)) s.probe_error("capture_register_thread: registry full", ctx.planned.id);
     Json args = Json::object();
-    args.set("name", name);
-    Json out = Json::object();
-    out.set("threadId", Json(static_cast<std::uint64_t>(t.threadId)));
-    out.set("osTid", Json(static_cast<std::int64_t>(t.osTid)));
-    out.set("pthread", Json(static_cast<std::uint64_t>(t.pthread)));
+    args.set("name", t.name);
+    Json out = thread_ids_json(t);
     out.set("fsBase", fs_ok ? Json(static_cast<std::uint64_t>(t.fsBase)) : Json());
     out.set("stackLow", t.stackHigh ? Json(t.stackLow) : Json());
     out.set("stackHigh", t.stackHigh ? Json(t.stackHigh) : Json());
     out.set("getattrRc", Json(attr_rc));
-    s.call("capture_register_thread", ctx.planned.id.c_str(), args, out, hr);
+    s.call("capture_register_thread", ctx.planned.id.c_str(), args, out, t.threadIdHr);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // The handler and its preallocated buffers (one sample in flight at a time)
-
-enum SampleState : int { kIdle = 0, kRequested = 1, kInHandler = 2, kDone = 3, kAbandoned = 4 };
 
 // ucontext gregs in sys/ucontext.h order (REG_R8 = 0 ... REG_CR2 = 22), lower-case names as emu uses.
 const char* const kGregNames[NGREG] = {"r8",  "r9",  "r10", "r11", "r12",    "r13", "r14",    "r15",
@@ -244,20 +215,13 @@ SampleBuffer g_sample;
 // The scenario's phase cell (profharness_capture_phase_cell): an int32 it writes before each phase; the
 // handler reads it at the instant (a plain load: async-signal-safe).
 std::atomic<const volatile std::int32_t*> g_phase_cell{nullptr};
-struct sigaction g_previous;
-std::once_flag g_install_once;
-bool g_installed = false;
-int g_install_errno = 0;
+
+void sample_handler(int sig, siginfo_t* info, void* ucv);
+OnceHandler g_sample_handler(kSampleSignal, &sample_handler);
 
 void sample_handler(int sig, siginfo_t* info, void* ucv) {
+    if (!g_sample_handler.claim(g_sample.state, g_sample.targetOsTid, sig, info, ucv)) return;
     const int saved_errno = errno;
-    int expected = kRequested;
-    if (os_tid() != g_sample.targetOsTid ||
-        !g_sample.state.compare_exchange_strong(expected, kInHandler, std::memory_order_acq_rel)) {
-        chain_signal(g_previous, sig, info, ucv);
-        errno = saved_errno;
-        return;
-    }
     SampleBuffer& b = g_sample;
     b.tEnter = now_ns();
     const auto* uc = static_cast<const ucontext_t*>(ucv);
@@ -302,11 +266,6 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
     b.tWalked = now_ns();
     b.state.store(kDone, std::memory_order_release);
     errno = saved_errno;
-}
-
-void install_handler() {
-    g_install_errno = install_signal_handler(kSampleSignal, &sample_handler, &g_previous);
-    g_installed = g_install_errno == 0;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -621,15 +580,7 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
 void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     ProbeState& s = state();
     const char* exp = job->planned->id.c_str();
-    {
-        Json args = Json::object();
-        args.set("osTid", Json(static_cast<std::int64_t>(os_tid())));
-        ThreadID self = 0;
-        HRESULT hr = s.info->GetCurrentThreadID(&self);
-        Json out = Json::object();
-        out.set("threadId", Json(static_cast<std::uint64_t>(self)));
-        s.call("ProfilerThreadCreated", exp, args, out, hr);
-    }
+    record_profiler_thread_created(exp);
     std::vector<Mapping> maps = parse_maps(read_maps_text());
     std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
     auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
@@ -706,7 +657,7 @@ void capture_sample(ExperimentContext& ctx) {
     ProbeState& s = state();
     CaptureThread target;
     const std::string name = ctx.string_arg("target", "");
-    if (!find_thread(name, target)) {
+    if (!g_threads.find(name, target)) {
         s.probe_error("capture_sample: no thread registered as \"" + name + "\" (run capture_register_thread first)",
                       ctx.planned.id);
         return;
@@ -715,9 +666,8 @@ void capture_sample(ExperimentContext& ctx) {
         s.probe_error("capture_sample needs ICorProfilerInfo2", ctx.planned.id);
         return;
     }
-    std::call_once(g_install_once, install_handler);
-    if (!g_installed) {
-        s.probe_error("capture_sample: sigaction(SIGPROF) failed: " + std::string(std::strerror(g_install_errno)),
+    if (const int err = g_sample_handler.install()) {
+        s.probe_error("capture_sample: sigaction(SIGPROF) failed: " + std::string(std::strerror(err)),
                       ctx.planned.id);
         return;
     }
@@ -747,18 +697,9 @@ void capture_sample(ExperimentContext& ctx) {
         s.probe_error(std::string("capture_sample: cannot start the profiler thread: ") + e.what(), ctx.planned.id);
         return;
     }
-    std::int64_t waited = 0;
-    while (!job->done.load(std::memory_order_acquire) && waited < budget_ms) {
-        sleep_us(2000);
-        waited += 2;
-    }
-    if (job->done.load(std::memory_order_acquire)) {
-        worker.join();
-    } else {
-        worker.detach();  // the job is shared: it stays valid for the thread
+    if (!join_within(worker, job->done, budget_ms))
         s.probe_error("capture_sample: the profiler thread did not finish within " + std::to_string(budget_ms) + " ms",
                       ctx.planned.id);
-    }
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -39,8 +39,6 @@ namespace profharness {
 
 namespace {
 
-long os_tid() { return static_cast<long>(::syscall(SYS_gettid)); }
-
 // What a hook does on entry or on leave, per hooked method (args.hooks of fault_hooks).
 enum class Action {
     None,
@@ -191,16 +189,10 @@ void sampler_main(ThreadID warm_target) {
     {
         // First entry into DoStackSnapshot from this thread, on a thread that is not suspended (DSS-25),
         // so the runtime's per-thread set-up never happens while the runtime is suspended.
-        Json a = Json::object();
-        a.set("osTid", Json(static_cast<std::int64_t>(os_tid())));
-        ThreadID self = 0;
-        HRESULT hr = s.info->GetCurrentThreadID(&self);
-        Json o = Json::object();
-        o.set("threadId", Json(static_cast<std::uint64_t>(self)));
-        s.call("ProfilerThreadCreated", id.c_str(), a, o, hr);
+        record_profiler_thread_created(id.c_str());
         SnapshotData d;
         d.target = warm_target;
-        hr = s.info_as<ICorProfilerInfo2>(2)->DoStackSnapshot(warm_target, &snapshot_callback, 0, &d, nullptr, 0);
+        HRESULT hr = s.info_as<ICorProfilerInfo2>(2)->DoStackSnapshot(warm_target, &snapshot_callback, 0, &d, nullptr, 0);
         Json wa = Json::object();
         wa.set("thread", Json(static_cast<std::uint64_t>(warm_target))).set("role", "warmup");
         Json wo = Json::object();
@@ -361,10 +353,7 @@ void fault_hooks(ExperimentContext& ctx) {
     ProbeState& s = state();
     Faults& f = faults();
     const char* id = ctx.planned.id.c_str();
-    if (ctx.point != "Initialize") {
-        s.probe_error("fault_hooks must be planned at Initialize (hooks are accepted only there)", id);
-        return;
-    }
+    if (!planned_at_initialize(ctx, "fault_hooks")) return;
     if (f.hooks_installed) return;
     auto* info3 = s.info_as<ICorProfilerInfo3>(3);
     if (!info3) {

@@ -218,10 +218,7 @@ void enter_leave_hooks(ExperimentContext& ctx) {
     ProbeState& s = state();
     HookState& h = hooks();
     const char* id = ctx.planned.id.c_str();
-    if (ctx.point != "Initialize") {
-        s.probe_error("enter_leave_hooks must be planned at Initialize (hooks are accepted only there)", id);
-        return;
-    }
+    if (!planned_at_initialize(ctx, "enter_leave_hooks")) return;
     if (h.installed) return;
     h.module_suffix = ctx.string_arg("module", "app.dll");
     h.xor_mask = static_cast<std::uint64_t>(ctx.int_arg("xor", 0x0FE2C0DE0000F2E2LL));

@@ -1,6 +1,9 @@
 // See signal_seed.h.
 #include "signal_seed.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +53,17 @@ void chain_signal(const struct sigaction& previous, int sig, siginfo_t* info, vo
     } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN && previous.sa_handler) {
         previous.sa_handler(sig);
     }
+}
+
+bool OnceHandler::claim(std::atomic<int>& state, long target_os_tid, int sig, siginfo_t* info, void* uc) const {
+    const int saved_errno = errno;
+    int expected = kRequested;
+    if (static_cast<long>(::syscall(SYS_gettid)) == target_os_tid &&
+        state.compare_exchange_strong(expected, kInHandler, std::memory_order_acq_rel))
+        return true;
+    chain_signal(previous_, sig, info, uc);
+    errno = saved_errno;
+    return false;
 }
 
 }  // namespace profharness

@@ -7,7 +7,6 @@
 // signal-handler walks run there, on the main thread), stops the spinner and joins it (bounded), marks "done".
 // Exit code 0 when the spinner got ready and ended; 1 otherwise.
 using System;
-using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Threading;
 
@@ -24,14 +23,8 @@ namespace ProfHarness.Scenarios
         public static int Main()
         {
             Probe.Mark("begin");
-            var spinner = new Thread(Spin);
-            spinner.IsBackground = true;
-            spinner.Name = TargetName;
-            spinner.Start();
-            var clock = Stopwatch.StartNew();
-            while (Volatile.Read(ref ready) == 0 && clock.ElapsedMilliseconds < 10000)
-                Thread.Sleep(1);
-            bool wasReady = Volatile.Read(ref ready) != 0;
+            var spinner = Threads.StartBackground(Spin, TargetName);
+            bool wasReady = Threads.AwaitReady(ref ready, 10000);
             if (wasReady)
             {
                 // Let the spinner get into its loop before anything walks it.

@@ -69,21 +69,15 @@ namespace ProfHarness.Scenarios
             }
             Probe.Mark("begin");
             phasePin = GCHandle.Alloc(phaseCell, GCHandleType.Pinned);
-            var worker = new Thread(Run);
-            worker.IsBackground = true;
-            worker.Name = TargetName;
-            worker.Start();
-            var clock = Stopwatch.StartNew();
-            while (Volatile.Read(ref ready) == 0 && clock.ElapsedMilliseconds < 30000)
-                Thread.Sleep(1);
-            bool wasReady = Volatile.Read(ref ready) != 0;
+            var worker = Threads.StartBackground(Run, TargetName);
+            bool wasReady = Threads.AwaitReady(ref ready, 30000);
             if (wasReady)
             {
                 Volatile.Write(ref go, 1);
                 Probe.Mark("capture.sample", new JsonObject().Add("target", TargetName).ToString());
             }
             // the work may outlast the sampling (bounded: a minute beyond the sampling)
-            clock.Restart();
+            var clock = Stopwatch.StartNew();
             while (wasReady && Volatile.Read(ref finished) == 0 && clock.ElapsedMilliseconds < 60000)
                 Thread.Sleep(2);
             bool workDone = Volatile.Read(ref finished) != 0;

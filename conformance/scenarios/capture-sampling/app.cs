@@ -19,7 +19,6 @@
 // thread, and returns when it is done), stops the threads, joins them (bounded) and marks "done".
 // Exit code 0 when the sampled thread got ready and ended; 1 otherwise.
 using System;
-using System.Diagnostics;
 using System.Reflection.Emit;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
@@ -81,17 +80,9 @@ namespace ProfHarness.Scenarios
         {
             Probe.Mark("begin");
             phasePin = GCHandle.Alloc(phaseCell, GCHandleType.Pinned);
-            var sampled = new Thread(Run);
-            sampled.IsBackground = true;
-            sampled.Name = TargetName;
-            var holder = new Thread(Hold);
-            holder.IsBackground = true;
-            holder.Start();
-            sampled.Start();
-            var clock = Stopwatch.StartNew();
-            while (Volatile.Read(ref ready) == 0 && clock.ElapsedMilliseconds < 10000)
-                Thread.Sleep(1);
-            bool wasReady = Volatile.Read(ref ready) != 0;
+            var holder = Threads.StartBackground(Hold, null);
+            var sampled = Threads.StartBackground(Run, TargetName);
+            bool wasReady = Threads.AwaitReady(ref ready, 10000);
             if (wasReady)
             {
                 Thread.Sleep(20);  // let the sampled thread get into its loop

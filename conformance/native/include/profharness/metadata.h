@@ -21,20 +21,22 @@ HRESULT module_metadata(ICorProfilerInfo* info, ModuleID mod, ComHolder<IMetaDat
 
 inline constexpr ULONG kNameChars = 512;  // the WCHAR buffer the name helpers pass
 
-// IMetaDataImport::GetTypeDefProps with a kNameChars buffer; `name` is set only on success.
-struct TypeDefProps {
+// What an IMetaDataImport Get*Props call answered: its HRESULT and the name, set only on success.
+struct NamedProps {
     HRESULT hr;
     std::string name;
+};
+
+// IMetaDataImport::GetTypeDefProps with a kNameChars buffer.
+struct TypeDefProps : NamedProps {
     ULONG pchTypeDef = 0;
     DWORD flags = 0;
     mdToken extends = 0;
 };
 TypeDefProps type_def_props(IMetaDataImport* md, mdTypeDef td);
 
-// IMetaDataImport::GetMethodProps with a buffer of cch WCHARs; `name` is set only on success.
-struct MethodProps {
-    HRESULT hr;
-    std::string name;
+// IMetaDataImport::GetMethodProps with a buffer of cch WCHARs.
+struct MethodProps : NamedProps {
     mdTypeDef owner = 0;
     ULONG pchMethod = 0;
     DWORD attr = 0;
