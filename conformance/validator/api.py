@@ -51,8 +51,11 @@ def validate(
     hang_s: float = launch.DEFAULT_HANG_S,
     dotnet: Path | None = None,
     scenario_names: Sequence[str] = SCENARIO_SET,
+    timeout_s: float = launch.DEFAULT_TIMEOUT_S,
 ) -> ValidationResult:
-    """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError."""
+    """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError.
+    ``hang_s``: how long a callback or a call outside any callback may stay open (the proxy's hang limit);
+    ``timeout_s``: how long each run may take (the harness's watchdog)."""
     target = launch.check_profiler(profiler)
     guid = launch.parse_clsid(clsid)
     companions = launch.check_preloads(preload)
@@ -71,7 +74,9 @@ def validate(
     checks = HookChecks()
     for rt in selected:
         for scenario, dll, user in plan:
-            result = launch.run_under_proxy(scenario, dll, rt, environment, hang_s=hang_s, user_app=user)
+            result = launch.run_under_proxy(
+                scenario, dll, rt, environment, hang_s=hang_s, timeout_s=timeout_s, user_app=user
+            )
             runs.append(
                 RunSummary(
                     runtime=rt.version,
