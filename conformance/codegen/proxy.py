@@ -5,10 +5,15 @@
 - ``InfoM``: every ICorProfilerInfo* method and its name;
 - ``Hook``: every hook the proxy wraps (its counter and the name of its frame: the hook's type), those of
   :data:`WRAPPED_HOOK_KINDS`, the fast path's last (``kFirstFastHook``: hooks3.cpp's trampolines);
+- ``kProxyCbMonitor``: the COR_PRF_MONITOR flag each callback needs (the table's ``monitor=``; 0 for none):
+  the proxy hides a callback only the event-mask bits it added itself enable (proxy.cpp ``profiler_asked``);
 - ``CallbackForwarderBase``: every callback method forwarded to the third-party profiler's interface of its
-  version, through a ``CallbackScope`` (proxy.h) that records it;
+  version, through a ``CallbackScope`` (proxy.h) that records it, or hidden (counted, not forwarded) when
+  the profiler did not ask for it;
 - ``InfoRecorderBase``: every ICorProfilerInfo method forwarded to the runtime's interface of its version,
-  through an ``InfoScope`` that records its arguments, its scalar out-values and its HRESULT.
+  through an ``InfoScope`` that records its arguments, its scalar out-values, its HRESULT and its caller (the
+  return address into the profiler); an ``inspects`` method's ObjectID is judged against the shadow heap
+  first (``InfoScope::inspect``).
 
 Methods the table marks ``proxy-by-hand`` are left out: the hand-written classes in objects.cpp implement
 them (the compiler refuses to instantiate a class that forgot one). ``lazy`` callbacks and ``two-phase``
@@ -57,15 +62,18 @@ def hook_kinds() -> list[str]:
     ]
 
 
-def _forwarding(m: api.Method, scope: str, table: str, absent: str, *, read_back: bool) -> list[str]:
+def _forwarding(
+    m: api.Method, scope: str, table: str, absent: str, *, read_back: bool, before: tuple[str, ...] = ()
+) -> list[str]:
     """A generated method: ``scope`` records its arguments, then the call goes on to ``table[version]``
     (``absent``: what it returns when that interface is missing), its scalar out-values read back
-    (``read_back``) before the scope records its HRESULT."""
+    (``read_back``) before the scope records its HRESULT. ``before``: statements after the arguments."""
     target = f"static_cast<{m.interface}*>({table}[{m.version}])"
     lines = [
         f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{",
         f"        {scope}",
         *(f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)),
+        *(f"        {line}" for line in before),
         "        s_.begin();",
         f"        if (!{table}[{m.version}]) return s_.finish({absent});",
     ]
@@ -75,6 +83,12 @@ def _forwarding(m: api.Method, scope: str, table: str, absent: str, *, read_back
     else:
         lines.append(f"        return s_.finish({target}->{m.name}({m.arg_names}));")
     return [*lines, "    }"]
+
+
+def _object_id(m: api.Method) -> str:
+    """The ObjectID parameter an ``inspects`` method reads the object of."""
+    (param,) = [p for p in m.params if p.type == "ObjectID"]
+    return param.name
 
 
 def render() -> str:
@@ -88,6 +102,9 @@ def render() -> str:
         "// method to the runtime, each through a scope (proxy.h) that records it.",
         "#pragma once",
         "",
+        "#include <cstdint>",
+        "",
+        '#include "profharness/flags.h"',
         '#include "proxy.h"',
         "",
         "namespace profharness::proxy {",
@@ -98,6 +115,7 @@ def render() -> str:
         *method_enum("ProxyCb", cb_methods),
         *method_names("kProxyCbNames", cb_methods),
         *per_method("bool", "kProxyCbLazy", cb_methods, lambda m: str(m.has(Fact.LAZY)).lower()),
+        *per_method("std::uint32_t", "kProxyCbMonitor", cb_methods, lambda m: m.monitor or "0"),
         "",
         *method_enum("InfoM", info_methods),
         *method_names("kInfoNames", info_methods),
@@ -116,7 +134,10 @@ def render() -> str:
     for m in cb_methods:
         if not m.has(Fact.PROXY_BY_HAND):
             v = m.version
-            scope = f"CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {v}, target_[{v}] != nullptr);"
+            scope = (
+                f"CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {v}, target_[{v}] != nullptr);\n"
+                "        if (s_.hidden()) return s_.hide();"
+            )
             out += _forwarding(m, scope, "target_", "S_OK", read_back=False)
     out += [
         "};",
@@ -129,8 +150,11 @@ def render() -> str:
     ]
     for m in info_methods:
         if not m.has(Fact.PROXY_BY_HAND):
-            scope = f"InfoScope s_(static_cast<int>(InfoM::{m.name}), {str(m.has(Fact.TWO_PHASE)).lower()});"
-            out += _forwarding(m, scope, "real_", "E_NOINTERFACE", read_back=True)
+            two_phase = str(m.has(Fact.TWO_PHASE)).lower()
+            caller = "__builtin_return_address(0)"
+            scope = f"InfoScope s_(static_cast<int>(InfoM::{m.name}), {two_phase}, {caller});"
+            before = (f"s_.inspect({_object_id(m)});",) if m.has(Fact.INSPECTS) else ()
+            out += _forwarding(m, scope, "real_", "E_NOINTERFACE", read_back=True, before=before)
     out += ["};", "", "}  // namespace profharness::proxy", ""]
     return "\n".join(out)
 
