@@ -751,14 +751,25 @@ void watchdog_loop() {
         ThreadRegistry& reg = registry();
         const int n = reg.size();
         const std::int64_t now = now_ns();
+        // the thread open longest (a callback's frame, or an ICorProfilerInfo call made outside any callback:
+        // on one thread the one that opened first, the outermost)
+        ThreadState* worst = nullptr;
+        std::int64_t worst_since = 0;
+        bool worst_call = false;
         for (int k = 0; k < n; ++k) {
             ThreadState* t = reg.at(k);
             if (!t) continue;
-            std::int64_t since = t->busy_since.load(std::memory_order_relaxed);
-            if (since && now - since > limit) report_hang(t, now - since, false);
-            std::int64_t call = t->call_since.load(std::memory_order_relaxed);
-            if (call && now - call > limit) report_hang(t, now - call, true);
+            const std::int64_t since = t->busy_since.load(std::memory_order_relaxed);
+            const std::int64_t call = t->call_since.load(std::memory_order_relaxed);
+            const bool is_call = call && (!since || call <= since);
+            const std::int64_t first = is_call ? call : since;
+            if (first && (!worst || first < worst_since)) {
+                worst = t;
+                worst_since = first;
+                worst_call = is_call;
+            }
         }
+        if (worst && now - worst_since > limit) report_hang(worst, now - worst_since, worst_call);
     }
 }
 
