@@ -127,63 +127,43 @@ void ShadowHeap::gc_finished() {
     std::sort(moved_.begin(), moved_.end());
     std::sort(surviving_.begin(), surviving_.end());
     ++gcs_;
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> placed;  // (new start, size)
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> kept;    // (start, size): stay where they are
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> left;    // (old start, new start): moved away
-    for (const auto& [start, size] : size_) {
-        if (const Move* m = block_of(moved_, start)) {
-            std::uint64_t target = m->new_start + (start - m->old_start);
-            placed.emplace_back(target, size);
+    // In place (a GC of the youngest generation moves few of many objects): objects iterate in address order
+    // beside the sorted blocks. An object in a moved block is taken out (its node kept for its new place),
+    // one that died is erased; what stays is what the model keeps where it is.
+    using Node = std::map<std::uint64_t, std::uint64_t>::node_type;
+    std::vector<Node> placed;                                   // nodes re-keyed to their new start
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> left;  // (old start, new start): moved away
+    std::size_t mi = 0, si = 0;
+    for (auto it = size_.begin(); it != size_.end();) {
+        const std::uint64_t start = it->first;
+        while (mi < moved_.size() && moved_[mi].old_start <= start) ++mi;  // moved_[mi - 1]: last at or below
+        if (mi > 0 && start < moved_[mi - 1].old_start + moved_[mi - 1].length) {
+            const Move& m = moved_[mi - 1];
+            const std::uint64_t target = m.new_start + (start - m.old_start);
             if (target != start) left.emplace_back(start, target);
+            auto next = std::next(it);
+            Node node = size_.extract(it);
+            node.key() = target;
+            placed.push_back(std::move(node));
+            it = next;
             continue;
         }
-        auto s = std::upper_bound(surviving_.begin(), surviving_.end(), start,
-                                  [](std::uint64_t a, const Span& sp) { return a < sp.start; });
-        bool survived = false;
-        if (s != surviving_.begin()) {
-            --s;
-            survived = start < s->start + s->length;
-        }
-        if (survived || !collected_at(start)) kept.emplace_back(start, size);
+        while (si < surviving_.size() && surviving_[si].start <= start) ++si;
+        const bool survived = si > 0 && start < surviving_[si - 1].start + surviving_[si - 1].length;
+        if (survived || !collected_at(start)) ++it;
+        else it = size_.erase(it);
     }
-    // placed: later entries win a tie (the model's dict assignment), so a stable sort keeps the last
-    std::stable_sort(placed.begin(), placed.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> unique;
-    unique.reserve(placed.size());
-    for (const auto& p : placed) {
-        if (!unique.empty() && unique.back().first == p.first) unique.back() = p;
-        else unique.push_back(p);
+    // what stays where another object lives now (a moved block's new range covers it) is dropped
+    for (const Move& m : moved_) drop_overlapping(m.new_start, m.new_start + m.length);
+    // then every moved object at its new start (a later one wins a tie, as the model's dict assignment)
+    std::vector<std::uint64_t> targets;
+    targets.reserve(placed.size());
+    for (Node& node : placed) {
+        targets.push_back(node.key());
+        auto r = size_.insert(std::move(node));
+        if (!r.inserted) r.position->second = r.node.mapped();
     }
-    placed.swap(unique);
-    // the new ranges of the moved blocks, sorted (start, end)
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-    ranges.reserve(moved_.size());
-    for (const Move& m : moved_) ranges.emplace_back(m.new_start, m.new_start + m.length);
-    std::sort(ranges.begin(), ranges.end());
-    auto covered = [&ranges](std::uint64_t lo, std::uint64_t hi) {
-        auto it = std::upper_bound(ranges.begin(), ranges.end(), lo,
-                                   [](std::uint64_t a, const auto& r) { return a < r.first; });
-        if (it != ranges.begin() && std::prev(it)->second > lo) return true;
-        return it != ranges.end() && it->first < hi;
-    };
-    auto in_placed = [&placed](std::uint64_t a) {
-        auto it = std::lower_bound(placed.begin(), placed.end(), a,
-                                   [](const auto& p, std::uint64_t x) { return p.first < x; });
-        return it != placed.end() && it->first == a;
-    };
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> stay;
-    for (const auto& [start, size] : kept)
-        if (!in_placed(start) && !covered(start, start + size)) stay.emplace_back(start, size);
-    // the new map: placed and stay are disjoint in starts, each sorted
-    std::map<std::uint64_t, std::uint64_t> next;
-    {
-        auto a = placed.begin(), b = stay.begin();
-        while (a != placed.end() || b != stay.end()) {
-            if (b == stay.end() || (a != placed.end() && a->first < b->first)) next.emplace_hint(next.end(), *a++);
-            else next.emplace_hint(next.end(), *b++);
-        }
-    }
+    std::sort(targets.begin(), targets.end());
     // addresses objects left: the earlier ones follow their objects, the new ones (this GC) replace them
     std::vector<Left> carried;
     carried.reserve(left_live_ + left.size());
@@ -209,9 +189,14 @@ void ShadowHeap::gc_finished() {
             }
         }
     }
+    // an address an object starts at now is no longer left; only this GC's moves can have put one there (no
+    // object starts at a left address between GCs: an allocation there forgets it), so only their targets
+    // are looked at, beside the sorted addresses
     left_.clear();
+    auto t = targets.begin();
     for (const Left& l : merged) {
-        if (next.count(l.addr)) continue;
+        while (t != targets.end() && *t < l.addr) ++t;
+        if (t != targets.end() && *t == l.addr) continue;
         if (left_gcs_ > 0 && gcs_ - l.gc >= static_cast<std::uint64_t>(left_gcs_)) {
             ++left_dropped_;
             continue;
@@ -220,7 +205,6 @@ void ShadowHeap::gc_finished() {
     }
     left_live_ = left_.size();
     cap_left();
-    size_.swap(next);
     in_gc_ = false;
     moved_.clear();
     surviving_.clear();
