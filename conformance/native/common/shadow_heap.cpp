@@ -130,7 +130,7 @@ void ShadowHeap::gc_finished() {
     // In place (a GC of the youngest generation moves few of many objects): objects iterate in address order
     // beside the sorted blocks. An object in a moved block is taken out (its node kept for its new place),
     // one that died is erased; what stays is what the model keeps where it is.
-    using Node = std::map<std::uint64_t, std::uint64_t>::node_type;
+    using Node = ObjectMap::node_type;
     std::vector<Node> placed;                                   // nodes re-keyed to their new start
     std::vector<std::pair<std::uint64_t, std::uint64_t>> left;  // (old start, new start): moved away
     std::size_t mi = 0, si = 0;

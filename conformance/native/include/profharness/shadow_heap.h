@@ -14,8 +14,8 @@
 //   classify(id)              object / stale (where the object is now) / interior (its start and the
 //                             offset) / unknown
 //
-// Memory: the live objects (an ordered map, about 64 bytes an object) and the addresses objects left at a GC
-// (a sorted array, 24 bytes an address). The latter is capped (the reference model's left_gcs / left_max):
+// Memory: the live objects (an ordered map whose nodes come from a pool, about 48 bytes an object) and the
+// addresses objects left at a GC (a sorted array, 24 bytes an address). The latter is capped (the reference model's left_gcs / left_max):
 // an address is kept while it was left in one of the last `left_gcs` GCs (default 8); past `left_max`
 // addresses (default 1,048,576) the oldest GC's go first, within one GC the highest addresses first. A
 // forgotten address answers `unknown` (never a finding), not `stale`.
@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory_resource>
 #include <vector>
 
 namespace profharness {
@@ -49,11 +50,16 @@ struct GenerationRange {
 
 class ShadowHeap {
  public:
+    // start -> size; its nodes come from the heap's own pool (an allocation per object otherwise dominates)
+    using ObjectMap = std::pmr::map<std::uint64_t, std::uint64_t>;
+
     static constexpr int kDefaultLeftGcs = 8;
     static constexpr std::size_t kDefaultLeftMax = std::size_t{1} << 20;
 
     explicit ShadowHeap(int left_gcs = kDefaultLeftGcs, std::size_t left_max = kDefaultLeftMax)
-        : left_gcs_(left_gcs), left_max_(left_max) {}
+        : left_gcs_(left_gcs), left_max_(left_max), size_(&pool_) {}
+    ShadowHeap(const ShadowHeap&) = delete;
+    ShadowHeap& operator=(const ShadowHeap&) = delete;
 
     // ObjectAllocated: a new object at `id` of `size` bytes (0 counts as 1).
     void allocate(std::uint64_t id, std::uint64_t size);
@@ -76,7 +82,7 @@ class ShadowHeap {
     // Addresses forgotten by the cap so far (by age or by count).
     std::uint64_t left_dropped() const { return left_dropped_; }
     // start -> size of every known live object (tests).
-    const std::map<std::uint64_t, std::uint64_t>& object_map() const { return size_; }
+    const ObjectMap& object_map() const { return size_; }
 
  private:
     struct Move {
@@ -104,7 +110,8 @@ class ShadowHeap {
 
     int left_gcs_;
     std::size_t left_max_;
-    std::map<std::uint64_t, std::uint64_t> size_;
+    std::pmr::unsynchronized_pool_resource pool_;
+    ObjectMap size_;
     std::vector<Left> left_;  // sorted by addr; entries with gc == 0 are forgotten
     std::size_t left_live_ = 0;
     std::uint64_t collected_ = ~std::uint64_t{0};
