@@ -29,6 +29,11 @@ is the safe side: an ObjectID the heap does not know is never a finding (:attr:`
   wrong remapping (MR2-08);
 * :attr:`HeapVerdict.UNKNOWN`: none of these (an object the runtime never reported, e.g. a frozen string
   literal): not judged.
+
+Bounded memory (the proxy's cap, ``include/profharness/shadow_heap.h``): with ``left_gcs`` an address objects
+left is kept only while it was left in one of the last ``left_gcs`` GCs; with ``left_max`` at most that many
+are kept, the oldest GC's dropped first and within one GC the highest addresses first. A forgotten address is
+UNKNOWN (never a finding). Without them (the default) nothing is forgotten.
 """
 
 from __future__ import annotations
@@ -61,7 +66,12 @@ class Classification:
 class ShadowHeap:
     """Known live objects (start -> size), the addresses objects left, and the GC being reported."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, left_gcs: int | None = None, left_max: int | None = None) -> None:
+        self._left_gcs = left_gcs
+        self._left_max = left_max
+        self._gcs = 0
+        #: the GC (1-based) at which each address in ``_left`` was left
+        self._left_at: dict[int, int] = {}
         self._size: dict[int, int] = {}
         self._starts: list[int] = []  # sorted keys of _size
         #: an address an object left at a GC (no object starts there now) -> where that object is now
@@ -99,6 +109,7 @@ class ShadowHeap:
         self._drop_overlapping(oid, oid + size)
         self._add(oid, size)
         self._left.pop(oid, None)
+        self._left_at.pop(oid, None)
 
     def gc_started(self, collected: Iterable[int], generations: Sequence[tuple[int, int, int]] = ()) -> None:
         """GarbageCollectionStarted: the generations it collects, and (start, end, generation) of every
@@ -154,13 +165,26 @@ class ShadowHeap:
             if i >= 0 and now < moved[i][0] + moved[i][2]:
                 carried[addr] = moved[i][1] + (now - moved[i][0])
         carried.update(left)
+        self._gcs += 1
+        self._left_at.update(dict.fromkeys(left, self._gcs))
         self._size = placed
         self._starts = sorted(placed)
         self._left = {addr: now for addr, now in carried.items() if addr not in placed}
+        self._cap_left()
         self._in_gc = False
         self._moved, self._surviving = [], []
 
     # -- helpers -------------------------------------------------------------------------------------------
+    def _cap_left(self) -> None:
+        if self._left_gcs is not None:
+            keep = self._left_gcs
+            self._left = {a: n for a, n in self._left.items() if self._gcs - self._left_at[a] < keep}
+        if self._left_max is not None and len(self._left) > self._left_max:
+            order = sorted(self._left, key=lambda a: (self._left_at[a], -a))
+            for a in order[: len(self._left) - self._left_max]:
+                del self._left[a]
+        self._left_at = {a: self._left_at[a] for a in self._left}
+
     def _collected_at(self, address: int) -> bool:
         if not self._generations:
             return True

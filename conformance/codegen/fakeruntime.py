@@ -116,6 +116,7 @@ def render() -> str:
         two = str(m.has(Fact.TWO_PHASE)).lower()
         out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
         out.append(f'        CallScope s_("{m.name}", {two});')
+        out.append("        s_.caller(__builtin_return_address(0));")
         for p in m.params:
             if recordable(p.type):
                 out.append(f'        s_.arg("{p.name}", {p.name});')

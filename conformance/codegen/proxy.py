@@ -5,10 +5,15 @@
 - ``InfoM``: every ICorProfilerInfo* method and its name;
 - ``Hook``: every hook the proxy wraps (its counter and the name of its frame: the hook's type), those of
   :data:`WRAPPED_HOOK_KINDS`, the fast path's last (``kFirstFastHook``: hooks3.cpp's trampolines);
+- ``kProxyCbMonitor``: the COR_PRF_MONITOR flag each callback needs (the table's ``monitor=``; 0 for none):
+  the proxy hides a callback only the event-mask bits it added itself enable (proxy.cpp ``profiler_asked``);
 - ``CallbackForwarderBase``: every callback method forwarded to the third-party profiler's interface of its
-  version, through a ``CallbackScope`` (proxy.h) that records it;
+  version, through a ``CallbackScope`` (proxy.h) that records it, or hidden (counted, not forwarded) when
+  the profiler did not ask for it;
 - ``InfoRecorderBase``: every ICorProfilerInfo method forwarded to the runtime's interface of its version,
-  through an ``InfoScope`` that records its arguments, its scalar out-values and its HRESULT.
+  through an ``InfoScope`` that records its arguments, its scalar out-values, its HRESULT and its caller (the
+  return address into the profiler); an ``inspects`` method's ObjectID is judged against the shadow heap
+  first (``InfoScope::inspect``).
 
 Methods the table marks ``proxy-by-hand`` are left out: the hand-written classes in objects.cpp implement
 them (the compiler refuses to instantiate a class that forgot one). ``lazy`` callbacks and ``two-phase``
@@ -42,6 +47,7 @@ OUTPUT = NATIVE_DIR / "proxy" / "generated.h"
 #: kinds from ``kFirstFastHook``. (The .NET Framework 1.x hooks and the mappers are not counted hooks.)
 WRAPPED_HOOK_KINDS = (HookKind.FUNCTION_ENTER2, HookKind.FUNCTION_ENTER3_WITH_INFO, HookKind.FUNCTION_ENTER3)
 
+
 def hook_kinds() -> list[str]:
     """``enum class Hook``, ``kHookNames`` and ``kFirstFastHook`` (see :data:`WRAPPED_HOOK_KINDS`)."""
     hooks = [h for kind in WRAPPED_HOOK_KINDS for h in api.hooks_of([kind])]
@@ -60,24 +66,36 @@ def hook_kinds() -> list[str]:
     ]
 
 
-def _forwarding(m: api.Method, scope: str, table: str, absent: str, *, read_back: bool) -> list[str]:
+def _forwarding(
+    m: api.Method, scope: str, table: str, absent: str, *, read_back: bool, before: tuple[str, ...] = ()
+) -> list[str]:
     """A generated method: ``scope`` records its arguments, then the call goes on to ``table[version]``
     (``absent``: what it returns when that interface is missing), its scalar out-values read back
-    (``read_back``) before the scope records its HRESULT."""
+    (``read_back``) before the scope records its HRESULT. ``before``: statements after the arguments."""
     target = f"static_cast<{m.interface}*>({table}[{m.version}])"
     lines = [
         f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{",
         f"        {scope}",
         *(f'        s_.arg("{p.name}", {p.name});' for p in m.params if recordable(p.type)),
+        *(f"        {line}" for line in before),
         "        s_.begin();",
         f"        if (!{table}[{m.version}]) return s_.finish({absent});",
     ]
     if read_back:
-        lines += [f"        HRESULT hr_ = {target}->{m.name}({m.arg_names});", *out_values(m),
-                  "        return s_.finish(hr_);"]
+        lines += [
+            f"        HRESULT hr_ = {target}->{m.name}({m.arg_names});",
+            *out_values(m),
+            "        return s_.finish(hr_);",
+        ]
     else:
         lines.append(f"        return s_.finish({target}->{m.name}({m.arg_names}));")
     return [*lines, "    }"]
+
+
+def _object_id(m: api.Method) -> str:
+    """The ObjectID parameter an ``inspects`` method reads the object of."""
+    (param,) = [p for p in m.params if p.type == "ObjectID"]
+    return param.name
 
 
 def render() -> str:
@@ -88,12 +106,18 @@ def render() -> str:
         "method to the runtime, each through a scope (proxy.h) that records it.",
     ]
     out = [
-        *header_opening(generated_by(__name__), about, ['"proxy.h"'], "profharness::proxy"),
+        *header_opening(
+            generated_by(__name__),
+            about,
+            ["<cstdint>", "", '"profharness/flags.h"', '"proxy.h"'],
+            "profharness::proxy",
+        ),
         *max_levels(),
         "",
         *method_enum("ProxyCb", cb_methods),
         *method_names("kProxyCbNames", cb_methods),
         *per_method("bool", "kProxyCbLazy", cb_methods, lambda m: str(m.has(Fact.LAZY)).lower()),
+        *per_method("std::uint32_t", "kProxyCbMonitor", cb_methods, lambda m: m.monitor or "0"),
         "",
         *method_enum("InfoM", info_methods),
         *method_names("kInfoNames", info_methods),
@@ -106,17 +130,29 @@ def render() -> str:
     ]
     out += _forwarder_class(
         "Every callback method: forwarded to the third-party profiler's interface of its level.",
-        "CallbackForwarderBase", api.CALLBACK, cb_methods, ("target_", "the profiler's CallbackK, or null"),
+        "CallbackForwarderBase",
+        api.CALLBACK,
+        cb_methods,
+        ("target_", "the profiler's CallbackK, or null"),
         "S_OK",
-        lambda m: f"CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {m.version}, "
-        f"target_[{m.version}] != nullptr);",
+        lambda m: (
+            f"CallbackScope s_(static_cast<int>(ProxyCb::{m.name}), {m.version}, "
+            f"target_[{m.version}] != nullptr);\n        if (s_.hidden()) return s_.hide();"
+        ),
     )
     out += _forwarder_class(
         "Every ICorProfilerInfo method: recorded, then forwarded to the runtime's interface of its level.",
-        "InfoRecorderBase", api.INFO, info_methods,
-        ("real_", "real_[k]: the runtime's ICorProfilerInfoK, or null"), "E_NOINTERFACE",
-        lambda m: f"InfoScope s_(static_cast<int>(InfoM::{m.name}), {str(m.has(Fact.TWO_PHASE)).lower()});",
+        "InfoRecorderBase",
+        api.INFO,
+        info_methods,
+        ("real_", "real_[k]: the runtime's ICorProfilerInfoK, or null"),
+        "E_NOINTERFACE",
+        lambda m: (
+            f"InfoScope s_(static_cast<int>(InfoM::{m.name}), {str(m.has(Fact.TWO_PHASE)).lower()}, "
+            "__builtin_return_address(0));"
+        ),
         read_back=True,
+        before=lambda m: (f"s_.inspect({_object_id(m)});",) if m.has(Fact.INSPECTS) else (),
     )
     out += ["}  // namespace profharness::proxy", ""]
     return "\n".join(out)
@@ -132,10 +168,11 @@ def _forwarder_class(
     scope: Callable[[api.Method], str],
     *,
     read_back: bool = False,
+    before: Callable[[api.Method], tuple[str, ...]] = lambda m: (),
 ) -> list[str]:
     """Class ``name``: it implements the newest interface of ``family`` and holds ``table`` (its name, and
     what its entry k is: the interface of version k, or null); every method of ``methods`` not written by
-    hand is :func:`_forwarding` through it, recorded by ``scope(m)``."""
+    hand is :func:`_forwarding` through it, recorded by ``scope(m)``, ``before(m)`` after its arguments."""
     newest = family_interfaces(family)[-1]
     lines = [
         f"// {about}",
@@ -146,7 +183,7 @@ def _forwarder_class(
     ]
     for m in methods:
         if not m.has(Fact.PROXY_BY_HAND):
-            lines += _forwarding(m, scope(m), table[0], absent, read_back=read_back)
+            lines += _forwarding(m, scope(m), table[0], absent, read_back=read_back, before=before(m))
     return [*lines, "};", ""]
 
 

@@ -61,9 +61,12 @@ def validate(
     hang_s: float = launch.DEFAULT_HANG_S,
     dotnet: Path | None = None,
     scenario_names: Sequence[str] = SCENARIO_SET,
+    timeout_s: float = launch.DEFAULT_TIMEOUT_S,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
-    signal (see the module's docstring) returns what was judged before it, ``interrupted`` set."""
+    signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
+    ``hang_s``: how long a callback or a call outside any callback may stay open (the proxy's hang limit);
+    ``timeout_s``: how long each run may take (the harness's watchdog)."""
     runs: list[RunSummary] = []
     exercised: dict[str, set[str]] = {}
     judge_seconds = 0.0
@@ -87,7 +90,9 @@ def validate(
         checks = HookChecks()
         for rt in selected:
             for scenario, dll, user in plan:
-                result = launch.run_under_proxy(scenario, dll, rt, environment, hang_s=hang_s, user_app=user)
+                result = launch.run_under_proxy(
+                    scenario, dll, rt, environment, hang_s=hang_s, timeout_s=timeout_s, user_app=user
+                )
                 summary = RunSummary(
                     runtime=rt.version,
                     scenario=scenario.name,

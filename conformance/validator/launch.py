@@ -26,10 +26,12 @@ from conformance.core.runner import RunResult
 from conformance.core.runtimes import Runtime
 from conformance.validator.build import build_proxy
 
-#: Seconds a callback may stay open before the proxy reports a hang (and ends the process).
+#: Seconds a callback, or an ICorProfilerInfo call made outside any callback, may stay open before the proxy
+#: reports a hang (and ends the process): the hang limit (PROFHARNESS_PROXY_HANG_MS).
 DEFAULT_HANG_S = 10.0
-#: Seconds the harness's own watchdog allows beyond the proxy's hang limit.
-WATCHDOG_MARGIN_S = 10.0
+#: Seconds the whole run may take before the harness's own watchdog ends it (``--timeout``): the run limit,
+#: separate from the hang limit (an app that runs long with nothing open is no hang).
+DEFAULT_TIMEOUT_S = 600.0
 _CLSID = re.compile(
     r"^\{?([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})\}?$"
 )
@@ -155,7 +157,9 @@ def run_under_proxy(
     timeout_s: float | None = None,
     user_app: bool = False,
 ) -> RunResult:
-    """Run ``app_dll`` on ``runtime`` with the proxy as profiler (behind it: per ``environment``)."""
+    """Run ``app_dll`` on ``runtime`` with the proxy as profiler (behind it: per ``environment``). The
+    harness's watchdog ends the run after ``timeout_s`` (the run limit, :data:`DEFAULT_TIMEOUT_S` when None);
+    ``hang_s`` is the proxy's own limit, given to it through ``environment`` (:func:`proxy_environment`)."""
     proxy_so = build_proxy()
     run_dir = new_run_dir(scenario.name, runtime)
     proxied = ProxiedRuntime(
@@ -171,7 +175,6 @@ def run_under_proxy(
         for sibling in app_dll.parent.iterdir():
             if sibling.is_file() and sibling != app_dll and sibling.suffix.lower() in (".dll", ".so", ".pdb"):
                 shutil.copyfile(sibling, run_dir / sibling.name)
-    limit = (
-        timeout_s if timeout_s is not None else (hang_s if hang_s > 0 else DEFAULT_HANG_S) + WATCHDOG_MARGIN_S
-    )
+    del hang_s  # the proxy reads its hang limit from the environment
+    limit = timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S
     return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir, read=False)

@@ -303,10 +303,11 @@ class InspectionWhileInvalid(StreamRule):
 class RemappedIds(StreamRule):
     """The proxy's shadow heap judges each inspected ObjectID at the call (``heap`` on the call record:
     ``stale`` -> MR2-17, ``interior`` -> MR2-08, naming the object and the offset). A recording without a
-    shadow heap (``proxy.shadowHeap`` false: an older proxy, the fake runtime) is judged by the model's
+    shadow heap (no ``proxy.mask`` mark with ``heap`` true at Initialize: an older proxy, a proxy that could
+    not widen the event mask, the fake runtime) is judged by the model's
     :func:`clr_model.moved_refs.check_gc_events`, fed the GC callbacks and inspections it reads."""
 
-    reads = (*_calls(set(_INSPECTS)), ("mark", "proxy.ranges"),
+    reads = (*_calls(set(_INSPECTS)), ("mark", "proxy.ranges"), ("mark", "proxy.mask"),
              *(("callback", n) for n in sorted(_GC_BOUND_OR_MOVES | _HANDS_OUT_OBJECTS)))  # fmt: skip
 
     def __init__(self, judging: Judging) -> None:
@@ -314,13 +315,8 @@ class RemappedIds(StreamRule):
         self.events: list[ProfilerCallback | ObjectInspection] = []
         self.records: list[Record] = []
         self.ranges: dict[int, Record] = {}
-        self._shadow: bool | None = None
-
-    @property
-    def shadow(self) -> bool:
-        if self._shadow is None:
-            self._shadow = self.j.proxy.get("shadowHeap") is True
-        return self._shadow
+        #: the proxy's shadow heap is on (its proxy.mask mark, written when Initialize returns)
+        self.shadow = False
 
     def on(self, r: Record) -> None:
         if r["kind"] == "call":
@@ -331,17 +327,25 @@ class RemappedIds(StreamRule):
             oid = _arg(r, "args", _OBJECT_PARAM[name]) or 0
             heap = r.get("heap")
             if self.shadow:
-                if isinstance(heap, dict):
+                # during a GC the shadow heap still has the heap before it (it applies a GC when the GC
+                # finishes): such an inspection is judged by MR2-09 alone, not against a stale layout
+                if isinstance(heap, dict) and r.get("inGc") is not True:
                     self._judge(r, name, oid, heap)
                 return
             stack = self.j.stack(r["os_tid"])
             self._keep(r, ObjectInspection(seq=r["seq"], thread=r["os_tid"], name=name, object_id=oid,
                                            within=stack[-1].name if stack else None))  # fmt: skip
             return
-        if self.shadow:
-            return
         if r["kind"] == "mark":
-            self.ranges[r["os_tid"]] = r
+            if r.get("name") == "proxy.mask":
+                self.shadow = r.get("heap") is True
+                if self.shadow:
+                    self.events.clear()
+                    self.records.clear()
+            elif not self.shadow:
+                self.ranges[r["os_tid"]] = r
+            return
+        if self.shadow:
             return
         name = r["name"]
         args: dict[str, Any] = {}

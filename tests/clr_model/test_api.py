@@ -104,6 +104,9 @@ BEFORE: dict[api.Fact, set[str]] = {
         "DoStackSnapshot", "SetEnterLeaveFunctionHooks", "SetEnterLeaveFunctionHooks2",
         "SetEnterLeaveFunctionHooks3",
         "SetEnterLeaveFunctionHooks3WithInfo", "SetFunctionIDMapper", "SetFunctionIDMapper2", "EnumThreads",
+        # the shadow heap's inputs and the event mask the proxy adds its own bits to (issue 19)
+        "ObjectAllocated", "GarbageCollectionStarted", "SurvivingReferences", "GarbageCollectionFinished",
+        "SurvivingReferences2", "GetEventMask", "SetEventMask", "GetEventMask2", "SetEventMask2",
     },
     api.Fact.FAKE_BY_HAND: {
         "Initialize", "Shutdown", "DoStackSnapshot", "SetEnterLeaveFunctionHooks",

@@ -17,6 +17,7 @@ std::string guid_text(const GUID& g, bool braces) {
 Json RecordScope::enter_record(const char* name) const {
     Json rec = Json::object();
     rec.set("name", name).set("phase", "enter").set("args", args_).set("hr", Json(0u));
+    for (const auto& [k, v] : fields_.members()) rec.set(k, v);
     return rec;
 }
 
@@ -26,6 +27,7 @@ Json RecordScope::call_record(const char* name, bool two_phase, HRESULT hr, bool
     if (two_phase) rec.set("phase", "return");
     rec.set("args", std::move(args_)).set("out", std::move(out_)).set("hr", Json(static_cast<std::uint32_t>(hr)));
     if (after_shutdown) rec.set("afterShutdown", true);
+    for (const auto& [k, v] : fields_.members()) rec.set(k, v);
     return rec;
 }
 

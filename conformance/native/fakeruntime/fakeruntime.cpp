@@ -483,6 +483,7 @@ class Info final : public InfoBase {
  public:
     HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
         CallScope s("QueryInterface", false);
+        s.caller(__builtin_return_address(0));
         s.arg("riid", riid);
         s.begin();
         if (!ppv) return s.finish(E_POINTER);
@@ -511,6 +512,7 @@ class Info final : public InfoBase {
     HRESULT STDMETHODCALLTYPE DoStackSnapshot(ThreadID thread, StackSnapshotCallback* callback, ULONG32 infoFlags,
                                               void* clientData, BYTE* context, ULONG32 contextSize) override {
         CallScope s("DoStackSnapshot", true);
+        s.caller(__builtin_return_address(0));
         s.arg("thread", thread);
         s.arg("callback", callback);
         s.arg("infoFlags", infoFlags);
@@ -568,8 +570,10 @@ class Info final : public InfoBase {
         return s.finish(hr);
     }
 
-    HRESULT hooks(const char* name, const char* const* names, const void* e, const void* l, const void* t) {
+    HRESULT hooks(const char* name, const char* const* names, const void* e, const void* l, const void* t,
+                  const void* caller) {
         CallScope s(name, false);
+        s.caller(caller);
         const void* fns[3] = {e, l, t};
         for (int k = 0; k < 3; ++k)
             s.args().set(names[k], Json::object().set("address", Json::pointer(fns[k])));
@@ -579,34 +583,36 @@ class Info final : public InfoBase {
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks(FunctionEnter* e, FunctionLeave* l, FunctionTailcall* t) override {
         static const char* const n[] = {"pFuncEnter", "pFuncLeave", "pFuncTailcall"};
         return hooks("SetEnterLeaveFunctionHooks", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t));
+                     reinterpret_cast<void*>(t), __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks2(FunctionEnter2* e, FunctionLeave2* l,
                                                           FunctionTailcall2* t) override {
         static const char* const n[] = {"pFuncEnter", "pFuncLeave", "pFuncTailcall"};
         return hooks("SetEnterLeaveFunctionHooks2", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t));
+                     reinterpret_cast<void*>(t), __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3(FunctionEnter3* e, FunctionLeave3* l,
                                                           FunctionTailcall3* t) override {
         static const char* const n[] = {"pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"};
         return hooks("SetEnterLeaveFunctionHooks3", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t));
+                     reinterpret_cast<void*>(t), __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3WithInfo(FunctionEnter3WithInfo* e, FunctionLeave3WithInfo* l,
                                                                   FunctionTailcall3WithInfo* t) override {
         static const char* const n[] = {"pFuncEnter3WithInfo", "pFuncLeave3WithInfo", "pFuncTailcall3WithInfo"};
         return hooks("SetEnterLeaveFunctionHooks3WithInfo", n, reinterpret_cast<void*>(e),
-                     reinterpret_cast<void*>(l), reinterpret_cast<void*>(t));
+                     reinterpret_cast<void*>(l), reinterpret_cast<void*>(t), __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper(FunctionIDMapper* f) override {
         CallScope s("SetFunctionIDMapper", false);
+        s.caller(__builtin_return_address(0));
         s.args().set("pFunc", Json::object().set("address", Json::pointer(reinterpret_cast<void*>(f))));
         s.begin();
         return s.finish(S_OK);
     }
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper2(FunctionIDMapper2* f, void* cd) override {
         CallScope s("SetFunctionIDMapper2", false);
+        s.caller(__builtin_return_address(0));
         s.args().set("pFunc", Json::object().set("address", Json::pointer(reinterpret_cast<void*>(f))));
         s.arg("clientData", cd);
         s.begin();

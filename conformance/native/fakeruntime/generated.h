@@ -864,6 +864,7 @@ class InfoBase : public ICorProfilerInfo14 {
     HRESULT answer_ResumeRuntime();
     HRESULT STDMETHODCALLTYPE GetClassFromObject(ObjectID objectId, ClassID* pClassId) override {
         CallScope s_("GetClassFromObject", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("pClassId", pClassId);
         s_.begin();
@@ -873,6 +874,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetClassFromToken(ModuleID moduleId, mdTypeDef typeDef, ClassID* pClassId) override {
         CallScope s_("GetClassFromToken", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("typeDef", typeDef);
         s_.arg("pClassId", pClassId);
@@ -883,6 +885,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULONG* pcSize) override {
         CallScope s_("GetCodeInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("pStart", pStart);
         s_.arg("pcSize", pcSize);
@@ -894,6 +897,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetEventMask(DWORD* pdwEvents) override {
         CallScope s_("GetEventMask", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pdwEvents", pdwEvents);
         s_.begin();
         HRESULT hr_ = answer_GetEventMask(pdwEvents);
@@ -902,6 +906,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromIP(LPCBYTE ip, FunctionID* pFunctionId) override {
         CallScope s_("GetFunctionFromIP", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ip", ip);
         s_.arg("pFunctionId", pFunctionId);
         s_.begin();
@@ -911,6 +916,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromToken(ModuleID moduleId, mdToken token, FunctionID* pFunctionId) override {
         CallScope s_("GetFunctionFromToken", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("token", token);
         s_.arg("pFunctionId", pFunctionId);
@@ -921,6 +927,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetHandleFromThread(ThreadID threadId, HANDLE* phThread) override {
         CallScope s_("GetHandleFromThread", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("threadId", threadId);
         s_.arg("phThread", phThread);
         s_.begin();
@@ -928,6 +935,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetObjectSize(ObjectID objectId, ULONG* pcSize) override {
         CallScope s_("GetObjectSize", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("pcSize", pcSize);
         s_.begin();
@@ -937,6 +945,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE IsArrayClass(ClassID classId, CorElementType* pBaseElemType, ClassID* pBaseClassId, ULONG* pcRank) override {
         CallScope s_("IsArrayClass", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("pBaseElemType", pBaseElemType);
         s_.arg("pBaseClassId", pBaseClassId);
@@ -946,6 +955,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetThreadInfo(ThreadID threadId, DWORD* pdwWin32ThreadId) override {
         CallScope s_("GetThreadInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("threadId", threadId);
         s_.arg("pdwWin32ThreadId", pdwWin32ThreadId);
         s_.begin();
@@ -955,6 +965,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetCurrentThreadID(ThreadID* pThreadId) override {
         CallScope s_("GetCurrentThreadID", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pThreadId", pThreadId);
         s_.begin();
         HRESULT hr_ = answer_GetCurrentThreadID(pThreadId);
@@ -963,6 +974,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetClassIDInfo(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken) override {
         CallScope s_("GetClassIDInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("pModuleId", pModuleId);
         s_.arg("pTypeDefToken", pTypeDefToken);
@@ -974,6 +986,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionInfo(FunctionID functionId, ClassID* pClassId, ModuleID* pModuleId, mdToken* pToken) override {
         CallScope s_("GetFunctionInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("pClassId", pClassId);
         s_.arg("pModuleId", pModuleId);
@@ -987,6 +1000,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE SetEventMask(DWORD dwEvents) override {
         CallScope s_("SetEventMask", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("dwEvents", dwEvents);
         s_.begin();
         HRESULT hr_ = answer_SetEventMask(dwEvents);
@@ -994,6 +1008,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetTokenAndMetaDataFromFunction(FunctionID functionId, REFIID riid, IUnknown** ppImport, mdToken* pToken) override {
         CallScope s_("GetTokenAndMetaDataFromFunction", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("riid", riid);
         s_.arg("ppImport", ppImport);
@@ -1005,6 +1020,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetModuleInfo(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName, ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId) override {
         CallScope s_("GetModuleInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("ppBaseLoadAddress", ppBaseLoadAddress);
         s_.arg("cchName", cchName);
@@ -1020,6 +1036,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetModuleMetaData(ModuleID moduleId, DWORD dwOpenFlags, REFIID riid, IUnknown** ppOut) override {
         CallScope s_("GetModuleMetaData", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("dwOpenFlags", dwOpenFlags);
         s_.arg("riid", riid);
@@ -1030,6 +1047,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetILFunctionBody(ModuleID moduleId, mdMethodDef methodId, LPCBYTE* ppMethodHeader, ULONG* pcbMethodSize) override {
         CallScope s_("GetILFunctionBody", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("methodId", methodId);
         s_.arg("ppMethodHeader", ppMethodHeader);
@@ -1039,6 +1057,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetILFunctionBodyAllocator(ModuleID moduleId, IMethodMalloc** ppMalloc) override {
         CallScope s_("GetILFunctionBodyAllocator", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("ppMalloc", ppMalloc);
         s_.begin();
@@ -1046,6 +1065,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE SetILFunctionBody(ModuleID moduleId, mdMethodDef methodid, LPCBYTE pbNewILMethodHeader) override {
         CallScope s_("SetILFunctionBody", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("methodid", methodid);
         s_.arg("pbNewILMethodHeader", pbNewILMethodHeader);
@@ -1054,6 +1074,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetAppDomainInfo(AppDomainID appDomainId, ULONG cchName, ULONG* pcchName, WCHAR* szName, ProcessID* pProcessId) override {
         CallScope s_("GetAppDomainInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("appDomainId", appDomainId);
         s_.arg("cchName", cchName);
         s_.arg("pcchName", pcchName);
@@ -1064,6 +1085,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetAssemblyInfo(AssemblyID assemblyId, ULONG cchName, ULONG* pcchName, WCHAR* szName, AppDomainID* pAppDomainId, ModuleID* pModuleId) override {
         CallScope s_("GetAssemblyInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("assemblyId", assemblyId);
         s_.arg("cchName", cchName);
         s_.arg("pcchName", pcchName);
@@ -1075,18 +1097,21 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE SetFunctionReJIT(FunctionID functionId) override {
         CallScope s_("SetFunctionReJIT", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE ForceGC() override {
         CallScope s_("ForceGC", true);
+        s_.caller(__builtin_return_address(0));
         s_.begin();
         HRESULT hr_ = answer_ForceGC();
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE SetILInstrumentedCodeMap(FunctionID functionId, BOOL fStartJit, ULONG cILMapEntries, COR_IL_MAP* rgILMapEntries) override {
         CallScope s_("SetILInstrumentedCodeMap", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("fStartJit", fStartJit);
         s_.arg("cILMapEntries", cILMapEntries);
@@ -1096,18 +1121,21 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetInprocInspectionInterface(IUnknown** ppicd) override {
         CallScope s_("GetInprocInspectionInterface", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ppicd", ppicd);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetInprocInspectionIThisThread(IUnknown** ppicd) override {
         CallScope s_("GetInprocInspectionIThisThread", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ppicd", ppicd);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetThreadContext(ThreadID threadId, ContextID* pContextId) override {
         CallScope s_("GetThreadContext", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("threadId", threadId);
         s_.arg("pContextId", pContextId);
         s_.begin();
@@ -1115,6 +1143,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE BeginInprocDebugging(BOOL fThisThreadOnly, DWORD* pdwProfilerContext) override {
         CallScope s_("BeginInprocDebugging", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("fThisThreadOnly", fThisThreadOnly);
         s_.arg("pdwProfilerContext", pdwProfilerContext);
         s_.begin();
@@ -1122,12 +1151,14 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EndInprocDebugging(DWORD dwProfilerContext) override {
         CallScope s_("EndInprocDebugging", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("dwProfilerContext", dwProfilerContext);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetILToNativeMapping(FunctionID functionId, ULONG32 cMap, ULONG32* pcMap, COR_DEBUG_IL_TO_NATIVE_MAP* map) override {
         CallScope s_("GetILToNativeMapping", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("cMap", cMap);
         s_.arg("pcMap", pcMap);
@@ -1137,6 +1168,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO frameInfo, ClassID* pClassId, ModuleID* pModuleId, mdToken* pToken, ULONG32 cTypeArgs, ULONG32* pcTypeArgs, ClassID* typeArgs) override {
         CallScope s_("GetFunctionInfo2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("funcId", funcId);
         s_.arg("frameInfo", frameInfo);
         s_.arg("pClassId", pClassId);
@@ -1155,6 +1187,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetStringLayout(ULONG* pBufferLengthOffset, ULONG* pStringLengthOffset, ULONG* pBufferOffset) override {
         CallScope s_("GetStringLayout", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pBufferLengthOffset", pBufferLengthOffset);
         s_.arg("pStringLengthOffset", pStringLengthOffset);
         s_.arg("pBufferOffset", pBufferOffset);
@@ -1163,6 +1196,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetClassLayout(ClassID classID, COR_FIELD_OFFSET* rFieldOffset, ULONG cFieldOffset, ULONG* pcFieldOffset, ULONG* pulClassSize) override {
         CallScope s_("GetClassLayout", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classID", classID);
         s_.arg("rFieldOffset", rFieldOffset);
         s_.arg("cFieldOffset", cFieldOffset);
@@ -1173,6 +1207,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken, ClassID* pParentClassId, ULONG32 cNumTypeArgs, ULONG32* pcNumTypeArgs, ClassID* typeArgs) override {
         CallScope s_("GetClassIDInfo2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("pModuleId", pModuleId);
         s_.arg("pTypeDefToken", pTypeDefToken);
@@ -1190,6 +1225,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo2(FunctionID functionID, ULONG32 cCodeInfos, ULONG32* pcCodeInfos, COR_PRF_CODE_INFO* codeInfos) override {
         CallScope s_("GetCodeInfo2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionID", functionID);
         s_.arg("cCodeInfos", cCodeInfos);
         s_.arg("pcCodeInfos", pcCodeInfos);
@@ -1201,6 +1237,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetClassFromTokenAndTypeArgs(ModuleID moduleID, mdTypeDef typeDef, ULONG32 cTypeArgs, ClassID* typeArgs, ClassID* pClassID) override {
         CallScope s_("GetClassFromTokenAndTypeArgs", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleID", moduleID);
         s_.arg("typeDef", typeDef);
         s_.arg("cTypeArgs", cTypeArgs);
@@ -1211,6 +1248,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromTokenAndTypeArgs(ModuleID moduleID, mdMethodDef funcDef, ClassID classId, ULONG32 cTypeArgs, ClassID* typeArgs, FunctionID* pFunctionID) override {
         CallScope s_("GetFunctionFromTokenAndTypeArgs", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleID", moduleID);
         s_.arg("funcDef", funcDef);
         s_.arg("classId", classId);
@@ -1222,6 +1260,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EnumModuleFrozenObjects(ModuleID moduleID, ICorProfilerObjectEnum** ppEnum) override {
         CallScope s_("EnumModuleFrozenObjects", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleID", moduleID);
         s_.arg("ppEnum", ppEnum);
         s_.begin();
@@ -1229,6 +1268,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetArrayObjectInfo(ObjectID objectId, ULONG32 cDimensions, ULONG32* pDimensionSizes, int* pDimensionLowerBounds, BYTE** ppData) override {
         CallScope s_("GetArrayObjectInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("cDimensions", cDimensions);
         s_.arg("pDimensionSizes", pDimensionSizes);
@@ -1239,6 +1279,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetBoxClassLayout(ClassID classId, ULONG32* pBufferOffset) override {
         CallScope s_("GetBoxClassLayout", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("pBufferOffset", pBufferOffset);
         s_.begin();
@@ -1246,6 +1287,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetThreadAppDomain(ThreadID threadId, AppDomainID* pAppDomainId) override {
         CallScope s_("GetThreadAppDomain", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("threadId", threadId);
         s_.arg("pAppDomainId", pAppDomainId);
         s_.begin();
@@ -1253,6 +1295,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetRVAStaticAddress(ClassID classId, mdFieldDef fieldToken, void** ppAddress) override {
         CallScope s_("GetRVAStaticAddress", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("ppAddress", ppAddress);
@@ -1261,6 +1304,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetAppDomainStaticAddress(ClassID classId, mdFieldDef fieldToken, AppDomainID appDomainId, void** ppAddress) override {
         CallScope s_("GetAppDomainStaticAddress", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("appDomainId", appDomainId);
@@ -1270,6 +1314,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetThreadStaticAddress(ClassID classId, mdFieldDef fieldToken, ThreadID threadId, void** ppAddress) override {
         CallScope s_("GetThreadStaticAddress", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("threadId", threadId);
@@ -1279,6 +1324,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetContextStaticAddress(ClassID classId, mdFieldDef fieldToken, ContextID contextId, void** ppAddress) override {
         CallScope s_("GetContextStaticAddress", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("contextId", contextId);
@@ -1288,6 +1334,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetStaticFieldInfo(ClassID classId, mdFieldDef fieldToken, COR_PRF_STATIC_TYPE* pFieldInfo) override {
         CallScope s_("GetStaticFieldInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("pFieldInfo", pFieldInfo);
@@ -1296,6 +1343,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetGenerationBounds(ULONG cObjectRanges, ULONG* pcObjectRanges, COR_PRF_GC_GENERATION_RANGE* ranges) override {
         CallScope s_("GetGenerationBounds", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("cObjectRanges", cObjectRanges);
         s_.arg("pcObjectRanges", pcObjectRanges);
         s_.arg("ranges", ranges);
@@ -1304,6 +1352,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetObjectGeneration(ObjectID objectId, COR_PRF_GC_GENERATION_RANGE* range) override {
         CallScope s_("GetObjectGeneration", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("range", range);
         s_.begin();
@@ -1311,24 +1360,28 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetNotifiedExceptionClauseInfo(COR_PRF_EX_CLAUSE_INFO* pinfo) override {
         CallScope s_("GetNotifiedExceptionClauseInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pinfo", pinfo);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE EnumJITedFunctions(ICorProfilerFunctionEnum** ppEnum) override {
         CallScope s_("EnumJITedFunctions", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE RequestProfilerDetach(DWORD dwExpectedCompletionMilliseconds) override {
         CallScope s_("RequestProfilerDetach", true);
+        s_.caller(__builtin_return_address(0));
         s_.arg("dwExpectedCompletionMilliseconds", dwExpectedCompletionMilliseconds);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetStringLayout2(ULONG* pStringLengthOffset, ULONG* pBufferOffset) override {
         CallScope s_("GetStringLayout2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pStringLengthOffset", pStringLengthOffset);
         s_.arg("pBufferOffset", pBufferOffset);
         s_.begin();
@@ -1336,6 +1389,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionEnter3Info(FunctionID functionId, COR_PRF_ELT_INFO eltInfo, COR_PRF_FRAME_INFO* pFrameInfo, ULONG* pcbArgumentInfo, COR_PRF_FUNCTION_ARGUMENT_INFO* pArgumentInfo) override {
         CallScope s_("GetFunctionEnter3Info", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("eltInfo", eltInfo);
         s_.arg("pFrameInfo", pFrameInfo);
@@ -1346,6 +1400,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionLeave3Info(FunctionID functionId, COR_PRF_ELT_INFO eltInfo, COR_PRF_FRAME_INFO* pFrameInfo, COR_PRF_FUNCTION_ARGUMENT_RANGE* pRetvalRange) override {
         CallScope s_("GetFunctionLeave3Info", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("eltInfo", eltInfo);
         s_.arg("pFrameInfo", pFrameInfo);
@@ -1355,6 +1410,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionTailcall3Info(FunctionID functionId, COR_PRF_ELT_INFO eltInfo, COR_PRF_FRAME_INFO* pFrameInfo) override {
         CallScope s_("GetFunctionTailcall3Info", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("eltInfo", eltInfo);
         s_.arg("pFrameInfo", pFrameInfo);
@@ -1363,12 +1419,14 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EnumModules(ICorProfilerModuleEnum** ppEnum) override {
         CallScope s_("EnumModules", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetRuntimeInformation(USHORT* pClrInstanceId, COR_PRF_RUNTIME_TYPE* pRuntimeType, USHORT* pMajorVersion, USHORT* pMinorVersion, USHORT* pBuildNumber, USHORT* pQFEVersion, ULONG cchVersionString, ULONG* pcchVersionString, WCHAR* szVersionString) override {
         CallScope s_("GetRuntimeInformation", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pClrInstanceId", pClrInstanceId);
         s_.arg("pRuntimeType", pRuntimeType);
         s_.arg("pMajorVersion", pMajorVersion);
@@ -1391,6 +1449,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetThreadStaticAddress2(ClassID classId, mdFieldDef fieldToken, AppDomainID appDomainId, ThreadID threadId, void** ppAddress) override {
         CallScope s_("GetThreadStaticAddress2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("appDomainId", appDomainId);
@@ -1401,6 +1460,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetAppDomainsContainingModule(ModuleID moduleId, ULONG32 cAppDomainIds, ULONG32* pcAppDomainIds, AppDomainID* appDomainIds) override {
         CallScope s_("GetAppDomainsContainingModule", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("cAppDomainIds", cAppDomainIds);
         s_.arg("pcAppDomainIds", pcAppDomainIds);
@@ -1410,6 +1470,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetModuleInfo2(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName, ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId, DWORD* pdwModuleFlags) override {
         CallScope s_("GetModuleInfo2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("ppBaseLoadAddress", ppBaseLoadAddress);
         s_.arg("cchName", cchName);
@@ -1427,18 +1488,21 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EnumThreads(ICorProfilerThreadEnum** ppEnum) override {
         CallScope s_("EnumThreads", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE InitializeCurrentThread() override {
         CallScope s_("InitializeCurrentThread", false);
+        s_.caller(__builtin_return_address(0));
         s_.begin();
         HRESULT hr_ = answer_InitializeCurrentThread();
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE RequestReJIT(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds) override {
         CallScope s_("RequestReJIT", true);
+        s_.caller(__builtin_return_address(0));
         s_.arg("cFunctions", cFunctions);
         s_.arg("moduleIds", moduleIds);
         s_.arg("methodIds", methodIds);
@@ -1447,6 +1511,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE RequestRevert(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds, HRESULT* status) override {
         CallScope s_("RequestRevert", true);
+        s_.caller(__builtin_return_address(0));
         s_.arg("cFunctions", cFunctions);
         s_.arg("moduleIds", moduleIds);
         s_.arg("methodIds", methodIds);
@@ -1456,6 +1521,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo3(FunctionID functionID, ReJITID reJitId, ULONG32 cCodeInfos, ULONG32* pcCodeInfos, COR_PRF_CODE_INFO* codeInfos) override {
         CallScope s_("GetCodeInfo3", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionID", functionID);
         s_.arg("reJitId", reJitId);
         s_.arg("cCodeInfos", cCodeInfos);
@@ -1466,6 +1532,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromIP2(LPCBYTE ip, FunctionID* pFunctionId, ReJITID* pReJitId) override {
         CallScope s_("GetFunctionFromIP2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ip", ip);
         s_.arg("pFunctionId", pFunctionId);
         s_.arg("pReJitId", pReJitId);
@@ -1477,6 +1544,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetReJITIDs(FunctionID functionId, ULONG cReJitIds, ULONG* pcReJitIds, ReJITID* reJitIds) override {
         CallScope s_("GetReJITIDs", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("cReJitIds", cReJitIds);
         s_.arg("pcReJitIds", pcReJitIds);
@@ -1486,6 +1554,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetILToNativeMapping2(FunctionID functionId, ReJITID reJitId, ULONG32 cMap, ULONG32* pcMap, COR_DEBUG_IL_TO_NATIVE_MAP* map) override {
         CallScope s_("GetILToNativeMapping2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("reJitId", reJitId);
         s_.arg("cMap", cMap);
@@ -1496,12 +1565,14 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EnumJITedFunctions2(ICorProfilerFunctionEnum** ppEnum) override {
         CallScope s_("EnumJITedFunctions2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetObjectSize2(ObjectID objectId, SIZE_T* pcSize) override {
         CallScope s_("GetObjectSize2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("pcSize", pcSize);
         s_.begin();
@@ -1511,6 +1582,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetEventMask2(DWORD* pdwEventsLow, DWORD* pdwEventsHigh) override {
         CallScope s_("GetEventMask2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pdwEventsLow", pdwEventsLow);
         s_.arg("pdwEventsHigh", pdwEventsHigh);
         s_.begin();
@@ -1521,6 +1593,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE SetEventMask2(DWORD dwEventsLow, DWORD dwEventsHigh) override {
         CallScope s_("SetEventMask2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("dwEventsLow", dwEventsLow);
         s_.arg("dwEventsHigh", dwEventsHigh);
         s_.begin();
@@ -1529,6 +1602,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EnumNgenModuleMethodsInliningThisMethod(ModuleID inlinersModuleId, ModuleID inlineeModuleId, mdMethodDef inlineeMethodId, BOOL* incompleteData, ICorProfilerMethodEnum** ppEnum) override {
         CallScope s_("EnumNgenModuleMethodsInliningThisMethod", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("inlinersModuleId", inlinersModuleId);
         s_.arg("inlineeModuleId", inlineeModuleId);
         s_.arg("inlineeMethodId", inlineeMethodId);
@@ -1539,12 +1613,14 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE ApplyMetaData(ModuleID moduleId) override {
         CallScope s_("ApplyMetaData", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetInMemorySymbolsLength(ModuleID moduleId, DWORD* pCountSymbolBytes) override {
         CallScope s_("GetInMemorySymbolsLength", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("pCountSymbolBytes", pCountSymbolBytes);
         s_.begin();
@@ -1552,6 +1628,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE ReadInMemorySymbols(ModuleID moduleId, DWORD symbolsReadOffset, BYTE* pSymbolBytes, DWORD countSymbolBytes, DWORD* pCountSymbolBytesRead) override {
         CallScope s_("ReadInMemorySymbols", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("symbolsReadOffset", symbolsReadOffset);
         s_.arg("pSymbolBytes", pSymbolBytes);
@@ -1562,6 +1639,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE IsFunctionDynamic(FunctionID functionId, BOOL* isDynamic) override {
         CallScope s_("IsFunctionDynamic", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("isDynamic", isDynamic);
         s_.begin();
@@ -1569,6 +1647,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromIP3(LPCBYTE ip, FunctionID* functionId, ReJITID* pReJitId) override {
         CallScope s_("GetFunctionFromIP3", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ip", ip);
         s_.arg("functionId", functionId);
         s_.arg("pReJitId", pReJitId);
@@ -1577,6 +1656,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetDynamicFunctionInfo(FunctionID functionId, ModuleID* moduleId, PCCOR_SIGNATURE* ppvSig, ULONG* pbSig, ULONG cchName, ULONG* pcchName, WCHAR* wszName) override {
         CallScope s_("GetDynamicFunctionInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("moduleId", moduleId);
         s_.arg("ppvSig", ppvSig);
@@ -1589,6 +1669,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetNativeCodeStartAddresses(FunctionID functionID, ReJITID reJitId, ULONG32 cCodeStartAddresses, ULONG32* pcCodeStartAddresses, UINT_PTR* codeStartAddresses) override {
         CallScope s_("GetNativeCodeStartAddresses", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("functionID", functionID);
         s_.arg("reJitId", reJitId);
         s_.arg("cCodeStartAddresses", cCodeStartAddresses);
@@ -1599,6 +1680,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetILToNativeMapping3(UINT_PTR pNativeCodeStartAddress, ULONG32 cMap, ULONG32* pcMap, COR_DEBUG_IL_TO_NATIVE_MAP* map) override {
         CallScope s_("GetILToNativeMapping3", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pNativeCodeStartAddress", pNativeCodeStartAddress);
         s_.arg("cMap", cMap);
         s_.arg("pcMap", pcMap);
@@ -1608,6 +1690,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo4(UINT_PTR pNativeCodeStartAddress, ULONG32 cCodeInfos, ULONG32* pcCodeInfos, COR_PRF_CODE_INFO* codeInfos) override {
         CallScope s_("GetCodeInfo4", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pNativeCodeStartAddress", pNativeCodeStartAddress);
         s_.arg("cCodeInfos", cCodeInfos);
         s_.arg("pcCodeInfos", pcCodeInfos);
@@ -1617,6 +1700,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EnumerateObjectReferences(ObjectID objectId, ObjectReferenceCallback* callback, void* clientData) override {
         CallScope s_("EnumerateObjectReferences", true);
+        s_.caller(__builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("callback", callback);
         s_.arg("clientData", clientData);
@@ -1625,6 +1709,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE IsFrozenObject(ObjectID objectId, BOOL* pbFrozen) override {
         CallScope s_("IsFrozenObject", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("pbFrozen", pbFrozen);
         s_.begin();
@@ -1632,12 +1717,14 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE GetLOHObjectSizeThreshold(DWORD* pThreshold) override {
         CallScope s_("GetLOHObjectSizeThreshold", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("pThreshold", pThreshold);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE RequestReJITWithInliners(DWORD dwRejitFlags, ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds) override {
         CallScope s_("RequestReJITWithInliners", true);
+        s_.caller(__builtin_return_address(0));
         s_.arg("dwRejitFlags", dwRejitFlags);
         s_.arg("cFunctions", cFunctions);
         s_.arg("moduleIds", moduleIds);
@@ -1647,18 +1734,21 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE SuspendRuntime() override {
         CallScope s_("SuspendRuntime", true);
+        s_.caller(__builtin_return_address(0));
         s_.begin();
         HRESULT hr_ = answer_SuspendRuntime();
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE ResumeRuntime() override {
         CallScope s_("ResumeRuntime", true);
+        s_.caller(__builtin_return_address(0));
         s_.begin();
         HRESULT hr_ = answer_ResumeRuntime();
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetEnvironmentVariable(const WCHAR* szName, ULONG cchValue, ULONG* pcchValue, WCHAR* szValue) override {
         CallScope s_("GetEnvironmentVariable", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("szName", szName);
         s_.arg("cchValue", cchValue);
         s_.arg("pcchValue", pcchValue);
@@ -1668,6 +1758,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE SetEnvironmentVariable(const WCHAR* szName, const WCHAR* szValue) override {
         CallScope s_("SetEnvironmentVariable", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("szName", szName);
         s_.arg("szValue", szValue);
         s_.begin();
@@ -1675,6 +1766,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeStartSession(UINT cProviderConfigs, struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG* pProviderConfigs, BOOL requestRundown, std::uint64_t* pSession) override {
         CallScope s_("EventPipeStartSession", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("cProviderConfigs", cProviderConfigs);
         s_.arg("pProviderConfigs", pProviderConfigs);
         s_.arg("requestRundown", requestRundown);
@@ -1684,6 +1776,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeAddProviderToSession(std::uint64_t session, struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG providerConfig) override {
         CallScope s_("EventPipeAddProviderToSession", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("session", session);
         (void)providerConfig;
         s_.begin();
@@ -1691,12 +1784,14 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeStopSession(std::uint64_t session) override {
         CallScope s_("EventPipeStopSession", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("session", session);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE EventPipeCreateProvider(const WCHAR* providerName, EVENTPIPE_PROVIDER* pProvider) override {
         CallScope s_("EventPipeCreateProvider", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("providerName", providerName);
         s_.arg("pProvider", pProvider);
         s_.begin();
@@ -1704,6 +1799,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeGetProviderInfo(EVENTPIPE_PROVIDER provider, ULONG cchName, ULONG* pcchName, WCHAR* providerName) override {
         CallScope s_("EventPipeGetProviderInfo", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("provider", provider);
         s_.arg("cchName", cchName);
         s_.arg("pcchName", pcchName);
@@ -1713,6 +1809,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeDefineEvent(EVENTPIPE_PROVIDER provider, const WCHAR* eventName, UINT eventID, std::uint64_t keywords, UINT eventVersion, UINT level, BYTE opcode, BOOL needStack, UINT cParamDescs, struct COR_PRF_EVENTPIPE_PARAM_DESC* pParamDescs, UINT_PTR* pEvent) override {
         CallScope s_("EventPipeDefineEvent", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("provider", provider);
         s_.arg("eventName", eventName);
         s_.arg("eventID", eventID);
@@ -1729,6 +1826,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeWriteEvent(UINT_PTR event, UINT cData, struct COR_PRF_EVENT_DATA* data, LPCGUID pActivityId, LPCGUID pRelatedActivityId) override {
         CallScope s_("EventPipeWriteEvent", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("event", event);
         s_.arg("cData", cData);
         s_.arg("data", data);
@@ -1739,6 +1837,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE CreateHandle(ObjectID object, std::int32_t type, void** pHandle) override {
         CallScope s_("CreateHandle", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("object", object);
         s_.arg("type", type);
         s_.arg("pHandle", pHandle);
@@ -1747,12 +1846,14 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE DestroyHandle(void* handle) override {
         CallScope s_("DestroyHandle", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("handle", handle);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetObjectIDFromHandle(void* handle, ObjectID* pObject) override {
         CallScope s_("GetObjectIDFromHandle", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("handle", handle);
         s_.arg("pObject", pObject);
         s_.begin();
@@ -1760,12 +1861,14 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EnumerateNonGCObjects(ICorProfilerObjectEnum** ppEnum) override {
         CallScope s_("EnumerateNonGCObjects", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         return s_.finish(E_NOTIMPL);
     }
     HRESULT STDMETHODCALLTYPE GetNonGCHeapBounds(ULONG cObjectRanges, ULONG* pcObjectRanges, struct COR_PRF_NONGC_HEAP_RANGE* ranges) override {
         CallScope s_("GetNonGCHeapBounds", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("cObjectRanges", cObjectRanges);
         s_.arg("pcObjectRanges", pcObjectRanges);
         s_.arg("ranges", ranges);
@@ -1774,6 +1877,7 @@ class InfoBase : public ICorProfilerInfo14 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeCreateProvider2(const WCHAR* providerName, void* pCallback, EVENTPIPE_PROVIDER* pProvider) override {
         CallScope s_("EventPipeCreateProvider2", false);
+        s_.caller(__builtin_return_address(0));
         s_.arg("providerName", providerName);
         s_.arg("pCallback", pCallback);
         s_.arg("pProvider", pProvider);

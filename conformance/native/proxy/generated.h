@@ -4,6 +4,9 @@
 // method to the runtime, each through a scope (proxy.h) that records it.
 #pragma once
 
+#include <cstdint>
+
+#include "profharness/flags.h"
 #include "proxy.h"
 
 namespace profharness::proxy {
@@ -302,6 +305,103 @@ inline constexpr bool kProxyCbLazy[] = {
     true,  // EventPipeEventDelivered
     false,  // EventPipeProviderCreated
     false,  // LoadAsNotificationOnly
+};
+inline constexpr std::uint32_t kProxyCbMonitor[] = {
+    0,  // Initialize
+    0,  // Shutdown
+    COR_PRF_MONITOR_APPDOMAIN_LOADS,  // AppDomainCreationStarted
+    COR_PRF_MONITOR_APPDOMAIN_LOADS,  // AppDomainCreationFinished
+    COR_PRF_MONITOR_APPDOMAIN_LOADS,  // AppDomainShutdownStarted
+    COR_PRF_MONITOR_APPDOMAIN_LOADS,  // AppDomainShutdownFinished
+    COR_PRF_MONITOR_ASSEMBLY_LOADS,  // AssemblyLoadStarted
+    COR_PRF_MONITOR_ASSEMBLY_LOADS,  // AssemblyLoadFinished
+    COR_PRF_MONITOR_ASSEMBLY_LOADS,  // AssemblyUnloadStarted
+    COR_PRF_MONITOR_ASSEMBLY_LOADS,  // AssemblyUnloadFinished
+    COR_PRF_MONITOR_MODULE_LOADS,  // ModuleLoadStarted
+    COR_PRF_MONITOR_MODULE_LOADS,  // ModuleLoadFinished
+    COR_PRF_MONITOR_MODULE_LOADS,  // ModuleUnloadStarted
+    COR_PRF_MONITOR_MODULE_LOADS,  // ModuleUnloadFinished
+    COR_PRF_MONITOR_MODULE_LOADS,  // ModuleAttachedToAssembly
+    COR_PRF_MONITOR_CLASS_LOADS,  // ClassLoadStarted
+    COR_PRF_MONITOR_CLASS_LOADS,  // ClassLoadFinished
+    COR_PRF_MONITOR_CLASS_LOADS,  // ClassUnloadStarted
+    COR_PRF_MONITOR_CLASS_LOADS,  // ClassUnloadFinished
+    COR_PRF_MONITOR_FUNCTION_UNLOADS,  // FunctionUnloadStarted
+    COR_PRF_MONITOR_JIT_COMPILATION,  // JITCompilationStarted
+    COR_PRF_MONITOR_JIT_COMPILATION,  // JITCompilationFinished
+    COR_PRF_MONITOR_CACHE_SEARCHES,  // JITCachedFunctionSearchStarted
+    COR_PRF_MONITOR_CACHE_SEARCHES,  // JITCachedFunctionSearchFinished
+    COR_PRF_MONITOR_JIT_COMPILATION,  // JITFunctionPitched
+    COR_PRF_MONITOR_JIT_COMPILATION,  // JITInlining
+    COR_PRF_MONITOR_THREADS,  // ThreadCreated
+    COR_PRF_MONITOR_THREADS,  // ThreadDestroyed
+    COR_PRF_MONITOR_THREADS,  // ThreadAssignedToOSThread
+    COR_PRF_MONITOR_REMOTING,  // RemotingClientInvocationStarted
+    COR_PRF_MONITOR_REMOTING,  // RemotingClientSendingMessage
+    COR_PRF_MONITOR_REMOTING,  // RemotingClientReceivingReply
+    COR_PRF_MONITOR_REMOTING,  // RemotingClientInvocationFinished
+    COR_PRF_MONITOR_REMOTING,  // RemotingServerReceivingMessage
+    COR_PRF_MONITOR_REMOTING,  // RemotingServerInvocationStarted
+    COR_PRF_MONITOR_REMOTING,  // RemotingServerInvocationReturned
+    COR_PRF_MONITOR_REMOTING,  // RemotingServerSendingReply
+    COR_PRF_MONITOR_CODE_TRANSITIONS,  // UnmanagedToManagedTransition
+    COR_PRF_MONITOR_CODE_TRANSITIONS,  // ManagedToUnmanagedTransition
+    COR_PRF_MONITOR_SUSPENDS,  // RuntimeSuspendStarted
+    COR_PRF_MONITOR_SUSPENDS,  // RuntimeSuspendFinished
+    COR_PRF_MONITOR_SUSPENDS,  // RuntimeSuspendAborted
+    COR_PRF_MONITOR_SUSPENDS,  // RuntimeResumeStarted
+    COR_PRF_MONITOR_SUSPENDS,  // RuntimeResumeFinished
+    COR_PRF_MONITOR_SUSPENDS,  // RuntimeThreadSuspended
+    COR_PRF_MONITOR_SUSPENDS,  // RuntimeThreadResumed
+    COR_PRF_MONITOR_GC,  // MovedReferences
+    COR_PRF_MONITOR_OBJECT_ALLOCATED,  // ObjectAllocated
+    COR_PRF_MONITOR_OBJECT_ALLOCATED,  // ObjectsAllocatedByClass
+    COR_PRF_MONITOR_GC,  // ObjectReferences
+    COR_PRF_MONITOR_GC,  // RootReferences
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionThrown
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionSearchFunctionEnter
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionSearchFunctionLeave
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionSearchFilterEnter
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionSearchFilterLeave
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionSearchCatcherFound
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionOSHandlerEnter
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionOSHandlerLeave
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionUnwindFunctionEnter
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionUnwindFunctionLeave
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionUnwindFinallyEnter
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionUnwindFinallyLeave
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionCatcherEnter
+    COR_PRF_MONITOR_EXCEPTIONS,  // ExceptionCatcherLeave
+    COR_PRF_MONITOR_CCW,  // COMClassicVTableCreated
+    COR_PRF_MONITOR_CCW,  // COMClassicVTableDestroyed
+    COR_PRF_MONITOR_CLR_EXCEPTIONS,  // ExceptionCLRCatcherFound
+    COR_PRF_MONITOR_CLR_EXCEPTIONS,  // ExceptionCLRCatcherExecute
+    COR_PRF_MONITOR_THREADS,  // ThreadNameChanged
+    COR_PRF_MONITOR_GC,  // GarbageCollectionStarted
+    COR_PRF_MONITOR_GC,  // SurvivingReferences
+    COR_PRF_MONITOR_GC,  // GarbageCollectionFinished
+    COR_PRF_MONITOR_GC,  // FinalizeableObjectQueued
+    COR_PRF_MONITOR_GC,  // RootReferences2
+    COR_PRF_MONITOR_GC,  // HandleCreated
+    COR_PRF_MONITOR_GC,  // HandleDestroyed
+    0,  // InitializeForAttach
+    0,  // ProfilerAttachComplete
+    0,  // ProfilerDetachSucceeded
+    0,  // ReJITCompilationStarted
+    0,  // GetReJITParameters
+    0,  // ReJITCompilationFinished
+    0,  // ReJITError
+    COR_PRF_MONITOR_GC,  // MovedReferences2
+    COR_PRF_MONITOR_GC,  // SurvivingReferences2
+    COR_PRF_MONITOR_GC,  // ConditionalWeakTableElementReferences
+    COR_PRF_MONITOR_ASSEMBLY_LOADS,  // GetAssemblyReferences
+    COR_PRF_MONITOR_MODULE_LOADS,  // ModuleInMemorySymbolsUpdated
+    COR_PRF_MONITOR_JIT_COMPILATION,  // DynamicMethodJITCompilationStarted
+    COR_PRF_MONITOR_JIT_COMPILATION,  // DynamicMethodJITCompilationFinished
+    COR_PRF_MONITOR_JIT_COMPILATION,  // DynamicMethodUnloaded
+    0,  // EventPipeEventDelivered
+    0,  // EventPipeProviderCreated
+    0,  // LoadAsNotificationOnly
 };
 
 enum class InfoM : int {
@@ -602,6 +702,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
  public:
     HRESULT STDMETHODCALLTYPE AppDomainCreationStarted(AppDomainID appDomainId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::AppDomainCreationStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("appDomainId", appDomainId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -609,6 +710,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE AppDomainCreationFinished(AppDomainID appDomainId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::AppDomainCreationFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("appDomainId", appDomainId);
         s_.arg("hrStatus", hrStatus);
         s_.begin();
@@ -617,6 +719,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE AppDomainShutdownStarted(AppDomainID appDomainId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::AppDomainShutdownStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("appDomainId", appDomainId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -624,6 +727,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE AppDomainShutdownFinished(AppDomainID appDomainId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::AppDomainShutdownFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("appDomainId", appDomainId);
         s_.arg("hrStatus", hrStatus);
         s_.begin();
@@ -632,6 +736,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE AssemblyLoadStarted(AssemblyID assemblyId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::AssemblyLoadStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("assemblyId", assemblyId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -639,6 +744,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE AssemblyLoadFinished(AssemblyID assemblyId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::AssemblyLoadFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("assemblyId", assemblyId);
         s_.arg("hrStatus", hrStatus);
         s_.begin();
@@ -647,6 +753,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE AssemblyUnloadStarted(AssemblyID assemblyId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::AssemblyUnloadStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("assemblyId", assemblyId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -654,6 +761,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE AssemblyUnloadFinished(AssemblyID assemblyId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::AssemblyUnloadFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("assemblyId", assemblyId);
         s_.arg("hrStatus", hrStatus);
         s_.begin();
@@ -662,6 +770,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ModuleLoadStarted(ModuleID moduleId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ModuleLoadStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("moduleId", moduleId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -669,6 +778,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ModuleLoadFinished(ModuleID moduleId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ModuleLoadFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("moduleId", moduleId);
         s_.arg("hrStatus", hrStatus);
         s_.begin();
@@ -677,6 +787,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ModuleUnloadStarted(ModuleID moduleId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ModuleUnloadStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("moduleId", moduleId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -684,6 +795,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ModuleUnloadFinished(ModuleID moduleId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ModuleUnloadFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("moduleId", moduleId);
         s_.arg("hrStatus", hrStatus);
         s_.begin();
@@ -692,6 +804,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ModuleAttachedToAssembly(ModuleID moduleId, AssemblyID AssemblyId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ModuleAttachedToAssembly), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("moduleId", moduleId);
         s_.arg("AssemblyId", AssemblyId);
         s_.begin();
@@ -700,6 +813,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ClassLoadStarted(ClassID classId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ClassLoadStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("classId", classId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -707,6 +821,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ClassLoadFinished(ClassID classId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ClassLoadFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("classId", classId);
         s_.arg("hrStatus", hrStatus);
         s_.begin();
@@ -715,6 +830,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ClassUnloadStarted(ClassID classId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ClassUnloadStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("classId", classId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -722,6 +838,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ClassUnloadFinished(ClassID classId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ClassUnloadFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("classId", classId);
         s_.arg("hrStatus", hrStatus);
         s_.begin();
@@ -730,6 +847,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE FunctionUnloadStarted(FunctionID functionId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::FunctionUnloadStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -737,6 +855,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE JITCompilationStarted(FunctionID functionId, BOOL fIsSafeToBlock) override {
         CallbackScope s_(static_cast<int>(ProxyCb::JITCompilationStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("fIsSafeToBlock", fIsSafeToBlock);
         s_.begin();
@@ -745,6 +864,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE JITCompilationFinished(FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) override {
         CallbackScope s_(static_cast<int>(ProxyCb::JITCompilationFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("hrStatus", hrStatus);
         s_.arg("fIsSafeToBlock", fIsSafeToBlock);
@@ -754,6 +874,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE JITCachedFunctionSearchStarted(FunctionID functionId, BOOL* pbUseCachedFunction) override {
         CallbackScope s_(static_cast<int>(ProxyCb::JITCachedFunctionSearchStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("pbUseCachedFunction", pbUseCachedFunction);
         s_.begin();
@@ -762,6 +883,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE JITCachedFunctionSearchFinished(FunctionID functionId, COR_PRF_JIT_CACHE result) override {
         CallbackScope s_(static_cast<int>(ProxyCb::JITCachedFunctionSearchFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("result", result);
         s_.begin();
@@ -770,6 +892,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE JITFunctionPitched(FunctionID functionId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::JITFunctionPitched), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -777,6 +900,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE JITInlining(FunctionID callerId, FunctionID calleeId, BOOL* pfShouldInline) override {
         CallbackScope s_(static_cast<int>(ProxyCb::JITInlining), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("callerId", callerId);
         s_.arg("calleeId", calleeId);
         s_.arg("pfShouldInline", pfShouldInline);
@@ -786,6 +910,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ThreadCreated(ThreadID threadId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ThreadCreated), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("threadId", threadId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -793,6 +918,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ThreadDestroyed(ThreadID threadId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ThreadDestroyed), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("threadId", threadId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -800,6 +926,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ThreadAssignedToOSThread(ThreadID managedThreadId, DWORD osThreadId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ThreadAssignedToOSThread), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("managedThreadId", managedThreadId);
         s_.arg("osThreadId", osThreadId);
         s_.begin();
@@ -808,12 +935,14 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RemotingClientInvocationStarted() override {
         CallbackScope s_(static_cast<int>(ProxyCb::RemotingClientInvocationStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RemotingClientInvocationStarted());
     }
     HRESULT STDMETHODCALLTYPE RemotingClientSendingMessage(GUID* pCookie, BOOL fIsAsync) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RemotingClientSendingMessage), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("pCookie", pCookie);
         s_.arg("fIsAsync", fIsAsync);
         s_.begin();
@@ -822,6 +951,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RemotingClientReceivingReply(GUID* pCookie, BOOL fIsAsync) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RemotingClientReceivingReply), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("pCookie", pCookie);
         s_.arg("fIsAsync", fIsAsync);
         s_.begin();
@@ -830,12 +960,14 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RemotingClientInvocationFinished() override {
         CallbackScope s_(static_cast<int>(ProxyCb::RemotingClientInvocationFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RemotingClientInvocationFinished());
     }
     HRESULT STDMETHODCALLTYPE RemotingServerReceivingMessage(GUID* pCookie, BOOL fIsAsync) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RemotingServerReceivingMessage), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("pCookie", pCookie);
         s_.arg("fIsAsync", fIsAsync);
         s_.begin();
@@ -844,18 +976,21 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RemotingServerInvocationStarted() override {
         CallbackScope s_(static_cast<int>(ProxyCb::RemotingServerInvocationStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RemotingServerInvocationStarted());
     }
     HRESULT STDMETHODCALLTYPE RemotingServerInvocationReturned() override {
         CallbackScope s_(static_cast<int>(ProxyCb::RemotingServerInvocationReturned), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RemotingServerInvocationReturned());
     }
     HRESULT STDMETHODCALLTYPE RemotingServerSendingReply(GUID* pCookie, BOOL fIsAsync) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RemotingServerSendingReply), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("pCookie", pCookie);
         s_.arg("fIsAsync", fIsAsync);
         s_.begin();
@@ -864,6 +999,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE UnmanagedToManagedTransition(FunctionID functionId, COR_PRF_TRANSITION_REASON reason) override {
         CallbackScope s_(static_cast<int>(ProxyCb::UnmanagedToManagedTransition), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("reason", reason);
         s_.begin();
@@ -872,6 +1008,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ManagedToUnmanagedTransition(FunctionID functionId, COR_PRF_TRANSITION_REASON reason) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ManagedToUnmanagedTransition), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("reason", reason);
         s_.begin();
@@ -880,6 +1017,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RuntimeSuspendStarted(COR_PRF_SUSPEND_REASON suspendReason) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RuntimeSuspendStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("suspendReason", suspendReason);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -887,30 +1025,35 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RuntimeSuspendFinished() override {
         CallbackScope s_(static_cast<int>(ProxyCb::RuntimeSuspendFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RuntimeSuspendFinished());
     }
     HRESULT STDMETHODCALLTYPE RuntimeSuspendAborted() override {
         CallbackScope s_(static_cast<int>(ProxyCb::RuntimeSuspendAborted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RuntimeSuspendAborted());
     }
     HRESULT STDMETHODCALLTYPE RuntimeResumeStarted() override {
         CallbackScope s_(static_cast<int>(ProxyCb::RuntimeResumeStarted), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RuntimeResumeStarted());
     }
     HRESULT STDMETHODCALLTYPE RuntimeResumeFinished() override {
         CallbackScope s_(static_cast<int>(ProxyCb::RuntimeResumeFinished), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RuntimeResumeFinished());
     }
     HRESULT STDMETHODCALLTYPE RuntimeThreadSuspended(ThreadID threadId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RuntimeThreadSuspended), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("threadId", threadId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -918,21 +1061,15 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RuntimeThreadResumed(ThreadID threadId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RuntimeThreadResumed), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("threadId", threadId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->RuntimeThreadResumed(threadId));
     }
-    HRESULT STDMETHODCALLTYPE ObjectAllocated(ObjectID objectId, ClassID classId) override {
-        CallbackScope s_(static_cast<int>(ProxyCb::ObjectAllocated), 1, target_[1] != nullptr);
-        s_.arg("objectId", objectId);
-        s_.arg("classId", classId);
-        s_.begin();
-        if (!target_[1]) return s_.finish(S_OK);
-        return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->ObjectAllocated(objectId, classId));
-    }
     HRESULT STDMETHODCALLTYPE ObjectsAllocatedByClass(ULONG cClassCount, ClassID* classIds, ULONG* cObjects) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ObjectsAllocatedByClass), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("cClassCount", cClassCount);
         s_.arg("classIds", classIds);
         s_.arg("cObjects", cObjects);
@@ -942,6 +1079,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ObjectReferences(ObjectID objectId, ClassID classId, ULONG cObjectRefs, ObjectID* objectRefIds) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ObjectReferences), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("objectId", objectId);
         s_.arg("classId", classId);
         s_.arg("cObjectRefs", cObjectRefs);
@@ -952,6 +1090,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RootReferences(ULONG cRootRefs, ObjectID* rootRefIds) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RootReferences), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("cRootRefs", cRootRefs);
         s_.arg("rootRefIds", rootRefIds);
         s_.begin();
@@ -960,6 +1099,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionThrown(ObjectID thrownObjectId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionThrown), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("thrownObjectId", thrownObjectId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -967,6 +1107,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchFunctionEnter(FunctionID functionId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionSearchFunctionEnter), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -974,12 +1115,14 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchFunctionLeave() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionSearchFunctionLeave), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->ExceptionSearchFunctionLeave());
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchFilterEnter(FunctionID functionId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionSearchFilterEnter), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -987,12 +1130,14 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchFilterLeave() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionSearchFilterLeave), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->ExceptionSearchFilterLeave());
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchCatcherFound(FunctionID functionId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionSearchCatcherFound), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -1000,6 +1145,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionOSHandlerEnter(UINT_PTR unused) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionOSHandlerEnter), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("unused", unused);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -1007,6 +1153,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionOSHandlerLeave(UINT_PTR unused) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionOSHandlerLeave), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("unused", unused);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -1014,6 +1161,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionUnwindFunctionEnter(FunctionID functionId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionUnwindFunctionEnter), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -1021,12 +1169,14 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionUnwindFunctionLeave() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionUnwindFunctionLeave), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->ExceptionUnwindFunctionLeave());
     }
     HRESULT STDMETHODCALLTYPE ExceptionUnwindFinallyEnter(FunctionID functionId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionUnwindFinallyEnter), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
@@ -1034,12 +1184,14 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionUnwindFinallyLeave() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionUnwindFinallyLeave), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->ExceptionUnwindFinallyLeave());
     }
     HRESULT STDMETHODCALLTYPE ExceptionCatcherEnter(FunctionID functionId, ObjectID objectId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionCatcherEnter), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("objectId", objectId);
         s_.begin();
@@ -1048,12 +1200,14 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionCatcherLeave() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionCatcherLeave), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->ExceptionCatcherLeave());
     }
     HRESULT STDMETHODCALLTYPE COMClassicVTableCreated(ClassID wrappedClassId, REFGUID implementedIID, void* pVTable, ULONG cSlots) override {
         CallbackScope s_(static_cast<int>(ProxyCb::COMClassicVTableCreated), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("wrappedClassId", wrappedClassId);
         s_.arg("implementedIID", implementedIID);
         s_.arg("pVTable", pVTable);
@@ -1064,6 +1218,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE COMClassicVTableDestroyed(ClassID wrappedClassId, REFGUID implementedIID, void* pVTable) override {
         CallbackScope s_(static_cast<int>(ProxyCb::COMClassicVTableDestroyed), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("wrappedClassId", wrappedClassId);
         s_.arg("implementedIID", implementedIID);
         s_.arg("pVTable", pVTable);
@@ -1073,18 +1228,21 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionCLRCatcherFound() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionCLRCatcherFound), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->ExceptionCLRCatcherFound());
     }
     HRESULT STDMETHODCALLTYPE ExceptionCLRCatcherExecute() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ExceptionCLRCatcherExecute), 1, target_[1] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->ExceptionCLRCatcherExecute());
     }
     HRESULT STDMETHODCALLTYPE ThreadNameChanged(ThreadID threadId, ULONG cchName, WCHAR* name) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ThreadNameChanged), 2, target_[2] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("threadId", threadId);
         s_.arg("cchName", cchName);
         s_.arg("name", name);
@@ -1092,32 +1250,9 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
         if (!target_[2]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback2*>(target_[2])->ThreadNameChanged(threadId, cchName, name));
     }
-    HRESULT STDMETHODCALLTYPE GarbageCollectionStarted(int cGenerations, BOOL* generationCollected, COR_PRF_GC_REASON reason) override {
-        CallbackScope s_(static_cast<int>(ProxyCb::GarbageCollectionStarted), 2, target_[2] != nullptr);
-        s_.arg("cGenerations", cGenerations);
-        s_.arg("generationCollected", generationCollected);
-        s_.arg("reason", reason);
-        s_.begin();
-        if (!target_[2]) return s_.finish(S_OK);
-        return s_.finish(static_cast<ICorProfilerCallback2*>(target_[2])->GarbageCollectionStarted(cGenerations, generationCollected, reason));
-    }
-    HRESULT STDMETHODCALLTYPE SurvivingReferences(ULONG cSurvivingObjectIDRanges, ObjectID* objectIDRangeStart, ULONG* cObjectIDRangeLength) override {
-        CallbackScope s_(static_cast<int>(ProxyCb::SurvivingReferences), 2, target_[2] != nullptr);
-        s_.arg("cSurvivingObjectIDRanges", cSurvivingObjectIDRanges);
-        s_.arg("objectIDRangeStart", objectIDRangeStart);
-        s_.arg("cObjectIDRangeLength", cObjectIDRangeLength);
-        s_.begin();
-        if (!target_[2]) return s_.finish(S_OK);
-        return s_.finish(static_cast<ICorProfilerCallback2*>(target_[2])->SurvivingReferences(cSurvivingObjectIDRanges, objectIDRangeStart, cObjectIDRangeLength));
-    }
-    HRESULT STDMETHODCALLTYPE GarbageCollectionFinished() override {
-        CallbackScope s_(static_cast<int>(ProxyCb::GarbageCollectionFinished), 2, target_[2] != nullptr);
-        s_.begin();
-        if (!target_[2]) return s_.finish(S_OK);
-        return s_.finish(static_cast<ICorProfilerCallback2*>(target_[2])->GarbageCollectionFinished());
-    }
     HRESULT STDMETHODCALLTYPE FinalizeableObjectQueued(DWORD finalizerFlags, ObjectID objectID) override {
         CallbackScope s_(static_cast<int>(ProxyCb::FinalizeableObjectQueued), 2, target_[2] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("finalizerFlags", finalizerFlags);
         s_.arg("objectID", objectID);
         s_.begin();
@@ -1126,6 +1261,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RootReferences2(ULONG cRootRefs, ObjectID* rootRefIds, COR_PRF_GC_ROOT_KIND* rootKinds, COR_PRF_GC_ROOT_FLAGS* rootFlags, UINT_PTR* rootIds) override {
         CallbackScope s_(static_cast<int>(ProxyCb::RootReferences2), 2, target_[2] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("cRootRefs", cRootRefs);
         s_.arg("rootRefIds", rootRefIds);
         s_.arg("rootKinds", rootKinds);
@@ -1137,6 +1273,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE HandleCreated(GCHandleID handleId, ObjectID initialObjectId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::HandleCreated), 2, target_[2] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("handleId", handleId);
         s_.arg("initialObjectId", initialObjectId);
         s_.begin();
@@ -1145,6 +1282,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE HandleDestroyed(GCHandleID handleId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::HandleDestroyed), 2, target_[2] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("handleId", handleId);
         s_.begin();
         if (!target_[2]) return s_.finish(S_OK);
@@ -1152,18 +1290,21 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ProfilerAttachComplete() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ProfilerAttachComplete), 3, target_[3] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[3]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback3*>(target_[3])->ProfilerAttachComplete());
     }
     HRESULT STDMETHODCALLTYPE ProfilerDetachSucceeded() override {
         CallbackScope s_(static_cast<int>(ProxyCb::ProfilerDetachSucceeded), 3, target_[3] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.begin();
         if (!target_[3]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback3*>(target_[3])->ProfilerDetachSucceeded());
     }
     HRESULT STDMETHODCALLTYPE ReJITCompilationStarted(FunctionID functionId, ReJITID rejitId, BOOL fIsSafeToBlock) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ReJITCompilationStarted), 4, target_[4] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("rejitId", rejitId);
         s_.arg("fIsSafeToBlock", fIsSafeToBlock);
@@ -1173,6 +1314,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE GetReJITParameters(ModuleID moduleId, mdMethodDef methodId, ICorProfilerFunctionControl* pFunctionControl) override {
         CallbackScope s_(static_cast<int>(ProxyCb::GetReJITParameters), 4, target_[4] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("moduleId", moduleId);
         s_.arg("methodId", methodId);
         s_.arg("pFunctionControl", pFunctionControl);
@@ -1182,6 +1324,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ReJITCompilationFinished(FunctionID functionId, ReJITID rejitId, HRESULT hrStatus, BOOL fIsSafeToBlock) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ReJITCompilationFinished), 4, target_[4] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("rejitId", rejitId);
         s_.arg("hrStatus", hrStatus);
@@ -1192,6 +1335,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ReJITError(ModuleID moduleId, mdMethodDef methodId, FunctionID functionId, HRESULT hrStatus) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ReJITError), 4, target_[4] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("moduleId", moduleId);
         s_.arg("methodId", methodId);
         s_.arg("functionId", functionId);
@@ -1200,17 +1344,9 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
         if (!target_[4]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback4*>(target_[4])->ReJITError(moduleId, methodId, functionId, hrStatus));
     }
-    HRESULT STDMETHODCALLTYPE SurvivingReferences2(ULONG cSurvivingObjectIDRanges, ObjectID* objectIDRangeStart, SIZE_T* cObjectIDRangeLength) override {
-        CallbackScope s_(static_cast<int>(ProxyCb::SurvivingReferences2), 4, target_[4] != nullptr);
-        s_.arg("cSurvivingObjectIDRanges", cSurvivingObjectIDRanges);
-        s_.arg("objectIDRangeStart", objectIDRangeStart);
-        s_.arg("cObjectIDRangeLength", cObjectIDRangeLength);
-        s_.begin();
-        if (!target_[4]) return s_.finish(S_OK);
-        return s_.finish(static_cast<ICorProfilerCallback4*>(target_[4])->SurvivingReferences2(cSurvivingObjectIDRanges, objectIDRangeStart, cObjectIDRangeLength));
-    }
     HRESULT STDMETHODCALLTYPE ConditionalWeakTableElementReferences(ULONG cRootRefs, ObjectID* keyRefIds, ObjectID* valueRefIds, GCHandleID* rootIds) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ConditionalWeakTableElementReferences), 5, target_[5] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("cRootRefs", cRootRefs);
         s_.arg("keyRefIds", keyRefIds);
         s_.arg("valueRefIds", valueRefIds);
@@ -1221,6 +1357,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE GetAssemblyReferences(const WCHAR* wszAssemblyPath, ICorProfilerAssemblyReferenceProvider* pAsmRefProvider) override {
         CallbackScope s_(static_cast<int>(ProxyCb::GetAssemblyReferences), 6, target_[6] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("wszAssemblyPath", wszAssemblyPath);
         s_.arg("pAsmRefProvider", pAsmRefProvider);
         s_.begin();
@@ -1229,6 +1366,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ModuleInMemorySymbolsUpdated(ModuleID moduleId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ModuleInMemorySymbolsUpdated), 7, target_[7] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("moduleId", moduleId);
         s_.begin();
         if (!target_[7]) return s_.finish(S_OK);
@@ -1236,6 +1374,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE DynamicMethodJITCompilationStarted(FunctionID functionId, BOOL fIsSafeToBlock, LPCBYTE pILHeader, ULONG cbILHeader) override {
         CallbackScope s_(static_cast<int>(ProxyCb::DynamicMethodJITCompilationStarted), 8, target_[8] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("fIsSafeToBlock", fIsSafeToBlock);
         s_.arg("pILHeader", pILHeader);
@@ -1246,6 +1385,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE DynamicMethodJITCompilationFinished(FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) override {
         CallbackScope s_(static_cast<int>(ProxyCb::DynamicMethodJITCompilationFinished), 8, target_[8] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.arg("hrStatus", hrStatus);
         s_.arg("fIsSafeToBlock", fIsSafeToBlock);
@@ -1255,6 +1395,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE DynamicMethodUnloaded(FunctionID functionId) override {
         CallbackScope s_(static_cast<int>(ProxyCb::DynamicMethodUnloaded), 9, target_[9] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("functionId", functionId);
         s_.begin();
         if (!target_[9]) return s_.finish(S_OK);
@@ -1262,6 +1403,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeEventDelivered(EVENTPIPE_PROVIDER provider, DWORD eventId, DWORD eventVersion, ULONG cbMetadataBlob, LPCBYTE metadataBlob, ULONG cbEventData, LPCBYTE eventData, LPCGUID pActivityId, LPCGUID pRelatedActivityId, ThreadID eventThread, ULONG numStackFrames, UINT_PTR* stackFrames) override {
         CallbackScope s_(static_cast<int>(ProxyCb::EventPipeEventDelivered), 10, target_[10] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("provider", provider);
         s_.arg("eventId", eventId);
         s_.arg("eventVersion", eventVersion);
@@ -1280,6 +1422,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE EventPipeProviderCreated(EVENTPIPE_PROVIDER provider) override {
         CallbackScope s_(static_cast<int>(ProxyCb::EventPipeProviderCreated), 10, target_[10] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("provider", provider);
         s_.begin();
         if (!target_[10]) return s_.finish(S_OK);
@@ -1287,6 +1430,7 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE LoadAsNotificationOnly(BOOL* pbNotificationOnly) override {
         CallbackScope s_(static_cast<int>(ProxyCb::LoadAsNotificationOnly), 11, target_[11] != nullptr);
+        if (s_.hidden()) return s_.hide();
         s_.arg("pbNotificationOnly", pbNotificationOnly);
         s_.begin();
         if (!target_[11]) return s_.finish(S_OK);
@@ -1300,9 +1444,10 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
     void* real_[15] = {};  // real_[k]: the runtime's ICorProfilerInfoK, or null
  public:
     HRESULT STDMETHODCALLTYPE GetClassFromObject(ObjectID objectId, ClassID* pClassId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetClassFromObject), false);
+        InfoScope s_(static_cast<int>(InfoM::GetClassFromObject), false, __builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("pClassId", pClassId);
+        s_.inspect(objectId);
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->GetClassFromObject(objectId, pClassId);
@@ -1310,7 +1455,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetClassFromToken(ModuleID moduleId, mdTypeDef typeDef, ClassID* pClassId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetClassFromToken), false);
+        InfoScope s_(static_cast<int>(InfoM::GetClassFromToken), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("typeDef", typeDef);
         s_.arg("pClassId", pClassId);
@@ -1321,7 +1466,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULONG* pcSize) override {
-        InfoScope s_(static_cast<int>(InfoM::GetCodeInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetCodeInfo), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("pStart", pStart);
         s_.arg("pcSize", pcSize);
@@ -1332,17 +1477,8 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         s_.out("pcSize", pcSize);
         return s_.finish(hr_);
     }
-    HRESULT STDMETHODCALLTYPE GetEventMask(DWORD* pdwEvents) override {
-        InfoScope s_(static_cast<int>(InfoM::GetEventMask), false);
-        s_.arg("pdwEvents", pdwEvents);
-        s_.begin();
-        if (!real_[1]) return s_.finish(E_NOINTERFACE);
-        HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->GetEventMask(pdwEvents);
-        s_.out("pdwEvents", pdwEvents);
-        return s_.finish(hr_);
-    }
     HRESULT STDMETHODCALLTYPE GetFunctionFromIP(LPCBYTE ip, FunctionID* pFunctionId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromIP), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromIP), false, __builtin_return_address(0));
         s_.arg("ip", ip);
         s_.arg("pFunctionId", pFunctionId);
         s_.begin();
@@ -1352,7 +1488,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromToken(ModuleID moduleId, mdToken token, FunctionID* pFunctionId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromToken), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromToken), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("token", token);
         s_.arg("pFunctionId", pFunctionId);
@@ -1363,7 +1499,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetHandleFromThread(ThreadID threadId, HANDLE* phThread) override {
-        InfoScope s_(static_cast<int>(InfoM::GetHandleFromThread), false);
+        InfoScope s_(static_cast<int>(InfoM::GetHandleFromThread), false, __builtin_return_address(0));
         s_.arg("threadId", threadId);
         s_.arg("phThread", phThread);
         s_.begin();
@@ -1373,9 +1509,10 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetObjectSize(ObjectID objectId, ULONG* pcSize) override {
-        InfoScope s_(static_cast<int>(InfoM::GetObjectSize), false);
+        InfoScope s_(static_cast<int>(InfoM::GetObjectSize), false, __builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("pcSize", pcSize);
+        s_.inspect(objectId);
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->GetObjectSize(objectId, pcSize);
@@ -1383,7 +1520,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE IsArrayClass(ClassID classId, CorElementType* pBaseElemType, ClassID* pBaseClassId, ULONG* pcRank) override {
-        InfoScope s_(static_cast<int>(InfoM::IsArrayClass), false);
+        InfoScope s_(static_cast<int>(InfoM::IsArrayClass), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("pBaseElemType", pBaseElemType);
         s_.arg("pBaseClassId", pBaseClassId);
@@ -1397,7 +1534,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetThreadInfo(ThreadID threadId, DWORD* pdwWin32ThreadId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetThreadInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetThreadInfo), false, __builtin_return_address(0));
         s_.arg("threadId", threadId);
         s_.arg("pdwWin32ThreadId", pdwWin32ThreadId);
         s_.begin();
@@ -1407,7 +1544,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetCurrentThreadID(ThreadID* pThreadId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetCurrentThreadID), false);
+        InfoScope s_(static_cast<int>(InfoM::GetCurrentThreadID), false, __builtin_return_address(0));
         s_.arg("pThreadId", pThreadId);
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
@@ -1416,7 +1553,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetClassIDInfo(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken) override {
-        InfoScope s_(static_cast<int>(InfoM::GetClassIDInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetClassIDInfo), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("pModuleId", pModuleId);
         s_.arg("pTypeDefToken", pTypeDefToken);
@@ -1428,7 +1565,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionInfo(FunctionID functionId, ClassID* pClassId, ModuleID* pModuleId, mdToken* pToken) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionInfo), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("pClassId", pClassId);
         s_.arg("pModuleId", pModuleId);
@@ -1441,16 +1578,8 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         s_.out("pToken", pToken);
         return s_.finish(hr_);
     }
-    HRESULT STDMETHODCALLTYPE SetEventMask(DWORD dwEvents) override {
-        InfoScope s_(static_cast<int>(InfoM::SetEventMask), false);
-        s_.arg("dwEvents", dwEvents);
-        s_.begin();
-        if (!real_[1]) return s_.finish(E_NOINTERFACE);
-        HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->SetEventMask(dwEvents);
-        return s_.finish(hr_);
-    }
     HRESULT STDMETHODCALLTYPE GetTokenAndMetaDataFromFunction(FunctionID functionId, REFIID riid, IUnknown** ppImport, mdToken* pToken) override {
-        InfoScope s_(static_cast<int>(InfoM::GetTokenAndMetaDataFromFunction), false);
+        InfoScope s_(static_cast<int>(InfoM::GetTokenAndMetaDataFromFunction), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("riid", riid);
         s_.arg("ppImport", ppImport);
@@ -1462,7 +1591,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetModuleInfo(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName, ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetModuleInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetModuleInfo), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("ppBaseLoadAddress", ppBaseLoadAddress);
         s_.arg("cchName", cchName);
@@ -1478,7 +1607,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetModuleMetaData(ModuleID moduleId, DWORD dwOpenFlags, REFIID riid, IUnknown** ppOut) override {
-        InfoScope s_(static_cast<int>(InfoM::GetModuleMetaData), false);
+        InfoScope s_(static_cast<int>(InfoM::GetModuleMetaData), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("dwOpenFlags", dwOpenFlags);
         s_.arg("riid", riid);
@@ -1489,7 +1618,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetILFunctionBody(ModuleID moduleId, mdMethodDef methodId, LPCBYTE* ppMethodHeader, ULONG* pcbMethodSize) override {
-        InfoScope s_(static_cast<int>(InfoM::GetILFunctionBody), false);
+        InfoScope s_(static_cast<int>(InfoM::GetILFunctionBody), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("methodId", methodId);
         s_.arg("ppMethodHeader", ppMethodHeader);
@@ -1502,7 +1631,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetILFunctionBodyAllocator(ModuleID moduleId, IMethodMalloc** ppMalloc) override {
-        InfoScope s_(static_cast<int>(InfoM::GetILFunctionBodyAllocator), false);
+        InfoScope s_(static_cast<int>(InfoM::GetILFunctionBodyAllocator), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("ppMalloc", ppMalloc);
         s_.begin();
@@ -1511,7 +1640,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE SetILFunctionBody(ModuleID moduleId, mdMethodDef methodid, LPCBYTE pbNewILMethodHeader) override {
-        InfoScope s_(static_cast<int>(InfoM::SetILFunctionBody), false);
+        InfoScope s_(static_cast<int>(InfoM::SetILFunctionBody), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("methodid", methodid);
         s_.arg("pbNewILMethodHeader", pbNewILMethodHeader);
@@ -1521,7 +1650,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetAppDomainInfo(AppDomainID appDomainId, ULONG cchName, ULONG* pcchName, WCHAR* szName, ProcessID* pProcessId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetAppDomainInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetAppDomainInfo), false, __builtin_return_address(0));
         s_.arg("appDomainId", appDomainId);
         s_.arg("cchName", cchName);
         s_.arg("pcchName", pcchName);
@@ -1535,7 +1664,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetAssemblyInfo(AssemblyID assemblyId, ULONG cchName, ULONG* pcchName, WCHAR* szName, AppDomainID* pAppDomainId, ModuleID* pModuleId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetAssemblyInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetAssemblyInfo), false, __builtin_return_address(0));
         s_.arg("assemblyId", assemblyId);
         s_.arg("cchName", cchName);
         s_.arg("pcchName", pcchName);
@@ -1551,7 +1680,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE SetFunctionReJIT(FunctionID functionId) override {
-        InfoScope s_(static_cast<int>(InfoM::SetFunctionReJIT), false);
+        InfoScope s_(static_cast<int>(InfoM::SetFunctionReJIT), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
@@ -1559,14 +1688,14 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE ForceGC() override {
-        InfoScope s_(static_cast<int>(InfoM::ForceGC), true);
+        InfoScope s_(static_cast<int>(InfoM::ForceGC), true, __builtin_return_address(0));
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->ForceGC();
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE SetILInstrumentedCodeMap(FunctionID functionId, BOOL fStartJit, ULONG cILMapEntries, COR_IL_MAP* rgILMapEntries) override {
-        InfoScope s_(static_cast<int>(InfoM::SetILInstrumentedCodeMap), false);
+        InfoScope s_(static_cast<int>(InfoM::SetILInstrumentedCodeMap), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("fStartJit", fStartJit);
         s_.arg("cILMapEntries", cILMapEntries);
@@ -1577,7 +1706,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetInprocInspectionInterface(IUnknown** ppicd) override {
-        InfoScope s_(static_cast<int>(InfoM::GetInprocInspectionInterface), false);
+        InfoScope s_(static_cast<int>(InfoM::GetInprocInspectionInterface), false, __builtin_return_address(0));
         s_.arg("ppicd", ppicd);
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
@@ -1585,7 +1714,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetInprocInspectionIThisThread(IUnknown** ppicd) override {
-        InfoScope s_(static_cast<int>(InfoM::GetInprocInspectionIThisThread), false);
+        InfoScope s_(static_cast<int>(InfoM::GetInprocInspectionIThisThread), false, __builtin_return_address(0));
         s_.arg("ppicd", ppicd);
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
@@ -1593,7 +1722,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetThreadContext(ThreadID threadId, ContextID* pContextId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetThreadContext), false);
+        InfoScope s_(static_cast<int>(InfoM::GetThreadContext), false, __builtin_return_address(0));
         s_.arg("threadId", threadId);
         s_.arg("pContextId", pContextId);
         s_.begin();
@@ -1603,7 +1732,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE BeginInprocDebugging(BOOL fThisThreadOnly, DWORD* pdwProfilerContext) override {
-        InfoScope s_(static_cast<int>(InfoM::BeginInprocDebugging), false);
+        InfoScope s_(static_cast<int>(InfoM::BeginInprocDebugging), false, __builtin_return_address(0));
         s_.arg("fThisThreadOnly", fThisThreadOnly);
         s_.arg("pdwProfilerContext", pdwProfilerContext);
         s_.begin();
@@ -1613,7 +1742,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EndInprocDebugging(DWORD dwProfilerContext) override {
-        InfoScope s_(static_cast<int>(InfoM::EndInprocDebugging), false);
+        InfoScope s_(static_cast<int>(InfoM::EndInprocDebugging), false, __builtin_return_address(0));
         s_.arg("dwProfilerContext", dwProfilerContext);
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
@@ -1621,7 +1750,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetILToNativeMapping(FunctionID functionId, ULONG32 cMap, ULONG32* pcMap, COR_DEBUG_IL_TO_NATIVE_MAP* map) override {
-        InfoScope s_(static_cast<int>(InfoM::GetILToNativeMapping), false);
+        InfoScope s_(static_cast<int>(InfoM::GetILToNativeMapping), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("cMap", cMap);
         s_.arg("pcMap", pcMap);
@@ -1633,7 +1762,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO frameInfo, ClassID* pClassId, ModuleID* pModuleId, mdToken* pToken, ULONG32 cTypeArgs, ULONG32* pcTypeArgs, ClassID* typeArgs) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionInfo2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionInfo2), false, __builtin_return_address(0));
         s_.arg("funcId", funcId);
         s_.arg("frameInfo", frameInfo);
         s_.arg("pClassId", pClassId);
@@ -1652,7 +1781,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetStringLayout(ULONG* pBufferLengthOffset, ULONG* pStringLengthOffset, ULONG* pBufferOffset) override {
-        InfoScope s_(static_cast<int>(InfoM::GetStringLayout), false);
+        InfoScope s_(static_cast<int>(InfoM::GetStringLayout), false, __builtin_return_address(0));
         s_.arg("pBufferLengthOffset", pBufferLengthOffset);
         s_.arg("pStringLengthOffset", pStringLengthOffset);
         s_.arg("pBufferOffset", pBufferOffset);
@@ -1665,7 +1794,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetClassLayout(ClassID classID, COR_FIELD_OFFSET* rFieldOffset, ULONG cFieldOffset, ULONG* pcFieldOffset, ULONG* pulClassSize) override {
-        InfoScope s_(static_cast<int>(InfoM::GetClassLayout), false);
+        InfoScope s_(static_cast<int>(InfoM::GetClassLayout), false, __builtin_return_address(0));
         s_.arg("classID", classID);
         s_.arg("rFieldOffset", rFieldOffset);
         s_.arg("cFieldOffset", cFieldOffset);
@@ -1679,7 +1808,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken, ClassID* pParentClassId, ULONG32 cNumTypeArgs, ULONG32* pcNumTypeArgs, ClassID* typeArgs) override {
-        InfoScope s_(static_cast<int>(InfoM::GetClassIDInfo2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetClassIDInfo2), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("pModuleId", pModuleId);
         s_.arg("pTypeDefToken", pTypeDefToken);
@@ -1697,7 +1826,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo2(FunctionID functionID, ULONG32 cCodeInfos, ULONG32* pcCodeInfos, COR_PRF_CODE_INFO* codeInfos) override {
-        InfoScope s_(static_cast<int>(InfoM::GetCodeInfo2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetCodeInfo2), false, __builtin_return_address(0));
         s_.arg("functionID", functionID);
         s_.arg("cCodeInfos", cCodeInfos);
         s_.arg("pcCodeInfos", pcCodeInfos);
@@ -1709,7 +1838,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetClassFromTokenAndTypeArgs(ModuleID moduleID, mdTypeDef typeDef, ULONG32 cTypeArgs, ClassID* typeArgs, ClassID* pClassID) override {
-        InfoScope s_(static_cast<int>(InfoM::GetClassFromTokenAndTypeArgs), false);
+        InfoScope s_(static_cast<int>(InfoM::GetClassFromTokenAndTypeArgs), false, __builtin_return_address(0));
         s_.arg("moduleID", moduleID);
         s_.arg("typeDef", typeDef);
         s_.arg("cTypeArgs", cTypeArgs);
@@ -1722,7 +1851,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromTokenAndTypeArgs(ModuleID moduleID, mdMethodDef funcDef, ClassID classId, ULONG32 cTypeArgs, ClassID* typeArgs, FunctionID* pFunctionID) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromTokenAndTypeArgs), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromTokenAndTypeArgs), false, __builtin_return_address(0));
         s_.arg("moduleID", moduleID);
         s_.arg("funcDef", funcDef);
         s_.arg("classId", classId);
@@ -1736,7 +1865,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EnumModuleFrozenObjects(ModuleID moduleID, ICorProfilerObjectEnum** ppEnum) override {
-        InfoScope s_(static_cast<int>(InfoM::EnumModuleFrozenObjects), false);
+        InfoScope s_(static_cast<int>(InfoM::EnumModuleFrozenObjects), false, __builtin_return_address(0));
         s_.arg("moduleID", moduleID);
         s_.arg("ppEnum", ppEnum);
         s_.begin();
@@ -1745,12 +1874,13 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetArrayObjectInfo(ObjectID objectId, ULONG32 cDimensions, ULONG32* pDimensionSizes, int* pDimensionLowerBounds, BYTE** ppData) override {
-        InfoScope s_(static_cast<int>(InfoM::GetArrayObjectInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetArrayObjectInfo), false, __builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("cDimensions", cDimensions);
         s_.arg("pDimensionSizes", pDimensionSizes);
         s_.arg("pDimensionLowerBounds", pDimensionLowerBounds);
         s_.arg("ppData", ppData);
+        s_.inspect(objectId);
         s_.begin();
         if (!real_[2]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo2*>(real_[2])->GetArrayObjectInfo(objectId, cDimensions, pDimensionSizes, pDimensionLowerBounds, ppData);
@@ -1759,7 +1889,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetBoxClassLayout(ClassID classId, ULONG32* pBufferOffset) override {
-        InfoScope s_(static_cast<int>(InfoM::GetBoxClassLayout), false);
+        InfoScope s_(static_cast<int>(InfoM::GetBoxClassLayout), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("pBufferOffset", pBufferOffset);
         s_.begin();
@@ -1769,7 +1899,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetThreadAppDomain(ThreadID threadId, AppDomainID* pAppDomainId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetThreadAppDomain), false);
+        InfoScope s_(static_cast<int>(InfoM::GetThreadAppDomain), false, __builtin_return_address(0));
         s_.arg("threadId", threadId);
         s_.arg("pAppDomainId", pAppDomainId);
         s_.begin();
@@ -1779,7 +1909,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetRVAStaticAddress(ClassID classId, mdFieldDef fieldToken, void** ppAddress) override {
-        InfoScope s_(static_cast<int>(InfoM::GetRVAStaticAddress), false);
+        InfoScope s_(static_cast<int>(InfoM::GetRVAStaticAddress), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("ppAddress", ppAddress);
@@ -1790,7 +1920,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetAppDomainStaticAddress(ClassID classId, mdFieldDef fieldToken, AppDomainID appDomainId, void** ppAddress) override {
-        InfoScope s_(static_cast<int>(InfoM::GetAppDomainStaticAddress), false);
+        InfoScope s_(static_cast<int>(InfoM::GetAppDomainStaticAddress), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("appDomainId", appDomainId);
@@ -1802,7 +1932,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetThreadStaticAddress(ClassID classId, mdFieldDef fieldToken, ThreadID threadId, void** ppAddress) override {
-        InfoScope s_(static_cast<int>(InfoM::GetThreadStaticAddress), false);
+        InfoScope s_(static_cast<int>(InfoM::GetThreadStaticAddress), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("threadId", threadId);
@@ -1814,7 +1944,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetContextStaticAddress(ClassID classId, mdFieldDef fieldToken, ContextID contextId, void** ppAddress) override {
-        InfoScope s_(static_cast<int>(InfoM::GetContextStaticAddress), false);
+        InfoScope s_(static_cast<int>(InfoM::GetContextStaticAddress), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("contextId", contextId);
@@ -1826,7 +1956,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetStaticFieldInfo(ClassID classId, mdFieldDef fieldToken, COR_PRF_STATIC_TYPE* pFieldInfo) override {
-        InfoScope s_(static_cast<int>(InfoM::GetStaticFieldInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetStaticFieldInfo), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("pFieldInfo", pFieldInfo);
@@ -1837,7 +1967,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetGenerationBounds(ULONG cObjectRanges, ULONG* pcObjectRanges, COR_PRF_GC_GENERATION_RANGE* ranges) override {
-        InfoScope s_(static_cast<int>(InfoM::GetGenerationBounds), false);
+        InfoScope s_(static_cast<int>(InfoM::GetGenerationBounds), false, __builtin_return_address(0));
         s_.arg("cObjectRanges", cObjectRanges);
         s_.arg("pcObjectRanges", pcObjectRanges);
         s_.arg("ranges", ranges);
@@ -1848,16 +1978,17 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetObjectGeneration(ObjectID objectId, COR_PRF_GC_GENERATION_RANGE* range) override {
-        InfoScope s_(static_cast<int>(InfoM::GetObjectGeneration), false);
+        InfoScope s_(static_cast<int>(InfoM::GetObjectGeneration), false, __builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("range", range);
+        s_.inspect(objectId);
         s_.begin();
         if (!real_[2]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo2*>(real_[2])->GetObjectGeneration(objectId, range);
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetNotifiedExceptionClauseInfo(COR_PRF_EX_CLAUSE_INFO* pinfo) override {
-        InfoScope s_(static_cast<int>(InfoM::GetNotifiedExceptionClauseInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetNotifiedExceptionClauseInfo), false, __builtin_return_address(0));
         s_.arg("pinfo", pinfo);
         s_.begin();
         if (!real_[2]) return s_.finish(E_NOINTERFACE);
@@ -1865,7 +1996,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EnumJITedFunctions(ICorProfilerFunctionEnum** ppEnum) override {
-        InfoScope s_(static_cast<int>(InfoM::EnumJITedFunctions), false);
+        InfoScope s_(static_cast<int>(InfoM::EnumJITedFunctions), false, __builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         if (!real_[3]) return s_.finish(E_NOINTERFACE);
@@ -1873,7 +2004,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE RequestProfilerDetach(DWORD dwExpectedCompletionMilliseconds) override {
-        InfoScope s_(static_cast<int>(InfoM::RequestProfilerDetach), true);
+        InfoScope s_(static_cast<int>(InfoM::RequestProfilerDetach), true, __builtin_return_address(0));
         s_.arg("dwExpectedCompletionMilliseconds", dwExpectedCompletionMilliseconds);
         s_.begin();
         if (!real_[3]) return s_.finish(E_NOINTERFACE);
@@ -1881,7 +2012,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetStringLayout2(ULONG* pStringLengthOffset, ULONG* pBufferOffset) override {
-        InfoScope s_(static_cast<int>(InfoM::GetStringLayout2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetStringLayout2), false, __builtin_return_address(0));
         s_.arg("pStringLengthOffset", pStringLengthOffset);
         s_.arg("pBufferOffset", pBufferOffset);
         s_.begin();
@@ -1892,7 +2023,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionEnter3Info(FunctionID functionId, COR_PRF_ELT_INFO eltInfo, COR_PRF_FRAME_INFO* pFrameInfo, ULONG* pcbArgumentInfo, COR_PRF_FUNCTION_ARGUMENT_INFO* pArgumentInfo) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionEnter3Info), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionEnter3Info), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("eltInfo", eltInfo);
         s_.arg("pFrameInfo", pFrameInfo);
@@ -1906,7 +2037,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionLeave3Info(FunctionID functionId, COR_PRF_ELT_INFO eltInfo, COR_PRF_FRAME_INFO* pFrameInfo, COR_PRF_FUNCTION_ARGUMENT_RANGE* pRetvalRange) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionLeave3Info), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionLeave3Info), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("eltInfo", eltInfo);
         s_.arg("pFrameInfo", pFrameInfo);
@@ -1918,7 +2049,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionTailcall3Info(FunctionID functionId, COR_PRF_ELT_INFO eltInfo, COR_PRF_FRAME_INFO* pFrameInfo) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionTailcall3Info), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionTailcall3Info), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("eltInfo", eltInfo);
         s_.arg("pFrameInfo", pFrameInfo);
@@ -1929,7 +2060,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EnumModules(ICorProfilerModuleEnum** ppEnum) override {
-        InfoScope s_(static_cast<int>(InfoM::EnumModules), false);
+        InfoScope s_(static_cast<int>(InfoM::EnumModules), false, __builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         if (!real_[3]) return s_.finish(E_NOINTERFACE);
@@ -1937,7 +2068,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetRuntimeInformation(USHORT* pClrInstanceId, COR_PRF_RUNTIME_TYPE* pRuntimeType, USHORT* pMajorVersion, USHORT* pMinorVersion, USHORT* pBuildNumber, USHORT* pQFEVersion, ULONG cchVersionString, ULONG* pcchVersionString, WCHAR* szVersionString) override {
-        InfoScope s_(static_cast<int>(InfoM::GetRuntimeInformation), false);
+        InfoScope s_(static_cast<int>(InfoM::GetRuntimeInformation), false, __builtin_return_address(0));
         s_.arg("pClrInstanceId", pClrInstanceId);
         s_.arg("pRuntimeType", pRuntimeType);
         s_.arg("pMajorVersion", pMajorVersion);
@@ -1960,7 +2091,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetThreadStaticAddress2(ClassID classId, mdFieldDef fieldToken, AppDomainID appDomainId, ThreadID threadId, void** ppAddress) override {
-        InfoScope s_(static_cast<int>(InfoM::GetThreadStaticAddress2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetThreadStaticAddress2), false, __builtin_return_address(0));
         s_.arg("classId", classId);
         s_.arg("fieldToken", fieldToken);
         s_.arg("appDomainId", appDomainId);
@@ -1973,7 +2104,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetAppDomainsContainingModule(ModuleID moduleId, ULONG32 cAppDomainIds, ULONG32* pcAppDomainIds, AppDomainID* appDomainIds) override {
-        InfoScope s_(static_cast<int>(InfoM::GetAppDomainsContainingModule), false);
+        InfoScope s_(static_cast<int>(InfoM::GetAppDomainsContainingModule), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("cAppDomainIds", cAppDomainIds);
         s_.arg("pcAppDomainIds", pcAppDomainIds);
@@ -1985,7 +2116,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetModuleInfo2(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName, ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId, DWORD* pdwModuleFlags) override {
-        InfoScope s_(static_cast<int>(InfoM::GetModuleInfo2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetModuleInfo2), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("ppBaseLoadAddress", ppBaseLoadAddress);
         s_.arg("cchName", cchName);
@@ -2003,14 +2134,14 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE InitializeCurrentThread() override {
-        InfoScope s_(static_cast<int>(InfoM::InitializeCurrentThread), false);
+        InfoScope s_(static_cast<int>(InfoM::InitializeCurrentThread), false, __builtin_return_address(0));
         s_.begin();
         if (!real_[4]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo4*>(real_[4])->InitializeCurrentThread();
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE RequestReJIT(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds) override {
-        InfoScope s_(static_cast<int>(InfoM::RequestReJIT), true);
+        InfoScope s_(static_cast<int>(InfoM::RequestReJIT), true, __builtin_return_address(0));
         s_.arg("cFunctions", cFunctions);
         s_.arg("moduleIds", moduleIds);
         s_.arg("methodIds", methodIds);
@@ -2020,7 +2151,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE RequestRevert(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds, HRESULT* status) override {
-        InfoScope s_(static_cast<int>(InfoM::RequestRevert), true);
+        InfoScope s_(static_cast<int>(InfoM::RequestRevert), true, __builtin_return_address(0));
         s_.arg("cFunctions", cFunctions);
         s_.arg("moduleIds", moduleIds);
         s_.arg("methodIds", methodIds);
@@ -2031,7 +2162,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo3(FunctionID functionID, ReJITID reJitId, ULONG32 cCodeInfos, ULONG32* pcCodeInfos, COR_PRF_CODE_INFO* codeInfos) override {
-        InfoScope s_(static_cast<int>(InfoM::GetCodeInfo3), false);
+        InfoScope s_(static_cast<int>(InfoM::GetCodeInfo3), false, __builtin_return_address(0));
         s_.arg("functionID", functionID);
         s_.arg("reJitId", reJitId);
         s_.arg("cCodeInfos", cCodeInfos);
@@ -2044,7 +2175,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromIP2(LPCBYTE ip, FunctionID* pFunctionId, ReJITID* pReJitId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromIP2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromIP2), false, __builtin_return_address(0));
         s_.arg("ip", ip);
         s_.arg("pFunctionId", pFunctionId);
         s_.arg("pReJitId", pReJitId);
@@ -2056,7 +2187,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetReJITIDs(FunctionID functionId, ULONG cReJitIds, ULONG* pcReJitIds, ReJITID* reJitIds) override {
-        InfoScope s_(static_cast<int>(InfoM::GetReJITIDs), false);
+        InfoScope s_(static_cast<int>(InfoM::GetReJITIDs), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("cReJitIds", cReJitIds);
         s_.arg("pcReJitIds", pcReJitIds);
@@ -2068,7 +2199,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetILToNativeMapping2(FunctionID functionId, ReJITID reJitId, ULONG32 cMap, ULONG32* pcMap, COR_DEBUG_IL_TO_NATIVE_MAP* map) override {
-        InfoScope s_(static_cast<int>(InfoM::GetILToNativeMapping2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetILToNativeMapping2), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("reJitId", reJitId);
         s_.arg("cMap", cMap);
@@ -2081,7 +2212,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EnumJITedFunctions2(ICorProfilerFunctionEnum** ppEnum) override {
-        InfoScope s_(static_cast<int>(InfoM::EnumJITedFunctions2), false);
+        InfoScope s_(static_cast<int>(InfoM::EnumJITedFunctions2), false, __builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         if (!real_[4]) return s_.finish(E_NOINTERFACE);
@@ -2089,37 +2220,18 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetObjectSize2(ObjectID objectId, SIZE_T* pcSize) override {
-        InfoScope s_(static_cast<int>(InfoM::GetObjectSize2), false);
+        InfoScope s_(static_cast<int>(InfoM::GetObjectSize2), false, __builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("pcSize", pcSize);
+        s_.inspect(objectId);
         s_.begin();
         if (!real_[4]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo4*>(real_[4])->GetObjectSize2(objectId, pcSize);
         s_.out("pcSize", pcSize);
         return s_.finish(hr_);
     }
-    HRESULT STDMETHODCALLTYPE GetEventMask2(DWORD* pdwEventsLow, DWORD* pdwEventsHigh) override {
-        InfoScope s_(static_cast<int>(InfoM::GetEventMask2), false);
-        s_.arg("pdwEventsLow", pdwEventsLow);
-        s_.arg("pdwEventsHigh", pdwEventsHigh);
-        s_.begin();
-        if (!real_[5]) return s_.finish(E_NOINTERFACE);
-        HRESULT hr_ = static_cast<ICorProfilerInfo5*>(real_[5])->GetEventMask2(pdwEventsLow, pdwEventsHigh);
-        s_.out("pdwEventsLow", pdwEventsLow);
-        s_.out("pdwEventsHigh", pdwEventsHigh);
-        return s_.finish(hr_);
-    }
-    HRESULT STDMETHODCALLTYPE SetEventMask2(DWORD dwEventsLow, DWORD dwEventsHigh) override {
-        InfoScope s_(static_cast<int>(InfoM::SetEventMask2), false);
-        s_.arg("dwEventsLow", dwEventsLow);
-        s_.arg("dwEventsHigh", dwEventsHigh);
-        s_.begin();
-        if (!real_[5]) return s_.finish(E_NOINTERFACE);
-        HRESULT hr_ = static_cast<ICorProfilerInfo5*>(real_[5])->SetEventMask2(dwEventsLow, dwEventsHigh);
-        return s_.finish(hr_);
-    }
     HRESULT STDMETHODCALLTYPE EnumNgenModuleMethodsInliningThisMethod(ModuleID inlinersModuleId, ModuleID inlineeModuleId, mdMethodDef inlineeMethodId, BOOL* incompleteData, ICorProfilerMethodEnum** ppEnum) override {
-        InfoScope s_(static_cast<int>(InfoM::EnumNgenModuleMethodsInliningThisMethod), false);
+        InfoScope s_(static_cast<int>(InfoM::EnumNgenModuleMethodsInliningThisMethod), false, __builtin_return_address(0));
         s_.arg("inlinersModuleId", inlinersModuleId);
         s_.arg("inlineeModuleId", inlineeModuleId);
         s_.arg("inlineeMethodId", inlineeMethodId);
@@ -2131,7 +2243,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE ApplyMetaData(ModuleID moduleId) override {
-        InfoScope s_(static_cast<int>(InfoM::ApplyMetaData), false);
+        InfoScope s_(static_cast<int>(InfoM::ApplyMetaData), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.begin();
         if (!real_[7]) return s_.finish(E_NOINTERFACE);
@@ -2139,7 +2251,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetInMemorySymbolsLength(ModuleID moduleId, DWORD* pCountSymbolBytes) override {
-        InfoScope s_(static_cast<int>(InfoM::GetInMemorySymbolsLength), false);
+        InfoScope s_(static_cast<int>(InfoM::GetInMemorySymbolsLength), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("pCountSymbolBytes", pCountSymbolBytes);
         s_.begin();
@@ -2149,7 +2261,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE ReadInMemorySymbols(ModuleID moduleId, DWORD symbolsReadOffset, BYTE* pSymbolBytes, DWORD countSymbolBytes, DWORD* pCountSymbolBytesRead) override {
-        InfoScope s_(static_cast<int>(InfoM::ReadInMemorySymbols), false);
+        InfoScope s_(static_cast<int>(InfoM::ReadInMemorySymbols), false, __builtin_return_address(0));
         s_.arg("moduleId", moduleId);
         s_.arg("symbolsReadOffset", symbolsReadOffset);
         s_.arg("pSymbolBytes", pSymbolBytes);
@@ -2162,7 +2274,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE IsFunctionDynamic(FunctionID functionId, BOOL* isDynamic) override {
-        InfoScope s_(static_cast<int>(InfoM::IsFunctionDynamic), false);
+        InfoScope s_(static_cast<int>(InfoM::IsFunctionDynamic), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("isDynamic", isDynamic);
         s_.begin();
@@ -2171,7 +2283,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionFromIP3(LPCBYTE ip, FunctionID* functionId, ReJITID* pReJitId) override {
-        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromIP3), false);
+        InfoScope s_(static_cast<int>(InfoM::GetFunctionFromIP3), false, __builtin_return_address(0));
         s_.arg("ip", ip);
         s_.arg("functionId", functionId);
         s_.arg("pReJitId", pReJitId);
@@ -2182,7 +2294,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetDynamicFunctionInfo(FunctionID functionId, ModuleID* moduleId, PCCOR_SIGNATURE* ppvSig, ULONG* pbSig, ULONG cchName, ULONG* pcchName, WCHAR* wszName) override {
-        InfoScope s_(static_cast<int>(InfoM::GetDynamicFunctionInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::GetDynamicFunctionInfo), false, __builtin_return_address(0));
         s_.arg("functionId", functionId);
         s_.arg("moduleId", moduleId);
         s_.arg("ppvSig", ppvSig);
@@ -2198,7 +2310,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetNativeCodeStartAddresses(FunctionID functionID, ReJITID reJitId, ULONG32 cCodeStartAddresses, ULONG32* pcCodeStartAddresses, UINT_PTR* codeStartAddresses) override {
-        InfoScope s_(static_cast<int>(InfoM::GetNativeCodeStartAddresses), false);
+        InfoScope s_(static_cast<int>(InfoM::GetNativeCodeStartAddresses), false, __builtin_return_address(0));
         s_.arg("functionID", functionID);
         s_.arg("reJitId", reJitId);
         s_.arg("cCodeStartAddresses", cCodeStartAddresses);
@@ -2211,7 +2323,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetILToNativeMapping3(UINT_PTR pNativeCodeStartAddress, ULONG32 cMap, ULONG32* pcMap, COR_DEBUG_IL_TO_NATIVE_MAP* map) override {
-        InfoScope s_(static_cast<int>(InfoM::GetILToNativeMapping3), false);
+        InfoScope s_(static_cast<int>(InfoM::GetILToNativeMapping3), false, __builtin_return_address(0));
         s_.arg("pNativeCodeStartAddress", pNativeCodeStartAddress);
         s_.arg("cMap", cMap);
         s_.arg("pcMap", pcMap);
@@ -2223,7 +2335,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo4(UINT_PTR pNativeCodeStartAddress, ULONG32 cCodeInfos, ULONG32* pcCodeInfos, COR_PRF_CODE_INFO* codeInfos) override {
-        InfoScope s_(static_cast<int>(InfoM::GetCodeInfo4), false);
+        InfoScope s_(static_cast<int>(InfoM::GetCodeInfo4), false, __builtin_return_address(0));
         s_.arg("pNativeCodeStartAddress", pNativeCodeStartAddress);
         s_.arg("cCodeInfos", cCodeInfos);
         s_.arg("pcCodeInfos", pcCodeInfos);
@@ -2235,19 +2347,21 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EnumerateObjectReferences(ObjectID objectId, ObjectReferenceCallback* callback, void* clientData) override {
-        InfoScope s_(static_cast<int>(InfoM::EnumerateObjectReferences), true);
+        InfoScope s_(static_cast<int>(InfoM::EnumerateObjectReferences), true, __builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("callback", callback);
         s_.arg("clientData", clientData);
+        s_.inspect(objectId);
         s_.begin();
         if (!real_[10]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo10*>(real_[10])->EnumerateObjectReferences(objectId, callback, clientData);
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE IsFrozenObject(ObjectID objectId, BOOL* pbFrozen) override {
-        InfoScope s_(static_cast<int>(InfoM::IsFrozenObject), false);
+        InfoScope s_(static_cast<int>(InfoM::IsFrozenObject), false, __builtin_return_address(0));
         s_.arg("objectId", objectId);
         s_.arg("pbFrozen", pbFrozen);
+        s_.inspect(objectId);
         s_.begin();
         if (!real_[10]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo10*>(real_[10])->IsFrozenObject(objectId, pbFrozen);
@@ -2255,7 +2369,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetLOHObjectSizeThreshold(DWORD* pThreshold) override {
-        InfoScope s_(static_cast<int>(InfoM::GetLOHObjectSizeThreshold), false);
+        InfoScope s_(static_cast<int>(InfoM::GetLOHObjectSizeThreshold), false, __builtin_return_address(0));
         s_.arg("pThreshold", pThreshold);
         s_.begin();
         if (!real_[10]) return s_.finish(E_NOINTERFACE);
@@ -2264,7 +2378,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE RequestReJITWithInliners(DWORD dwRejitFlags, ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds) override {
-        InfoScope s_(static_cast<int>(InfoM::RequestReJITWithInliners), true);
+        InfoScope s_(static_cast<int>(InfoM::RequestReJITWithInliners), true, __builtin_return_address(0));
         s_.arg("dwRejitFlags", dwRejitFlags);
         s_.arg("cFunctions", cFunctions);
         s_.arg("moduleIds", moduleIds);
@@ -2275,21 +2389,21 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE SuspendRuntime() override {
-        InfoScope s_(static_cast<int>(InfoM::SuspendRuntime), true);
+        InfoScope s_(static_cast<int>(InfoM::SuspendRuntime), true, __builtin_return_address(0));
         s_.begin();
         if (!real_[10]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo10*>(real_[10])->SuspendRuntime();
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE ResumeRuntime() override {
-        InfoScope s_(static_cast<int>(InfoM::ResumeRuntime), true);
+        InfoScope s_(static_cast<int>(InfoM::ResumeRuntime), true, __builtin_return_address(0));
         s_.begin();
         if (!real_[10]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo10*>(real_[10])->ResumeRuntime();
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetEnvironmentVariable(const WCHAR* szName, ULONG cchValue, ULONG* pcchValue, WCHAR* szValue) override {
-        InfoScope s_(static_cast<int>(InfoM::GetEnvironmentVariable), false);
+        InfoScope s_(static_cast<int>(InfoM::GetEnvironmentVariable), false, __builtin_return_address(0));
         s_.arg("szName", szName);
         s_.arg("cchValue", cchValue);
         s_.arg("pcchValue", pcchValue);
@@ -2301,7 +2415,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE SetEnvironmentVariable(const WCHAR* szName, const WCHAR* szValue) override {
-        InfoScope s_(static_cast<int>(InfoM::SetEnvironmentVariable), false);
+        InfoScope s_(static_cast<int>(InfoM::SetEnvironmentVariable), false, __builtin_return_address(0));
         s_.arg("szName", szName);
         s_.arg("szValue", szValue);
         s_.begin();
@@ -2310,7 +2424,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EventPipeStartSession(UINT cProviderConfigs, struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG* pProviderConfigs, BOOL requestRundown, std::uint64_t* pSession) override {
-        InfoScope s_(static_cast<int>(InfoM::EventPipeStartSession), false);
+        InfoScope s_(static_cast<int>(InfoM::EventPipeStartSession), false, __builtin_return_address(0));
         s_.arg("cProviderConfigs", cProviderConfigs);
         s_.arg("pProviderConfigs", pProviderConfigs);
         s_.arg("requestRundown", requestRundown);
@@ -2322,7 +2436,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EventPipeAddProviderToSession(std::uint64_t session, struct COR_PRF_EVENTPIPE_PROVIDER_CONFIG providerConfig) override {
-        InfoScope s_(static_cast<int>(InfoM::EventPipeAddProviderToSession), false);
+        InfoScope s_(static_cast<int>(InfoM::EventPipeAddProviderToSession), false, __builtin_return_address(0));
         s_.arg("session", session);
         s_.begin();
         if (!real_[12]) return s_.finish(E_NOINTERFACE);
@@ -2330,7 +2444,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EventPipeStopSession(std::uint64_t session) override {
-        InfoScope s_(static_cast<int>(InfoM::EventPipeStopSession), false);
+        InfoScope s_(static_cast<int>(InfoM::EventPipeStopSession), false, __builtin_return_address(0));
         s_.arg("session", session);
         s_.begin();
         if (!real_[12]) return s_.finish(E_NOINTERFACE);
@@ -2338,7 +2452,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EventPipeCreateProvider(const WCHAR* providerName, EVENTPIPE_PROVIDER* pProvider) override {
-        InfoScope s_(static_cast<int>(InfoM::EventPipeCreateProvider), false);
+        InfoScope s_(static_cast<int>(InfoM::EventPipeCreateProvider), false, __builtin_return_address(0));
         s_.arg("providerName", providerName);
         s_.arg("pProvider", pProvider);
         s_.begin();
@@ -2348,7 +2462,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EventPipeGetProviderInfo(EVENTPIPE_PROVIDER provider, ULONG cchName, ULONG* pcchName, WCHAR* providerName) override {
-        InfoScope s_(static_cast<int>(InfoM::EventPipeGetProviderInfo), false);
+        InfoScope s_(static_cast<int>(InfoM::EventPipeGetProviderInfo), false, __builtin_return_address(0));
         s_.arg("provider", provider);
         s_.arg("cchName", cchName);
         s_.arg("pcchName", pcchName);
@@ -2360,7 +2474,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EventPipeDefineEvent(EVENTPIPE_PROVIDER provider, const WCHAR* eventName, UINT eventID, std::uint64_t keywords, UINT eventVersion, UINT level, BYTE opcode, BOOL needStack, UINT cParamDescs, struct COR_PRF_EVENTPIPE_PARAM_DESC* pParamDescs, UINT_PTR* pEvent) override {
-        InfoScope s_(static_cast<int>(InfoM::EventPipeDefineEvent), false);
+        InfoScope s_(static_cast<int>(InfoM::EventPipeDefineEvent), false, __builtin_return_address(0));
         s_.arg("provider", provider);
         s_.arg("eventName", eventName);
         s_.arg("eventID", eventID);
@@ -2379,7 +2493,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EventPipeWriteEvent(UINT_PTR event, UINT cData, struct COR_PRF_EVENT_DATA* data, LPCGUID pActivityId, LPCGUID pRelatedActivityId) override {
-        InfoScope s_(static_cast<int>(InfoM::EventPipeWriteEvent), false);
+        InfoScope s_(static_cast<int>(InfoM::EventPipeWriteEvent), false, __builtin_return_address(0));
         s_.arg("event", event);
         s_.arg("cData", cData);
         s_.arg("data", data);
@@ -2391,7 +2505,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE CreateHandle(ObjectID object, std::int32_t type, void** pHandle) override {
-        InfoScope s_(static_cast<int>(InfoM::CreateHandle), false);
+        InfoScope s_(static_cast<int>(InfoM::CreateHandle), false, __builtin_return_address(0));
         s_.arg("object", object);
         s_.arg("type", type);
         s_.arg("pHandle", pHandle);
@@ -2402,7 +2516,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE DestroyHandle(void* handle) override {
-        InfoScope s_(static_cast<int>(InfoM::DestroyHandle), false);
+        InfoScope s_(static_cast<int>(InfoM::DestroyHandle), false, __builtin_return_address(0));
         s_.arg("handle", handle);
         s_.begin();
         if (!real_[13]) return s_.finish(E_NOINTERFACE);
@@ -2410,7 +2524,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetObjectIDFromHandle(void* handle, ObjectID* pObject) override {
-        InfoScope s_(static_cast<int>(InfoM::GetObjectIDFromHandle), false);
+        InfoScope s_(static_cast<int>(InfoM::GetObjectIDFromHandle), false, __builtin_return_address(0));
         s_.arg("handle", handle);
         s_.arg("pObject", pObject);
         s_.begin();
@@ -2420,7 +2534,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EnumerateNonGCObjects(ICorProfilerObjectEnum** ppEnum) override {
-        InfoScope s_(static_cast<int>(InfoM::EnumerateNonGCObjects), false);
+        InfoScope s_(static_cast<int>(InfoM::EnumerateNonGCObjects), false, __builtin_return_address(0));
         s_.arg("ppEnum", ppEnum);
         s_.begin();
         if (!real_[14]) return s_.finish(E_NOINTERFACE);
@@ -2428,7 +2542,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetNonGCHeapBounds(ULONG cObjectRanges, ULONG* pcObjectRanges, struct COR_PRF_NONGC_HEAP_RANGE* ranges) override {
-        InfoScope s_(static_cast<int>(InfoM::GetNonGCHeapBounds), false);
+        InfoScope s_(static_cast<int>(InfoM::GetNonGCHeapBounds), false, __builtin_return_address(0));
         s_.arg("cObjectRanges", cObjectRanges);
         s_.arg("pcObjectRanges", pcObjectRanges);
         s_.arg("ranges", ranges);
@@ -2439,7 +2553,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EventPipeCreateProvider2(const WCHAR* providerName, void* pCallback, EVENTPIPE_PROVIDER* pProvider) override {
-        InfoScope s_(static_cast<int>(InfoM::EventPipeCreateProvider2), false);
+        InfoScope s_(static_cast<int>(InfoM::EventPipeCreateProvider2), false, __builtin_return_address(0));
         s_.arg("providerName", providerName);
         s_.arg("pCallback", pCallback);
         s_.arg("pProvider", pProvider);

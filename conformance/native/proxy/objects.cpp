@@ -316,7 +316,12 @@ class ThreadEnumWrapper final : public ICorProfilerThreadEnum {
             Json rec = Json::object();
             rec.set("name", "ICorProfilerThreadEnum::Release").set("args", Json::object().set("enumerator", Json::pointer(this)))
                 .set("out", Json::object().set("refs", Json(0u))).set("hr", Json(0u));
-            if (g_trace_open.load()) trace().write("call", rec);
+            const void* caller = __builtin_return_address(0);
+            rec.set("caller", Json::pointer(caller));
+            if (g_trace_open.load()) {
+                note_caller(caller);
+                trace().write("call", rec);
+            }
             real_->Release();
             delete this;
         }
@@ -358,7 +363,7 @@ class InfoWrapper final : public InfoRecorderBase {
     long refs() const { return refs_.load(); }
 
     HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
-        InfoScope s("QueryInterface", false);
+        InfoScope s("QueryInterface", false, __builtin_return_address(0));
         s.arg("riid", riid);
         s.begin();
         if (!ppv) return s.finish(E_POINTER);
@@ -392,7 +397,10 @@ class InfoWrapper final : public InfoRecorderBase {
             Json rec = Json::object();
             rec.set("name", "Release").set("args", Json::object()).set("out", Json::object().set("refs", Json(static_cast<std::int64_t>(n))))
                 .set("hr", Json(0u));
+            const void* caller = __builtin_return_address(0);
+            rec.set("caller", Json::pointer(caller));
             flush_frames(me());
+            note_caller(caller);
             trace().write("call", rec);
         }
         return n < 0 ? 0 : static_cast<ULONG>(n);
@@ -400,7 +408,7 @@ class InfoWrapper final : public InfoRecorderBase {
 
     HRESULT STDMETHODCALLTYPE DoStackSnapshot(ThreadID thread, StackSnapshotCallback* callback, ULONG32 infoFlags,
                                               void* clientData, BYTE* context, ULONG32 contextSize) override {
-        InfoScope s(static_cast<int>(InfoM::DoStackSnapshot), true);
+        InfoScope s(static_cast<int>(InfoM::DoStackSnapshot), true, __builtin_return_address(0));
         s.arg("thread", thread);
         s.arg("callback", callback);
         s.arg("infoFlags", infoFlags);
@@ -430,7 +438,7 @@ class InfoWrapper final : public InfoRecorderBase {
 
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks(FunctionEnter* e, FunctionLeave* l,
                                                          FunctionTailcall* t) override {
-        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks), false);
+        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks), false, __builtin_return_address(0));
         s.args().set("pFuncEnter", hook_json(reinterpret_cast<void*>(e)))
             .set("pFuncLeave", hook_json(reinterpret_cast<void*>(l)))
             .set("pFuncTailcall", hook_json(reinterpret_cast<void*>(t)));
@@ -439,7 +447,7 @@ class InfoWrapper final : public InfoRecorderBase {
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks2(FunctionEnter2* e, FunctionLeave2* l,
                                                           FunctionTailcall2* t) override {
-        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks2), false);
+        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks2), false, __builtin_return_address(0));
         s.args().set("pFuncEnter", hook_json(reinterpret_cast<void*>(e)))
             .set("pFuncLeave", hook_json(reinterpret_cast<void*>(l)))
             .set("pFuncTailcall", hook_json(reinterpret_cast<void*>(t)));
@@ -455,7 +463,7 @@ class InfoWrapper final : public InfoRecorderBase {
                                                           FunctionTailcall3* t) override {
         // The fast-path hooks are called straight from JIT code and must keep every register: the runtime
         // gets hooks3.cpp's register-preserving trampolines around them (x64; elsewhere the hooks unwrapped).
-        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3), false);
+        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3), false, __builtin_return_address(0));
         s.args().set("pFuncEnter3", hook_json(reinterpret_cast<void*>(e)))
             .set("pFuncLeave3", hook_json(reinterpret_cast<void*>(l)))
             .set("pFuncTailcall3", hook_json(reinterpret_cast<void*>(t)))
@@ -475,7 +483,7 @@ class InfoWrapper final : public InfoRecorderBase {
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3WithInfo(FunctionEnter3WithInfo* e, FunctionLeave3WithInfo* l,
                                                                   FunctionTailcall3WithInfo* t) override {
-        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3WithInfo), false);
+        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3WithInfo), false, __builtin_return_address(0));
         s.args().set("pFuncEnter3WithInfo", hook_json(reinterpret_cast<void*>(e)))
             .set("pFuncLeave3WithInfo", hook_json(reinterpret_cast<void*>(l)))
             .set("pFuncTailcall3WithInfo", hook_json(reinterpret_cast<void*>(t)));
@@ -488,14 +496,14 @@ class InfoWrapper final : public InfoRecorderBase {
             e ? &enter3i_wrap : nullptr, l ? &leave3i_wrap : nullptr, t ? &tail3i_wrap : nullptr));
     }
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper(FunctionIDMapper* f) override {
-        InfoScope s(static_cast<int>(InfoM::SetFunctionIDMapper), false);
+        InfoScope s(static_cast<int>(InfoM::SetFunctionIDMapper), false, __builtin_return_address(0));
         s.args().set("pFunc", hook_json(reinterpret_cast<void*>(f)));
         s.begin();
         g_mapper = f;
         return s.finish(static_cast<ICorProfilerInfo*>(real_[1])->SetFunctionIDMapper(f ? &mapper_wrap : nullptr));
     }
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper2(FunctionIDMapper2* f, void* cd) override {
-        InfoScope s(static_cast<int>(InfoM::SetFunctionIDMapper2), false);
+        InfoScope s(static_cast<int>(InfoM::SetFunctionIDMapper2), false, __builtin_return_address(0));
         s.args().set("pFunc", hook_json(reinterpret_cast<void*>(f)));
         s.arg("clientData", cd);
         s.begin();
@@ -503,8 +511,58 @@ class InfoWrapper final : public InfoRecorderBase {
         g_mapper2 = f;
         return s.finish(static_cast<ICorProfilerInfo3*>(real_[3])->SetFunctionIDMapper2(f ? &mapper2_wrap : nullptr, cd));
     }
+    // The event mask: the profiler's bits go on with the proxy's (mask.cpp); it is answered its own.
+    HRESULT STDMETHODCALLTYPE GetEventMask(DWORD* pdwEvents) override {
+        InfoScope s(static_cast<int>(InfoM::GetEventMask), false, __builtin_return_address(0));
+        s.arg("pdwEvents", pdwEvents);
+        s.begin();
+        HRESULT hr = static_cast<ICorProfilerInfo*>(real_[1])->GetEventMask(pdwEvents);
+        if (hr == S_OK && pdwEvents) *pdwEvents = answered_low(*pdwEvents);
+        s.out("pdwEvents", pdwEvents);
+        return s.finish(hr);
+    }
+    HRESULT STDMETHODCALLTYPE SetEventMask(DWORD dwEvents) override {
+        InfoScope s(static_cast<int>(InfoM::SetEventMask), false, __builtin_return_address(0));
+        s.arg("dwEvents", dwEvents);
+        const std::uint32_t fwd = forwarded_low(dwEvents);
+        if (fwd != dwEvents) s.field("forwardedLow", Json(static_cast<std::uint64_t>(fwd)));
+        s.begin();
+        HRESULT hr = static_cast<ICorProfilerInfo*>(real_[1])->SetEventMask(fwd);
+        if (hr == S_OK) {
+            mask().profiler_low.store(dwEvents);
+            mask().profiler_high.store(0);  // SetEventMask clears the high mask
+        }
+        return s.finish(hr);
+    }
+    HRESULT STDMETHODCALLTYPE GetEventMask2(DWORD* pdwEventsLow, DWORD* pdwEventsHigh) override {
+        InfoScope s(static_cast<int>(InfoM::GetEventMask2), false, __builtin_return_address(0));
+        s.arg("pdwEventsLow", pdwEventsLow);
+        s.arg("pdwEventsHigh", pdwEventsHigh);
+        s.begin();
+        if (!real_[5]) return s.finish(E_NOINTERFACE);
+        HRESULT hr = static_cast<ICorProfilerInfo5*>(real_[5])->GetEventMask2(pdwEventsLow, pdwEventsHigh);
+        if (hr == S_OK && pdwEventsLow) *pdwEventsLow = answered_low(*pdwEventsLow);
+        s.out("pdwEventsLow", pdwEventsLow);
+        s.out("pdwEventsHigh", pdwEventsHigh);
+        return s.finish(hr);
+    }
+    HRESULT STDMETHODCALLTYPE SetEventMask2(DWORD dwEventsLow, DWORD dwEventsHigh) override {
+        InfoScope s(static_cast<int>(InfoM::SetEventMask2), false, __builtin_return_address(0));
+        s.arg("dwEventsLow", dwEventsLow);
+        s.arg("dwEventsHigh", dwEventsHigh);
+        const std::uint32_t fwd = forwarded_low(dwEventsLow);
+        if (fwd != dwEventsLow) s.field("forwardedLow", Json(static_cast<std::uint64_t>(fwd)));
+        s.begin();
+        if (!real_[5]) return s.finish(E_NOINTERFACE);
+        HRESULT hr = static_cast<ICorProfilerInfo5*>(real_[5])->SetEventMask2(fwd, dwEventsHigh);
+        if (hr == S_OK) {
+            mask().profiler_low.store(dwEventsLow);
+            mask().profiler_high.store(dwEventsHigh);
+        }
+        return s.finish(hr);
+    }
     HRESULT STDMETHODCALLTYPE EnumThreads(ICorProfilerThreadEnum** ppEnum) override {
-        InfoScope s(static_cast<int>(InfoM::EnumThreads), false);
+        InfoScope s(static_cast<int>(InfoM::EnumThreads), false, __builtin_return_address(0));
         s.arg("ppEnum", ppEnum);
         s.begin();
         if (!real_[4]) return s.finish(E_NOINTERFACE);
@@ -584,11 +642,39 @@ void on_fault(int sig, siginfo_t* si, void* uc) {
     chain(sig, si, uc);
 }
 
+// One thread's stack asked for by its OS thread id (threads the proxy never saw have no ThreadState): the
+// asker sets g_stack_for, signals the thread and waits for g_stack_done.
+std::atomic<long> g_stack_for{0};
+void* g_stack_ips[48];
+int g_stack_n = 0;
+std::atomic<int> g_stack_done{0};
+
 void on_stack_request(int, siginfo_t*, void*) {
+    const long self = static_cast<long>(::syscall(SYS_gettid));
+    if (g_stack_for.load(std::memory_order_acquire) == self) {
+        g_stack_n = backtrace(g_stack_ips, 48);
+        g_stack_done.store(1, std::memory_order_release);
+        return;
+    }
     ThreadState* t = me_if_known();
     if (!t) return;
     t->stack_n = backtrace(t->stack, 48);
     t->stack_ready.store(1, std::memory_order_release);
+}
+
+// The native stack of thread `tid` (signalled as the hang report does), or null when it did not answer
+// within 300 ms.
+Json stack_of(long tid) {
+    g_stack_done.store(0);
+    g_stack_for.store(tid, std::memory_order_release);
+    Json out;
+    if (::syscall(SYS_tgkill, static_cast<long>(getpid()), tid, g_stack_signal) == 0) {
+        for (int waited = 0; waited < 300 && !g_stack_done.load(std::memory_order_acquire); ++waited)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (g_stack_done.load(std::memory_order_acquire)) out = native_stack_json(g_stack_ips, g_stack_n);
+    }
+    g_stack_for.store(0);
+    return out;
 }
 
 void install_signal_handlers() {
@@ -614,7 +700,7 @@ void install_signal_handlers() {
     sigaction(g_stack_signal, &sa, nullptr);
 }
 
-void report_hang(ThreadState* stuck, std::int64_t busy_ns) {
+void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
     ThreadRegistry& reg = registry();
     const int n = reg.size();
     const long pid = static_cast<long>(getpid());
@@ -638,6 +724,8 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns) {
         th.set("lastCallback", t->last_callback ? Json(t->last_callback) : Json());
         std::int64_t since = t->busy_since.load();
         th.set("busyMs", since ? Json((now_ns() - since) / 1000000) : Json());
+        std::int64_t call_since = t->call_since.load();
+        th.set("callBusyMs", call_since ? Json((now_ns() - call_since) / 1000000) : Json());
         const bool ready = t->stack_ready.load(std::memory_order_acquire);
         th.set("stack", ready ? native_stack_json(t->stack, t->stack_n) : Json());
         threads.push(th);
@@ -646,6 +734,11 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns) {
     rec.set("name", "proxy.hang").set("payload", Json());
     rec.set("stuckOsTid", Json(static_cast<std::int64_t>(stuck->os_tid)));
     rec.set("busyMs", Json(busy_ns / 1000000)).set("limitMs", Json(config().hang_ms));
+    // what was open on the stuck thread: its outermost callback, or an ICorProfilerInfo call made outside any
+    const char* open_name = nullptr;
+    if (in_call) open_name = stuck->outer_call.load();
+    else if (stuck->depth > 0) open_name = stuck->frames[0].name;
+    rec.set("open", in_call ? "call" : "callback").set("openName", open_name ? Json(open_name) : Json());
     rec.set("threads", threads).set("otherThreads", Json(static_cast<std::int64_t>(task_ids().size())));
     trace().write("mark", rec);
     ::kill(getpid(), SIGKILL);
@@ -658,12 +751,25 @@ void watchdog_loop() {
         ThreadRegistry& reg = registry();
         const int n = reg.size();
         const std::int64_t now = now_ns();
+        // the thread open longest (a callback's frame, or an ICorProfilerInfo call made outside any callback:
+        // on one thread the one that opened first, the outermost)
+        ThreadState* worst = nullptr;
+        std::int64_t worst_since = 0;
+        bool worst_call = false;
         for (int k = 0; k < n; ++k) {
             ThreadState* t = reg.at(k);
             if (!t) continue;
-            std::int64_t since = t->busy_since.load(std::memory_order_relaxed);
-            if (since && now - since > limit) report_hang(t, now - since);
+            const std::int64_t since = t->busy_since.load(std::memory_order_relaxed);
+            const std::int64_t call = t->call_since.load(std::memory_order_relaxed);
+            const bool is_call = call && (!since || call <= since);
+            const std::int64_t first = is_call ? call : since;
+            if (first && (!worst || first < worst_since)) {
+                worst = t;
+                worst_since = first;
+                worst_call = is_call;
+            }
         }
+        if (worst && now - worst_since > limit) report_hang(worst, now - worst_since, worst_call);
     }
 }
 
@@ -722,6 +828,7 @@ class ProxyCallback final : public CallbackForwarderBase {
         HRESULT hr = static_cast<ICorProfilerCallback*>(target_[1])->Initialize(
             g_wrapper ? static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_wrapper)) : unk);
         note_new_threads(before);
+        mask_after_initialize(hr);  // still inside the runtime's Initialize: the immutable bits may be set
         if (config().hang_ms > 0) std::thread(watchdog_loop).detach();
         return s.finish(hr);
     }
@@ -744,23 +851,105 @@ class ProxyCallback final : public CallbackForwarderBase {
         after_shutdown();
         return hr;
     }
+    // The shadow heap's inputs (heap.cpp): fed whether or not the profiler asked for them, forwarded only when
+    // it did. The batches of one GC are fed from the version the runtime makes for this profiler:
+    // MovedReferences2/SurvivingReferences2 to one with ICorProfilerCallback4, the 32-bit versions (which
+    // then repeat each batch) only to one without.
+    HRESULT STDMETHODCALLTYPE ObjectAllocated(ObjectID objectId, ClassID classId) override {
+        const std::uint64_t size = heap_allocated(objectId);
+        const int id = static_cast<int>(ProxyCb::ObjectAllocated);
+        CallbackScope s(id, 1, true, !(profiler_asked(id) || allocation_wanted(objectId, size)));
+        if (s.hidden()) return s.hide();
+        s.arg("objectId", objectId);
+        s.arg("classId", classId);
+        s.begin();
+        return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->ObjectAllocated(objectId, classId));
+    }
+    HRESULT STDMETHODCALLTYPE GarbageCollectionStarted(int cGenerations, BOOL* generationCollected,
+                                                       COR_PRF_GC_REASON reason) override {
+        heap_gc_started(cGenerations, generationCollected);
+        HRESULT hr = S_OK;
+        {
+            CallbackScope s(static_cast<int>(ProxyCb::GarbageCollectionStarted), 2, target_[2] != nullptr);
+            if (s.hidden()) {
+                hr = s.hide();
+            } else {
+                s.arg("cGenerations", cGenerations);
+                s.arg("generationCollected", generationCollected);
+                s.arg("reason", reason);
+                s.begin();
+                hr = s.finish(target_[2] ? static_cast<ICorProfilerCallback2*>(target_[2])->GarbageCollectionStarted(
+                                               cGenerations, generationCollected, reason)
+                                         : S_OK);
+            }
+        }
+        heap_gc_started_returned();
+        return hr;
+    }
+    HRESULT STDMETHODCALLTYPE GarbageCollectionFinished() override {
+        heap_gc_finished();
+        CallbackScope s(static_cast<int>(ProxyCb::GarbageCollectionFinished), 2, target_[2] != nullptr);
+        if (s.hidden()) return s.hide();
+        s.begin();
+        if (!target_[2]) return s.finish(S_OK);
+        return s.finish(static_cast<ICorProfilerCallback2*>(target_[2])->GarbageCollectionFinished());
+    }
     HRESULT STDMETHODCALLTYPE MovedReferences(ULONG n, ObjectID* olds, ObjectID* news, ULONG* lens) override {
+        if (!target_[4]) feed_moved(n, olds, news, lens);
         CallbackScope s(static_cast<int>(ProxyCb::MovedReferences), 1, true);
+        if (s.hidden()) return s.hide();
         s.arg("cMovedObjectIDRanges", n);
         ranges_record("MovedReferences", n, olds, news, lens);
         s.begin();
         return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->MovedReferences(n, olds, news, lens));
     }
     HRESULT STDMETHODCALLTYPE MovedReferences2(ULONG n, ObjectID* olds, ObjectID* news, SIZE_T* lens) override {
+        feed_moved(n, olds, news, lens);
         CallbackScope s(static_cast<int>(ProxyCb::MovedReferences2), 4, target_[4] != nullptr);
+        if (s.hidden()) return s.hide();
         s.arg("cMovedObjectIDRanges", n);
         ranges_record("MovedReferences2", n, olds, news, lens);
         s.begin();
         if (!target_[4]) return s.finish(S_OK);
         return s.finish(static_cast<ICorProfilerCallback4*>(target_[4])->MovedReferences2(n, olds, news, lens));
     }
+    HRESULT STDMETHODCALLTYPE SurvivingReferences(ULONG n, ObjectID* starts, ULONG* lens) override {
+        if (!target_[4]) feed_surviving(n, starts, lens);
+        CallbackScope s(static_cast<int>(ProxyCb::SurvivingReferences), 2, target_[2] != nullptr);
+        if (s.hidden()) return s.hide();
+        s.arg("cSurvivingObjectIDRanges", n);
+        s.arg("objectIDRangeStart", starts);
+        s.arg("cObjectIDRangeLength", lens);
+        s.begin();
+        if (!target_[2]) return s.finish(S_OK);
+        return s.finish(static_cast<ICorProfilerCallback2*>(target_[2])->SurvivingReferences(n, starts, lens));
+    }
+    HRESULT STDMETHODCALLTYPE SurvivingReferences2(ULONG n, ObjectID* starts, SIZE_T* lens) override {
+        feed_surviving(n, starts, lens);
+        CallbackScope s(static_cast<int>(ProxyCb::SurvivingReferences2), 4, target_[4] != nullptr);
+        if (s.hidden()) return s.hide();
+        s.arg("cSurvivingObjectIDRanges", n);
+        s.arg("objectIDRangeStart", starts);
+        s.arg("cObjectIDRangeLength", lens);
+        s.begin();
+        if (!target_[4]) return s.finish(S_OK);
+        return s.finish(static_cast<ICorProfilerCallback4*>(target_[4])->SurvivingReferences2(n, starts, lens));
+    }
 
  private:
+    template <typename L>
+    static void feed_moved(ULONG n, const ObjectID* olds, const ObjectID* news, const L* lens) {
+        if (!lens) return;
+        std::vector<std::uint64_t> l(lens, lens + n);
+        heap_moved(n, olds, news, l.data());
+    }
+    template <typename L>
+    static void feed_surviving(ULONG n, const ObjectID* starts, const L* lens) {
+        if (!lens) return;
+        std::vector<std::uint64_t> l(lens, lens + n);
+        heap_surviving(n, starts, l.data());
+    }
+
     template <typename L>
     void ranges_record(const char* name, ULONG n, ObjectID* olds, ObjectID* news, L* lens) {
         if (!g_trace_open.load()) return;
@@ -809,7 +998,8 @@ class ProxyCallback final : public CallbackForwarderBase {
 
     void after_shutdown() {
         if (!g_trace_open.load()) return;
-        trace().write("counts", Json::object().set("counts", counts_json()).set("hooks", hook_counts()));
+        trace().write("counts", Json::object().set("counts", counts_json()).set("hooks", hook_counts())
+                                    .set("hidden", hidden_counts_json()));
         // Threads the profiler started (during its construction or Initialize, or that called the runtime
         // without ever being managed) that are still running now that Shutdown has returned. One that is
         // on its way out gets up to 50 ms to finish (polled: a profiler without threads pays nothing).
@@ -830,8 +1020,20 @@ class ProxyCallback final : public CallbackForwarderBase {
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
         Json alive = Json::array();
-        for (long id : candidates)
-            if (task_alive(id)) alive.push(Json(static_cast<std::int64_t>(id)));
+        Json threads = Json::array();
+        for (long id : candidates) {
+            if (!task_alive(id)) continue;
+            alive.push(Json(static_cast<std::int64_t>(id)));
+            std::int64_t calls = 0;
+            for (int k = 0; k < reg.size(); ++k) {
+                ThreadState* t = reg.at(k);
+                if (t && t->os_tid == id) calls += t->calls_after_shutdown.load();
+            }
+            Json th = Json::object();
+            th.set("osTid", Json(static_cast<std::int64_t>(id))).set("stack", stack_of(id));
+            th.set("callsAfterShutdown", Json(calls));
+            threads.push(th);
+        }
         Json leaks = Json::array();
         {
             std::lock_guard<std::mutex> lock(g_enum_mu);
@@ -839,7 +1041,8 @@ class ProxyCallback final : public CallbackForwarderBase {
         }
         Json rec = Json::object();
         rec.set("name", "proxy.shutdown").set("payload", Json());
-        rec.set("profilerThreadsAlive", alive).set("liveEnumerators", leaks);
+        rec.set("profilerThreadsAlive", alive).set("threads", threads).set("liveEnumerators", leaks);
+        rec.set("heap", heap_json());
         rec.set("infoRefs", Json(static_cast<std::int64_t>(g_wrapper ? g_wrapper->refs() : 0)));
         trace().write("mark", rec);
         trace().write("end", Json::object());
@@ -934,6 +1137,9 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
 }  // namespace
 
 bool recording_enabled() { return g_trace_open.load(std::memory_order_relaxed); }
+void* runtime_info_of(int level) {
+    return g_wrapper && level >= 1 && level <= kMaxInfoLevel ? g_wrapper->real(level) : nullptr;
+}
 bool shutdown_returned() { return g_shutdown_returned.load(std::memory_order_relaxed); }
 void* runtime_info() { return g_real_info.load(std::memory_order_relaxed); }
 

@@ -142,9 +142,17 @@ void pop_frame(ThreadState& t, HRESULT hr, bool has_hr) {
 // --- CallbackScope ---------------------------------------------------------------------------------------
 
 CallbackScope::CallbackScope(int id, int level, bool forwarded)
-    : t_(me()), lazy_(kProxyCbLazy[id]) {
+    : CallbackScope(id, level, forwarded, !profiler_asked(id)) {}
+
+CallbackScope::CallbackScope(int id, int level, bool forwarded, bool hidden)
+    : t_(me()), id_(id), hidden_(hidden), lazy_(kProxyCbLazy[id]) {
     (void)level;
     (void)forwarded;
+    if (hidden_) {
+        hidden_callback(id);
+        t_.called_by_runtime = true;  // a runtime thread, though the profiler never sees the callback
+        return;
+    }
     count_callback(id);
     frame_ = push_frame(t_, kProxyCbNames[id], id, lazy_);
 }
@@ -153,8 +161,13 @@ CallbackScope::~CallbackScope() {
     if (!finished_) finish(S_OK);
 }
 
+HRESULT CallbackScope::hide() {
+    finished_ = true;
+    return id_ == static_cast<int>(ProxyCb::ObjectReferences) ? E_FAIL : S_OK;
+}
+
 void CallbackScope::begin() {
-    if (begun_) return;
+    if (begun_ || hidden_) return;
     begun_ = true;
     if (!lazy_ && recording_enabled()) flush_frames(t_);
 }
@@ -162,18 +175,40 @@ void CallbackScope::begin() {
 HRESULT CallbackScope::finish(HRESULT hr) {
     if (finished_) return hr;
     finished_ = true;
-    pop_frame(t_, hr, true);
+    if (!hidden_) pop_frame(t_, hr, true);
     return hr;
 }
 
 // --- InfoScope -------------------------------------------------------------------------------------------
 
-InfoScope::InfoScope(int id, bool two_phase) : InfoScope(kInfoNames[id], two_phase) {}
+InfoScope::InfoScope(int id, bool two_phase, const void* caller) : InfoScope(kInfoNames[id], two_phase, caller) {}
 
-InfoScope::InfoScope(const char* name, bool two_phase)
-    : t_(me()), name_(name), two_phase_(two_phase), prev_call_(t_.current_call) {
+InfoScope::InfoScope(const char* name, bool two_phase, const void* return_address)
+    : t_(me()), name_(name), two_phase_(two_phase), outermost_call_(t_.in_runtime == 0 && t_.depth == 0),
+      prev_call_(t_.current_call) {
     t_.current_call = name;
     ++t_.in_runtime;
+    if (outermost_call_) {  // a call outside any callback: the hang watchdog times it
+        t_.outer_call.store(name, std::memory_order_relaxed);
+        t_.call_since.store(now_ns(), std::memory_order_relaxed);
+    }
+    if (shutdown_returned()) t_.calls_after_shutdown.fetch_add(1, std::memory_order_relaxed);
+    caller(return_address);
+    if (recording_enabled()) note_caller(return_address);
+}
+
+void InfoScope::inspect(std::uint64_t object_id) {
+    const bool in_gc = heap_in_gc();
+    if (in_gc) field("inGc", true);
+    if (!heap_enabled()) return;
+    HeapClassification c = heap_classify(object_id, in_gc);
+    if (c.verdict == HeapVerdict::Object) return;
+    two_phase_ = true;
+    Json heap = Json::object();
+    heap.set("verdict", heap_verdict_name(c.verdict));
+    heap.set("objectStart", c.verdict == HeapVerdict::Unknown ? Json() : Json(c.object_start));
+    heap.set("offset", c.verdict == HeapVerdict::Interior ? Json(c.offset) : Json());
+    field("heap", std::move(heap));
 }
 
 void InfoScope::begin() {
@@ -185,6 +220,10 @@ void InfoScope::begin() {
 HRESULT InfoScope::finish(HRESULT hr) {
     --t_.in_runtime;
     t_.current_call = prev_call_;
+    if (outermost_call_) {
+        t_.call_since.store(0, std::memory_order_relaxed);
+        t_.outer_call.store(nullptr, std::memory_order_relaxed);
+    }
     if (!recording_enabled()) return hr;
     trace().write("call", call_record(name_, two_phase_, hr, shutdown_returned()));
     return hr;

@@ -7,6 +7,13 @@
 // hooks open on it (a stack of frames), whether it is inside a runtime call. High-volume callbacks and
 // hooks are "lazy": counted, and written only when the profiler calls the runtime inside them, so that
 // a call is always recorded inside the callback it was made in.
+//
+// The shadow heap (heap.cpp, profharness/shadow_heap.h): the proxy asks the runtime for allocation and GC
+// events itself (mask.cpp: bits OR-ed into the profiler's event mask after its Initialize) and hides from the
+// profiler the callbacks only those bits enable (counted as "hidden", not forwarded, not written); every
+// ObjectID an `inspects` method is given is judged against it before the call goes on (InfoScope::inspect).
+// Every recorded call carries its caller (the return address into the profiler); modules.cpp names each
+// module a caller falls in once (a proxy.module mark).
 #pragma once
 
 #include <atomic>
@@ -18,6 +25,7 @@
 #include "profharness/interfaces.h"
 #include "profharness/json.h"
 #include "profharness/record_scope.h"
+#include "profharness/shadow_heap.h"
 #include "profharness/trace.h"
 #include "profharness/types.h"
 
@@ -79,6 +87,11 @@ struct ThreadState {
     bool called_by_runtime = false;       // the runtime called a callback, hook or mapper on it
     const char* current_call = nullptr;   // the Info method the thread is inside
     std::atomic<std::int64_t> busy_since{0};  // entry time of the outermost open frame (0: none)
+    // entry time of the outermost ICorProfilerInfo call made outside any callback (0: none): the hang
+    // watchdog's other clock (a profiler thread stuck in SuspendRuntime)
+    std::atomic<std::int64_t> call_since{0};
+    std::atomic<const char*> outer_call{nullptr};   // that call's name
+    std::atomic<std::int64_t> calls_after_shutdown{0};  // ICorProfilerInfo calls made after Shutdown returned
     // managed ThreadID cache
     std::uint64_t managed_tid = 0;
     bool tid_known = false;
@@ -96,6 +109,7 @@ TraceWriter& trace();
 bool recording_enabled();      // the trace is open
 bool shutdown_returned();      // the profiler's Shutdown has returned
 void* runtime_info();          // the runtime's own ICorProfilerInfo (never the wrapper), or null
+void* runtime_info_of(int level);  // the runtime's own ICorProfilerInfo<level>, or null
 Json counts_json();
 
 // Every ThreadState ever made (never freed), for the hang report and the crash handler.
@@ -115,6 +129,53 @@ class ThreadRegistry {
     std::atomic<ThreadState*> slots_[kMaxThreads] = {};
 };
 ThreadRegistry& registry();
+
+// --- the event mask (mask.cpp) ---------------------------------------------------------------------------
+// The bits the proxy adds (COR_PRF_MONITOR_GC | COR_PRF_MONITOR_OBJECT_ALLOCATED | COR_PRF_ENABLE_OBJECT_ALLOCATED,
+// each one the profiler's own mask lacks), set after the profiler's Initialize returned successfully; the
+// profiler's own mask as it last set it.
+struct MaskState {
+    std::atomic<std::uint32_t> profiler_low{0}, profiler_high{0};
+    std::atomic<std::uint32_t> added_low{0};
+    std::atomic<bool> initialized{false};  // the profiler's Initialize returned
+};
+MaskState& mask();
+// After the profiler's Initialize returned `hr` (still inside the runtime's Initialize): read its mask, add
+// the proxy's bits, write the proxy.mask mark, start the shadow heap when the runtime took them.
+void mask_after_initialize(HRESULT hr);
+// Whether the runtime would make callback `cb` (ProxyCb) with the profiler's own mask: false only for a
+// callback the proxy's added bits alone enable.
+bool profiler_asked(int cb);
+// The low mask forwarded for a profiler's SetEventMask(2)(low): its bits and the proxy's.
+std::uint32_t forwarded_low(std::uint32_t low);
+// What the profiler's GetEventMask(2) answers: the runtime's mask without the bits only the proxy wanted.
+std::uint32_t answered_low(std::uint32_t runtime_low);
+// ObjectAllocated for a profiler that asked only for the high mask's large / pinned object allocations:
+// whether this object is one of those.
+bool allocation_wanted(std::uint64_t id, std::uint64_t size);
+void hidden_callback(int cb);
+Json hidden_counts_json();
+
+// --- the shadow heap (heap.cpp) --------------------------------------------------------------------------
+bool heap_enabled();
+void heap_start();  // the proxy's events are on: feed the heap from now on
+// ObjectAllocated: the size from GetObjectSize2 (0 when it fails); returns the size.
+std::uint64_t heap_allocated(std::uint64_t id);
+// GarbageCollectionStarted: the generations collected and GetGenerationBounds now.
+void heap_gc_started(int n, const BOOL* collected);
+void heap_gc_started_returned();  // a GC is in progress from here (inGc) ...
+void heap_moved(ULONG n, const ObjectID* olds, const ObjectID* news, const std::uint64_t* lens);
+void heap_surviving(ULONG n, const ObjectID* starts, const std::uint64_t* lens);
+void heap_gc_finished();  // ... to here (GarbageCollectionFinished's entry): apply the GC
+bool heap_in_gc();
+// The verdict on an ObjectID a profiler hands to an `inspects` method (counted).
+HeapClassification heap_classify(std::uint64_t id, bool in_gc);
+Json heap_json();  // the proxy.shutdown mark's "heap"
+
+// --- callers (modules.cpp) -------------------------------------------------------------------------------
+// Names the module `ip` falls in with a proxy.module mark the first time an address falls outside every
+// module named so far.
+void note_caller(const void* ip);
 
 // Writes the enter records of this thread's frames that are not written yet (outermost first).
 void flush_frames(ThreadState& t);
@@ -144,6 +205,7 @@ inline void store_arg(Frame* f, const char* name, T value) {
 class CallbackScope {
  public:
     CallbackScope(int id, int level, bool forwarded);
+    CallbackScope(int id, int level, bool forwarded, bool hidden);  // hidden decided by the caller
     CallbackScope(const CallbackScope&) = delete;
     CallbackScope& operator=(const CallbackScope&) = delete;
     ~CallbackScope();
@@ -157,9 +219,16 @@ class CallbackScope {
     void begin();
     HRESULT finish(HRESULT hr);
     Frame* frame() { return frame_; }
+    // The profiler did not ask for this callback (only the proxy's bits enable it): not forwarded, not written.
+    bool hidden() const { return hidden_; }
+    // What a hidden callback returns to the runtime: S_OK, E_FAIL for ObjectReferences (documented: the
+    // runtime then stops calling it until the next GC, which spares the heap walk's flood).
+    HRESULT hide();
 
  private:
     ThreadState& t_;
+    int id_;
+    bool hidden_;
     Frame* frame_ = nullptr;
     bool lazy_;
     bool begun_ = false;
@@ -170,9 +239,14 @@ class CallbackScope {
 // in the calling thread's state.
 class InfoScope : public RecordScope {
  public:
-    InfoScope(int id, bool two_phase);              // an ICorProfilerInfo method (InfoM)
-    InfoScope(const char* name, bool two_phase);    // IUnknown's methods on the wrapper
+    // caller: the return address into the profiler (__builtin_return_address(0) in the wrapper's method)
+    InfoScope(int id, bool two_phase, const void* caller);            // an ICorProfilerInfo method (InfoM)
+    InfoScope(const char* name, bool two_phase, const void* caller);  // IUnknown's and the enumerator's
 
+    // An `inspects` method's ObjectID: judged against the shadow heap; a verdict other than `object` makes
+    // the call two-phase (its enter record survives a crash inside the runtime) with a `heap` field; an
+    // inspection while a GC is in progress carries `inGc`.
+    void inspect(std::uint64_t object_id);
     // After the arguments: flushes the thread's lazy frames, writes the enter record of a two-phase call.
     void begin();
     HRESULT finish(HRESULT hr);
@@ -181,6 +255,7 @@ class InfoScope : public RecordScope {
     ThreadState& t_;
     const char* name_;
     bool two_phase_;
+    bool outermost_call_;
     const char* prev_call_;
 };
 

@@ -3,7 +3,8 @@
 // GUIDs as text, a FunctionIDOrClientID as its FunctionID; an out-value read back through its pointer after
 // the call. The probe's CallbackEvent (src/events.h), the recording proxy's InfoScope (proxy/proxy.h) and the
 // fake runtime's CallScope (fakeruntime/fakeruntime.h) build on it; the last two write their `call` records
-// with call_record (and enter_record for a call recorded at entry and at return).
+// with call_record (and enter_record for a call recorded at entry and at return). Fields beside args/out
+// (`caller`: the return address into the profiler; the proxy's `heap` and `inGc`) go on both records.
 #pragma once
 
 #include <string>
@@ -47,6 +48,11 @@ class RecordScope {
     }
     void out_value(const char* name, Json v) { out_.set(name, std::move(v)); }
     Json& args() { return args_; }
+    // The return address into the code that called the method (__builtin_return_address(0) taken in the
+    // method the profiler called): the record's `caller`.
+    void caller(const void* return_address) { field("caller", Json::pointer(return_address)); }
+    // A field of the record itself (beside name, args, out, hr), on the enter and the return record.
+    void field(const char* name, Json v) { fields_.set(name, std::move(v)); }
 
  protected:
     // The enter record of the call `name` (a call recorded at entry and at return): its arguments so far.
@@ -57,6 +63,7 @@ class RecordScope {
 
     Json args_ = Json::object();
     Json out_ = Json::object();
+    Json fields_ = Json::object();
 };
 
 }  // namespace profharness

@@ -1,0 +1,141 @@
+// The proxy's shadow heap (proxy.h, profharness/shadow_heap.h): fed from the runtime's own reports as they
+// arrive (ObjectAllocated with GetObjectSize2's size, GarbageCollectionStarted with GetGenerationBounds at
+// that instant, every MovedReferences(2)/SurvivingReferences(2) batch, GarbageCollectionFinished), asked
+// about every ObjectID a profiler hands to an `inspects` method. One mutex around it: allocations come from
+// every thread, a GC's callbacks from the thread doing it while the runtime is suspended.
+#include <mutex>
+#include <vector>
+
+#include "generated.h"
+#include "profharness/flags.h"
+#include "proxy.h"
+
+namespace profharness::proxy {
+
+namespace {
+
+std::mutex g_mu;
+ShadowHeap* g_heap = nullptr;  // made by heap_start, never freed (callbacks may race the process's end)
+std::atomic<bool> g_on{false};
+std::atomic<bool> g_in_gc{false};
+std::atomic<std::int64_t> g_allocations{0}, g_size_failures{0}, g_gcs{0}, g_bounds_failures{0};
+std::atomic<std::int64_t> g_verdicts[4];
+std::atomic<std::int64_t> g_in_gc_inspections{0};
+
+}  // namespace
+
+bool heap_enabled() { return g_on.load(std::memory_order_acquire); }
+
+void heap_start() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_heap) g_heap = new ShadowHeap();
+    g_on.store(true, std::memory_order_release);
+}
+
+std::uint64_t heap_allocated(std::uint64_t id) {
+    if (!heap_enabled()) return 0;
+    SIZE_T size = 0;
+    auto* info4 = static_cast<ICorProfilerInfo4*>(runtime_info_of(4));
+    if (!info4 || info4->GetObjectSize2(static_cast<ObjectID>(id), &size) != S_OK) {
+        g_size_failures.fetch_add(1, std::memory_order_relaxed);
+        size = 0;
+    }
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_heap->allocate(id, size);
+    return size;
+}
+
+void heap_gc_started(int n, const BOOL* collected) {
+    if (!heap_enabled()) return;
+    std::uint64_t mask = 0;
+    for (int g = 0; g < n && g < 64; ++g)
+        if (collected && collected[g]) mask |= std::uint64_t{1} << g;
+    std::vector<GenerationRange> ranges;
+    auto* info2 = static_cast<ICorProfilerInfo2*>(runtime_info_of(2));
+    COR_PRF_GC_GENERATION_RANGE buf[64];
+    ULONG count = 0;
+    HRESULT hr = info2 ? info2->GetGenerationBounds(64, &count, buf) : E_NOINTERFACE;
+    std::vector<COR_PRF_GC_GENERATION_RANGE> big;
+    const COR_PRF_GC_GENERATION_RANGE* got = buf;
+    if (hr == S_OK && count > 64) {  // more ranges than the buffer: ask again with room for all
+        big.resize(count);
+        ULONG again = 0;
+        hr = info2->GetGenerationBounds(count, &again, big.data());
+        count = again < count ? again : count;
+        got = big.data();
+    }
+    if (hr == S_OK) {
+        for (ULONG k = 0; k < count; ++k) {
+            GenerationRange r{};
+            r.start = got[k].rangeStart;
+            r.end = got[k].rangeStart + got[k].rangeLength;
+            r.generation = static_cast<int>(got[k].generation);
+            ranges.push_back(r);
+        }
+    } else {
+        g_bounds_failures.fetch_add(1, std::memory_order_relaxed);  // no ranges: every generation collected
+    }
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_heap->gc_started(mask, std::move(ranges));
+}
+
+void heap_gc_started_returned() { g_in_gc.store(true, std::memory_order_release); }
+
+void heap_moved(ULONG n, const ObjectID* olds, const ObjectID* news, const std::uint64_t* lens) {
+    if (!heap_enabled() || !olds || !news || !lens) return;
+    std::vector<std::uint64_t> o(olds, olds + n), w(news, news + n);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_heap->moved(n, o.data(), w.data(), lens);
+}
+
+void heap_surviving(ULONG n, const ObjectID* starts, const std::uint64_t* lens) {
+    if (!heap_enabled() || !starts || !lens) return;
+    std::vector<std::uint64_t> s(starts, starts + n);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_heap->surviving(n, s.data(), lens);
+}
+
+void heap_gc_finished() {
+    g_in_gc.store(false, std::memory_order_release);
+    if (!heap_enabled()) return;
+    g_gcs.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_heap->gc_finished();
+}
+
+bool heap_in_gc() { return g_in_gc.load(std::memory_order_acquire); }
+
+HeapClassification heap_classify(std::uint64_t id, bool in_gc) {
+    HeapClassification c;
+    if (in_gc) g_in_gc_inspections.fetch_add(1, std::memory_order_relaxed);
+    if (!heap_enabled()) return c;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        c = g_heap->classify(id);
+    }
+    g_verdicts[static_cast<int>(c.verdict)].fetch_add(1, std::memory_order_relaxed);
+    return c;
+}
+
+Json heap_json() {
+    Json h = Json::object();
+    h.set("enabled", heap_enabled());
+    h.set("allocations", Json(g_allocations.load())).set("sizeFailures", Json(g_size_failures.load()));
+    h.set("gcs", Json(g_gcs.load())).set("boundsFailures", Json(g_bounds_failures.load()));
+    Json verdicts = Json::object();
+    for (HeapVerdict v : {HeapVerdict::Object, HeapVerdict::Stale, HeapVerdict::Interior, HeapVerdict::Unknown})
+        verdicts.set(heap_verdict_name(v), Json(g_verdicts[static_cast<int>(v)].load()));
+    h.set("verdicts", verdicts).set("inGcInspections", Json(g_in_gc_inspections.load()));
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_heap) {
+        h.set("objects", Json(static_cast<std::uint64_t>(g_heap->objects())));
+        h.set("leftAddresses", Json(static_cast<std::uint64_t>(g_heap->left_addresses())));
+        h.set("leftForgotten", Json(g_heap->left_dropped()));
+    }
+    h.set("leftGcs", Json(ShadowHeap::kDefaultLeftGcs));
+    h.set("leftMax", Json(static_cast<std::uint64_t>(ShadowHeap::kDefaultLeftMax)));
+    return h;
+}
+
+}  // namespace profharness::proxy
