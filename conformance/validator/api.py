@@ -46,6 +46,12 @@ SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIO_SET = ("validate-basic",)
 
 
+def _outcome(outcome: runner.RunOutcome) -> str:
+    """A run's outcome as the runs table shows it: a non-zero exit code is the app's own ("exited", the
+    code beside it), never a failure of the profiler's (a crash is a signal or a fail-fast)."""
+    return "exited" if outcome is runner.RunOutcome.FAILED else outcome.value
+
+
 def validator_scenarios(names: Sequence[str] = SCENARIO_SET) -> list[scenarios.Scenario]:
     return [scenarios.load_scenario_dir(SCENARIOS_DIR / name) for name in names]
 
@@ -96,7 +102,7 @@ def validate(
                 summary = RunSummary(
                     runtime=rt.version,
                     scenario=scenario.name,
-                    outcome=result.outcome.value,
+                    outcome=_outcome(result.outcome),
                     exit_code=result.exit_code,
                     signal=result.signal,
                     seconds=result.seconds,

@@ -364,7 +364,7 @@ def to_html(result: ValidationResult) -> str:
         out.append("<table class='matrix runs'><tr><th>runtime</th><th>scenario</th><th>outcome</th>"
                    "<th>exit code</th><th>seconds</th><th>records</th><th>trace</th></tr>")  # fmt: skip
         for r in result.runs:
-            cls = "ok" if r.outcome == "ok" else "div"
+            cls = "ok" if r.outcome in ("ok", "exited") else "div"
             out.append(
                 f"<tr><td>{_e(r.runtime)}</td><td>{_e(r.scenario)}</td><td class='{cls}'>{_e(r.outcome)}</td>"
                 f"<td>{_e(_exit(r))}</td><td>{r.seconds:.1f}</td><td>{_e(_records(r))}</td>"

@@ -675,13 +675,32 @@ class CrashesAndHangs(StreamRule):
         else:
             self._hang(r)
 
-    def _frame_text(self, f: dict[str, Any]) -> str:
-        symbol = f.get("symbol")
-        if isinstance(symbol, str) and symbol:
-            from conformance.core.symbols import demangle
+    def _frames_text(self, frames: list[dict[str, Any]], count: int) -> str:
+        """The first ``count`` frames of a stack, innermost first: the profiler's own as function
+        (file:line), others by symbol or ``lib.so+0xOFF``; the proxy's forwarding frames between them (the
+        harness's module) are left out, said once."""
+        target = Path(self.j.target).name
+        shown: list[str] = []
+        dropped = False
+        for i, f in enumerate(frames):
+            if f.get("module") in _HARNESS_MODULES:
+                dropped = True
+                continue
+            if len(shown) == count:
+                break
+            offset = _int(f.get("offset"))
+            site = None
+            if f.get("module") == target and offset is not None:
+                site = self.j.site_in_target(offset, return_address=i > 0)
+            if site is not None and site.function:
+                shown.append(site.text())
+            elif isinstance(f.get("symbol"), str) and f.get("symbol"):
+                from conformance.core.symbols import demangle
 
-            return demangle(symbol)
-        return f"{f.get('module', '?')}+{_int(f.get('offset')) or 0:#x}"
+                shown.append(demangle(str(f["symbol"])))
+            else:
+                shown.append(f"{f.get('module', '?')}+{offset or 0:#x}")
+        return " < ".join(shown) + (" (the proxy's frames left out)" if dropped else "")
 
     def _crash(self, r: Record) -> None:
         target = Path(self.j.target).name
@@ -700,8 +719,9 @@ class CrashesAndHangs(StreamRule):
         site = None
         if mine:
             offset = _int(mine[0].get("offset"))
-            site = self.j.site_in_target(offset) if offset is not None else None
-        shown = " < ".join(self._frame_text(f) for f in stack[:6])
+            top = stack[0] is mine[0]  # the profiler's own code faulted: its IP, not a return address
+            site = self.j.site_in_target(offset, return_address=not top) if offset is not None else None
+        shown = self._frames_text(stack, 6)
         self.j.finding(
             "VAL-CRASH",
             f"{r.get('signal')} {where}{inside} on thread {r.get('os_tid')}; stack: {shown}"
@@ -725,10 +745,8 @@ class CrashesAndHangs(StreamRule):
             last = cbs[-1] if cbs else th.get("lastCallback")
             if th.get("osTid") == stuck and cbs:
                 stuck_cb = cbs[-1]
-            frames = crash_stack(th.get("stack"), self.j.target)[:3]
-            lines.append(
-                f"{th.get('osTid')}: {last or '-'} ({' < '.join(self._frame_text(f) for f in frames)})"
-            )
+            frames = crash_stack(th.get("stack"), self.j.target)
+            lines.append(f"{th.get('osTid')}: {last or '-'} ({self._frames_text(frames, 3)})")
         open_kind = r.get("open") if r.get("open") in ("callback", "call") else "callback"
         what = f"{open_kind} {r.get('openName')}" if r.get("openName") else "a callback"
         self.j.finding("VAL-HANG", f"{what} ran {r.get('busyMs')} ms (limit {r.get('limitMs')} ms) on thread "

@@ -172,9 +172,12 @@ class Judging:
         self._sites[caller] = found
         return found
 
-    def site_in_target(self, offset: int) -> Site | None:
-        """A site at ``offset`` into the profiler's own file (a crash frame, a registered hook)."""
-        return self.symbolizer.site(self.target, offset) if self.target else None
+    def site_in_target(self, offset: int, *, return_address: bool = False) -> Site | None:
+        """A site at ``offset`` into the profiler's own file (a crash frame, a registered hook);
+        ``return_address``: the offset is where a call returns to (a caller's frame), the site is the call."""
+        if not self.target:
+            return None
+        return self.symbolizer.site(self.target, offset, return_address=return_address)
 
     def _module_of(self, address: int) -> tuple[int, str] | None:
         best = None
