@@ -110,17 +110,17 @@ def validate(
                     records=result.record_count,
                     judged=result.record_count,
                 )
-                found: list[Finding] = []
+                found = Grouper()  # this run's findings, grouped as they come (memory per group)
                 seen: set[str] = set()
                 unchecked: list[str] = []
                 note: str | None = None
                 seconds = 0.0
                 if not result.trace_path.is_file():
                     message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
-                    found.append(Finding.of(result, "VAL-LOAD", message, []))
+                    found.add(Finding.of(result, "VAL-LOAD", message, []))
                     seen.add("VAL-LOAD")
                 else:
-                    judged = judge_run(result, found.append)
+                    judged = judge_run(result, found.add)
                     from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
                     found.extend(from_hooks)
                     if judged.hooks and not unchecked:
@@ -130,7 +130,7 @@ def validate(
                     seconds, note = judged.seconds, judged.note
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
                     runs.append(summary)
-                    grouper.extend(found)
+                    grouper.merge(found)
                     exercised.setdefault(rt.version, set()).update(seen)
                     judge_seconds += seconds
                     notes.extend(n for n in unchecked if n not in notes)

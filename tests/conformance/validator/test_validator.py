@@ -24,7 +24,7 @@ from conformance.validator.launch import (
     parse_clsid,
     parse_env,
 )
-from tests.conformance.validator.fixtures import FIXTURE_CLSID, build_fixture
+from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_fixture
 from tests.conformance.validator.test_report import JUNIT_XSD
 
 
@@ -252,3 +252,19 @@ def test_reports_junit_json_html(
     failed = [c.get("name") for c in suite.findall("testcase") if c.find("failure") is not None]
     assert suite.get("failures") == "1" and failed == [f"BUF-04[{runtimes[0].version}]"]
     assert "BUF-04" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.live
+def test_BUF_04_thirty_thousand_occurrences_are_one_group_at_their_source_line(runtimes: list[Runtime]) -> None:
+    """repeated_fault asks for a module's name 30,000 times with a NULL buffer and a non-zero size, from one
+    line: one BUF-04 group per runtime set, count 30,000 per runtime, at that line; the terminal shows it
+    once (its occurrences only with --verbose, and those capped)."""
+    source = PROFILERS / "repeated_fault.cpp"
+    (line,) = [n for n, t in enumerate(source.read_text().splitlines(), 1) if "REPEATED-FAULT-LINE" in t]
+    result = api.validate(build_fixture("repeated_fault"), FIXTURE_CLSID, runtime="8.0")
+    (group,) = result.findings
+    assert (group.clause, group.count, group.runtimes) == ("BUF-04", 30_000, ["8.0.4"]), api.table(result)
+    assert group.site is not None and (group.site.file, group.site.line) == (str(source), line), group.site
+    text = api.table(result)
+    assert len(text.splitlines()) < 40 and text.count(f"repeated_fault.cpp:{line}") == 1, text
+    assert "30000" in text or "30,000" in text, text
