@@ -77,6 +77,11 @@ std::string TraceWriter::line(const char* kind, const std::string& tail, long os
     head += std::to_string(os_tid);
     head += ",\"tid\":";
     tid.dump(head);
+    finish_record_line(head, tail);
+    return head;
+}
+
+void finish_record_line(std::string& head, const std::string& tail) {
     if (tail.size() > 2) {
         head.push_back(',');
         head.append(tail, 1, std::string::npos);
@@ -84,7 +89,6 @@ std::string TraceWriter::line(const char* kind, const std::string& tail, long os
         head.push_back('}');
     }
     head.push_back('\n');
-    return head;
 }
 
 bool TraceWriter::write_all(const char* p, std::size_t left) {

@@ -3,6 +3,8 @@
 #include "fakeruntime.h"
 
 #include "profharness/native_stack.h"
+#include "profharness/com.h"
+#include "profharness/trace.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -284,13 +286,7 @@ void record(const char* kind, const Json& fields) {
     line += std::to_string(os_tid());
     line += ",\"tid\":";
     line += tl_thread ? std::to_string(static_cast<std::uint64_t>(tl_thread)) : std::string("null");
-    if (tail.size() > 2) {
-        line.push_back(',');
-        line.append(tail, 1, std::string::npos);
-    } else {
-        line.push_back('}');
-    }
-    line.push_back('\n');
+    finish_record_line(line, tail);
     write_all(g_trace_fd, line);
 }
 
@@ -349,14 +345,7 @@ class MetaData final : public MetaDataBase {
  public:
     explicit MetaData(ModuleID module) : module_(module) {}
     HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
-        if (!ppv) return E_POINTER;
-        if (riid == IID_IUnknown || riid == IID_IMetaDataImport) {
-            *ppv = static_cast<IMetaDataImport*>(this);
-            AddRef();
-            return S_OK;
-        }
-        *ppv = nullptr;
-        return E_NOINTERFACE;
+        return query_one<IMetaDataImport>(this, IID_IMetaDataImport, riid, ppv);
     }
     ULONG STDMETHODCALLTYPE AddRef() override { return ++refs_; }
     ULONG STDMETHODCALLTYPE Release() override {
@@ -513,23 +502,8 @@ class Info final : public InfoBase {
                                               void* clientData, BYTE* context, ULONG32 contextSize) override {
         CallScope s("DoStackSnapshot", true);
         s.caller(__builtin_return_address(0));
-        s.arg("thread", thread);
-        s.arg("callback", callback);
-        s.arg("infoFlags", infoFlags);
-        s.arg("clientData", clientData);
-        s.arg("context", context);
-        s.arg("contextSize", contextSize);
-        if (context && contextSize >= kContextRipOffset + 8) {
-            std::uint64_t rip, rsp, rbp;
-            std::memcpy(&rip, context + kContextRipOffset, 8);
-            std::memcpy(&rsp, context + kContextRspOffset, 8);
-            std::memcpy(&rbp, context + kContextRbpOffset, 8);
-            FunctionID seed_fn = 0;
-            HRESULT seed_hr = function_from_ip(rip, &seed_fn);
-            s.args().set("seed", Json::object().set("rip", Json(rip)).set("rsp", Json(rsp)).set("rbp", Json(rbp))
-                                     .set("functionId", Json(static_cast<std::uint64_t>(seed_fn)))
-                                     .set("hr", Json(static_cast<std::uint32_t>(seed_hr))));
-        }
+        s.snapshot_args(thread, callback, infoFlags, clientData, context, contextSize,
+                        [](std::uint64_t rip, FunctionID* fn) { return function_from_ip(rip, fn); });
         s.begin();
         if (!callback) return s.finish(E_INVALIDARG);
         if (infoFlags & ~static_cast<ULONG32>(COR_PRF_SNAPSHOT_REGISTER_CONTEXT | COR_PRF_SNAPSHOT_X86_OPTIMIZED))
@@ -832,26 +806,6 @@ using GetClassObject = HRESULT (*)(REFCLSID, REFIID, void**);
 GetClassObject g_get_class_object = nullptr;
 GUID g_clsid{};
 Session g_session;
-
-bool parse_guid(const char* text, GUID& g) {
-    std::string hex;
-    for (const char* p = text; *p; ++p)
-        if (*p != '{' && *p != '}' && *p != '-') hex.push_back(*p);
-    if (hex.size() != 32) return false;
-    unsigned char b[16];
-    for (int i = 0; i < 16; ++i) {
-        char pair[3] = {hex[2 * i], hex[2 * i + 1], 0};
-        char* end = nullptr;
-        unsigned long v = std::strtoul(pair, &end, 16);
-        if (!end || *end) return false;
-        b[i] = static_cast<unsigned char>(v);
-    }
-    g.Data1 = (static_cast<std::uint32_t>(b[0]) << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
-    g.Data2 = static_cast<std::uint16_t>((b[4] << 8) | b[5]);
-    g.Data3 = static_cast<std::uint16_t>((b[6] << 8) | b[7]);
-    for (int i = 0; i < 8; ++i) g.Data4[i] = b[8 + i];
-    return true;
-}
 
 // While a line holding a whole example is carried out, its replies wait here and go in one write at its
 // end (the harness reads them all then: one wake-up, not one per reply).
@@ -1216,13 +1170,7 @@ void start(const Json& cmd) {
         return;
     }
     g_session.unknown = obj;
-    for (int k = 1; k <= kMaxCallbackLevel; ++k) {
-        void* p = nullptr;
-        if (obj->QueryInterface(*callback_iid(k), &p) == S_OK && p) {
-            g_session.levels[k] = p;
-            g_session.level = k;
-        }
-    }
+    g_session.level = query_levels(obj, kMaxCallbackLevel, callback_iid, g_session.levels);
     Json header = Json::object();
     header.set("probe", "profharness-fakeruntime 1").set("pid", Json(static_cast<std::int64_t>(getpid())));
     header.set("runtime", Json::object().set("clr_type", Json(2)).set("major", Json(8)).set("minor", Json(0))

@@ -21,6 +21,7 @@
 
 #include "generated.h"
 #include "profharness/class_factory.h"
+#include "profharness/com.h"
 #include "profharness/flags.h"
 #include "profharness/native_stack.h"
 #include "proxy.h"
@@ -39,32 +40,6 @@ struct Config {
     bool clsid_ok = false;
     long hang_ms = 0;    // PROFHARNESS_PROXY_HANG_MS: a callback open longer is a hang (0: off)
 };
-
-bool hex_value(char c, unsigned& v) {
-    if (c >= '0' && c <= '9') v = static_cast<unsigned>(c - '0');
-    else if (c >= 'a' && c <= 'f') v = static_cast<unsigned>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') v = static_cast<unsigned>(c - 'A' + 10);
-    else return false;
-    return true;
-}
-
-bool parse_guid(const char* text, GUID& g) {
-    std::string hex;
-    for (const char* p = text; *p; ++p)
-        if (*p != '{' && *p != '}' && *p != '-') hex.push_back(*p);
-    if (hex.size() != 32) return false;
-    unsigned char b[16];
-    for (int i = 0; i < 16; ++i) {
-        unsigned hi, lo;
-        if (!hex_value(hex[2 * i], hi) || !hex_value(hex[2 * i + 1], lo)) return false;
-        b[i] = static_cast<unsigned char>(hi * 16 + lo);
-    }
-    g.Data1 = (static_cast<std::uint32_t>(b[0]) << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
-    g.Data2 = static_cast<std::uint16_t>((b[4] << 8) | b[5]);
-    g.Data3 = static_cast<std::uint16_t>((b[6] << 8) | b[7]);
-    for (int i = 0; i < 8; ++i) g.Data4[i] = b[8 + i];
-    return true;
-}
 
 Config& config() {
     static Config* c = [] {
@@ -191,44 +166,56 @@ class HookScope {
     Frame* frame_;
 };
 
-FunctionEnter2* g_enter2;
-FunctionLeave2* g_leave2;
-FunctionTailcall2* g_tail2;
-FunctionEnter3WithInfo* g_enter3i;
-FunctionLeave3WithInfo* g_leave3i;
-FunctionTailcall3WithInfo* g_tail3i;
+// The hooks of one SetEnterLeaveFunctionHooks* call: the profiler's, or the wrappers the runtime gets.
+template <typename E, typename L, typename T>
+struct HookSet {
+    E* enter;
+    L* leave;
+    T* tail;
+};
+
+HookSet<FunctionEnter2, FunctionLeave2, FunctionTailcall2> g_hooks2;
+HookSet<FunctionEnter3WithInfo, FunctionLeave3WithInfo, FunctionTailcall3WithInfo> g_hooks3i;
 FunctionIDMapper* g_mapper;
 FunctionIDMapper2* g_mapper2;
 
 void enter2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_INFO* ai) {
     HookScope h(Hook::FunctionEnter2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("argumentInfo", ai);
-    g_enter2(f, cd, fi, ai);
+    g_hooks2.enter(f, cd, fi, ai);
 }
 void leave2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_RANGE* r) {
     HookScope h(Hook::FunctionLeave2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("retvalRange", r);
-    g_leave2(f, cd, fi, r);
+    g_hooks2.leave(f, cd, fi, r);
 }
 void tail2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi) {
     HookScope h(Hook::FunctionTailcall2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi);
-    g_tail2(f, cd, fi);
+    g_hooks2.tail(f, cd, fi);
 }
 void enter3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
     HookScope h(Hook::FunctionEnter3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
-    g_enter3i(id, elt);
+    g_hooks3i.enter(id, elt);
 }
 void leave3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
     HookScope h(Hook::FunctionLeave3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
-    g_leave3i(id, elt);
+    g_hooks3i.leave(id, elt);
 }
 void tail3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
     HookScope h(Hook::FunctionTailcall3WithInfo);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
-    g_tail3i(id, elt);
+    g_hooks3i.tail(id, elt);
+}
+
+// A SetEnterLeaveFunctionHooks* call's three hooks as its arguments pFuncEnter<suffix>, pFuncLeave<suffix>
+// and pFuncTailcall<suffix>.
+void record_hooks(InfoScope& s, const std::string& suffix, const void* e, const void* l, const void* t) {
+    s.args().set("pFuncEnter" + suffix, hook_json(e))
+        .set("pFuncLeave" + suffix, hook_json(l))
+        .set("pFuncTailcall" + suffix, hook_json(t));
 }
 
 }  // namespace
@@ -296,14 +283,7 @@ class ThreadEnumWrapper final : public ICorProfilerThreadEnum {
         g_live_enums->insert(this);
     }
     HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
-        if (!ppv) return E_POINTER;
-        if (riid == IID_IUnknown || riid == IID_ICorProfilerThreadEnum) {
-            *ppv = this;
-            AddRef();
-            return S_OK;
-        }
-        *ppv = nullptr;
-        return E_NOINTERFACE;
+        return query_one<ICorProfilerThreadEnum>(this, IID_ICorProfilerThreadEnum, riid, ppv);
     }
     ULONG STDMETHODCALLTYPE AddRef() override { return ++refs_; }
     ULONG STDMETHODCALLTYPE Release() override {
@@ -349,15 +329,7 @@ class ThreadEnumWrapper final : public ICorProfilerThreadEnum {
 
 class InfoWrapper final : public InfoRecorderBase {
  public:
-    explicit InfoWrapper(IUnknown* runtime_unk) {
-        for (int k = 1; k <= kMaxInfoLevel; ++k) {
-            void* p = nullptr;
-            if (runtime_unk->QueryInterface(*info_iid(k), &p) == S_OK && p) {
-                real_[k] = p;
-                level_ = k;
-            }
-        }
-    }
+    explicit InfoWrapper(IUnknown* runtime_unk) : level_(query_levels(runtime_unk, kMaxInfoLevel, info_iid, real_)) {}
     int level() const { return level_; }
     void* real(int k) const { return real_[k]; }
     long refs() const { return refs_.load(); }
@@ -409,24 +381,11 @@ class InfoWrapper final : public InfoRecorderBase {
     HRESULT STDMETHODCALLTYPE DoStackSnapshot(ThreadID thread, StackSnapshotCallback* callback, ULONG32 infoFlags,
                                               void* clientData, BYTE* context, ULONG32 contextSize) override {
         InfoScope s(static_cast<int>(InfoM::DoStackSnapshot), true, __builtin_return_address(0));
-        s.arg("thread", thread);
-        s.arg("callback", callback);
-        s.arg("infoFlags", infoFlags);
-        s.arg("clientData", clientData);
-        s.arg("context", context);
-        s.arg("contextSize", contextSize);
-        if (context && contextSize >= kContextRipOffset + 8) {
-            std::uint64_t rip, rsp, rbp;
-            std::memcpy(&rip, context + kContextRipOffset, 8);
-            std::memcpy(&rsp, context + kContextRspOffset, 8);
-            std::memcpy(&rbp, context + kContextRbpOffset, 8);
-            FunctionID seed_fn = 0;
-            HRESULT seed_hr = static_cast<ICorProfilerInfo*>(real_[1])->GetFunctionFromIP(
-                reinterpret_cast<LPCBYTE>(rip), &seed_fn);
-            s.args().set("seed", Json::object().set("rip", Json(rip)).set("rsp", Json(rsp)).set("rbp", Json(rbp))
-                                     .set("functionId", Json(static_cast<std::uint64_t>(seed_fn)))
-                                     .set("hr", Json(static_cast<std::uint32_t>(seed_hr))));
-        }
+        s.snapshot_args(thread, callback, infoFlags, clientData, context, contextSize,
+                        [this](std::uint64_t rip, FunctionID* fn) {
+                            return static_cast<ICorProfilerInfo*>(real_[1])->GetFunctionFromIP(
+                                reinterpret_cast<LPCBYTE>(rip), fn);
+                        });
         s.begin();
         if (!real_[2]) return s.finish(E_NOINTERFACE);
         WalkRelay relay{callback, clientData, 0};
@@ -436,38 +395,44 @@ class InfoWrapper final : public InfoRecorderBase {
         return s.finish(hr);
     }
 
+    // SetEnterLeaveFunctionHooks2 and 3WithInfo (interface level Level): the runtime gets the proxy's wrappers
+    // (each records its hook's frame, then calls the profiler's, kept in `kept`); a null hook stays null.
+    // caller: the wrapper method's return address into the profiler.
+    template <int Level, typename I, typename E, typename L, typename T>
+    HRESULT set_wrapped_hooks(InfoM method, const void* caller, const char* suffix, HookSet<E, L, T> given,
+                              HookSet<E, L, T>& kept, HookSet<E, L, T> wrappers,
+                              HRESULT (STDMETHODCALLTYPE I::*set)(E*, L*, T*)) {
+        InfoScope s(static_cast<int>(method), false, caller);
+        record_hooks(s, suffix, reinterpret_cast<void*>(given.enter), reinterpret_cast<void*>(given.leave),
+                     reinterpret_cast<void*>(given.tail));
+        s.begin();
+        if (!real_[Level]) return s.finish(E_NOINTERFACE);
+        kept = given;
+        return s.finish((static_cast<I*>(real_[Level])->*set)(given.enter ? wrappers.enter : nullptr,
+                                                               given.leave ? wrappers.leave : nullptr,
+                                                               given.tail ? wrappers.tail : nullptr));
+    }
+
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks(FunctionEnter* e, FunctionLeave* l,
                                                          FunctionTailcall* t) override {
         InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks), false, __builtin_return_address(0));
-        s.args().set("pFuncEnter", hook_json(reinterpret_cast<void*>(e)))
-            .set("pFuncLeave", hook_json(reinterpret_cast<void*>(l)))
-            .set("pFuncTailcall", hook_json(reinterpret_cast<void*>(t)));
+        record_hooks(s, "", reinterpret_cast<void*>(e), reinterpret_cast<void*>(l), reinterpret_cast<void*>(t));
         s.begin();
         return s.finish(static_cast<ICorProfilerInfo*>(real_[1])->SetEnterLeaveFunctionHooks(e, l, t));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks2(FunctionEnter2* e, FunctionLeave2* l,
                                                           FunctionTailcall2* t) override {
-        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks2), false, __builtin_return_address(0));
-        s.args().set("pFuncEnter", hook_json(reinterpret_cast<void*>(e)))
-            .set("pFuncLeave", hook_json(reinterpret_cast<void*>(l)))
-            .set("pFuncTailcall", hook_json(reinterpret_cast<void*>(t)));
-        s.begin();
-        if (!real_[2]) return s.finish(E_NOINTERFACE);
-        g_enter2 = e;
-        g_leave2 = l;
-        g_tail2 = t;
-        return s.finish(static_cast<ICorProfilerInfo2*>(real_[2])->SetEnterLeaveFunctionHooks2(
-            e ? &enter2_wrap : nullptr, l ? &leave2_wrap : nullptr, t ? &tail2_wrap : nullptr));
+        return set_wrapped_hooks<2>(InfoM::SetEnterLeaveFunctionHooks2, __builtin_return_address(0), "", {e, l, t},
+                                    g_hooks2, {&enter2_wrap, &leave2_wrap, &tail2_wrap},
+                                    &ICorProfilerInfo2::SetEnterLeaveFunctionHooks2);
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3(FunctionEnter3* e, FunctionLeave3* l,
                                                           FunctionTailcall3* t) override {
         // The fast-path hooks are called straight from JIT code and must keep every register: the runtime
         // gets hooks3.cpp's register-preserving trampolines around them (x64; elsewhere the hooks unwrapped).
         InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3), false, __builtin_return_address(0));
-        s.args().set("pFuncEnter3", hook_json(reinterpret_cast<void*>(e)))
-            .set("pFuncLeave3", hook_json(reinterpret_cast<void*>(l)))
-            .set("pFuncTailcall3", hook_json(reinterpret_cast<void*>(t)))
-            .set("wrapped", kFastHookTrampolines);
+        record_hooks(s, "3", reinterpret_cast<void*>(e), reinterpret_cast<void*>(l), reinterpret_cast<void*>(t));
+        s.args().set("wrapped", kFastHookTrampolines);
         s.begin();
         if (!real_[3]) return s.finish(E_NOINTERFACE);
         if constexpr (kFastHookTrampolines) {
@@ -483,17 +448,9 @@ class InfoWrapper final : public InfoRecorderBase {
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3WithInfo(FunctionEnter3WithInfo* e, FunctionLeave3WithInfo* l,
                                                                   FunctionTailcall3WithInfo* t) override {
-        InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks3WithInfo), false, __builtin_return_address(0));
-        s.args().set("pFuncEnter3WithInfo", hook_json(reinterpret_cast<void*>(e)))
-            .set("pFuncLeave3WithInfo", hook_json(reinterpret_cast<void*>(l)))
-            .set("pFuncTailcall3WithInfo", hook_json(reinterpret_cast<void*>(t)));
-        s.begin();
-        if (!real_[3]) return s.finish(E_NOINTERFACE);
-        g_enter3i = e;
-        g_leave3i = l;
-        g_tail3i = t;
-        return s.finish(static_cast<ICorProfilerInfo3*>(real_[3])->SetEnterLeaveFunctionHooks3WithInfo(
-            e ? &enter3i_wrap : nullptr, l ? &leave3i_wrap : nullptr, t ? &tail3i_wrap : nullptr));
+        return set_wrapped_hooks<3>(InfoM::SetEnterLeaveFunctionHooks3WithInfo, __builtin_return_address(0),
+                                    "3WithInfo", {e, l, t}, g_hooks3i, {&enter3i_wrap, &leave3i_wrap, &tail3i_wrap},
+                                    &ICorProfilerInfo3::SetEnterLeaveFunctionHooks3WithInfo);
     }
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper(FunctionIDMapper* f) override {
         InfoScope s(static_cast<int>(InfoM::SetFunctionIDMapper), false, __builtin_return_address(0));
@@ -778,13 +735,7 @@ void watchdog_loop() {
 class ProxyCallback final : public CallbackForwarderBase {
  public:
     bool attach(IUnknown* target) {
-        for (int k = 1; k <= kMaxCallbackLevel; ++k) {
-            void* p = nullptr;
-            if (target->QueryInterface(*callback_iid(k), &p) == S_OK && p) {
-                target_[k] = p;
-                level_ = k;
-            }
-        }
+        level_ = query_levels(target, kMaxCallbackLevel, callback_iid, target_);
         return target_[2] != nullptr || target_[1] != nullptr;
     }
     int level() const { return level_; }

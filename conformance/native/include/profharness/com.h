@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "profharness/hresults.h"
 #include "profharness/interfaces.h"
 
 namespace profharness {
@@ -42,5 +43,34 @@ class ComHolder {
  private:
     T* p_ = nullptr;
 };
+
+// QueryInterface of an object with one interface besides IUnknown: `self` (AddRef'd) for IID_IUnknown and
+// `iid`, E_NOINTERFACE with *ppv null for any other, E_POINTER for a null ppv.
+template <typename I>
+HRESULT query_one(I* self, const GUID& iid, REFIID riid, void** ppv) {
+    if (!ppv) return E_POINTER;
+    if (riid == IID_IUnknown || riid == iid) {
+        *ppv = self;
+        self->AddRef();
+        return S_OK;
+    }
+    *ppv = nullptr;
+    return E_NOINTERFACE;
+}
+
+// Asks `unk` for each level's interface, *iid_of(1) to *iid_of(max_level): what it gives goes in levels[k]
+// (a reference of its own), a refused level's entry is left as it was. Returns the highest level given (0: none).
+template <typename IidOf>
+int query_levels(IUnknown* unk, int max_level, IidOf iid_of, void** levels) {
+    int level = 0;
+    for (int k = 1; k <= max_level; ++k) {
+        void* p = nullptr;
+        if (unk->QueryInterface(*iid_of(k), &p) == S_OK && p) {
+            levels[k] = p;
+            level = k;
+        }
+    }
+    return level;
+}
 
 }  // namespace profharness

@@ -7,6 +7,8 @@
 // (`caller`: the return address into the profiler; the proxy's `heap` and `inGc`) go on both records.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -18,6 +20,8 @@ namespace profharness {
 
 // "{XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX}", or without the braces.
 std::string guid_text(const GUID& g, bool braces = true);
+// The GUID that text (32 hex digits; braces and dashes anywhere are passed over) names; false for other text.
+bool parse_guid(const char* text, GUID& g);
 
 class RecordScope {
  public:
@@ -48,6 +52,28 @@ class RecordScope {
     }
     void out_value(const char* name, Json v) { out_.set(name, std::move(v)); }
     Json& args() { return args_; }
+    // DoStackSnapshot's arguments; with a seed context, args.seed: its rip, rsp and rbp, and the FunctionID
+    // and HRESULT function_from_ip(rip, &functionId) gives for that rip.
+    template <typename FunctionFromIp>
+    void snapshot_args(ThreadID thread, StackSnapshotCallback* callback, ULONG32 infoFlags, void* clientData,
+                       BYTE* context, ULONG32 contextSize, FunctionFromIp function_from_ip) {
+        arg("thread", thread);
+        arg("callback", callback);
+        arg("infoFlags", infoFlags);
+        arg("clientData", clientData);
+        arg("context", context);
+        arg("contextSize", contextSize);
+        if (!context || contextSize < kContextRipOffset + 8) return;
+        std::uint64_t rip, rsp, rbp;
+        std::memcpy(&rip, context + kContextRipOffset, 8);
+        std::memcpy(&rsp, context + kContextRspOffset, 8);
+        std::memcpy(&rbp, context + kContextRbpOffset, 8);
+        FunctionID seed_fn = 0;
+        HRESULT seed_hr = function_from_ip(rip, &seed_fn);
+        args_.set("seed", Json::object().set("rip", Json(rip)).set("rsp", Json(rsp)).set("rbp", Json(rbp))
+                              .set("functionId", Json(static_cast<std::uint64_t>(seed_fn)))
+                              .set("hr", Json(static_cast<std::uint32_t>(seed_hr))));
+    }
     // The return address into the code that called the method (__builtin_return_address(0) taken in the
     // method the profiler called): the record's `caller`.
     void caller(const void* return_address) { field("caller", Json::pointer(return_address)); }

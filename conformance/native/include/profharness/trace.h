@@ -64,4 +64,8 @@ class TraceWriter {
     std::atomic<std::int64_t> written_{0};
 };
 
+// Ends a record's line after its head ({"seq", "kind", "os_tid", "tid" written, the object still open):
+// the fields of `tail` (a JSON object) after a comma, the closing brace, the newline.
+void finish_record_line(std::string& head, const std::string& tail);
+
 }  // namespace profharness
