@@ -16,14 +16,30 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import tempfile
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import ModuleType
 
 from conformance.core import interrupt
 from conformance.core.errors import EXIT_HARNESS, HarnessError
+
+
+def interrupted_exit(outputs: Mapping[str, Path], problems: Sequence[str], judged: str) -> int:
+    """A command's end after a signal cut its run short (its result written first): says on stderr what
+    was ``judged`` before it and which of ``outputs`` (option -> path) were written (those without a
+    problem), and returns 128 + the signal's number."""
+    signum = interrupt.requested() or signal.SIGINT
+    written = [f"{option} {path}" for option, path in outputs.items()
+               if not any(p.startswith(f"{option} ") for p in problems)]  # fmt: skip
+    where = f"; written to {', '.join(written)}" if written else ""
+    name = interrupt.signal_name(signum)
+    print(f"profharness: interrupted by {name}: {judged}{where}", file=sys.stderr)
+    return 128 + signum
+
 
 #: Subcommand name -> module implementing it.
 COMMANDS: dict[str, str] = {

@@ -12,7 +12,6 @@ killed, the verdicts judged before are printed and written (``interrupted`` in t
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from conformance.cli import interrupted_exit
 from conformance.core import interrupt
 from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS
 from conformance.core.fsio import check_output_paths
@@ -144,14 +144,8 @@ def main(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"profharness: error: {problem}", file=sys.stderr)
     if result.interrupted:
-        signum = interrupt.requested() or signal.SIGINT
-        written = [f"{option} {path}" for option, path in outputs.items()
-                   if not any(p.startswith(f"{option} ") for p in problems)]  # fmt: skip
-        where = f"; written to {', '.join(written)}" if written else ""
-        name = interrupt.signal_name(signum)
-        print(f"profharness: interrupted by {name}: {len(result.verdicts)} verdict(s) of {len(result.runs)} "
-              f"run(s) judged before it{where}", file=sys.stderr)  # fmt: skip
-        return 128 + signum
+        judged = f"{len(result.verdicts)} verdict(s) of {len(result.runs)} run(s) judged before it"
+        return interrupted_exit(outputs, problems, judged)
     if problems:
         return EXIT_HARNESS  # the paths were checked before the run: the harness failed to deliver
     return EXIT_FINDINGS if not result.ok else EXIT_CLEAN

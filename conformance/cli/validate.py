@@ -18,12 +18,12 @@ tree is ended, what was judged before is printed and written to the reports aske
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from conformance.cli import interrupted_exit
 from conformance.core import fsio, interrupt
 from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS
 from conformance.validator import api, report
@@ -133,14 +133,8 @@ def main(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"profharness: error: {problem}", file=sys.stderr)
     if result.interrupted:
-        signum = interrupt.requested() or signal.SIGINT
-        written = [f"{option} {path}" for option, path in paths.items()
-                   if not any(p.startswith(f"{option} ") for p in problems)]  # fmt: skip
-        where = f"; written to {', '.join(written)}" if written else ""
-        name = interrupt.signal_name(signum)
-        print(f"profharness: interrupted by {name}: {len(result.runs)} run(s) judged before it, "
-              f"{len(result.findings)} finding group(s){where}", file=sys.stderr)  # fmt: skip
-        return 128 + signum
+        judged = f"{len(result.runs)} run(s) judged before it, {len(result.findings)} finding group(s)"
+        return interrupted_exit(paths, problems, judged)
     if problems:
         return EXIT_HARNESS
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
