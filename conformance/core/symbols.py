@@ -14,7 +14,7 @@ import ctypes
 import ctypes.util
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -112,6 +112,15 @@ def _file_names(header: Any) -> list[str | None]:
     return out
 
 
+def _line_programs(dwarf: Any) -> Iterator[tuple[Any, Any, list[str | None]]]:
+    """Each compile unit of ``dwarf`` that has a line program: the unit, its line program, its file table."""
+    for cu in dwarf.iter_CUs():
+        program = dwarf.line_program_for_CU(cu)
+        if program is None:
+            continue
+        yield cu, program, _file_names(program.header)
+
+
 def _read_module(path: Path) -> _Module:
     from elftools.common.exceptions import DWARFError, ELFError
     from elftools.elf.elffile import ELFFile
@@ -135,12 +144,7 @@ def _read_module(path: Path) -> _Module:
                 if funcs:
                     break
             if elf.has_dwarf_info():
-                dwarf = elf.get_dwarf_info()
-                for cu in dwarf.iter_CUs():
-                    program = dwarf.line_program_for_CU(cu)
-                    if program is None:
-                        continue
-                    files = _file_names(program.header)
+                for _, program, files in _line_programs(elf.get_dwarf_info()):
                     for entry in program.get_entries():
                         state = entry.state
                         if state is None:
@@ -195,11 +199,7 @@ def _read_inlined(path: Path) -> list[tuple[int, int, int, str, int]]:
             if not elf.has_dwarf_info():
                 return out
             dwarf = elf.get_dwarf_info()
-            for cu in dwarf.iter_CUs():
-                program = dwarf.line_program_for_CU(cu)
-                if program is None:
-                    continue
-                files = _file_names(program.header)
+            for cu, _, files in _line_programs(dwarf):
                 stack: list[int] = []  # the depth of each open DIE with children
                 for die in cu.iter_DIEs():
                     if die.is_null():
