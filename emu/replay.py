@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -267,6 +267,17 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
 _PINVOKE_BEGIN_WINDOW = 64
 
 
+def _frame_words(frames: Sequence[ReplayFrame], i: int, memory: CaptureMemory) -> Iterator[int]:
+    """The words of frame ``i``'s own stack area, from its SP up to the next frame's (512 bytes for the
+    last frame), up to the first that cannot be read."""
+    end = frames[i + 1].sp if i + 1 < len(frames) else frames[i].sp + 512
+    for slot in range(frames[i].sp, end, 8):
+        try:
+            yield memory.read_u64(slot)
+        except MemoryFault:
+            return
+
+
 def _reported_ips(frames: list[ReplayFrame], result: UnwindResult, *, x86: bool = False) -> list[ReplayFrame]:
     """The IP the runtime reports for a frame whose InlinedCallFrame is active: a ReadyToRun frame that
     called native code (a P/Invoke or QCall), and (x64) a top frame interrupted in managed code inside its
@@ -292,12 +303,7 @@ def _reported_ips(frames: list[ReplayFrame], result: UnwindResult, *, x86: bool 
         rng = code.method_range(f.ip - 1)
         if rng is None or not code.in_ready_to_run(f.ip - 1):
             continue
-        top = frames[i + 1].sp if i + 1 < len(frames) else f.sp + 512
-        for slot in range(f.sp, top, 8):
-            try:
-                word = memory.read_u64(slot)
-            except MemoryFault:
-                break
+        for word in _frame_words(frames, i, memory):
             if (
                 f.ip - _PINVOKE_BEGIN_WINDOW <= word < f.ip
                 and code.method_range(word - 1) == rng
@@ -423,12 +429,7 @@ def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResu
     rng = code.method_range(top.ip)
     if rng is None:
         return None
-    end = frames[1].sp if len(frames) > 1 else top.sp + 512
-    for slot in range(top.sp, end, 8):
-        try:
-            word = memory.read_u64(slot)
-        except MemoryFault:
-            break
+    for word in _frame_words(frames, 0, memory):
         if (
             abs(word - top.ip) <= _TRANSITION_BYTES
             and code.method_range(word - 1) == rng
