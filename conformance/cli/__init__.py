@@ -25,20 +25,29 @@ from pathlib import Path
 from types import ModuleType
 
 from conformance.core import interrupt
-from conformance.core.errors import EXIT_HARNESS, HarnessError
+from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS, HarnessError
 
 
-def interrupted_exit(outputs: Mapping[str, Path], problems: Sequence[str], judged: str) -> int:
-    """A command's end after a signal cut its run short (its result written first): says on stderr what
-    was ``judged`` before it and which of ``outputs`` (option -> path) were written (those without a
-    problem), and returns 128 + the signal's number."""
-    signum = interrupt.requested() or signal.SIGINT
-    written = [f"{option} {path}" for option, path in outputs.items()
-               if not any(p.startswith(f"{option} ") for p in problems)]  # fmt: skip
-    where = f"; written to {', '.join(written)}" if written else ""
-    name = interrupt.signal_name(signum)
-    print(f"profharness: interrupted by {name}: {judged}{where}", file=sys.stderr)
-    return 128 + signum
+def reports_exit(
+    outputs: Mapping[str, Path], problems: Sequence[str], *, interrupted: bool, judged: str, findings: bool
+) -> int:
+    """A judging command's end, its result printed and its reports (``outputs``: option -> path) written:
+    each of ``problems`` on stderr; after a signal cut the run short, what was ``judged`` before it and which
+    reports were written (those without a problem), 128 + the signal's number; else EXIT_HARNESS when a
+    report was not delivered (the paths were checked before the run), EXIT_FINDINGS or EXIT_CLEAN."""
+    for problem in problems:
+        print(f"profharness: error: {problem}", file=sys.stderr)
+    if interrupted:
+        signum = interrupt.requested() or signal.SIGINT
+        written = [f"{option} {path}" for option, path in outputs.items()
+                   if not any(p.startswith(f"{option} ") for p in problems)]  # fmt: skip
+        where = f"; written to {', '.join(written)}" if written else ""
+        name = interrupt.signal_name(signum)
+        print(f"profharness: interrupted by {name}: {judged}{where}", file=sys.stderr)
+        return 128 + signum
+    if problems:
+        return EXIT_HARNESS
+    return EXIT_FINDINGS if findings else EXIT_CLEAN
 
 
 #: Subcommand name -> module implementing it.

@@ -21,9 +21,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from conformance.cli import interrupted_exit
+from conformance.cli import reports_exit
 from conformance.core import interrupt
-from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS
 from conformance.core.fsio import check_output_paths
 from conformance.suite import report
 from conformance.suite.orchestrate import ProgressFn, run_suite
@@ -141,11 +140,6 @@ def main(args: argparse.Namespace) -> int:
         problems = write_reports(result, outputs)
     for verdict in result.failures:
         print(f"profharness: {verdict.outcome_message}", file=sys.stderr)
-    for problem in problems:
-        print(f"profharness: error: {problem}", file=sys.stderr)
-    if result.interrupted:
-        judged = f"{len(result.verdicts)} verdict(s) of {len(result.runs)} run(s) judged before it"
-        return interrupted_exit(outputs, problems, judged)
-    if problems:
-        return EXIT_HARNESS  # the paths were checked before the run: the harness failed to deliver
-    return EXIT_FINDINGS if not result.ok else EXIT_CLEAN
+    judged = f"{len(result.verdicts)} verdict(s) of {len(result.runs)} run(s) judged before it"
+    return reports_exit(outputs, problems, interrupted=result.interrupted, judged=judged,
+                        findings=not result.ok)

@@ -18,14 +18,12 @@ tree is ended, what was judged before is printed and written to the reports aske
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from conformance.cli import interrupted_exit
+from conformance.cli import reports_exit
 from conformance.core import fsio, interrupt
-from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS
 from conformance.validator import api, report
 from conformance.validator.launch import DEFAULT_HANG_S, ValidatorInputError, parse_env
 from conformance.validator.result import ValidationResult
@@ -130,11 +128,6 @@ def main(args: argparse.Namespace) -> int:
     with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
         print(report.render_text(result, verbose=args.verbose), flush=True)
         problems = write_reports(result, paths)
-    for problem in problems:
-        print(f"profharness: error: {problem}", file=sys.stderr)
-    if result.interrupted:
-        judged = f"{len(result.runs)} run(s) judged before it, {len(result.findings)} finding group(s)"
-        return interrupted_exit(paths, problems, judged)
-    if problems:
-        return EXIT_HARNESS
-    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
+    judged = f"{len(result.runs)} run(s) judged before it, {len(result.findings)} finding group(s)"
+    return reports_exit(paths, problems, interrupted=result.interrupted, judged=judged,
+                        findings=bool(result.findings))
