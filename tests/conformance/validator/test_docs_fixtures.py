@@ -96,8 +96,9 @@ def test_correct_document_written_profilers_have_no_findings(
 def test_ORF_01_inspecting_inside_ObjectReferences_names_the_objectreferences_clause(
     apps: Callable[[str], Path], runtimes: list[Runtime]
 ) -> None:
-    """objrefs_inspector calls GetClassFromObject inside ObjectReferences (ObjectReferences page: "profilers
-    must not attempt to inspect objects during an ObjectReferences call"): ORF-01 at both calls, not MR2-09."""
+    """objrefs_inspector calls GetClassFromObject inside ObjectReferences (ObjectReferences page:
+    "profilers must not attempt to inspect objects during an ObjectReferences call"): ORF-01 at both
+    calls, not MR2-09."""
     result = validate("objrefs_inspector", apps("basic"), runtimes)
     text = render_text(result)
     assert {g.clause for g in result.findings} == {"ORF-01"}, text

@@ -212,7 +212,8 @@ def test_threads_alive_at_shutdown_have_their_stacks_and_calls(
 @pytest.mark.live
 def test_MR2_17_MR2_08_a_correct_tracker_validates_clean(tracker: ValidationResult) -> None:
     """Issue 19's first acceptance point: the tracker remaps every tracked ID through >= 3 compacting GCs
-    whose objects land on addresses other objects left (.NET 8 regions): no finding, no note, both runtimes."""
+    whose objects land on addresses other objects left (.NET 8 regions): no finding, no note, both
+    runtimes."""
     assert tracker.groups == [], [g.first.message for g in tracker.groups]
 
 

@@ -255,7 +255,7 @@ def test_reports_junit_json_html(
 
 
 @pytest.mark.live
-def test_BUF_04_thirty_thousand_occurrences_are_one_group_at_their_source_line(runtimes: list[Runtime]) -> None:
+def test_BUF_04_thirty_thousand_occurrences_are_one_group_at_their_source_line() -> None:
     """repeated_fault asks for a module's name 30,000 times with a NULL buffer and a non-zero size, from one
     line: one BUF-04 group per runtime set, count 30,000 per runtime, at that line; the terminal shows it
     once (its occurrences only with --verbose, and those capped)."""
