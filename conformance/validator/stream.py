@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import orjson
 
@@ -28,7 +28,7 @@ from clr_model import api
 from clr_model.api import HookKind
 from clr_model.clauses import CATALOG, Kind
 from conformance.core.errors import HarnessError
-from conformance.core.findings import Finding
+from conformance.core.findings import Finding, Where
 from conformance.core.runner import RunResult
 from conformance.core.symbols import Site, Symbolizer
 
@@ -194,16 +194,13 @@ class Judging:
         message: str,
         records: list[int],
         *,
-        thread: int | None = None,
-        callback: str | None = None,
         note: bool = False,
-        site: Site | None = None,
+        **where: Unpack[Where],
     ) -> None:
         """Emit a finding; an observation (a clause no document states) is always a note."""
         item = CATALOG.get(clause)
         note = note or (item is not None and item.kind is Kind.OBSERVATION)
-        self.sink(Finding.of(self.run, clause, message, records, thread=thread, callback=callback, note=note,
-                             site=site))  # fmt: skip
+        self.sink(Finding.of(self.run, clause, message, records, note=note, **where))
 
     def at(
         self, clause: str, r: Record, message: str, *, more: Iterable[int] = (), note: bool = False
