@@ -141,3 +141,20 @@ def test_VAL_HANG_an_app_running_longer_than_the_hang_limit_is_no_hang(
     assert all(r.seconds >= 6 for r in result.runs), text
     assert result.findings == [], text
     assert {g.clause for g in notes(result)} == {"VAL-THREAD-AT-SHUTDOWN"}, text
+
+
+@pytest.mark.live
+def test_VAL_HANG_the_run_time_limit_says_so_and_blames_no_callback(
+    apps: Callable[[str], Path], runtimes: list[Runtime]
+) -> None:
+    """The long app asked to run 60 s under a 4 s run limit (``timeout_s``, the CLI's --timeout) and the
+    default hang limit: the harness stops it, the run says it reached its time limit, and nothing is blamed
+    on a callback or call (none was open)."""
+    result = validate(
+        "minimal", apps("long"), runtimes, env={"PROFHARNESS_APP_SECONDS": "60"}, timeout_s=4.0
+    )
+    text = render_text(result)
+    assert [r.outcome for r in result.runs] == ["hung"] * len(runtimes), text
+    assert all(r.seconds < 30 for r in result.runs), text
+    assert result.findings == [], text
+    assert len([n for n in result.notes if "time limit" in n]) == len(runtimes), result.notes
