@@ -810,11 +810,12 @@ class _Hooks(StreamRule):
             self.found.append((registered, self.j.callback_of(r["os_tid"])))
 
 
-def judge_run(run: RunResult, sink: Callable[[Finding], None]) -> JudgedRun:
+def judge_run(run: RunResult, sink: Callable[[Finding], None], *, profiler: Path | None = None) -> JudgedRun:
     """Every validator rule over ``run``'s recording (its trace file), findings into ``sink``; then what the
-    run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit)."""
+    run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit).
+    ``profiler``: the profiler's file, for sites before the recording names it."""
     registry.load_all((Layer.VALIDATOR,))
-    judging = Judging(run=run, sink=sink)
+    judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "")
     rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
     rules += [_Hooks, _InitializeSeen]
     live = judging.judge(run.trace_path, rules)

@@ -106,6 +106,9 @@ class Judging:
 
     run: RunResult
     sink: Sink
+    #: the profiler validate was given: its path until the header names the proxy's target (a crash in the
+    #: profiler's constructor comes before any header)
+    profiler: str = ""
     symbolizer: Symbolizer = field(default_factory=Symbolizer)
     header: Record = field(default_factory=dict)
     #: OS thread -> callbacks and hooks open on it, outermost first
@@ -143,7 +146,7 @@ class Judging:
     @property
     def target(self) -> str:
         target = self.proxy.get("target")
-        return target if isinstance(target, str) else ""
+        return target if isinstance(target, str) and target else self.profiler
 
     def stack(self, thread: int) -> list[Frame]:
         """The callbacks and hooks open on ``thread`` around the current record (its own frame excluded)."""
