@@ -28,7 +28,7 @@ from clr_model.async_safety import Checker as AsyncChecker
 from clr_model.clauses import CATALOG, Layer
 from clr_model.errors import InvalidInput
 from clr_model.events import InfoCall, ObjectInspection, ProfilerCallback
-from clr_model.hresults import hresult_failed
+from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.moved_refs import HANDED_OUT_PARAMETERS, check_gc_events
 from conformance.core import registry
 from conformance.core.findings import Finding
@@ -490,6 +490,39 @@ class NullTailcall(StreamRule):
         if (enter or leave) and not tail:
             self.j.at("VAL-NULL-TAILCALL", r, f"{r['name']} with a NULL tailcall hook: tail calls are not "
                       "reported, so enters and leaves do not pair up")  # fmt: skip
+
+
+# --- hook registration (SEL-01) --------------------------------------------------------------------------
+
+
+@rule("SEL-01", what="enter/leave/tailcall hooks are registered inside Initialize")
+class HooksOutsideInitialize(StreamRule):
+    """SEL-01: a SetEnterLeaveFunctionHooks2/3/3WithInfo call once every Initialize has returned (another
+    thread's call while Initialize is open is left alone: the page says "from the Initialize callback", the
+    runtime checks only that the profiler is initializing)."""
+
+    reads = (*_calls(set(_NULL_TAILCALL)),
+             *(("callback", n) for n in sorted(api.names_with(Fact.INITIALIZES))))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.open = 0  # Initialize callbacks entered and not returned
+        self.returned = False
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "callback":
+            phase = r.get("phase", "whole")
+            self.open += 1 if phase == "enter" else -1 if phase == "return" else 0
+            self.returned = self.returned or phase != "enter"
+            return
+        if not _begins(r):
+            return
+        self.j.exercised.add("SEL-01")
+        if self.returned and self.open <= 0:
+            hr = _int(r.get("hr"))
+            answer = f" (the runtime answered {format_hresult(hr)})" if hr is not None else ""
+            self.j.at("SEL-01", r, f"{r['name']} called after Initialize returned{answer}: the hooks it "
+                      "registers never run")  # fmt: skip
 
 
 # --- lifecycle (SHD-01, VAL-RELEASED-INFO, VAL-THREAD-AT-SHUTDOWN, VAL-ENUM-LEAK, VAL-LOAD) --------------

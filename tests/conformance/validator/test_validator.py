@@ -100,6 +100,7 @@ FIXTURES: dict[str, set[str]] = {
     # its thread never calls the runtime: a note on 8.0; 3.1 crashes in its destructor (ALSO_ON)
     "thread_at_shutdown": set(),
     "enum_leak": {"VAL-ENUM-LEAK"},
+    "hooks_after_initialize": {"SEL-01"},
     "null_tailcall": set(),  # allowed (corprof.idl): a note
     "qi_in_gc": set(),  # no document restricts it: a note
     "needs_env": {"VAL-LOAD"},  # without its FIXTURE_GREETING (test_env_and_preload gives it)
