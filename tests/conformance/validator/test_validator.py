@@ -24,6 +24,7 @@ from conformance.validator.launch import (
     parse_clsid,
     parse_env,
 )
+from conformance.validator.result import ValidationResult
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_fixture
 from tests.conformance.validator.test_report import JUNIT_XSD
 
@@ -71,6 +72,40 @@ def test_cli_bad_input_exits_2_with_one_line(
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--timeout", "0"), ("--timeout", "-5"), ("--timeout", "nan"), ("--timeout", "inf"),
+     ("--hang-seconds", "nan")],
+)  # fmt: skip
+def test_cli_bad_seconds_exit_2_with_one_line(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--timeout SECONDS (the harness's watchdog per run) and --hang-seconds take a positive, finite number
+    of seconds; anything else is one line, exit 2, before the profiler is even looked at."""
+    argv = ["validate", "/nonexistent/lib.so", "--clsid", FIXTURE_CLSID, option, value]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{option} " in err[0] and "must be a positive number of seconds" in err[0], err
+
+
+def test_cli_timeout_reaches_validate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--timeout is the run limit api.validate gets (timeout_s); without it, the default of 600 s."""
+    seen: list[float] = []
+
+    def fake_validate(profiler: Path, clsid: str, **options: object) -> ValidationResult:
+        seen.append(float(options["timeout_s"]))  # type: ignore[arg-type]
+        return ValidationResult(profiler=str(profiler), clsid=clsid, runs=[], groups=[], rules=[])
+
+    monkeypatch.setattr(api, "validate", fake_validate)
+    argv = ["validate", "lib.so", "--clsid", FIXTURE_CLSID]
+    assert cli_main([*argv, "--timeout", "42.5"]) == 0
+    assert cli_main(argv) == 0
+    assert seen == [42.5, 600.0]
+    capsys.readouterr()
 
 
 #: fixture -> the clauses its one fault must give, on every bundled runtime (no fixture's fault is
