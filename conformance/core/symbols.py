@@ -13,6 +13,7 @@ import bisect
 import ctypes
 import ctypes.util
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Site", "Symbolizer", "demangle"]
+__all__ = ["Site", "Symbolizer", "demangle", "symbol_at"]
 
 
 class Site(BaseModel):
@@ -97,10 +98,54 @@ class _Module:
     line_ends: list[int]  # sorted end_sequence addresses: no row holds from there
 
 
+def _file_names(header: Any) -> list[str | None]:
+    """A line program's file table by the index its rows and DW_AT_call_file use (DWARF 5 counts from 0,
+    earlier versions from 1: index 0 is then None), each name joined to its directory."""
+    entries = header["file_entry"]
+    dirs = [d.decode(errors="replace") for d in header["include_directory"]]
+    v5 = int(header["version"]) >= 5
+    out: list[str | None] = [] if v5 else [None]
+    for entry in entries:
+        name = entry.name.decode(errors="replace")
+        d = entry.dir_index if v5 else entry.dir_index - 1
+        out.append(name if name.startswith("/") or not 0 <= d < len(dirs) else f"{dirs[d]}/{name}")
+    return out
+
+
+def _function_symbols(elf: Any) -> list[tuple[int, int, str]]:
+    """(start, end, name) of every defined function symbol of ``.symtab``, or ``.dynsym`` without one."""
+    from elftools.elf.sections import SymbolTableSection
+
+    funcs: list[tuple[int, int, str]] = []
+    for section_name in (".symtab", ".dynsym"):
+        section = elf.get_section_by_name(section_name)
+        if not isinstance(section, SymbolTableSection):
+            continue
+        for sym in section.iter_symbols():
+            defined = sym["st_value"] and sym["st_shndx"] != "SHN_UNDEF"
+            if sym["st_info"]["type"] == "STT_FUNC" and defined and sym.name:
+                start = int(sym["st_value"])
+                funcs.append((start, start + max(int(sym["st_size"]), 1), str(sym.name)))
+        if funcs:
+            break
+    return funcs
+
+
+def symbol_at(module: Path, offset: int) -> str | None:
+    """The function symbol (``.symtab``, else ``.dynsym``) whose value is ``offset`` in ``module``."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with module.open("rb") as fh:
+            return next((name for start, _, name in _function_symbols(ELFFile(fh)) if start == offset), None)
+    except (OSError, ELFError):
+        return None
+
+
 def _read_module(path: Path) -> _Module:
     from elftools.common.exceptions import DWARFError, ELFError
     from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
 
     funcs: list[tuple[int, int, str]] = []
     rows: list[tuple[int, str, int]] = []
@@ -108,27 +153,14 @@ def _read_module(path: Path) -> _Module:
     try:
         with path.open("rb") as fh:
             elf = ELFFile(fh)
-            for section_name in (".symtab", ".dynsym"):
-                section = elf.get_section_by_name(section_name)
-                if not isinstance(section, SymbolTableSection):
-                    continue
-                for sym in section.iter_symbols():
-                    defined = sym["st_value"] and sym["st_shndx"] != "SHN_UNDEF"
-                    if sym["st_info"]["type"] == "STT_FUNC" and defined:
-                        start = int(sym["st_value"])
-                        funcs.append((start, start + max(int(sym["st_size"]), 1), str(sym.name)))
-                if funcs:
-                    break
+            funcs = _function_symbols(elf)
             if elf.has_dwarf_info():
                 dwarf = elf.get_dwarf_info()
                 for cu in dwarf.iter_CUs():
                     program = dwarf.line_program_for_CU(cu)
                     if program is None:
                         continue
-                    header = program.header
-                    names = [entry.name.decode(errors="replace") for entry in header["file_entry"]]
-                    dirs = [d.decode(errors="replace") for d in header["include_directory"]]
-                    version = int(header["version"])
+                    files = _file_names(program.header)
                     for entry in program.get_entries():
                         state = entry.state
                         if state is None:
@@ -136,14 +168,9 @@ def _read_module(path: Path) -> _Module:
                         if state.end_sequence:
                             ends.add(int(state.address))
                             continue
-                        index = state.file if version >= 5 else state.file - 1
-                        if not 0 <= index < len(names):
+                        name = files[state.file] if 0 <= state.file < len(files) else None
+                        if name is None:
                             continue
-                        entry_dir = header["file_entry"][index].dir_index
-                        dir_index = entry_dir if version >= 5 else entry_dir - 1
-                        name = names[index]
-                        if not name.startswith("/") and 0 <= dir_index < len(dirs):
-                            name = f"{dirs[dir_index]}/{name}"
                         rows.append((int(state.address), name, int(state.line)))
     except (OSError, ELFError, DWARFError, ValueError, KeyError, AttributeError):
         pass
@@ -153,6 +180,91 @@ def _read_module(path: Path) -> _Module:
                    lines=rows, line_ends=sorted(ends))  # fmt: skip
 
 
+#: where library headers live: a line there (inlined std::thread, sleep_for) is not the profiler's own code
+_LIBRARY_PREFIXES = ("/usr/",)
+
+
+#: a std::thread's body as libstdc++ names the function a thread starts in
+_STD_THREAD_RUN = re.compile(
+    r"^std::thread::_State_impl<std::thread::_Invoker<std::tuple<(.+)> > >::_M_run\(\)$"
+)
+
+
+def _thread_body(function: str) -> str:
+    """A std::thread's start routine by its callable: ``X (std::thread body)`` for libstdc++'s
+    ``std::thread::_State_impl<std::thread::_Invoker<std::tuple<X> > >::_M_run()``."""
+    found = _STD_THREAD_RUN.match(function)
+    return f"{found.group(1)} (std::thread body)" if found else function
+
+
+def _library(file: str | None) -> bool:
+    return file is not None and file.startswith(_LIBRARY_PREFIXES)
+
+
+def _read_inlined(path: Path) -> list[tuple[int, int, int, str, int]]:
+    """Every inlined call of ``path``'s DWARF: (low, high, depth, call file, call line), the call being the
+    line in the function the code was inlined into."""
+    from elftools.common.exceptions import DWARFError, ELFError
+    from elftools.dwarf.ranges import BaseAddressEntry
+    from elftools.elf.elffile import ELFFile
+
+    out: list[tuple[int, int, int, str, int]] = []
+    try:
+        with path.open("rb") as fh:
+            elf = ELFFile(fh)
+            if not elf.has_dwarf_info():
+                return out
+            dwarf = elf.get_dwarf_info()
+            for cu in dwarf.iter_CUs():
+                program = dwarf.line_program_for_CU(cu)
+                if program is None:
+                    continue
+                files = _file_names(program.header)
+                stack: list[int] = []  # the depth of each open DIE with children
+                for die in cu.iter_DIEs():
+                    if die.is_null():
+                        if stack:
+                            stack.pop()
+                        continue
+                    depth = len(stack)
+                    if die.has_children:
+                        stack.append(depth)
+                    if die.tag != "DW_TAG_inlined_subroutine":
+                        continue
+                    attrs = die.attributes
+                    call_file, call_line = attrs.get("DW_AT_call_file"), attrs.get("DW_AT_call_line")
+                    if call_file is None or call_line is None:
+                        continue
+                    index = int(call_file.value)
+                    name = files[index] if 0 <= index < len(files) else None
+                    if name is None:
+                        continue
+                    ranges: list[tuple[int, int]] = []
+                    if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
+                        low = int(attrs["DW_AT_low_pc"].value)
+                        high = int(attrs["DW_AT_high_pc"].value)
+                        if attrs["DW_AT_high_pc"].form != "DW_FORM_addr":
+                            high += low
+                        ranges.append((low, high))
+                    elif "DW_AT_ranges" in attrs:
+                        lists = dwarf.range_lists()
+                        if lists is not None:
+                            top = cu.get_top_DIE().attributes
+                            base = int(top["DW_AT_low_pc"].value) if "DW_AT_low_pc" in top else 0
+                            at = int(attrs["DW_AT_ranges"].value)
+                            for entry in lists.get_range_list_at_offset(at, cu=cu):
+                                if isinstance(entry, BaseAddressEntry):
+                                    base = int(entry.base_address)
+                                else:
+                                    shift = 0 if getattr(entry, "is_absolute", False) else base
+                                    lo, hi = int(entry.begin_offset), int(entry.end_offset)
+                                    ranges.append((lo + shift, hi + shift))
+                    out += [(lo, hi, depth, name, int(call_line.value)) for lo, hi in ranges if hi > lo]
+    except (OSError, ELFError, DWARFError, ValueError, KeyError, AttributeError, TypeError):
+        return out
+    return out
+
+
 class Symbolizer:
     """Sites of (module, offset) pairs; each module read once. A return address names the instruction after
     the call: :meth:`site` takes ``return_address=True`` to look up the call itself (offset - 1)."""
@@ -160,6 +272,8 @@ class Symbolizer:
     def __init__(self) -> None:
         self._modules: dict[str, _Module] = {}
         self._sites: dict[tuple[str, int], Site] = {}
+        #: a module's inlined calls, read the first time a line falls in a library header
+        self._inline: dict[str, list[tuple[int, int, int, str, int]]] = {}
 
     def _module(self, module: str) -> _Module:
         found = self._modules.get(module)
@@ -181,7 +295,7 @@ class Symbolizer:
         function = None
         k = bisect.bisect_right(mod.func_starts, lookup) - 1
         if k >= 0 and lookup < mod.funcs[k][1]:
-            function = demangle(mod.funcs[k][2])
+            function = _thread_body(demangle(mod.funcs[k][2]))
         file = line = None
         j = bisect.bisect_right(mod.line_addrs, lookup) - 1
         if j >= 0:
@@ -190,4 +304,15 @@ class Symbolizer:
             ended = e < len(mod.line_ends) and mod.line_ends[e] <= lookup
             if not ended and number > 0:
                 file, line = name, number
+        if _library(file):  # inlined library code: the profiler's own line that called it
+            own = [(depth, f, n) for lo, hi, depth, f, n in self._inlined(module)
+                   if lo <= lookup < hi and not _library(f)]  # fmt: skip
+            if own:
+                _, file, line = max(own)
         return Site(module=module, offset=offset, function=function, file=file, line=line)
+
+    def _inlined(self, module: str) -> list[tuple[int, int, int, str, int]]:
+        found = self._inline.get(module)
+        if found is None:
+            found = self._inline[module] = _read_inlined(Path(module))
+        return found

@@ -46,6 +46,12 @@ SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIO_SET = ("validate-basic",)
 
 
+def _outcome(outcome: runner.RunOutcome) -> str:
+    """A run's outcome as the runs table shows it: a non-zero exit code is the app's own ("exited", the
+    code beside it), never a failure of the profiler's (a crash is a signal or a fail-fast)."""
+    return "exited" if outcome is runner.RunOutcome.FAILED else outcome.value
+
+
 def validator_scenarios(names: Sequence[str] = SCENARIO_SET) -> list[scenarios.Scenario]:
     return [scenarios.load_scenario_dir(SCENARIOS_DIR / name) for name in names]
 
@@ -96,7 +102,7 @@ def validate(
                 summary = RunSummary(
                     runtime=rt.version,
                     scenario=scenario.name,
-                    outcome=result.outcome.value,
+                    outcome=_outcome(result.outcome),
                     exit_code=result.exit_code,
                     signal=result.signal,
                     seconds=result.seconds,
@@ -104,17 +110,17 @@ def validate(
                     records=result.record_count,
                     judged=result.record_count,
                 )
-                found: list[Finding] = []
+                found = Grouper()  # this run's findings, grouped as they come (memory per group)
                 seen: set[str] = set()
                 unchecked: list[str] = []
                 note: str | None = None
                 seconds = 0.0
                 if not result.trace_path.is_file():
                     message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
-                    found.append(Finding.of(result, "VAL-LOAD", message, []))
+                    found.add(Finding.of(result, "VAL-LOAD", message, []))
                     seen.add("VAL-LOAD")
                 else:
-                    judged = judge_run(result, found.append)
+                    judged = judge_run(result, found.add, profiler=target)
                     from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
                     found.extend(from_hooks)
                     if judged.hooks and not unchecked:
@@ -124,7 +130,7 @@ def validate(
                     seconds, note = judged.seconds, judged.note
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
                     runs.append(summary)
-                    grouper.extend(found)
+                    grouper.merge(found)
                     exercised.setdefault(rt.version, set()).update(seen)
                     judge_seconds += seconds
                     notes.extend(n for n in unchecked if n not in notes)

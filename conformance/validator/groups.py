@@ -16,11 +16,20 @@ class Grouper:
 
     def __init__(self) -> None:
         self._groups: dict[tuple[str, str, bool], Group] = {}
+        #: each group's latest finding, made its ``last`` occurrence when the groups are read
+        self._last: dict[tuple[str, str, bool], Finding] = {}
 
     def add(self, finding: Finding) -> None:
         key = (finding.clause, finding.site.text() if finding.site else "", finding.note)
-        occurrence = Occurrence.of(finding)
         group = self._groups.get(key)
+        if group is not None and len(group.occurrences) >= OCCURRENCES_KEPT:  # the common case: count it
+            group.count += 1
+            self._last[key] = finding
+            if finding.runtime not in group.runtimes:
+                group.runtimes.append(finding.runtime)
+            return
+        occurrence = Occurrence.of(finding)
+        self._last.pop(key, None)
         if group is None:
             clause = CATALOG.get(finding.clause)
             self._groups[key] = Group(
@@ -50,6 +59,27 @@ class Grouper:
         for f in findings:
             self.add(f)
 
+    def _settle(self) -> None:
+        for key, finding in self._last.items():
+            self._groups[key].last = Occurrence.of(finding)
+        self._last.clear()
+
+    def merge(self, other: Grouper) -> None:
+        """Take ``other``'s groups (one run's) after this one's: counts add up, ``last`` is other's."""
+        self._settle()
+        other._settle()
+        for key, theirs in other._groups.items():
+            group = self._groups.get(key)
+            if group is None:
+                self._groups[key] = theirs
+                continue
+            group.count += theirs.count
+            group.last = theirs.last
+            group.runtimes += [rt for rt in theirs.runtimes if rt not in group.runtimes]
+            room = OCCURRENCES_KEPT - len(group.occurrences)
+            group.occurrences += theirs.occurrences[: max(room, 0)]
+
     def groups(self) -> list[Group]:
         """Findings first, then notes; by clause, then the largest count first."""
+        self._settle()
         return sorted(self._groups.values(), key=lambda g: (g.note, g.clause, -g.count, g.key))

@@ -28,7 +28,7 @@ from clr_model.async_safety import Checker as AsyncChecker
 from clr_model.clauses import CATALOG, Layer
 from clr_model.errors import InvalidInput
 from clr_model.events import InfoCall, ObjectInspection, ProfilerCallback
-from clr_model.hresults import hresult_failed
+from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.moved_refs import HANDED_OUT_PARAMETERS, check_gc_events
 from conformance.core import registry
 from conformance.core.findings import Finding
@@ -527,6 +527,39 @@ class NullTailcall(StreamRule):
                       "reported, so enters and leaves do not pair up")  # fmt: skip
 
 
+# --- hook registration (SEL-01) --------------------------------------------------------------------------
+
+
+@rule("SEL-01", what="enter/leave/tailcall hooks are registered inside Initialize")
+class HooksOutsideInitialize(StreamRule):
+    """SEL-01: a SetEnterLeaveFunctionHooks2/3/3WithInfo call once every Initialize has returned (another
+    thread's call while Initialize is open is left alone: the page says "from the Initialize callback", the
+    runtime checks only that the profiler is initializing)."""
+
+    reads = (*_calls(set(_NULL_TAILCALL)),
+             *(("callback", n) for n in sorted(api.names_with(Fact.INITIALIZES))))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.open = 0  # Initialize callbacks entered and not returned
+        self.returned = False
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "callback":
+            phase = r.get("phase", "whole")
+            self.open += 1 if phase == "enter" else -1 if phase == "return" else 0
+            self.returned = self.returned or phase != "enter"
+            return
+        if not _begins(r):
+            return
+        self.j.exercised.add("SEL-01")
+        if self.returned and self.open <= 0:
+            hr = _int(r.get("hr"))
+            answer = f" (the runtime answered {format_hresult(hr)})" if hr is not None else ""
+            self.j.at("SEL-01", r, f"{r['name']} called after Initialize returned{answer}: the hooks it "
+                      "registers never run")  # fmt: skip
+
+
 # --- lifecycle (SHD-01, VAL-RELEASED-INFO, VAL-THREAD-AT-SHUTDOWN, VAL-ENUM-LEAK, VAL-LOAD) --------------
 
 
@@ -710,13 +743,32 @@ class CrashesAndHangs(StreamRule):
         else:
             self._hang(r)
 
-    def _frame_text(self, f: dict[str, Any]) -> str:
-        symbol = f.get("symbol")
-        if isinstance(symbol, str) and symbol:
-            from conformance.core.symbols import demangle
+    def _frames_text(self, frames: list[dict[str, Any]], count: int) -> str:
+        """The first ``count`` frames of a stack, innermost first: the profiler's own as function
+        (file:line), others by symbol or ``lib.so+0xOFF``; the proxy's forwarding frames between them (the
+        harness's module) are left out, said once."""
+        target = Path(self.j.target).name
+        shown: list[str] = []
+        dropped = False
+        for i, f in enumerate(frames):
+            if f.get("module") in _HARNESS_MODULES:
+                dropped = True
+                continue
+            if len(shown) == count:
+                break
+            offset = _int(f.get("offset"))
+            site = None
+            if f.get("module") == target and offset is not None:
+                site = self.j.site_in_target(offset, return_address=i > 0)
+            if site is not None and site.function:
+                shown.append(site.text())
+            elif isinstance(f.get("symbol"), str) and f.get("symbol"):
+                from conformance.core.symbols import demangle
 
-            return demangle(symbol)
-        return f"{f.get('module', '?')}+{_int(f.get('offset')) or 0:#x}"
+                shown.append(demangle(str(f["symbol"])))
+            else:
+                shown.append(f"{f.get('module', '?')}+{offset or 0:#x}")
+        return " < ".join(shown) + (" (the proxy's frames left out)" if dropped else "")
 
     def _crash(self, r: Record) -> None:
         target = Path(self.j.target).name
@@ -735,8 +787,9 @@ class CrashesAndHangs(StreamRule):
         site = None
         if mine:
             offset = _int(mine[0].get("offset"))
-            site = self.j.site_in_target(offset) if offset is not None else None
-        shown = " < ".join(self._frame_text(f) for f in stack[:6])
+            top = stack[0] is mine[0]  # the profiler's own code faulted: its IP, not a return address
+            site = self.j.site_in_target(offset, return_address=not top) if offset is not None else None
+        shown = self._frames_text(stack, 6)
         self.j.finding(
             "VAL-CRASH",
             f"{r.get('signal')} {where}{inside} on thread {r.get('os_tid')}; stack: {shown}"
@@ -760,10 +813,8 @@ class CrashesAndHangs(StreamRule):
             last = cbs[-1] if cbs else th.get("lastCallback")
             if th.get("osTid") == stuck and cbs:
                 stuck_cb = cbs[-1]
-            frames = crash_stack(th.get("stack"), self.j.target)[:3]
-            lines.append(
-                f"{th.get('osTid')}: {last or '-'} ({' < '.join(self._frame_text(f) for f in frames)})"
-            )
+            frames = crash_stack(th.get("stack"), self.j.target)
+            lines.append(f"{th.get('osTid')}: {last or '-'} ({self._frames_text(frames, 3)})")
         open_kind = r.get("open") if r.get("open") in ("callback", "call") else "callback"
         what = f"{open_kind} {r.get('openName')}" if r.get("openName") else "a callback"
         self.j.finding("VAL-HANG", f"{what} ran {r.get('busyMs')} ms (limit {r.get('limitMs')} ms) on thread "
@@ -827,11 +878,12 @@ class _Hooks(StreamRule):
             self.found.append((registered, self.j.callback_of(r["os_tid"])))
 
 
-def judge_run(run: RunResult, sink: Callable[[Finding], None]) -> JudgedRun:
+def judge_run(run: RunResult, sink: Callable[[Finding], None], *, profiler: Path | None = None) -> JudgedRun:
     """Every validator rule over ``run``'s recording (its trace file), findings into ``sink``; then what the
-    run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit)."""
+    run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit).
+    ``profiler``: the profiler's file, for sites before the recording names it."""
     registry.load_all((Layer.VALIDATOR,))
-    judging = Judging(run=run, sink=sink)
+    judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "")
     rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
     rules += [_Hooks, _InitializeSeen]
     live = judging.judge(run.trace_path, rules)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, ClassVar
+from typing import Any, BinaryIO, ClassVar, Unpack
 
 from orjson import JSONDecodeError, loads
 
@@ -28,7 +28,7 @@ from clr_model import api
 from clr_model.api import HookKind
 from clr_model.clauses import CATALOG, Kind
 from conformance.core.errors import HarnessError
-from conformance.core.findings import Finding
+from conformance.core.findings import Finding, Where
 from conformance.core.runner import RunResult
 from conformance.core.symbols import Site, Symbolizer
 
@@ -126,6 +126,9 @@ class Judging:
 
     run: RunResult
     sink: Sink
+    #: the profiler validate was given: its path until the header names the proxy's target (a crash in the
+    #: profiler's constructor comes before any header)
+    profiler: str = ""
     symbolizer: Symbolizer = field(default_factory=Symbolizer)
     header: Record = field(default_factory=dict)
     #: OS thread -> callbacks and hooks open on it, outermost first
@@ -163,7 +166,7 @@ class Judging:
     @property
     def target(self) -> str:
         target = self.proxy.get("target")
-        return target if isinstance(target, str) else ""
+        return target if isinstance(target, str) and target else self.profiler
 
     def stack(self, thread: int) -> list[Frame]:
         """The callbacks and hooks open on ``thread`` around the current record (its own frame excluded)."""
@@ -192,9 +195,12 @@ class Judging:
         self._sites[caller] = found
         return found
 
-    def site_in_target(self, offset: int) -> Site | None:
-        """A site at ``offset`` into the profiler's own file (a crash frame, a registered hook)."""
-        return self.symbolizer.site(self.target, offset) if self.target else None
+    def site_in_target(self, offset: int, *, return_address: bool = False) -> Site | None:
+        """A site at ``offset`` into the profiler's own file (a crash frame, a registered hook);
+        ``return_address``: the offset is where a call returns to (a caller's frame), the site is the call."""
+        if not self.target:
+            return None
+        return self.symbolizer.site(self.target, offset, return_address=return_address)
 
     def _module_of(self, address: int) -> tuple[int, str] | None:
         best = None
@@ -211,16 +217,13 @@ class Judging:
         message: str,
         records: list[int],
         *,
-        thread: int | None = None,
-        callback: str | None = None,
         note: bool = False,
-        site: Site | None = None,
+        **where: Unpack[Where],
     ) -> None:
         """Emit a finding; an observation (a clause no document states) is always a note."""
         item = CATALOG.get(clause)
         note = note or (item is not None and item.kind is Kind.OBSERVATION)
-        self.sink(Finding.of(self.run, clause, message, records, thread=thread, callback=callback, note=note,
-                             site=site))  # fmt: skip
+        self.sink(Finding.of(self.run, clause, message, records, note=note, **where))
 
     def at(
         self, clause: str, r: Record, message: str, *, more: Iterable[int] = (), note: bool = False

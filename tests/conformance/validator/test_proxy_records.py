@@ -207,3 +207,30 @@ def test_threads_alive_at_shutdown_have_their_stacks_and_calls(
             modules = [f.get("module") for f in thread["stack"]]
             assert so.name in modules, thread  # the thread's own code is on its stack
             assert (thread["callsAfterShutdown"] > 0) is calls, thread
+
+
+@pytest.mark.live
+def test_MR2_17_MR2_08_a_correct_tracker_validates_clean(tracker: ValidationResult) -> None:
+    """Issue 19's first acceptance point: the tracker remaps every tracked ID through >= 3 compacting GCs
+    whose objects land on addresses other objects left (.NET 8 regions): no finding, no note, both
+    runtimes."""
+    assert tracker.groups == [], [g.first.message for g in tracker.groups]
+
+
+@pytest.mark.live
+def test_MR2_08_a_tracker_remapping_plus_8_is_found_at_its_source_line(
+    skew8: ValidationResult, runtimes: list[Runtime]
+) -> None:
+    """The same tracker remapping ``+ 8``: MR2-08 on both runtimes, at the tracker's GetClassFromObject line
+    (the object and the offset named), the crash that follows attributed to the same line."""
+    source = DOCS / "object_tracker.cpp"
+    lines = source.read_text().splitlines()
+    (line,) = [n for n, text in enumerate(lines, 1) if "info_->GetClassFromObject(t.id" in text]
+    remap = [g for g in skew8.findings if g.clause == "MR2-08"]
+    assert len(remap) == 1, [g.first.message for g in skew8.findings]
+    (group,) = remap
+    assert group.runtimes == sorted(rt.version for rt in runtimes)
+    assert group.site is not None and (group.site.file, group.site.line) == (str(source), line), group.site
+    assert "8 bytes inside the object at" in group.first.message and group.quote and group.fix
+    crash = [g for g in skew8.findings if g.clause == "VAL-CRASH"]
+    assert crash and all(g.site is not None and g.site.line == line for g in crash), crash
