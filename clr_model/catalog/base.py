@@ -19,6 +19,7 @@ class Document(StrEnum):
     ROOT_REFERENCES2 = "ICorProfilerCallback2::RootReferences2"
     GARBAGE_COLLECTION_STARTED = "ICorProfilerCallback2::GarbageCollectionStarted"
     SHUTDOWN = "ICorProfilerCallback::Shutdown"
+    SET_ENTER_LEAVE_HOOKS2 = "ICorProfilerInfo2::SetEnterLeaveFunctionHooks2"
     #: rules the harness holds a profiler to that no document states (a crash, a hang, a failed load): each
     #: says why in ``reason``
     HARNESS = "profharness"
@@ -54,6 +55,7 @@ PREFIXES: dict[Document, str] = {
     Document.ROOT_REFERENCES2: "RRF",
     Document.GARBAGE_COLLECTION_STARTED: "GCS",
     Document.SHUTDOWN: "SHD",
+    Document.SET_ENTER_LEAVE_HOOKS2: "SEL",
     Document.HARNESS: "VAL",
 }
 
@@ -69,6 +71,7 @@ SOURCES: dict[Document, str] = {
     Document.ROOT_REFERENCES2: _PAGES + "icorprofilercallback2-rootreferences2-method",
     Document.GARBAGE_COLLECTION_STARTED: _PAGES + "icorprofilercallback2-garbagecollectionstarted-method",
     Document.SHUTDOWN: _PAGES + "icorprofilercallback-shutdown-method",
+    Document.SET_ENTER_LEAVE_HOOKS2: _PAGES + "icorprofilerinfo2-setenterleavefunctionhooks2-method",
     Document.HARNESS: "profharness (the harness's own rules)",
 }
 

@@ -3,8 +3,10 @@ the validator's scenarios (or your app) on live runtimes.
 
 Prints one line per finding group (clause, title, runtimes, count, the profiler's site, the first message;
 notes after them, marked ``note``), then the runs table and a summary line; ``--verbose`` adds each group's
-documentation sentence, fix and occurrences. ``--json``/``--junit``/``--html`` write the reports
-(:mod:`conformance.validator.report`); their paths are checked before anything runs.
+documentation sentence, fix and occurrences. ``--timeout SECONDS`` bounds each run (the harness's watchdog,
+default 600), ``--hang-seconds`` a callback (the proxy's hang limit, default 10). ``--json``/``--junit``/
+``--html`` write the reports (:mod:`conformance.validator.report`); their paths are checked before anything
+runs.
 
 The enter/leave hooks the profiler registers (SetEnterLeaveFunctionHooks2/3) are also given to the hook
 checker (``check-hook``); a hook it cannot read (no symbol) is a ``note:`` line, not a finding.
@@ -18,6 +20,7 @@ tree is ended, what was judged before is printed and written to the reports aske
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +28,7 @@ from pathlib import Path
 from conformance.cli import reports_exit
 from conformance.core import fsio, interrupt
 from conformance.validator import api, report
-from conformance.validator.launch import DEFAULT_HANG_S, ValidatorInputError, parse_env
+from conformance.validator.launch import DEFAULT_HANG_S, DEFAULT_TIMEOUT_S, ValidatorInputError, parse_env
 from conformance.validator.result import ValidationResult
 
 HELP = "validate a profiler .so against the author rules, behind a recording proxy"
@@ -66,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_HANG_S,
         help="a callback open longer than this is a hang (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="the harness's watchdog: a run taking longer is ended, outcome hung (default %(default)s)",
     )
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also print each group's documented sentence, fix and occurrences")  # fmt: skip
@@ -113,8 +123,9 @@ def _bytes(document: str | bytes) -> bytes:
 def main(args: argparse.Namespace) -> int:
     paths = outputs(args)
     fsio.check_output_paths(paths)  # before anything runs
-    if args.hang_seconds <= 0:
-        raise ValidatorInputError(f"--hang-seconds {args.hang_seconds}: must be a positive number of seconds")
+    for option, seconds in (("--hang-seconds", args.hang_seconds), ("--timeout", args.timeout)):
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise ValidatorInputError(f"{option} {seconds}: must be a positive number of seconds")
     result = api.validate(
         args.profiler,
         args.clsid,
@@ -124,6 +135,7 @@ def main(args: argparse.Namespace) -> int:
         preload=args.preload,
         hang_s=args.hang_seconds,
         dotnet=args.dotnet,
+        timeout_s=args.timeout,
     )
     with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
         print(report.render_text(result, verbose=args.verbose), flush=True)

@@ -8,13 +8,13 @@ running, and the seqs of the trace records that are its evidence.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict
 
 from conformance.core.symbols import Site
 
-__all__ = ["Finding", "RunOf", "clause_title"]
+__all__ = ["Finding", "RunOf", "Where", "clause_title"]
 
 
 class RunOf(Protocol):
@@ -34,6 +34,15 @@ def clause_title(clause: str) -> str:
 
     found = CATALOG.get(clause)
     return found.title if found is not None else clause
+
+
+class Where(TypedDict, total=False):
+    """Where a finding happened, as far as the recording says: the thread, the callback open on it, the
+    profiler's own code (function and file:line)."""
+
+    thread: int | None
+    callback: str | None
+    site: Site | None
 
 
 class Finding(BaseModel):
@@ -63,24 +72,20 @@ class Finding(BaseModel):
         message: str,
         records: list[int],
         *,
-        thread: int | None = None,
-        callback: str | None = None,
         note: bool = False,
-        site: Site | None = None,
+        **where: Unpack[Where],
     ) -> Finding:
         """A finding of ``run`` (its runtime, scenario and trace), titled from the catalog."""
         return cls(
             note=note,
-            site=site,
             clause=clause,
             title=clause_title(clause),
             message=message,
             runtime=run.runtime,
             scenario=run.scenario,
-            thread=thread,
-            callback=callback,
             records=records,
             trace=str(run.trace_path),
+            **where,
         )
 
     def line(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Site", "Symbolizer", "demangle"]
+__all__ = ["Site", "Symbolizer", "demangle", "symbol_at"]
 
 
 class Site(BaseModel):
@@ -121,10 +121,40 @@ def _line_programs(dwarf: Any) -> Iterator[tuple[Any, Any, list[str | None]]]:
         yield cu, program, _file_names(program.header)
 
 
+def _function_symbols(elf: Any) -> list[tuple[int, int, str]]:
+    """(start, end, name) of every defined function symbol of ``.symtab``, or ``.dynsym`` without one."""
+    from elftools.elf.sections import SymbolTableSection
+
+    funcs: list[tuple[int, int, str]] = []
+    for section_name in (".symtab", ".dynsym"):
+        section = elf.get_section_by_name(section_name)
+        if not isinstance(section, SymbolTableSection):
+            continue
+        for sym in section.iter_symbols():
+            defined = sym["st_value"] and sym["st_shndx"] != "SHN_UNDEF"
+            if sym["st_info"]["type"] == "STT_FUNC" and defined and sym.name:
+                start = int(sym["st_value"])
+                funcs.append((start, start + max(int(sym["st_size"]), 1), str(sym.name)))
+        if funcs:
+            break
+    return funcs
+
+
+def symbol_at(module: Path, offset: int) -> str | None:
+    """The function symbol (``.symtab``, else ``.dynsym``) whose value is ``offset`` in ``module``."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with module.open("rb") as fh:
+            return next((name for start, _, name in _function_symbols(ELFFile(fh)) if start == offset), None)
+    except (OSError, ELFError):
+        return None
+
+
 def _read_module(path: Path) -> _Module:
     from elftools.common.exceptions import DWARFError, ELFError
     from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
 
     funcs: list[tuple[int, int, str]] = []
     rows: list[tuple[int, str, int]] = []
@@ -132,17 +162,7 @@ def _read_module(path: Path) -> _Module:
     try:
         with path.open("rb") as fh:
             elf = ELFFile(fh)
-            for section_name in (".symtab", ".dynsym"):
-                section = elf.get_section_by_name(section_name)
-                if not isinstance(section, SymbolTableSection):
-                    continue
-                for sym in section.iter_symbols():
-                    defined = sym["st_value"] and sym["st_shndx"] != "SHN_UNDEF"
-                    if sym["st_info"]["type"] == "STT_FUNC" and defined:
-                        start = int(sym["st_value"])
-                        funcs.append((start, start + max(int(sym["st_size"]), 1), str(sym.name)))
-                if funcs:
-                    break
+            funcs = _function_symbols(elf)
             if elf.has_dwarf_info():
                 for _, program, files in _line_programs(elf.get_dwarf_info()):
                     for entry in program.get_entries():

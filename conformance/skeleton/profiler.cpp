@@ -59,10 +59,16 @@ class Profiler final : public Callbacks4 {
         LPCBYTE base = nullptr;
         AssemblyID assembly = 0;
         ULONG needed = 0;
-        if (info_->GetModuleInfo(module, &base, 0, &needed, nullptr, &assembly) != S_OK || needed == 0)
-            return S_OK;
-        std::vector<WCHAR> name(needed);
-        if (info_->GetModuleInfo(module, &base, needed, &needed, name.data(), &assembly) == S_OK) ++modules_;
+        // Caller-allocated buffers, double pass: ask for the size, then call again with a buffer that large;
+        // "if pcBufferMax points to a value that is larger than cBufferSizeStart, allocate a larger InfoBuffer
+        // buffer ... and call the method again" (a bounded number of times)
+        HRESULT hr = info_->GetModuleInfo(module, &base, 0, &needed, nullptr, &assembly);
+        std::vector<WCHAR> name;
+        for (int attempt = 0; hr == S_OK && needed > name.size() && attempt < 8; ++attempt) {
+            name.resize(needed);
+            hr = info_->GetModuleInfo(module, &base, static_cast<ULONG>(name.size()), &needed, name.data(), &assembly);
+        }
+        if (hr == S_OK && !name.empty() && needed <= name.size()) ++modules_;
         return S_OK;
     }
 

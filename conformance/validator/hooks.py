@@ -35,6 +35,7 @@ from clr_model import api
 from clr_model.abi import KIND_OF_REGISTRATION, Kind
 from clr_model.api import HookKind
 from clr_model.events import InfoCall, begins, int_arg
+from conformance.core.symbols import symbol_at
 from conformance.validator.recording import Recording
 from emu.errors import EmuError
 from emu.hookcheck import HookFinding, HookInputError, check_hook
@@ -103,32 +104,6 @@ def registered_hooks(rec: Recording) -> list[RegisteredHook]:
                 )
             )
     return found
-
-
-def symbol_at(module: Path, offset: int) -> str | None:
-    """The function symbol (``.symtab``, then ``.dynsym``) whose value is ``offset`` in ``module``."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
-    try:
-        with module.open("rb") as fh:
-            elf = ELFFile(fh)
-            for section_name in (".symtab", ".dynsym"):
-                section = elf.get_section_by_name(section_name)
-                if not isinstance(section, SymbolTableSection):
-                    continue
-                for sym in section.iter_symbols():
-                    if (
-                        sym.name
-                        and sym["st_info"]["type"] == "STT_FUNC"
-                        and sym["st_value"] == offset
-                        and sym["st_shndx"] != "SHN_UNDEF"
-                    ):
-                        return str(sym.name)
-    except (OSError, ELFError):
-        return None
-    return None
 
 
 def fault_line(fault: HookFinding) -> str:

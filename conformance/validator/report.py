@@ -161,16 +161,20 @@ def render_text(result: ValidationResult, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _explanation(group: Group) -> list[tuple[str, str]]:
+    """What explains a group, in order, each only when the catalog has it: the documentation sentence
+    (``documented``; its document is ``group.document``), why a harness rule holds, the fix."""
+    parts = (("documented", group.quote), ("why", group.reason), ("fix", group.fix))
+    return [(label, text) for label, text in parts if text]
+
+
 def _details(group: Group) -> list[str]:
     """The ``--verbose`` lines of a group: its sentence, fix and kept occurrences, indented."""
     pad = "    "
-    out = []
-    if group.quote:
-        out.append(f"{pad}documented: \u201c{group.quote}\u201d ({group.document})")
-    if group.reason:
-        out.append(f"{pad}why: {group.reason}")
-    if group.fix:
-        out.append(f"{pad}fix: {group.fix}")
+    out = [
+        f"{pad}{label}: " + (f"\u201c{text}\u201d ({group.document})" if label == "documented" else text)
+        for label, text in _explanation(group)
+    ]
     kept = list(group.occurrences)
     if group.last not in kept:
         kept.append(group.last)
@@ -304,12 +308,11 @@ def _group_html(index: int, g: Group) -> str:
         f"<h3><span class='tag {kind}'>{kind}</span> {_e(g.clause)} {_e(g.title)} "
         f"<span class='small'>&times;{g.count} on {_e(', '.join(g.runtimes))}</span></h3>",
     ]
-    if g.quote:
-        parts.append(f"<blockquote>{_e(g.quote)}</blockquote><p class='small'>{_e(g.document)}</p>")
-    if g.reason:
-        parts.append(f"<p><b>why</b> {_e(g.reason)}</p>")
-    if g.fix:
-        parts.append(f"<p><b>fix</b> {_e(g.fix)}</p>")
+    for label, text in _explanation(g):
+        if label == "documented":
+            parts.append(f"<blockquote>{_e(text)}</blockquote><p class='small'>{_e(g.document)}</p>")
+        else:
+            parts.append(f"<p><b>{label}</b> {_e(text)}</p>")
     parts.append(f"<p><b>where</b> <code>{_e(_site(g))}</code></p>")
     parts.append(f"<p><b>first</b> {_e(g.first.message)}</p>")
     if g.last != g.first:

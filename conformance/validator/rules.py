@@ -28,7 +28,7 @@ from clr_model.async_safety import Checker as AsyncChecker
 from clr_model.clauses import CATALOG, Layer
 from clr_model.errors import InvalidInput
 from clr_model.events import InfoCall, ObjectInspection, ProfilerCallback
-from clr_model.hresults import hresult_failed
+from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.moved_refs import HANDED_OUT_PARAMETERS, check_gc_events
 from conformance.core import registry
 from conformance.core.findings import Finding
@@ -47,14 +47,17 @@ def rule(*clauses: str, what: str) -> Callable[[RuleClass], RuleClass]:
 
 
 def _begins(r: Record) -> bool:
-    return bool(r.get("phase", "whole") != "return")
+    """A record whose call or callback begins here: its enter, or a whole one (no phase)."""
+    return r.get("phase") != "return"
 
 
 def _ends(r: Record) -> bool:
-    return bool(r.get("phase", "whole") != "enter")
+    return r.get("phase") != "enter"
 
 
 def _int(value: object) -> int | None:
+    if value.__class__ is int:  # what orjson gives: the common case first
+        return value
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -241,6 +244,15 @@ _NO_INSPECTION_INSIDE: dict[str, str] = {
     for callback in c.during
 }
 _GC_CALLBACKS = api.names_with(Fact.GC)
+#: the GC callbacks of :data:`_NO_INSPECTION_INSIDE`
+_INVALID_INSIDE = frozenset(c for c in _NO_INSPECTION_INSIDE if c in _GC_CALLBACKS)
+
+
+def _oid(r: Record, name: str) -> int:
+    """The ObjectID an inspecting call ``name`` was given (0 when the record does not say)."""
+    return _arg(r, "args", _OBJECT_PARAM[name]) or 0
+
+
 _MOVES = api.names_with(Fact.MOVES)
 _GC_BOUND_OR_MOVES = api.names_with(Fact.GC_BOUND) | _MOVES
 #: the callbacks that hand out ObjectIDs (a parameter of type ObjectID or ObjectID*)
@@ -264,6 +276,7 @@ class InspectionWhileInvalid(StreamRule):
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
         self.in_gc = False  # between GarbageCollectionStarted's return and GarbageCollectionFinished
+        self.seen = False  # an inspection was read (the clauses are exercised)
 
     def on(self, r: Record) -> None:
         name = r["name"]
@@ -273,22 +286,31 @@ class InspectionWhileInvalid(StreamRule):
             elif name == "GarbageCollectionFinished" and _begins(r):
                 self.in_gc = False
             return
-        if not _begins(r):
+        if r.get("phase") == "return":  # judged where it begins
             return
-        self.j.exercised.update(("MR2-09", "ORF-01", "RRF-01", "GCS-01"))
-        oid = _arg(r, "args", _OBJECT_PARAM[name]) or 0
-        inside = [f.name for f in self.j.stack(r["os_tid"]) if f.name in _GC_CALLBACKS]
-        own = next((_NO_INSPECTION_INSIDE[c] for c in reversed(inside) if c in _NO_INSPECTION_INSIDE), None)
+        if not self.seen:
+            self.seen = True
+            self.j.exercised.update(("MR2-09", "ORF-01", "RRF-01", "GCS-01"))
+        stack = self.j.stacks.get(r["os_tid"])
+        own = None  # the innermost callback open whose own clause forbids inspecting in it
+        if stack:
+            for f in stack:
+                if f.name in _INVALID_INSIDE:
+                    own = f.name
         if own is not None:
-            callback = next(c for c in reversed(inside) if c in _NO_INSPECTION_INSIDE)
-            self.j.at(own, r, f"{name} inspects ObjectID {oid:#x} inside {callback}, whose ObjectIDs are not "
-                      "valid during the callback")  # fmt: skip
-        elif r.get("inGc") is True or (self.in_gc and "GarbageCollectionFinished" not in inside):
+            self.j.at(_NO_INSPECTION_INSIDE[own], r, f"{name} inspects ObjectID {_oid(r, name):#x} inside "
+                      f"{own}, whose ObjectIDs are not valid during the callback")  # fmt: skip
+            return
+        in_gc = r.get("inGc") is True
+        if not in_gc and not self.in_gc:
+            return
+        inside = [f.name for f in stack if f.name in _GC_CALLBACKS] if stack else []
+        if in_gc or "GarbageCollectionFinished" not in inside:
             where = f"inside {inside[-1]}" if inside else f"on thread {r['os_tid']}"
             self.j.at(
                 "GCS-01",
                 r,
-                f"{name} inspects ObjectID {oid:#x} {where} while a garbage collection is "
+                f"{name} inspects ObjectID {_oid(r, name):#x} {where} while a garbage collection is "
                 "moving objects (after GarbageCollectionStarted returned, before GarbageCollectionFinished)",
             )
 
@@ -317,26 +339,30 @@ class RemappedIds(StreamRule):
         self.ranges: dict[int, Record] = {}
         #: the proxy's shadow heap is on (its proxy.mask mark, written when Initialize returns)
         self.shadow = False
+        self.seen = False  # an inspection was read (the clauses are exercised)
 
     def on(self, r: Record) -> None:
-        if r["kind"] == "call":
-            if not _begins(r) or (r.get("phase") == "return" and r.get("heap")):
+        kind = r["kind"]
+        if kind == "call":
+            if r.get("phase") == "return":
                 return  # a two-phase inspection is judged at its enter record
-            self.j.exercised.update(("MR2-17", "MR2-08"))
+            if not self.seen:
+                self.seen = True
+                self.j.exercised.update(("MR2-17", "MR2-08"))
             name = r["name"]
-            oid = _arg(r, "args", _OBJECT_PARAM[name]) or 0
-            heap = r.get("heap")
             if self.shadow:
                 # during a GC the shadow heap still has the heap before it (it applies a GC when the GC
                 # finishes): such an inspection is judged by MR2-09 alone, not against a stale layout
+                heap = r.get("heap")
                 if isinstance(heap, dict) and r.get("inGc") is not True:
-                    self._judge(r, name, oid, heap)
+                    self._judge(r, name, _oid(r, name), heap)
                 return
             stack = self.j.stack(r["os_tid"])
-            self._keep(r, ObjectInspection(seq=r["seq"], thread=r["os_tid"], name=name, object_id=oid,
+            self._keep(r, ObjectInspection(seq=r["seq"], thread=r["os_tid"], name=name,
+                                           object_id=_oid(r, name),
                                            within=stack[-1].name if stack else None))  # fmt: skip
             return
-        if r["kind"] == "mark":
+        if kind == "mark":
             if r.get("name") == "proxy.mask":
                 self.shadow = r.get("heap") is True
                 if self.shadow:
@@ -447,25 +473,34 @@ _TRIGGERS_GC = api.names_with(Fact.TRIGGERS_GC)
 class CallsFromHooks(StreamRule):
     reads = (("call", None), ("counts", None))
 
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.seen = False  # a call from an enter/leave hook was read (the clauses are exercised)
+
     def on(self, r: Record) -> None:
         if r["kind"] == "counts":
             if any(self.j.hook_counts.get(h) for h in ELT_HOOKS):
                 self.j.exercised.update(("FE2-10", "FE2-11"))
             return
-        if not _begins(r):
+        if r.get("phase") == "return":  # judged where it begins
             return
         stack = self.j.stacks.get(r["os_tid"])
         if not stack:
             return
-        hooks = [f.name for f in stack if f.hook and f.name in ELT_HOOKS]
-        if not hooks:
+        hook = None  # the innermost enter/leave hook open
+        for f in stack:
+            if f.hook and f.name in ELT_HOOKS:
+                hook = f.name
+        if hook is None:
             return
-        self.j.exercised.update(("FE2-10", "FE2-11"))
+        if not self.seen:
+            self.seen = True
+            self.j.exercised.update(("FE2-10", "FE2-11"))
         name = r["name"]
         if name in _TRIGGERS_GC:
-            self.j.at("FE2-11", r, f"{hooks[-1]} hook calls {name}, which triggers a garbage collection")
+            self.j.at("FE2-11", r, f"{hook} hook calls {name}, which triggers a garbage collection")
         elif name in _BLOCKS:
-            self.j.at("FE2-10", r, f"{hooks[-1]} hook calls {name}, which blocks")
+            self.j.at("FE2-10", r, f"{hook} hook calls {name}, which blocks")
 
 
 _NULL_TAILCALL = {
@@ -490,6 +525,39 @@ class NullTailcall(StreamRule):
         if (enter or leave) and not tail:
             self.j.at("VAL-NULL-TAILCALL", r, f"{r['name']} with a NULL tailcall hook: tail calls are not "
                       "reported, so enters and leaves do not pair up")  # fmt: skip
+
+
+# --- hook registration (SEL-01) --------------------------------------------------------------------------
+
+
+@rule("SEL-01", what="enter/leave/tailcall hooks are registered inside Initialize")
+class HooksOutsideInitialize(StreamRule):
+    """SEL-01: a SetEnterLeaveFunctionHooks2/3/3WithInfo call once every Initialize has returned (another
+    thread's call while Initialize is open is left alone: the page says "from the Initialize callback", the
+    runtime checks only that the profiler is initializing)."""
+
+    reads = (*_calls(set(_NULL_TAILCALL)),
+             *(("callback", n) for n in sorted(api.names_with(Fact.INITIALIZES))))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.open = 0  # Initialize callbacks entered and not returned
+        self.returned = False
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "callback":
+            phase = r.get("phase", "whole")
+            self.open += 1 if phase == "enter" else -1 if phase == "return" else 0
+            self.returned = self.returned or phase != "enter"
+            return
+        if not _begins(r):
+            return
+        self.j.exercised.add("SEL-01")
+        if self.returned and self.open <= 0:
+            hr = _int(r.get("hr"))
+            answer = f" (the runtime answered {format_hresult(hr)})" if hr is not None else ""
+            self.j.at("SEL-01", r, f"{r['name']} called after Initialize returned{answer}: the hooks it "
+                      "registers never run")  # fmt: skip
 
 
 # --- lifecycle (SHD-01, VAL-RELEASED-INFO, VAL-THREAD-AT-SHUTDOWN, VAL-ENUM-LEAK, VAL-LOAD) --------------
@@ -810,11 +878,12 @@ class _Hooks(StreamRule):
             self.found.append((registered, self.j.callback_of(r["os_tid"])))
 
 
-def judge_run(run: RunResult, sink: Callable[[Finding], None]) -> JudgedRun:
+def judge_run(run: RunResult, sink: Callable[[Finding], None], *, profiler: Path | None = None) -> JudgedRun:
     """Every validator rule over ``run``'s recording (its trace file), findings into ``sink``; then what the
-    run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit)."""
+    run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit).
+    ``profiler``: the profiler's file, for sites before the recording names it."""
     registry.load_all((Layer.VALIDATOR,))
-    judging = Judging(run=run, sink=sink)
+    judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "")
     rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
     rules += [_Hooks, _InitializeSeen]
     live = judging.judge(run.trace_path, rules)

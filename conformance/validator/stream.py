@@ -20,15 +20,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar, Unpack
 
-import orjson
+from orjson import JSONDecodeError, loads
 
 from clr_model import api
 from clr_model.api import HookKind
 from clr_model.clauses import CATALOG, Kind
 from conformance.core.errors import HarnessError
-from conformance.core.findings import Finding
+from conformance.core.findings import Finding, Where
 from conformance.core.runner import RunResult
 from conformance.core.symbols import Site, Symbolizer
 
@@ -52,31 +52,51 @@ ELT_HOOKS: frozenset[str] = frozenset(
 NOTE_PREFIX = "proxy."
 
 
+def _open(path: Path) -> BinaryIO:
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise HarnessError(f"{path}: cannot read the recording: {exc.strerror}") from None
+
+
+def _refuse(path: Path, number: int, problem: str) -> HarnessError:
+    return HarnessError(f"{path}:{number}: {problem}")
+
+
+def _record(path: Path, number: int, line: bytes) -> Record | None:
+    """The record of a complete line that :func:`orjson.loads` took for a record (or refused): None for a
+    blank line; a malformed line raises :class:`HarnessError` naming ``file:line``. The slow path of the
+    readers below, which parse first and ask only when the line is not a JSON object with a kind."""
+    if not line.strip():
+        return None
+    try:
+        record = loads(line)
+    except JSONDecodeError as exc:
+        raise _refuse(path, number, f"not JSON ({exc}); the recording is damaged there") from None
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        raise _refuse(path, number, "a record must be a JSON object with a kind")
+    return record
+
+
 def read_records(path: Path) -> Iterator[tuple[int, Record]]:
     """(line number, record) of every complete line; a torn last line ends it quietly; a malformed complete
     line raises :class:`HarnessError` naming ``file:line``."""
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        raise HarnessError(f"{path}: cannot read the recording: {exc.strerror}") from None
-    with fh:
+    with _open(path) as fh:
         for number, line in enumerate(fh, 1):
             if not line.endswith(b"\n"):
                 return  # the writer died mid-record: every complete record before it counts
-            if not line.strip():
-                continue
             try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise HarnessError(
-                    f"{path}:{number}: not JSON ({exc}); the recording is damaged there"
-                ) from None
-            if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
-                raise HarnessError(f"{path}:{number}: a record must be a JSON object with a kind")
+                record = loads(line)
+            except JSONDecodeError:
+                record = None
+            if record.__class__ is not dict or record.get("kind").__class__ is not str:
+                record = _record(path, number, line)
+                if record is None:
+                    continue
             yield number, record
 
 
-@dataclass
+@dataclass(slots=True)
 class Frame:
     name: str
     hook: bool
@@ -106,6 +126,9 @@ class Judging:
 
     run: RunResult
     sink: Sink
+    #: the profiler validate was given: its path until the header names the proxy's target (a crash in the
+    #: profiler's constructor comes before any header)
+    profiler: str = ""
     symbolizer: Symbolizer = field(default_factory=Symbolizer)
     header: Record = field(default_factory=dict)
     #: OS thread -> callbacks and hooks open on it, outermost first
@@ -143,7 +166,7 @@ class Judging:
     @property
     def target(self) -> str:
         target = self.proxy.get("target")
-        return target if isinstance(target, str) else ""
+        return target if isinstance(target, str) and target else self.profiler
 
     def stack(self, thread: int) -> list[Frame]:
         """The callbacks and hooks open on ``thread`` around the current record (its own frame excluded)."""
@@ -194,16 +217,13 @@ class Judging:
         message: str,
         records: list[int],
         *,
-        thread: int | None = None,
-        callback: str | None = None,
         note: bool = False,
-        site: Site | None = None,
+        **where: Unpack[Where],
     ) -> None:
         """Emit a finding; an observation (a clause no document states) is always a note."""
         item = CATALOG.get(clause)
         note = note or (item is not None and item.kind is Kind.OBSERVATION)
-        self.sink(Finding.of(self.run, clause, message, records, thread=thread, callback=callback, note=note,
-                             site=site))  # fmt: skip
+        self.sink(Finding.of(self.run, clause, message, records, note=note, **where))
 
     def at(
         self, clause: str, r: Record, message: str, *, more: Iterable[int] = (), note: bool = False
@@ -233,11 +253,11 @@ class Judging:
         exact: dict[tuple[str, str], list[Callable[[Record], None]]] = {}
         anyname: dict[str, list[Callable[[Record], None]]] = {}
         for rule in live:
-            for kind, name in rule.reads:
-                if name is None:
-                    anyname.setdefault(kind, []).append(rule.on)
+            for of_kind, named in rule.reads:
+                if named is None:
+                    anyname.setdefault(of_kind, []).append(rule.on)
                 else:
-                    exact.setdefault((kind, name), []).append(rule.on)
+                    exact.setdefault((of_kind, named), []).append(rule.on)
         # one list of handlers per (kind, name), the wildcards of its kind appended: one lookup a record
         handlers: dict[tuple[str, str | None], list[Callable[[Record], None]]] = {}
         for key, fns in exact.items():
@@ -247,51 +267,67 @@ class Judging:
         managed = self.managed
         none: list[Callable[[Record], None]] = []
         count = 0
-        for _, r in read_records(path):
-            count += 1
-            kind = r["kind"]
-            name = r.get("name")
-            thread = r.get("os_tid", 0)
-            tid = r.get("tid")
-            if tid and tid not in os_of:
-                os_of[tid] = thread
-                managed.add(thread)
-            pushed: Frame | None = None
-            if kind == "callback":
-                phase = r.get("phase")
-                if phase == "return":
+        with _open(path) as fh:
+            # read_records inlined (a generator's hand-over per record is a good part of a light rule's cost)
+            for number, line in enumerate(fh, 1):
+                if not line.endswith(b"\n"):
+                    break  # the writer died mid-record: every complete record before it counts
+                try:
+                    r = loads(line)
+                except JSONDecodeError:
+                    r = None
+                kind = r.get("kind") if r.__class__ is dict else None
+                if kind.__class__ is not str:
+                    r = _record(path, number, line)
+                    if r is None:
+                        continue
+                    kind = r["kind"]
+                count += 1
+                name = r.get("name")
+                thread = r.get("os_tid", 0)
+                tid = r.get("tid")
+                if tid and tid not in os_of:
+                    os_of[tid] = thread
+                    managed.add(thread)
+                pushed: Frame | None = None
+                if kind == "callback":
+                    phase = r.get("phase")
+                    if phase == "return":
+                        stack = stacks.get(thread)
+                        if stack:
+                            stack.pop()
+                    elif phase == "enter":
+                        pushed = Frame(name or "?", r.get("hook") is True)
+                    if name == "ThreadAssignedToOSThread":
+                        args = r.get("args") or {}
+                        managed_id, os_id = args.get("managedThreadId"), args.get("osThreadId")
+                        if isinstance(managed_id, int) and isinstance(os_id, int) and managed_id and os_id:
+                            os_of[managed_id] = os_id
+                elif kind == "call":
+                    pass  # most records: nothing of the moment to keep
+                elif kind == "mark":
+                    if isinstance(name, str) and name.startswith(NOTE_PREFIX):
+                        self.notes[name] = r
+                        if name == "proxy.module":
+                            self._add_module(r.get("base"), r.get("path"))
+                elif kind == "header":
+                    self.header = r
+                    info = self.proxy
+                    self._add_module(info.get("targetBase"), info.get("target"))
+                elif kind == "counts":
+                    counts, hooks = r.get("counts"), r.get("hooks")
+                    self.counts = counts if isinstance(counts, dict) else {}
+                    self.hook_counts = hooks if isinstance(hooks, dict) else {}
+                for handler in handlers.get((kind, name)) or anyname.get(kind, none):
+                    handler(r)
+                if pushed is not None:
                     stack = stacks.get(thread)
-                    if stack:
-                        stack.pop()
-                elif phase == "enter":
-                    pushed = Frame(name or "?", r.get("hook") is True)
-                if name == "ThreadAssignedToOSThread":
-                    args = r.get("args") or {}
-                    managed_id, os_id = args.get("managedThreadId"), args.get("osThreadId")
-                    if isinstance(managed_id, int) and isinstance(os_id, int) and managed_id and os_id:
-                        os_of[managed_id] = os_id
-            elif kind == "mark" and isinstance(name, str) and name.startswith(NOTE_PREFIX):
-                self.notes[name] = r
-                if name == "proxy.module":
-                    self._add_module(r.get("base"), r.get("path"))
-            elif kind == "header":
-                self.header = r
-                info = self.proxy
-                self._add_module(info.get("targetBase"), info.get("target"))
-            elif kind == "counts":
-                counts, hooks = r.get("counts"), r.get("hooks")
-                self.counts = counts if isinstance(counts, dict) else {}
-                self.hook_counts = hooks if isinstance(hooks, dict) else {}
-            for handler in handlers.get((kind, name)) or anyname.get(kind, none):
-                handler(r)
-            if pushed is not None:
-                stack = stacks.get(thread)
-                if stack is None:
-                    stacks[thread] = [pushed]
-                else:
-                    stack.append(pushed)
-            if tid:
-                managed.add(thread)
+                    if stack is None:
+                        stacks[thread] = [pushed]
+                    else:
+                        stack.append(pushed)
+                if tid:
+                    managed.add(thread)
         self.records = count
         for rule in live:
             rule.end()

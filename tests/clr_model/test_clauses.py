@@ -21,7 +21,8 @@ def test_ids_are_unique_well_formed_and_sorted() -> None:
     assert len(ids) == len(set(ids))
     for cid, item in CATALOG.items():
         assert cid == item.id
-        assert re.fullmatch(r"(DSS|FE2|MR2|BUF|ORF|RRF|GCS|SHD)-\d{2}|VAL-[A-Z][A-Z-]*[A-Z]", cid)
+        documents = "|".join(p for p in PREFIXES.values() if p != "VAL")
+        assert re.fullmatch(rf"({documents})-\d{{2}}|VAL-[A-Z][A-Z-]*[A-Z]", cid)
         assert cid.startswith(PREFIXES[item.document] + "-")
 
 

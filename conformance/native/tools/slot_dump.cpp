@@ -1,6 +1,6 @@
 // Prints "interface<TAB>method<TAB>slot" for every method declared in profharness/interfaces.h, with
 // the slot computed by the compiler. Itanium C++ ABI: a pointer to a virtual member function holds
-// 1 + the slot's byte offset in the vtable. Built and run by tests/conformance/test_probe.py.
+// 1 + the slot's byte offset in the vtable. Built and run by tests/conformance/core/test_probe_header.py.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>

@@ -31,6 +31,15 @@ def _gxx_version(gxx: str) -> str:
     return done.stdout.splitlines()[0]
 
 
+def same_source(compiled: str | None, source: Path) -> bool:
+    """Whether a site's file (the path the compiler was given) is ``source``: the same path below the
+    repository (a cached build may come from another checkout of the same sources)."""
+    if compiled is None:
+        return False
+    inside = source.resolve().relative_to(Path(__file__).resolve().parents[3]).as_posix()
+    return compiled == str(source) or compiled.endswith("/" + inside)
+
+
 def build_fixture(name: str) -> Path:
     """The built ``lib<name>.so`` of ``profilers/<name>.cpp``."""
     return build_profiler(PROFILERS / f"{name}.cpp", "validator-fixtures")

@@ -9,6 +9,7 @@ from typing import Any
 
 from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
+from conformance.core.symbols import symbol_at
 from conformance.core.trace import read_trace
 from conformance.validator.hooks import (
     HookCheck,
@@ -17,7 +18,6 @@ from conformance.validator.hooks import (
     fault_line,
     registered_hooks,
     run_checker,
-    symbol_at,
 )
 from conformance.validator.recording import Recording, read_recording
 from conformance.validator.rules import check_recording, hook_abi, judge_run

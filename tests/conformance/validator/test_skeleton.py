@@ -46,3 +46,10 @@ def test_the_skeleton_builds_with_cmake_and_validates_clean(tmp_path: Path, runt
     assert {r.runtime for r in result.runs} == {rt.version for rt in runtimes}
     assert [r.outcome for r in result.runs] == ["ok"] * len(runtimes)
     assert result.groups == [] and result.notes == [], api.table(result)
+    # and under the fuzzer's fake runtime, which also answers a longer name on the second GetModuleInfo
+    # (BUF-08: a skeleton that asked only twice was found there)
+    reproducer = tmp_path / "reproducer.json"
+    so = str(build / "libskeleton_profiler.so")
+    fuzzed = cli_main(["fuzz", so, "--clsid", SKELETON_CLSID, "--seed", "1", "--max-examples", "300",
+                       "--reproducer", str(reproducer)])  # fmt: skip
+    assert fuzzed == 0, reproducer.read_text() if reproducer.exists() else "no reproducer"
