@@ -405,9 +405,9 @@ class RemappedIds(StreamRule):
         verdict, start, offset = heap.get("verdict"), _int(heap.get("objectStart")), _int(heap.get("offset"))
         if verdict == "stale":
             now = f"; that object moved to {start:#x}" if start else ""
-            self.j.at("MR2-17", r, f"{name} uses ObjectID {oid:#x} from before a GC that moved its object "
-                      "and no "
-                      f"object starts there now (not remapped){now}")  # fmt: skip
+            self.j.at("MR2-17", r, f"{name} uses ObjectID {oid:#x}, where an object started before a GC "
+                      "moved it and none starts now: an ID not remapped (or remapped wrongly onto an address "
+                      f"the GC emptied){now}")  # fmt: skip
         elif verdict == "interior":
             self.j.at("MR2-08", r, f"{name} uses ObjectID {oid:#x}, {offset or 0} bytes inside the object at "
                       f"{start or 0:#x}: not an object start (a wrong remapping)")  # fmt: skip

@@ -5,7 +5,8 @@ themselves (not on findings), on both bundled runtimes:
   documents) on an app with at least three compacting GCs and address reuse (``apps/heapchurn``): no
   inspection carries a ``heap`` verdict, and the shutdown mark counts thousands of allocations and the GCs;
   the same tracker remapping ``+ 8``: a two-phase ``GetClassFromObject`` whose ``enter`` record (written
-  before the runtime crashes in it) says ``interior``, offset 8, called from the tracker's own module; the
+  before the runtime crashes in it) says ``interior``, offset 8 (or ``stale`` where the wrong address is
+  one another moved object left), called from the tracker's own module; the
   ``stale_ids`` fixture's pre-GC IDs: ``stale``; an inspection inside MovedReferences2: ``inGc``;
 * attribution: every call record has a ``caller``, inside a module a ``proxy.module`` mark named before it;
 * hangs and threads: a profiler thread stuck in SuspendRuntime outside any callback is a ``proxy.hang`` with
@@ -109,25 +110,32 @@ def test_a_correct_tracker_inspects_only_objects(tracker: ValidationResult) -> N
 
 
 @pytest.mark.live
-def test_a_tracker_remapping_plus_8_is_interior_at_offset_8_before_the_crash(skew8: ValidationResult) -> None:
+def test_a_tracker_remapping_plus_8_is_judged_before_the_crash(skew8: ValidationResult) -> None:
+    """The first GetClassFromObject of a remapped ID crashes the runtime; its ``enter`` record, written
+    before, carries the shadow heap's verdict: ``interior``, 8 bytes into an object, or, when the wrong
+    address happens to be where another moved object started before the GC, ``stale`` (seen on 3.1.23 in a
+    fresh CI run): never ``object``."""
     for r in skew8.runs:
         recs = records(r.trace)
         header = next(x for x in recs if x["kind"] == "header")
         target = header["proxy"]["target"]
         assert target.endswith("libobject_tracker_skew8.so")
         (module,) = [m for m in marks(recs, "proxy.module") if m["path"] == target]
-        bad = [
+        judged = [
             x for x in recs
             if x["kind"] == "call" and x["name"] == "GetClassFromObject" and x.get("phase") == "enter"
-            and x.get("heap", {}).get("verdict") == "interior"
+            and x.get("heap", {}).get("verdict") in ("interior", "stale")
         ]  # fmt: skip
-        assert bad, r.trace
-        first = bad[0]
-        assert first["heap"]["offset"] == 8 and isinstance(first["heap"]["objectStart"], int)
-        assert first["args"]["objectId"] == first["heap"]["objectStart"] + 8
+        assert judged, r.trace
+        for seen in judged:
+            heap = seen["heap"]
+            assert isinstance(heap["objectStart"], int), seen
+            if heap["verdict"] == "interior":
+                assert heap["offset"] == 8 and seen["args"]["objectId"] == heap["objectStart"] + 8, seen
+        first = judged[0]
         assert module["start"] <= first["caller"] < module["end"] and module["seq"] < first["seq"]
         (crash,) = marks(recs, "proxy.crash")
-        assert crash["seq"] > bad[-1]["seq"] and crash["call"] == "GetClassFromObject", crash
+        assert crash["seq"] > judged[-1]["seq"] and crash["call"] == "GetClassFromObject", crash
         assert r.outcome == "crashed", r
 
 
@@ -227,17 +235,20 @@ def test_MR2_17_MR2_08_a_correct_tracker_validates_clean(tracker: ValidationResu
 def test_MR2_08_a_tracker_remapping_plus_8_is_found_at_its_source_line(
     skew8: ValidationResult, runtimes: list[Runtime]
 ) -> None:
-    """The same tracker remapping ``+ 8``: MR2-08 on both runtimes, at the tracker's GetClassFromObject line
-    (the object and the offset named), the crash that follows attributed to the same line."""
+    """The same tracker remapping ``+ 8``: a remapping finding on both runtimes at the tracker's
+    GetClassFromObject line: MR2-08 naming the object and the offset, or MR2-17 where the wrong address is
+    one another moved object left (see above); the crash that follows attributed to the same line."""
     source = DOCS / "object_tracker.cpp"
     lines = source.read_text().splitlines()
     (line,) = [n for n, text in enumerate(lines, 1) if "info_->GetClassFromObject(t.id" in text]
-    remap = [g for g in skew8.findings if g.clause == "MR2-08"]
-    assert len(remap) == 1, [g.first.message for g in skew8.findings]
-    (group,) = remap
-    assert group.runtimes == sorted(rt.version for rt in runtimes)
-    assert group.site is not None and group.site.line == line, group.site
-    assert same_source(group.site.file, source), group.site
-    assert "8 bytes inside the object at" in group.first.message and group.quote and group.fix
+    remap = [g for g in skew8.findings if g.clause in ("MR2-08", "MR2-17")]
+    assert remap, [g.first.message for g in skew8.findings]
+    assert sorted({rt for g in remap for rt in g.runtimes}) == sorted(rt.version for rt in runtimes)
+    for group in remap:
+        assert group.site is not None and group.site.line == line, group.site
+        assert same_source(group.site.file, source), group.site
+        assert group.quote and group.fix
+        if group.clause == "MR2-08":
+            assert "8 bytes inside the object at" in group.first.message
     crash = [g for g in skew8.findings if g.clause == "VAL-CRASH"]
     assert crash and all(g.site is not None and g.site.line == line for g in crash), crash
