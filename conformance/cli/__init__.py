@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import signal
 import sys
@@ -23,9 +24,25 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from conformance.core import interrupt
-from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS, HarnessError
+from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_HARNESS, HarnessError, InputError
+
+
+def read_json_object(option: str, path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in the file ``path`` an option (``--plan``, ``--from``) names; a file that cannot be
+    read, is not JSON or is no object is one :class:`InputError` line naming the option, the file (and the
+    line) and ``what`` the object should be."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{option} {path}:{exc.lineno}: not JSON ({exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{option} {path}: not {what}")
+    return data
 
 
 def reports_exit(

@@ -9,10 +9,10 @@ a new runtime joins the entries whose status and disagreements it shares, and ge
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from conformance.cli import read_json_object
 from conformance.core.errors import InputError
 from conformance.core.fsio import atomic_write_text
 from conformance.suite.expectations import WHY_PLACEHOLDER, load_expectations, propose_update
@@ -38,17 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read_run(path: Path) -> dict[str, object]:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"--from {path}: cannot read it ({exc.strerror or exc})") from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--from {path}: not JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise InputError(
-            f"--from {path}: not a suite result (write one with `profharness conformance --json`)"
-        )
-    return data
+    hint = "a suite result (write one with `profharness conformance --json`)"
+    return read_json_object("--from", path, hint)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from conformance.cli import read_json_object
 from conformance.core.errors import InputError
 from conformance.core.runner import DEFAULT_TIMEOUT_S, RunOutcome, RunResult, run_scenario
 from conformance.core.trace import ProbeErrorRecord, Trace
@@ -152,15 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _load_plan(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
-    try:
-        value = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"--plan {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--plan {path}:{exc.lineno}: not JSON ({exc.msg})") from exc
-    if not isinstance(value, dict):
-        raise InputError(f"--plan {path}: a plan must be a JSON object")
-    return value
+    return read_json_object("--plan", path, "a plan (a JSON object)")
 
 
 def main(args: argparse.Namespace) -> int:
