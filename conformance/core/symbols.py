@@ -184,85 +184,115 @@ def _read_module(path: Path) -> _Module:
                    lines=rows, line_ends=sorted(ends))  # fmt: skip
 
 
-#: where library headers live: a line there (inlined std::thread, sleep_for) is not the profiler's own code
+#: where library headers live: a line there (inlined std::thread, sleep_for) is not the profiler's own code;
+#: sources built below /usr/src or /usr/local/src are a profiler's own
 _LIBRARY_PREFIXES = ("/usr/",)
+_OWN_PREFIXES = ("/usr/src/", "/usr/local/src/")
 
 
 #: a std::thread's body as libstdc++ names the function a thread starts in
 _STD_THREAD_RUN = re.compile(
-    r"^std::thread::_State_impl<std::thread::_Invoker<std::tuple<(.+)> > >::_M_run\(\)$"
+    r"^std::thread::_State_impl<std::thread::_Invoker<std::tuple<(.+?) ?> > >::_M_run\(\)$"
 )
 
 
 def _thread_body(function: str) -> str:
-    """A std::thread's start routine by its callable: ``X (std::thread body)`` for libstdc++'s
-    ``std::thread::_State_impl<std::thread::_Invoker<std::tuple<X> > >::_M_run()``."""
+    """A std::thread's start routine by its callable, when the callable is a lambda (its name says where it
+    was written): ``X (std::thread body)`` for libstdc++'s
+    ``std::thread::_State_impl<std::thread::_Invoker<std::tuple<X> > >::_M_run()``; a function pointer or a
+    std::function (only types in the name) keeps libstdc++'s name."""
     found = _STD_THREAD_RUN.match(function)
-    return f"{found.group(1)} (std::thread body)" if found else function
+    return f"{found.group(1)} (std::thread body)" if found and "{lambda" in found.group(1) else function
 
 
 def _library(file: str | None) -> bool:
-    return file is not None and file.startswith(_LIBRARY_PREFIXES)
+    return file is not None and file.startswith(_LIBRARY_PREFIXES) and not file.startswith(_OWN_PREFIXES)
 
 
-def _read_inlined(path: Path) -> list[tuple[int, int, int, str, int]]:
-    """Every inlined call of ``path``'s DWARF: (low, high, depth, call file, call line), the call being the
-    line in the function the code was inlined into."""
-    from elftools.common.exceptions import DWARFError, ELFError
+def _unit_at(dwarf: Any, address: int) -> Any:
+    """The compile unit whose code holds ``address``: from .debug_aranges, else the unit whose top DIE's
+    range holds it (None when none does)."""
+    aranges = dwarf.get_aranges()
+    if aranges is not None:
+        offset = aranges.cu_offset_at_addr(address)
+        if offset is not None:
+            return dwarf.get_CU_at(offset)
+    for cu in dwarf.iter_CUs():
+        if any(lo <= address < hi for lo, hi in _die_ranges(dwarf, cu, cu.get_top_DIE())):
+            return cu
+    return None
+
+
+def _die_ranges(dwarf: Any, cu: Any, die: Any) -> list[tuple[int, int]]:
+    """The address ranges of a DIE: low_pc/high_pc, or its DW_AT_ranges list."""
     from elftools.dwarf.ranges import BaseAddressEntry
+
+    attrs = die.attributes
+    if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
+        low = int(attrs["DW_AT_low_pc"].value)
+        high = int(attrs["DW_AT_high_pc"].value)
+        return [(low, high if attrs["DW_AT_high_pc"].form == "DW_FORM_addr" else low + high)]
+    lists = dwarf.range_lists() if "DW_AT_ranges" in attrs else None
+    if lists is None:
+        return []
+    top = cu.get_top_DIE().attributes
+    base = int(top["DW_AT_low_pc"].value) if "DW_AT_low_pc" in top else 0
+    out = []
+    for entry in lists.get_range_list_at_offset(int(attrs["DW_AT_ranges"].value), cu=cu):
+        if isinstance(entry, BaseAddressEntry):
+            base = int(entry.base_address)
+        else:
+            shift = 0 if getattr(entry, "is_absolute", False) else base
+            out.append((int(entry.begin_offset) + shift, int(entry.end_offset) + shift))
+    return out
+
+
+#: a compile unit's inlined calls: (low, high, depth, call file, call line), sorted by low
+_Inlined = list[tuple[int, int, int, str, int]]
+
+
+def _read_inlined(path: Path, address: int) -> tuple[list[tuple[int, int]], _Inlined] | None:
+    """The inlined calls of the compile unit of ``path`` that holds ``address``: the unit's address ranges,
+    and for each call its range, its depth and the line in the function the code was inlined into. Only
+    that unit's DIEs are read."""
+    from elftools.common.exceptions import DWARFError, ELFError
     from elftools.elf.elffile import ELFFile
 
-    out: list[tuple[int, int, int, str, int]] = []
     try:
         with path.open("rb") as fh:
             elf = ELFFile(fh)
             if not elf.has_dwarf_info():
-                return out
+                return None
             dwarf = elf.get_dwarf_info()
-            for cu, _, files in _line_programs(dwarf):
-                stack: list[int] = []  # the depth of each open DIE with children
-                for die in cu.iter_DIEs():
-                    if die.is_null():
-                        if stack:
-                            stack.pop()
-                        continue
-                    depth = len(stack)
-                    if die.has_children:
-                        stack.append(depth)
-                    if die.tag != "DW_TAG_inlined_subroutine":
-                        continue
-                    attrs = die.attributes
-                    call_file, call_line = attrs.get("DW_AT_call_file"), attrs.get("DW_AT_call_line")
-                    if call_file is None or call_line is None:
-                        continue
-                    index = int(call_file.value)
-                    name = files[index] if 0 <= index < len(files) else None
-                    if name is None:
-                        continue
-                    ranges: list[tuple[int, int]] = []
-                    if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
-                        low = int(attrs["DW_AT_low_pc"].value)
-                        high = int(attrs["DW_AT_high_pc"].value)
-                        if attrs["DW_AT_high_pc"].form != "DW_FORM_addr":
-                            high += low
-                        ranges.append((low, high))
-                    elif "DW_AT_ranges" in attrs:
-                        lists = dwarf.range_lists()
-                        if lists is not None:
-                            top = cu.get_top_DIE().attributes
-                            base = int(top["DW_AT_low_pc"].value) if "DW_AT_low_pc" in top else 0
-                            at = int(attrs["DW_AT_ranges"].value)
-                            for entry in lists.get_range_list_at_offset(at, cu=cu):
-                                if isinstance(entry, BaseAddressEntry):
-                                    base = int(entry.base_address)
-                                else:
-                                    shift = 0 if getattr(entry, "is_absolute", False) else base
-                                    lo, hi = int(entry.begin_offset), int(entry.end_offset)
-                                    ranges.append((lo + shift, hi + shift))
-                    out += [(lo, hi, depth, name, int(call_line.value)) for lo, hi in ranges if hi > lo]
+            cu = _unit_at(dwarf, address)
+            program = dwarf.line_program_for_CU(cu) if cu is not None else None
+            if program is None:
+                return None
+            files = _file_names(program.header)
+            out: _Inlined = []
+            stack: list[int] = []  # the depth of each open DIE with children
+            for die in cu.iter_DIEs():
+                if die.is_null():
+                    if stack:
+                        stack.pop()
+                    continue
+                depth = len(stack)
+                if die.has_children:
+                    stack.append(depth)
+                if die.tag != "DW_TAG_inlined_subroutine":
+                    continue
+                attrs = die.attributes
+                call_file, call_line = attrs.get("DW_AT_call_file"), attrs.get("DW_AT_call_line")
+                if call_file is None or call_line is None:
+                    continue
+                index = int(call_file.value)
+                name = files[index] if 0 <= index < len(files) else None
+                if name is not None:
+                    out += [(lo, hi, depth, name, int(call_line.value))
+                            for lo, hi in _die_ranges(dwarf, cu, die) if hi > lo]  # fmt: skip
+            return _die_ranges(dwarf, cu, cu.get_top_DIE()), sorted(out)
     except (OSError, ELFError, DWARFError, ValueError, KeyError, AttributeError, TypeError):
-        return out
-    return out
+        return None
 
 
 class Symbolizer:
@@ -271,9 +301,10 @@ class Symbolizer:
 
     def __init__(self) -> None:
         self._modules: dict[str, _Module] = {}
-        self._sites: dict[tuple[str, int], Site] = {}
-        #: a module's inlined calls, read the first time a line falls in a library header
-        self._inline: dict[str, list[tuple[int, int, int, str, int]]] = {}
+        self._sites: dict[tuple[str, int, bool], Site] = {}
+        #: a module's inlined calls, per compile unit, read the first time a line of that unit falls in a
+        #: library header (module -> each unit read: its address ranges and its calls)
+        self._inline: dict[str, list[tuple[list[tuple[int, int]], _Inlined]]] = {}
 
     def _module(self, module: str) -> _Module:
         found = self._modules.get(module)
@@ -283,10 +314,10 @@ class Symbolizer:
         return found
 
     def site(self, module: str, offset: int, *, return_address: bool = False) -> Site:
-        key = (module, offset - 1 if return_address and offset > 0 else offset)
+        key = (module, offset, return_address)
         found = self._sites.get(key)
         if found is None:
-            found = self._resolve(module, offset, key[1])
+            found = self._resolve(module, offset, offset - 1 if return_address and offset > 0 else offset)
             self._sites[key] = found
         return found
 
@@ -305,14 +336,21 @@ class Symbolizer:
             if not ended and number > 0:
                 file, line = name, number
         if _library(file):  # inlined library code: the profiler's own line that called it
-            own = [(depth, f, n) for lo, hi, depth, f, n in self._inlined(module)
+            own = [(depth, f, n) for lo, hi, depth, f, n in self._inlined(module, lookup)
                    if lo <= lookup < hi and not _library(f)]  # fmt: skip
             if own:
                 _, file, line = max(own)
         return Site(module=module, offset=offset, function=function, file=file, line=line)
 
-    def _inlined(self, module: str) -> list[tuple[int, int, int, str, int]]:
-        found = self._inline.get(module)
+    def _inlined(self, module: str, address: int) -> _Inlined:
+        """The inlined calls of the compile unit holding ``address`` (read once per unit)."""
+        units = self._inline.setdefault(module, [])
+        for ranges, calls in units:
+            if any(low <= address < high for low, high in ranges):
+                return calls
+        found = _read_inlined(Path(module), address)
         if found is None:
-            found = self._inline[module] = _read_inlined(Path(module))
-        return found
+            return []
+        ranges, calls = found
+        units.append((ranges or [(address, address + 1)], calls))
+        return calls

@@ -37,3 +37,16 @@ def test_without_symbols_or_lines_a_site_is_module_plus_offset(tmp_path: Path) -
     site = Symbolizer().site(str(blob), 0x1234, return_address=True)
     assert site == Site(module=str(blob), offset=0x1234)
     assert site.text() == "libstripped.so+0x1234"
+
+
+def test_a_std_thread_body_is_named_by_its_lambda_and_library_lines_are_below_usr() -> None:
+    from conformance.core.symbols import _library, _thread_body
+
+    run = "std::thread::_State_impl<std::thread::_Invoker<std::tuple<{}> > >::_M_run()"
+    lam = "logflush::BufferedLog::Start()::{lambda()#1}"
+    assert _thread_body(run.format(lam)) == f"{lam} (std::thread body)"
+    assert _thread_body(run.format(lam + " ")) == f"{lam} (std::thread body)"  # no stray space
+    pointer = run.format("void (*)(int), int")  # only types: libstdc++'s name stays
+    assert _thread_body(pointer) == pointer
+    assert _library("/usr/include/c++/12/thread") and not _library("/work/p/profiler.cpp")
+    assert not _library("/usr/src/app/profiler.cpp") and not _library(None)
