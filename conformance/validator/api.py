@@ -21,6 +21,7 @@ from pathlib import Path
 from clr_model.clauses import Layer
 from conformance.core import interrupt, registry, runner, runtimes, scenarios
 from conformance.core.findings import Finding
+from conformance.core.symbols import Symbolizer
 from conformance.validator import launch
 from conformance.validator.groups import Grouper
 from conformance.validator.hooks import HookChecks
@@ -94,6 +95,7 @@ def validate(
             plan = [(s, scenarios.compile_scenario(s, reference), False)
                     for s in validator_scenarios(scenario_names)]  # fmt: skip
         checks = HookChecks()
+        symbolizer = Symbolizer()  # the profiler's symbols and lines, read once for every run
         for rt in selected:
             for scenario, dll, user in plan:
                 result = launch.run_under_proxy(
@@ -120,7 +122,7 @@ def validate(
                     found.add(Finding.of(result, "VAL-LOAD", message, []))
                     seen.add("VAL-LOAD")
                 else:
-                    judged = judge_run(result, found.add, profiler=target)
+                    judged = judge_run(result, found.add, profiler=target, symbolizer=symbolizer)
                     from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
                     found.extend(from_hooks)
                     if judged.hooks and not unchecked:

@@ -38,7 +38,7 @@ class RunSummary(BaseModel):
 
     runtime: str
     scenario: str
-    #: ok, failed (a non-zero exit code: the app's own business, never a crash), crashed (a signal),
+    #: ok, exited (a non-zero exit code: the app's own business, never a crash), crashed (a signal),
     #: killed, hung (the harness's watchdog ended it: the run reached --timeout)
     outcome: str
     exit_code: int | None = None

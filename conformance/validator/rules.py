@@ -34,6 +34,7 @@ from conformance.core import registry
 from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
+from conformance.core.symbols import Symbolizer
 from conformance.validator.hooks import CHECKED_KINDS, HookChecks, RegisteredHook, fault_line
 from conformance.validator.recording import Recording
 from conformance.validator.stream import ELT_HOOKS, Judging, Record, StreamRule
@@ -532,32 +533,31 @@ class NullTailcall(StreamRule):
 
 @rule("SEL-01", what="enter/leave/tailcall hooks are registered inside Initialize")
 class HooksOutsideInitialize(StreamRule):
-    """SEL-01: a SetEnterLeaveFunctionHooks2/3/3WithInfo call once every Initialize has returned (another
-    thread's call while Initialize is open is left alone: the page says "from the Initialize callback", the
-    runtime checks only that the profiler is initializing)."""
+    """SEL-01: a SetEnterLeaveFunctionHooks2/3/3WithInfo call outside the profiler's (startup) Initialize
+    that the runtime refused. A call it accepted is left alone (a thread the profiler started in Initialize
+    can call in the window after Initialize's return record and before the runtime marks the profiler
+    active, and its hooks do run); so is a record without an HRESULT."""
 
-    reads = (*_calls(set(_NULL_TAILCALL)),
-             *(("callback", n) for n in sorted(api.names_with(Fact.INITIALIZES))))  # fmt: skip
+    reads = (*_calls(set(_NULL_TAILCALL)), ("callback", "Initialize"))
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
         self.open = 0  # Initialize callbacks entered and not returned
-        self.returned = False
 
     def on(self, r: Record) -> None:
         if r["kind"] == "callback":
-            phase = r.get("phase", "whole")
+            phase = r.get("phase")
             self.open += 1 if phase == "enter" else -1 if phase == "return" else 0
-            self.returned = self.returned or phase != "enter"
             return
         if not _begins(r):
             return
         self.j.exercised.add("SEL-01")
-        if self.returned and self.open <= 0:
-            hr = _int(r.get("hr"))
-            answer = f" (the runtime answered {format_hresult(hr)})" if hr is not None else ""
-            self.j.at("SEL-01", r, f"{r['name']} called after Initialize returned{answer}: the hooks it "
-                      "registers never run")  # fmt: skip
+        hr = _int(r.get("hr"))
+        if self.open <= 0 and hr is not None and 0 <= hr < 1 << 32 and hresult_failed(hr):
+            where = self.j.callback_of(r["os_tid"])
+            inside = f" inside {where}" if where else " outside any callback"
+            self.j.at("SEL-01", r, f"{r['name']} called{inside}, not from Initialize: the runtime answered "
+                      f"{format_hresult(hr)} and the hooks it registers never run")  # fmt: skip
 
 
 # --- lifecycle (SHD-01, VAL-RELEASED-INFO, VAL-THREAD-AT-SHUTDOWN, VAL-ENUM-LEAK, VAL-LOAD) --------------
@@ -653,8 +653,11 @@ class AfterShutdownAndRelease(StreamRule):
 
     def _routine_site(self, stack: object) -> Any:
         frames = self._profiler_frames(stack)
-        offset = _int(frames[-1].get("offset")) if frames else None
-        return self.j.site_in_target(offset) if offset is not None else None
+        if not frames:
+            return None
+        offset = _int(frames[-1].get("offset"))
+        top = isinstance(stack, list) and bool(stack) and stack[0] is frames[-1]  # else a return address
+        return self.j.site_in_target(offset, return_address=not top) if offset is not None else None
 
     def _start_routine(self, stack: object) -> str | None:
         site = self._routine_site(stack)
@@ -751,11 +754,11 @@ class CrashesAndHangs(StreamRule):
         shown: list[str] = []
         dropped = False
         for i, f in enumerate(frames):
+            if len(shown) == count:
+                break
             if f.get("module") in _HARNESS_MODULES:
                 dropped = True
                 continue
-            if len(shown) == count:
-                break
             offset = _int(f.get("offset"))
             site = None
             if f.get("module") == target and offset is not None:
@@ -878,12 +881,20 @@ class _Hooks(StreamRule):
             self.found.append((registered, self.j.callback_of(r["os_tid"])))
 
 
-def judge_run(run: RunResult, sink: Callable[[Finding], None], *, profiler: Path | None = None) -> JudgedRun:
+def judge_run(
+    run: RunResult,
+    sink: Callable[[Finding], None],
+    *,
+    profiler: Path | None = None,
+    symbolizer: Symbolizer | None = None,
+) -> JudgedRun:
     """Every validator rule over ``run``'s recording (its trace file), findings into ``sink``; then what the
     run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit).
-    ``profiler``: the profiler's file, for sites before the recording names it."""
+    ``profiler``: the profiler's file, for sites before the recording names it; ``symbolizer``: one shared by
+    every run of a validation (each module's symbols and lines read once)."""
     registry.load_all((Layer.VALIDATOR,))
-    judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "")
+    judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "",
+                      symbolizer=symbolizer or Symbolizer())  # fmt: skip
     rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
     rules += [_Hooks, _InitializeSeen]
     live = judging.judge(run.trace_path, rules)

@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.symbols import symbol_at
@@ -266,3 +269,33 @@ def test_VAL_HANG_from_the_harness_watchdog_carries_every_thread_it_reported(tmp
     assert check_recording(rec, no_report) == []
     judged = judge_run(no_report, lambda f: None)
     assert judged.note is not None and "time limit" in judged.note and "no rule blames one" in judged.note
+
+
+CALL_ONLY_FROM_INIT = 0x80131356
+
+
+@pytest.mark.parametrize(
+    ("before", "hr", "found"),
+    [
+        ([], CALL_ONLY_FROM_INIT, True),  # refused, after Initialize returned
+        ([_callback("InitializeForAttach", "enter")], CALL_ONLY_FROM_INIT, True),  # attach: refused too
+        ([_callback("Initialize", "enter")], S_OK, False),  # inside Initialize
+        ([], S_OK, False),  # accepted (a profiler thread in the window before the runtime marks it active)
+        ([], 1 << 40, False),  # no 32-bit HRESULT: not judged, and no traceback
+    ],
+)
+def test_SEL_01_hooks_registered_outside_initialize_that_the_runtime_refused(
+    tmp_path: Path, before: list[dict[str, Any]], hr: int, found: bool
+) -> None:
+    init = [_callback("Initialize", "enter"), _callback("Initialize", "return", S_OK)]
+    opened = before if before and before[0]["name"] == "Initialize" else [*init, *before]
+    records = [*opened, _call("SetEnterLeaveFunctionHooks3", hr=hr)]
+    if hr < 1 << 32:
+        run = _recording(tmp_path, records)[1]
+    else:  # the strict trace reader refuses it: judge the file as validate does, streaming
+        run = _recording(tmp_path, records[:-1])[1]
+        with run.trace_path.open("a") as fh:
+            fh.write(json.dumps({"seq": len(records), "os_tid": MAIN, "tid": None, **records[-1]}) + "\n")
+    seen: list[Finding] = []
+    judge_run(run, seen.append)
+    assert [f.clause for f in seen] == (["SEL-01"] if found else []), seen
