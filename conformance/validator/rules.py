@@ -812,7 +812,8 @@ class CrashesAndHangs(StreamRule):
         for th in threads if isinstance(threads, list) else []:
             if not isinstance(th, dict):
                 continue
-            cbs = th.get("callbacks") or []
+            cbs = th.get("callbacks")
+            cbs = cbs if isinstance(cbs, list) else []
             last = cbs[-1] if cbs else th.get("lastCallback")
             if th.get("osTid") == stuck and cbs:
                 stuck_cb = cbs[-1]

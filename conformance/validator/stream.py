@@ -59,6 +59,26 @@ def _open(path: Path) -> BinaryIO:
         raise HarnessError(f"{path}: cannot read the recording: {exc.strerror}") from None
 
 
+#: the record kinds that must name what they are (a callback, an Info call)
+_NAMED = frozenset(("call", "callback"))
+#: a call's or a callback's phase, when it has one
+_PHASES = frozenset(("enter", "return", "whole"))
+
+
+def _malformed(r: Record) -> str:
+    """What is wrong with a record whose fields have the wrong types."""
+    for field_name, ok in (
+        ("name", isinstance(r.get("name"), str) or (r.get("name") is None and r.get("kind") not in _NAMED)),
+        ("os_tid", isinstance(r.get("os_tid", 0), int) and not isinstance(r.get("os_tid", 0), bool)),
+        ("tid", r.get("tid") is None or (isinstance(r["tid"], int) and not isinstance(r["tid"], bool))),
+        ("phase", r.get("kind") not in _NAMED or r.get("phase", "whole") in _PHASES),
+    ):
+        if not ok:
+            value = r.get(field_name)
+            return f"a {r.get('kind')} record with a bad {field_name} ({value!r}): the recording is damaged"
+    return "a malformed record; the recording is damaged there"
+
+
 def _refuse(path: Path, number: int, problem: str) -> HarnessError:
     return HarnessError(f"{path}:{number}: {problem}")
 
@@ -286,6 +306,13 @@ class Judging:
                 name = r.get("name")
                 thread = r.get("os_tid", 0)
                 tid = r.get("tid")
+                if (
+                    (name.__class__ is not str and (name is not None or kind in _NAMED))
+                    or thread.__class__ is not int
+                    or (tid is not None and tid.__class__ is not int)
+                    or (kind in _NAMED and r.get("phase", "whole") not in _PHASES)
+                ):
+                    raise _refuse(path, number, _malformed(r))
                 if tid and tid not in os_of:
                     os_of[tid] = thread
                     managed.add(thread)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from conformance.core.errors import HarnessError
 from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
@@ -299,3 +300,24 @@ def test_SEL_01_hooks_registered_outside_initialize_that_the_runtime_refused(
     seen: list[Finding] = []
     judge_run(run, seen.append)
     assert [f.clause for f in seen] == (["SEL-01"] if found else []), seen
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        ({"kind": "call"}, "name"),
+        ({"kind": "call", "name": ["GetObjectSize"]}, "name"),
+        ({"kind": "call", "name": "GetObjectSize", "os_tid": None}, "os_tid"),
+        ({"kind": "call", "name": "GetObjectSize", "tid": [1]}, "tid"),
+        ({"kind": "call", "name": "DoStackSnapshot", "phase": None}, "phase"),
+    ],
+)
+def test_a_record_with_fields_of_the_wrong_type_is_one_line_naming_file_line_and_field(
+    tmp_path: Path, record: dict[str, Any], field: str
+) -> None:
+    run = _recording(tmp_path, [])[1]
+    with run.trace_path.open("a") as fh:
+        fh.write(json.dumps({"seq": 1, "os_tid": MAIN, "tid": None, **record}) + "\n")
+    with pytest.raises(HarnessError) as err:
+        judge_run(run, [].append)
+    assert str(err.value).startswith(f"{run.trace_path}:2: a call record with a bad {field} (")
