@@ -20,17 +20,10 @@ class Grouper:
         self._last: dict[tuple[str, str, bool], Finding] = {}
 
     def add(self, finding: Finding) -> None:
-        key = (finding.clause, finding.site.text() if finding.site else "", finding.note)
+        key = Group.key_of(finding.clause, finding.site, finding.note)
         group = self._groups.get(key)
-        if group is not None and len(group.occurrences) >= OCCURRENCES_KEPT:  # the common case: count it
-            group.count += 1
-            self._last[key] = finding
-            if finding.runtime not in group.runtimes:
-                group.runtimes.append(finding.runtime)
-            return
-        occurrence = Occurrence.of(finding)
-        self._last.pop(key, None)
         if group is None:
+            occurrence = Occurrence.of(finding)
             clause = CATALOG.get(finding.clause)
             self._groups[key] = Group(
                 clause=finding.clause,
@@ -49,11 +42,13 @@ class Grouper:
             )
             return
         group.count += 1
-        group.last = occurrence
         if finding.runtime not in group.runtimes:
             group.runtimes.append(finding.runtime)
         if len(group.occurrences) < OCCURRENCES_KEPT:
-            group.occurrences.append(occurrence)
+            group.last = Occurrence.of(finding)
+            group.occurrences.append(group.last)
+        else:  # the common case past the kept ones: only counted, its occurrence made when read
+            self._last[key] = finding
 
     def extend(self, findings: list[Finding]) -> None:
         for f in findings:

@@ -91,9 +91,14 @@ class Group(BaseModel):
     #: the first :data:`OCCURRENCES_KEPT` occurrences (``first`` among them)
     occurrences: list[Occurrence] = Field(default_factory=list)
 
+    @staticmethod
+    def key_of(clause: str, site: Site | None, note: bool) -> tuple[str, str, bool]:
+        """What one group gathers: a clause, at one call site (or none), as a finding or as a note."""
+        return (clause, site.text() if site else "", note)
+
     @property
     def key(self) -> tuple[str, str, bool]:
-        return (self.clause, self.site.text() if self.site else "", self.note)
+        return Group.key_of(self.clause, self.site, self.note)
 
 
 class ClauseStatus(StrEnum):
