@@ -34,7 +34,7 @@ from conformance.core import registry
 from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
-from conformance.core.symbols import Symbolizer
+from conformance.core.symbols import Symbolizer, demangle
 from conformance.validator.hooks import CHECKED_KINDS, HookChecks, RegisteredHook, fault_line
 from conformance.validator.recording import Recording
 from conformance.validator.stream import ELT_HOOKS, Judging, Record, StreamRule
@@ -504,7 +504,8 @@ class CallsFromHooks(StreamRule):
             self.j.at("FE2-10", r, f"{hook} hook calls {name}, which blocks")
 
 
-_NULL_TAILCALL = {
+#: the enter/leave/tailcall hook registrations (v2, v3, v3WithInfo) -> their three hook parameters
+_HOOK_REGISTRATIONS = {
     r.method: r.parameters
     for r in api.hook_registrations(
         (HookKind.FUNCTION_ENTER2, HookKind.FUNCTION_ENTER3, HookKind.FUNCTION_ENTER3_WITH_INFO)
@@ -514,7 +515,7 @@ _NULL_TAILCALL = {
 
 @rule("VAL-NULL-TAILCALL", what="enter/leave hooks registered without a tailcall hook (a note)")
 class NullTailcall(StreamRule):
-    reads = _calls(set(_NULL_TAILCALL))
+    reads = _calls(set(_HOOK_REGISTRATIONS))
 
     def on(self, r: Record) -> None:
         if not _begins(r):
@@ -522,7 +523,7 @@ class NullTailcall(StreamRule):
         self.j.exercised.add("VAL-NULL-TAILCALL")
         args = r.get("args") or {}
         enter, leave, tail = (_int((args.get(n) or {}).get("address")) if isinstance(args.get(n), dict) else 0
-                              for n in _NULL_TAILCALL[r["name"]])  # fmt: skip
+                              for n in _HOOK_REGISTRATIONS[r["name"]])  # fmt: skip
         if (enter or leave) and not tail:
             self.j.at("VAL-NULL-TAILCALL", r, f"{r['name']} with a NULL tailcall hook: tail calls are not "
                       "reported, so enters and leaves do not pair up")  # fmt: skip
@@ -538,7 +539,7 @@ class HooksOutsideInitialize(StreamRule):
     can call in the window after Initialize's return record and before the runtime marks the profiler
     active, and its hooks do run); so is a record without an HRESULT."""
 
-    reads = (*_calls(set(_NULL_TAILCALL)), ("callback", "Initialize"))
+    reads = (*_calls(set(_HOOK_REGISTRATIONS)), ("callback", "Initialize"))
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
@@ -766,8 +767,6 @@ class CrashesAndHangs(StreamRule):
             if site is not None and site.function:
                 shown.append(site.text())
             elif isinstance(f.get("symbol"), str) and f.get("symbol"):
-                from conformance.core.symbols import demangle
-
                 shown.append(demangle(str(f["symbol"])))
             else:
                 shown.append(f"{f.get('module', '?')}+{offset or 0:#x}")
