@@ -4,6 +4,7 @@
 
 #include "profharness/native_stack.h"
 #include "profharness/com.h"
+#include "profharness/metadata.h"
 #include "profharness/trace.h"
 
 #include <dlfcn.h>
@@ -67,9 +68,7 @@ struct Class {
 };
 struct Function {
     FunctionID id = 0;
-    ClassID cls = 0;
-    ModuleID module = 0;
-    mdMethodDef token = 0;
+    FunctionInfo info;  // what GetFunctionInfo answers
     UINT_PTR start = 0;
     SIZE_T size = 0;
     Names names;
@@ -419,7 +418,7 @@ Class* class_by_token(ModuleID module, mdTypeDef td) {
 }
 Function* function_by_token(ModuleID module, mdMethodDef mb) {
     for (auto& [id, f] : g_world.functions)
-        if (f.module == module && f.token == mb) return &f;
+        if (f.info.moduleId == module && f.info.token == mb) return &f;
     return nullptr;
 }
 
@@ -453,7 +452,7 @@ HRESULT MetaDataBase::answer_GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, W
     if (!f) return E_INVALIDARG;
     static const BYTE kSig[] = {0x00, 0x00, 0x01};  // DEFAULT, 0 parameters, void
     if (pClass) {
-        auto c = g_world.classes.find(f->cls);
+        auto c = g_world.classes.find(f->info.classId);
         *pClass = c != g_world.classes.end() ? c->second.token : 0;
     }
     if (pdwAttr) *pdwAttr = 0x0006;  // mdPublic
@@ -730,9 +729,10 @@ HRESULT InfoBase::answer_GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, m
 HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassId, ModuleID* pModuleId,
                                          mdToken* pToken) {
     const Function* f = find_function(functionId);
-    put<ClassID>(pClassId, f ? f->cls : 0);
-    put<ModuleID>(pModuleId, f ? f->module : 0);
-    put<mdToken>(pToken, f ? f->token : 0);
+    const FunctionInfo fi = f ? f->info : FunctionInfo{};
+    put<ClassID>(pClassId, fi.classId);
+    put<ModuleID>(pModuleId, fi.moduleId);
+    put<mdToken>(pToken, fi.token);
     return f ? S_OK : E_INVALIDARG;
 }
 HRESULT InfoBase::answer_GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO, ClassID* pClassId,
@@ -782,12 +782,12 @@ HRESULT InfoBase::answer_GetModuleMetaData(ModuleID moduleId, DWORD, REFIID riid
 HRESULT InfoBase::answer_GetTokenAndMetaDataFromFunction(FunctionID functionId, REFIID riid, IUnknown** ppImport,
                                                          mdToken* pToken) {
     const Function* f = find_function(functionId);
-    put<mdToken>(pToken, f ? f->token : 0);
+    put<mdToken>(pToken, f ? f->info.token : 0);
     if (ppImport) *ppImport = nullptr;
     if (!f) return E_INVALIDARG;
     if (!ppImport) return E_POINTER;
     if (!(riid == IID_IMetaDataImport || riid == IID_IUnknown)) return E_NOINTERFACE;
-    *ppImport = static_cast<IMetaDataImport*>(new MetaData(f->module));
+    *ppImport = static_cast<IMetaDataImport*>(new MetaData(f->info.moduleId));
     return S_OK;
 }
 
@@ -972,9 +972,9 @@ void apply_state(const std::string& op, const Json& cmd) {
     } else if (op == "function") {
         Function f;
         f.id = arg_of<FunctionID>(cmd, "id");
-        f.cls = arg_of<ClassID>(cmd, "class");
-        f.module = arg_of<ModuleID>(cmd, "module");
-        f.token = arg_of<mdMethodDef>(cmd, "token");
+        f.info.classId = arg_of<ClassID>(cmd, "class");
+        f.info.moduleId = arg_of<ModuleID>(cmd, "module");
+        f.info.token = arg_of<mdMethodDef>(cmd, "token");
         f.start = arg_of<UINT_PTR>(cmd, "start");
         f.size = arg_of<SIZE_T>(cmd, "size");
         f.names = names_of(cmd);

@@ -308,10 +308,8 @@ UINT_PTR fault_mapper(FunctionID funcId, void*, BOOL* pbHookFunction) {
     Faults& f = faults();
     ProbeState& s = state();
     if (pbHookFunction) *pbHookFunction = 0;
-    ClassID cls = 0;
-    ModuleID mod = 0;
-    mdToken token = 0;
-    if (failed(s.info->GetFunctionInfo(funcId, &cls, &mod, &token)) || !f.module.holds(mod)) return funcId;
+    FunctionInfo fi;
+    if (failed(function_info(s.info, funcId, fi)) || !f.module.holds(fi.moduleId)) return funcId;
     ComHolder<IMetaDataImport> md;
     mdToken mb = 0;
     if (failed(function_metadata(s.info, funcId, md, mb))) return funcId;
@@ -322,7 +320,7 @@ UINT_PTR fault_mapper(FunctionID funcId, void*, BOOL* pbHookFunction) {
         if (pbHookFunction) *pbHookFunction = 1;
         Json a = Json::object();
         a.set("funcId", Json(static_cast<std::uint64_t>(funcId))).set("method", props.name);
-        a.set("token", Json(static_cast<std::uint64_t>(token))).set("pbHookFunction", Json(true));
+        a.set("token", Json(static_cast<std::uint64_t>(fi.token))).set("pbHookFunction", Json(true));
         Json r = Json::object();
         r.set("name", "FunctionIDMapper2").set("args", a).set("hr", Json(0u));
         s.trace.write("callback", r);

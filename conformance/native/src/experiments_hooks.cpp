@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "profharness/hresults.h"
+#include "profharness/metadata.h"
 
 namespace profharness {
 
@@ -47,9 +48,7 @@ struct EnterSlot {
     ULONG length[kMaxRangesRead] = {};
     unsigned char bytes[kMaxRangesRead][kBytesPerRange] = {};
     HRESULT gfi2_hr = 0;
-    ClassID classId = 0;
-    ModuleID moduleId = 0;
-    mdToken token = 0;
+    FunctionInfo gfi2;  // what GetFunctionInfo2 answered inside the hook
     ULONG32 cTypeArgs = 0;
 };
 
@@ -103,11 +102,9 @@ UINT_PTR map_function(const char* which, FunctionID funcId, void* mapperData, BO
     ProbeState& s = state();
     h.mapper_calls.fetch_add(1, std::memory_order_relaxed);
     UINT_PTR clientData = static_cast<UINT_PTR>(funcId ^ h.xor_mask);
-    ClassID cls = 0;
-    ModuleID mod = 0;
-    mdToken token = 0;
-    HRESULT hr = s.info ? s.info->GetFunctionInfo(funcId, &cls, &mod, &token) : E_FAIL;
-    bool hook = !failed(hr) && mod != 0 && is_target_module(mod);
+    FunctionInfo fi;
+    HRESULT hr = s.info ? function_info(s.info, funcId, fi) : E_FAIL;
+    bool hook = !failed(hr) && fi.moduleId != 0 && is_target_module(fi.moduleId);
     if (failed(hr)) h.mapper_unresolved.fetch_add(1, std::memory_order_relaxed);
     if (pbHookFunction) *pbHookFunction = hook ? 1 : 0;
     if (hook) {
@@ -116,10 +113,7 @@ UINT_PTR map_function(const char* which, FunctionID funcId, void* mapperData, BO
         Json a = Json::object();
         a.set("funcId", Json(static_cast<std::uint64_t>(funcId)));
         a.set("mapperData", Json::pointer(mapperData));
-        a.set("token", Json(static_cast<std::uint64_t>(token)));
-        a.set("classId", Json(static_cast<std::uint64_t>(cls)));
-        a.set("moduleId", Json(static_cast<std::uint64_t>(mod)));
-        a.set("pbHookFunction", Json(true));
+        fi.set_in(a).set("pbHookFunction", Json(true));
         a.set("returned", Json(static_cast<std::uint64_t>(clientData)));
         f.set("name", which);
         f.set("args", a);
@@ -167,8 +161,8 @@ void enter2(FunctionID funcId, UINT_PTR clientData, COR_PRF_FRAME_INFO func,
     ProbeState& s = state();
     if (auto* info2 = s.info_as<ICorProfilerInfo2>(2)) {
         ULONG32 cTypeArgs = 0;
-        slot.gfi2_hr = info2->GetFunctionInfo2(funcId, func, &slot.classId, &slot.moduleId, &slot.token, 0,
-                                               &cTypeArgs, nullptr);
+        slot.gfi2_hr = info2->GetFunctionInfo2(funcId, func, &slot.gfi2.classId, &slot.gfi2.moduleId,
+                                               &slot.gfi2.token, 0, &cTypeArgs, nullptr);
         slot.cTypeArgs = cTypeArgs;
     } else {
         slot.gfi2_hr = E_NOINTERFACE;
@@ -279,10 +273,7 @@ void enter_leave_flush(ExperimentContext& ctx) {
             .set("inside_hook", Json(true))
             .set("hook_index", Json(static_cast<std::uint64_t>(i)));
         Json co = Json::object();
-        co.set("classId", Json(static_cast<std::uint64_t>(slot.classId)))
-            .set("moduleId", Json(static_cast<std::uint64_t>(slot.moduleId)))
-            .set("token", Json(static_cast<std::uint64_t>(slot.token)))
-            .set("pcTypeArgs", Json(static_cast<std::uint64_t>(slot.cTypeArgs)));
+        slot.gfi2.set_in(co).set("pcTypeArgs", Json(static_cast<std::uint64_t>(slot.cTypeArgs)));
         s.call("GetFunctionInfo2", id, ca, co, slot.gfi2_hr);
     }
     h.flushed = i;
