@@ -27,7 +27,7 @@ __all__ = [
     "RULES",
     "SEED_ENV",
     "START_MARK",
-    "Rule",
+    "PointRule",
     "delay_us",
     "delays_of",
     "draw",
@@ -44,7 +44,7 @@ DELAYS_MARK = "proxy.perturb.delays"
 _MASK = (1 << 64) - 1
 
 
-class Rule(NamedTuple):
+class PointRule(NamedTuple):
     """A point kind's schedule: the chance it is delayed (out of 256), the delay's range in microseconds
     (inclusive), and the kind's budget per run in milliseconds."""
 
@@ -55,14 +55,14 @@ class Rule(NamedTuple):
 
 
 #: point kind -> its rule, in the native enumeration's order (perturb.h ``kRules``)
-RULES: dict[str, Rule] = {
-    "initialize-call": Rule(256, 10_000, 50_000, 300),
-    "initialize-return": Rule(128, 1_000, 50_000, 50),
-    "callback-enter": Rule(16, 100, 10_000, 250),
-    "callback-return": Rule(16, 100, 10_000, 250),
-    "thread-created": Rule(64, 1_000, 20_000, 100),
-    "thread-destroyed": Rule(64, 1_000, 20_000, 100),
-    "shutdown": Rule(128, 1_000, 50_000, 50),
+RULES: dict[str, PointRule] = {
+    "initialize-call": PointRule(256, 10_000, 50_000, 300),
+    "initialize-return": PointRule(128, 1_000, 50_000, 50),
+    "callback-enter": PointRule(16, 100, 10_000, 250),
+    "callback-return": PointRule(16, 100, 10_000, 250),
+    "thread-created": PointRule(64, 1_000, 20_000, 100),
+    "thread-destroyed": PointRule(64, 1_000, 20_000, 100),
+    "shutdown": PointRule(128, 1_000, 50_000, 50),
 }
 POINTS = tuple(RULES)
 
