@@ -143,7 +143,7 @@ def validate(
                     )
                     seconds, note = judged.seconds, judged.note
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
-                    found.in_run(len(runs))
+                    found.in_run(len(runs), seed)
                     runs.append(summary)
                     grouper.merge(found)
                     exercised.setdefault(rt.version, set()).update(seen)

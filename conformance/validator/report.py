@@ -73,11 +73,11 @@ def _records(run: RunSummary) -> str:
 
 
 def _occurrence(o: Occurrence) -> list[str]:
-    """runtime, scenario, thread, callback, records, message."""
+    """runtime, scenario (and the run's seed when perturbed), thread, callback, records, message."""
     records = ",".join(str(r) for r in o.records[:8]) + ("..." if len(o.records) > 8 else "")
     return [
         o.runtime,
-        o.scenario,
+        o.scenario if o.seed is None else f"{o.scenario} seed {o.seed}",
         f"thread {o.thread}" if o.thread is not None else "thread -",
         o.callback or "(no callback)",
         f"records {records}" if records else "records -",

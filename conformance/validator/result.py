@@ -66,6 +66,8 @@ class Occurrence(BaseModel):
     callback: str | None = None
     records: list[int] = Field(default_factory=list)
     trace: str = ""
+    #: the perturbation seed of its run (``--perturb``), None when not perturbed
+    seed: int | None = None
 
     @classmethod
     def of(cls, finding: Finding) -> Occurrence:

@@ -134,16 +134,18 @@ def test_groups_count_the_runs_they_appeared_in_perturbed_and_not() -> None:
     for index in (1, 2, 4):
         one = Grouper()
         one._groups[("VAL-CRASH", "", False)] = _group("VAL-CRASH", [])
-        one.in_run(index)
+        one.in_run(index, runs[index].seed)
         grouper.merge(one)
     (group,) = grouper.groups()
     assert group.runs == [1, 2, 4]
+    assert group.first.seed is None and [o.seed for o in group.occurrences] == [None, 5, 7]  # each its run's
     result = ValidationResult(profiler="p", clsid="c", runs=runs, groups=[group])
     assert runs_text(result, group) == (
         "in 2/3 perturbed runs (seeds 5,7) and 1/2 unperturbed runs on 8.0.4; in 0/1 perturbed runs on 3.1.23"
     )
     text = render_text(result)
     assert "    in 2/3 perturbed runs (seeds 5,7)" in text and "seed (delays)" in text
+    assert "8.0.4  s seed 7  thread -" in render_text(result, verbose=True)
     assert "in 2/3 perturbed runs (seeds 5,7)" in to_html(result)
     plain = ValidationResult(profiler="p", clsid="c", runs=runs[:2], groups=[_group("VAL-CRASH", [0])])
     assert runs_text(plain, plain.groups[0]) == "in 1/2 runs on 8.0.4"
