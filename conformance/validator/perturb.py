@@ -2,7 +2,7 @@
 
 The recording proxy delays chosen points of a run by a schedule the seed alone decides
 (``conformance/native/proxy/perturb.h``): the calls the profiler makes while its Initialize runs (every one of
-them, for 10 to 50 ms: the window in which a thread started there races the instance being stored), the
+them, for 20 to 50 ms: the window in which a thread started there races the instance being stored), the
 return of Initialize, each callback's entry and return, ThreadCreated, ThreadDestroyed and Shutdown. The
 delay of the index-th occurrence of a point kind is a function of (seed, kind, index) (splitmix64), never of
 the clock, so a seed replays its schedule for the same sequence of points. Each delay is at most 50 ms (and a
@@ -56,7 +56,7 @@ class PointRule(NamedTuple):
 
 #: point kind -> its rule, in the native enumeration's order (perturb.h ``kRules``)
 RULES: dict[str, PointRule] = {
-    "initialize-call": PointRule(256, 10_000, 50_000, 300),
+    "initialize-call": PointRule(256, 20_000, 50_000, 300),
     "initialize-return": PointRule(128, 1_000, 50_000, 50),
     "callback-enter": PointRule(16, 100, 10_000, 250),
     "callback-return": PointRule(16, 100, 10_000, 250),

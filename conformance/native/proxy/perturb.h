@@ -40,7 +40,7 @@ struct Rule {
 // Every call made during Initialize is delayed: that is the window in which a thread the profiler started
 // races the instance being stored.
 inline constexpr Rule kRules[] = {
-    {256, 10000, 50000, 300},  // initialize-call
+    {256, 20000, 50000, 300},  // initialize-call
     {128, 1000, 50000, 50},    // initialize-return
     {16, 100, 10000, 250},     // callback-enter
     {16, 100, 10000, 250},     // callback-return
