@@ -17,7 +17,7 @@ Adding a rule: a :class:`~.stream.StreamRule` subclass decorated with :func:`rul
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -849,6 +849,8 @@ class JudgedRun:
     site_of: Callable[[int], Any] | None = None
     #: a line for what the run's outcome means when no rule blames anything (the run reached its time limit)
     note: str | None = None
+    #: the proxy's notes (its proxy.* marks), the last of each name
+    marks: dict[str, Any] = field(default_factory=dict)
 
 
 _CHECKED_REGISTRATIONS = {reg.method: reg for reg in api.hook_registrations(CHECKED_KINDS)}
@@ -900,7 +902,8 @@ def judge_run(
     live = judging.judge(run.trace_path, rules)
     hooks = next(r for r in live if isinstance(r, _Hooks)).found
     judged = JudgedRun(records=judging.records, exercised=judging.exercised, hooks=hooks,
-                       seconds=judging.seconds, site_of=judging.site_in_target)  # fmt: skip
+                       seconds=judging.seconds, site_of=judging.site_in_target,
+                       marks=judging.notes)  # fmt: skip
     crash, hang = judging.notes.get("proxy.crash"), judging.notes.get("proxy.hang")
     judging.exercised.update(("VAL-CRASH", "VAL-HANG", "VAL-LOAD"))
     if crash is None and hang is None and run.outcome in (RunOutcome.CRASHED, RunOutcome.HUNG):
