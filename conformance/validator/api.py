@@ -23,6 +23,7 @@ from conformance.core import interrupt, registry, runner, runtimes, scenarios
 from conformance.core.findings import Finding
 from conformance.core.symbols import Symbolizer
 from conformance.validator import launch
+from conformance.validator import workload as workloads
 from conformance.validator.groups import Grouper
 from conformance.validator.hooks import HookChecks
 from conformance.validator.report import render_text as table
@@ -42,9 +43,9 @@ __all__ = [
     "validator_scenarios",
 ]
 
-#: The validator's own scenarios (conformance/validator/scenarios/NAME).
-SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
-SCENARIO_SET = ("validate-basic",)
+#: The workload a validation runs when it names none and gives no app: the short one (the command's default is
+#: ``standard``: :data:`conformance.validator.workload.CLI_DEFAULT`).
+DEFAULT_WORKLOAD = workloads.API_DEFAULT
 
 
 def _outcome(outcome: runner.RunOutcome) -> str:
@@ -53,8 +54,32 @@ def _outcome(outcome: runner.RunOutcome) -> str:
     return "exited" if outcome is runner.RunOutcome.FAILED else outcome.value
 
 
-def validator_scenarios(names: Sequence[str] = SCENARIO_SET) -> list[scenarios.Scenario]:
-    return [scenarios.load_scenario_dir(SCENARIOS_DIR / name) for name in names]
+def validator_scenarios(names: Sequence[str] = (DEFAULT_WORKLOAD,)) -> list[scenarios.Scenario]:
+    """The scenarios of the workloads ``names``."""
+    return [workloads.load_workload(name).scenario() for name in names]
+
+
+#: one run's plan: its scenario, app, whether it is the user's, the files beside it, its variables and its
+#: workload
+_Planned = tuple[scenarios.Scenario, Path, bool, list[Path], dict[str, str], "workloads.Workload | None"]
+
+
+def _plan(app: Path | None, workload: str | None, duration_s: float | None) -> list[_Planned]:
+    """What each runtime runs: the user's app, or the workload (compiled, with its files and variables)."""
+    if app is not None:
+        if workload is not None:
+            raise launch.ValidatorInputError(f"--app {app} and --workload {workload}: give one (an app "
+                                             "replaces the workload)")  # fmt: skip
+        if duration_s is not None:
+            raise launch.ValidatorInputError(f"--duration applies to a workload, not to --app {app}")
+        return [(launch.user_app_scenario(app), app.resolve(), True, [], {}, None)]
+    chosen = workloads.load_workload(workload if workload is not None else DEFAULT_WORKLOAD)
+    if duration_s is not None:
+        workloads.check_duration(duration_s)
+        if chosen.seconds is None:
+            raise launch.ValidatorInputError(f"--duration: the workload {chosen.name} runs a fixed course")
+    dll, companions = workloads.compile_workload(chosen, runner.reference_runtime())
+    return [(chosen.scenario(), dll, False, companions, chosen.environment(duration_s), chosen)]
 
 
 def validate(
@@ -67,11 +92,15 @@ def validate(
     preload: Sequence[Path] = (),
     hang_s: float = launch.DEFAULT_HANG_S,
     dotnet: Path | None = None,
-    scenario_names: Sequence[str] = SCENARIO_SET,
     timeout_s: float = launch.DEFAULT_TIMEOUT_S,
+    workload: str | None = None,
+    duration_s: float | None = None,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
+    ``workload``: the workload to run (:mod:`conformance.validator.workload`; :data:`DEFAULT_WORKLOAD`, the
+    short ``basic``, when neither it nor ``app`` is given); ``duration_s``: its duration (a workload that
+    runs for a while); ``app``: the user's app instead (giving both is bad input).
     ``hang_s``: how long a callback or a call outside any callback may stay open (the proxy's hang limit);
     ``timeout_s``: how long each run may take (the harness's watchdog)."""
     runs: list[RunSummary] = []
@@ -87,19 +116,15 @@ def validate(
         guid = launch.parse_clsid(clsid)
         companions = launch.check_preloads(preload)
         environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s)
+        plan = _plan(app, workload, duration_s)
         selected = runtimes.select(runtime, dotnet)
-        if app is not None:
-            plan = [(launch.user_app_scenario(app), app.resolve(), True)]
-        else:
-            reference = runner.reference_runtime()
-            plan = [(s, scenarios.compile_scenario(s, reference), False)
-                    for s in validator_scenarios(scenario_names)]  # fmt: skip
         checks = HookChecks()
         symbolizer = Symbolizer()  # the profiler's symbols and lines, read once for every run
         for rt in selected:
-            for scenario, dll, user in plan:
+            for scenario, dll, user, companions, app_env, chosen in plan:
                 result = launch.run_under_proxy(
-                    scenario, dll, rt, environment, hang_s=hang_s, timeout_s=timeout_s, user_app=user
+                    scenario, dll, rt, {**environment, **app_env}, hang_s=hang_s, timeout_s=timeout_s,
+                    user_app=user, companions=companions,
                 )
                 summary = RunSummary(
                     runtime=rt.version,
@@ -128,7 +153,10 @@ def validate(
                     if judged.hooks and not unchecked:
                         judged.exercised.update(r.clause for r in registry.rules(Layer.HOOK))
                     seen = judged.exercised
-                    summary = summary.model_copy(update={"records": judged.records, "judged": judged.records})
+                    counts = judged.counted.counts(chosen.not_applicable_on(rt.version) if chosen else None) \
+                        if judged.counted else None
+                    summary = summary.model_copy(update={"records": judged.records, "judged": judged.records,
+                                                         "counts": counts})
                     seconds, note = judged.seconds, judged.note
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
                     runs.append(summary)

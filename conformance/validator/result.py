@@ -23,12 +23,40 @@ __all__ = [
     "Group",
     "Occurrence",
     "RuleStatus",
+    "RunCounts",
     "RunSummary",
     "ValidationResult",
 ]
 
 #: occurrences a group keeps beside its first and last (its count is exact)
 OCCURRENCES_KEPT = 20
+
+
+class RunCounts(BaseModel):
+    """What one run exercised, each count from the recording (the proxy's records), never from the app's own
+    claims (issue 21). A count the recording cannot tell (the run ended before the proxy's shutdown mark, or
+    the proxy's events were off) is None."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: DoStackSnapshot calls the profiler made that returned, and of those, how many returned S_OK
+    walks: int = 0
+    walks_ok: int = 0
+    #: GCs the proxy's shadow heap applied; those that moved some object (compacting); those that moved some
+    #: object onto an address another object held before that GC (address reuse)
+    gcs: int | None = None
+    compacting_gcs: int | None = None
+    reuse_gcs: int | None = None
+    #: JITCompilationStarted the runtime made (whether or not the profiler asked for it), for how many
+    #: FunctionIDs; recompilations: those for a FunctionID compiled before (tier-up, OSR)
+    compilations: int | None = None
+    functions: int | None = None
+    recompilations: int | None = None
+    #: recompilations made with the method on the compiling thread's stack: on-stack replacement (the
+    #: proxy.osr marks)
+    osr: int = 0
+    #: count -> why this run's runtime cannot show it (the workload's manifest)
+    not_applicable: dict[str, str] = Field(default_factory=dict)
 
 
 class RunSummary(BaseModel):
@@ -48,6 +76,8 @@ class RunSummary(BaseModel):
     records: int
     #: records the judges read (all of them unless the recording was cut short)
     judged: int = 0
+    #: what the run exercised, from its recording (None: not judged, e.g. no recording)
+    counts: RunCounts | None = None
 
 
 class Occurrence(BaseModel):

@@ -35,6 +35,7 @@ from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.symbols import Symbolizer, demangle
+from conformance.validator.counts import CountRun
 from conformance.validator.hooks import CHECKED_KINDS, HookChecks, RegisteredHook, fault_line
 from conformance.validator.recording import Recording
 from conformance.validator.stream import ELT_HOOKS, Judging, Record, StreamRule
@@ -849,6 +850,8 @@ class JudgedRun:
     site_of: Callable[[int], Any] | None = None
     #: a line for what the run's outcome means when no rule blames anything (the run reached its time limit)
     note: str | None = None
+    #: the run's summary counts (issue 21), read in the same pass
+    counted: CountRun | None = None
 
 
 _CHECKED_REGISTRATIONS = {reg.method: reg for reg in api.hook_registrations(CHECKED_KINDS)}
@@ -896,11 +899,12 @@ def judge_run(
     judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "",
                       symbolizer=symbolizer or Symbolizer())  # fmt: skip
     rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
-    rules += [_Hooks, _InitializeSeen]
+    rules += [_Hooks, _InitializeSeen, CountRun]
     live = judging.judge(run.trace_path, rules)
     hooks = next(r for r in live if isinstance(r, _Hooks)).found
     judged = JudgedRun(records=judging.records, exercised=judging.exercised, hooks=hooks,
-                       seconds=judging.seconds, site_of=judging.site_in_target)  # fmt: skip
+                       seconds=judging.seconds, site_of=judging.site_in_target,
+                       counted=next(r for r in live if isinstance(r, CountRun)))  # fmt: skip
     crash, hang = judging.notes.get("proxy.crash"), judging.notes.get("proxy.hang")
     judging.exercised.update(("VAL-CRASH", "VAL-HANG", "VAL-LOAD"))
     if crash is None and hang is None and run.outcome in (RunOutcome.CRASHED, RunOutcome.HUNG):

@@ -816,6 +816,11 @@ class ProxyCallback final : public CallbackForwarderBase {
         s.begin();
         return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->ObjectAllocated(objectId, classId));
     }
+    // The compilation tally's input (jit.cpp): counted whether or not the profiler asked for it.
+    HRESULT STDMETHODCALLTYPE JITCompilationStarted(FunctionID functionId, BOOL fIsSafeToBlock) override {
+        jit_started(functionId);
+        return CallbackForwarderBase::JITCompilationStarted(functionId, fIsSafeToBlock);
+    }
     HRESULT STDMETHODCALLTYPE GarbageCollectionStarted(int cGenerations, BOOL* generationCollected,
                                                        COR_PRF_GC_REASON reason) override {
         heap_gc_started(cGenerations, generationCollected);
@@ -994,6 +999,7 @@ class ProxyCallback final : public CallbackForwarderBase {
         rec.set("name", "proxy.shutdown").set("payload", Json());
         rec.set("profilerThreadsAlive", alive).set("threads", threads).set("liveEnumerators", leaks);
         rec.set("heap", heap_json());
+        rec.set("jit", jit_json());
         rec.set("infoRefs", Json(static_cast<std::int64_t>(g_wrapper ? g_wrapper->refs() : 0)));
         trace().write("mark", rec);
         trace().write("end", Json::object());

@@ -138,6 +138,7 @@ struct MaskState {
     std::atomic<std::uint32_t> profiler_low{0}, profiler_high{0};
     std::atomic<std::uint32_t> added_low{0};
     std::atomic<bool> initialized{false};  // the profiler's Initialize returned
+    std::atomic<bool> jit_monitored{false};  // the runtime makes JITCompilationStarted (the tally is whole)
 };
 MaskState& mask();
 // After the profiler's Initialize returned `hr` (still inside the runtime's Initialize): read its mask, add
@@ -171,6 +172,12 @@ bool heap_in_gc();
 // The verdict on an ObjectID a profiler hands to an `inspects` method (counted).
 HeapClassification heap_classify(std::uint64_t id, bool in_gc);
 Json heap_json();  // the proxy.shutdown mark's "heap"
+
+// --- the compilation tally (jit.cpp) ----------------------------------------------------------------------
+// JITCompilationStarted (before it is forwarded or hidden): counts it for its FunctionID; a recompilation
+// made with the method on this thread's stack is an OSR transition (a proxy.osr mark).
+void jit_started(std::uint64_t function);
+Json jit_json();  // the proxy.shutdown mark's "jit"
 
 // --- callers (modules.cpp) -------------------------------------------------------------------------------
 // Names the module `ip` falls in with a proxy.module mark the first time an address falls outside every
