@@ -147,7 +147,8 @@ def validate(
                     found.add(Finding.of(result, "VAL-LOAD", message, []))
                     seen.add("VAL-LOAD")
                 else:
-                    judged = judge_run(result, found.add, profiler=target, symbolizer=symbolizer)
+                    judged = judge_run(result, found.add, profiler=target, symbolizer=symbolizer,
+                                       ground_truth=chosen.points() if chosen else ())
                     from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
                     found.extend(from_hooks)
                     if judged.hooks and not unchecked:

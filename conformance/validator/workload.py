@@ -7,9 +7,10 @@
   ``--duration`` overrides it); absent: the app runs a fixed course;
 - ``exercises``: what it exercises, one line each;
 - ``late``: sources compiled into ``late.dll`` beside the app (an assembly the app loads late), not into it;
-- ``ground_truth``: marked points, each a mark the app writes (``mark``) when the thread it names
-  (``thread``) is parked inside ``frames`` (innermost first, ``Namespace.Class.Method``), and ``judges``:
-  what a rule can judge there;
+- ``ground_truth``: marked points, each a mark (``mark``) the thread it describes (``thread``) writes itself
+  before it waits inside ``frames`` (innermost first, ``Namespace.Class.Method``) until the mark ``until``,
+  and ``judges``: what a rule judges there (the proxy records the FunctionIDs the runtime delivers to the
+  profiler's StackSnapshotCallback in walks of that thread, and names them: docs/design.md);
 - ``not_applicable``: runtime version prefix -> {count: why that runtime cannot show it}.
 
 :data:`API_DEFAULT` (``basic``, about 0.2 s) is :func:`conformance.validator.api.validate`'s default, so that
@@ -36,7 +37,7 @@ __all__ = [
     "API_DEFAULT",
     "CLI_DEFAULT",
     "DURATION_ENV",
-    "GroundTruth",
+    "MarkedPoint",
     "Workload",
     "check_duration",
     "compile_workload",
@@ -50,18 +51,22 @@ MANIFEST = "workload.toml"
 LATE_DLL = "late.dll"
 #: the variable a workload app reads its duration from (seconds, a decimal number)
 DURATION_ENV = "PROFHARNESS_APP_SECONDS"
+#: the variable naming the ground truth's marks to the proxy (comma-separated; proxy/truth.cpp)
+GROUND_TRUTH_ENV = "PROFHARNESS_PROXY_GROUND_TRUTH"
 API_DEFAULT = "basic"
 CLI_DEFAULT = "standard"
 #: the longest --duration accepted (a validation's run limit is --timeout; this only catches typos)
 MAX_SECONDS = 3600.0
 
 
-class GroundTruth(BaseModel):
+class MarkedPoint(BaseModel):
     """A marked point: after ``mark``, the thread ``thread`` waits inside ``frames`` (innermost first)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mark: str
+    #: the mark after which the thread has left the frames ("": the end of the run)
+    until: str = ""
     thread: str
     frames: list[str]
     judges: str = ""
@@ -78,7 +83,7 @@ class Workload(BaseModel):
     seconds: float | None = None
     exercises: list[str] = Field(default_factory=list)
     late: list[str] = Field(default_factory=list)
-    ground_truth: list[GroundTruth] = Field(default_factory=list)
+    ground_truth: list[MarkedPoint] = Field(default_factory=list)
     not_applicable: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     def scenario(self) -> scenarios.Scenario:
@@ -93,9 +98,20 @@ class Workload(BaseModel):
         return out
 
     def environment(self, seconds: float | None) -> dict[str, str]:
-        """The variables the app reads: its duration (``seconds``, else its default) when it has one."""
+        """The variables the app reads (its duration: ``seconds``, else its default, when it has one) and the
+        proxy reads (the marks of its ground truth: :data:`GROUND_TRUTH_ENV`)."""
+        env: dict[str, str] = {}
         chosen = seconds if seconds is not None else self.seconds
-        return {DURATION_ENV: f"{chosen:g}"} if chosen is not None and self.seconds is not None else {}
+        if chosen is not None and self.seconds is not None:
+            env[DURATION_ENV] = f"{chosen:g}"
+        points = [name for g in self.ground_truth for name in (g.mark, g.until) if name]
+        if points:
+            env[GROUND_TRUTH_ENV] = ",".join(dict.fromkeys(points))
+        return env
+
+    def points(self) -> tuple[tuple[str, tuple[str, ...], str], ...]:
+        """The marked points as the judges take them: (mark, frames innermost first, the mark ending it)."""
+        return tuple((g.mark, tuple(g.frames), g.until) for g in self.ground_truth)
 
 
 def workload_names(root: Path = WORKLOADS_DIR) -> list[str]:

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "profharness/hresults.h"
 #include "profharness/interfaces.h"
@@ -178,6 +179,15 @@ Json heap_json();  // the proxy.shutdown mark's "heap"
 // made with the method on this thread's stack is an OSR transition (a proxy.osr mark).
 void jit_started(std::uint64_t function);
 Json jit_json();  // the proxy.shutdown mark's "jit"
+
+// --- ground truth (truth.cpp) -------------------------------------------------------------------------------
+// A mark (profharness_mark) that PROFHARNESS_PROXY_GROUND_TRUTH names: the calling managed thread becomes a
+// marked thread; the FunctionIDs delivered so far are named (a proxy.functions mark).
+void truth_mark(const std::string& name);
+bool truth_any();                          // some thread is marked
+bool truth_thread(std::uint64_t thread);   // this ThreadID is marked
+void truth_delivered(const std::vector<std::uint64_t>& ids);  // a marked thread's walk delivered these
+void truth_name_pending();                 // names them (a proxy.functions mark); also before proxy.shutdown
 
 // --- callers (modules.cpp) -------------------------------------------------------------------------------
 // Names the module `ip` falls in with a proxy.module mark the first time an address falls outside every

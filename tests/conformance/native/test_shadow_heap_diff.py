@@ -110,7 +110,8 @@ def model_answers(commands: list[Command], left_gcs: int | None, left_max: int |
         elif op == "objects":
             out.append([[s, z] for s, z in sorted(heap.objects().items())])
         elif op == "counts":
-            out.append({"gcs": heap.gc_count, "compactingGcs": heap.compacting_gcs, "reuseGcs": heap.reuse_gcs})
+            out.append({"gcs": heap.gc_count, "compactingGcs": heap.compacting_gcs,
+                        "reuseGcs": heap.reuse_gcs})
     return out
 
 

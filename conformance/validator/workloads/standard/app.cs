@@ -6,8 +6,9 @@
 // recompiled at tier 1, methods with a hot loop called once (on-stack replacement where the runtime has it),
 // P/Invoke into libc, async/await, threads created and ended, an assembly loaded late (late.dll, compiled
 // beside the app, loaded with Assembly.LoadFrom after a third of the run), dynamic methods
-// (DynamicMethod), deep recursion. Marks: "workload.begin", "workload.parked" (the parked thread is inside
-// ParkThread > ParkOuter > ParkMiddle > ParkLeaf, waiting until the end), "workload.late",
+// (DynamicMethod), deep recursion. Marks: "workload.begin", "workload.parked" (written by the parked thread
+// from ParkThread > ParkOuter > ParkMiddle > ParkLeaf, where it then waits until "workload.unparked"),
+// "workload.late",
 // "workload.osr" (the hot loops ran), "workload.end" (payload: what each worker did). Exit code 0 when every
 // check of the work held.
 using System;
@@ -74,6 +75,9 @@ namespace ProfHarness.Workloads
         [MethodImpl(MethodImplOptions.NoInlining)]
         static void ParkLeaf()
         {
+            // the parked thread marks itself: the proxy learns its ThreadID from the mark
+            ProfHarness.Probe.Mark("workload.parked", new JsonObject().Add("thread", "parked")
+                .Add("managedThreadId", Thread.CurrentThread.ManagedThreadId).ToString());
             Interlocked.Exchange(ref parked, 1);
             release.Wait();
         }
@@ -444,10 +448,7 @@ namespace ProfHarness.Workloads
                 t.Start(k);
                 workers.Add(t);
             }
-            if (ProfHarness.Threads.AwaitReady(ref parked, 5000))
-                ProfHarness.Probe.Mark("workload.parked", new JsonObject()
-                    .Add("thread", "parked").Add("managedThreadId", parkedThread.ManagedThreadId).ToString());
-            else
+            if (!ProfHarness.Threads.AwaitReady(ref parked, 5000))
                 Fail("the parked thread did not park");
             long osr = LoopOnce(20000000);
             double harmonic = LoopOnceFloating(5000000);
@@ -474,6 +475,7 @@ namespace ProfHarness.Workloads
             gcThread.Join();
             foreach (var t in workers)
                 t.Join();
+            ProfHarness.Probe.Mark("workload.unparked");  // the parked thread leaves its frames after this
             release.Set();
             parkedThread.Join();
             var payload = new JsonObject();
