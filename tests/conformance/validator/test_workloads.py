@@ -219,3 +219,31 @@ def test_standard_counts_in_the_runs_table_and_the_json(standard_runs: Validatio
     assert [r["counts"]["walks_ok"] for r in doc["runs"]] == [r.counts.walks_ok for r in standard_runs.runs
                                                               if r.counts]  # fmt: skip
     assert "RunCounts" in json.dumps(report.json_schema())
+
+
+# --- part 5: an IL rewriter on every JITCompilationStarted, recompilations included ------------------------
+
+REWRITER = Path(__file__).resolve().parent / "profilers" / "rewrite_each_jit.cpp"
+
+
+@pytest.mark.live
+def test_VAL_CRASH_a_rewriter_that_assumes_one_compilation_per_method_crashes_on_recompiled_methods(
+    runtimes: list[Runtime],
+) -> None:
+    """The rewriter frees a method's original body at its first rewrite: on basic (no method recompiled)
+    it is clean; on standard the first recompilation (tier-up; OSR on 8.0) makes it crash in its own
+    JITCompilationStarted, at the line that reads the freed body. Kept (the correct rewriter), standard is
+    clean, every recompilation rewritten."""
+    so = build_fixture("rewrite_each_jit")
+    short = api.validate(so, FIXTURE_CLSID, workload="basic")
+    assert short.findings == [] and all(r.counts and r.counts.recompilations == 0 for r in short.runs)
+    crashed = api.validate(so, FIXTURE_CLSID, workload="standard")
+    assert [r.outcome for r in crashed.runs] == ["crashed"] * len(runtimes)
+    (group,) = crashed.findings
+    line = next(n for n, text in enumerate(REWRITER.read_text().splitlines(), 1) if "the fault:" in text)
+    assert group.clause == "VAL-CRASH" and group.runtimes == [rt.version for rt in runtimes]
+    assert group.site is not None and group.site.line == line
+    assert "JITCompilationStarted" in (group.site.function or "")
+    kept = api.validate(so, FIXTURE_CLSID, workload="standard", env={"REWRITE_EACH_JIT_KEEP": "1"})
+    assert kept.findings == [] and [r.outcome for r in kept.runs] == ["ok"] * len(runtimes)
+    assert all(r.counts and r.counts.recompilations for r in kept.runs)
