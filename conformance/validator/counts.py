@@ -51,4 +51,5 @@ class CountRun(StreamRule):
                          compacting_gcs=_int(heap.get("compactingGcs")), reuse_gcs=_int(heap.get("reuseGcs")),
                          compilations=_int(jit.get("compilations")), functions=_int(jit.get("functions")),
                          recompilations=_int(jit.get("recompilations")), osr=self.osr,
+                         rejits=self.j.counts.get("ReJITCompilationStarted", 0) if self.j.counts else None,
                          not_applicable=dict(not_applicable or {}))  # fmt: skip

@@ -55,6 +55,9 @@ class RunCounts(BaseModel):
     #: recompilations made with the method on the compiling thread's stack: on-stack replacement (the
     #: proxy.osr marks)
     osr: int = 0
+    #: ReJITCompilationStarted the runtime made (ReJIT the profiler requested; the proxy's ``counts`` record,
+    #: written after Shutdown: None without it)
+    rejits: int | None = None
     #: count -> why this run's runtime cannot show it (the workload's manifest)
     not_applicable: dict[str, str] = Field(default_factory=dict)
 

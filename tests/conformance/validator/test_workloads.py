@@ -200,6 +200,7 @@ def test_standard_counts_walks_reuse_gcs_and_osr_DSS_03(standard_runs: Validatio
         assert c.walks_ok >= MIN_WALKS_OK, (run.runtime, c)
         assert c.reuse_gcs is not None and c.reuse_gcs >= MIN_REUSE_GCS, (run.runtime, c)
         assert c.recompilations is not None and c.recompilations >= 1, (run.runtime, c)  # tier-up (part 5)
+        assert c.rejits == 0  # the sampler requests no ReJIT (the proxy's counts record was read)
         if run.runtime.startswith("3.1."):
             assert "no on-stack replacement" in c.not_applicable["osr"]
         else:
