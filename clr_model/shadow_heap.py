@@ -70,6 +70,9 @@ class ShadowHeap:
         self._left_gcs = left_gcs
         self._left_max = left_max
         self._gcs = 0
+        #: GCs that moved some object; of those, GCs that moved one onto another's pre-GC address
+        self.compacting_gcs = 0
+        self.reuse_gcs = 0
         #: the GC (1-based) at which each address in ``_left`` was left
         self._left_at: dict[int, int] = {}
         self._size: dict[int, int] = {}
@@ -85,6 +88,11 @@ class ShadowHeap:
     # -- queries -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._size)
+
+    @property
+    def gc_count(self) -> int:
+        """GCs applied so far."""
+        return self._gcs
 
     def objects(self) -> dict[int, int]:
         """start -> size of every known live object."""
@@ -135,6 +143,10 @@ class ShadowHeap:
         old_starts = [o for o, _, _ in moved]
         surviving = sorted(self._surviving)
         surv_starts = [s for s, _ in surviving]
+        if any(o != n for o, n, _ in moved):
+            self.compacting_gcs += 1
+            if self._moves_onto_others(moved):
+                self.reuse_gcs += 1
         placed: dict[int, int] = {}  # new start -> size
         left: dict[int, int] = {}  # old start -> new start, for objects that moved
         kept: dict[int, int] = {}  # objects that stay where they are
@@ -175,6 +187,23 @@ class ShadowHeap:
         self._moved, self._surviving = [], []
 
     # -- helpers -------------------------------------------------------------------------------------------
+    def _moves_onto_others(self, moved: list[tuple[int, int, int]]) -> bool:
+        """Whether a block of this GC moves a known object onto bytes another known object held before it."""
+        for old, new, length in moved:
+            if old == new:
+                continue
+            for k in range(bisect.bisect_left(self._starts, old), len(self._starts)):
+                start = self._starts[k]
+                if start >= old + length:
+                    break
+                target = new + (start - old)
+                at = bisect.bisect_right(self._starts, target) - 1
+                if at < 0 or self._starts[at] == start:
+                    continue
+                if target < self._starts[at] + self._size[self._starts[at]]:
+                    return True
+        return False
+
     def _cap_left(self) -> None:
         if self._left_gcs is not None:
             keep = self._left_gcs

@@ -79,6 +79,7 @@ COMMANDS: dict[str, str] = {
     "expectations": "conformance.cli.expectations",
     "check-hook": "conformance.cli.check_hook",
     "validate": "conformance.cli.validate",
+    "workloads": "conformance.cli.workloads",
     "skeleton": "conformance.cli.skeleton",
     "fuzz": "conformance.cli.fuzz",
     "fuzz-runtime": "conformance.cli.fuzz_runtime",

@@ -1,5 +1,6 @@
 """``profharness validate PROFILER.so --clsid {...}``: a third-party profiler behind the recording proxy on
-the validator's scenarios (or your app) on live runtimes.
+one of the validator's workloads (``--workload NAME``, default ``standard``; ``--duration S``; ``profharness
+workloads`` lists them) or on your app (``--app``, which replaces the workload) on live runtimes.
 
 Prints one line per finding group (clause, title, runtimes, count, the profiler's site, the first message;
 notes after them, marked ``note``), then the runs table and a summary line; ``--verbose`` adds each group's
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from conformance.cli import reports_exit
 from conformance.core import fsio, interrupt
-from conformance.validator import api, report
+from conformance.validator import api, report, workload
 from conformance.validator.launch import DEFAULT_HANG_S, DEFAULT_TIMEOUT_S, ValidatorInputError, parse_env
 from conformance.validator.result import ValidationResult
 
@@ -57,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--runtime", default="all", help="runtime version, prefix (8.0) or 'all' (default)")
     parser.add_argument("--dotnet", type=Path, help="a dotnet root or host whose runtimes to use too")
-    parser.add_argument("--app", type=Path, help="run this app (.dll) instead of the validator's scenarios")
+    parser.add_argument("--app", type=Path, help="run this app (.dll) instead of a workload")
+    add_workload_arguments(parser)
     parser.add_argument(
         "--env",
         action="append",
@@ -104,6 +106,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", type=Path, metavar="F",
                         help="write a JUnit report (a suite per runtime, a case per clause)")  # fmt: skip
     parser.add_argument("--html", type=Path, metavar="F", help="write an HTML report")
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """--workload and --duration (issue 21; ``profharness workloads`` lists the workloads)."""
+    parser.add_argument("--workload", metavar="NAME",
+                        help=f"the workload to run (default {workload.CLI_DEFAULT}; `profharness workloads` "
+                        "lists them); --app replaces it")  # fmt: skip
+    parser.add_argument("--duration", type=float, metavar="S",
+                        help="how long the workload runs, in seconds (default: its own)")  # fmt: skip
+
+
+def workload_options(args: argparse.Namespace) -> dict[str, object]:
+    """api.validate's workload, duration_s: the command's default workload unless --app is given."""
+    chosen = args.workload
+    if chosen is None and args.app is None:
+        chosen = workload.CLI_DEFAULT
+    return {"workload": chosen, "duration_s": args.duration}
 
 
 def outputs(args: argparse.Namespace) -> dict[str, Path]:
@@ -159,6 +178,7 @@ def main(args: argparse.Namespace) -> int:
         repeat=args.repeat,
         perturb=args.perturb,
         compare=args.compare,
+        **workload_options(args),  # type: ignore[arg-type]
     )
     with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
         print(report.render_text(result, verbose=args.verbose), flush=True)

@@ -156,6 +156,16 @@ def _mcs_version(mcs: str) -> str:
     return proc.stdout.strip()
 
 
+def mcs() -> str:
+    """The C# compiler's path (a one-line HarnessError when it is not installed)."""
+    return _mcs()
+
+
+def mcs_version(compiler: str) -> str:
+    """``compiler --version`` (asked once per process)."""
+    return _mcs_version(compiler)
+
+
 def reference_paths(reference: Runtime) -> list[Path]:
     """The reference assemblies of ``reference`` that mcs gets (CoreLib is required)."""
     corelib = reference.framework_dir / REFERENCE_ASSEMBLIES[0]

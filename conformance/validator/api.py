@@ -24,6 +24,7 @@ from conformance.core.findings import Finding
 from conformance.core.symbols import Symbolizer
 from conformance.validator import launch
 from conformance.validator import perturb as perturbation
+from conformance.validator import workload as workloads
 from conformance.validator.groups import Grouper
 from conformance.validator.hooks import HookChecks
 from conformance.validator.report import render_text as table
@@ -43,9 +44,9 @@ __all__ = [
     "validator_scenarios",
 ]
 
-#: The validator's own scenarios (conformance/validator/scenarios/NAME).
-SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
-SCENARIO_SET = ("validate-basic",)
+#: The workload a validation runs when it names none and gives no app: the short one (the command's default is
+#: ``standard``: :data:`conformance.validator.workload.CLI_DEFAULT`).
+DEFAULT_WORKLOAD = workloads.API_DEFAULT
 
 
 def _outcome(outcome: runner.RunOutcome) -> str:
@@ -54,8 +55,32 @@ def _outcome(outcome: runner.RunOutcome) -> str:
     return "exited" if outcome is runner.RunOutcome.FAILED else outcome.value
 
 
-def validator_scenarios(names: Sequence[str] = SCENARIO_SET) -> list[scenarios.Scenario]:
-    return [scenarios.load_scenario_dir(SCENARIOS_DIR / name) for name in names]
+def validator_scenarios(names: Sequence[str] = (DEFAULT_WORKLOAD,)) -> list[scenarios.Scenario]:
+    """The scenarios of the workloads ``names``."""
+    return [workloads.load_workload(name).scenario() for name in names]
+
+
+#: one run's plan: its scenario, app, whether it is the user's, the files beside it, its variables and its
+#: workload
+_Planned = tuple[scenarios.Scenario, Path, bool, list[Path], dict[str, str], "workloads.Workload | None"]
+
+
+def _plan(app: Path | None, workload: str | None, duration_s: float | None) -> list[_Planned]:
+    """What each runtime runs: the user's app, or the workload (compiled, with its files and variables)."""
+    if app is not None:
+        if workload is not None:
+            raise launch.ValidatorInputError(f"--app {app} and --workload {workload}: give one (an app "
+                                             "replaces the workload)")  # fmt: skip
+        if duration_s is not None:
+            raise launch.ValidatorInputError(f"--duration applies to a workload, not to --app {app}")
+        return [(launch.user_app_scenario(app), app.resolve(), True, [], {}, None)]
+    chosen = workloads.load_workload(workload if workload is not None else DEFAULT_WORKLOAD)
+    if duration_s is not None:
+        workloads.check_duration(duration_s)
+        if chosen.seconds is None:
+            raise launch.ValidatorInputError(f"--duration: the workload {chosen.name} runs a fixed course")
+    dll, companions = workloads.compile_workload(chosen, runner.reference_runtime())
+    return [(chosen.scenario(), dll, False, companions, chosen.environment(duration_s), chosen)]
 
 
 def validate(
@@ -68,14 +93,18 @@ def validate(
     preload: Sequence[Path] = (),
     hang_s: float = launch.DEFAULT_HANG_S,
     dotnet: Path | None = None,
-    scenario_names: Sequence[str] = SCENARIO_SET,
     timeout_s: float = launch.DEFAULT_TIMEOUT_S,
     repeat: int = 1,
     perturb: int | None = None,
     compare: bool = False,
+    workload: str | None = None,
+    duration_s: float | None = None,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
+    ``workload``: the workload to run (:mod:`conformance.validator.workload`; :data:`DEFAULT_WORKLOAD`, the
+    short ``basic``, when neither it nor ``app`` is given); ``duration_s``: its duration (a workload that
+    runs for a while); ``app``: the user's app instead (giving both is bad input).
     ``hang_s``: how long a callback or a call outside any callback may stay open (the proxy's hang limit);
     ``timeout_s``: how long each run may take (the harness's watchdog). ``repeat``: each run is made that
     many times; ``perturb``: a seed, run i (from 0) of each repetition perturbed by seed ``perturb + i``
@@ -94,20 +123,16 @@ def validate(
         guid = launch.parse_clsid(clsid)
         companions = launch.check_preloads(preload)
         environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s)
+        plan = _plan(app, workload, duration_s)
         selected = runtimes.select(runtime, dotnet)
-        if app is not None:
-            plan = [(launch.user_app_scenario(app), app.resolve(), True)]
-        else:
-            reference = runner.reference_runtime()
-            plan = [(s, scenarios.compile_scenario(s, reference), False)
-                    for s in validator_scenarios(scenario_names)]  # fmt: skip
         checks = HookChecks()
         symbolizer = Symbolizer()  # the profiler's symbols and lines, read once for every run
         for rt in selected:
-            for (scenario, dll, user), seed in ((p, s) for p in plan for s in seeds):
-                run_env = launch.with_perturbation(environment, seed)
+            for (scenario, dll, user, companions, app_env, chosen), seed in ((p, s) for p in plan for s in seeds):
+                run_env = launch.with_perturbation({**environment, **app_env}, seed)
                 result = launch.run_under_proxy(
-                    scenario, dll, rt, run_env, hang_s=hang_s, timeout_s=timeout_s, user_app=user
+                    scenario, dll, rt, run_env, hang_s=hang_s, timeout_s=timeout_s,
+                    user_app=user, companions=companions,
                 )
                 summary = RunSummary(
                     runtime=rt.version,
@@ -131,16 +156,18 @@ def validate(
                     found.add(Finding.of(result, "VAL-LOAD", message, []))
                     seen.add("VAL-LOAD")
                 else:
-                    judged = judge_run(result, found.add, profiler=target, symbolizer=symbolizer)
+                    judged = judge_run(result, found.add, profiler=target, symbolizer=symbolizer,
+                                       ground_truth=chosen.points() if chosen else ())
                     from_hooks, unchecked = hook_abi(judged.hooks, result, checks, judged.site_of)
                     found.extend(from_hooks)
                     if judged.hooks and not unchecked:
                         judged.exercised.update(r.clause for r in registry.rules(Layer.HOOK))
                     seen = judged.exercised
                     delays = perturbation.delays_of(judged.marks.get(perturbation.DELAYS_MARK))
-                    summary = summary.model_copy(
-                        update={"records": judged.records, "judged": judged.records, "delays": delays}
-                    )
+                    counts = judged.counted.counts(chosen.not_applicable_on(rt.version) if chosen else None) \
+                        if judged.counted else None
+                    summary = summary.model_copy(update={"records": judged.records, "judged": judged.records,
+                                                         "delays": delays, "counts": counts})
                     seconds, note = judged.seconds, judged.note
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
                     found.in_run(len(runs), seed)

@@ -166,10 +166,12 @@ def run_under_proxy(
     hang_s: float = DEFAULT_HANG_S,
     timeout_s: float | None = None,
     user_app: bool = False,
+    companions: Sequence[Path] = (),
 ) -> RunResult:
     """Run ``app_dll`` on ``runtime`` with the proxy as profiler (behind it: per ``environment``). The
     harness's watchdog ends the run after ``timeout_s`` (the run limit, :data:`DEFAULT_TIMEOUT_S` when None);
-    ``hang_s`` is the proxy's own limit, given to it through ``environment`` (:func:`proxy_environment`)."""
+    ``hang_s`` is the proxy's own limit, given to it through ``environment`` (:func:`proxy_environment`).
+    ``companions``: files copied beside the app (a workload's late-loaded assembly)."""
     proxy_so = build_proxy()
     run_dir = new_run_dir(scenario.name, runtime)
     proxied = ProxiedRuntime(
@@ -185,6 +187,8 @@ def run_under_proxy(
         for sibling in app_dll.parent.iterdir():
             if sibling.is_file() and sibling != app_dll and sibling.suffix.lower() in (".dll", ".so", ".pdb"):
                 shutil.copyfile(sibling, run_dir / sibling.name)
+    for companion in companions:
+        shutil.copyfile(companion, run_dir / companion.name)
     del hang_s  # the proxy reads its hang limit from the environment
     limit = timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S
     return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir, read=False)

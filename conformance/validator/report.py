@@ -72,6 +72,22 @@ def _records(run: RunSummary) -> str:
     return str(run.records) if run.judged >= run.records else f"{run.judged} of {run.records}"
 
 
+#: the runs table's columns for a run's summary counts (issue 21), shown when some run has them
+COUNT_HEADERS = ("walks ok", "compacting GCs", "recompiled")
+
+
+def count_cells(run: RunSummary) -> list[str]:
+    """A run's summary counts as the runs tables show them: S_OK walks of all walks; compacting GCs (those
+    with address reuse); recompilations (OSR transitions, or why the runtime has none)."""
+    c = run.counts
+    if c is None:
+        return ["-"] * len(COUNT_HEADERS)
+    gcs = "-" if c.compacting_gcs is None else f"{c.compacting_gcs} (reuse {c.reuse_gcs})"
+    osr = "OSR n/a" if "osr" in c.not_applicable else f"OSR {c.osr}"
+    jit = "-" if c.recompilations is None else f"{c.recompilations} ({osr})"
+    return [f"{c.walks_ok}/{c.walks}", gcs, jit]
+
+
 def _occurrence(o: Occurrence) -> list[str]:
     """runtime, scenario (and the run's seed when perturbed), thread, callback, records, message."""
     records = ",".join(str(r) for r in o.records[:8]) + ("..." if len(o.records) > 8 else "")
@@ -187,14 +203,16 @@ def render_text(result: ValidationResult, *, verbose: bool = False) -> str:
         lines.extend(f"skipped: {s.clause} on {s.runtime}: {s.reason}" for s in skipped)
     lines.append("")
     if result.runs:
-        runs = [["runtime", "scenario", "outcome", "exit", "seconds", "records"]]
-        runs += [[r.runtime, r.scenario, r.outcome, _exit(r), f"{r.seconds:.1f}", _records(r)]
-                 for r in result.runs]  # fmt: skip
+        counted = any(r.counts is not None for r in result.runs)
+        runs = [["runtime", "scenario", "outcome", "exit", "seconds", "records",
+                 *(COUNT_HEADERS if counted else ())]]  # fmt: skip
+        runs += [[r.runtime, r.scenario, r.outcome, _exit(r), f"{r.seconds:.1f}", _records(r),
+                  *(count_cells(r) if counted else ())] for r in result.runs]  # fmt: skip
         if any(r.seed is not None for r in result.runs):  # perturbed: the seed and the delays applied
             runs[0].append("seed (delays)")
             for row, r in zip(runs[1:], result.runs, strict=True):
                 row.append("-" if r.seed is None else f"{r.seed} ({sum(r.delays.values())})")
-        lines.extend(_table(runs, right=frozenset({4, 5})))
+        lines.extend(_table(runs, right=frozenset({4, 5, 6})))
     else:
         lines.append("no run was judged")
     lines.append(summary_line(result))
@@ -407,13 +425,15 @@ def to_html(result: ValidationResult) -> str:
     out.append("<h2>Runs</h2>")
     if result.runs:
         out.append("<table class='matrix runs'><tr><th>runtime</th><th>scenario</th><th>outcome</th>"
-                   "<th>exit code</th><th>seconds</th><th>records</th><th>trace</th></tr>")  # fmt: skip
+                   "<th>exit code</th><th>seconds</th><th>records</th>"
+                   + "".join(f"<th>{h}</th>" for h in COUNT_HEADERS) + "<th>trace</th></tr>")  # fmt: skip
         for r in result.runs:
             cls = "ok" if r.outcome in ("ok", "exited") else "div"
             out.append(
                 f"<tr><td>{_e(r.runtime)}</td><td>{_e(r.scenario)}</td><td class='{cls}'>{_e(r.outcome)}</td>"
                 f"<td>{_e(_exit(r))}</td><td>{r.seconds:.1f}</td><td>{_e(_records(r))}</td>"
-                f"<td class='small'>{_e(r.trace)}</td></tr>"
+                + "".join(f"<td>{_e(cell)}</td>" for cell in count_cells(r))
+                + f"<td class='small'>{_e(r.trace)}</td></tr>"
             )
         out.append("</table>")
     else:

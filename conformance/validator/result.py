@@ -23,12 +23,43 @@ __all__ = [
     "Group",
     "Occurrence",
     "RuleStatus",
+    "RunCounts",
     "RunSummary",
     "ValidationResult",
 ]
 
 #: occurrences a group keeps beside its first and last (its count is exact)
 OCCURRENCES_KEPT = 20
+
+
+class RunCounts(BaseModel):
+    """What one run exercised, each count from the recording (the proxy's records), never from the app's own
+    claims (issue 21). A count the recording cannot tell (the run ended before the proxy's shutdown mark, or
+    the proxy's events were off) is None."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: DoStackSnapshot calls the profiler made that returned, and of those, how many returned S_OK
+    walks: int = 0
+    walks_ok: int = 0
+    #: GCs the proxy's shadow heap applied; those that moved some object (compacting); those that moved some
+    #: object onto an address another object held before that GC (address reuse)
+    gcs: int | None = None
+    compacting_gcs: int | None = None
+    reuse_gcs: int | None = None
+    #: JITCompilationStarted the runtime made (whether or not the profiler asked for it), for how many
+    #: FunctionIDs; recompilations: those for a FunctionID compiled before (tier-up, OSR)
+    compilations: int | None = None
+    functions: int | None = None
+    recompilations: int | None = None
+    #: recompilations made with the method on the compiling thread's stack: on-stack replacement (the
+    #: proxy.osr marks)
+    osr: int = 0
+    #: ReJITCompilationStarted the runtime made (ReJIT the profiler requested; the proxy's ``counts`` record,
+    #: written after Shutdown: None without it)
+    rejits: int | None = None
+    #: count -> why this run's runtime cannot show it (the workload's manifest)
+    not_applicable: dict[str, str] = Field(default_factory=dict)
 
 
 class RunSummary(BaseModel):
@@ -52,6 +83,8 @@ class RunSummary(BaseModel):
     #: delays the proxy applied (its ``proxy.perturb.delays`` mark)
     seed: int | None = None
     delays: dict[str, int] = Field(default_factory=dict)
+    #: what the run exercised, from its recording (None: not judged, e.g. no recording)
+    counts: RunCounts | None = None
 
 
 class Occurrence(BaseModel):

@@ -16,7 +16,7 @@ Adding a rule: a :class:`~.stream.StreamRule` subclass decorated with :func:`rul
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +35,7 @@ from conformance.core.findings import Finding
 from conformance.core.hangs import ThreadReport
 from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.symbols import Symbolizer, demangle
+from conformance.validator.counts import CountRun
 from conformance.validator.hooks import CHECKED_KINDS, HookChecks, RegisteredHook, fault_line
 from conformance.validator.recording import Recording
 from conformance.validator.stream import ELT_HOOKS, Judging, Record, StreamRule
@@ -851,6 +852,8 @@ class JudgedRun:
     note: str | None = None
     #: the proxy's notes (its proxy.* marks), the last of each name
     marks: dict[str, Any] = field(default_factory=dict)
+    #: the run's summary counts (issue 21), read in the same pass
+    counted: CountRun | None = None
 
 
 _CHECKED_REGISTRATIONS = {reg.method: reg for reg in api.hook_registrations(CHECKED_KINDS)}
@@ -889,21 +892,24 @@ def judge_run(
     *,
     profiler: Path | None = None,
     symbolizer: Symbolizer | None = None,
+    ground_truth: tuple[tuple[str, tuple[str, ...], str], ...] = (),
 ) -> JudgedRun:
     """Every validator rule over ``run``'s recording (its trace file), findings into ``sink``; then what the
     run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit).
     ``profiler``: the profiler's file, for sites before the recording names it; ``symbolizer``: one shared by
-    every run of a validation (each module's symbols and lines read once)."""
+    every run of a validation (each module's symbols and lines read once); ``ground_truth``: the workload's
+    marked points (:meth:`conformance.validator.workload.Workload.points`)."""
     registry.load_all((Layer.VALIDATOR,))
     judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "",
-                      symbolizer=symbolizer or Symbolizer())  # fmt: skip
+                      symbolizer=symbolizer or Symbolizer(), ground_truth=ground_truth)  # fmt: skip
     rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
-    rules += [_Hooks, _InitializeSeen]
+    rules += [_Hooks, _InitializeSeen, CountRun]
     live = judging.judge(run.trace_path, rules)
     hooks = next(r for r in live if isinstance(r, _Hooks)).found
     judged = JudgedRun(records=judging.records, exercised=judging.exercised, hooks=hooks,
                        seconds=judging.seconds, site_of=judging.site_in_target,
-                       marks=judging.notes)  # fmt: skip
+                       marks=judging.notes,
+                       counted=next(r for r in live if isinstance(r, CountRun)))  # fmt: skip
     crash, hang = judging.notes.get("proxy.crash"), judging.notes.get("proxy.hang")
     judging.exercised.update(("VAL-CRASH", "VAL-HANG", "VAL-LOAD"))
     if crash is None and hang is None and run.outcome in (RunOutcome.CRASHED, RunOutcome.HUNG):
@@ -995,3 +1001,76 @@ def hook_abi(
 
 
 __all__ = ["JudgedRun", "RuleClass", "check_recording", "crash_stack", "hook_abi", "judge_run", "rule"]
+
+
+# --- ground truth at a workload's marked points (DSS-03, issue 21) ------------------------------------------
+
+
+def _in_order(wanted: Sequence[str], got: Sequence[str]) -> bool:
+    """Whether ``wanted`` occurs in ``got`` in this order (other frames between them allowed)."""
+    it = iter(got)
+    return all(any(name == have for have in it) for name in wanted)
+
+
+@rule("DSS-03", what="a walk of a thread parked at a workload's marked point delivers its declared frames in "
+      "order (a note: the frames delivered are the runtime's)")  # fmt: skip
+class GroundTruthWalks(StreamRule):
+    """DSS-03 at the workload's marked points: a DoStackSnapshot of the thread that wrote a ground-truth mark,
+    made before the mark that ends the point, that returned S_OK delivered the FunctionIDs the proxy recorded
+    (``frameIds``, named by its ``proxy.functions`` marks); the declared frames must be among them in order.
+    Only a note: what a walk delivers is the runtime's doing (the profiler chooses the thread and the seed,
+    and a seed is ignored where the top of the stack is not the runtime's helper code, as for a thread
+    parked in a wait); a profiler that drops or reorders the frames it was given does so out of sight."""
+
+    reads = (("mark", None), ("call", "DoStackSnapshot"))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.points = {mark: (frames, until) for mark, frames, until in judging.ground_truth}
+        self.active: dict[int, tuple[str, tuple[str, ...]]] = {}  # ThreadID -> (mark, frames)
+        self.ending: dict[str, list[int]] = {}  # a point's ending mark -> its threads
+        self.names: dict[int, str] = {}
+        self.walks: list[tuple[Record, str, tuple[str, ...]]] = []
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "mark":
+            name = r["name"]
+            if name == "proxy.functions":
+                functions = r.get("functions")
+                for key, value in (functions.items() if isinstance(functions, dict) else ()):
+                    if key.isdigit() and isinstance(value, str):
+                        self.names[int(key)] = value
+            for ended in self.ending.pop(name, []):
+                self.active.pop(ended, None)
+            point, tid = self.points.get(name), _int(r.get("tid"))
+            if point is not None and tid:
+                self.active[tid] = (name, point[0])
+                if point[1]:
+                    self.ending.setdefault(point[1], []).append(tid)
+            return
+        if not self.active or not _ends(r) or r.get("hr") != 0:
+            return
+        out = r.get("out")
+        if not isinstance(out, dict) or out.get("frameIdsCut"):
+            return
+        ids = out.get("frameIds")
+        if not isinstance(ids, list) or not all(_int(i) is not None for i in ids):
+            return
+        target = _arg(r, "args", "thread") or _int(r.get("tid"))
+        parked = self.active.get(target) if target else None
+        if parked is not None:
+            self.walks.append((self.j.keep(r, ids=ids, target=target), *parked))
+
+    def end(self) -> None:
+        for kept, mark, frames in self.walks:
+            ids: list[int] = kept["ids"]
+            if any(i and not self.names.get(i) for i in ids):
+                continue  # a FunctionID the proxy could not name: nothing to judge
+            self.j.exercised.add("DSS-03")
+            got = [self.names[i] if i else "(unmanaged)" for i in ids]
+            if _in_order(frames, got):
+                continue
+            self.j.at("DSS-03", kept, f"DoStackSnapshot of thread {kept['target']} parked at {mark} returned "
+                      f"S_OK and delivered {' < '.join(got) or 'no frame'}: the declared frames "
+                      f"{' < '.join(frames)} are not all there in this order (what a walk delivers is the "
+                      "runtime's doing)", note=True)  # fmt: skip

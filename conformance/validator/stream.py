@@ -167,6 +167,8 @@ class Judging:
     records: int = 0
     #: Initialize (or InitializeForAttach) was delivered
     initialized: bool = False
+    #: the workload's marked points (issue 21): (mark, frames innermost first, the mark that ends it or "")
+    ground_truth: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     seconds: float = 0.0
     #: the profiler's modules: (base, path) sorted by base, from the header and proxy.module marks
     _modules: list[tuple[int, str]] = field(default_factory=list)

@@ -123,10 +123,28 @@ const M* block_of(const std::vector<M>& moved, std::uint64_t address) {
 
 }  // namespace
 
+bool ShadowHeap::moves_onto_others() const {
+    for (const Move& m : moved_) {
+        if (m.new_start == m.old_start) continue;
+        for (auto it = size_.lower_bound(m.old_start); it != size_.end() && it->first < m.old_start + m.length; ++it) {
+            const std::uint64_t target = m.new_start + (it->first - m.old_start);
+            auto p = size_.upper_bound(target);  // the object at or below the target, before this GC
+            if (p == size_.begin()) continue;
+            --p;
+            if (p->first != it->first && target < p->first + p->second) return true;
+        }
+    }
+    return false;
+}
+
 void ShadowHeap::gc_finished() {
     std::sort(moved_.begin(), moved_.end());
     std::sort(surviving_.begin(), surviving_.end());
     ++gcs_;
+    if (std::any_of(moved_.begin(), moved_.end(), [](const Move& m) { return m.new_start != m.old_start; })) {
+        ++compacting_gcs_;
+        if (moves_onto_others()) ++reuse_gcs_;
+    }
     // In place (a GC of the youngest generation moves few of many objects): objects iterate in address order
     // beside the sorted blocks. An object in a moved block is taken out (its node kept for its new place),
     // one that died is erased; what stays is what the model keeps where it is.

@@ -130,6 +130,7 @@ Json heap_json() {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_heap) {
         h.set("objects", Json(static_cast<std::uint64_t>(g_heap->objects())));
+        h.set("compactingGcs", Json(g_heap->compacting_gcs())).set("reuseGcs", Json(g_heap->reuse_gcs()));
         h.set("leftAddresses", Json(static_cast<std::uint64_t>(g_heap->left_addresses())));
         h.set("leftForgotten", Json(g_heap->left_dropped()));
     }

@@ -1,5 +1,6 @@
 // The proxy's event mask (proxy.h, docs/design.md "The recording proxy"): the bits it adds to the profiler's
-// own for the shadow heap, the callbacks it hides because only those bits enable them.
+// own for the shadow heap and the compilation tally (COR_PRF_MONITOR_JIT_COMPILATION, jit.cpp), the callbacks
+// it hides because only those bits enable them.
 //
 // Which bits: COR_PRF_MONITOR_OBJECT_ALLOCATED | COR_PRF_ENABLE_OBJECT_ALLOCATED (ObjectAllocated) and
 // COR_PRF_MONITOR_GC (GarbageCollectionStarted/Finished, MovedReferences(2), SurvivingReferences(2)). The high
@@ -38,6 +39,12 @@ std::atomic<std::int64_t> g_hidden[static_cast<int>(ProxyCb::Count_)];
 
 bool heap_wanted() {
     const char* v = std::getenv("PROFHARNESS_PROXY_HEAP");
+    return !(v && std::strcmp(v, "0") == 0);
+}
+
+// The compilation tally (jit.cpp): COR_PRF_MONITOR_JIT_COMPILATION, unless PROFHARNESS_PROXY_JIT=0.
+bool jit_wanted() {
+    const char* v = std::getenv("PROFHARNESS_PROXY_JIT");
     return !(v && std::strcmp(v, "0") == 0);
 }
 
@@ -122,7 +129,9 @@ void mask_after_initialize(HRESULT hr) {
     HRESULT get_hr = info5 ? info5->GetEventMask2(&low, &high) : E_NOINTERFACE;
     m.profiler_low.store(low);
     m.profiler_high.store(high);
-    const std::uint32_t add = (hr >= 0 && get_hr == S_OK && heap_wanted()) ? (kProxyLow & ~low) : 0;
+    std::uint32_t wanted = heap_wanted() ? kProxyLow : 0;
+    if (jit_wanted()) wanted |= COR_PRF_MONITOR_JIT_COMPILATION;
+    const std::uint32_t add = (hr >= 0 && get_hr == S_OK) ? (wanted & ~low) : 0;
     HRESULT set_hr = S_OK;
     if (add) {
         m.added_low.store(add);  // before the runtime can make the callbacks they enable
@@ -130,6 +139,7 @@ void mask_after_initialize(HRESULT hr) {
         if (set_hr != S_OK) m.added_low.store(0);
     }
     m.initialized.store(true);
+    m.jit_monitored.store(hr >= 0 && get_hr == S_OK && set_hr == S_OK && ((low | add) & COR_PRF_MONITOR_JIT_COMPILATION));
     const bool on = hr >= 0 && get_hr == S_OK && heap_wanted() && set_hr == S_OK;
     if (on) heap_start();
     if (!recording_enabled()) return;

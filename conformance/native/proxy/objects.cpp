@@ -257,11 +257,16 @@ struct WalkRelay {
     StackSnapshotCallback* callback;
     void* client;
     ULONG frames;
+    std::vector<std::uint64_t>* ids;  // a marked thread's walk: the FunctionIDs delivered (truth.cpp)
 };
+
+// At most this many FunctionIDs of one walk are recorded (innermost first); "frameIdsCut" says more came.
+constexpr std::size_t kMaxWalkIds = 256;
 
 HRESULT walk_relay(FunctionID f, UINT_PTR ip, COR_PRF_FRAME_INFO fi, ULONG32 cs, BYTE ctx[], void* data) {
     auto* relay = static_cast<WalkRelay*>(data);
     ++relay->frames;
+    if (relay->ids && relay->ids->size() < kMaxWalkIds) relay->ids->push_back(f);
     ThreadState& t = me();
     Frame* fr = push_frame(t, "StackSnapshotCallback", -2, true);
     store_arg(fr, "funcId", f);
@@ -388,10 +393,24 @@ class InfoWrapper final : public InfoRecorderBase {
                         });
         s.begin();
         if (!real_[2]) return s.finish(E_NOINTERFACE);
-        WalkRelay relay{callback, clientData, 0};
+        std::vector<std::uint64_t> ids;
+        bool marked = false;
+        if (truth_any()) {
+            ThreadID target = thread;
+            if (!target) static_cast<ICorProfilerInfo*>(real_[1])->GetCurrentThreadID(&target);
+            marked = target && truth_thread(target);
+        }
+        WalkRelay relay{callback, clientData, 0, marked ? &ids : nullptr};
         HRESULT hr = static_cast<ICorProfilerInfo2*>(real_[2])->DoStackSnapshot(thread, &walk_relay, infoFlags,
                                                                                  &relay, context, contextSize);
         s.out_value("frameCount", Json(relay.frames));
+        if (marked) {
+            Json arr = Json::array();
+            for (std::uint64_t id : ids) arr.push(Json(id));
+            s.out_value("frameIds", arr);
+            if (relay.frames > ids.size()) s.out_value("frameIdsCut", Json(true));
+            truth_delivered(ids);
+        }
         return s.finish(hr);
     }
 
@@ -818,6 +837,11 @@ class ProxyCallback final : public CallbackForwarderBase {
         s.begin();
         return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->ObjectAllocated(objectId, classId));
     }
+    // The compilation tally's input (jit.cpp): counted whether or not the profiler asked for it.
+    HRESULT STDMETHODCALLTYPE JITCompilationStarted(FunctionID functionId, BOOL fIsSafeToBlock) override {
+        jit_started(functionId);
+        return CallbackForwarderBase::JITCompilationStarted(functionId, fIsSafeToBlock);
+    }
     HRESULT STDMETHODCALLTYPE GarbageCollectionStarted(int cGenerations, BOOL* generationCollected,
                                                        COR_PRF_GC_REASON reason) override {
         heap_gc_started(cGenerations, generationCollected);
@@ -992,10 +1016,12 @@ class ProxyCallback final : public CallbackForwarderBase {
             std::lock_guard<std::mutex> lock(g_enum_mu);
             for (const void* e : *g_live_enums) leaks.push(Json::pointer(e));
         }
+        truth_name_pending();  // the FunctionIDs marked threads' walks delivered, named
         Json rec = Json::object();
         rec.set("name", "proxy.shutdown").set("payload", Json());
         rec.set("profilerThreadsAlive", alive).set("threads", threads).set("liveEnumerators", leaks);
         rec.set("heap", heap_json());
+        rec.set("jit", jit_json());
         rec.set("infoRefs", Json(static_cast<std::int64_t>(g_wrapper ? g_wrapper->refs() : 0)));
         trace().write("mark", rec);
         perturb_write_delays();
@@ -1114,9 +1140,11 @@ PROXY_EXPORT std::int32_t profharness_mark(const char16_t* name, const char16_t*
     std::int32_t rc = -1;
     if (g_trace_open.load()) {
         Json rec = Json::object();
-        rec.set("name", utf16_to_utf8(name ? name : u"")).set("payload", payload ? Json(utf16_to_utf8(payload)) : Json());
+        const std::string text = utf16_to_utf8(name ? name : u"");
+        rec.set("name", text).set("payload", payload ? Json(utf16_to_utf8(payload)) : Json());
         trace().write("mark", rec);
         rc = 0;
+        truth_mark(text);
     }
     if (MarkFn theirs = g_target_mark.load()) theirs(name, payload);
     return rc;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "profharness/hresults.h"
 #include "profharness/interfaces.h"
@@ -138,6 +139,7 @@ struct MaskState {
     std::atomic<std::uint32_t> profiler_low{0}, profiler_high{0};
     std::atomic<std::uint32_t> added_low{0};
     std::atomic<bool> initialized{false};  // the profiler's Initialize returned
+    std::atomic<bool> jit_monitored{false};  // the runtime makes JITCompilationStarted (the tally is whole)
 };
 MaskState& mask();
 // After the profiler's Initialize returned `hr` (still inside the runtime's Initialize): read its mask, add
@@ -171,6 +173,21 @@ bool heap_in_gc();
 // The verdict on an ObjectID a profiler hands to an `inspects` method (counted).
 HeapClassification heap_classify(std::uint64_t id, bool in_gc);
 Json heap_json();  // the proxy.shutdown mark's "heap"
+
+// --- the compilation tally (jit.cpp) ----------------------------------------------------------------------
+// JITCompilationStarted (before it is forwarded or hidden): counts it for its FunctionID; a recompilation
+// made with the method on this thread's stack is an OSR transition (a proxy.osr mark).
+void jit_started(std::uint64_t function);
+Json jit_json();  // the proxy.shutdown mark's "jit"
+
+// --- ground truth (truth.cpp) -------------------------------------------------------------------------------
+// A mark (profharness_mark) that PROFHARNESS_PROXY_GROUND_TRUTH names: the calling managed thread becomes a
+// marked thread; the FunctionIDs delivered so far are named (a proxy.functions mark).
+void truth_mark(const std::string& name);
+bool truth_any();                          // some thread is marked
+bool truth_thread(std::uint64_t thread);   // this ThreadID is marked
+void truth_delivered(const std::vector<std::uint64_t>& ids);  // a marked thread's walk delivered these
+void truth_name_pending();                 // names them (a proxy.functions mark); also before proxy.shutdown
 
 // --- callers (modules.cpp) -------------------------------------------------------------------------------
 // Names the module `ip` falls in with a proxy.module mark the first time an address falls outside every

@@ -89,6 +89,11 @@ int main(int argc, char** argv) {
             out.set("objectStart", c.verdict == HeapVerdict::Unknown ? Json() : Json(c.object_start));
             out.set("offset", c.verdict == HeapVerdict::Interior ? Json(c.offset) : Json());
             std::cout << out.dump() << '\n';
+        } else if (name == "counts") {
+            Json out = Json::object();
+            out.set("gcs", Json(heap.gcs())).set("compactingGcs", Json(heap.compacting_gcs()));
+            out.set("reuseGcs", Json(heap.reuse_gcs()));
+            std::cout << out.dump() << '\n';
         } else if (name == "objects") {
             Json out = Json::array();
             for (const auto& [start, size] : heap.object_map()) out.push(Json::array().push(Json(start)).push(Json(size)));

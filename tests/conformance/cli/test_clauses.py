@@ -77,7 +77,7 @@ def test_layer_filter(capsys: pytest.CaptureFixture[str]) -> None:
 def test_layer_and_document_filters_combine(capsys: pytest.CaptureFixture[str]) -> None:
     _, out = _run(["--json", "--layer", "validator", "--document", "dss"], capsys)
     ids = [d["id"] for d in json.loads(out)]
-    assert ids == ["DSS-13", "DSS-19", "DSS-22", "DSS-23"]
+    assert ids == ["DSS-03", "DSS-13", "DSS-19", "DSS-22", "DSS-23"]
 
 
 @pytest.mark.parametrize(

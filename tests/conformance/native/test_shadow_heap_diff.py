@@ -85,6 +85,7 @@ def sequences(draw: st.DrawFn) -> Sequence:
         cmds.append({"op": "gc_finished"})
         cmds.extend({"op": "classify", "id": p + shift} for p in _probes(layout))
         cmds.append({"op": "objects"})
+    cmds.append({"op": "counts"})
     return seq
 
 
@@ -108,6 +109,9 @@ def model_answers(commands: list[Command], left_gcs: int | None, left_max: int |
             out.append({"verdict": v.verdict.value, "objectStart": v.object_start, "offset": v.offset})
         elif op == "objects":
             out.append([[s, z] for s, z in sorted(heap.objects().items())])
+        elif op == "counts":
+            out.append({"gcs": heap.gc_count, "compactingGcs": heap.compacting_gcs,
+                        "reuseGcs": heap.reuse_gcs})
     return out
 
 

@@ -84,11 +84,13 @@ def test_env_and_preload_make_a_profiler_load(runtimes: list[Runtime]) -> None:
 @pytest.mark.live
 def test_cli_env_and_preload(runtimes: list[Runtime], capsys: pytest.CaptureFixture[str]) -> None:
     rt = runtimes[-1].version
-    argv = ["validate", str(build_fixture("needs_env")), "--clsid", FIXTURE_CLSID, "--runtime", rt]
+    argv = ["validate", str(build_fixture("needs_env")), "--clsid", FIXTURE_CLSID, "--runtime", rt,
+            "--workload", "basic"]
     assert cli_main(argv) == 1
     assert "VAL-LOAD" in capsys.readouterr().out
     assert cli_main([*argv, "--env", "FIXTURE_GREETING=hello"]) == 0
-    argv = ["validate", str(build_fixture("needs_companion")), "--clsid", FIXTURE_CLSID, "--runtime", rt]
+    argv = ["validate", str(build_fixture("needs_companion")), "--clsid", FIXTURE_CLSID, "--runtime", rt,
+            "--workload", "basic"]
     assert cli_main([*argv, "--preload", str(build_fixture("companion"))]) == 0
     assert "0 finding group(s)" in capsys.readouterr().out
 

@@ -86,7 +86,7 @@ def test_a_clean_validation_renders(
     for row in seen["runtimes"]:  # what the runs never showed a rule is skipped, however clean
         failed, noted, passed, skipped = (int(x) for x in row[4:])
         assert (failed, noted) == (0, 0) and passed > 0 and passed + skipped == n
-    assert [row[:3] for row in seen["runs"]] == [[v, "validate-basic", "ok"] for v in versions]
+    assert [row[:3] for row in seen["runs"]] == [[v, "basic", "ok"] for v in versions]
     assert seen["groups"] == [] and seen["verdict"].startswith("0 finding group(s)")
     assert len(seen["clauses"]) == n and all(set(row[2:]) <= {"passed", "skipped"} for row in seen["clauses"])
 

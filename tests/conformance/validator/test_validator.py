@@ -269,6 +269,8 @@ def test_reports_junit_json_html(
         FIXTURE_CLSID,
         "--runtime",
         runtimes[0].version,
+        "--workload",
+        "basic",
         "--json",
         str(tmp_path / "r.json"),
         "--junit",

@@ -79,6 +79,11 @@ class ShadowHeap {
     std::size_t objects() const { return size_.size(); }
     std::size_t left_addresses() const { return left_live_; }
     std::uint64_t gcs() const { return gcs_; }
+    // GCs that moved some object (a block whose new start differs from its old one): compacting GCs.
+    std::uint64_t compacting_gcs() const { return compacting_gcs_; }
+    // Compacting GCs that moved some object onto an address another known object occupied before that GC
+    // (address reuse: an ObjectID a profiler kept from before the GC now names a different object).
+    std::uint64_t reuse_gcs() const { return reuse_gcs_; }
     // Addresses forgotten by the cap so far (by age or by count).
     std::uint64_t left_dropped() const { return left_dropped_; }
     // start -> size of every known live object (tests).
@@ -107,6 +112,8 @@ class ShadowHeap {
     void drop_overlapping(std::uint64_t lo, std::uint64_t hi);
     const Left* find_left(std::uint64_t addr) const;
     void cap_left();
+    // Whether this GC's moves put some known object where another one was before the GC (moved_ sorted).
+    bool moves_onto_others() const;
 
     int left_gcs_;
     std::size_t left_max_;
@@ -120,6 +127,8 @@ class ShadowHeap {
     std::vector<Span> surviving_;
     bool in_gc_ = false;
     std::uint64_t gcs_ = 0;
+    std::uint64_t compacting_gcs_ = 0;
+    std::uint64_t reuse_gcs_ = 0;
     std::uint64_t left_dropped_ = 0;
 };
 

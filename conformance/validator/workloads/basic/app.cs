@@ -1,5 +1,6 @@
-// validate-basic: the validator's scenario: gives a profiler behind the recording proxy every occasion the
-// validator's rules watch. Two managed threads start, call methods and end (ThreadCreated/ThreadDestroyed);
+// basic: the validator's short workload (the scenario validate-basic before workloads): gives a profiler
+// behind the recording proxy every occasion the validator's rules watch. Two managed threads start, call
+// methods and end (ThreadCreated/ThreadDestroyed);
 // exceptions are thrown and caught (ExceptionThrown, with the exception objects kept alive); 4,000 small
 // objects survive between garbage, then two blocking, compacting gen-2 collections move them
 // (MovedReferences2); a chain of small methods runs (enter/leave hooks). Marks: "validate.begin",

@@ -1,0 +1,76 @@
+// The proxy's compilation tally (proxy.h): every JITCompilationStarted the runtime makes, whether or not the
+// profiler asked for it (mask.cpp adds COR_PRF_MONITOR_JIT_COMPILATION to its mask and hides the callbacks it
+// did not ask for), counted per FunctionID. The runtime makes JITCompilationStarted for every native code
+// version it compiles of a method without a ReJIT id (prestub.cpp, JitCompileCodeLockedEventWrapper): the
+// first compilation, a tier-up (tier 1) and an on-stack-replacement version (jithelpers.cpp,
+// JitPatchpointWorker: PrepareCode on an OptimizationTier1OSR version, on the thread running the method's
+// tier-0 code, from its patchpoint). So a start for a FunctionID already started is a recompilation; one made
+// while the method itself is on the compiling thread's stack (its tier-0 frame is the caller of the runtime's
+// patchpoint helper) is an OSR transition. Tier-1 versions are compiled by the runtime's background worker,
+// never with the method on the stack. The stack is read with backtrace(): libcoreclr's frames carry unwind
+// information up to the first managed return address, which GetFunctionFromIP names.
+#include <execinfo.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "generated.h"
+#include "proxy.h"
+
+namespace profharness::proxy {
+
+namespace {
+
+std::mutex g_mu;
+std::unordered_map<std::uint64_t, std::uint32_t>* g_starts = new std::unordered_map<std::uint64_t, std::uint32_t>();
+std::atomic<std::int64_t> g_compilations{0}, g_recompilations{0}, g_osr{0}, g_functions{0};
+
+// Whether `function` is on this thread's stack: a return address it holds names it.
+bool on_my_stack(std::uint64_t function) {
+    auto* info = static_cast<ICorProfilerInfo*>(runtime_info_of(1));
+    if (!info) return false;
+    void* ips[64];
+    const int n = ::backtrace(ips, 64);
+    for (int k = 1; k < n; ++k) {
+        FunctionID f = 0;
+        // a return address is one past its call: look up the call's last byte
+        const auto* ip = static_cast<const unsigned char*>(ips[k]) - 1;
+        if (info->GetFunctionFromIP(ip, &f) == S_OK && f == function) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+void jit_started(std::uint64_t function) {
+    g_compilations.fetch_add(1, std::memory_order_relaxed);
+    std::uint32_t before;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        before = (*g_starts)[function]++;
+    }
+    if (before == 0) {
+        g_functions.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    g_recompilations.fetch_add(1, std::memory_order_relaxed);
+    if (on_my_stack(function)) {
+        g_osr.fetch_add(1, std::memory_order_relaxed);
+        if (recording_enabled()) {
+            Json rec = Json::object();
+            rec.set("name", "proxy.osr").set("payload", Json());
+            rec.set("functionId", Json(function)).set("compilation", Json(static_cast<std::uint64_t>(before) + 1));
+            trace().write("mark", rec);
+        }
+    }
+}
+
+Json jit_json() {
+    Json j = Json::object();
+    j.set("monitored", mask().jit_monitored.load());
+    j.set("compilations", Json(g_compilations.load())).set("functions", Json(g_functions.load()));
+    j.set("recompilations", Json(g_recompilations.load())).set("osr", Json(g_osr.load()));
+    return j;
+}
+
+}  // namespace profharness::proxy
