@@ -15,6 +15,7 @@ ends the run in progress; :func:`validate` then returns what it judged before, `
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def validate(
         checks = HookChecks()
         symbolizer = Symbolizer()  # the profiler's symbols and lines, read once for every run
         for rt in selected:
-            for (scenario, dll, user, companions, app_env, chosen), seed in ((p, s) for p in plan for s in seeds):
+            for (scenario, dll, user, companions, app_env, chosen), seed in itertools.product(plan, seeds):
                 run_env = launch.with_perturbation({**environment, **app_env}, seed)
                 result = launch.run_under_proxy(
                     scenario, dll, rt, run_env, hang_s=hang_s, timeout_s=timeout_s,
