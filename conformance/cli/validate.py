@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from conformance.cli import reports_exit
+from conformance.cli import attach_options, reports_exit
 from conformance.core import fsio, interrupt
 from conformance.validator import api, report
 from conformance.validator.launch import DEFAULT_HANG_S, DEFAULT_TIMEOUT_S, ValidatorInputError, parse_env
@@ -77,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="the harness's watchdog: a run taking longer is ended, outcome hung (default %(default)s)",
     )
+    attach_options.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also print each group's documented sentence, fix and occurrences")  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="F", help="write the result as JSON (schema: "
@@ -126,6 +127,7 @@ def main(args: argparse.Namespace) -> int:
     for option, seconds in (("--hang-seconds", args.hang_seconds), ("--timeout", args.timeout)):
         if not (seconds > 0 and math.isfinite(seconds)):
             raise ValidatorInputError(f"{option} {seconds}: must be a positive number of seconds")
+    attach = attach_options.plan(args)
     result = api.validate(
         args.profiler,
         args.clsid,
@@ -136,6 +138,7 @@ def main(args: argparse.Namespace) -> int:
         hang_s=args.hang_seconds,
         dotnet=args.dotnet,
         timeout_s=args.timeout,
+        attach=attach,
     )
     with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
         print(report.render_text(result, verbose=args.verbose), flush=True)

@@ -69,11 +69,14 @@ def validate(
     dotnet: Path | None = None,
     scenario_names: Sequence[str] = SCENARIO_SET,
     timeout_s: float = launch.DEFAULT_TIMEOUT_S,
+    attach: launch.AttachPlan | None = None,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
     ``hang_s``: how long a callback or a call outside any callback may stay open (the proxy's hang limit);
-    ``timeout_s``: how long each run may take (the harness's watchdog)."""
+    ``timeout_s``: how long each run may take (the harness's watchdog); ``attach``: start each app without
+    the profiler and attach it through the diagnostics IPC while it runs (a note per run says what the
+    runtime answered and when)."""
     runs: list[RunSummary] = []
     exercised: dict[str, set[str]] = {}
     judge_seconds = 0.0
@@ -99,7 +102,8 @@ def validate(
         for rt in selected:
             for scenario, dll, user in plan:
                 result = launch.run_under_proxy(
-                    scenario, dll, rt, environment, hang_s=hang_s, timeout_s=timeout_s, user_app=user
+                    scenario, dll, rt, environment, hang_s=hang_s, timeout_s=timeout_s, user_app=user,
+                    **({"attach": attach} if attach is not None else {}),
                 )
                 summary = RunSummary(
                     runtime=rt.version,
@@ -117,8 +121,13 @@ def validate(
                 unchecked: list[str] = []
                 note: str | None = None
                 seconds = 0.0
+                attached = attach_note(result, attach)
+                if attached is not None:
+                    notes.append(attached)
                 if not result.trace_path.is_file():
                     message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
+                    if attached is not None:
+                        message = f"no recording: the proxy was not attached ({attached})"
                     found.add(Finding.of(result, "VAL-LOAD", message, []))
                     seen.add("VAL-LOAD")
                 else:
@@ -130,6 +139,8 @@ def validate(
                     seen = judged.exercised
                     summary = summary.model_copy(update={"records": judged.records, "judged": judged.records})
                     seconds, note = judged.seconds, judged.note
+                    if attached is not None:
+                        notes[-1] = attach_timing(attached, result, judged.marks.get("proxy.attach"))
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
                     runs.append(summary)
                     grouper.merge(found)
@@ -145,6 +156,32 @@ def validate(
     return ValidationResult(profiler=str(target), clsid=guid, runs=runs, groups=groups, rules=statuses,
                             notes=notes, interrupted=interrupted,
                             judge_seconds=round(judge_seconds, 3))  # fmt: skip
+
+
+def attach_note(result: runner.RunResult, attach: launch.AttachPlan | None) -> str | None:
+    """One line for an attach run: what AttachProfiler answered (the runtime's HRESULT) and how long it
+    took, or why no answer came."""
+    if attach is None:
+        return None
+    done = launch.read_attach(result.run_dir) or {}
+    where = f"attach on {result.runtime} ({result.scenario}, {attach.after_s:g} s after the start)"
+    if "problem" in done:
+        return f"{where}: {done['problem']}"
+    if "answer" not in done:
+        return f"{where}: no AttachProfiler answer (the run ended first: {result.outcome.value})"
+    took = (int(done.get("answeredNs", 0)) - int(done.get("sentNs", 0))) / 1e6
+    return f"{where}: AttachProfiler answered {done['answer']} in {took:.1f} ms"
+
+
+def attach_timing(line: str, result: runner.RunResult, mark: object) -> str:
+    """The attach line with the time from the AttachProfiler command to ProfilerAttachComplete (the proxy's
+    proxy.attach mark: both clocks are CLOCK_MONOTONIC)."""
+    done = launch.read_attach(result.run_dir) or {}
+    sent = done.get("sentNs")
+    complete = mark.get("attachCompleteNs") if isinstance(mark, dict) else None
+    if isinstance(sent, int) and isinstance(complete, int):
+        return f"{line}; ProfilerAttachComplete {(complete - sent) / 1e6:.1f} ms after the command was sent"
+    return line
 
 
 def rule_statuses(
