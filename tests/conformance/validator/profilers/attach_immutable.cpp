@@ -19,7 +19,9 @@ class AttachImmutable final : public Profiler<Callbacks11, 11> {
  public:
     HRESULT STDMETHODCALLTYPE Initialize(IUnknown* unk) override { return take_info(unk, kEvents); }
     HRESULT STDMETHODCALLTYPE InitializeForAttach(IUnknown* unk, void*, UINT) override {
-        return take_info(unk, kEvents);  // the fault: immutable and not allowable after attach
+        HRESULT hr = unk->QueryInterface(IID_ICorProfilerInfo10, reinterpret_cast<void**>(&info));
+        if (hr != S_OK) return hr;
+        return info->SetEventMask2(kEvents, 0);  // the fault: immutable and not allowable after attach
     }
     HRESULT STDMETHODCALLTYPE ObjectAllocated(ObjectID, ClassID) override {
         allocations_.fetch_add(1);

@@ -28,7 +28,9 @@ class AttachOnly final : public Profiler<Callbacks11, 11> {
         DWORD mask = COR_PRF_ENABLE_STACK_SNAPSHOT;
         if (config.empty() || config.find("modules") != std::string::npos) mask |= COR_PRF_MONITOR_MODULE_LOADS;
         if (config.empty() || config.find("threads") != std::string::npos) mask |= COR_PRF_MONITOR_THREADS;
-        return take_info(unk, mask);
+        HRESULT hr = unk->QueryInterface(IID_ICorProfilerInfo10, reinterpret_cast<void**>(&info));
+        if (hr != S_OK) return hr;
+        return info->SetEventMask2(mask, 0);
     }
     HRESULT STDMETHODCALLTYPE ProfilerAttachComplete() override {
         ICorProfilerThreadEnum* threads = nullptr;  // the threads that started before the attach
