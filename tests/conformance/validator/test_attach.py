@@ -264,20 +264,27 @@ def test_ATT_01_an_immutable_flag_at_attach_is_found_at_its_line(
 def test_ATT_01_a_copy_of_attach_only_broken_by_one_flag_goes_red(
     validate: Validate, copy_of: Callable[..., Path], runtimes: list[Runtime]
 ) -> None:
-    """attach_only with COR_PRF_DISABLE_INLINING (immutable) added to its attach mask: ATT-01 at its line."""
+    """attach_only with COR_PRF_MONITOR_OBJECT_ALLOCATED (mutable, but not allowed after attach) added to its
+    attach mask: ATT-01 at its line, with the runtime's other refusal, CORPROF_E_UNSUPPORTED_FOR_ATTACHING_
+    PROFILER (the immutable flags of attach_immutable are refused with E_FAIL before that check); the
+    profiler passes the refusal on, so the attach fails (VAL-LOAD) with it."""
     source = copy_of(
         "attach_only",
         (
             "DWORD mask = COR_PRF_ENABLE_STACK_SNAPSHOT;",
-            "DWORD mask = COR_PRF_ENABLE_STACK_SNAPSHOT | COR_PRF_DISABLE_INLINING;",
+            "DWORD mask = COR_PRF_ENABLE_STACK_SNAPSHOT | COR_PRF_MONITOR_OBJECT_ALLOCATED;",
         ),
     )
     result = validate(source)
     text = api.table(result)
     for rt in runtimes:
-        assert "ATT-01" in _clauses(result, rt.version), text
+        assert _clauses(result, rt.version) == {"ATT-01", "VAL-LOAD"}, text
+        (line,) = [n for n in result.notes if n.startswith(f"attach on {rt.version} ")]
+        assert "0x8013136F CORPROF_E_UNSUPPORTED_FOR_ATTACHING_PROFILER" in line, line
     group = _group(result, "ATT-01")
-    assert "COR_PRF_DISABLE_INLINING" in group.first.message
+    message = group.first.message
+    assert "COR_PRF_MONITOR_OBJECT_ALLOCATED" in message and "immutable" not in message
+    assert "0x8013136F CORPROF_E_UNSUPPORTED_FOR_ATTACHING_PROFILER" in message
     assert group.site is not None and group.site.line == source_line(
         source, "return info->SetEventMask2(mask, 0);"
     )
