@@ -180,7 +180,14 @@ def _attacher(plan: AttachPlan, run_dir: Path) -> Callable[[int, Path], None]:
 
     def attach(pid: int, app: Path) -> None:
         record: dict[str, Any] = {"afterS": plan.after_s, "clientDataBytes": len(plan.client_data)}
-        time.sleep(plan.after_s)
+        due = time.monotonic() + plan.after_s
+        while time.monotonic() < due and Path(f"/proc/{pid}").exists():
+            time.sleep(min(0.02, max(0.0, due - time.monotonic())))
+        if not Path(f"/proc/{pid}").exists():
+            record["problem"] = (f"the app ended before the attach ({plan.after_s:g} s after its start): "
+                                 "attach needs an app that runs longer (--app)")  # fmt: skip
+            (run_dir / ATTACH_FILE).write_text(json.dumps(record, indent=2) + "\n")
+            return
         try:
             answer = diagnostics_ipc.attach_profiler(
                 pid, probe.CLSID, str(app.parent / probe.PROBE_FILE_NAME), plan.client_data,

@@ -13,6 +13,7 @@ come from the fixtures' sources (the line of the faulty call, found by text) and
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from conformance.cli import main as cli_main
 from conformance.core import runner, scenarios
 from conformance.core.runtimes import Runtime
 from conformance.validator import api
-from conformance.validator.launch import AttachPlan, read_attach
+from conformance.validator.launch import AttachPlan, _attacher, read_attach
 from conformance.validator.result import Group, ValidationResult
 from conformance.validator.rules import check_recording
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_profiler, same_source
@@ -116,6 +117,15 @@ def test_cli_attach_options_are_checked_in_one_line(capsys: pytest.CaptureFixtur
         assert cli_main([*base, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
+
+
+def test_an_app_that_ends_before_the_attach_is_one_line(tmp_path: Path) -> None:
+    """The attach thread waits for the app; an app gone by then is said in attach.json, no IPC tried."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: no /proc entry left
+    _attacher(AttachPlan(after_s=0.2), tmp_path)(gone.pid, tmp_path / "app.dll")
+    record = read_attach(tmp_path)
+    assert record is not None and record["problem"].startswith("the app ended before the attach (0.2 s after")
 
 
 # --- live, both runtimes --------------------------------------------------------------------------------
