@@ -8,6 +8,9 @@ default 600), ``--hang-seconds`` a callback (the proxy's hang limit, default 10)
 ``--html`` write the reports (:mod:`conformance.validator.report`); their paths are checked before anything
 runs.
 
+``--attach [--attach-after S] [--attach-data TEXT]`` (:mod:`conformance.cli.attach_options`): the app starts
+without the profiler, which is attached while it runs through the runtime's diagnostics IPC.
+
 The enter/leave hooks the profiler registers (SetEnterLeaveFunctionHooks2/3) are also given to the hook
 checker (``check-hook``); a hook it cannot read (no symbol) is a ``note:`` line, not a finding.
 

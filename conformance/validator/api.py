@@ -103,7 +103,7 @@ def validate(
             for scenario, dll, user in plan:
                 result = launch.run_under_proxy(
                     scenario, dll, rt, environment, hang_s=hang_s, timeout_s=timeout_s, user_app=user,
-                    **({"attach": attach} if attach is not None else {}),
+                    attach=attach,
                 )
                 summary = RunSummary(
                     runtime=rt.version,
