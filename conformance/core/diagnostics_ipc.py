@@ -62,6 +62,10 @@ class ProfilerCommand(IntEnum):
     STARTUP_PROFILER = 0x02
 
 
+#: DS_IPC_E_NOT_YET_AVAILABLE: the runtime's diagnostic server is up but the runtime is not running yet
+NOT_YET_AVAILABLE = 0x8013135B
+
+
 class IpcError(HarnessError):
     """The diagnostic port could not be reached, or answered something that is not the protocol (one line)."""
 
@@ -195,13 +199,13 @@ def start_time_key(pid: int) -> int | None:
 
 
 def find_socket(pid: int, directory: Path) -> Path | None:
-    """The socket of process ``pid`` in ``directory``: the one whose key is its start time, else the only
-    one for that pid (None when there is none yet)."""
+    """The socket of process ``pid`` in ``directory``: the one whose key is its start time (a socket of an
+    earlier process with the same pid, left behind, has another key and is never taken); when the start time
+    cannot be read, the only one for that pid. None when there is none yet."""
     key = start_time_key(pid)
     if key is not None:
         exact = directory / f"dotnet-diagnostic-{pid}-{key}-socket"
-        if exact.exists():
-            return exact
+        return exact if exact.exists() else None
     found = sorted(directory.glob(f"dotnet-diagnostic-{pid}-*-socket"))
     return found[0] if len(found) == 1 else None
 
@@ -250,12 +254,14 @@ def exchange(path: Path, message: bytes, timeout_s: float) -> Response:
 @dataclass(frozen=True)
 class AttachAnswer:
     """What AttachProfiler answered, and when (``time.monotonic_ns()``: CLOCK_MONOTONIC, the clock a native
-    profiler in the process reads too)."""
+    profiler in the process reads too); ``tries``: how many times it was sent (the runtime answered
+    DS_IPC_E_NOT_YET_AVAILABLE to the ones before)."""
 
     socket: Path
     response: Response
     sent_ns: int
     answered_ns: int
+    tries: int = 1
 
 
 def attach_profiler(
@@ -269,11 +275,20 @@ def attach_profiler(
     socket_wait_s: float = 10.0,
 ) -> AttachAnswer:
     """Ask the runtime of process ``pid`` to load the profiler at ``profiler_path`` under ``clsid`` with
-    ``client_data`` for its InitializeForAttach. Waits up to ``socket_wait_s`` for the diagnostic socket;
-    the answer comes after the profiler's InitializeForAttach returned (the runtime keeps the connection
-    open until then), bounded by the attach timeout and a margin."""
+    ``client_data`` for its InitializeForAttach. Waits up to ``socket_wait_s`` for the diagnostic socket, and
+    as long again sends the command anew while the runtime answers DS_IPC_E_NOT_YET_AVAILABLE (its diagnostic
+    server listens before the runtime runs: observed on 8.0.4 for an attach right after the start); the
+    answer comes after the profiler's InitializeForAttach returned (the runtime keeps the connection open
+    until then), bounded by the attach timeout and a margin."""
     message = encode_attach_profiler(attach_timeout_ms, clsid, profiler_path, client_data)
     path = wait_for_socket(pid, directory or socket_dir(), socket_wait_s)
-    sent = time.monotonic_ns()
-    response = exchange(path, message, attach_timeout_ms / 1000 + 10.0)
-    return AttachAnswer(socket=path, response=response, sent_ns=sent, answered_ns=time.monotonic_ns())
+    deadline = time.monotonic() + socket_wait_s
+    tries = 0
+    while True:
+        tries += 1
+        sent = time.monotonic_ns()
+        response = exchange(path, message, attach_timeout_ms / 1000 + 10.0)
+        answered = time.monotonic_ns()
+        if not (response.is_error and response.hresult == NOT_YET_AVAILABLE) or time.monotonic() >= deadline:
+            return AttachAnswer(path, response, sent_ns=sent, answered_ns=answered, tries=tries)
+        time.sleep(0.05)

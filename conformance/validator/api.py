@@ -170,7 +170,11 @@ def attach_note(result: runner.RunResult, attach: launch.AttachPlan | None) -> s
     if "answer" not in done:
         return f"{where}: no AttachProfiler answer (the run ended first: {result.outcome.value})"
     took = (int(done.get("answeredNs", 0)) - int(done.get("sentNs", 0))) / 1e6
-    return f"{where}: AttachProfiler answered {done['answer']} in {took:.1f} ms"
+    tries = done.get("tries")
+    again = ""
+    if isinstance(tries, int) and tries > 1:
+        again = f" (sent {tries} times: the runtime was not running yet)"
+    return f"{where}: AttachProfiler answered {done['answer']} in {took:.1f} ms{again}"
 
 
 def attach_timing(line: str, result: runner.RunResult, mark: object) -> str:

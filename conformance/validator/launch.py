@@ -198,7 +198,8 @@ def _attacher(plan: AttachPlan, run_dir: Path) -> Callable[[int, Path], None]:
         else:
             record.update(socket=str(answer.socket), hresult=answer.response.hresult,
                           errorMessage=answer.response.is_error, answer=answer.response.describe(),
-                          sentNs=answer.sent_ns, answeredNs=answer.answered_ns)  # fmt: skip
+                          sentNs=answer.sent_ns, answeredNs=answer.answered_ns,
+                          tries=answer.tries)  # fmt: skip
         (run_dir / ATTACH_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
     return attach
