@@ -36,6 +36,11 @@ from emu.memory import CaptureMemory
 __all__ = [
     "DWARF_REGISTERS",
     "DWARF_REGISTERS_X86",
+    "DW_EH_PE_DATAREL_SDATA4",
+    "DW_EH_PE_OMIT",
+    "DW_EH_PE_PCREL_SDATA4",
+    "DW_EH_PE_UDATA4",
+    "EH_FRAME_HDR_VERSION",
     "X64",
     "X86",
     "CfiArch",
@@ -230,14 +235,24 @@ def _read_encoded(
     return int(value) & ((1 << (8 * address_size)) - 1), pos + size
 
 
+#: .eh_frame_hdr: its version byte and the DW_EH_PE pointer encodings of its fields (LSB extensions): the
+#: search table is read in one encoding, datarel|sdata4, the one every linker writes (:mod:`emu.embed`
+#: writes it too, with eh_frame_ptr pcrel|sdata4 and fde_count udata4)
+EH_FRAME_HDR_VERSION = 1
+DW_EH_PE_UDATA4 = 0x03
+DW_EH_PE_PCREL_SDATA4 = 0x1B
+DW_EH_PE_DATAREL_SDATA4 = 0x3B
+DW_EH_PE_OMIT = 0xFF
+
+
 def _hdr_index(
     hdr: bytes, hdr_vaddr: int, eh_vaddr: int, address_size: int = 8
 ) -> list[tuple[int, int]] | None:
     """(link-time start, .eh_frame offset) pairs from the .eh_frame_hdr table; None if it has none."""
-    if len(hdr) < 4 or hdr[0] != 1:
+    if len(hdr) < 4 or hdr[0] != EH_FRAME_HDR_VERSION:
         return None
     _, ptr_enc, count_enc, table_enc = hdr[:4]
-    if ptr_enc == 0xFF or count_enc == 0xFF or table_enc != 0x3B:
+    if DW_EH_PE_OMIT in (ptr_enc, count_enc) or table_enc != DW_EH_PE_DATAREL_SDATA4:
         return None
     _eh, pos = _read_encoded(hdr, 4, ptr_enc, hdr_vaddr, hdr_vaddr, address_size)
     count, pos = _read_encoded(hdr, pos, count_enc, hdr_vaddr, hdr_vaddr, address_size)

@@ -25,19 +25,19 @@ from pathlib import Path
 
 from emu import cfi
 from emu.capture import EmbeddedCfi, SegmentPayload, read_capture, write_capture
-from emu.cfi import CfiError, CfiTable
+from emu.cfi import (
+    DW_EH_PE_DATAREL_SDATA4,
+    DW_EH_PE_PCREL_SDATA4,
+    DW_EH_PE_UDATA4,
+    EH_FRAME_HDR_VERSION,
+    CfiError,
+    CfiTable,
+)
 from emu.errors import EmuError
 from emu.replay import ReplayResult, replay
 from emu.unwind import CodeMap, unwind
 
 __all__ = ["EmbedError", "EmbedReport", "embed_cfi", "trim_table"]
-
-#: .eh_frame_hdr encodings written: version 1, eh_frame_ptr pcrel|sdata4, fde_count udata4,
-#: table datarel|sdata4 (the only table encoding emu.cfi reads, and the one every linker writes)
-_HDR_VERSION = 1
-_PCREL_SDATA4 = 0x1B
-_UDATA4 = 0x03
-_DATAREL_SDATA4 = 0x3B
 
 
 class EmbedError(EmuError):
@@ -108,7 +108,9 @@ def trim_table(table: CfiTable, hdr_vaddr: int | None) -> TrimmedCfi:
     eh_vaddr = table.vaddr + lo
     base = hdr_vaddr if hdr_vaddr is not None else eh_vaddr
     pairs = sorted((loc - base, table.vaddr + off - base) for loc, off in used)
-    hdr = bytearray(struct.pack("<BBBB", _HDR_VERSION, _PCREL_SDATA4, _UDATA4, _DATAREL_SDATA4))
+    # eh_frame_ptr pcrel|sdata4, fde_count udata4, table datarel|sdata4 (the one table encoding emu.cfi reads)
+    encodings = (DW_EH_PE_PCREL_SDATA4, DW_EH_PE_UDATA4, DW_EH_PE_DATAREL_SDATA4)
+    hdr = bytearray(struct.pack("<BBBB", EH_FRAME_HDR_VERSION, *encodings))
     try:
         hdr += struct.pack("<iI", eh_vaddr - (base + 4), len(pairs))
         for loc, fde in pairs:

@@ -109,13 +109,6 @@ class Mapped:
 
 
 @dataclass(frozen=True)
-class Range:
-    start: int
-    length: int
-    data: bytes
-
-
-@dataclass(frozen=True)
 class Enter:
     seq: int
     hook_index: int
@@ -123,10 +116,8 @@ class Enter:
     func_id: int
     client_data: int
     func: int
-    argument_info: int
-    num_ranges: int | None
-    total_size: int | None
-    ranges: tuple[Range, ...]
+    #: argumentInfo and, when it is not NULL, what the hook read through it (the model's reading of it)
+    arguments: ObservedArgumentInfo
 
 
 @dataclass(frozen=True)
@@ -188,19 +179,29 @@ def _xor_of(plan: Mapping[str, Any]) -> int:
 def _enter(record: CallbackRecord) -> Enter:
     a = record.args
     where = f"seq {record.seq} FunctionEnter2"
-    ranges = []
-    for i, r in enumerate(a.get("ranges") or []):
-        try:
-            data = bytes.fromhex(str(r.get("bytes", "")))
-        except ValueError as exc:
-            raise HarnessError(f"{where}: ranges[{i}].bytes is not hex") from exc
-        ranges.append(
-            Range(
-                _int(r.get("startAddress"), f"{where}: ranges[{i}].startAddress"),
-                _int(r.get("length"), f"{where}: ranges[{i}].length"),
-                data,
-            )
+    ranges: list[ObservedRange] = []
+    try:
+        for i, r in enumerate(a.get("ranges") or []):
+            try:
+                data = bytes.fromhex(str(r.get("bytes", "")))
+            except ValueError as exc:
+                raise HarnessError(f"{where}: ranges[{i}].bytes is not hex") from exc
+            start = _int(r.get("startAddress"), f"{where}: ranges[{i}].startAddress")
+            length = _int(r.get("length"), f"{where}: ranges[{i}].length")
+            ranges.append(ObservedRange(start=start, length=length, data=data))
+        arguments = ObservedArgumentInfo(
+            argument_info=_int(a.get("argumentInfo"), f"{where}: argumentInfo"),
+            num_ranges=_int(a["numRanges"], f"{where}: numRanges") if "numRanges" in a else None,
+            total_size=_int(a["totalArgumentSize"], f"{where}: totalArgumentSize")
+            if "totalArgumentSize" in a
+            else None,
+            ranges=tuple(ranges),
         )
+    except ValidationError as exc:
+        raise HarnessError(
+            f"{where}: argument ranges are not addresses/lengths "
+            f"({exc.error_count()} errors, first: {exc.errors()[0]['msg']})"
+        ) from None
     return Enter(
         seq=record.seq,
         hook_index=_int(a.get("hook_index"), f"{where}: hook_index"),
@@ -208,12 +209,7 @@ def _enter(record: CallbackRecord) -> Enter:
         func_id=_int(a.get("funcId"), f"{where}: funcId"),
         client_data=_int(a.get("clientData"), f"{where}: clientData"),
         func=_int(a.get("func"), f"{where}: func"),
-        argument_info=_int(a.get("argumentInfo"), f"{where}: argumentInfo"),
-        num_ranges=_int(a["numRanges"], f"{where}: numRanges") if "numRanges" in a else None,
-        total_size=_int(a["totalArgumentSize"], f"{where}: totalArgumentSize")
-        if "totalArgumentSize" in a
-        else None,
-        ranges=tuple(ranges),
+        arguments=arguments,
     )
 
 
@@ -349,7 +345,7 @@ def _model_events(
                 func_id=e.func_id,
                 client_data=e.client_data,
                 func=e.func,
-                argument_info=e.argument_info,
+                argument_info=e.arguments.argument_info,
                 target=target,
                 token=mapped.token if mapped is not None else None,
             )
@@ -568,7 +564,7 @@ def judge_fe2_04(evidence: Evidence) -> Judgement:
         return unjudged
     events, seqs = _model_events(run, run.enters)
     violations = _violations(run, "FE2-04", events, seqs)
-    present = [e for e in run.enters if e.argument_info]
+    present = [e for e in run.enters if e.arguments.argument_info]
     observed = f"{flag}: argumentInfo non-NULL in {len(present)} of {len(run.enters)} entries"
     if violations:
         v, s = violations[0]
@@ -576,21 +572,6 @@ def judge_fe2_04(evidence: Evidence) -> Judgement:
     lines = _stable(run, violations, lambda v: v.message)
     ev = tuple(e.seq for e in run.enters[:20])
     return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=ev)
-
-
-def _observed_args(e: Enter) -> ObservedArgumentInfo:
-    try:
-        return ObservedArgumentInfo(
-            argument_info=e.argument_info,
-            num_ranges=e.num_ranges,
-            total_size=e.total_size,
-            ranges=tuple(ObservedRange(start=r.start, length=r.length, data=r.data) for r in e.ranges),
-        )
-    except ValidationError as exc:
-        raise HarnessError(
-            f"seq {e.seq} FunctionEnter2: argument ranges are not addresses/lengths "
-            f"({exc.error_count()} errors, first: {exc.errors()[0]['msg']})"
-        ) from None
 
 
 def _predicted_args(call: Call) -> ArgumentPrediction:
@@ -622,7 +603,7 @@ def judge_fe2_14(evidence: Evidence) -> Judgement:
         if token != call.token:
             problems.append(f"entry is {_hex(token)}, call is {call.method}")
         else:
-            problems += [v.message for v in check_argument_info(_observed_args(e), _predicted_args(call))]
+            problems += [v.message for v in check_argument_info(e.arguments, _predicted_args(call))]
         picture.append(
             {"label": f"{call.method}({', '.join(str(v) for _, v in call.args)})", "ok": not problems}
         )

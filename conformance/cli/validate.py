@@ -8,6 +8,15 @@ default 600), ``--hang-seconds`` a callback (the proxy's hang limit, default 10)
 ``--html`` write the reports (:mod:`conformance.validator.report`); their paths are checked before anything
 runs.
 
+Races made reproducible (issue 21): ``--repeat N`` makes each run N times; ``--perturb SEED`` has the
+recording proxy delay chosen points of the run by a schedule the seed alone decides (every call the profiler
+makes during its Initialize, Initialize's return, callback entries and returns, ThreadCreated,
+ThreadDestroyed, Shutdown; at most 50 ms each, within a budget per run under half the hang limit:
+:mod:`conformance.validator.perturb`). With both, run i (from 0) uses seed SEED+i; ``--perturb SEED`` alone
+replays exactly the schedule of SEED. ``--compare`` adds N unperturbed runs to the N perturbed ones. Each
+group then says in how many runs it appeared, per runtime: ``in 10/10 perturbed runs (seeds 7-16) and 2/10
+unperturbed runs on 8.0.4``; the runs table gives each run's seed and the delays applied.
+
 ``--attach [--attach-after S] [--attach-data TEXT]`` (:mod:`conformance.cli.attach_options`): the app starts
 without the profiler, which is attached while it runs through the runtime's diagnostics IPC.
 
@@ -80,6 +89,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="the harness's watchdog: a run taking longer is ended, outcome hung (default %(default)s)",
     )
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="make each run N times (default 1); each group says in how many it "
+                        "appeared")  # fmt: skip
+    parser.add_argument("--perturb", type=int, metavar="SEED",
+                        help="delay chosen points (Initialize's calls and return, callbacks, thread "
+                        "creation and destruction, Shutdown) by the schedule of SEED; with --repeat N, "
+                        "run i (from 0) uses seed SEED+i; alone, it replays exactly that seed's "
+                        "schedule")  # fmt: skip
+    parser.add_argument("--compare", action="store_true",
+                        help="with --perturb: also make N unperturbed runs, to show how often a finding "
+                        "appears without perturbation")  # fmt: skip
     attach_options.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also print each group's documented sentence, fix and occurrences")  # fmt: skip
@@ -141,6 +161,9 @@ def main(args: argparse.Namespace) -> int:
         hang_s=args.hang_seconds,
         dotnet=args.dotnet,
         timeout_s=args.timeout,
+        repeat=args.repeat,
+        perturb=args.perturb,
+        compare=args.compare,
         attach=attach,
     )
     with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short

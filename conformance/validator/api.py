@@ -23,6 +23,7 @@ from conformance.core import interrupt, registry, runner, runtimes, scenarios
 from conformance.core.findings import Finding
 from conformance.core.symbols import Symbolizer
 from conformance.validator import launch
+from conformance.validator import perturb as perturbation
 from conformance.validator.groups import Grouper
 from conformance.validator.hooks import HookChecks
 from conformance.validator.report import render_text as table
@@ -69,14 +70,19 @@ def validate(
     dotnet: Path | None = None,
     scenario_names: Sequence[str] = SCENARIO_SET,
     timeout_s: float = launch.DEFAULT_TIMEOUT_S,
+    repeat: int = 1,
+    perturb: int | None = None,
+    compare: bool = False,
     attach: launch.AttachPlan | None = None,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
     ``hang_s``: how long a callback or a call outside any callback may stay open (the proxy's hang limit);
-    ``timeout_s``: how long each run may take (the harness's watchdog); ``attach``: start each app without
-    the profiler and attach it through the diagnostics IPC while it runs (a note per run says what the
-    runtime answered and when)."""
+    ``timeout_s``: how long each run may take (the harness's watchdog). ``repeat``: each run is made that
+    many times; ``perturb``: a seed, run i (from 0) of each repetition perturbed by seed ``perturb + i``
+    (:mod:`conformance.validator.perturb`); ``compare``: with ``perturb``, ``repeat`` unperturbed runs too.
+    ``attach``: start each app without the profiler and attach it through the diagnostics IPC while it runs
+    (a note per run says what the runtime answered and when)."""
     runs: list[RunSummary] = []
     exercised: dict[str, set[str]] = {}
     judge_seconds = 0.0
@@ -86,6 +92,7 @@ def validate(
     target, guid = profiler, clsid
     interrupted = False
     try:
+        seeds = run_seeds(repeat, perturb, compare)
         target = launch.check_profiler(profiler)
         guid = launch.parse_clsid(clsid)
         companions = launch.check_preloads(preload)
@@ -100,9 +107,10 @@ def validate(
         checks = HookChecks()
         symbolizer = Symbolizer()  # the profiler's symbols and lines, read once for every run
         for rt in selected:
-            for scenario, dll, user in plan:
+            for (scenario, dll, user), seed in ((p, s) for p in plan for s in seeds):
+                run_env = launch.with_perturbation(environment, seed)
                 result = launch.run_under_proxy(
-                    scenario, dll, rt, environment, hang_s=hang_s, timeout_s=timeout_s, user_app=user,
+                    scenario, dll, rt, run_env, hang_s=hang_s, timeout_s=timeout_s, user_app=user,
                     attach=attach,
                 )
                 summary = RunSummary(
@@ -115,6 +123,7 @@ def validate(
                     trace=str(result.trace_path),
                     records=result.record_count,
                     judged=result.record_count,
+                    seed=seed,
                 )
                 found = Grouper()  # this run's findings, grouped as they come (memory per group)
                 seen: set[str] = set()
@@ -137,11 +146,15 @@ def validate(
                     if judged.hooks and not unchecked:
                         judged.exercised.update(r.clause for r in registry.rules(Layer.HOOK))
                     seen = judged.exercised
-                    summary = summary.model_copy(update={"records": judged.records, "judged": judged.records})
+                    delays = perturbation.delays_of(judged.marks.get(perturbation.DELAYS_MARK))
+                    summary = summary.model_copy(
+                        update={"records": judged.records, "judged": judged.records, "delays": delays}
+                    )
                     seconds, note = judged.seconds, judged.note
                     if attached is not None:
                         notes[-1] = attach_timing(attached, result, judged.marks.get("proxy.attach"))
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
+                    found.in_run(len(runs), seed)
                     runs.append(summary)
                     grouper.merge(found)
                     exercised.setdefault(rt.version, set()).update(seen)
@@ -156,6 +169,25 @@ def validate(
     return ValidationResult(profiler=str(target), clsid=guid, runs=runs, groups=groups, rules=statuses,
                             notes=notes, interrupted=interrupted,
                             judge_seconds=round(judge_seconds, 3))  # fmt: skip
+
+
+def run_seeds(repeat: int, perturb: int | None, compare: bool) -> list[int | None]:
+    """The perturbation seed of each repetition of a run (None: unperturbed): ``repeat`` unperturbed runs;
+    with ``perturb``, seeds ``perturb`` .. ``perturb + repeat - 1`` (after ``repeat`` unperturbed runs when
+    ``compare``)."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise launch.ValidatorInputError(f"--repeat {repeat}: must be a whole number of runs, at least 1")
+    if perturb is not None and not 0 <= perturb <= perturbation.MAX_SEED - (repeat - 1):
+        raise launch.ValidatorInputError(
+            f"--perturb {perturb}: a seed is a whole number from 0 to {perturbation.MAX_SEED - (repeat - 1)} "
+            f"(run i uses seed {perturb}+i)"
+        )
+    if compare and perturb is None:
+        raise launch.ValidatorInputError("--compare: compares perturbed runs with unperturbed ones; give "
+                                         "--perturb SEED too")  # fmt: skip
+    if perturb is None:
+        return [None] * repeat
+    return [*([None] * repeat if compare else []), *(perturb + i for i in range(repeat))]
 
 
 def attach_note(result: runner.RunResult, attach: launch.AttachPlan | None) -> str | None:

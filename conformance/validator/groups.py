@@ -71,8 +71,21 @@ class Grouper:
             group.count += theirs.count
             group.last = theirs.last
             group.runtimes += [rt for rt in theirs.runtimes if rt not in group.runtimes]
+            group.runs += [r for r in theirs.runs if r not in group.runs]
             room = OCCURRENCES_KEPT - len(group.occurrences)
             group.occurrences += theirs.occurrences[: max(room, 0)]
+
+    def in_run(self, index: int, seed: int | None = None) -> None:
+        """Every group so far appeared in run ``index`` (of the validation's runs), perturbed by ``seed``
+        (its occurrences name it): one run's grouper, named before it is merged."""
+        self._settle()
+        for group in self._groups.values():
+            if index not in group.runs:
+                group.runs.append(index)
+            if seed is not None:
+                group.occurrences = [o.model_copy(update={"seed": seed}) for o in group.occurrences]
+                group.first = group.first.model_copy(update={"seed": seed})
+                group.last = group.last.model_copy(update={"seed": seed})
 
     def groups(self) -> list[Group]:
         """Findings first, then notes; by clause, then the largest count first."""

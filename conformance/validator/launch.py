@@ -27,6 +27,7 @@ from conformance.core.errors import InputError
 from conformance.core.paths import runs_dir
 from conformance.core.runner import RunResult
 from conformance.core.runtimes import Runtime
+from conformance.validator import perturb
 from conformance.validator.build import build_proxy
 
 #: Seconds a callback, or an ICorProfilerInfo call made outside any callback, may stay open before the proxy
@@ -129,6 +130,15 @@ def proxy_environment(
     )
     if preload:
         env["LD_PRELOAD"] = " ".join(str(p) for p in preload)
+    return env
+
+
+def with_perturbation(environment: Mapping[str, str], seed: int | None) -> dict[str, str]:
+    """``environment`` with the variable that asks the proxy to delay points by the schedule of ``seed``
+    (:mod:`conformance.validator.perturb`); None: no perturbation (the variable removed)."""
+    env = {k: v for k, v in environment.items() if k != perturb.SEED_ENV}
+    if seed is not None:
+        env.update(perturb.environment(seed))
     return env
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import JsonValue, ValidationError
 
@@ -91,6 +91,18 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+class _Origin(TypedDict):
+    """What an event takes from its record: its place in the trace, its OS thread, its name."""
+
+    seq: int
+    thread: int
+    name: str
+
+
+def _origin(record: CallbackRecord | CallRecord | MarkRecord) -> _Origin:
+    return _Origin(seq=record.seq, thread=record.os_tid, name=record.name)
+
+
 def read_recording(trace: Trace) -> Recording:
     """The events of a proxy trace (see the module's docstring).
 
@@ -119,9 +131,9 @@ def read_recording(trace: Trace) -> Recording:
     pending_ranges: dict[int, MarkRecord] = {}
     hooks: set[str] = set()
 
-    def add(event: Event, thread: int) -> None:
+    def add(event: Event) -> None:
         events.append(event)
-        context.append(tuple(stacks.get(thread, ())))
+        context.append(tuple(stacks.get(event.thread, ())))
 
     def fail(record: Any, err: ValidationError) -> HarnessError:
         first = err.errors()[0]
@@ -152,15 +164,8 @@ def read_recording(trace: Trace) -> Recording:
                 stack = stacks.setdefault(record.os_tid, [])
                 if phase == "return" and stack:
                     stack.pop()
-                event = ProfilerCallback(
-                    seq=record.seq,
-                    thread=record.os_tid,
-                    name=record.name,
-                    phase=phase,
-                    args=args,
-                    hr=record.hr if phase != "enter" else None,
-                )
-                add(event, record.os_tid)
+                hr = record.hr if phase != "enter" else None
+                add(ProfilerCallback(**_origin(record), phase=phase, args=args, hr=hr))
                 if phase == "enter":
                     stack.append(record.name)
             elif isinstance(record, CallRecord):
@@ -175,46 +180,18 @@ def read_recording(trace: Trace) -> Recording:
                 oid = _int(record.args.get("objectId"))
                 if record.name in api.names_with(Fact.INSPECTS) and oid is not None:
                     stack = stacks.get(record.os_tid, [])
-                    add(
-                        ObjectInspection(
-                            seq=record.seq,
-                            thread=record.os_tid,
-                            name=record.name,
-                            object_id=oid,
-                            within=stack[-1] if stack else None,
-                            hr=record.hr,
-                        ),
-                        record.os_tid,
-                    )
+                    within = stack[-1] if stack else None
+                    add(ObjectInspection(**_origin(record), object_id=oid, within=within, hr=record.hr))
                 else:
-                    add(
-                        InfoCall(
-                            seq=record.seq,
-                            thread=record.os_tid,
-                            name=record.name,
-                            phase=phase,
-                            args=args,
-                            out=record.out,
-                            hr=record.hr if phase != "enter" else None,
-                        ),
-                        record.os_tid,
-                    )
+                    hr = record.hr if phase != "enter" else None
+                    add(InfoCall(**_origin(record), phase=phase, args=args, out=record.out, hr=hr))
             elif isinstance(record, MarkRecord):
                 if record.name.startswith(NOTE_PREFIX):
                     notes.setdefault(record.name, []).append(record)
                     if record.name == _RANGES:
                         pending_ranges[record.os_tid] = record
                 else:
-                    add(
-                        Mark(
-                            seq=record.seq,
-                            thread=record.os_tid,
-                            name=record.name,
-                            payload=record.payload,
-                            data=dict(record.model_extra or {}),
-                        ),
-                        record.os_tid,
-                    )
+                    add(Mark(**_origin(record), payload=record.payload, data=dict(record.model_extra or {})))
         except ValidationError as err:
             raise fail(record, err) from err
     return Recording(

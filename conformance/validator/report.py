@@ -26,6 +26,7 @@ from typing import Any
 
 from clr_model.clauses import CATALOG
 from conformance.core.report_style import STYLE
+from conformance.validator import perturb
 from conformance.validator.result import (
     ClauseStatus,
     Group,
@@ -38,6 +39,8 @@ from conformance.validator.result import (
 __all__ = [
     "json_schema",
     "render_text",
+    "repeated",
+    "runs_text",
     "runtimes_of",
     "summary_line",
     "to_html",
@@ -70,11 +73,11 @@ def _records(run: RunSummary) -> str:
 
 
 def _occurrence(o: Occurrence) -> list[str]:
-    """runtime, scenario, thread, callback, records, message."""
+    """runtime, scenario (and the run's seed when perturbed), thread, callback, records, message."""
     records = ",".join(str(r) for r in o.records[:8]) + ("..." if len(o.records) > 8 else "")
     return [
         o.runtime,
-        o.scenario,
+        o.scenario if o.seed is None else f"{o.scenario} seed {o.seed}",
         f"thread {o.thread}" if o.thread is not None else "thread -",
         o.callback or "(no callback)",
         f"records {records}" if records else "records -",
@@ -102,6 +105,37 @@ def summary_line(result: ValidationResult) -> str:
     if result.interrupted:
         text += "; interrupted: only what is above was judged"
     return text
+
+
+def repeated(result: ValidationResult) -> bool:
+    """Whether the validation repeated its runs or perturbed them (``--repeat``, ``--perturb``): then each
+    group says in how many runs it appeared (:func:`runs_text`)."""
+    if any(r.seed is not None for r in result.runs):
+        return True
+    per = Counter((r.runtime, r.scenario) for r in result.runs)
+    return any(n > 1 for n in per.values())
+
+
+def runs_text(result: ValidationResult, group: Group) -> str:
+    """In how many of the validation's runs ``group`` appeared, per runtime, perturbed and unperturbed
+    apart: ``in 10/10 perturbed runs (seeds 7-16) and 2/10 unperturbed runs on 8.0.4; ...``."""
+    parts = []
+    for runtime in runtimes_of(result):
+        mine = [i for i, r in enumerate(result.runs) if r.runtime == runtime]
+        if not mine:
+            continue
+        perturbed = [i for i in mine if result.runs[i].seed is not None]
+        plain = [i for i in mine if result.runs[i].seed is None]
+        said = []
+        if perturbed:
+            hit = [i for i in perturbed if i in group.runs]
+            seeds = perturb.seeds_text(s for i in hit if (s := result.runs[i].seed) is not None)
+            said.append(f"{len(hit)}/{len(perturbed)} perturbed runs{f' (seeds {seeds})' if seeds else ''}")
+        if plain:
+            hit = [i for i in plain if i in group.runs]
+            said.append(f"{len(hit)}/{len(plain)} {'unperturbed ' if perturbed else ''}runs")
+        parts.append(f"in {' and '.join(said)} on {runtime}")
+    return "; ".join(parts)
 
 
 def _table(rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
@@ -141,6 +175,8 @@ def render_text(result: ValidationResult, *, verbose: bool = False) -> str:
         lines.append(table[0])
         for group, line in zip(result.groups, table[1:], strict=True):
             lines.append(line)
+            if repeated(result):
+                lines.append(f"    {runs_text(result, group)}")
             if verbose:
                 lines.extend(_details(group))
     else:
@@ -154,6 +190,10 @@ def render_text(result: ValidationResult, *, verbose: bool = False) -> str:
         runs = [["runtime", "scenario", "outcome", "exit", "seconds", "records"]]
         runs += [[r.runtime, r.scenario, r.outcome, _exit(r), f"{r.seconds:.1f}", _records(r)]
                  for r in result.runs]  # fmt: skip
+        if any(r.seed is not None for r in result.runs):  # perturbed: the seed and the delays applied
+            runs[0].append("seed (delays)")
+            for row, r in zip(runs[1:], result.runs, strict=True):
+                row.append("-" if r.seed is None else f"{r.seed} ({sum(r.delays.values())})")
         lines.extend(_table(runs, right=frozenset({4, 5})))
     else:
         lines.append("no run was judged")
@@ -301,7 +341,7 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _group_html(index: int, g: Group) -> str:
+def _group_html(index: int, g: Group, result: ValidationResult | None = None) -> str:
     kind = "note" if g.note else "finding"
     parts = [
         f"<div class='ev {kind}' id='group-{index}'>",
@@ -314,6 +354,8 @@ def _group_html(index: int, g: Group) -> str:
         else:
             parts.append(f"<p><b>{label}</b> {_e(text)}</p>")
     parts.append(f"<p><b>where</b> <code>{_e(_site(g))}</code></p>")
+    if result is not None and repeated(result):
+        parts.append(f"<p><b>runs</b> {_e(runs_text(result, g))}</p>")
     parts.append(f"<p><b>first</b> {_e(g.first.message)}</p>")
     if g.last != g.first:
         parts.append(f"<p><b>last</b> {_e(g.last.message)}</p>")
@@ -378,14 +420,14 @@ def to_html(result: ValidationResult) -> str:
         out.append("<p>No run was judged.</p>")
 
     out.append("<h2>Findings</h2>")
-    out += [_group_html(i, g) for i, g in enumerate(result.groups) if not g.note] or [
+    out += [_group_html(i, g, result) for i, g in enumerate(result.groups) if not g.note] or [
         "<p>None: the profiler kept every rule the runs exercised.</p>"
     ]
     notes = [(i, g) for i, g in enumerate(result.groups) if g.note]
     if notes or result.notes:
         out.append("<h2>Notes</h2><p class='small'>Shown, never a failure: a rule the documents do not "
                    "state, or what could not be judged.</p>")  # fmt: skip
-        out += [_group_html(i, g) for i, g in notes]
+        out += [_group_html(i, g, result) for i, g in notes]
         if result.notes:
             out.append("<ul class='notes'>" + "".join(f"<li>{_e(n)}</li>" for n in result.notes) + "</ul>")
 

@@ -48,6 +48,10 @@ class RunSummary(BaseModel):
     records: int
     #: records the judges read (all of them unless the recording was cut short)
     judged: int = 0
+    #: the perturbation seed of the run (``--perturb``; None: not perturbed) and, per point kind, the
+    #: delays the proxy applied (its ``proxy.perturb.delays`` mark)
+    seed: int | None = None
+    delays: dict[str, int] = Field(default_factory=dict)
 
 
 class Occurrence(BaseModel):
@@ -62,6 +66,8 @@ class Occurrence(BaseModel):
     callback: str | None = None
     records: list[int] = Field(default_factory=list)
     trace: str = ""
+    #: the perturbation seed of its run (``--perturb``), None when not perturbed
+    seed: int | None = None
 
     @classmethod
     def of(cls, finding: Finding) -> Occurrence:
@@ -90,6 +96,8 @@ class Group(BaseModel):
     last: Occurrence
     #: the first :data:`OCCURRENCES_KEPT` occurrences (``first`` among them)
     occurrences: list[Occurrence] = Field(default_factory=list)
+    #: the runs it appeared in (indexes into ``ValidationResult.runs``), ascending
+    runs: list[int] = Field(default_factory=list)
 
     @staticmethod
     def key_of(clause: str, site: Site | None, note: bool) -> tuple[str, str, bool]:

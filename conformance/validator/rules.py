@@ -995,7 +995,7 @@ class JudgedRun:
     site_of: Callable[[int], Any] | None = None
     #: a line for what the run's outcome means when no rule blames anything (the run reached its time limit)
     note: str | None = None
-    #: the proxy's notes (proxy.* marks: the last of each name), e.g. proxy.attach's timing
+    #: the proxy's notes (its proxy.* marks), the last of each name
     marks: dict[str, Any] = field(default_factory=dict)
 
 

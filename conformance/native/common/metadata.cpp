@@ -12,6 +12,16 @@ std::string wide_name(const WCHAR* buf, ULONG n, ULONG cch) {
     return utf16_to_utf8(buf, static_cast<long>(buf[n - 1] == 0 ? n - 1 : n));
 }
 
+Json& FunctionInfo::set_in(Json& o) const {
+    return o.set("classId", Json(static_cast<std::uint64_t>(classId)))
+        .set("moduleId", Json(static_cast<std::uint64_t>(moduleId)))
+        .set("token", Json(static_cast<std::uint64_t>(token)));
+}
+
+HRESULT function_info(ICorProfilerInfo* info, FunctionID fid, FunctionInfo& out) {
+    return info->GetFunctionInfo(fid, &out.classId, &out.moduleId, &out.token);
+}
+
 HRESULT function_metadata(ICorProfilerInfo* info, FunctionID fid, ComHolder<IMetaDataImport>& md, mdToken& token) {
     IUnknown* unk = nullptr;
     const HRESULT hr = info->GetTokenAndMetaDataFromFunction(fid, IID_IMetaDataImport, &unk, &token);

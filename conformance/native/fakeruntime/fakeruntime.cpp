@@ -4,6 +4,7 @@
 
 #include "profharness/native_stack.h"
 #include "profharness/com.h"
+#include "profharness/metadata.h"
 #include "profharness/trace.h"
 
 #include <dlfcn.h>
@@ -67,9 +68,7 @@ struct Class {
 };
 struct Function {
     FunctionID id = 0;
-    ClassID cls = 0;
-    ModuleID module = 0;
-    mdMethodDef token = 0;
+    FunctionInfo info;  // what GetFunctionInfo answers
     UINT_PTR start = 0;
     SIZE_T size = 0;
     Names names;
@@ -143,6 +142,13 @@ struct World {
 };
 
 World g_world;
+
+// The entry under id in one of g_world's tables, or nullptr.
+template <typename Table>
+typename Table::mapped_type* entry(Table& table, const typename Table::key_type& id) {
+    auto it = table.find(id);
+    return it == table.end() ? nullptr : &it->second;
+}
 std::vector<std::unique_ptr<Worker>> g_workers;  // every worker ever made (reused across examples)
 std::vector<Worker*> g_idle;
 std::vector<std::string> g_errors;               // harness-side problems of this example
@@ -419,17 +425,17 @@ Class* class_by_token(ModuleID module, mdTypeDef td) {
 }
 Function* function_by_token(ModuleID module, mdMethodDef mb) {
     for (auto& [id, f] : g_world.functions)
-        if (f.module == module && f.token == mb) return &f;
+        if (f.info.moduleId == module && f.info.token == mb) return &f;
     return nullptr;
 }
 
 }  // namespace
 
 HRESULT MetaDataBase::answer_GetScopeProps(WCHAR* szName, ULONG cchName, ULONG* pchName, GUID* pmvid) {
-    auto it = g_world.modules.find(static_cast<MetaData*>(this)->module());
-    if (it == g_world.modules.end()) return E_FAIL;
+    Module* m = entry(g_world.modules, static_cast<MetaData*>(this)->module());
+    if (!m) return E_FAIL;
     if (pmvid) *pmvid = GUID{};
-    return answer_text(it->second.names.next(), cchName, pchName, szName);
+    return answer_text(m->names.next(), cchName, pchName, szName);
 }
 
 HRESULT MetaDataBase::answer_GetModuleFromScope(mdModule* pmd) {
@@ -453,8 +459,8 @@ HRESULT MetaDataBase::answer_GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, W
     if (!f) return E_INVALIDARG;
     static const BYTE kSig[] = {0x00, 0x00, 0x01};  // DEFAULT, 0 parameters, void
     if (pClass) {
-        auto c = g_world.classes.find(f->cls);
-        *pClass = c != g_world.classes.end() ? c->second.token : 0;
+        const Class* c = entry(g_world.classes, f->info.classId);
+        *pClass = c ? c->token : 0;
     }
     if (pdwAttr) *pdwAttr = 0x0006;  // mdPublic
     if (ppvSigBlob) *ppvSigBlob = kSig;
@@ -509,11 +515,10 @@ class Info final : public InfoBase {
         if (infoFlags & ~static_cast<ULONG32>(COR_PRF_SNAPSHOT_REGISTER_CONTEXT | COR_PRF_SNAPSHOT_X86_OPTIMIZED))
             return s.finish(E_INVALIDARG);
         const ThreadID target = thread ? thread : tl_thread;
-        auto it = g_world.threads.find(target);
-        if (target == 0 || it == g_world.threads.end())
-            return s.finish(thread ? E_INVALIDARG : CORPROF_E_NOT_MANAGED_THREAD);
+        const FakeThread* t = entry(g_world.threads, target);
+        if (target == 0 || !t) return s.finish(thread ? E_INVALIDARG : CORPROF_E_NOT_MANAGED_THREAD);
         // The frames are copied: the profiler may change the world (a callback inside) while walking.
-        const std::vector<std::pair<FunctionID, UINT_PTR>> stack = it->second.stack;
+        const std::vector<std::pair<FunctionID, UINT_PTR>> stack = t->stack;
         alignas(64) static thread_local BYTE ctx[kContextBufferSize];
         const bool want_ctx = (infoFlags & COR_PRF_SNAPSHOT_REGISTER_CONTEXT) != 0;
         std::uint32_t n = 0;
@@ -607,23 +612,6 @@ class Info final : public InfoBase {
     std::atomic<long> refs_{1};
 };
 
-const Module* find_module(ModuleID id) {
-    auto it = g_world.modules.find(id);
-    return it == g_world.modules.end() ? nullptr : &it->second;
-}
-const Class* find_class(ClassID id) {
-    auto it = g_world.classes.find(id);
-    return it == g_world.classes.end() ? nullptr : &it->second;
-}
-const Function* find_function(FunctionID id) {
-    auto it = g_world.functions.find(id);
-    return it == g_world.functions.end() ? nullptr : &it->second;
-}
-const Object* find_object(ObjectID id) {
-    auto it = g_world.heap.find(id);
-    return it == g_world.heap.end() ? nullptr : &it->second;
-}
-
 template <typename T>
 void put(T* p, T v) {
     if (p) *p = v;
@@ -632,17 +620,17 @@ void put(T* p, T v) {
 }  // namespace
 
 HRESULT InfoBase::answer_GetClassFromObject(ObjectID objectId, ClassID* pClassId) {
-    const Object* o = find_object(objectId);
+    const Object* o = entry(g_world.heap, objectId);
     put<ClassID>(pClassId, o ? o->cls : 0);
     return o ? S_OK : E_INVALIDARG;
 }
 HRESULT InfoBase::answer_GetObjectSize(ObjectID objectId, ULONG* pcSize) {
-    const Object* o = find_object(objectId);
+    const Object* o = entry(g_world.heap, objectId);
     put<ULONG>(pcSize, o ? static_cast<ULONG>(o->size) : 0);
     return o ? S_OK : E_INVALIDARG;
 }
 HRESULT InfoBase::answer_GetObjectSize2(ObjectID objectId, SIZE_T* pcSize) {
-    const Object* o = find_object(objectId);
+    const Object* o = entry(g_world.heap, objectId);
     put<SIZE_T>(pcSize, o ? o->size : 0);
     return o ? S_OK : E_INVALIDARG;
 }
@@ -657,14 +645,14 @@ HRESULT InfoBase::answer_GetFunctionFromToken(ModuleID moduleId, mdToken token, 
     return f ? S_OK : E_INVALIDARG;
 }
 HRESULT InfoBase::answer_GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULONG* pcSize) {
-    const Function* f = find_function(functionId);
+    const Function* f = entry(g_world.functions, functionId);
     put<LPCBYTE>(pStart, f ? reinterpret_cast<LPCBYTE>(f->start) : nullptr);
     put<ULONG>(pcSize, f ? static_cast<ULONG>(f->size) : 0);
     return f ? S_OK : E_INVALIDARG;
 }
 HRESULT InfoBase::answer_GetCodeInfo2(FunctionID functionID, ULONG32 cCodeInfos, ULONG32* pcCodeInfos,
                                       COR_PRF_CODE_INFO* codeInfos) {
-    const Function* f = find_function(functionID);
+    const Function* f = entry(g_world.functions, functionID);
     put<ULONG32>(pcCodeInfos, f ? 1 : 0);
     if (!f) return E_INVALIDARG;
     if (codeInfos && cCodeInfos >= 1) codeInfos[0] = COR_PRF_CODE_INFO{f->start, f->size};
@@ -696,12 +684,12 @@ HRESULT InfoBase::answer_GetFunctionFromIP2(LPCBYTE ip, FunctionID* pFunctionId,
     return Info::function_from_ip(reinterpret_cast<UINT_PTR>(ip), pFunctionId);
 }
 HRESULT InfoBase::answer_GetThreadInfo(ThreadID threadId, DWORD* pdwWin32ThreadId) {
-    auto it = g_world.threads.find(threadId);
-    if (it == g_world.threads.end() || !it->second.worker) {
+    const FakeThread* t = entry(g_world.threads, threadId);
+    if (!t || !t->worker) {
         put<DWORD>(pdwWin32ThreadId, 0);
         return E_INVALIDARG;
     }
-    put<DWORD>(pdwWin32ThreadId, static_cast<DWORD>(it->second.worker->os_tid()));
+    put<DWORD>(pdwWin32ThreadId, static_cast<DWORD>(t->worker->os_tid()));
     return S_OK;
 }
 HRESULT InfoBase::answer_GetCurrentThreadID(ThreadID* pThreadId) {
@@ -713,14 +701,14 @@ HRESULT InfoBase::answer_SuspendRuntime() { return S_OK; }
 HRESULT InfoBase::answer_ResumeRuntime() { return S_OK; }
 HRESULT InfoBase::answer_ForceGC() { return S_OK; }
 HRESULT InfoBase::answer_GetClassIDInfo(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken) {
-    const Class* c = find_class(classId);
+    const Class* c = entry(g_world.classes, classId);
     put<ModuleID>(pModuleId, c ? c->module : 0);
     put<mdTypeDef>(pTypeDefToken, c ? c->token : 0);
     return c ? S_OK : E_INVALIDARG;
 }
 HRESULT InfoBase::answer_GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken,
                                          ClassID* pParentClassId, ULONG32, ULONG32* pcNumTypeArgs, ClassID*) {
-    const Class* c = find_class(classId);
+    const Class* c = entry(g_world.classes, classId);
     put<ModuleID>(pModuleId, c ? c->module : 0);
     put<mdTypeDef>(pTypeDefToken, c ? c->token : 0);
     put<ClassID>(pParentClassId, c ? c->parent : 0);
@@ -729,10 +717,11 @@ HRESULT InfoBase::answer_GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, m
 }
 HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassId, ModuleID* pModuleId,
                                          mdToken* pToken) {
-    const Function* f = find_function(functionId);
-    put<ClassID>(pClassId, f ? f->cls : 0);
-    put<ModuleID>(pModuleId, f ? f->module : 0);
-    put<mdToken>(pToken, f ? f->token : 0);
+    const Function* f = entry(g_world.functions, functionId);
+    const FunctionInfo fi = f ? f->info : FunctionInfo{};
+    put<ClassID>(pClassId, fi.classId);
+    put<ModuleID>(pModuleId, fi.moduleId);
+    put<mdToken>(pToken, fi.token);
     return f ? S_OK : E_INVALIDARG;
 }
 HRESULT InfoBase::answer_GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO, ClassID* pClassId,
@@ -743,15 +732,14 @@ HRESULT InfoBase::answer_GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO,
 }
 HRESULT InfoBase::answer_GetModuleInfo(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName,
                                        ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId) {
-    auto it = g_world.modules.find(moduleId);
-    if (it == g_world.modules.end()) {
+    Module* m = entry(g_world.modules, moduleId);
+    if (!m) {
         put<ULONG>(pcchName, 0);
         return E_INVALIDARG;
     }
-    Module& m = it->second;
-    put<LPCBYTE>(ppBaseLoadAddress, reinterpret_cast<LPCBYTE>(m.base));
-    put<AssemblyID>(pAssemblyId, m.assembly);
-    return answer_text(m.names.next(), cchName, pcchName, szName);
+    put<LPCBYTE>(ppBaseLoadAddress, reinterpret_cast<LPCBYTE>(m->base));
+    put<AssemblyID>(pAssemblyId, m->assembly);
+    return answer_text(m->names.next(), cchName, pcchName, szName);
 }
 HRESULT InfoBase::answer_GetModuleInfo2(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName,
                                         ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId,
@@ -774,20 +762,20 @@ HRESULT InfoBase::answer_GetRuntimeInformation(USHORT* pClrInstanceId, COR_PRF_R
 HRESULT InfoBase::answer_GetModuleMetaData(ModuleID moduleId, DWORD, REFIID riid, IUnknown** ppOut) {
     if (!ppOut) return E_POINTER;
     *ppOut = nullptr;
-    if (!find_module(moduleId)) return E_INVALIDARG;
+    if (!entry(g_world.modules, moduleId)) return E_INVALIDARG;
     if (!(riid == IID_IMetaDataImport || riid == IID_IUnknown)) return E_NOINTERFACE;
     *ppOut = static_cast<IMetaDataImport*>(new MetaData(moduleId));
     return S_OK;
 }
 HRESULT InfoBase::answer_GetTokenAndMetaDataFromFunction(FunctionID functionId, REFIID riid, IUnknown** ppImport,
                                                          mdToken* pToken) {
-    const Function* f = find_function(functionId);
-    put<mdToken>(pToken, f ? f->token : 0);
+    const Function* f = entry(g_world.functions, functionId);
+    put<mdToken>(pToken, f ? f->info.token : 0);
     if (ppImport) *ppImport = nullptr;
     if (!f) return E_INVALIDARG;
     if (!ppImport) return E_POINTER;
     if (!(riid == IID_IMetaDataImport || riid == IID_IUnknown)) return E_NOINTERFACE;
-    *ppImport = static_cast<IMetaDataImport*>(new MetaData(f->module));
+    *ppImport = static_cast<IMetaDataImport*>(new MetaData(f->info.moduleId));
     return S_OK;
 }
 
@@ -972,9 +960,9 @@ void apply_state(const std::string& op, const Json& cmd) {
     } else if (op == "function") {
         Function f;
         f.id = arg_of<FunctionID>(cmd, "id");
-        f.cls = arg_of<ClassID>(cmd, "class");
-        f.module = arg_of<ModuleID>(cmd, "module");
-        f.token = arg_of<mdMethodDef>(cmd, "token");
+        f.info.classId = arg_of<ClassID>(cmd, "class");
+        f.info.moduleId = arg_of<ModuleID>(cmd, "module");
+        f.info.token = arg_of<mdMethodDef>(cmd, "token");
         f.start = arg_of<UINT_PTR>(cmd, "start");
         f.size = arg_of<SIZE_T>(cmd, "size");
         f.names = names_of(cmd);
@@ -1011,16 +999,16 @@ void apply_state(const std::string& op, const Json& cmd) {
             }
         }
     } else if (op == "stack") {
-        auto it = g_world.threads.find(arg_of<ThreadID>(cmd, "thread"));
-        if (it == g_world.threads.end()) {
+        FakeThread* t = entry(g_world.threads, arg_of<ThreadID>(cmd, "thread"));
+        if (!t) {
             g_errors.push_back("stack of an unknown thread");
             return;
         }
-        it->second.stack.clear();
+        t->stack.clear();
         if (const Json* fs = cmd.get("frames")) {
             for (const Json& fr : fs->items()) {
                 const auto& f = fr.items();
-                if (f.size() == 2) it->second.stack.emplace_back(f[0].as_uint(), f[1].as_uint());
+                if (f.size() == 2) t->stack.emplace_back(f[0].as_uint(), f[1].as_uint());
             }
         }
     } else {

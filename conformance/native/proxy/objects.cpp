@@ -607,6 +607,7 @@ void on_fault(int sig, siginfo_t* si, void* uc) {
         rec.set("shutdownReturned", g_shutdown_returned.load());
         rec.set("stack", native_stack_json(ips, n));
         trace().write("mark", rec);
+        perturb_write_delays();
     }
     chain(sig, si, uc);
 }
@@ -710,6 +711,7 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
     rec.set("open", in_call ? "call" : "callback").set("openName", open_name ? Json(open_name) : Json());
     rec.set("threads", threads).set("otherThreads", Json(static_cast<std::int64_t>(task_ids().size())));
     trace().write("mark", rec);
+    perturb_write_delays();
     ::kill(getpid(), SIGKILL);
 }
 
@@ -1029,6 +1031,7 @@ class ProxyCallback final : public CallbackForwarderBase {
         rec.set("heap", heap_json());
         rec.set("infoRefs", Json(static_cast<std::int64_t>(g_wrapper ? g_wrapper->refs() : 0)));
         trace().write("mark", rec);
+        perturb_write_delays();
         trace().write("end", Json::object());
     }
 

@@ -170,12 +170,15 @@ void CallbackScope::begin() {
     if (begun_ || hidden_) return;
     begun_ = true;
     if (!lazy_ && recording_enabled()) flush_frames(t_);
+    perturb_callback_enter(id_);
 }
 
 HRESULT CallbackScope::finish(HRESULT hr) {
     if (finished_) return hr;
     finished_ = true;
-    if (!hidden_) pop_frame(t_, hr, true);
+    if (hidden_) return hr;
+    if (begun_) perturb_callback_return(id_);
+    pop_frame(t_, hr, true);
     return hr;
 }
 
@@ -216,6 +219,11 @@ void InfoScope::inspect(std::uint64_t object_id) {
 }
 
 void InfoScope::begin() {
+    // a call the profiler makes while its Initialize runs, on that thread (outermost): perturbed
+    if (t_.in_runtime == 1 && t_.depth >= 1 && t_.frames[0].name &&
+        (t_.frames[0].count_id == static_cast<int>(ProxyCb::Initialize) ||
+         t_.frames[0].count_id == static_cast<int>(ProxyCb::InitializeForAttach)))
+        perturb_initialize_call();
     if (!recording_enabled()) return;
     flush_frames(t_);
     if (two_phase_) trace().write("call", enter_record(name_));

@@ -182,6 +182,14 @@ Json heap_json();  // the proxy.shutdown mark's "heap"
 // module named so far.
 void note_caller(const void* ip);
 
+// --- perturbation (perturb.cpp, perturb.h: `validate --perturb SEED`) ----------------------------------
+// Each delays the calling thread when the seeded schedule says so (no-ops when not perturbing).
+bool perturbing();
+void perturb_callback_enter(int cb);   // a callback about to be forwarded (ProxyCb)
+void perturb_callback_return(int cb);  // the profiler's callback returned
+void perturb_initialize_call();        // a call the profiler makes during its Initialize, on that thread
+void perturb_write_delays();           // the proxy.perturb.delays mark (once; at the end of the run)
+
 // Writes the enter records of this thread's frames that are not written yet (outermost first).
 void flush_frames(ThreadState& t);
 // Frame enter/leave used by callbacks and hooks.

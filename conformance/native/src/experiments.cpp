@@ -15,6 +15,7 @@
 
 #include "events.h"
 #include "profharness/hresults.h"
+#include "profharness/metadata.h"
 #include "walk.h"
 
 namespace profharness {
@@ -59,6 +60,18 @@ bool planned_at_initialize(const ExperimentContext& ctx, const char* experiment)
     state().probe_error(std::string(experiment) + " must be planned at Initialize (hooks are accepted only there)",
                         ctx.planned.id);
     return false;
+}
+
+bool HookedModule::holds(ModuleID mod) const {
+    ProbeState& s = state();
+    WCHAR name[1024];
+    ULONG n = 0;
+    LPCBYTE base = nullptr;
+    AssemblyID asm_id = 0;
+    if (!s.info || failed(s.info->GetModuleInfo(mod, &base, 1024, &n, name, &asm_id)) || n == 0) return false;
+    const std::string path = wide_name(name, n, 1024);
+    return !path.empty() && path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // ---------------------------------------------------------------------------------------------------

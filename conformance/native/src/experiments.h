@@ -33,6 +33,36 @@ using ExperimentFn = void (*)(ExperimentContext& ctx);
 bool planned_at_initialize(const ExperimentContext& ctx, const char* experiment);
 
 // ---------------------------------------------------------------------------------------------------
+// Hooks on the scenario module's functions (experiments_hooks.cpp, experiments_faults.cpp)
+
+// The module whose functions an experiment hooks: the one whose path ends with args.module (default
+// "app.dll"); and whether the experiment's hooks are installed.
+struct HookedModule {
+    std::string suffix = "app.dll";
+    bool installed = false;
+    // Whether the path GetModuleInfo answers for mod (non-empty) ends with suffix (experiments.cpp).
+    bool holds(ModuleID mod) const;
+};
+
+// An experiment `experiment` that installs hooks, once: planned at Initialize (else a probe_error), not
+// installed yet, and the runtime offers ICorProfilerInfo<level> (else a probe_error "EXPERIMENT needs
+// ICorProfilerInfoN"). It reads args.module into `hooked`, then `install` sets the hooks and answers what
+// the hook setter answered: the hooks are installed when that succeeded.
+template <class Info>
+void install_hooks_once(ExperimentContext& ctx, const char* experiment, int level, HookedModule& hooked,
+                        HRESULT (*install)(ExperimentContext& ctx, Info* info)) {
+    if (!planned_at_initialize(ctx, experiment) || hooked.installed) return;
+    Info* info = state().info_as<Info>(level);
+    if (!info) {
+        state().probe_error(std::string(experiment) + " needs ICorProfilerInfo" + std::to_string(level),
+                            ctx.planned.id);
+        return;
+    }
+    hooked.suffix = ctx.string_arg("module", "app.dll");
+    hooked.installed = !failed(install(ctx, info));
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Threads the experiments name, start and wait for (experiments.cpp)
 
 long os_tid();  // gettid()

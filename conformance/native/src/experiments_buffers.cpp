@@ -51,20 +51,16 @@ constexpr unsigned char kSentinelB = 0x5A;
 
 struct Targets {
     FunctionID function = 0;
-    ClassID cls = 0;
-    ModuleID module = 0;
+    FunctionInfo info;  // GetFunctionInfo's; the class from GetFunctionInfo2 where that gave none
     AssemblyID assembly = 0;
     AppDomainID appDomain = 0;
-    mdToken token = 0;
 
     Json json() const {
         Json t = Json::object();
         t.set("functionId", Json(static_cast<std::uint64_t>(function)));
-        t.set("classId", Json(static_cast<std::uint64_t>(cls)));
-        t.set("moduleId", Json(static_cast<std::uint64_t>(module)));
+        info.set_in(t);
         t.set("assemblyId", Json(static_cast<std::uint64_t>(assembly)));
         t.set("appDomainId", Json(static_cast<std::uint64_t>(appDomain)));
-        t.set("token", Json(token));
         return t;
     }
 };
@@ -84,15 +80,15 @@ struct MethodSpec {
 HRESULT call_module_info(ProbeState& s, const Targets& t, ULONG32 size, ULONG32* pc, void* buf) {
     LPCBYTE base = nullptr;
     AssemblyID a = 0;
-    return s.info->GetModuleInfo(t.module, &base, size, pc, static_cast<WCHAR*>(buf), &a);
+    return s.info->GetModuleInfo(t.info.moduleId, &base, size, pc, static_cast<WCHAR*>(buf), &a);
 }
 
 HRESULT call_module_info2(ProbeState& s, const Targets& t, ULONG32 size, ULONG32* pc, void* buf) {
     LPCBYTE base = nullptr;
     AssemblyID a = 0;
     DWORD flags = 0;
-    return s.info_as<ICorProfilerInfo3>(3)->GetModuleInfo2(t.module, &base, size, pc, static_cast<WCHAR*>(buf), &a,
-                                                           &flags);
+    return s.info_as<ICorProfilerInfo3>(3)->GetModuleInfo2(t.info.moduleId, &base, size, pc,
+                                                           static_cast<WCHAR*>(buf), &a, &flags);
 }
 
 HRESULT call_assembly_info(ProbeState& s, const Targets& t, ULONG32 size, ULONG32* pc, void* buf) {
@@ -117,7 +113,7 @@ HRESULT call_class_id_info2(ProbeState& s, const Targets& t, ULONG32 size, ULONG
     ModuleID m = 0;
     mdTypeDef td = 0;
     ClassID parent = 0;
-    return s.info_as<ICorProfilerInfo2>(2)->GetClassIDInfo2(t.cls, &m, &td, &parent, size, pc,
+    return s.info_as<ICorProfilerInfo2>(2)->GetClassIDInfo2(t.info.classId, &m, &td, &parent, size, pc,
                                                             static_cast<ClassID*>(buf));
 }
 
@@ -143,14 +139,14 @@ HRESULT call_native_code_starts(ProbeState& s, const Targets& t, ULONG32 size, U
 }
 
 HRESULT call_appdomains_containing(ProbeState& s, const Targets& t, ULONG32 size, ULONG32* pc, void* buf) {
-    return s.info_as<ICorProfilerInfo3>(3)->GetAppDomainsContainingModule(t.module, size, pc,
+    return s.info_as<ICorProfilerInfo3>(3)->GetAppDomainsContainingModule(t.info.moduleId, size, pc,
                                                                           static_cast<AppDomainID*>(buf));
 }
 
 HRESULT call_class_layout(ProbeState& s, const Targets& t, ULONG32 size, ULONG32* pc, void* buf) {
     ULONG classSize = 0;
-    return s.info_as<ICorProfilerInfo2>(2)->GetClassLayout(t.cls, static_cast<COR_FIELD_OFFSET*>(buf), size, pc,
-                                                           &classSize);
+    return s.info_as<ICorProfilerInfo2>(2)->GetClassLayout(t.info.classId, static_cast<COR_FIELD_OFFSET*>(buf), size,
+                                                           pc, &classSize);
 }
 
 // The null-with-size column follows the NULL checks read in dotnet/runtime proftoeeinterfaceimpl.cpp.
@@ -207,17 +203,14 @@ bool find_targets(ProbeState& s, const std::string& frame, const char* exp, Targ
     for (std::size_t i = 0; i < list.n; ++i) {
         if (method_name(s, list.ids[i]) != frame) continue;
         t.function = list.ids[i];
-        hr = s.info->GetFunctionInfo(t.function, &t.cls, &t.module, &t.token);
+        hr = function_info(s.info, t.function, t.info);
         Json a = Json::object();
         a.set("functionId", Json(static_cast<std::uint64_t>(t.function)));
         Json o = Json::object();
-        o.set("classId", Json(static_cast<std::uint64_t>(t.cls)))
-            .set("moduleId", Json(static_cast<std::uint64_t>(t.module)))
-            .set("token", Json(t.token))
-            .set("method", frame);
+        t.info.set_in(o).set("method", frame);
         s.call("GetFunctionInfo", exp, a, o, hr);
         if (failed(hr)) return false;
-        if (t.cls == 0) {
+        if (t.info.classId == 0) {
             // GetFunctionInfo gives no ClassID for a method of a generic class; GetFunctionInfo2 (no frame
             // info, no type-argument buffer) gives the exact instantiation when the code is not shared.
             ClassID exact = 0;
@@ -228,12 +221,12 @@ bool find_targets(ProbeState& s, const std::string& frame, const char* exp, Targ
             Json o2 = Json::object();
             o2.set("classId", Json(static_cast<std::uint64_t>(exact))).set("pcTypeArgs", Json(nargs));
             s.call("GetFunctionInfo2", exp, a, o2, h2);
-            if (!failed(h2)) t.cls = exact;
+            if (!failed(h2)) t.info.classId = exact;
         }
         // The assembly and the AppDomain, through calls that fill no caller-allocated buffer.
         LPCBYTE base = nullptr;
         ULONG cch = 0;
-        s.info->GetModuleInfo(t.module, &base, 0, &cch, nullptr, &t.assembly);
+        s.info->GetModuleInfo(t.info.moduleId, &base, 0, &cch, nullptr, &t.assembly);
         ModuleID manifest = 0;
         ULONG acch = 0;
         s.info->GetAssemblyInfo(t.assembly, 0, &acch, nullptr, &t.appDomain, &manifest);

@@ -89,10 +89,9 @@ struct HookedMethod {
 
 // Process-wide state of the planted faults (created once, never destroyed: threads wait on it at exit).
 struct Faults {
-    std::string module_suffix = "app.dll";
+    HookedModule module;
     HookedMethod hooked[kMaxHooked];
     std::size_t hooked_count = 0;
-    bool hooks_installed = false;
 
     std::mutex lock;  // "the profiler's own lock" of fault 1
 
@@ -304,29 +303,13 @@ void fault_leave2(FunctionID funcId, UINT_PTR clientData, COR_PRF_FRAME_INFO, CO
 
 void fault_tailcall2(FunctionID, UINT_PTR, COR_PRF_FRAME_INFO) {}
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string module_path(ModuleID mod) {
-    WCHAR name[1024];
-    ULONG n = 0;
-    LPCBYTE base = nullptr;
-    AssemblyID asm_id = 0;
-    if (failed(state().info->GetModuleInfo(mod, &base, 1024, &n, name, &asm_id)) || n == 0) return {};
-    return wide_name(name, n, 1024);
-}
-
 // Hooks the methods of the scenario module named in args.hooks; clientData = 1 + their index.
 UINT_PTR fault_mapper(FunctionID funcId, void*, BOOL* pbHookFunction) {
     Faults& f = faults();
     ProbeState& s = state();
     if (pbHookFunction) *pbHookFunction = 0;
-    ClassID cls = 0;
-    ModuleID mod = 0;
-    mdToken token = 0;
-    if (failed(s.info->GetFunctionInfo(funcId, &cls, &mod, &token)) || !ends_with(module_path(mod), f.module_suffix))
-        return funcId;
+    FunctionInfo fi;
+    if (failed(function_info(s.info, funcId, fi)) || !f.module.holds(fi.moduleId)) return funcId;
     ComHolder<IMetaDataImport> md;
     mdToken mb = 0;
     if (failed(function_metadata(s.info, funcId, md, mb))) return funcId;
@@ -337,7 +320,7 @@ UINT_PTR fault_mapper(FunctionID funcId, void*, BOOL* pbHookFunction) {
         if (pbHookFunction) *pbHookFunction = 1;
         Json a = Json::object();
         a.set("funcId", Json(static_cast<std::uint64_t>(funcId))).set("method", props.name);
-        a.set("token", Json(static_cast<std::uint64_t>(token))).set("pbHookFunction", Json(true));
+        a.set("token", Json(static_cast<std::uint64_t>(fi.token))).set("pbHookFunction", Json(true));
         Json r = Json::object();
         r.set("name", "FunctionIDMapper2").set("args", a).set("hr", Json(0u));
         s.trace.write("callback", r);
@@ -349,22 +332,15 @@ UINT_PTR fault_mapper(FunctionID funcId, void*, BOOL* pbHookFunction) {
 // ---------------------------------------------------------------------------------------------------
 // The experiments
 
-void fault_hooks(ExperimentContext& ctx) {
+// fault_hooks's hooks (install_hooks_once): the mapper hooks the methods args.hooks names.
+HRESULT install_fault_hooks(ExperimentContext& ctx, ICorProfilerInfo3* info3) {
     ProbeState& s = state();
     Faults& f = faults();
     const char* id = ctx.planned.id.c_str();
-    if (!planned_at_initialize(ctx, "fault_hooks")) return;
-    if (f.hooks_installed) return;
-    auto* info3 = s.info_as<ICorProfilerInfo3>(3);
-    if (!info3) {
-        s.probe_error("fault_hooks needs ICorProfilerInfo3", id);
-        return;
-    }
-    f.module_suffix = ctx.string_arg("module", "app.dll");
     const Json* hooks = ctx.args().get("hooks");
     if (!hooks || !hooks->is_object()) {
         s.probe_error("fault_hooks: args.hooks must be an object {method: {enter: ACTION, leave: ACTION}}", id);
-        return;
+        return E_FAIL;  // nothing set: not installed
     }
     for (const auto& [name, spec] : hooks->members()) {
         HookedMethod m;
@@ -388,7 +364,11 @@ void fault_hooks(ExperimentContext& ctx) {
     Json out = Json::object();
     out.set("hooked", Json(static_cast<std::uint64_t>(f.hooked_count)));
     s.call("SetEnterLeaveFunctionHooks2", id, Json::object(), out, hr);
-    f.hooks_installed = !failed(hr);
+    return hr;
+}
+
+void fault_hooks(ExperimentContext& ctx) {
+    install_hooks_once(ctx, "fault_hooks", 3, faults().module, &install_fault_hooks);
 }
 
 void fault_sampler(ExperimentContext& ctx) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "profharness/hresults.h"
+#include "profharness/metadata.h"
 
 namespace profharness {
 
@@ -47,17 +48,14 @@ struct EnterSlot {
     ULONG length[kMaxRangesRead] = {};
     unsigned char bytes[kMaxRangesRead][kBytesPerRange] = {};
     HRESULT gfi2_hr = 0;
-    ClassID classId = 0;
-    ModuleID moduleId = 0;
-    mdToken token = 0;
+    FunctionInfo gfi2;  // what GetFunctionInfo2 answered inside the hook
     ULONG32 cTypeArgs = 0;
 };
 
 struct HookState {
-    std::string module_suffix = "app.dll";
+    HookedModule module;
     std::uint64_t xor_mask = 0;
     std::string planned_id;
-    bool installed = false;
     std::mutex modules_mu;  // mapper only (never taken in a hook)
     std::vector<std::pair<ModuleID, bool>> modules;
     std::atomic<std::uint64_t> mapper_calls{0};
@@ -85,21 +83,6 @@ struct HookBuffer {
 };
 HookBuffer g_buffer;
 
-std::string module_path(ModuleID mod) {
-    ProbeState& s = state();
-    WCHAR name[1024];
-    ULONG n = 0;
-    LPCBYTE base = nullptr;
-    AssemblyID asm_id = 0;
-    if (!s.info || failed(s.info->GetModuleInfo(mod, &base, 1024, &n, name, &asm_id)) || n == 0) return {};
-    if (n > 1024) n = 1024;
-    return utf16_to_utf8(name, static_cast<long>(name[n - 1] == 0 ? n - 1 : n));
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Whether the scenario module holds mod (cached per module; the mapper may run on any thread).
 bool is_target_module(ModuleID mod) {
     HookState& h = hooks();
@@ -108,8 +91,7 @@ bool is_target_module(ModuleID mod) {
         for (const auto& m : h.modules)
             if (m.first == mod) return m.second;
     }
-    std::string path = module_path(mod);
-    bool target = !path.empty() && ends_with(path, h.module_suffix);
+    bool target = h.module.holds(mod);
     std::lock_guard<std::mutex> lock(h.modules_mu);
     if (h.modules.size() < 4096) h.modules.emplace_back(mod, target);
     return target;
@@ -120,11 +102,9 @@ UINT_PTR map_function(const char* which, FunctionID funcId, void* mapperData, BO
     ProbeState& s = state();
     h.mapper_calls.fetch_add(1, std::memory_order_relaxed);
     UINT_PTR clientData = static_cast<UINT_PTR>(funcId ^ h.xor_mask);
-    ClassID cls = 0;
-    ModuleID mod = 0;
-    mdToken token = 0;
-    HRESULT hr = s.info ? s.info->GetFunctionInfo(funcId, &cls, &mod, &token) : E_FAIL;
-    bool hook = !failed(hr) && mod != 0 && is_target_module(mod);
+    FunctionInfo fi;
+    HRESULT hr = s.info ? function_info(s.info, funcId, fi) : E_FAIL;
+    bool hook = !failed(hr) && fi.moduleId != 0 && is_target_module(fi.moduleId);
     if (failed(hr)) h.mapper_unresolved.fetch_add(1, std::memory_order_relaxed);
     if (pbHookFunction) *pbHookFunction = hook ? 1 : 0;
     if (hook) {
@@ -133,10 +113,7 @@ UINT_PTR map_function(const char* which, FunctionID funcId, void* mapperData, BO
         Json a = Json::object();
         a.set("funcId", Json(static_cast<std::uint64_t>(funcId)));
         a.set("mapperData", Json::pointer(mapperData));
-        a.set("token", Json(static_cast<std::uint64_t>(token)));
-        a.set("classId", Json(static_cast<std::uint64_t>(cls)));
-        a.set("moduleId", Json(static_cast<std::uint64_t>(mod)));
-        a.set("pbHookFunction", Json(true));
+        fi.set_in(a).set("pbHookFunction", Json(true));
         a.set("returned", Json(static_cast<std::uint64_t>(clientData)));
         f.set("name", which);
         f.set("args", a);
@@ -184,8 +161,8 @@ void enter2(FunctionID funcId, UINT_PTR clientData, COR_PRF_FRAME_INFO func,
     ProbeState& s = state();
     if (auto* info2 = s.info_as<ICorProfilerInfo2>(2)) {
         ULONG32 cTypeArgs = 0;
-        slot.gfi2_hr = info2->GetFunctionInfo2(funcId, func, &slot.classId, &slot.moduleId, &slot.token, 0,
-                                               &cTypeArgs, nullptr);
+        slot.gfi2_hr = info2->GetFunctionInfo2(funcId, func, &slot.gfi2.classId, &slot.gfi2.moduleId,
+                                               &slot.gfi2.token, 0, &cTypeArgs, nullptr);
         slot.cTypeArgs = cTypeArgs;
     } else {
         slot.gfi2_hr = E_NOINTERFACE;
@@ -214,22 +191,14 @@ std::string hex_bytes(const unsigned char* p, std::size_t n) {
 // ---------------------------------------------------------------------------------------------------
 // enter_leave_hooks
 
-void enter_leave_hooks(ExperimentContext& ctx) {
+// enter_leave_hooks's hooks (install_hooks_once): the mapper args.mapper names, FunctionEnter2/Leave2/Tailcall2.
+HRESULT install_enter_leave_hooks(ExperimentContext& ctx, ICorProfilerInfo2* info2) {
     ProbeState& s = state();
     HookState& h = hooks();
     const char* id = ctx.planned.id.c_str();
-    if (!planned_at_initialize(ctx, "enter_leave_hooks")) return;
-    if (h.installed) return;
-    h.module_suffix = ctx.string_arg("module", "app.dll");
     h.xor_mask = static_cast<std::uint64_t>(ctx.int_arg("xor", 0x0FE2C0DE0000F2E2LL));
     h.planned_id = ctx.planned.id;
     const std::int64_t which = ctx.int_arg("mapper", 2);
-
-    auto* info2 = s.info_as<ICorProfilerInfo2>(2);
-    if (!info2) {
-        s.probe_error("enter_leave_hooks needs ICorProfilerInfo2", id);
-        return;
-    }
     auto* info3 = s.info_as<ICorProfilerInfo3>(3);
     if (which == 2 && info3) {
         void* mapperData = &h;
@@ -249,9 +218,13 @@ void enter_leave_hooks(ExperimentContext& ctx) {
         .set("pFuncLeave", Json::pointer(reinterpret_cast<void*>(&leave2)))
         .set("pFuncTailcall", Json::pointer(reinterpret_cast<void*>(&tailcall2)));
     Json out = Json::object();
-    out.set("module", h.module_suffix).set("xor", Json(h.xor_mask));
+    out.set("module", h.module.suffix).set("xor", Json(h.xor_mask));
     s.call("SetEnterLeaveFunctionHooks2", id, a, out, hr);
-    h.installed = !failed(hr);
+    return hr;
+}
+
+void enter_leave_hooks(ExperimentContext& ctx) {
+    install_hooks_once(ctx, "enter_leave_hooks", 2, hooks().module, &install_enter_leave_hooks);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -300,10 +273,7 @@ void enter_leave_flush(ExperimentContext& ctx) {
             .set("inside_hook", Json(true))
             .set("hook_index", Json(static_cast<std::uint64_t>(i)));
         Json co = Json::object();
-        co.set("classId", Json(static_cast<std::uint64_t>(slot.classId)))
-            .set("moduleId", Json(static_cast<std::uint64_t>(slot.moduleId)))
-            .set("token", Json(static_cast<std::uint64_t>(slot.token)))
-            .set("pcTypeArgs", Json(static_cast<std::uint64_t>(slot.cTypeArgs)));
+        slot.gfi2.set_in(co).set("pcTypeArgs", Json(static_cast<std::uint64_t>(slot.cTypeArgs)));
         s.call("GetFunctionInfo2", id, ca, co, slot.gfi2_hr);
     }
     h.flushed = i;

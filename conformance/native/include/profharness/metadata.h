@@ -6,6 +6,7 @@
 
 #include "profharness/com.h"
 #include "profharness/interfaces.h"
+#include "profharness/json.h"
 #include "profharness/types.h"
 
 namespace profharness {
@@ -18,6 +19,18 @@ std::string wide_name(const WCHAR* buf, ULONG n, ULONG cch);
 HRESULT function_metadata(ICorProfilerInfo* info, FunctionID fid, ComHolder<IMetaDataImport>& md, mdToken& token);
 // GetModuleMetaData(mod, ofRead, IID_IMetaDataImport).
 HRESULT module_metadata(ICorProfilerInfo* info, ModuleID mod, ComHolder<IMetaDataImport>& md);
+
+// What GetFunctionInfo (or GetFunctionInfo2) answers about a FunctionID besides its HRESULT: the class (0 from
+// GetFunctionInfo for a method of a generic class), the module and the method's token.
+struct FunctionInfo {
+    ClassID classId = 0;
+    ModuleID moduleId = 0;
+    mdToken token = 0;
+    // Sets "classId", "moduleId" and "token", the names the records give them, in the object o; o.
+    Json& set_in(Json& o) const;
+};
+// GetFunctionInfo(fid) into `out`.
+HRESULT function_info(ICorProfilerInfo* info, FunctionID fid, FunctionInfo& out);
 
 inline constexpr ULONG kNameChars = 512;  // the WCHAR buffer the name helpers pass
 
