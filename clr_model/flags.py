@@ -56,6 +56,53 @@ class CorPrfHighMonitor(IntFlag):
     COR_PRF_HIGH_MONITOR_PINNEDOBJECT_ALLOCATED = 0x00000100
 
 
+_M = CorPrfMonitor
+_H = CorPrfHighMonitor
+
+#: COR_PRF_ALLOWABLE_AFTER_ATTACH as the COR_PRF_MONITOR Enumeration page lists it ("flags that can be set
+#: after the profiler is attached to a running app", ATT-01). corprof.idl's own value adds
+#: COR_PRF_MONITOR_EXCEPTIONS and COR_PRF_ENABLE_REJIT: :data:`ALLOWABLE_AFTER_ATTACH_IDL_ONLY`.
+ALLOWABLE_AFTER_ATTACH = (
+    _M.COR_PRF_MONITOR_THREADS | _M.COR_PRF_MONITOR_MODULE_LOADS | _M.COR_PRF_MONITOR_ASSEMBLY_LOADS
+    | _M.COR_PRF_MONITOR_APPDOMAIN_LOADS | _M.COR_PRF_ENABLE_STACK_SNAPSHOT | _M.COR_PRF_MONITOR_GC
+    | _M.COR_PRF_MONITOR_SUSPENDS | _M.COR_PRF_MONITOR_CLASS_LOADS | _M.COR_PRF_MONITOR_JIT_COMPILATION
+)
+ALLOWABLE_AFTER_ATTACH_IDL_ONLY = _M.COR_PRF_MONITOR_EXCEPTIONS | _M.COR_PRF_ENABLE_REJIT
+#: COR_PRF_MONITOR_IMMUTABLE (the page's syntax section: "can be set only during initialization")
+MONITOR_IMMUTABLE = (
+    _M.COR_PRF_MONITOR_CODE_TRANSITIONS | _M.COR_PRF_MONITOR_REMOTING
+    | 0x4000 | 0x8000  # the own bits of COR_PRF_MONITOR_REMOTING_COOKIE and _ASYNC
+    | _M.COR_PRF_ENABLE_REJIT | _M.COR_PRF_ENABLE_INPROC_DEBUGGING | _M.COR_PRF_ENABLE_JIT_MAPS
+    | _M.COR_PRF_DISABLE_OPTIMIZATIONS | _M.COR_PRF_DISABLE_INLINING | _M.COR_PRF_ENABLE_OBJECT_ALLOCATED
+    | _M.COR_PRF_ENABLE_FUNCTION_ARGS | _M.COR_PRF_ENABLE_FUNCTION_RETVAL | _M.COR_PRF_ENABLE_FRAME_INFO
+    | _M.COR_PRF_USE_PROFILE_IMAGES | _M.COR_PRF_DISABLE_TRANSPARENCY_CHECKS_UNDER_FULL_TRUST
+    | _M.COR_PRF_DISABLE_ALL_NGEN_IMAGES
+)
+#: COR_PRF_HIGH_ALLOWABLE_AFTER_ATTACH and COR_PRF_HIGH_MONITOR_IMMUTABLE (the COR_PRF_HIGH_MONITOR
+#: Enumeration page)
+HIGH_ALLOWABLE_AFTER_ATTACH = (
+    _H.COR_PRF_HIGH_IN_MEMORY_SYMBOLS_UPDATED | _H.COR_PRF_HIGH_MONITOR_DYNAMIC_FUNCTION_UNLOADS
+    | _H.COR_PRF_HIGH_BASIC_GC | _H.COR_PRF_HIGH_MONITOR_GC_MOVED_OBJECTS
+    | _H.COR_PRF_HIGH_MONITOR_LARGEOBJECT_ALLOCATED
+)
+HIGH_MONITOR_IMMUTABLE = _H.COR_PRF_HIGH_DISABLE_TIERED_COMPILATION
+
+
+def flag_names(value: int, table: type[IntFlag]) -> list[str]:
+    """The names of ``table``'s single-bit flags set in ``value``, lowest bit first; bits it does not name
+    as hex."""
+    names: list[str] = []
+    for bit in range(32):
+        mask = 1 << bit
+        if value & mask:
+            try:
+                member = table(mask)
+            except ValueError:
+                member = None
+            names.append(member.name if member is not None and member.name else f"{mask:#x}")
+    return names
+
+
 class CorPrfSnapshotInfo(IntFlag):
     COR_PRF_SNAPSHOT_DEFAULT = 0x0
     COR_PRF_SNAPSHOT_REGISTER_CONTEXT = 0x1

@@ -20,6 +20,8 @@ class Document(StrEnum):
     GARBAGE_COLLECTION_STARTED = "ICorProfilerCallback2::GarbageCollectionStarted"
     SHUTDOWN = "ICorProfilerCallback::Shutdown"
     SET_ENTER_LEAVE_HOOKS2 = "ICorProfilerInfo2::SetEnterLeaveFunctionHooks2"
+    COR_PRF_MONITOR = "COR_PRF_MONITOR Enumeration"
+    PROFILER_DETACH_SUCCEEDED = "ICorProfilerCallback3::ProfilerDetachSucceeded"
     #: rules the harness holds a profiler to that no document states (a crash, a hang, a failed load): each
     #: says why in ``reason``
     HARNESS = "profharness"
@@ -56,6 +58,8 @@ PREFIXES: dict[Document, str] = {
     Document.GARBAGE_COLLECTION_STARTED: "GCS",
     Document.SHUTDOWN: "SHD",
     Document.SET_ENTER_LEAVE_HOOKS2: "SEL",
+    Document.COR_PRF_MONITOR: "ATT",
+    Document.PROFILER_DETACH_SUCCEEDED: "DET",
     Document.HARNESS: "VAL",
 }
 
@@ -72,6 +76,8 @@ SOURCES: dict[Document, str] = {
     Document.GARBAGE_COLLECTION_STARTED: _PAGES + "icorprofilercallback2-garbagecollectionstarted-method",
     Document.SHUTDOWN: _PAGES + "icorprofilercallback-shutdown-method",
     Document.SET_ENTER_LEAVE_HOOKS2: _PAGES + "icorprofilerinfo2-setenterleavefunctionhooks2-method",
+    Document.COR_PRF_MONITOR: _PAGES + "cor-prf-monitor-enumeration",
+    Document.PROFILER_DETACH_SUCCEEDED: _PAGES + "icorprofilercallback3-profilerdetachsucceeded-method",
     Document.HARNESS: "profharness (the harness's own rules)",
 }
 

@@ -18,6 +18,9 @@ replays exactly the schedule of SEED. ``--compare`` adds N unperturbed runs to t
 group then says in how many runs it appeared, per runtime: ``in 10/10 perturbed runs (seeds 7-16) and 2/10
 unperturbed runs on 8.0.4``; the runs table gives each run's seed and the delays applied.
 
+``--attach [--attach-after S] [--attach-data TEXT]`` (:mod:`conformance.cli.attach_options`): the app starts
+without the profiler, which is attached while it runs through the runtime's diagnostics IPC.
+
 The enter/leave hooks the profiler registers (SetEnterLeaveFunctionHooks2/3) are also given to the hook
 checker (``check-hook``); a hook it cannot read (no symbol) is a ``note:`` line, not a finding.
 
@@ -35,7 +38,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from conformance.cli import reports_exit
+from conformance.cli import attach_options, reports_exit
 from conformance.core import fsio, interrupt
 from conformance.validator import api, report, workload
 from conformance.validator.launch import DEFAULT_HANG_S, DEFAULT_TIMEOUT_S, ValidatorInputError, parse_env
@@ -99,6 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", action="store_true",
                         help="with --perturb: also make N unperturbed runs, to show how often a finding "
                         "appears without perturbation")  # fmt: skip
+    attach_options.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also print each group's documented sentence, fix and occurrences")  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="F", help="write the result as JSON (schema: "
@@ -165,6 +169,7 @@ def main(args: argparse.Namespace) -> int:
     for option, seconds in (("--hang-seconds", args.hang_seconds), ("--timeout", args.timeout)):
         if not (seconds > 0 and math.isfinite(seconds)):
             raise ValidatorInputError(f"{option} {seconds}: must be a positive number of seconds")
+    attach = attach_options.plan(args)
     result = api.validate(
         args.profiler,
         args.clsid,
@@ -179,6 +184,7 @@ def main(args: argparse.Namespace) -> int:
         perturb=args.perturb,
         compare=args.compare,
         **workload_options(args),  # type: ignore[arg-type]
+        attach=attach,
     )
     with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
         print(report.render_text(result, verbose=args.verbose), flush=True)

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -133,6 +134,7 @@ def execute(
     run_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
     read: bool = True,
+    on_start: Callable[[int, Path], None] | None = None,
 ) -> RunResult:
     """Run ``app_dll`` on ``runtime`` under the probe, bounded by ``timeout_s``.
 
@@ -141,6 +143,9 @@ def execute(
     ``kill_when(trace_path)`` is polled while the process runs; when it returns True the process group gets
     ``kill_signal`` (then SIGKILL if it is still there; used to test that a run killed at any point loses
     nothing already recorded). ``env``: extra environment variables (fault injection: PROFHARNESS_FAULT).
+    ``on_start(pid, app)`` runs in a thread of its own once the process has started (the watchdog still
+    bounds the process; the thread is waited for after the process ended): attach drives the diagnostics
+    IPC from it. It must catch its own errors.
     """
     run_dir = run_dir or _new_run_dir(scenario.name, runtime)
     app = scenarios.prepare_run_dir(app_dll, runtime, run_dir)
@@ -172,6 +177,10 @@ def execute(
             raise HarnessError(f"cannot start {runtime.host}: {exc.strerror}") from exc
         try:
             interrupt.register(process)  # a signal to the harness kills its group (the finally reaps it)
+            helper = None
+            if on_start is not None:
+                helper = threading.Thread(target=on_start, args=(process.pid, app), daemon=True)
+                helper.start()
             while process.poll() is None:
                 if time.monotonic() - started > timeout_s:
                     hung = True
@@ -183,6 +192,8 @@ def execute(
                     break
                 time.sleep(_POLL_S)
             returncode = process.wait()
+            if helper is not None:
+                helper.join(timeout=_KILL_GRACE_S)
         finally:
             if process.poll() is None:
                 _kill_group(process)

@@ -100,6 +100,7 @@ def validate(
     compare: bool = False,
     workload: str | None = None,
     duration_s: float | None = None,
+    attach: launch.AttachPlan | None = None,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
@@ -109,7 +110,9 @@ def validate(
     ``hang_s``: how long a callback or a call outside any callback may stay open (the proxy's hang limit);
     ``timeout_s``: how long each run may take (the harness's watchdog). ``repeat``: each run is made that
     many times; ``perturb``: a seed, run i (from 0) of each repetition perturbed by seed ``perturb + i``
-    (:mod:`conformance.validator.perturb`); ``compare``: with ``perturb``, ``repeat`` unperturbed runs too."""
+    (:mod:`conformance.validator.perturb`); ``compare``: with ``perturb``, ``repeat`` unperturbed runs too.
+    ``attach``: start each app without the profiler and attach it through the diagnostics IPC while it runs
+    (a note per run says what the runtime answered and when)."""
     runs: list[RunSummary] = []
     exercised: dict[str, set[str]] = {}
     judge_seconds = 0.0
@@ -133,7 +136,7 @@ def validate(
                 run_env = launch.with_perturbation({**environment, **app_env}, seed)
                 result = launch.run_under_proxy(
                     scenario, dll, rt, run_env, hang_s=hang_s, timeout_s=timeout_s,
-                    user_app=user, companions=companions,
+                    user_app=user, companions=companions, attach=attach,
                 )
                 summary = RunSummary(
                     runtime=rt.version,
@@ -152,8 +155,13 @@ def validate(
                 unchecked: list[str] = []
                 note: str | None = None
                 seconds = 0.0
+                attached = attach_note(result, attach)
+                if attached is not None:
+                    notes.append(attached)
                 if not result.trace_path.is_file():
                     message = f"no recording: the proxy did not load ({result.stderr_tail.strip()})"
+                    if attached is not None:
+                        message = f"no recording: the proxy was not attached ({attached})"
                     found.add(Finding.of(result, "VAL-LOAD", message, []))
                     seen.add("VAL-LOAD")
                 else:
@@ -170,6 +178,8 @@ def validate(
                     summary = summary.model_copy(update={"records": judged.records, "judged": judged.records,
                                                          "delays": delays, "counts": counts})
                     seconds, note = judged.seconds, judged.note
+                    if attached is not None:
+                        notes[-1] = attach_timing(attached, result, judged.marks.get("proxy.attach"))
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all
                     found.in_run(len(runs), seed)
                     runs.append(summary)
@@ -205,6 +215,36 @@ def run_seeds(repeat: int, perturb: int | None, compare: bool) -> list[int | Non
     if perturb is None:
         return [None] * repeat
     return [*([None] * repeat if compare else []), *(perturb + i for i in range(repeat))]
+
+
+def attach_note(result: runner.RunResult, attach: launch.AttachPlan | None) -> str | None:
+    """One line for an attach run: what AttachProfiler answered (the runtime's HRESULT) and how long it
+    took, or why no answer came."""
+    if attach is None:
+        return None
+    done = launch.read_attach(result.run_dir) or {}
+    where = f"attach on {result.runtime} ({result.scenario}, {attach.after_s:g} s after the start)"
+    if "problem" in done:
+        return f"{where}: {done['problem']}"
+    if "answer" not in done:
+        return f"{where}: no AttachProfiler answer (the run ended first: {result.outcome.value})"
+    took = (int(done.get("answeredNs", 0)) - int(done.get("sentNs", 0))) / 1e6
+    tries = done.get("tries")
+    again = ""
+    if isinstance(tries, int) and tries > 1:
+        again = f" (sent {tries} times: the runtime was not running yet)"
+    return f"{where}: AttachProfiler answered {done['answer']} in {took:.1f} ms{again}"
+
+
+def attach_timing(line: str, result: runner.RunResult, mark: object) -> str:
+    """The attach line with the time from the AttachProfiler command to ProfilerAttachComplete (the proxy's
+    proxy.attach mark: both clocks are CLOCK_MONOTONIC)."""
+    done = launch.read_attach(result.run_dir) or {}
+    sent = done.get("sentNs")
+    complete = mark.get("attachCompleteNs") if isinstance(mark, dict) else None
+    if isinstance(sent, int) and isinstance(complete, int):
+        return f"{line}; ProfilerAttachComplete {(complete - sent) / 1e6:.1f} ms after the command was sent"
+    return line
 
 
 def rule_statuses(

@@ -12,14 +12,17 @@ The harness never loads the profiler: it reads its first bytes to check it is an
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from conformance.core import runner, scenarios
+from conformance.core import diagnostics_ipc, probe, runner, scenarios
 from conformance.core.errors import InputError
 from conformance.core.paths import runs_dir
 from conformance.core.runner import RunResult
@@ -157,6 +160,71 @@ def new_run_dir(label: str, runtime: Runtime) -> Path:
     return path
 
 
+#: Seconds after the app started when ``--attach`` attaches the proxy (``--attach-after``)
+DEFAULT_ATTACH_AFTER_S = 1.0
+#: What the attach did, written into the run folder by the thread that attached (read by :func:`read_attach`)
+ATTACH_FILE = "attach.json"
+
+
+@dataclass(frozen=True)
+class AttachPlan:
+    """Attach instead of loading at startup: the app starts without a profiler (CORECLR_ENABLE_PROFILING=0;
+    the variables naming the profiler behind the proxy are still in its environment); ``after_s`` seconds
+    later the harness sends AttachProfiler on the app's diagnostic port naming the proxy (in the probe's
+    seat), which loads the profiler behind it and hands it ``client_data`` in InitializeForAttach."""
+
+    after_s: float = DEFAULT_ATTACH_AFTER_S
+    client_data: bytes = b""
+    timeout_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.after_s <= 3600:
+            raise ValidatorInputError(f"--attach-after {self.after_s:g}: expected 0 to 3600 seconds")
+        if len(self.client_data) > 32_000:
+            raise ValidatorInputError(f"--attach-data: {len(self.client_data)} bytes, more than the 32,000 "
+                                      "a diagnostics IPC message can carry")  # fmt: skip
+
+
+def _attacher(plan: AttachPlan, run_dir: Path) -> Callable[[int, Path], None]:
+    """The thread body that attaches the proxy to process ``pid`` and writes :data:`ATTACH_FILE`."""
+
+    def attach(pid: int, app: Path) -> None:
+        record: dict[str, Any] = {"afterS": plan.after_s, "clientDataBytes": len(plan.client_data)}
+        due = time.monotonic() + plan.after_s
+        while time.monotonic() < due and Path(f"/proc/{pid}").exists():
+            time.sleep(min(0.02, max(0.0, due - time.monotonic())))
+        if not Path(f"/proc/{pid}").exists():
+            record["problem"] = (f"the app ended before the attach ({plan.after_s:g} s after its start): "
+                                 "attach needs an app that runs longer (--app)")  # fmt: skip
+            (run_dir / ATTACH_FILE).write_text(json.dumps(record, indent=2) + "\n")
+            return
+        try:
+            answer = diagnostics_ipc.attach_profiler(
+                pid, probe.CLSID, str(app.parent / probe.PROBE_FILE_NAME), plan.client_data,
+                attach_timeout_ms=plan.timeout_ms,
+            )  # fmt: skip
+        except diagnostics_ipc.IpcError as exc:
+            record["problem"] = str(exc)
+        else:
+            record.update(socket=str(answer.socket), hresult=answer.response.hresult,
+                          errorMessage=answer.response.is_error, answer=answer.response.describe(),
+                          sentNs=answer.sent_ns, answeredNs=answer.answered_ns,
+                          tries=answer.tries)  # fmt: skip
+        (run_dir / ATTACH_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+    return attach
+
+
+def read_attach(run_dir: Path) -> dict[str, Any] | None:
+    """What the attach of a run did (:data:`ATTACH_FILE`), None when the run was no attach or the thread
+    never wrote it."""
+    try:
+        data = json.loads((run_dir / ATTACH_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def run_under_proxy(
     scenario: scenarios.Scenario,
     app_dll: Path,
@@ -167,11 +235,13 @@ def run_under_proxy(
     timeout_s: float | None = None,
     user_app: bool = False,
     companions: Sequence[Path] = (),
+    attach: AttachPlan | None = None,
 ) -> RunResult:
     """Run ``app_dll`` on ``runtime`` with the proxy as profiler (behind it: per ``environment``). The
     harness's watchdog ends the run after ``timeout_s`` (the run limit, :data:`DEFAULT_TIMEOUT_S` when None);
     ``hang_s`` is the proxy's own limit, given to it through ``environment`` (:func:`proxy_environment`).
-    ``companions``: files copied beside the app (a workload's late-loaded assembly)."""
+    ``companions``: files copied beside the app (a workload's late-loaded assembly).
+    ``attach``: start the app without a profiler and attach the proxy while it runs (:class:`AttachPlan`)."""
     proxy_so = build_proxy()
     run_dir = new_run_dir(scenario.name, runtime)
     proxied = ProxiedRuntime(
@@ -191,4 +261,9 @@ def run_under_proxy(
         shutil.copyfile(companion, run_dir / companion.name)
     del hang_s  # the proxy reads its hang limit from the environment
     limit = timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S
-    return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir, read=False)
+    if attach is None:
+        return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir,
+                              read=False)  # fmt: skip
+    return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir, read=False,
+                          env={"CORECLR_ENABLE_PROFILING": "0"},
+                          on_start=_attacher(attach, run_dir))  # fmt: skip

@@ -28,6 +28,16 @@ from clr_model.async_safety import Checker as AsyncChecker
 from clr_model.clauses import CATALOG, Layer
 from clr_model.errors import InvalidInput
 from clr_model.events import InfoCall, ObjectInspection, ProfilerCallback
+from clr_model.flags import (
+    ALLOWABLE_AFTER_ATTACH,
+    ALLOWABLE_AFTER_ATTACH_IDL_ONLY,
+    HIGH_ALLOWABLE_AFTER_ATTACH,
+    HIGH_MONITOR_IMMUTABLE,
+    MONITOR_IMMUTABLE,
+    CorPrfHighMonitor,
+    CorPrfMonitor,
+    flag_names,
+)
 from clr_model.hresults import format_hresult, hresult_failed
 from clr_model.moved_refs import HANDED_OUT_PARAMETERS, check_gc_events
 from conformance.core import registry
@@ -560,6 +570,142 @@ class HooksOutsideInitialize(StreamRule):
             inside = f" inside {where}" if where else " outside any callback"
             self.j.at("SEL-01", r, f"{r['name']} called{inside}, not from Initialize: the runtime answered "
                       f"{format_hresult(hr)} and the hooks it registers never run")  # fmt: skip
+
+
+# --- attach and detach (ATT-01, DET-01, DET-02, DET-03, VAL-ATTACH-ONLY) ---------------------------------
+
+_MASK_SETTERS = api.names_with(Fact.SETS_EVENT_MASK)
+
+
+def _mask_of(r: Record) -> tuple[int, int]:
+    """(low, high) a SetEventMask(2) record asked for."""
+    low = _arg(r, "args", "dwEventsLow")
+    if low is None:
+        low = _arg(r, "args", "dwEvents")
+    return (low or 0) & 0xFFFFFFFF, (_arg(r, "args", "dwEventsHigh") or 0) & 0xFFFFFFFF
+
+
+@rule("ATT-01", what="a profiler loaded by attach asks only for the events COR_PRF_ALLOWABLE_AFTER_ATTACH "
+      "allows")  # fmt: skip
+class AttachMask(StreamRule):
+    """ATT-01: a SetEventMask(2) call of a profiler loaded by attach (InitializeForAttach was delivered) with
+    low bits outside the page's COR_PRF_ALLOWABLE_AFTER_ATTACH or high bits outside
+    COR_PRF_HIGH_ALLOWABLE_AFTER_ATTACH. A finding when the runtime refused the mask (nothing of it is set);
+    a note when it accepted bits only corprof.idl's value of the bitmask holds (COR_PRF_MONITOR_EXCEPTIONS,
+    COR_PRF_ENABLE_REJIT: the page and the runtime differ)."""
+
+    reads = (*_calls(set(_MASK_SETTERS)), ("callback", "InitializeForAttach"))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.attached = False
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "callback":
+            self.attached = True
+            return
+        if not self.attached or not _ends(r):
+            return
+        self.j.exercised.add("ATT-01")
+        low, high = _mask_of(r)
+        bad_low, bad_high = low & ~ALLOWABLE_AFTER_ATTACH, high & ~HIGH_ALLOWABLE_AFTER_ATTACH
+        if not bad_low and not bad_high:
+            return
+        names = flag_names(bad_low, CorPrfMonitor) + flag_names(bad_high, CorPrfHighMonitor)
+        immutable = flag_names(low & MONITOR_IMMUTABLE, CorPrfMonitor) + flag_names(
+            high & HIGH_MONITOR_IMMUTABLE, CorPrfHighMonitor
+        )
+        hr = _int(r.get("hr"))
+        refused = hr is not None and 0 <= hr < 1 << 32 and hresult_failed(hr)
+        what = (f"{r['name']} from a profiler loaded by attach asks for {' | '.join(names)}, not allowed "
+                "after attach")  # fmt: skip
+        if immutable:
+            what += f" ({' | '.join(immutable)}: immutable, settable only while a startup profiler " \
+                "initializes)"
+        if refused and hr is not None:
+            self.j.at("ATT-01", r, f"{what}: the runtime answered {format_hresult(hr)} and set none of the "
+                      "mask")  # fmt: skip
+        elif not bad_high and not bad_low & ~ALLOWABLE_AFTER_ATTACH_IDL_ONLY:
+            self.j.at("ATT-01", r, f"{what} on the COR_PRF_MONITOR page; the runtime accepted it "
+                      "(corprof.idl's COR_PRF_ALLOWABLE_AFTER_ATTACH holds it)", note=True)  # fmt: skip
+        else:
+            self.j.at("ATT-01", r, f"{what}; the runtime accepted the call")
+
+
+def _thread_routine(j: Judging, stack: object) -> Any:
+    """The profiler's outermost frame on a thread's stack (its start routine), as a site."""
+    target = Path(j.target).name
+    frames = [f for f in stack if isinstance(f, dict) and f.get("module") == target] if isinstance(
+        stack, list
+    ) else []
+    if not frames:
+        return None
+    offset = _int(frames[-1].get("offset"))
+    top = isinstance(stack, list) and bool(stack) and stack[0] is frames[-1]
+    return j.site_in_target(offset, return_address=not top) if offset is not None else None
+
+
+@rule("DET-01", "DET-02", "DET-03",
+      what="after RequestProfilerDetach: no ICorProfilerInfo call inside or after ProfilerDetachSucceeded, "
+      "no profiler thread left running")  # fmt: skip
+class Detach(StreamRule):
+    """DET-01: a call through the wrapper after ProfilerDetachSucceeded returned (the proxy marks it
+    ``afterDetach`` and answers it itself), from any thread. DET-02: a profiler thread alive when it returned
+    (the proxy.detached mark). DET-03: a call made inside ProfilerDetachSucceeded."""
+
+    reads = (("call", None), ("callback", "ProfilerDetachSucceeded"), ("mark", "proxy.detached"))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.after: dict[int, int] = {}  # OS thread -> calls after the detach
+
+    def on(self, r: Record) -> None:
+        kind = r["kind"]
+        if kind == "callback":
+            if _ends(r):
+                self.j.exercised.update(("DET-01", "DET-02", "DET-03"))
+            return
+        if kind == "mark":
+            self._threads(r)
+            return
+        if not _begins(r):
+            return
+        thread = r["os_tid"]
+        if r.get("afterDetach") is True:
+            self.after[thread] = self.after.get(thread, 0) + 1
+            self.j.at("DET-01", r, f"{r['name']} called after ProfilerDetachSucceeded returned, on thread "
+                      f"{thread}: the runtime has released the profiler and unloads its library")  # fmt: skip
+        elif self.j.callback_of(thread) == "ProfilerDetachSucceeded":
+            self.j.at("DET-03", r, f"{r['name']} called inside ProfilerDetachSucceeded")
+
+    def _threads(self, mark: Record) -> None:
+        details = {d.get("osTid"): d for d in mark.get("threads") or [] if isinstance(d, dict)}
+        for thread in [t for t in mark.get("profilerThreadsAlive") or [] if isinstance(t, int)]:
+            site = _thread_routine(self.j, details.get(thread, {}).get("stack"))
+            started = f" (started at {site.text()})" if site is not None else ""
+            self.j.finding("DET-02", f"profiler thread {thread}{started} still runs after "
+                           "ProfilerDetachSucceeded returned, in a library the runtime unloads",
+                           [mark["seq"]], thread=thread, site=site)  # fmt: skip
+
+
+@rule("VAL-ATTACH-ONLY", what="a startup load that declines may be an attach-only profiler: validate it "
+      "with --attach")  # fmt: skip
+class AttachOnlyAtStartup(StreamRule):
+    """VAL-ATTACH-ONLY (a note): loaded at startup, the profiler's Initialize failed and it implements
+    ICorProfilerCallback3 (its InitializeForAttach may be its real path). An Initialize that succeeds without
+    setting a mask is left alone: the profiler may set its (mutable) events later."""
+
+    reads = (("callback", "Initialize"),)
+
+    def on(self, r: Record) -> None:
+        if not _ends(r):
+            return
+        self.j.exercised.add("VAL-ATTACH-ONLY")
+        hr = _int(r.get("hr"))
+        if hr is not None and 0 <= hr < 1 << 32 and hresult_failed(hr) and self.j.callback_level >= 3:
+            self.j.at("VAL-ATTACH-ONLY", r, f"the profiler's Initialize returned {format_hresult(hr)} and it "
+                      "implements ICorProfilerCallback3::InitializeForAttach: if it supports attach only, "
+                      "its real path did not run here: validate it with --attach")  # fmt: skip
 
 
 # --- lifecycle (SHD-01, VAL-RELEASED-INFO, VAL-THREAD-AT-SHUTDOWN, VAL-ENUM-LEAK, VAL-LOAD) --------------

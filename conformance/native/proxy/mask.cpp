@@ -152,3 +152,24 @@ void mask_after_initialize(HRESULT hr) {
 }
 
 }  // namespace profharness::proxy
+
+namespace profharness::proxy {
+
+void mask_after_attach(HRESULT hr) {
+    MaskState& m = mask();
+    auto* info5 = static_cast<ICorProfilerInfo5*>(runtime_info_of(5));
+    DWORD low = 0, high = 0;
+    if (info5) info5->GetEventMask2(&low, &high);
+    m.profiler_low.store(low);
+    m.profiler_high.store(high);
+    m.initialized.store(true);
+    if (!recording_enabled()) return;
+    Json rec = Json::object();
+    rec.set("name", "proxy.mask").set("payload", Json()).set("attach", true);
+    rec.set("profiler", Json::object().set("low", Json(static_cast<std::uint64_t>(low))).set("high", Json(static_cast<std::uint64_t>(high))));
+    rec.set("added", Json::object().set("low", Json(0u)).set("high", Json(0u)));
+    rec.set("hr", Json(static_cast<std::uint32_t>(hr))).set("heap", false);
+    trace().write("mark", rec);
+}
+
+}  // namespace profharness::proxy

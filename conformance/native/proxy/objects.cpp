@@ -54,6 +54,8 @@ Config& config() {
 
 std::atomic<bool> g_trace_open{false};
 std::atomic<bool> g_shutdown_returned{false};
+std::atomic<bool> g_detached{false};                   // the profiler's ProfilerDetachSucceeded has returned
+std::atomic<std::int64_t> g_initialize_for_attach_ns{0};  // when InitializeForAttach was entered
 std::atomic<void*> g_real_info{nullptr};
 std::atomic<bool> g_crash_written{false};
 void* g_target_base = nullptr;  // where the target .so is mapped (dladdr of its DllGetClassObject)
@@ -338,6 +340,11 @@ class InfoWrapper final : public InfoRecorderBase {
     int level() const { return level_; }
     void* real(int k) const { return real_[k]; }
     long refs() const { return refs_.load(); }
+    // After ProfilerDetachSucceeded the runtime lets go of the profiler and its ICorProfilerInfo: a later call
+    // through the wrapper is recorded (afterDetach) and answered E_NOINTERFACE, never handed to the runtime.
+    void forget_runtime() {
+        for (void*& r : real_) r = nullptr;
+    }
 
     HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
         InfoScope s("QueryInterface", false, __builtin_return_address(0));
@@ -388,6 +395,7 @@ class InfoWrapper final : public InfoRecorderBase {
         InfoScope s(static_cast<int>(InfoM::DoStackSnapshot), true, __builtin_return_address(0));
         s.snapshot_args(thread, callback, infoFlags, clientData, context, contextSize,
                         [this](std::uint64_t rip, FunctionID* fn) {
+                            if (!real_[1]) return E_NOINTERFACE;
                             return static_cast<ICorProfilerInfo*>(real_[1])->GetFunctionFromIP(
                                 reinterpret_cast<LPCBYTE>(rip), fn);
                         });
@@ -437,6 +445,7 @@ class InfoWrapper final : public InfoRecorderBase {
         InfoScope s(static_cast<int>(InfoM::SetEnterLeaveFunctionHooks), false, __builtin_return_address(0));
         record_hooks(s, "", reinterpret_cast<void*>(e), reinterpret_cast<void*>(l), reinterpret_cast<void*>(t));
         s.begin();
+        if (!real_[1]) return s.finish(E_NOINTERFACE);
         return s.finish(static_cast<ICorProfilerInfo*>(real_[1])->SetEnterLeaveFunctionHooks(e, l, t));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks2(FunctionEnter2* e, FunctionLeave2* l,
@@ -476,6 +485,7 @@ class InfoWrapper final : public InfoRecorderBase {
         s.args().set("pFunc", hook_json(reinterpret_cast<void*>(f)));
         s.begin();
         g_mapper = f;
+        if (!real_[1]) return s.finish(E_NOINTERFACE);
         return s.finish(static_cast<ICorProfilerInfo*>(real_[1])->SetFunctionIDMapper(f ? &mapper_wrap : nullptr));
     }
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper2(FunctionIDMapper2* f, void* cd) override {
@@ -492,6 +502,7 @@ class InfoWrapper final : public InfoRecorderBase {
         InfoScope s(static_cast<int>(InfoM::GetEventMask), false, __builtin_return_address(0));
         s.arg("pdwEvents", pdwEvents);
         s.begin();
+        if (!real_[1]) return s.finish(E_NOINTERFACE);
         HRESULT hr = static_cast<ICorProfilerInfo*>(real_[1])->GetEventMask(pdwEvents);
         if (hr == S_OK && pdwEvents) *pdwEvents = answered_low(*pdwEvents);
         s.out("pdwEvents", pdwEvents);
@@ -503,6 +514,7 @@ class InfoWrapper final : public InfoRecorderBase {
         const std::uint32_t fwd = forwarded_low(dwEvents);
         if (fwd != dwEvents) s.field("forwardedLow", Json(static_cast<std::uint64_t>(fwd)));
         s.begin();
+        if (!real_[1]) return s.finish(E_NOINTERFACE);
         HRESULT hr = static_cast<ICorProfilerInfo*>(real_[1])->SetEventMask(fwd);
         if (hr == S_OK) {
             mask().profiler_low.store(dwEvents);
@@ -804,13 +816,65 @@ class ProxyCallback final : public CallbackForwarderBase {
         if (config().hang_ms > 0) std::thread(watchdog_loop).detach();
         return s.finish(hr);
     }
+    // Attach (the runtime's diagnostics IPC AttachProfiler named the proxy): the profiler behind it gets
+    // InitializeForAttach with the trigger's client data, the proxy records its mask (it adds none of its own
+    // bits: the shadow heap needs COR_PRF_ENABLE_OBJECT_ALLOCATED, which an attached profiler cannot set) and
+    // the threads it started, as after Initialize.
     HRESULT STDMETHODCALLTYPE InitializeForAttach(IUnknown* unk, void* data, UINT cb) override {
+        g_initialize_for_attach_ns.store(now_ns());
         write_header(unk);
         CallbackScope s(static_cast<int>(ProxyCb::InitializeForAttach), 3, target_[3] != nullptr);
+        s.arg("pCorProfilerInfoUnk", static_cast<void*>(unk));
+        s.arg("pvClientData", data);
+        s.arg("cbClientData", cb);
         s.begin();
         if (!target_[3]) return s.finish(E_NOINTERFACE);
-        return s.finish(static_cast<ICorProfilerCallback3*>(target_[3])->InitializeForAttach(
-            static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_wrapper)), data, cb));
+        std::set<long> before = task_ids();
+        HRESULT hr = static_cast<ICorProfilerCallback3*>(target_[3])->InitializeForAttach(
+            static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_wrapper)), data, cb);
+        note_new_threads(before);
+        mask_after_attach(hr);
+        if (config().hang_ms > 0 && hr >= 0) std::thread(watchdog_loop).detach();
+        return s.finish(hr);
+    }
+    HRESULT STDMETHODCALLTYPE ProfilerAttachComplete() override {
+        const std::int64_t now = now_ns(), began = g_initialize_for_attach_ns.load();
+        note("proxy.attach", Json::object()
+                                 .set("initializeForAttachNs", Json(began))
+                                 .set("attachCompleteNs", Json(now))
+                                 .set("afterInitializeForAttachMs", Json(began ? (now - began) / 1000000 : 0)));
+        CallbackScope s(static_cast<int>(ProxyCb::ProfilerAttachComplete), 3, target_[3] != nullptr);
+        s.begin();
+        if (!target_[3]) return s.finish(S_OK);
+        std::set<long> before = task_ids();
+        HRESULT hr = static_cast<ICorProfilerCallback3*>(target_[3])->ProfilerAttachComplete();
+        note_new_threads(before);
+        return s.finish(hr);
+    }
+    // Detach: once the profiler's ProfilerDetachSucceeded returned the runtime releases it and unloads its
+    // library (the proxy: pinned in memory, see create_proxy, and the profiler behind it stays loaded by the
+    // proxy's dlopen). From then on every call through the wrapper is recorded (afterDetach) and not handed to
+    // the runtime; the proxy.detached mark names the profiler's threads still alive.
+    HRESULT STDMETHODCALLTYPE ProfilerDetachSucceeded() override {
+        HRESULT hr;
+        {
+            CallbackScope s(static_cast<int>(ProxyCb::ProfilerDetachSucceeded), 3, target_[3] != nullptr);
+            s.begin();
+            hr = s.finish(target_[3] ? static_cast<ICorProfilerCallback3*>(target_[3])->ProfilerDetachSucceeded()
+                                     : S_OK);
+        }
+        g_detached.store(true);
+        if (g_wrapper) g_wrapper->forget_runtime();
+        g_real_info.store(nullptr);
+        if (g_trace_open.load()) {
+            Json threads = Json::array(), alive = Json::array();
+            leftover_threads(alive, threads, "callsAfterDetach");
+            Json rec = Json::object();
+            rec.set("name", "proxy.detached").set("payload", Json());
+            rec.set("profilerThreadsAlive", alive).set("threads", threads);
+            trace().write("mark", rec);
+        }
+        return hr;
     }
     HRESULT STDMETHODCALLTYPE Shutdown() override {
         HRESULT hr;
@@ -977,9 +1041,33 @@ class ProxyCallback final : public CallbackForwarderBase {
         if (!g_trace_open.load()) return;
         trace().write("counts", Json::object().set("counts", counts_json()).set("hooks", hook_counts())
                                     .set("hidden", hidden_counts_json()));
-        // Threads the profiler started (during its construction or Initialize, or that called the runtime
-        // without ever being managed) that are still running now that Shutdown has returned. One that is
-        // on its way out gets up to 50 ms to finish (polled: a profiler without threads pays nothing).
+        Json alive = Json::array();
+        Json threads = Json::array();
+        leftover_threads(alive, threads, "callsAfterShutdown");
+        Json leaks = Json::array();
+        {
+            std::lock_guard<std::mutex> lock(g_enum_mu);
+            for (const void* e : *g_live_enums) leaks.push(Json::pointer(e));
+        }
+        truth_name_pending();  // the FunctionIDs marked threads' walks delivered, named
+        Json rec = Json::object();
+        rec.set("name", "proxy.shutdown").set("payload", Json());
+        rec.set("profilerThreadsAlive", alive).set("threads", threads).set("liveEnumerators", leaks);
+        rec.set("heap", heap_json());
+        rec.set("jit", jit_json());
+        rec.set("infoRefs", Json(static_cast<std::int64_t>(g_wrapper ? g_wrapper->refs() : 0)));
+        trace().write("mark", rec);
+        perturb_write_delays();
+        trace().write("end", Json::object());
+    }
+
+    // Threads the profiler started (during its construction, Initialize, InitializeForAttach or
+    // ProfilerAttachComplete, or that called the runtime without ever being managed) that are still running
+    // now (after Shutdown or ProfilerDetachSucceeded returned). One that is on its way out gets up to 50 ms to
+    // finish (polled: a profiler without threads pays nothing). `calls`: the field naming, per thread, its
+    // ICorProfilerInfo calls after that point.
+    void leftover_threads(Json& alive, Json& threads, const char* calls_field) {
+        const bool after_detach = std::strcmp(calls_field, "callsAfterDetach") == 0;
         const long self = static_cast<long>(::syscall(SYS_gettid));
         std::set<long> candidates(g_profiler_threads->begin(), g_profiler_threads->end());
         ThreadRegistry& reg = registry();
@@ -996,36 +1084,19 @@ class ProxyCallback final : public CallbackForwarderBase {
             if (!any || waited_ms >= 50) break;
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
-        Json alive = Json::array();
-        Json threads = Json::array();
         for (long id : candidates) {
             if (!task_alive(id)) continue;
             alive.push(Json(static_cast<std::int64_t>(id)));
             std::int64_t calls = 0;
             for (int k = 0; k < reg.size(); ++k) {
                 ThreadState* t = reg.at(k);
-                if (t && t->os_tid == id) calls += t->calls_after_shutdown.load();
+                if (t && t->os_tid == id) calls += after_detach ? t->calls_after_detach.load() : t->calls_after_shutdown.load();
             }
             Json th = Json::object();
             th.set("osTid", Json(static_cast<std::int64_t>(id))).set("stack", stack_of(id));
-            th.set("callsAfterShutdown", Json(calls));
+            th.set(calls_field, Json(calls));
             threads.push(th);
         }
-        Json leaks = Json::array();
-        {
-            std::lock_guard<std::mutex> lock(g_enum_mu);
-            for (const void* e : *g_live_enums) leaks.push(Json::pointer(e));
-        }
-        truth_name_pending();  // the FunctionIDs marked threads' walks delivered, named
-        Json rec = Json::object();
-        rec.set("name", "proxy.shutdown").set("payload", Json());
-        rec.set("profilerThreadsAlive", alive).set("threads", threads).set("liveEnumerators", leaks);
-        rec.set("heap", heap_json());
-        rec.set("jit", jit_json());
-        rec.set("infoRefs", Json(static_cast<std::int64_t>(g_wrapper ? g_wrapper->refs() : 0)));
-        trace().write("mark", rec);
-        perturb_write_delays();
-        trace().write("end", Json::object());
     }
 
     Json hook_counts() {
@@ -1055,6 +1126,14 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
     }
     g_profiler_threads = new std::set<long>();
     install_signal_handlers();
+    // Pinned: a runtime that detaches the profiler unloads its library (the proxy) once ProfilerDetachSucceeded
+    // returned; the profiler behind it may still run code that calls the wrapper, and the proxy's signal
+    // handlers must stay, so the proxy is never unmapped.
+    {
+        Dl_info self;
+        if (dladdr(reinterpret_cast<void*>(&create_proxy), &self) && self.dli_fname)
+            dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    }
     if (cfg.target.empty()) {
         probe_error("PROFHARNESS_PROXY_TARGET is not set: no profiler to load", "DllGetClassObject");
         return E_FAIL;
@@ -1121,6 +1200,7 @@ void* runtime_info_of(int level) {
     return g_wrapper && level >= 1 && level <= kMaxInfoLevel ? g_wrapper->real(level) : nullptr;
 }
 bool shutdown_returned() { return g_shutdown_returned.load(std::memory_order_relaxed); }
+bool detached() { return g_detached.load(std::memory_order_relaxed); }
 void* runtime_info() { return g_real_info.load(std::memory_order_relaxed); }
 
 }  // namespace profharness::proxy

@@ -196,6 +196,10 @@ InfoScope::InfoScope(const char* name, bool two_phase, const void* return_addres
         t_.call_since.store(now_ns(), std::memory_order_relaxed);
     }
     if (shutdown_returned()) t_.calls_after_shutdown.fetch_add(1, std::memory_order_relaxed);
+    if (detached()) {
+        t_.calls_after_detach.fetch_add(1, std::memory_order_relaxed);
+        field("afterDetach", true);
+    }
     caller(return_address);
     if (recording_enabled()) note_caller(return_address);
 }

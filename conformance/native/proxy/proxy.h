@@ -93,6 +93,7 @@ struct ThreadState {
     std::atomic<std::int64_t> call_since{0};
     std::atomic<const char*> outer_call{nullptr};   // that call's name
     std::atomic<std::int64_t> calls_after_shutdown{0};  // ICorProfilerInfo calls made after Shutdown returned
+    std::atomic<std::int64_t> calls_after_detach{0};  // ... after ProfilerDetachSucceeded returned
     // managed ThreadID cache
     std::uint64_t managed_tid = 0;
     bool tid_known = false;
@@ -109,6 +110,7 @@ std::int64_t now_ns();
 TraceWriter& trace();
 bool recording_enabled();      // the trace is open
 bool shutdown_returned();      // the profiler's Shutdown has returned
+bool detached();               // the profiler's ProfilerDetachSucceeded has returned (the runtime let it go)
 void* runtime_info();          // the runtime's own ICorProfilerInfo (never the wrapper), or null
 void* runtime_info_of(int level);  // the runtime's own ICorProfilerInfo<level>, or null
 Json counts_json();
@@ -145,6 +147,9 @@ MaskState& mask();
 // After the profiler's Initialize returned `hr` (still inside the runtime's Initialize): read its mask, add
 // the proxy's bits, write the proxy.mask mark, start the shadow heap when the runtime took them.
 void mask_after_initialize(HRESULT hr);
+// After the profiler's InitializeForAttach returned `hr`: read its mask and write the proxy.mask mark ("attach":
+// true); the proxy adds no bits (the shadow heap's COR_PRF_ENABLE_OBJECT_ALLOCATED cannot be set after attach).
+void mask_after_attach(HRESULT hr);
 // Whether the runtime would make callback `cb` (ProxyCb) with the profiler's own mask: false only for a
 // callback the proxy's added bits alone enable.
 bool profiler_asked(int cb);
