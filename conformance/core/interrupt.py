@@ -10,7 +10,9 @@ reaped). While :func:`handling` is active (the ``profharness`` command holds it)
 2. raises :class:`Interrupted` (a :class:`KeyboardInterrupt`, so libraries that let Ctrl-C through, like
    hypothesis and ``concurrent.futures``, let it through too) in the main thread, unless a
    :func:`deferred` block is open (then it is raised when the block ends). A later signal kills again
-   but raises nothing: the command is writing what it judged before the first.
+   but raises nothing: the command is writing what it judged before the first. (Unless Python dropped
+   the first :class:`Interrupted`, raised in a garbage collector callback or a finalizer: see
+   :func:`_unraisable`.) A file is opened with :class:`opening`, so the signal never leaves it open.
 
 The commands catch :class:`Interrupted` where they keep results (a validation's judged runs, the suite's
 verdicts so far, a fuzzer's findings), write them, say so on stderr in one line and exit with
@@ -25,13 +27,14 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
-from typing import Any
+from types import FrameType, TracebackType
+from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = [
     "SIGNALS",
@@ -41,6 +44,7 @@ __all__ = [
     "descendants",
     "handling",
     "kill_tree",
+    "opening",
     "reap",
     "register",
     "requested",
@@ -88,6 +92,8 @@ class _State:
     pending: bool = False
     #: Interrupted was raised once (later signals only kill)
     raised: bool = False
+    #: it was raised where Python cannot pass it on (see :func:`_unraisable`): a later signal raises again
+    lost: bool = False
     #: the processes below this one when handling began (not ours to kill: a test's browser, say)
     before: frozenset[int] = frozenset()
     active: bool = False
@@ -153,6 +159,46 @@ def deferred() -> Iterator[None]:
         _STATE.pending = False
         _STATE.raised = True
         raise Interrupted(_STATE.signum or signal.SIGINT)
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Closable)
+
+
+class opening(Generic[_C]):  # lower case: used like a function, ``with opening(...) as f``
+    """``with opening(lambda: path.open("rb")) as f``: the file (anything with ``close``) that ``open_it``
+    returns, owned by the ``with`` statement from the moment it exists, so a signal never leaves it to the
+    garbage collector.
+
+    ``with path.open("rb") as f`` has a gap: Python runs a signal handler between bytecodes, and one of
+    those points is right after a call returns (inside :meth:`pathlib.Path.open`, after ``io.open``), before
+    ``with`` has taken the file. :class:`Interrupted` raised there drops the open file, and its finalizer
+    closes it with a ResourceWarning ("unclosed file": an error under ``filterwarnings = error``, where it
+    surfaces as "Exception ignored in: <_io.FileIO ...>"). Here the open is :func:`deferred`, and when the
+    deferred :class:`Interrupted` comes at its end the file is closed before it goes on."""
+
+    def __init__(self, open_it: Callable[[], _C]) -> None:
+        self._open_it = open_it
+        self._opened: _C | None = None
+
+    def __enter__(self) -> _C:
+        try:
+            with deferred():
+                self._opened = opened = self._open_it()
+        except BaseException:  # the deferred Interrupted (a later signal raises nothing)
+            if self._opened is not None:
+                self._opened.close()
+                self._opened = None
+            raise
+        return opened
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        if self._opened is not None:
+            self._opened.close()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -236,13 +282,33 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         if first:
             _STATE.signum = signum
     kill_tree()
-    if not first or _STATE.raised:
+    if (not first or _STATE.raised) and not _STATE.lost:
         return
+    _STATE.lost = False
     if _STATE.deferring:
         _STATE.pending = True
         return
     _STATE.raised = True
-    raise Interrupted(signum)
+    raise Interrupted(_STATE.signum or signum)
+
+
+def _unraisable(
+    previous: Callable[[sys.UnraisableHookArgs], Any],
+) -> Callable[[sys.UnraisableHookArgs], None]:
+    """A ``sys.unraisablehook`` for :func:`handling`: Python runs the signal handler between any two
+    bytecodes, also in code whose exceptions it cannot pass on (a ``gc.callbacks`` function, such as
+    hypothesis' collector timer, a ``__del__``, a weakref callback): it then reports the exception as
+    "Exception ignored in ..." on stderr and drops it. An :class:`Interrupted` dropped so is not reported
+    (the command says in one line that it was interrupted): :func:`check` raises it again, the next signal
+    too; the children are dead already. Anything else goes to ``previous``."""
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, Interrupted) and _STATE.active:
+            _STATE.lost = True
+            return
+        previous(unraisable)
+
+    return hook
 
 
 @contextlib.contextmanager
@@ -255,9 +321,12 @@ def handling() -> Iterator[None]:
         return
     with _LOCK:
         _STATE.signum, _STATE.pending, _STATE.raised, _STATE.deferring = None, False, False, 0
+        _STATE.lost = False
         _STATE.before = frozenset(descendants())
         _STATE.active = True
     previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _unraisable(previous_hook)
     try:
         yield
     finally:
@@ -265,9 +334,10 @@ def handling() -> Iterator[None]:
             if _STATE.signum is not None:
                 reap()
         finally:
+            sys.unraisablehook = previous_hook
             for sig, old in previous.items():
                 signal.signal(sig, old)
             with _LOCK:
                 _STATE.active = False
-                _STATE.signum, _STATE.pending, _STATE.raised = None, False, False
+                _STATE.signum, _STATE.pending, _STATE.raised, _STATE.lost = None, False, False, False
                 _STATE.before = frozenset()

@@ -21,6 +21,8 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from conformance.core import interrupt
+
 __all__ = ["Site", "Symbolizer", "demangle", "symbol_at"]
 
 
@@ -146,7 +148,7 @@ def symbol_at(module: Path, offset: int) -> str | None:
     from elftools.elf.elffile import ELFFile
 
     try:
-        with module.open("rb") as fh:
+        with interrupt.opening(lambda: module.open("rb")) as fh:  # a signal never leaves it open
             return next((name for start, _, name in _function_symbols(ELFFile(fh)) if start == offset), None)
     except (OSError, ELFError):
         return None
@@ -160,7 +162,7 @@ def _read_module(path: Path) -> _Module:
     rows: list[tuple[int, str, int]] = []
     ends: set[int] = set()
     try:
-        with path.open("rb") as fh:
+        with interrupt.opening(lambda: path.open("rb")) as fh:  # a signal never leaves it open
             elf = ELFFile(fh)
             funcs = _function_symbols(elf)
             if elf.has_dwarf_info():
@@ -259,7 +261,7 @@ def _read_inlined(path: Path, address: int) -> tuple[list[tuple[int, int]], _Inl
     from elftools.elf.elffile import ELFFile
 
     try:
-        with path.open("rb") as fh:
+        with interrupt.opening(lambda: path.open("rb")) as fh:  # a signal never leaves it open
             elf = ELFFile(fh)
             if not elf.has_dwarf_info():
                 return None

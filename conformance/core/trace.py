@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from conformance.core import interrupt
 from conformance.core.errors import HarnessError
 
 U64 = Annotated[int, Field(ge=0, lt=2**64)]
@@ -221,7 +222,7 @@ def _describe(error: ValidationError, kind: object) -> str:
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, raw line, ended by newline)."""
-    with path.open("rb") as handle:
+    with interrupt.opening(lambda: path.open("rb")) as handle:  # a signal never leaves it open
         for number, raw in enumerate(handle, start=1):
             yield number, raw, raw.endswith(b"\n")
 
@@ -281,7 +282,8 @@ def read_trace_whole(path: Path) -> Trace:
     line, a line holding no or two values, a repeated seq, bytes that are not UTF-8) is read again by
     :func:`read_trace`, which finds and reports it as ``file:line``."""
     try:
-        data = path.read_bytes()
+        with interrupt.opening(lambda: path.open("rb")) as handle:  # a signal never leaves it open
+            data = handle.read()
     except OSError:
         return read_trace(path)
     lines = data.split(b"\n")

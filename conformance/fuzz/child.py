@@ -93,17 +93,20 @@ class FakeRuntime:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         interrupt.check()  # no new child once SIGINT/SIGTERM came
-        proc = subprocess.Popen(
-            [str(self.executable), str(self.profiler), self.clsid],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env={**os.environ, **self.env},
-        )
-        self._proc = proc
-        self._buf = b""
-        interrupt.register(proc)  # its own process group: a signal to the harness ends it (close() reaps)
+        # deferred: a signal between Popen's return and here would leave the child and its pipes to the
+        # garbage collector (ResourceWarnings); once it is self._proc, close() reaps it
+        with interrupt.deferred():
+            proc = subprocess.Popen(
+                [str(self.executable), str(self.profiler), self.clsid],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env={**os.environ, **self.env},
+            )
+            self._proc = proc
+            self._buf = b""
+            interrupt.register(proc)  # its own process group: a signal to the harness ends it (close() reaps)
         assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
         os.set_blocking(proc.stdin.fileno(), False)
         os.set_blocking(proc.stderr.fileno(), False)

@@ -102,6 +102,9 @@ class Session:
     seconds_judging: float = 0.0
     progress: Callable[[Session], None] | None = None
     progress_every: int = 100
+    #: called after every example is judged (its number is ``examples``; ``first_failure`` is set once one
+    #: failed): what a caller (a test) can wait for, instead of a time
+    on_example: Callable[[Session], None] | None = None
     #: the example (1-based) that failed first, before shrinking
     first_failure: int | None = None
     #: that example's failure (kept when the run is interrupted before its shrinking ends)
@@ -111,28 +114,33 @@ class Session:
     def trace(self) -> Path:
         return self.workdir / "trace.jsonl"
 
-    def run(self, commands: list[dict[str, Any]], events: int) -> list[Finding]:
+    def run(self, commands: list[dict[str, Any]], events: int, data: bytes | None = None) -> list[Finding]:
+        """Run and judge one example (``data``: its bytes, program engine); its findings."""
         outcome = self.runtime.run_example(self.trace, commands)
+        # an example the signal's kill_tree ended is not judged (a crash it is not), also when the
+        # Interrupted was raised where Python drops it (interrupt._unraisable)
+        interrupt.check()
         self.examples += 1
         self.events += events
         self.seconds_in_child += outcome.seconds
         if self.progress is not None and self.examples % self.progress_every == 0:
             self.progress(self)
         began = time.perf_counter()
-        findings = judge(self.trace, outcome, commands)
-        self.seconds_judging += time.perf_counter() - began
-        if findings and self.first_failure is None:
-            self.first_failure = self.examples
+        with interrupt.deferred():  # a judged failure is kept: the signal waits the few ms of judging
+            findings = judge(self.trace, outcome, commands)
+            self.seconds_judging += time.perf_counter() - began
+            if findings and self.first_failure is None:
+                self.first_failure = self.examples
+                self.first_found = failure(findings, commands, data)
+        if self.on_example is not None:
+            self.on_example(self)
         return findings
 
     def check(self, world: World, data: bytes | None = None) -> None:
         """Run one example; raise its failure if it has findings."""
-        findings = self.run(world.commands, world.events)
+        findings = self.run(world.commands, world.events, data)
         if findings:
-            found = failure(findings, world.commands, data)
-            if self.first_found is None:
-                self.first_found = found
-            raise found
+            raise failure(findings, world.commands, data)
 
 
 # --- the engines --------------------------------------------------------------------------------------
@@ -340,11 +348,13 @@ def fuzz(
     engine: str = "program",
     env: Mapping[str, str] | None = None,
     fresh: bool = False,
+    on_example: Callable[[Session], None] | None = None,
 ) -> FuzzReport:
     """Fuzz ``profiler`` until a failure (shrunk, saved to ``reproducer``), ``max_examples`` examples or
     ``time_limit`` seconds. ``seed`` makes the run deterministic (chunk k uses seed + k). ``env`` is set in
     the fake runtime's environment (and kept in the reproducer; ``{workdir}`` in a value is the run's
-    directory); ``fresh`` runs every example in a new fake runtime process."""
+    directory); ``fresh`` runs every example in a new fake runtime process. ``on_example(session)`` is called
+    after every example is judged (see :attr:`Session.on_example`)."""
     if engine not in ENGINES:
         raise InputError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
     began = time.monotonic()
@@ -355,7 +365,7 @@ def fuzz(
     with collector_for_fuzzing(), tempfile.TemporaryDirectory(prefix="profharness-fuzz-") as tmp, FakeRuntime(
         profiler, clsid, hang_s=hang_s, env=env, workdir=Path(tmp), fresh=fresh
     ) as runtime:
-        session = Session(runtime, Path(tmp), steps=steps, progress=progress)
+        session = Session(runtime, Path(tmp), steps=steps, progress=progress, on_example=on_example)
         report = FuzzReport(str(profiler), clsid, 0, 0, 0.0)
         found_so_far: list[FuzzFailure] = []
         try:

@@ -27,6 +27,7 @@ from orjson import JSONDecodeError, loads
 from clr_model import api
 from clr_model.api import HookKind
 from clr_model.clauses import CATALOG, Kind
+from conformance.core import interrupt
 from conformance.core.errors import HarnessError
 from conformance.core.findings import Finding, Where
 from conformance.core.runner import RunResult
@@ -52,11 +53,16 @@ ELT_HOOKS: frozenset[str] = frozenset(
 NOTE_PREFIX = "proxy."
 
 
-def _open(path: Path) -> BinaryIO:
-    try:
-        return path.open("rb")
-    except OSError as exc:
-        raise HarnessError(f"{path}: cannot read the recording: {exc.strerror}") from None
+def _open(path: Path) -> interrupt.opening[BinaryIO]:
+    """The recording, for a ``with`` statement (:class:`interrupt.opening`: a signal never leaves it open)."""
+
+    def now() -> BinaryIO:
+        try:
+            return path.open("rb")
+        except OSError as exc:
+            raise HarnessError(f"{path}: cannot read the recording: {exc.strerror}") from None
+
+    return interrupt.opening(now)
 
 
 #: the record kinds that must name what they are (a callback, an Info call)

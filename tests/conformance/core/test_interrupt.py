@@ -3,6 +3,7 @@ once (:class:`Interrupted`, exit status 128 + the signal), and nothing is left r
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -92,6 +94,64 @@ def test_after_the_signal_no_new_child_starts_and_later_signals_only_kill() -> N
             interrupt.register(late)
         assert late.wait(timeout=10) == -signal.SIGKILL
         interrupt.unregister(late)
+
+
+def test_a_file_opened_as_the_signal_comes_is_closed_not_left_to_the_collector(tmp_path: Path) -> None:
+    """The signal lands right after the file is opened, before the ``with`` takes it: plain, the file is left
+    open (its finalizer would close it with a ResourceWarning, an error here); with ``opening`` it is closed
+    before Interrupted goes on."""
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b"{}\n")
+    opened: list[BinaryIO] = []
+
+    def open_then_signal() -> BinaryIO:
+        opened.append(path.open("rb"))
+        os.kill(os.getpid(), signal.SIGINT)  # its handler runs at the next bytecode boundary
+        time.sleep(0.05)
+        return opened[-1]
+
+    with pytest.raises(interrupt.Interrupted), interrupt.handling():
+        with open_then_signal():
+            pytest.fail("the block ran")
+    assert not opened[-1].closed  # the gap: nobody owns the file
+    opened[-1].close()
+    with pytest.raises(interrupt.Interrupted), interrupt.handling():
+        with interrupt.opening(open_then_signal):
+            pytest.fail("the block ran")
+    assert opened[-1].closed
+
+
+def test_an_interrupted_python_drops_is_not_shown_and_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler runs in a garbage collector callback, where Python cannot raise: it reports the exception
+    as unraisable and drops it. The report is not printed (the command says it was interrupted, in one line),
+    and ``check`` raises it; so does the next signal."""
+    reported: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    sent: list[int] = []
+
+    def during_collection(phase: str, info: dict[str, int]) -> None:
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+
+    gc.callbacks.append(during_collection)
+    try:
+        with interrupt.handling():
+            gc.collect()  # the Interrupted raised in during_collection is dropped
+            gc.callbacks.remove(during_collection)
+            assert sent and interrupt.requested() == signal.SIGTERM
+            with pytest.raises(interrupt.Interrupted) as caught:
+                interrupt.check()
+            assert caught.value.signum == signal.SIGTERM
+            with pytest.raises(interrupt.Interrupted) as again:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+            assert again.value.signum == signal.SIGTERM  # the first signal's
+    finally:
+        if during_collection in gc.callbacks:
+            gc.callbacks.remove(during_collection)
+    assert reported == []
 
 
 def test_outside_handling_nothing_is_installed_and_registering_is_bookkeeping() -> None:
