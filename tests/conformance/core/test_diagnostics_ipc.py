@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -130,14 +132,22 @@ def _serve_once(path: Path, answer: bytes, got: list[bytes]) -> threading.Thread
     return thread
 
 
-def test_attach_profiler_over_a_fake_diagnostic_port(tmp_path: Path) -> None:
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short folder for sockets: pytest's tmp_path under xdist can pass the 107 bytes an AF_UNIX path may
+    have (the runtime's own sockets are in $TMPDIR or /tmp)."""
+    with tempfile.TemporaryDirectory(prefix="ph-ipc-", dir="/tmp") as folder:
+        yield Path(folder)
+
+
+def test_attach_profiler_over_a_fake_diagnostic_port(sock_dir: Path) -> None:
     """The whole exchange: the client finds the socket, sends the message, reads the runtime's error answer
     (CORPROF_E_PROFILER_ALREADY_ACTIVE here) and times it."""
     pid = os.getpid()
-    path = tmp_path / f"dotnet-diagnostic-{pid}-{ipc.start_time_key(pid)}-socket"
+    path = sock_dir / f"dotnet-diagnostic-{pid}-{ipc.start_time_key(pid)}-socket"
     got: list[bytes] = []
     thread = _serve_once(path, MAGIC + b"\x18\x00\xff\xff\x00\x00" + b"\x6a\x13\x13\x80", got)
-    answer = ipc.attach_profiler(pid, CLSID, "/x/libp.so", b"cfg", attach_timeout_ms=100, directory=tmp_path)
+    answer = ipc.attach_profiler(pid, CLSID, "/x/libp.so", b"cfg", attach_timeout_ms=100, directory=sock_dir)
     thread.join(5)
     assert got == [ipc.encode_attach_profiler(100, CLSID, "/x/libp.so", b"cfg")]
     assert answer.socket == path and answer.response.is_error
@@ -145,21 +155,21 @@ def test_attach_profiler_over_a_fake_diagnostic_port(tmp_path: Path) -> None:
     assert answer.answered_ns >= answer.sent_ns
 
 
-def test_a_port_that_closes_without_answering_is_one_line(tmp_path: Path) -> None:
-    path = tmp_path / "dotnet-diagnostic-1-1-socket"
+def test_a_port_that_closes_without_answering_is_one_line(sock_dir: Path) -> None:
+    path = sock_dir / "dotnet-diagnostic-1-1-socket"
     thread = _serve_once(path, b"", [])
     with pytest.raises(ipc.IpcError, match="0 byte"):
         ipc.exchange(path, ipc.encode_attach_profiler(1, CLSID, "/p.so"), 5.0)
     thread.join(5)
-    with pytest.raises(ipc.IpcError, match=str(tmp_path / "nothing")):
-        ipc.exchange(tmp_path / "nothing", b"x", 1.0)
+    with pytest.raises(ipc.IpcError, match=str(sock_dir / "nothing")):
+        ipc.exchange(sock_dir / "nothing", b"x", 1.0)
 
 
-def test_not_yet_available_is_asked_again(tmp_path: Path) -> None:
+def test_not_yet_available_is_asked_again(sock_dir: Path) -> None:
     """The runtime's server answers DS_IPC_E_NOT_YET_AVAILABLE before the runtime runs: the client sends the
     command again (a new connection each time, as the protocol has it) until it gets another answer."""
     pid = os.getpid()
-    path = tmp_path / f"dotnet-diagnostic-{pid}-{ipc.start_time_key(pid)}-socket"
+    path = sock_dir / f"dotnet-diagnostic-{pid}-{ipc.start_time_key(pid)}-socket"
     answers = [MAGIC + b"\x18\x00\xff\xff\x00\x00" + b"\x5b\x13\x13\x80"] * 2 + [
         MAGIC + b"\x18\x00\xff\x00\x00\x00" + b"\x00\x00\x00\x00"
     ]
@@ -178,6 +188,6 @@ def test_not_yet_available_is_asked_again(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    done = ipc.attach_profiler(pid, CLSID, "/p.so", attach_timeout_ms=100, directory=tmp_path)
+    done = ipc.attach_profiler(pid, CLSID, "/p.so", attach_timeout_ms=100, directory=sock_dir)
     thread.join(5)
     assert done.tries == 3 and done.response.succeeded and len(got) == 3
