@@ -20,6 +20,8 @@ class Document(StrEnum):
     GARBAGE_COLLECTION_STARTED = "ICorProfilerCallback2::GarbageCollectionStarted"
     SHUTDOWN = "ICorProfilerCallback::Shutdown"
     SET_ENTER_LEAVE_HOOKS2 = "ICorProfilerInfo2::SetEnterLeaveFunctionHooks2"
+    #: the Linux man page of async-signal-safe functions (man-pages 6.03), held against a profiler's handlers
+    SIGNAL_SAFETY = "signal-safety(7)"
     #: rules the harness holds a profiler to that no document states (a crash, a hang, a failed load): each
     #: says why in ``reason``
     HARNESS = "profharness"
@@ -56,6 +58,7 @@ PREFIXES: dict[Document, str] = {
     Document.GARBAGE_COLLECTION_STARTED: "GCS",
     Document.SHUTDOWN: "SHD",
     Document.SET_ENTER_LEAVE_HOOKS2: "SEL",
+    Document.SIGNAL_SAFETY: "ASYNC",
     Document.HARNESS: "VAL",
 }
 
@@ -72,6 +75,7 @@ SOURCES: dict[Document, str] = {
     Document.GARBAGE_COLLECTION_STARTED: _PAGES + "icorprofilercallback2-garbagecollectionstarted-method",
     Document.SHUTDOWN: _PAGES + "icorprofilercallback-shutdown-method",
     Document.SET_ENTER_LEAVE_HOOKS2: _PAGES + "icorprofilerinfo2-setenterleavefunctionhooks2-method",
+    Document.SIGNAL_SAFETY: "https://man7.org/linux/man-pages/man7/signal-safety.7.html (man-pages 6.03)",
     Document.HARNESS: "profharness (the harness's own rules)",
 }
 

@@ -69,11 +69,13 @@ def validate(
     dotnet: Path | None = None,
     scenario_names: Sequence[str] = SCENARIO_SET,
     timeout_s: float = launch.DEFAULT_TIMEOUT_S,
+    inject_deadlock: bool = False,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
     ``hang_s``: how long a callback or a call outside any callback may stay open (the proxy's hang limit);
-    ``timeout_s``: how long each run may take (the harness's watchdog)."""
+    ``timeout_s``: how long each run may take (the harness's watchdog); ``inject_deadlock``: raise the
+    profiler's signal once while the thread holds the allocator lock (ASYNC-07)."""
     runs: list[RunSummary] = []
     exercised: dict[str, set[str]] = {}
     judge_seconds = 0.0
@@ -86,7 +88,8 @@ def validate(
         target = launch.check_profiler(profiler)
         guid = launch.parse_clsid(clsid)
         companions = launch.check_preloads(preload)
-        environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s)
+        environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s,
+                                               inject_deadlock=inject_deadlock)  # fmt: skip
         selected = runtimes.select(runtime, dotnet)
         if app is not None:
             plan = [(launch.user_app_scenario(app), app.resolve(), True)]
