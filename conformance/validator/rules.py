@@ -926,8 +926,8 @@ class SignalHandlers(StreamRule):
             "ASYNC-07",
             f"deadlock: the profiler's {signal_name(r.get('signo'))} handler, raised on thread {holder} "
             f"while it held the allocator lock (--inject-deadlock), called {r.get('function')}() and waited "
-            f"{r.get('waitedMs')} ms for that lock on {same}; the lock was taken (inside malloc) at: {held}; the handler "
-            f"waits at: {waits}",
+            f"{r.get('waitedMs')} ms for that lock on {same}; the lock was taken (inside malloc) at: {held}; "
+            f"the handler waits at: {waits}",
             [r["seq"]],
             thread=waiter,
             site=self.j.site(r),
