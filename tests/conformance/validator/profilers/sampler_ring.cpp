@@ -25,13 +25,15 @@ namespace {
 
 std::array<std::atomic<std::uintptr_t>, 4096> g_ring;
 std::atomic<std::size_t> g_head{0}, g_tail{0};
+ICorProfilerInfo10* g_info = nullptr;  // for the drain thread
 
 void on_sigprof(int, siginfo_t*, void* context) {
     const int saved = errno;
     auto* uc = static_cast<ucontext_t*>(context);
+    const std::uintptr_t ip = uc->uc_mcontext.gregs[REG_RIP];
     const std::size_t head = g_head.load(std::memory_order_relaxed);
     if (head - g_tail.load(std::memory_order_acquire) < g_ring.size()) {
-        g_ring[head % g_ring.size()].store(uc->uc_mcontext.gregs[REG_RIP], std::memory_order_relaxed);
+        g_ring[head % g_ring.size()].store(ip, std::memory_order_relaxed);
         g_head.store(head + 1, std::memory_order_release);
     }
     // (a correct handler does nothing more)
@@ -43,13 +45,14 @@ class SamplerRing final : public Profiler<Callbacks11, 11> {
     HRESULT STDMETHODCALLTYPE Initialize(IUnknown* unk) override {
         HRESULT hr = take_info(unk, COR_PRF_MONITOR_THREADS);
         if (hr != S_OK) return hr;
+        g_info = info;
         drain_ = std::thread([this] {
-            info->InitializeCurrentThread();
+            g_info->InitializeCurrentThread();
             while (!stop_.load()) {
                 const std::size_t head = g_head.load(std::memory_order_acquire);
                 for (std::size_t k = g_tail.load(); k < head; ++k) {
                     FunctionID function = 0;
-                    if (info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(g_ring[k % g_ring.size()].load()),
+                    if (g_info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(g_ring[k % g_ring.size()].load()),
                                                 &function) == S_OK && function)
                         ++managed_;
                 }
