@@ -12,6 +12,8 @@ for 1 s.
 
 from __future__ import annotations
 
+import json
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -114,12 +116,20 @@ def test_ASYNC_03_a_handler_that_locks_a_mutex_is_found_at_its_lock(
 @pytest.mark.parametrize("source", [PROFILERS / "sampler_ring.cpp", DOCS / "sampler_signal.cpp"],
                          ids=["sampler_ring", "docs-sampler_signal"])  # fmt: skip
 def test_ASYNC_correct_signal_samplers_are_clean(source: Path, validate: Validate) -> None:
-    """Clean, and not for want of looking: the handler was wrapped (ASYNC-01 passed, not skipped)."""
+    """Clean, and not for want of looking: the handler was wrapped (ASYNC-01 passed, not skipped) and ran;
+    and it is the only one wrapped: the runtime's own handlers (libcoreclr's SIGSEGV, its activation signal,
+    libSystem.Native's) are left alone."""
     result = validate(source)
     text = render_text(result, verbose=True)
     assert all(r.outcome == "ok" for r in result.runs), text
     assert result.findings == [], text
     assert statuses(result, "ASYNC-01") == {ClauseStatus.PASSED}, text
+    for run in result.runs:
+        marks = [json.loads(line) for line in Path(run.trace).read_text().splitlines()]
+        (shutdown,) = [m for m in marks if m.get("name") == "proxy.shutdown"]
+        handlers = shutdown["signals"]["handlers"]
+        assert [h["signo"] for h in handlers] == [signal.SIGPROF], handlers
+        assert handlers[0]["runs"] >= 20, handlers  # 1 s of a 5 ms (or 10 ms) sampler
 
 
 def test_ASYNC_07_a_correct_sampler_survives_the_injected_signal(validate: Validate) -> None:
