@@ -527,12 +527,31 @@ extern "C" HIDDEN void profharness_preload_note_asm(int fn, void* ra) {
 PRELOAD_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
     return install(sig, act, old, RA());
 }
-PRELOAD_EXPORT HandlerFn signal(int sig, HandlerFn handler) { return install_simple(sig, handler, SA_RESTART, RA()); }
+namespace {
+// signal/bsd_signal/sysv_signal from anyone but the profiler: libc's own (siginterrupt's state and all).
+HandlerFn pass_simple(const char* name, int sig, HandlerFn handler) {
+    if (g_resolved.load() != 2) resolve_all();
+    using Fn = HandlerFn (*)(int, HandlerFn);
+    auto real_dlsym = reinterpret_cast<DlsymFn>(profharness_preload_real_dlsym);
+    void* f = real_dlsym ? real_dlsym(RTLD_NEXT, name) : nullptr;
+    if (!f) {
+        errno = ENOSYS;
+        return SIG_ERR;
+    }
+    return reinterpret_cast<Fn>(f)(sig, handler);
+}
+bool wraps(const void* ra) { return profharness_preload_depth == 0 && profiler_caller(ra); }
+}  // namespace
+
+PRELOAD_EXPORT HandlerFn signal(int sig, HandlerFn handler) {
+    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple("signal", sig, handler);
+}
 PRELOAD_EXPORT HandlerFn bsd_signal(int sig, HandlerFn handler) {
-    return install_simple(sig, handler, SA_RESTART, RA());
+    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple("bsd_signal", sig, handler);
 }
 PRELOAD_EXPORT HandlerFn sysv_signal(int sig, HandlerFn handler) {
-    return install_simple(sig, handler, SA_RESETHAND | SA_NODEFER, RA());
+    return wraps(RA()) ? install_simple(sig, handler, SA_RESETHAND | SA_NODEFER, RA())
+                       : pass_simple("sysv_signal", sig, handler);
 }
 
 // --- the malloc family ------------------------------------------------------------------------------------
