@@ -103,6 +103,9 @@ class Fact(StrEnum):
     INSPECTS = "inspects"
     #: sets the profiler's event mask
     SETS_EVENT_MASK = "sets-event-mask"
+    #: named by the DoStackSnapshot page's Asynchronous Stack Walk section (a walk of the current thread made
+    #: by hijacking its instruction pointer): the validator's ASYNC-05 allows it inside a signal handler
+    ASYNC_WALK = "async-walk"
     # --- how the harness's native parts treat a method (the generators leave these to hand-written code)
     #: the recording proxy implements it by hand (proxy/objects.cpp), not the generated forwarding
     PROXY_BY_HAND = "proxy-by-hand"
@@ -129,6 +132,7 @@ _APPLIES: Mapping[Fact, frozenset[str | None]] = {
     Fact.TWO_PHASE: _INFO_ONLY,
     Fact.INSPECTS: _INFO_ONLY,
     Fact.SETS_EVENT_MASK: _INFO_ONLY,
+    Fact.ASYNC_WALK: _INFO_ONLY,
     Fact.PROXY_BY_HAND: frozenset({CALLBACK, INFO}),
     Fact.FAKE_BY_HAND: frozenset({CALLBACK, INFO}),
     Fact.FAKE_ANSWERS: frozenset({INFO, None}),

@@ -16,7 +16,9 @@ from clr_model.catalog.base import Clause, Document
 from clr_model.errors import ModelError
 
 #: the catalog's files, in report order
-FILES: tuple[str, ...] = ("dss", "fe2", "mr2", "buf", "orf", "rrf", "gcs", "shd", "sel", "att", "det", "val")
+FILES: tuple[str, ...] = (
+    "dss", "fe2", "mr2", "buf", "orf", "rrf", "gcs", "shd", "sel", "att", "det", "async", "val"
+)
 
 
 def load(name: str) -> tuple[Clause, ...]:

@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a library the profiler needs LD_PRELOADed (repeatable)",
     )
     parser.add_argument(
+        "--inject-deadlock",
+        action="store_true",
+        help="once a run, raise the profiler's own signal on a thread while it holds the allocator lock: a "
+        "signal handler that allocates deadlocks there and is reported (ASYNC-07)",
+    )
+    parser.add_argument(
         "--hang-seconds",
         type=float,
         default=DEFAULT_HANG_S,
@@ -185,6 +191,7 @@ def main(args: argparse.Namespace) -> int:
         compare=args.compare,
         **workload_options(args),  # type: ignore[arg-type]
         attach=attach,
+        inject_deadlock=args.inject_deadlock,
     )
     with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
         print(report.render_text(result, verbose=args.verbose), flush=True)

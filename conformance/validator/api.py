@@ -101,6 +101,7 @@ def validate(
     workload: str | None = None,
     duration_s: float | None = None,
     attach: launch.AttachPlan | None = None,
+    inject_deadlock: bool = False,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
@@ -112,7 +113,8 @@ def validate(
     many times; ``perturb``: a seed, run i (from 0) of each repetition perturbed by seed ``perturb + i``
     (:mod:`conformance.validator.perturb`); ``compare``: with ``perturb``, ``repeat`` unperturbed runs too.
     ``attach``: start each app without the profiler and attach it through the diagnostics IPC while it runs
-    (a note per run says what the runtime answered and when)."""
+    (a note per run says what the runtime answered and when). ``inject_deadlock``: raise the profiler's
+    signal once while the thread holds the allocator lock (ASYNC-07)."""
     runs: list[RunSummary] = []
     exercised: dict[str, set[str]] = {}
     judge_seconds = 0.0
@@ -126,7 +128,8 @@ def validate(
         target = launch.check_profiler(profiler)
         guid = launch.parse_clsid(clsid)
         companions = launch.check_preloads(preload)
-        environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s)
+        environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s,
+                                               inject_deadlock=inject_deadlock)  # fmt: skip
         plan = _plan(app, workload, duration_s)
         selected = runtimes.select(runtime, dotnet)
         checks = HookChecks()

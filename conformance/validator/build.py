@@ -19,3 +19,12 @@ TARGET = "profharness_proxy"
 def build_proxy(native_dir: Path = NATIVE_DIR) -> Path:
     """The path of the built proxy ``.so``, building it into the cache when needed."""
     return probe.build_target(TARGET, PROXY_FILE_NAME, "proxy", native_dir)
+
+
+PRELOAD_FILE_NAME = "libprofharness_preload.so"
+PRELOAD_TARGET = "profharness_preload"
+
+
+def build_preload(native_dir: Path = NATIVE_DIR) -> Path:
+    """The built signal-safety preload ``.so`` (``conformance/native/preload``), built when needed."""
+    return probe.build_target(PRELOAD_TARGET, PRELOAD_FILE_NAME, "preload", native_dir)

@@ -28,7 +28,7 @@ from conformance.core.paths import runs_dir
 from conformance.core.runner import RunResult
 from conformance.core.runtimes import Runtime
 from conformance.validator import perturb
-from conformance.validator.build import build_proxy
+from conformance.validator.build import build_preload, build_proxy
 
 #: Seconds a callback, or an ICorProfilerInfo call made outside any callback, may stay open before the proxy
 #: reports a hang (and ends the process): the hang limit (PROFHARNESS_PROXY_HANG_MS).
@@ -118,8 +118,13 @@ def proxy_environment(
     extra_env: Mapping[str, str] | None = None,
     preload: Sequence[Path] = (),
     hang_s: float = DEFAULT_HANG_S,
+    inject_deadlock: bool = False,
 ) -> dict[str, str]:
-    """The variables the proxy reads, the user's own, and LD_PRELOAD for companions."""
+    """The variables the proxy reads, the user's own, and LD_PRELOAD: the signal-safety preload first (its
+    interposed functions must come before every other definition), then the user's companions, which the
+    preload also counts as the profiler's modules (a handler one of them installs is wrapped too).
+    ``inject_deadlock``: the preload raises the profiler's signal once while the thread holds its allocator
+    lock (:func:`signal_safety_environment`)."""
     env = dict(extra_env or {})
     env.update(
         {
@@ -128,8 +133,19 @@ def proxy_environment(
             "PROFHARNESS_PROXY_HANG_MS": str(max(0, int(hang_s * 1000))),
         }
     )
-    if preload:
-        env["LD_PRELOAD"] = " ".join(str(p) for p in preload)
+    env.update(signal_safety_environment(preload, inject_deadlock=inject_deadlock and hang_s > 0))
+    return env
+
+
+def signal_safety_environment(companions: Sequence[Path], *, inject_deadlock: bool) -> dict[str, str]:
+    """LD_PRELOAD (the signal-safety preload, built when needed, then ``companions``), the companions the
+    preload counts as the profiler's (PROFHARNESS_PRELOAD_PROFILER) and, with ``inject_deadlock``,
+    PROFHARNESS_PRELOAD_INJECT=1 (the proxy's watchdog reports the deadlock: it needs a hang limit)."""
+    env = {"LD_PRELOAD": " ".join(str(p) for p in (build_preload(), *companions))}
+    if companions:
+        env["PROFHARNESS_PRELOAD_PROFILER"] = ":".join(str(p) for p in companions)
+    if inject_deadlock:
+        env["PROFHARNESS_PRELOAD_INJECT"] = "1"
     return env
 
 

@@ -16,6 +16,7 @@ Adding a rule: a :class:`~.stream.StreamRule` subclass decorated with :func:`rul
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -865,7 +866,7 @@ class Loading(StreamRule):
 
 #: the modules of the harness's own frames at the top of a crash stack (the proxy sits in the probe's seat,
 #: under the probe's file name; libc's signal trampoline follows its handler)
-_HARNESS_MODULES = ("libprofharness_probe.so",)
+_HARNESS_MODULES = ("libprofharness_probe.so", "libprofharness_preload.so")
 
 
 def crash_stack(frames: object, target: str) -> list[dict[str, Any]]:
@@ -882,6 +883,32 @@ def crash_stack(frames: object, target: str) -> list[dict[str, Any]]:
     return out[k:] if k < len(out) else out
 
 
+def frames_text(j: Judging, frames: list[dict[str, Any]], count: int) -> str:
+    """The first ``count`` frames of a stack, innermost first: the profiler's own as function
+    (file:line), others by symbol or ``lib.so+0xOFF``; the proxy's forwarding frames between them (the
+    harness's module) are left out, said once."""
+    target = Path(j.target).name
+    shown: list[str] = []
+    dropped = False
+    for i, f in enumerate(frames):
+        if len(shown) == count:
+            break
+        if f.get("module") in _HARNESS_MODULES:
+            dropped = True
+            continue
+        offset = _int(f.get("offset"))
+        site = None
+        if f.get("module") == target and offset is not None:
+            site = j.site_in_target(offset, return_address=i > 0)
+        if site is not None and site.function:
+            shown.append(site.text())
+        elif isinstance(f.get("symbol"), str) and f.get("symbol"):
+            shown.append(demangle(str(f["symbol"])))
+        else:
+            shown.append(f"{f.get('module', '?')}+{offset or 0:#x}")
+    return " < ".join(shown) + (" (the proxy's frames left out)" if dropped else "")
+
+
 @rule("VAL-CRASH", "VAL-HANG",
       what="the process neither crashes in the profiler's code nor hangs in a callback "
       "or call")  # fmt: skip
@@ -895,29 +922,7 @@ class CrashesAndHangs(StreamRule):
             self._hang(r)
 
     def _frames_text(self, frames: list[dict[str, Any]], count: int) -> str:
-        """The first ``count`` frames of a stack, innermost first: the profiler's own as function
-        (file:line), others by symbol or ``lib.so+0xOFF``; the proxy's forwarding frames between them (the
-        harness's module) are left out, said once."""
-        target = Path(self.j.target).name
-        shown: list[str] = []
-        dropped = False
-        for i, f in enumerate(frames):
-            if len(shown) == count:
-                break
-            if f.get("module") in _HARNESS_MODULES:
-                dropped = True
-                continue
-            offset = _int(f.get("offset"))
-            site = None
-            if f.get("module") == target and offset is not None:
-                site = self.j.site_in_target(offset, return_address=i > 0)
-            if site is not None and site.function:
-                shown.append(site.text())
-            elif isinstance(f.get("symbol"), str) and f.get("symbol"):
-                shown.append(demangle(str(f["symbol"])))
-            else:
-                shown.append(f"{f.get('module', '?')}+{offset or 0:#x}")
-        return " < ".join(shown) + (" (the proxy's frames left out)" if dropped else "")
+        return frames_text(self.j, frames, count)
 
     def _crash(self, r: Record) -> None:
         target = Path(self.j.target).name
@@ -970,6 +975,110 @@ class CrashesAndHangs(StreamRule):
         self.j.finding("VAL-HANG", f"{what} ran {r.get('busyMs')} ms (limit {r.get('limitMs')} ms) on thread "
                        f"{stuck}; threads: " + "; ".join(lines), [r["seq"]], thread=stuck,
                        callback=str(stuck_cb) if stuck_cb else None)  # fmt: skip
+
+
+# --- signal handlers (ASYNC-01..07, signal-safety(7)) ------------------------------------------------------
+#
+# The signal-safety preload (conformance/native/preload) wraps the handlers the profiler installs; the proxy
+# writes a proxy.signal_handler mark for each, a proxy.async mark for each (profiler frame, function) pair
+# called inside one, and proxy.async_deadlock when the injected deadlock happened (--inject-deadlock).
+
+_ALLOCATION = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc",
+                         "memalign"})  # fmt: skip
+_LOCKS = ("pthread_mutex_", "pthread_cond_", "pthread_rwlock_")
+_ASYNC_CLAUSES = ("ASYNC-01", "ASYNC-02", "ASYNC-03", "ASYNC-04", "ASYNC-05", "ASYNC-06")
+
+
+def async_clause(function: str, info: bool) -> str | None:
+    """The ASYNC clause a call of ``function`` inside the profiler's signal handler breaks (None: allowed).
+    ``info``: an ICorProfilerInfo method (allowed: those the DoStackSnapshot page names for a hijacked
+    thread's asynchronous walk, :data:`clr_model.api.Fact.ASYNC_WALK`)."""
+    if info:
+        return None if function in api.names_with(Fact.ASYNC_WALK) else "ASYNC-05"
+    if function == "errno":
+        return "ASYNC-06"
+    if function.startswith(_LOCKS):
+        return "ASYNC-03"
+    if function.startswith("dl"):
+        return "ASYNC-04"
+    if function in _ALLOCATION or function.startswith(("operator new", "operator delete")):
+        return "ASYNC-01"
+    return "ASYNC-02"  # the stdio family: every other function the preload watches
+
+
+def signal_name(signo: object) -> str:
+    try:
+        return signal.Signals(signo).name if isinstance(signo, int) else "signal"
+    except ValueError:
+        return f"signal {signo}"
+
+
+@rule(*_ASYNC_CLAUSES, "ASYNC-07",
+      what="a signal handler the profiler installs calls only async-signal-safe functions (no allocation, "
+      "stdio, lock, dynamic-loader or profiling-API call), restores errno, and does not deadlock when its "
+      "signal arrives while the thread holds the allocator's lock")  # fmt: skip
+class SignalHandlers(StreamRule):
+    """A call site is written when first seen and again with its total at the end: judged once, at the end,
+    from its last record."""
+
+    reads = (("mark", "proxy.signal_handler"), ("mark", "proxy.async"), ("mark", "proxy.async_deadlock"),
+             ("mark", "proxy.shutdown"))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.calls: dict[tuple[object, object, object], Record] = {}
+
+    def end(self) -> None:
+        for r in self.calls.values():
+            self._call(r)
+
+    def on(self, r: Record) -> None:
+        name = r["name"]
+        if name == "proxy.signal_handler":
+            self.j.exercised.update(_ASYNC_CLAUSES)
+        elif name == "proxy.shutdown":
+            signals = r.get("signals")
+            if isinstance(signals, dict) and signals.get("injection") == 3:
+                self.j.exercised.add("ASYNC-07")  # the signal came under the lock; the handler returned
+        elif name == "proxy.async":
+            self.calls[(r.get("function"), r.get("info"), r.get("caller"))] = r
+        else:
+            self._deadlock(r)
+
+    def _call(self, r: Record) -> None:
+        function = r.get("function")
+        if not isinstance(function, str):
+            return
+        clause = async_clause(function, r.get("info") is True)
+        if clause is None:
+            return
+        count = _int(r.get("count")) or 1
+        sig = signal_name(r.get("signo"))
+        thread = _int(r.get("thread"))
+        if clause == "ASYNC-06":
+            message = f"the profiler's {sig} handler returned with errno changed ({count} time(s))"
+        else:
+            what = f"ICorProfilerInfo::{function}" if clause == "ASYNC-05" else f"{function}()"
+            message = (f"{what} called inside the profiler's {sig} handler ({count} time(s), first on thread "
+                       f"{thread})")  # fmt: skip
+        self.j.finding(clause, message, [r["seq"]], thread=thread, site=self.j.site(r))
+
+    def _deadlock(self, r: Record) -> None:
+        self.j.exercised.add("ASYNC-07")
+        holder, waiter = _int(r.get("holderOsTid")), _int(r.get("waiterOsTid"))
+        held = frames_text(self.j, crash_stack(r.get("holderStack"), self.j.target), 6)
+        waits = frames_text(self.j, crash_stack(r.get("waiterStack"), self.j.target), 6)
+        same = "the same thread" if holder == waiter else f"thread {waiter}"
+        self.j.finding(
+            "ASYNC-07",
+            f"deadlock: the profiler's {signal_name(r.get('signo'))} handler, raised on thread {holder} "
+            f"while it held the allocator lock (--inject-deadlock), called {r.get('function')}() and waited "
+            f"{r.get('waitedMs')} ms for that lock on {same}; the lock was taken (inside malloc) at: {held}; "
+            f"the handler waits at: {waits}",
+            [r["seq"]],
+            thread=waiter,
+            site=self.j.site(r),
+        )
 
 
 # --- one run ---------------------------------------------------------------------------------------------
@@ -1056,7 +1165,8 @@ def judge_run(
                        seconds=judging.seconds, site_of=judging.site_in_target,
                        marks=judging.notes,
                        counted=next(r for r in live if isinstance(r, CountRun)))  # fmt: skip
-    crash, hang = judging.notes.get("proxy.crash"), judging.notes.get("proxy.hang")
+    crash = judging.notes.get("proxy.crash")
+    hang = judging.notes.get("proxy.hang") or judging.notes.get("proxy.async_deadlock")  # ASYNC-07 ended it
     judging.exercised.update(("VAL-CRASH", "VAL-HANG", "VAL-LOAD"))
     if crash is None and hang is None and run.outcome in (RunOutcome.CRASHED, RunOutcome.HUNG):
         open_cbs = {t: [f.name for f in s] for t, s in judging.stacks.items() if s}

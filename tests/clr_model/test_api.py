@@ -99,6 +99,8 @@ BEFORE: dict[api.Fact, set[str]] = {
     api.Fact.INSPECTS: {"GetClassFromObject", "GetObjectSize", "GetObjectSize2", "GetObjectGeneration",
                         "GetArrayObjectInfo", "IsFrozenObject", "EnumerateObjectReferences"},
     api.Fact.SETS_EVENT_MASK: {"SetEventMask", "SetEventMask2"},
+    # the two methods the DoStackSnapshot page's Asynchronous Stack Walk section names (issue 21, ASYNC-05)
+    api.Fact.ASYNC_WALK: {"GetFunctionFromIP", "DoStackSnapshot"},
     api.Fact.PROXY_BY_HAND: {
         "Initialize", "InitializeForAttach", "Shutdown", "MovedReferences", "MovedReferences2",
         "DoStackSnapshot", "SetEnterLeaveFunctionHooks", "SetEnterLeaveFunctionHooks2",

@@ -273,7 +273,9 @@ HRESULT walk_relay(FunctionID f, UINT_PTR ip, COR_PRF_FRAME_INFO fi, ULONG32 cs,
     Frame* fr = push_frame(t, "StackSnapshotCallback", -2, true);
     store_arg(fr, "funcId", f);
     store_arg(fr, "ip", ip);
+    const int quiet = async_set_quiet(0);  // the profiler's own callback (in a signal handler: noted)
     HRESULT hr = relay->callback ? relay->callback(f, ip, fi, cs, ctx, relay->client) : S_OK;
+    async_set_quiet(quiet);
     pop_frame(t, hr, true);
     return hr;
 }
@@ -627,6 +629,7 @@ void on_fault(int sig, siginfo_t* si, void* uc) {
         rec.set("stack", native_stack_json(ips, n));
         trace().write("mark", rec);
         perturb_write_delays();
+        async_drain(true);  // what the profiler's signal handlers did up to the crash
     }
     chain(sig, si, uc);
 }
@@ -736,8 +739,10 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
 
 void watchdog_loop() {
     const std::int64_t limit = static_cast<std::int64_t>(config().hang_ms) * 1000000LL;
+    me().harness = true;  // it writes the signal-safety preload's notes: a ThreadState, not the profiler's
     for (;;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        async_poll();  // what the signal-safety preload noted; an injected deadlock
         ThreadRegistry& reg = registry();
         const int n = reg.size();
         const std::int64_t now = now_ns();
@@ -1055,6 +1060,8 @@ class ProxyCallback final : public CallbackForwarderBase {
         rec.set("profilerThreadsAlive", alive).set("threads", threads).set("liveEnumerators", leaks);
         rec.set("heap", heap_json());
         rec.set("jit", jit_json());
+        async_drain(true);
+        rec.set("signals", async_summary_json());
         rec.set("infoRefs", Json(static_cast<std::int64_t>(g_wrapper ? g_wrapper->refs() : 0)));
         trace().write("mark", rec);
         perturb_write_delays();
@@ -1074,7 +1081,8 @@ class ProxyCallback final : public CallbackForwarderBase {
         for (int k = 0; k < reg.size(); ++k) {
             ThreadState* t = reg.at(k);
             if (!t) continue;
-            if (!t->tid_known && !t->called_by_runtime) candidates.insert(t->os_tid);
+            if (t->harness) candidates.erase(t->os_tid);
+            else if (!t->tid_known && !t->called_by_runtime) candidates.insert(t->os_tid);
             else candidates.erase(t->os_tid);  // a runtime thread that appeared while the profiler started
         }
         candidates.erase(self);
@@ -1134,6 +1142,7 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
         if (dladdr(reinterpret_cast<void*>(&create_proxy), &self) && self.dli_fname)
             dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     }
+    async_init();
     if (cfg.target.empty()) {
         probe_error("PROFHARNESS_PROXY_TARGET is not set: no profiler to load", "DllGetClassObject");
         return E_FAIL;

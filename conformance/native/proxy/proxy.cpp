@@ -187,7 +187,7 @@ HRESULT CallbackScope::finish(HRESULT hr) {
 InfoScope::InfoScope(int id, bool two_phase, const void* caller) : InfoScope(kInfoNames[id], two_phase, caller) {}
 
 InfoScope::InfoScope(const char* name, bool two_phase, const void* return_address)
-    : t_(me()), name_(name), two_phase_(two_phase), outermost_call_(t_.in_runtime == 0 && t_.depth == 0),
+    : HandlerCheck(name, return_address), t_(me()), name_(name), two_phase_(two_phase), outermost_call_(t_.in_runtime == 0 && t_.depth == 0),
       prev_call_(t_.current_call) {
     t_.current_call = name;
     ++t_.in_runtime;
@@ -201,7 +201,7 @@ InfoScope::InfoScope(const char* name, bool two_phase, const void* return_addres
         field("afterDetach", true);
     }
     caller(return_address);
-    if (recording_enabled()) note_caller(return_address);
+    if (recording_enabled() && !in_handler()) note_caller(return_address);
 }
 
 void InfoScope::inspect(std::uint64_t object_id) {
@@ -224,7 +224,7 @@ void InfoScope::begin() {
         (t_.frames[0].count_id == static_cast<int>(ProxyCb::Initialize) ||
          t_.frames[0].count_id == static_cast<int>(ProxyCb::InitializeForAttach)))
         perturb_initialize_call();
-    if (!recording_enabled()) return;
+    if (!recording_enabled() || in_handler()) return;
     flush_frames(t_);
     if (two_phase_) trace().write("call", enter_record(name_));
 }
@@ -236,7 +236,7 @@ HRESULT InfoScope::finish(HRESULT hr) {
         t_.call_since.store(0, std::memory_order_relaxed);
         t_.outer_call.store(nullptr, std::memory_order_relaxed);
     }
-    if (!recording_enabled()) return hr;
+    if (!recording_enabled() || in_handler()) return hr;
     trace().write("call", call_record(name_, two_phase_, hr, shutdown_returned()));
     return hr;
 }

@@ -86,6 +86,7 @@ struct ThreadState {
     int in_runtime = 0;            // inside an ICorProfilerInfo call made through the wrapper
     const char* last_callback = nullptr;  // the last callback that returned on this thread
     bool called_by_runtime = false;       // the runtime called a callback, hook or mapper on it
+    bool harness = false;                 // the proxy's own thread (the watchdog): never the profiler's
     const char* current_call = nullptr;   // the Info method the thread is inside
     std::atomic<std::int64_t> busy_since{0};  // entry time of the outermost open frame (0: none)
     // entry time of the outermost ICorProfilerInfo call made outside any callback (0: none): the hang
@@ -207,6 +208,31 @@ void perturb_callback_return(int cb);  // the profiler's callback returned
 void perturb_initialize_call();        // a call the profiler makes during its Initialize, on that thread
 void perturb_write_delays();           // the proxy.perturb.delays mark (once; at the end of the run)
 
+// --- the signal-safety preload (async.cpp, profharness/preload.h) ----------------------------------------
+void async_init();        // finds the preload (LD_PRELOAD-ed by validate); without it the rest do nothing
+bool async_loaded();
+int async_set_quiet(int quiet);  // the calling thread's "the harness's own work" level; returns the old one
+// Writes what the preload noted since the last drain (never from a handler); `final`: every count up to date.
+void async_drain(bool final);
+void async_poll();        // the watchdog's turn: drain; report an injected deadlock and end the process
+Json async_summary_json();  // the proxy.shutdown mark's "signals"
+
+// An ICorProfilerInfo call made inside the profiler's signal handler: noted in the preload's table (with
+// its caller), and the call's own recording is skipped (the trace writer locks and allocates); what the
+// proxy and the runtime do inside the call is not the profiler's and is not noted.
+class HandlerCheck {
+ public:
+    HandlerCheck(const char* name, const void* caller);
+    ~HandlerCheck();
+    HandlerCheck(const HandlerCheck&) = delete;
+    HandlerCheck& operator=(const HandlerCheck&) = delete;
+    bool in_handler() const { return in_handler_; }
+
+ private:
+    bool in_handler_ = false;
+    int quiet_before_ = 0;
+};
+
 // Writes the enter records of this thread's frames that are not written yet (outermost first).
 void flush_frames(ThreadState& t);
 // Frame enter/leave used by callbacks and hooks.
@@ -267,7 +293,7 @@ class CallbackScope {
 
 // One ICorProfilerInfo call made through the wrapper: its arguments and out-values (RecordScope), recorded
 // in the calling thread's state.
-class InfoScope : public RecordScope {
+class InfoScope : private HandlerCheck, public RecordScope {
  public:
     // caller: the return address into the profiler (__builtin_return_address(0) in the wrapper's method)
     InfoScope(int id, bool two_phase, const void* caller);            // an ICorProfilerInfo method (InfoM)

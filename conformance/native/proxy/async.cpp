@@ -1,0 +1,162 @@
+// The proxy's side of the signal-safety preload (proxy.h, profharness/preload.h): asks whether a call comes
+// from inside the profiler's signal handler, and writes what the preload noted into the trace from the
+// watchdog thread (never from a handler: the trace writer locks and allocates).
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "generated.h"
+#include "profharness/native_stack.h"
+#include "profharness/preload.h"
+#include "proxy.h"
+
+namespace profharness::proxy {
+
+namespace {
+
+using SharedFn = preload::Shared* (*)();
+using InHandlerFn = int (*)();
+using NoteInfoFn = void (*)(int, const void*);
+using SetQuietFn = int (*)(int);
+
+preload::Shared* g_shared = nullptr;
+InHandlerFn g_in_handler = nullptr;
+NoteInfoFn g_note_info = nullptr;
+SetQuietFn g_set_quiet = nullptr;
+std::mutex g_drain_mu;
+
+// How long a handler waits for the allocator lock its own thread holds before the watchdog calls it a
+// deadlock (it can never be released: the holder is the waiter).
+constexpr std::int64_t kDeadlockAfterNs = 1000000000LL;
+
+const char* function_name(int fn) {
+    if (fn >= preload::kInfoBase) {
+        const int id = fn - preload::kInfoBase;
+        return id < static_cast<int>(InfoM::Count_) ? kInfoNames[id] : "?";
+    }
+    return g_shared && fn < static_cast<int>(g_shared->function_count) ? g_shared->function_names[fn] : "?";
+}
+
+int info_id(const char* name) {
+    for (int k = 0; k < static_cast<int>(InfoM::Count_); ++k)
+        if (std::strcmp(kInfoNames[k], name) == 0) return k;
+    return -1;
+}
+
+// Handlers new since the last drain; sites new since the last drain and, when `final`, every site whose
+// count grew since it was written (a later record of a site supersedes the earlier: its count is the total).
+void drain_locked(bool final) {
+    for (int k = 0; k < preload::kHandlers; ++k) {
+        preload::Handler& h = g_shared->handlers[k];
+        const std::uintptr_t fn = h.fn.load(std::memory_order_acquire);
+        if (!fn || h.written.exchange(1)) continue;
+        const void* installer = reinterpret_cast<const void*>(h.installer.load());
+        note_caller(installer);
+        Json rec = Json::object();
+        rec.set("name", "proxy.signal_handler").set("payload", Json());
+        rec.set("signo", k).set("handler", Json(static_cast<std::uint64_t>(fn)));
+        rec.set("caller", Json(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(installer))));
+        rec.set("siginfo", h.siginfo.load() != 0);
+        trace().write("mark", rec);
+    }
+    for (preload::Site& s : g_shared->sites) {
+        if (!s.published.load(std::memory_order_acquire)) continue;
+        const std::uint64_t count = s.count.load();
+        const std::uint64_t written = s.written.load();
+        if (written && (!final || written == count)) continue;
+        s.written.store(count);
+        const std::uint64_t key = s.key.load();
+        const int fn = static_cast<int>(key & 0xffff);
+        const std::uint64_t caller = key >> 16;
+        note_caller(reinterpret_cast<const void*>(caller));
+        Json rec = Json::object();
+        rec.set("name", "proxy.async").set("payload", Json());
+        rec.set("function", function_name(fn)).set("info", fn >= preload::kInfoBase);
+        rec.set("caller", Json(caller)).set("via", Json(s.via.load()));
+        rec.set("thread", Json(static_cast<std::int64_t>(s.os_tid.load()))).set("signo", s.signo.load());
+        rec.set("count", Json(count));
+        trace().write("mark", rec);
+    }
+}
+
+Json stack_json(void* const* ips, int n) {
+    return native_stack_json(ips, n < 0 ? 0 : (n > preload::kStackDepth ? preload::kStackDepth : n));
+}
+
+}  // namespace
+
+void async_init() {
+    if (g_shared) return;
+    auto shared = reinterpret_cast<SharedFn>(dlsym(RTLD_DEFAULT, "profharness_preload_shared"));
+    g_in_handler = reinterpret_cast<InHandlerFn>(dlsym(RTLD_DEFAULT, "profharness_preload_in_handler"));
+    g_note_info = reinterpret_cast<NoteInfoFn>(dlsym(RTLD_DEFAULT, "profharness_preload_note_info"));
+    g_set_quiet = reinterpret_cast<SetQuietFn>(dlsym(RTLD_DEFAULT, "profharness_preload_set_quiet"));
+    if (shared && g_in_handler && g_note_info && g_set_quiet) g_shared = shared();
+}
+
+bool async_loaded() { return g_shared != nullptr; }
+
+HandlerCheck::HandlerCheck(const char* name, const void* caller) {
+    if (!g_shared || !g_in_handler()) return;
+    in_handler_ = true;
+    const int id = info_id(name);
+    if (id >= 0) g_note_info(id, caller);
+    quiet_before_ = g_set_quiet(1);  // the proxy's and the runtime's work from here is not the profiler's
+}
+
+HandlerCheck::~HandlerCheck() {
+    if (in_handler_) g_set_quiet(quiet_before_);
+}
+
+int async_set_quiet(int quiet) { return g_shared ? g_set_quiet(quiet) : 0; }
+
+void async_drain(bool final) {
+    if (!g_shared || !recording_enabled()) return;
+    std::lock_guard<std::mutex> lock(g_drain_mu);
+    drain_locked(final);
+}
+
+void async_poll() {
+    if (!g_shared || !recording_enabled()) return;
+    async_drain(false);
+    preload::Injection& inj = g_shared->injection;
+    const std::int64_t since = inj.wait_since_ns.load(std::memory_order_acquire);
+    if (!since || now_ns() - since < kDeadlockAfterNs || inj.reported.exchange(1)) return;
+    const long holder = inj.holder_tid.load(), waiter = inj.waiter_tid.load();
+    async_drain(true);
+    note_caller(reinterpret_cast<const void*>(inj.waiter_caller.load()));
+    Json rec = Json::object();
+    rec.set("name", "proxy.async_deadlock").set("payload", Json());
+    rec.set("signo", inj.signo.load()).set("function", function_name(inj.waiter_function.load()));
+    rec.set("caller", Json(static_cast<std::uint64_t>(inj.waiter_caller.load())));
+    rec.set("holderOsTid", Json(static_cast<std::int64_t>(holder)));
+    rec.set("waiterOsTid", Json(static_cast<std::int64_t>(waiter)));
+    rec.set("waitedMs", Json((now_ns() - since) / 1000000));
+    rec.set("holderStack", stack_json(inj.holder_stack, inj.holder_n));
+    rec.set("waiterStack", stack_json(inj.waiter_stack, inj.waiter_n.load(std::memory_order_acquire)));
+    trace().write("mark", rec);
+    trace().write("end", Json::object());
+    ::kill(getpid(), SIGKILL);
+}
+
+Json async_summary_json() {
+    Json out = Json::object();
+    out.set("loaded", g_shared != nullptr);
+    if (!g_shared) return out;
+    Json handlers = Json::array();
+    for (int k = 0; k < preload::kHandlers; ++k) {
+        const preload::Handler& h = g_shared->handlers[k];
+        if (!h.fn.load() && !h.runs.load()) continue;
+        handlers.push(Json::object().set("signo", k).set("handler", Json(static_cast<std::uint64_t>(h.fn.load())))
+                          .set("runs", Json(h.runs.load())));
+    }
+    out.set("handlers", handlers).set("dropped", Json(g_shared->dropped.load()));
+    out.set("injection", g_shared->injection.state.load());
+    return out;
+}
+
+}  // namespace profharness::proxy

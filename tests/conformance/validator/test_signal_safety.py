@@ -1,0 +1,213 @@
+"""Issue 21, part 3: signal-handler safety, live on both bundled runtimes.
+
+The fixtures sample the startup thread with SIGPROF from a POSIX timer (``profilers/sampler_*.cpp``): one
+whose handler allocates (a heap node per sample), one whose handler locks a std::mutex, and a correct one (a
+preallocated ring, drained by a thread that calls GetFunctionFromIP); the documentation-written
+``docs/sampler_signal.cpp`` must stay clean too. Each faulty one is found with its ASYNC clause at its own
+source line (the line is found in the fixture's text, never taken from the report); the correct one broken in
+a copy goes red with the right clause at the inserted line; ``--inject-deadlock`` makes the allocating
+handler deadlock and shows both stacks. One validation per fixture (module-scoped), on the ``long`` app run
+for 1 s.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conformance.core import runner, scenarios
+from conformance.core.runtimes import Runtime
+from conformance.validator import api as validator
+from conformance.validator.report import render_text
+from conformance.validator.result import ClauseStatus, Group, ValidationResult
+from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_profiler, same_source
+
+APPS = Path(__file__).resolve().parent / "apps"
+DOCS = PROFILERS / "docs"
+#: the correct sampler's handler: the line the broken copies insert their faults after
+MARKER = "// (a correct handler does nothing more)"
+
+pytestmark = pytest.mark.live
+
+
+def line_of(source: Path, text: str) -> int:
+    """The 1-based line of ``source`` holding ``text`` (exactly one)."""
+    (found,) = [n for n, line in enumerate(source.read_text().splitlines(), 1) if text in line]
+    return found
+
+
+@pytest.fixture(scope="module")
+def long_app() -> Path:
+    folder = APPS / "long"
+    scenario = scenarios.Scenario(name="long", folder=folder, sources=[folder / "app.cs"],
+                                  plan={"version": 1}, description="the long app")  # fmt: skip
+    return scenarios.compile_scenario(scenario, runner.reference_runtime())
+
+
+Validate = Callable[..., ValidationResult]
+
+
+@pytest.fixture(scope="module")
+def validate(long_app: Path, runtimes: list[Runtime]) -> Validate:
+    def run(source: Path, *, inject_deadlock: bool = False) -> ValidationResult:
+        area = "validator-docs" if source.parent == DOCS else "validator-fixtures"
+        so = build_profiler(source, area, [DOCS] if source.parent == DOCS else [])
+        result = validator.validate(so, FIXTURE_CLSID, app=long_app, env={"PROFHARNESS_APP_SECONDS": "1"},
+                                    inject_deadlock=inject_deadlock, timeout_s=120.0)  # fmt: skip
+        assert {r.runtime for r in result.runs} == {rt.version for rt in runtimes}
+        return result
+
+    return run
+
+
+def statuses(result: ValidationResult, clause: str) -> set[ClauseStatus]:
+    return {r.status for r in result.rules if r.clause == clause}
+
+
+def sites(groups: list[Group]) -> set[tuple[str, int]]:
+    return {(g.clause, g.site.line) for g in groups if g.site is not None}
+
+
+@pytest.fixture(scope="module")
+def malloc_result(validate: Validate) -> ValidationResult:
+    return validate(PROFILERS / "sampler_malloc.cpp")
+
+
+@pytest.fixture(scope="module")
+def mutex_result(validate: Validate) -> ValidationResult:
+    return validate(PROFILERS / "sampler_mutex.cpp")
+
+
+def test_ASYNC_01_a_handler_that_allocates_is_found_at_its_new(
+    malloc_result: ValidationResult, runtimes: list[Runtime]
+) -> None:
+    source = PROFILERS / "sampler_malloc.cpp"
+    text = render_text(malloc_result)
+    assert all(r.outcome == "ok" for r in malloc_result.runs), text
+    (group,) = malloc_result.findings
+    assert group.clause == "ASYNC-01" and group.document == "signal-safety(7)", text
+    assert "calls only async-signal-safe functions" in group.quote and group.fix, group
+    assert group.runtimes == sorted(rt.version for rt in runtimes), text
+    assert group.site is not None and same_source(group.site.file, source), group
+    assert group.site.line == line_of(source, "new Sample{"), group
+    assert "on_sigprof" in (group.site.function or ""), group
+    assert "operator new" in group.first.message and "SIGPROF" in group.first.message, group
+
+
+def test_ASYNC_03_a_handler_that_locks_a_mutex_is_found_at_its_lock(
+    mutex_result: ValidationResult, runtimes: list[Runtime]
+) -> None:
+    source = PROFILERS / "sampler_mutex.cpp"
+    text = render_text(mutex_result)
+    assert {g.clause for g in mutex_result.findings} == {"ASYNC-03"}, text
+    lock = line_of(source, "std::lock_guard<std::mutex> lock(g_ring_mu);  // the fault")
+    assert ("ASYNC-03", lock) in sites(mutex_result.findings), text
+    for group in mutex_result.findings:  # the lock and the unlock (the guard's end), both in the handler
+        assert group.site is not None and same_source(group.site.file, source), group
+        assert "on_sigprof" in (group.site.function or ""), group
+        assert group.runtimes == sorted(rt.version for rt in runtimes), group
+    assert any("pthread_mutex_lock" in g.first.message for g in mutex_result.findings), text
+
+
+@pytest.mark.parametrize("source", [PROFILERS / "sampler_ring.cpp", DOCS / "sampler_signal.cpp"],
+                         ids=["sampler_ring", "docs-sampler_signal"])  # fmt: skip
+def test_ASYNC_correct_signal_samplers_are_clean(source: Path, validate: Validate) -> None:
+    """Clean, and not for want of looking: the handler was wrapped (ASYNC-01 passed, not skipped) and ran;
+    and it is the only one wrapped: the runtime's own handlers (libcoreclr's SIGSEGV, its activation signal,
+    libSystem.Native's) are left alone."""
+    result = validate(source)
+    text = render_text(result, verbose=True)
+    assert all(r.outcome == "ok" for r in result.runs), text
+    assert result.findings == [], text
+    assert statuses(result, "ASYNC-01") == {ClauseStatus.PASSED}, text
+    for run in result.runs:
+        marks = [json.loads(line) for line in Path(run.trace).read_text().splitlines()]
+        (shutdown,) = [m for m in marks if m.get("name") == "proxy.shutdown"]
+        handlers = shutdown["signals"]["handlers"]
+        assert [h["signo"] for h in handlers] == [signal.SIGPROF], handlers
+        assert handlers[0]["runs"] >= 20, handlers  # 1 s of a 5 ms (or 10 ms) sampler
+
+
+def test_ASYNC_07_a_correct_sampler_survives_the_injected_signal(validate: Validate) -> None:
+    """With --inject-deadlock the correct sampler's handler runs while its thread holds the allocator lock,
+    returns, and the run goes on: clean, ASYNC-07 passed (the injection happened)."""
+    result = validate(PROFILERS / "sampler_ring.cpp", inject_deadlock=True)
+    text = render_text(result, verbose=True)
+    assert all(r.outcome == "ok" for r in result.runs), text
+    assert result.findings == [], text
+    assert statuses(result, "ASYNC-07") == {ClauseStatus.PASSED}, text
+
+
+def test_ASYNC_07_an_allocating_handler_deadlocks_under_injection_with_both_stacks(
+    validate: Validate, runtimes: list[Runtime]
+) -> None:
+    source = PROFILERS / "sampler_malloc.cpp"
+    result = validate(source, inject_deadlock=True)
+    text = render_text(result, verbose=True)
+    assert [r.outcome for r in result.runs] == ["killed"] * len(runtimes), text  # ended by the proxy
+    assert {g.clause for g in result.findings} == {"ASYNC-01", "ASYNC-07"}, text  # no VAL-CRASH/VAL-HANG
+    (deadlock,) = [g for g in result.findings if g.clause == "ASYNC-07"]
+    assert deadlock.runtimes == sorted(rt.version for rt in runtimes), text
+    assert deadlock.site is not None and deadlock.site.line == line_of(source, "new Sample{"), deadlock
+    for occurrence in deadlock.occurrences:
+        message = occurrence.message
+        held, _, waits = message.partition("the lock was taken (inside malloc) at: ")[2].partition(
+            "; the handler waits at: ")
+        assert held and waits, message  # both stacks
+        assert "sampler_malloc.cpp" in waits and "on_sigprof" in waits, message  # the profiler's frame named
+        assert "on the same thread" in message, message
+
+
+def broken_copy(tmp_path: Path, faults: str, *, includes: str = "") -> Path:
+    """sampler_ring.cpp with ``faults`` inserted in its handler (and ``includes`` at the top)."""
+    text = (PROFILERS / "sampler_ring.cpp").read_text()
+    assert MARKER in text
+    copy = tmp_path / "sampler_ring_broken.cpp"
+    copy.write_text(includes + text.replace(MARKER, faults))
+    return copy
+
+
+def test_ASYNC_01_the_correct_sampler_with_a_malloc_added_goes_red(
+    tmp_path: Path, validate: Validate
+) -> None:
+    added = "void* volatile scratch = std::malloc(64);  // added\n    std::free(scratch);"
+    copy = broken_copy(tmp_path, added)
+    result = validate(copy)
+    text = render_text(result)
+    malloc_line = line_of(copy, "std::malloc(64)")
+    assert ("ASYNC-01", malloc_line) in sites(result.findings), text
+    assert {g.clause for g in result.findings} == {"ASYNC-01"}, text
+    # the copy's file (by name: a cached build of the same text names the temporary folder it was built in)
+    names = {Path(g.site.file or "").name for g in result.findings if g.site is not None}
+    assert names == {copy.name}, text
+
+
+def test_ASYNC_02_04_05_06_the_correct_sampler_broken_four_ways(tmp_path: Path, validate: Validate) -> None:
+    """stdio, dladdr and GetCurrentThreadID added to the handler, errno no longer restored: each at its line;
+    GetFunctionFromIP, which the DoStackSnapshot page's asynchronous walk names, is no finding."""
+    faults = "\n    ".join([
+        "char label[32];",
+        'snprintf(label, sizeof label, "%lx", static_cast<unsigned long>(ip));  // ASYNC-02',
+        "Dl_info where;",
+        "dladdr(reinterpret_cast<void*>(ip), &where);  // ASYNC-04",
+        "ThreadID thread = 0;",
+        "g_info->GetCurrentThreadID(&thread);  // ASYNC-05",
+        "FunctionID function = 0;",
+        "g_info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(ip), &function);  // allowed",
+        "errno = EINTR;",
+    ])
+    copy = broken_copy(tmp_path, faults, includes="#include <dlfcn.h>\n")
+    text = copy.read_text().replace("    errno = saved;\n", "")  # the errno fault
+    copy.write_text(text)
+    result = validate(copy)
+    report = render_text(result)
+    handler = line_of(copy, "void on_sigprof(")
+    expected = {("ASYNC-02", line_of(copy, "// ASYNC-02")), ("ASYNC-04", line_of(copy, "// ASYNC-04")),
+                ("ASYNC-05", line_of(copy, "// ASYNC-05")), ("ASYNC-06", handler)}  # fmt: skip
+    assert sites(result.findings) == expected, report
+    (info,) = [g for g in result.findings if g.clause == "ASYNC-05"]
+    assert "GetCurrentThreadID" in info.first.message, info
