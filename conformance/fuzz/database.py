@@ -108,6 +108,8 @@ def open_database(spec: str | Path) -> ExampleDatabase:
     """The example database ``spec`` names: a ``redis://`` URL (:func:`redis_database`) or a folder."""
     if is_redis_url(spec):
         return redis_database(str(spec))
+    if not str(spec):
+        raise InputError("--database '': names no folder nor redis://HOST:PORT/N URL")
     if isinstance(spec, str) and "://" in spec:
         raise InputError(f"--database {spec!r}: not a folder nor a redis://HOST:PORT/N URL")
     folder = Path(spec)

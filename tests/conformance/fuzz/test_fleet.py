@@ -40,12 +40,23 @@ REPLAYER_SEED = 2
         ("redis://localhost:6379/zero", "the database 'zero' is not a number"),
         ("redis://localhost:6379/0?db=1", "with no '?' or '#' part"),
         ("http://localhost:6379/0", "not a folder nor a redis://HOST:PORT/N URL"),
+        ("", "names no folder nor redis://HOST:PORT/N URL"),
     ],
 )
 def test_a_bad_redis_url_is_one_line(url: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["fuzz", str(build("noop")), "--clsid", CLSID, "--database", url]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"--database {url!r}: " in err and says in err
+
+
+def test_without_the_redis_package_a_redis_url_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)  # import redis raises ImportError
+    url = "redis://127.0.0.1:6379/0"
+    assert cli_main(["fuzz", str(build("noop")), "--clsid", CLSID, "--database", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "the 'redis' Python package is not installed (pip install redis)" in err
 
 
 def test_a_redis_url_names_host_port_and_database() -> None:
