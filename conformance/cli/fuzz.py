@@ -1,10 +1,16 @@
 """``profharness fuzz PROFILER.so --clsid {...}``: fuzz a profiler in the fake runtime (issue 11).
 
-Prints progress, then the findings of the first failure (shrunk) and where its reproducer went;
-``--replay FILE`` plays a reproducer again; ``--probe`` fuzzes the harness's own probe (its fuzz plan,
-a new process per example: :mod:`conformance.fuzz.probe`). Exit status: 0 clean, 1 findings, 2 bad
-input (a missing profiler or reproducer, a bad flag), 3 the harness failed (the fake runtime does not build
-or start), 130/143 SIGINT/SIGTERM: the fake runtime is ended, a failure found before it is printed and its
+Prints progress, then the findings of the first failure (shrunk) and where its reproducer went (it
+names the profiler as given and resolved); ``--replay FILE`` plays a reproducer again, from any folder;
+PROFILER may be a bare file name in the current folder, as in ``validate``. ``--time S`` starts no
+example after S seconds. ``--database DIR`` or ``--database redis://HOST:PORT/N`` keeps hypothesis'
+examples there (a Redis database is shared by several machines: each replays first every failure saved
+by any of them); without it they go under the harness cache (none with ``--seed``: a seeded run reads no
+earlier run's examples), as does the rest of hypothesis' ``.hypothesis/`` folder; ``--probe`` fuzzes
+the harness's own probe (its fuzz plan, a new process per example: :mod:`conformance.fuzz.probe`). Exit
+status: 0 clean, 1 findings, 2 bad input (a missing profiler or reproducer, a bad flag, a Redis URL that
+is not one or whose server does not answer), 3 the harness failed (the fake runtime does not build or
+start), 130/143 SIGINT/SIGTERM: the fake runtime is ended, a failure found before it is printed and its
 reproducer saved (as far as it was shrunk).
 """
 
@@ -17,6 +23,7 @@ from pathlib import Path
 
 from conformance.core import interrupt
 from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, InputError
+from conformance.fuzz.database import default_database
 from conformance.fuzz.machine import ENGINES, Session, fuzz, replay
 from conformance.fuzz.probe import probe_target
 
@@ -29,8 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clsid", help="the profiler's CLSID, {XXXXXXXX-...}")
     parser.add_argument("--max-examples", type=int, default=500, help="examples to run (default 500)")
     parser.add_argument("--seed", type=int, help="make the run deterministic")
-    parser.add_argument("--time", type=float, help="stop after this many seconds")
-    parser.add_argument("--database", type=Path, help="hypothesis example directory (shareable)")
+    parser.add_argument("--time", type=float, help="start no example after this many seconds (a failure "
+                        "found before is still shrunk)")
+    parser.add_argument("--database", metavar="DIR|redis://HOST:PORT/N",
+                        help="where hypothesis keeps the examples: a folder, or a Redis database several "
+                        "machines share (each replays first every failure any of them found); default: "
+                        "under the harness cache, none with --seed")
     parser.add_argument("--reproducer", type=Path, default=Path("fuzz-reproducer.json"),
                         help="where a failure's reproducer goes (default fuzz-reproducer.json)")
     parser.add_argument("--replay", type=Path, metavar="FILE", help="play a reproducer again")
@@ -77,9 +88,14 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"--max-examples must be at least 1, not {args.max_examples}")
     if args.steps < 1:
         raise InputError(f"--steps must be at least 1, not {args.steps}")
+    if args.time is not None and not args.time > 0:
+        raise InputError(f"--time must be a number of seconds above 0, not {args.time}")
+    database: str | Path | None = args.database
+    if database is None and args.seed is None:
+        database = default_database()
     print(f"fuzzing {profiler} ({clsid})", flush=True)
     report = fuzz(profiler, clsid, max_examples=args.max_examples, seed=args.seed,
-                  time_limit=args.time, database=args.database, reproducer=args.reproducer, hang_s=hang_s,
+                  time_limit=args.time, database=database, reproducer=args.reproducer, hang_s=hang_s,
                   steps=args.steps, progress=_progress, engine=args.engine, env=env, fresh=fresh,
                   shrink=not args.no_shrink)
     print(f"{report.examples} examples, {report.events} events in {report.seconds:.1f} s "

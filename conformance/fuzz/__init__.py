@@ -11,5 +11,7 @@ recording, and a failure is shrunk and saved as a reproducer that replays determ
   preconditions) and the interpreter that reads an example's bytes as steps;
 - :mod:`.judge`: the validator's rules over one example's recording, and the model's own checks;
 - :mod:`.machine`: the engines, the fuzzing session, shrinking and the replay of reproducers;
+- :mod:`.database`: where hypothesis stores (under the harness cache; the example database a folder or a
+  Redis server several machines share);
 - :mod:`.probe`: the harness's own probe as a fuzz target.
 """

@@ -32,19 +32,22 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import __version__ as hypothesis_version
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.database import ExampleDatabase
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, precondition, rule
 
 from conformance.core import interrupt
-from conformance.core.errors import InputError
+from conformance.core.errors import HarnessError, InputError
 from conformance.core.findings import Finding
 from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
+from conformance.fuzz.database import hypothesis_storage, open_database
 from conformance.fuzz.judge import judge
 from conformance.fuzz.program import RULES, Reader, StepRule, decode, without_step
 from conformance.fuzz.world import World
+from conformance.validator.launch import check_profiler
 
 REPRODUCER_FORMAT = "profharness-fuzz-reproducer 1"
 ENGINES = ("program", "stateful")
@@ -67,6 +70,13 @@ class FuzzFailure(AssertionError):
         self.findings = findings
         self.commands = commands
         self.data = data
+
+
+class TimeUp(KeyboardInterrupt):
+    """``--time`` is up: raised from inside the test, so hypothesis stops within the example (between
+    chunks was up to ``chunk`` examples late). A :class:`KeyboardInterrupt`, because hypothesis lets those
+    through at once without saving the example as a failure (any other exception, even a BaseException,
+    is saved to the database and shrunk as one)."""
 
 
 _FAILURE_TYPES: dict[frozenset[str], type[FuzzFailure]] = {}
@@ -109,6 +119,8 @@ class Session:
     first_failure: int | None = None
     #: that example's failure (kept when the run is interrupted before its shrinking ends)
     first_found: FuzzFailure | None = None
+    #: ``time.monotonic()`` after which no new example starts (``--time``; a found failure is still shrunk)
+    stop_at: float | None = None
 
     @property
     def trace(self) -> Path:
@@ -137,7 +149,10 @@ class Session:
         return findings
 
     def check(self, world: World, data: bytes | None = None) -> None:
-        """Run one example; raise its failure if it has findings."""
+        """Run one example; raise its failure if it has findings (:class:`TimeUp` instead, before it runs,
+        once :attr:`stop_at` is past while no failure is found)."""
+        if self.stop_at is not None and self.first_found is None and time.monotonic() >= self.stop_at:
+            raise TimeUp
         findings = self.run(world.commands, world.events, data)
         if findings:
             raise failure(findings, world.commands, data)
@@ -309,11 +324,15 @@ def collector_for_fuzzing() -> Iterator[None]:
 
 
 def reproducer_json(
-    profiler: Path, clsid: str, found: FuzzFailure, env: Mapping[str, str] | None = None
+    profiler: Path, clsid: str, found: FuzzFailure, env: Mapping[str, str] | None = None,
+    given: Path | None = None,
 ) -> dict[str, Any]:
+    """The reproducer of ``found``: ``profiler`` is the library's resolved path, ``given`` (default: the
+    same) as the user named it (see :func:`replay_target`)."""
     return {
         "format": REPRODUCER_FORMAT,
         "profiler": str(profiler),
+        "profiler_given": str(given if given is not None else profiler),
         "clsid": clsid,
         "env": dict(env or {}),
         "findings": [{"clause": f.clause, "callback": f.callback, "message": f.message}
@@ -338,7 +357,7 @@ def fuzz(
     max_examples: int = 500,
     seed: int | None = None,
     time_limit: float | None = None,
-    database: Path | None = None,
+    database: Path | str | None = None,
     reproducer: Path | None = None,
     hang_s: float = DEFAULT_HANG_S,
     steps: int = 30,
@@ -353,31 +372,39 @@ def fuzz(
     """Fuzz ``profiler`` until a failure (shrunk, saved to ``reproducer``), ``max_examples`` examples or
     ``time_limit`` seconds. ``seed`` makes the run deterministic (chunk k uses seed + k). ``env`` is set in
     the fake runtime's environment (and kept in the reproducer; ``{workdir}`` in a value is the run's
-    directory); ``fresh`` runs every example in a new fake runtime process. ``on_example(session)`` is called
-    after every example is judged (see :attr:`Session.on_example`)."""
+    directory); ``fresh`` runs every example in a new fake runtime process. ``profiler`` may be a bare
+    file name in the current folder (it is resolved as ``validate`` resolves it); ``database`` is a folder
+    or a ``redis://`` URL (:func:`conformance.fuzz.database.open_database`), None for none; hypothesis'
+    own files go under the harness cache (:func:`conformance.fuzz.database.hypothesis_storage`). Once
+    ``time_limit`` is past no new example starts (a failure found before it is still shrunk).
+    ``on_example(session)`` is called after every example is judged (see :attr:`Session.on_example`)."""
     if engine not in ENGINES:
         raise InputError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
     began = time.monotonic()
+    given, profiler = profiler, check_profiler(profiler)
     db: ExampleDatabase | None = None
     if database is not None:
-        db = ProfilerDatabase(DirectoryBasedExampleDatabase(str(database)), file_digest(profiler))
+        db = ProfilerDatabase(open_database(database), file_digest(profiler))
     make_test = program_test if engine == "program" else stateful_test
-    with collector_for_fuzzing(), tempfile.TemporaryDirectory(prefix="profharness-fuzz-") as tmp, FakeRuntime(
-        profiler, clsid, hang_s=hang_s, env=env, workdir=Path(tmp), fresh=fresh
-    ) as runtime:
+    with collector_for_fuzzing(), hypothesis_storage(), tempfile.TemporaryDirectory(
+        prefix="profharness-fuzz-"
+    ) as tmp, FakeRuntime(profiler, clsid, hang_s=hang_s, env=env, workdir=Path(tmp), fresh=fresh) as runtime:
         session = Session(runtime, Path(tmp), steps=steps, progress=progress, on_example=on_example)
-        report = FuzzReport(str(profiler), clsid, 0, 0, 0.0)
+        if time_limit is not None:
+            session.stop_at = began + time_limit
+        report = FuzzReport(str(given), clsid, 0, 0, 0.0)
         found_so_far: list[FuzzFailure] = []
         try:
             _fuzz_chunks(session, report, found_so_far, make_test, profiler=profiler, clsid=clsid,
-                         max_examples=max_examples, seed=seed, time_limit=time_limit, began=began, db=db,
-                         reproducer=reproducer, chunk=chunk, shrink=shrink, env=env)  # fmt: skip
+                         given=given, max_examples=max_examples, seed=seed, time_limit=time_limit,
+                         began=began, db=db, reproducer=reproducer, chunk=chunk, shrink=shrink,
+                         env=env)  # fmt: skip
         except interrupt.Interrupted:
             report.interrupted = True
             best = found_so_far[-1] if found_so_far else session.first_found
             if best is not None and not report.findings:
                 _report_failure(report, best, shrunk=False, profiler=profiler, clsid=clsid,
-                                reproducer=reproducer, env=env)  # fmt: skip
+                                reproducer=reproducer, env=env, given=given)  # fmt: skip
         report.examples = session.examples
         report.events = session.events
         report.restarts = runtime.restarts
@@ -389,7 +416,8 @@ def fuzz(
 
 
 def _report_failure(report: FuzzReport, found: FuzzFailure, *, shrunk: bool, profiler: Path, clsid: str,
-                    reproducer: Path | None, env: Mapping[str, str] | None) -> None:  # fmt: skip
+                    reproducer: Path | None, env: Mapping[str, str] | None,
+                    given: Path | None = None) -> None:  # fmt: skip
     """``found`` is the run's failure: its findings in the report, its reproducer saved."""
     with interrupt.deferred():  # a signal does not leave half a reproducer
         report.findings = found.findings
@@ -397,8 +425,27 @@ def _report_failure(report: FuzzReport, found: FuzzFailure, *, shrunk: bool, pro
         report.reproducer_events = sum(1 for c in found.commands if c.get("op") == "event")
         if reproducer is not None:
             reproducer.parent.mkdir(parents=True, exist_ok=True)
-            reproducer.write_text(json.dumps(reproducer_json(profiler, clsid, found, env), indent=1))
+            reproducer.write_text(json.dumps(reproducer_json(profiler, clsid, found, env, given), indent=1))
             report.reproducer = reproducer
+
+
+#: where hypothesis' ``@seed`` leaves a test's settings (with ``database=None``)
+_SETTINGS_ATTRIBUTE = "_hypothesis_internal_use_settings"
+
+
+def seeded(test: Callable[[], None], seed: int, db: ExampleDatabase | None) -> Callable[[], None]:
+    """``test`` with hypothesis' ``@seed(seed)``, and ``db`` kept: ``@seed`` drops the database (a seeded
+    test replays nothing), but a seeded run given a database (``--seed`` with ``--database``: one machine of
+    a fleet) replays its examples first and saves what it finds there, then generates as the seed says."""
+    test = hypothesis_seed(seed)(test)
+    if db is not None:
+        dropped = getattr(test, _SETTINGS_ATTRIBUTE, None)
+        if not isinstance(dropped, settings):
+            raise HarnessError(
+                f"hypothesis {hypothesis_version}: @seed left no settings to give the database back to"
+            )
+        setattr(test, _SETTINGS_ATTRIBUTE, settings(dropped, database=db))
+    return test
 
 
 def _fuzz_chunks(
@@ -409,6 +456,7 @@ def _fuzz_chunks(
     *,
     profiler: Path,
     clsid: str,
+    given: Path,
     max_examples: int,
     seed: int | None,
     time_limit: float | None,
@@ -438,12 +486,14 @@ def _fuzz_chunks(
         )
         test = make_test(session, config)
         if seed is not None:
-            test = hypothesis_seed(seed + k)(test)
+            test = seeded(test, seed + k, db)
         k += 1
         before = session.examples
         try:
             with with_reporter(lambda _msg: None):
                 test()
+        except TimeUp:
+            break
         except (FuzzFailure, BaseExceptionGroup) as exc:
             found = _failures(exc)
             if not found:
@@ -451,7 +501,7 @@ def _fuzz_chunks(
             found_so_far.append(found[0])
             shrunk = polish(session, found[0]) if shrink else found[0]
             _report_failure(report, shrunk, shrunk=shrink, profiler=profiler, clsid=clsid,
-                            reproducer=reproducer, env=env)  # fmt: skip
+                            reproducer=reproducer, env=env, given=given)  # fmt: skip
             break
         if session.examples == before:
             break
@@ -467,7 +517,8 @@ def load_reproducer(path: Path) -> dict[str, Any]:
     child truncates and writes), so a command with one of those ops, or a ``trace`` field, is refused.
     An ``env`` value that names a path (it starts with ``/``, ``~``, ``./``, ``../`` or ``{workdir}``)
     must lie under ``{workdir}`` with no ``..`` part. ``profiler`` names the library under test, which the
-    user chose and may override on the command line; it may not hold a ``..`` part or a NUL byte.
+    user chose and may override on the command line; it may not hold a ``..`` part or a NUL byte
+    (``profiler_given``, the path as the user named it, may: it is used only as :func:`replay_target` says).
 
     ``program`` (the program engine's example, hex; null from the stateful engine) is what the commands
     were decoded from: they must be the commands of its first steps (the fuzzer's step limit is not kept,
@@ -493,6 +544,9 @@ def load_reproducer(path: Path) -> dict[str, Any]:
     profiler: str = data["profiler"]
     if not profiler or "\0" in profiler or ".." in Path(profiler).parts:
         raise InputError(f"{path}: profiler: {profiler!r} is not a usable path (empty, a NUL byte or '..')")
+    given = data.get("profiler_given", profiler)
+    if not isinstance(given, str) or not given or "\0" in given:
+        raise InputError(f"{path}: profiler_given: not a path (a non-empty string with no NUL byte)")
     if "\0" in data["clsid"]:
         raise InputError(f"{path}: clsid: holds a NUL byte")
     control = {"start", "end", "sync", "quit", "ready"}
@@ -557,10 +611,33 @@ def _check_program(path: Path, program: object, commands: list[Any]) -> None:
     )
 
 
+def replay_target(path: Path, data: Mapping[str, Any], profiler: Path | None = None) -> Path:
+    """The library a reproducer (``data``, read from ``path``) is played against, resolved: ``profiler``
+    when the user names one (a bare file name in the current folder too); else its ``profiler`` (the path
+    the fuzzer resolved: the same library from whatever folder the replay runs in); else, when that is not
+    on this machine, its ``profiler_given`` if that is relative with no ``..`` part, from the current folder
+    (a reproducer made elsewhere, replayed in a checkout of the same tree). Else one :class:`InputError`
+    line naming both."""
+    if profiler is not None:
+        return check_profiler(profiler)
+    stored = Path(data["profiler"])
+    given = Path(data.get("profiler_given", data["profiler"]))
+    candidates = [stored]
+    if not given.is_absolute() and ".." not in given.parts and given != stored:
+        candidates.append(given)
+    for candidate in candidates:
+        if candidate.exists():
+            return check_profiler(candidate)
+    named = f"{stored}" + (f" (given as {given})" if given != stored else "")
+    raise InputError(f"{path}: profiler: {named} is not on this machine; name the library after the "
+                     "reproducer: fuzz --replay FILE PROFILER.so")  # fmt: skip
+
+
 def replay(path: Path, *, profiler: Path | None = None, hang_s: float = DEFAULT_HANG_S) -> list[Finding]:
-    """Play a reproducer again in a fresh fake runtime; the findings it gives now."""
+    """Play a reproducer again in a fresh fake runtime; the findings it gives now (the library:
+    :func:`replay_target`)."""
     data = load_reproducer(path)
-    target = profiler or Path(data["profiler"])
+    target = replay_target(path, data, profiler)
     commands: list[Mapping[str, Any]] = data["commands"]
     with tempfile.TemporaryDirectory(prefix="profharness-replay-") as tmp, FakeRuntime(
         target, data["clsid"], hang_s=hang_s, env=data.get("env", {}), workdir=Path(tmp)
