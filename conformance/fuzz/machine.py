@@ -41,10 +41,11 @@ from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, p
 from conformance.core import interrupt
 from conformance.core.errors import InputError
 from conformance.core.findings import Finding
+from conformance.fuzz.behaviours import DEFAULT_WORLD, WORLDS
 from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
 from conformance.fuzz.judge import judge
 from conformance.fuzz.program import RULES, Reader, StepRule, decode, without_step
-from conformance.fuzz.world import World
+from conformance.fuzz.world import World, world_of
 
 REPRODUCER_FORMAT = "profharness-fuzz-reproducer 1"
 ENGINES = ("program", "stateful")
@@ -106,6 +107,8 @@ class Session:
     first_failure: int | None = None
     #: that example's failure (kept when the run is interrupted before its shrinking ends)
     first_found: FuzzFailure | None = None
+    #: the world the examples are made in (:data:`conformance.fuzz.behaviours.WORLDS`)
+    world: str = DEFAULT_WORLD
 
     @property
     def trace(self) -> Path:
@@ -147,7 +150,7 @@ def program_test(session: Session, config: settings) -> Callable[[], None]:
     @config
     @given(st.binary(min_size=size, max_size=size))
     def fuzz_program(data: bytes) -> None:
-        session.check(decode(data, session.steps).world, data)
+        session.check(decode(data, session.steps, session.world).world, data)
 
     return fuzz_program
 
@@ -160,7 +163,7 @@ class FuzzMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.world = World()
+        self.world = World(world=self.session.world)
 
     def teardown(self) -> None:
         self.session.check(self.world)
@@ -200,11 +203,11 @@ def polish(session: Session, found: FuzzFailure) -> FuzzFailure:
     data = found.data
     for _ in range(POLISH_PASSES):
         changed = False
-        program = decode(data, session.steps)
+        program = decode(data, session.steps, session.world)
         i = len(program.spans) - 1
         while i >= 0:
             candidate = without_step(data, program.spans, i)
-            trial = decode(candidate, session.steps)
+            trial = decode(candidate, session.steps, session.world)
             findings = session.run(trial.world.commands, trial.world.events)
             if findings and clauses_of(findings) == want:
                 data, program, changed = candidate, trial, True
@@ -340,13 +343,18 @@ def fuzz(
     engine: str = "program",
     env: Mapping[str, str] | None = None,
     fresh: bool = False,
+    world: str = DEFAULT_WORLD,
 ) -> FuzzReport:
     """Fuzz ``profiler`` until a failure (shrunk, saved to ``reproducer``), ``max_examples`` examples or
     ``time_limit`` seconds. ``seed`` makes the run deterministic (chunk k uses seed + k). ``env`` is set in
     the fake runtime's environment (and kept in the reproducer; ``{workdir}`` in a value is the run's
-    directory); ``fresh`` runs every example in a new fake runtime process."""
+    directory); ``fresh`` runs every example in a new fake runtime process. ``world``: ``observed`` (only
+    what the bundled runtimes were seen to do) or ``documented`` (also what only a document allows):
+    docs/fake-runtime.md."""
     if engine not in ENGINES:
         raise InputError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if world not in WORLDS:
+        raise InputError(f"fuzz world {world!r} is not one of {', '.join(WORLDS)}")
     began = time.monotonic()
     db: ExampleDatabase | None = None
     if database is not None:
@@ -355,7 +363,7 @@ def fuzz(
     with collector_for_fuzzing(), tempfile.TemporaryDirectory(prefix="profharness-fuzz-") as tmp, FakeRuntime(
         profiler, clsid, hang_s=hang_s, env=env, workdir=Path(tmp), fresh=fresh
     ) as runtime:
-        session = Session(runtime, Path(tmp), steps=steps, progress=progress)
+        session = Session(runtime, Path(tmp), steps=steps, progress=progress, world=world)
         report = FuzzReport(str(profiler), clsid, 0, 0, 0.0)
         found_so_far: list[FuzzFailure] = []
         try:
@@ -529,7 +537,7 @@ def _check_program(path: Path, program: object, commands: list[Any]) -> None:
     if data is None:
         raise InputError(f"{path}: program: not a hex string of the example's bytes (nor null)")
     # every step sends at least one command: more steps than commands cannot give these commands
-    decoded = decode(data, len(commands))
+    decoded = decode(data, len(commands), world_of(commands))
     derived: list[Any] = json.loads(json.dumps(decoded.world.commands))
     if len(commands) in (0, *decoded.ends) and derived[: len(commands)] == commands:
         return

@@ -67,7 +67,7 @@ def test_an_example_line_by_line_records_what_the_same_example_in_one_line_does(
     """The child's protocol takes a command per line or a whole example as one JSON array (what
     :class:`FakeRuntime` sends): the same commands give the same records either way (OS thread ids and the
     pid aside), and the two replies come in the same order."""
-    world = World()
+    world = World(world="documented")  # a name that grows: only a document's (names.grow)
     tid = world.create_thread()
     other = world.create_thread()
     cls = world.load_class(tid, world.load_module(0, ["a.dll", "a-longer-name.dll"]), ["C"])
@@ -97,7 +97,7 @@ def test_an_example_line_by_line_records_what_the_same_example_in_one_line_does(
 
 
 def test_a_name_growing_between_the_passes_is_BUF_08_for_a_client_without_retry(tmp_path: Path) -> None:
-    world = World()
+    world = World(world="documented")  # a name that grows: only a document's (names.grow)
     world.load_module(0, ["a.dll", "a-longer-name.dll"])
     trace = tmp_path / "trace.jsonl"
     for name, expected in (("no_retry", {"BUF-08"}), ("correct", set())):
@@ -113,16 +113,17 @@ def test_MR2_17_off_by_one_remapping_is_found_shrunk_and_replayed(tmp_path: Path
     assert {f.clause for f in report.findings} == {"MR2-17"}
     events = reproducer_events(out)
     # near-minimal: a thread, a module, a class, two adjacent objects (ObjectAllocated, or an exception's
-    # thrown object), one compacting GC: 17 events at the least
+    # thrown object), one compacting GC: 17 events at the least (a range holds contiguous objects only, issue
+    # 22: the shrinker keeps a few more allocations than two)
     assert events.count("GarbageCollectionStarted") == 1 and events.count("MovedReferences2") == 1
     assert events.count("ThreadCreated") == 1 and events.count("ModuleLoadStarted") == 1
-    assert 17 <= len(events) <= 20, events
+    assert 17 <= len(events) <= 24, events
     assert {(f.clause, f.callback) for f in replay(out)} == {(f.clause, f.callback) for f in report.findings}
 
 
 def test_BUF_08_no_retry_is_found_shrunk_to_one_module_load_and_replayed(tmp_path: Path) -> None:
     out = tmp_path / "repro.json"
-    report = fuzz(build("no_retry"), CLSID, max_examples=500, seed=3, reproducer=out)
+    report = fuzz(build("no_retry"), CLSID, max_examples=500, seed=3, reproducer=out, world="documented")
     assert report.first_failure is not None and report.first_failure <= 500
     assert [f.clause for f in report.findings] == ["BUF-08"]
     # minimal: the one module load whose name grows (no thread creation, nothing else)
@@ -135,10 +136,13 @@ def test_crash_on_a_rare_stack_shape_is_a_VAL_CRASH_finding_shrunk_and_replayed(
     report = fuzz(build("rare_stack_crash"), CLSID, max_examples=500, seed=1, reproducer=out)
     assert report.first_failure is not None and report.first_failure <= 500
     assert [(f.clause, f.callback) for f in report.findings] == [("VAL-CRASH", "ExceptionThrown")]
-    # minimal: a thread, a module, a class, the exception (its object's ObjectAllocated, ExceptionThrown)
+    # minimal: a thread, a module, a class, a JIT-compiled method (an exception needs a managed frame to
+    # catch it, issue 22), the exception (its object's ObjectAllocated, ExceptionThrown, the search and catch
+    # in the leaf frame)
     events = reproducer_events(out)
-    assert len(events) == 9 and events[-2:] == ["ObjectAllocated", "ExceptionThrown"], events
-    assert {"ThreadCreated", "ModuleLoadFinished", "ClassLoadFinished"} <= set(events)
+    assert len(events) == 16 and events[9:11] == ["ObjectAllocated", "ExceptionThrown"], events
+    assert {"ThreadCreated", "ModuleLoadFinished", "ClassLoadFinished", "JITCompilationFinished"} <= {*events}
+    assert events[-3:] == ["ExceptionSearchCatcherFound", "ExceptionCatcherEnter", "ExceptionCatcherLeave"]
     stacks = [c["frames"] for c in json.loads(out.read_text())["commands"] if c["op"] == "stack"]
     assert len(stacks[-1]) == 7 and stacks[-1][3][0] == 0  # the planted shape: 7 frames, native 4th
     assert [(f.clause, f.callback) for f in replay(out)] == [("VAL-CRASH", "ExceptionThrown")]
@@ -147,6 +151,7 @@ def test_crash_on_a_rare_stack_shape_is_a_VAL_CRASH_finding_shrunk_and_replayed(
 def test_the_stateful_engine_finds_BUF_08_too(tmp_path: Path) -> None:
     out = tmp_path / "repro.json"
     report = fuzz(build("no_retry"), CLSID, max_examples=100, seed=3, reproducer=out, engine="stateful",
+                  world="documented",
                   shrink=False)  # its shrinking (hypothesis' state machine) takes seconds: not in CI
     assert {f.clause for f in report.findings} == {"BUF-08"} and report.first_failure is not None
     assert "ModuleLoadFinished" in reproducer_events(out)
@@ -222,7 +227,7 @@ def test_cli_finds_BUF_08_and_replays_its_reproducer(tmp_path: Path,
     out = tmp_path / "repro.json"
     lib = str(build("no_retry"))
     assert cli_main(["fuzz", lib, "--clsid", CLSID, "--max-examples", "200", "--seed", "3",
-                     "--reproducer", str(out), "--no-shrink"]) == 1
+                     "--reproducer", str(out), "--no-shrink", "--world", "documented"]) == 1
     printed = capsys.readouterr().out
     assert "BUF-08" in printed and "first failing example: #2; reproducer" in printed
     assert cli_main(["fuzz", "--replay", str(out)]) == 1
