@@ -73,6 +73,10 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     # --- callbacks and their order (conformance/fuzz/world.py) ----------------------------------------
     Behaviour("thread.create", "ThreadCreated, then ThreadAssignedToOSThread, on the new thread",
               Basis.OBSERVED, observed=_PROBE),
+    Behaviour("thread.managed", "every callback but Initialize and Shutdown on a thread the runtime "
+              "announced (ThreadCreated) and did not destroy: module loads come after a ThreadCreated",
+              Basis.OBSERVED, observed=_PROBE + " (the ModuleLoadStarted records' ThreadIDs are created "
+              "threads')"),
     Behaviour("thread.destroy", "ThreadDestroyed on a live thread; it makes no callback after it",
               Basis.OBSERVED, observed=_VALIDATE_FUZZ_CORRECT),
     Behaviour("module.load", "ModuleLoadStarted, ModuleLoadFinished (S_OK), ModuleAttachedToAssembly, in "

@@ -132,6 +132,9 @@ class World:
     # --- commands ------------------------------------------------------------------------------------
 
     def event(self, thread: int, name: str, **args: Any) -> None:
+        if thread not in self.threads:  # every callback on a managed thread the runtime announced
+            raise ValueError(f"{name} on {thread:#x}, not a live thread (ThreadCreated, not ThreadDestroyed)")
+        self.does("thread.managed")
         self.commands.append({"op": "event", "thread": thread, "name": name, "args": args})
         self.events += 1
 
