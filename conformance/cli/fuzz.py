@@ -23,6 +23,7 @@ from pathlib import Path
 
 from conformance.core import interrupt
 from conformance.core.errors import EXIT_CLEAN, EXIT_FINDINGS, InputError
+from conformance.fuzz.behaviours import DEFAULT_WORLD, WORLDS
 from conformance.fuzz.database import default_database
 from conformance.fuzz.machine import ENGINES, Session, fuzz, replay
 from conformance.fuzz.probe import probe_target
@@ -55,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh-process", action="store_true",
                         help="a new fake runtime process per example (a profiler with process-wide state)")
     parser.add_argument("--probe", action="store_true", help="fuzz the harness's own probe")
+    parser.add_argument("--world", choices=WORLDS, default=DEFAULT_WORLD,
+                        help="observed: the fake runtime does only what 3.1/8.0 were seen to do (default); "
+                        "documented: also what only a document allows (docs/fake-runtime.md)")
     parser.add_argument("--no-shrink", action="store_true",
                         help="save the first failure as found (quicker; the reproducer is not minimal)")
 
@@ -97,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
     report = fuzz(profiler, clsid, max_examples=args.max_examples, seed=args.seed,
                   time_limit=args.time, database=database, reproducer=args.reproducer, hang_s=hang_s,
                   steps=args.steps, progress=_progress, engine=args.engine, env=env, fresh=fresh,
-                  shrink=not args.no_shrink)
+                  shrink=not args.no_shrink, world=args.world)
     print(f"{report.examples} examples, {report.events} events in {report.seconds:.1f} s "
           f"({report.restarts} restart(s) of the fake runtime)")
     for f in report.findings:

@@ -105,7 +105,7 @@ def render() -> str:
         "}",
         "",
         "// Every ICorProfilerInfo method: recorded (the proxy's rules), answered by answer_<Name>",
-        "// or E_NOTIMPL.",
+        "// or E_NOTIMPL (behaviour: answer.not-implemented).",
         f"class InfoBase : public {infos[-1].name} {{",
         " public:",
     ]
@@ -133,7 +133,8 @@ def render() -> str:
     out += [
         "};",
         "",
-        "// IMetaDataImport for one module: answer_<Name> for the names the fuzzer invents, E_NOTIMPL else.",
+        "// IMetaDataImport for one module: answer_<Name> for the names the fuzzer invents, E_NOTIMPL else",
+        "// (behaviour: answer.not-implemented).",
         "class MetaDataBase : public IMetaDataImport {",
         " public:",
     ]

@@ -42,11 +42,12 @@ from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, p
 from conformance.core import interrupt
 from conformance.core.errors import HarnessError, InputError
 from conformance.core.findings import Finding
+from conformance.fuzz.behaviours import DEFAULT_WORLD, WORLDS
 from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
 from conformance.fuzz.database import hypothesis_storage, open_database
 from conformance.fuzz.judge import judge
 from conformance.fuzz.program import RULES, Reader, StepRule, decode, without_step
-from conformance.fuzz.world import World
+from conformance.fuzz.world import World, world_of
 from conformance.validator.launch import check_profiler
 
 REPRODUCER_FORMAT = "profharness-fuzz-reproducer 1"
@@ -121,6 +122,8 @@ class Session:
     first_found: FuzzFailure | None = None
     #: ``time.monotonic()`` after which no new example starts (``--time``; a found failure is still shrunk)
     stop_at: float | None = None
+    #: the world the examples are made in (:data:`conformance.fuzz.behaviours.WORLDS`)
+    world: str = DEFAULT_WORLD
 
     @property
     def trace(self) -> Path:
@@ -170,7 +173,7 @@ def program_test(session: Session, config: settings) -> Callable[[], None]:
     @config
     @given(st.binary(min_size=size, max_size=size))
     def fuzz_program(data: bytes) -> None:
-        session.check(decode(data, session.steps).world, data)
+        session.check(decode(data, session.steps, session.world).world, data)
 
     return fuzz_program
 
@@ -183,7 +186,7 @@ class FuzzMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.world = World()
+        self.world = World(world=self.session.world)
 
     def teardown(self) -> None:
         self.session.check(self.world)
@@ -223,11 +226,11 @@ def polish(session: Session, found: FuzzFailure) -> FuzzFailure:
     data = found.data
     for _ in range(POLISH_PASSES):
         changed = False
-        program = decode(data, session.steps)
+        program = decode(data, session.steps, session.world)
         i = len(program.spans) - 1
         while i >= 0:
             candidate = without_step(data, program.spans, i)
-            trial = decode(candidate, session.steps)
+            trial = decode(candidate, session.steps, session.world)
             findings = session.run(trial.world.commands, trial.world.events)
             if findings and clauses_of(findings) == want:
                 data, program, changed = candidate, trial, True
@@ -368,6 +371,7 @@ def fuzz(
     env: Mapping[str, str] | None = None,
     fresh: bool = False,
     on_example: Callable[[Session], None] | None = None,
+    world: str = DEFAULT_WORLD,
 ) -> FuzzReport:
     """Fuzz ``profiler`` until a failure (shrunk, saved to ``reproducer``), ``max_examples`` examples or
     ``time_limit`` seconds. ``seed`` makes the run deterministic (chunk k uses seed + k). ``env`` is set in
@@ -377,9 +381,13 @@ def fuzz(
     or a ``redis://`` URL (:func:`conformance.fuzz.database.open_database`), None for none; hypothesis'
     own files go under the harness cache (:func:`conformance.fuzz.database.hypothesis_storage`). Once
     ``time_limit`` is past no new example starts (a failure found before it is still shrunk).
-    ``on_example(session)`` is called after every example is judged (see :attr:`Session.on_example`)."""
+    ``on_example(session)`` is called after every example is judged (see :attr:`Session.on_example`).
+    ``world``: ``observed`` (only what the bundled runtimes were seen to do) or ``documented`` (also what
+    only a document allows): docs/fake-runtime.md."""
     if engine not in ENGINES:
         raise InputError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if world not in WORLDS:
+        raise InputError(f"fuzz world {world!r} is not one of {', '.join(WORLDS)}")
     began = time.monotonic()
     given, profiler = profiler, check_profiler(profiler)
     db: ExampleDatabase | None = None
@@ -389,7 +397,8 @@ def fuzz(
     with collector_for_fuzzing(), hypothesis_storage(), tempfile.TemporaryDirectory(
         prefix="profharness-fuzz-"
     ) as tmp, FakeRuntime(profiler, clsid, hang_s=hang_s, env=env, workdir=Path(tmp), fresh=fresh) as runtime:
-        session = Session(runtime, Path(tmp), steps=steps, progress=progress, on_example=on_example)
+        session = Session(runtime, Path(tmp), steps=steps, progress=progress, on_example=on_example,
+                          world=world)
         if time_limit is not None:
             session.stop_at = began + time_limit
         report = FuzzReport(str(given), clsid, 0, 0, 0.0)
@@ -593,7 +602,7 @@ def _check_program(path: Path, program: object, commands: list[Any]) -> None:
     if data is None:
         raise InputError(f"{path}: program: not a hex string of the example's bytes (nor null)")
     # every step sends at least one command: more steps than commands cannot give these commands
-    decoded = decode(data, len(commands))
+    decoded = decode(data, len(commands), world_of(commands))
     derived: list[Any] = json.loads(json.dumps(decoded.world.commands))
     if len(commands) in (0, *decoded.ends) and derived[: len(commands)] == commands:
         return

@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from conformance.fuzz.world import GENERATIONS, GcPlan, World
+from conformance.fuzz.behaviours import DEFAULT_WORLD
+from conformance.fuzz.world import BATCH_OBSERVED, GENERATIONS, GcPlan, World
 
 __all__ = ["END_BELOW", "RULES", "Program", "Reader", "StepRule", "decode"]
 
@@ -35,6 +36,8 @@ T = TypeVar("T")
 END_BELOW = 6
 #: Names are made of these (ASCII, Latin-1, a BMP symbol and one outside the BMP: UTF-16 surrogates).
 LETTERS = "abcdefghijklmnopqrstuvwxyz.ABCXYZ_0123456789é€𝄞"
+#: ... in the observed world (behaviour ``names.ascii``).
+ASCII_LETTERS = LETTERS[:-3]
 #: At most this many fake threads live at once, and this many objects before allocation stops.
 MAX_THREADS = 8
 MAX_OBJECTS = 2000
@@ -90,30 +93,34 @@ class Reader:
 # --- parameters ---------------------------------------------------------------------------------------
 
 
-def names(r: Reader) -> list[str]:
-    """One name, or a name and a longer one the later questions get: an answer that grows between the
-    size query and the fill of a double-pass client (BUF-07/08)."""
+def names(world: World, r: Reader) -> list[str]:
+    """One name; in the documented world also a name and a longer one the later questions get: an answer
+    that grows between the size query and the fill of a double-pass client (BUF-07/08; no runtime changes a
+    name: the observed world never does). The bytes read are the same in both worlds."""
     length = 1 + r.below(12)
     seed = r.byte()
-    base = "".join(LETTERS[(seed + 7 * i) % len(LETTERS)] for i in range(length))
+    letters = LETTERS if world.may("names.unicode") else ASCII_LETTERS
+    base = "".join(letters[(seed + 7 * i) % len(letters)] for i in range(length))
     grow = r.byte()
-    if not grow & 1:
+    if not grow & 1 or not world.may("names.grow"):
         return [base]
     extra = 1 + (grow >> 1) % 40
-    return [base, base + "".join(LETTERS[(seed + 11 * i + 3) % len(LETTERS)] for i in range(extra))]
+    return [base, base + "".join(letters[(seed + 11 * i + 3) % len(letters)] for i in range(extra))]
 
 
-def size(r: Reader) -> int:
+def size(world: World, r: Reader) -> int:
     b = r.byte()
-    return 16 + b if b < 224 else SPECIAL_SIZES[(b - 224) % len(SPECIAL_SIZES)]
+    if b < 224 or not world.may("alloc.huge"):
+        return 16 + b % 224
+    return SPECIAL_SIZES[(b - 224) % len(SPECIAL_SIZES)]
 
 
-def gap(r: Reader) -> int:
+def gap(world: World, r: Reader) -> int:
     b = r.byte()
     if b < 128:
         return 0
-    if b < 192:
-        return b - 127
+    if b < 192 or not world.may("alloc.far"):
+        return 1 + (b - 128) % 64
     return SPECIAL_GAPS[b % len(SPECIAL_GAPS)]
 
 
@@ -128,7 +135,7 @@ def generations(r: Reader) -> list[int]:
 
 
 def thread(world: World, r: Reader) -> int:
-    """A live fake thread (0, the main one, only while there is none); one byte."""
+    """A live fake thread (every rule that makes callbacks needs one); one byte."""
     b = r.byte()
     threads = sorted(world.threads)
     return threads[b % len(threads)] if threads else 0
@@ -146,26 +153,22 @@ class StepRule:
     run: Callable[[World, Reader], None]
 
 
-def _always(world: World) -> bool:
-    return True
-
-
 def _thread_created(world: World, r: Reader) -> None:
     world.create_thread()
 
 
 def _load_module(world: World, r: Reader) -> None:
-    world.load_module(thread(world, r), names(r))
+    world.load_module(thread(world, r), names(world, r))
 
 
 def _load_class(world: World, r: Reader) -> None:
     module = r.pick(sorted(world.modules))
-    world.load_class(thread(world, r), module, names(r))
+    world.load_class(thread(world, r), module, names(world, r))
 
 
 def _jit(world: World, r: Reader) -> None:
     cls = r.pick(sorted(world.classes))
-    world.jit(thread(world, r), cls, names(r), 1 + r.below(4096))
+    world.jit(thread(world, r), cls, names(world, r), 1 + r.below(4096))
 
 
 def _allocate(world: World, r: Reader) -> None:
@@ -175,25 +178,27 @@ def _allocate(world: World, r: Reader) -> None:
         world.allocate(tid, cls, [24] * BURST, [0, 8] * (BURST // 2))
         return
     count = 1 + r.below(8)
-    sizes = [size(r) for _ in range(count)]
-    gaps = [gap(r) for _ in range(r.below(count + 1))]
+    sizes = [size(world, r) for _ in range(count)]
+    gaps = [gap(world, r) for _ in range(r.below(count + 1))]
     world.allocate(tid, cls, sizes, gaps)
 
 
 def _exception(world: World, r: Reader) -> None:
     """An exception thrown on a stack of any shape (up to 40 frames, runs of native code among them),
-    caught in any managed frame or by none."""
+    caught in a managed frame with no unmanaged one at or below it (none such: the step does nothing; an
+    exception no managed frame catches ends a runtime's process)."""
     tid = thread(world, r)
     shape: list[int | None] = []
     for _ in range(r.below(41)):
         b = r.byte() % 17
-        shape.append(None if b == 16 else b)
+        shape.append(None if b >= 14 else b)  # a run of unmanaged frames 3 times in 17
     frames = world.frames_for(shape, [16 * i + 1 for i in range(len(shape))])
-    managed = [i for i, (fid, _) in enumerate(frames) if fid]
-    k = r.byte() % (len(managed) + 1)
-    catcher = managed[k - 1] if k else None
+    first_native = next((i for i, (fid, _) in enumerate(frames) if not fid), len(frames))
+    k = r.byte() % (first_native + 1)
     cls = r.pick(sorted(world.classes))
-    world.exception(tid, frames, catcher, cls)
+    if first_native == 0:
+        return
+    world.exception(tid, frames, min(k, first_native - 1), cls)
 
 
 def _gc(world: World, r: Reader) -> None:
@@ -214,15 +219,17 @@ def _compacting_gc(world: World, r: Reader) -> None:
     else:
         moved = bits(block, n)
         split = bits(block[PATTERN_ABOVE // 8 :], max(0, n - 1))
-    gaps = [gap(r) for _ in range(r.below(9))]
+    gaps = [gap(world, r) for _ in range(r.below(9))]
     top = r.flag()
     base = r.below(2**40 + 1)
     reverse = r.flag()
     rotation = r.below(8)
     b = r.byte()
-    batch = 512 if b < 128 else 1 + b % 8
+    batch = BATCH_OBSERVED if b < 128 else 1 + b % 8
+    d = r.byte()
+    delta0 = 0 if d < 128 else 2 + d % 3
     plan = GcPlan(moved=moved, split=split, gaps=gaps, top=top, base_offset=base, reverse=reverse,
-                  array_rotation=rotation, batch=batch)
+                  array_rotation=rotation, batch=batch, delta0=delta0)
     world.compacting_gc(tid, collected, plan)
 
 
@@ -233,10 +240,10 @@ def _thread_destroyed(world: World, r: Reader) -> None:
 #: The rules, cheapest first (the shrinker lowers op bytes, so it prefers the earlier ones).
 RULES: tuple[StepRule, ...] = (
     StepRule("thread_created", lambda w: len(w.threads) < MAX_THREADS, _thread_created),
-    StepRule("load_module", _always, _load_module),
-    StepRule("load_class", lambda w: bool(w.modules), _load_class),
-    StepRule("jit", lambda w: bool(w.classes), _jit),
-    StepRule("gc", lambda w: bool(w.threads), _gc),
+    StepRule("load_module", lambda w: bool(w.threads), _load_module),
+    StepRule("load_class", lambda w: bool(w.modules and w.threads), _load_class),
+    StepRule("jit", lambda w: bool(w.classes and w.threads), _jit),
+    StepRule("gc", lambda w: bool(w.threads) and w.may("gc.plain"), _gc),
     StepRule("allocate", lambda w: bool(w.threads and w.classes) and len(w.heap) < MAX_OBJECTS, _allocate),
     StepRule("exception", lambda w: bool(w.threads and w.classes), _exception),
     StepRule("compacting_gc", lambda w: bool(w.threads), _compacting_gc),
@@ -255,9 +262,9 @@ class Program:
     ends: list[int] = field(default_factory=list)
 
 
-def decode(data: bytes, max_steps: int) -> Program:
-    """The example ``data`` encodes (at most ``max_steps`` steps)."""
-    world = World()
+def decode(data: bytes, max_steps: int, world_name: str = DEFAULT_WORLD) -> Program:
+    """The example ``data`` encodes (at most ``max_steps`` steps) in world ``world_name``."""
+    world = World(world=world_name)
     program = Program(world)
     r = Reader(data)
     while len(program.steps) < max_steps and r.pos < len(data):
@@ -268,7 +275,10 @@ def decode(data: bytes, max_steps: int) -> Program:
         rule = RULES[(op - END_BELOW) % len(RULES)]
         if not rule.allowed(world):
             continue  # the model does not allow it now: skipped
+        before = len(world.commands)
         rule.run(world, r)
+        if len(world.commands) == before:
+            continue  # the world had nothing to do it with (an exception with no managed frame): skipped
         program.steps.append(rule.name)
         program.spans.append((start, min(r.pos, len(data))))
         program.ends.append(len(world.commands))

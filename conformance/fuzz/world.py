@@ -11,16 +11,23 @@ readings give the same ObjectID).
 Every heap change has a version (:attr:`World.heap_version`, in its ``objects`` or ``heap`` command): the
 fake runtime marks the trace with the version in force (``fuzz.heap``), so a judge knows from the commands
 which ObjectIDs were live at each inspection (:func:`conformance.fuzz.judge.heaps_of`).
+
+Every behaviour is a row of :data:`conformance.fuzz.behaviours.BEHAVIOURS` (issue 22): the world tags what it
+does with its row (:meth:`World.does`) and asks before a choice only a document allows (:meth:`World.may`);
+the ``observed`` world (the default) makes none of those, the ``documented`` world makes them too and tells
+the fake runtime so first (a ``world`` command: its answers follow the same table).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clr_model.moved_refs import U64_MAX, RangeTable, to_v1
+from conformance.fuzz.behaviours import DEFAULT_WORLD, WORLDS, allowed
 
-__all__ = ["HEAP_MARK", "ClassInfo", "FunctionInfo", "GcPlan", "ModuleInfo", "World"]
+__all__ = ["HEAP_MARK", "ClassInfo", "FunctionInfo", "GcPlan", "ModuleInfo", "World", "world_of"]
 
 #: The mark the fake runtime writes when the heap changes (its ``version``: :attr:`World.heap_version`).
 HEAP_MARK = "fuzz.heap"
@@ -35,6 +42,15 @@ NATIVE_CODE = 0x5555_0000_0000
 GENERATIONS = 5
 COR_PRF_SUSPEND_FOR_GC = 1
 COR_PRF_GC_INDUCED = 1
+#: The ranges a MovedReferences2 batch holds on the bundled runtimes (the last one fewer).
+BATCH_OBSERVED = 512
+
+
+def world_of(commands: Sequence[Mapping[str, Any]]) -> str:
+    """The world an example's commands were made in (a ``world`` command first, else the default)."""
+    first = commands[0] if commands else {}
+    name = first.get("name") if isinstance(first, Mapping) and first.get("op") == "world" else None
+    return name if isinstance(name, str) and name in WORLDS else DEFAULT_WORLD
 
 
 @dataclass
@@ -74,6 +90,7 @@ class GcPlan:
     reverse: bool  # new space in the opposite order
     array_rotation: int  # the arrays' order: rotated by this much
     batch: int  # ranges per MovedReferences2 call
+    delta0: int = 0  # 0, or k >= 2: every k-th block (never the first) is reported where it is (delta 0)
 
 
 @dataclass
@@ -89,11 +106,35 @@ class World:
     #: the heap's version (0: empty at the start); each ``objects`` and ``heap`` command makes a new one
     heap_version: int = 0
     events: int = 0
+    #: which world (:data:`conformance.fuzz.behaviours.WORLDS`) this one is
+    world: str = DEFAULT_WORLD
+    #: the behaviours (their table ids) this world did
+    used: set[str] = field(default_factory=set)
     _next: int = 1
+
+    def __post_init__(self) -> None:
+        if not allowed("names.grow", self.world):  # checks the name too
+            return
+        self.commands.append({"op": "world", "name": self.world})  # the fake runtime's answers follow it
+
+    # --- behaviours ------------------------------------------------------------------------------------
+
+    def may(self, behaviour_id: str) -> bool:
+        """Whether this world has behaviour ``behaviour_id`` (a choice a caller makes only when it does)."""
+        return allowed(behaviour_id, self.world)
+
+    def does(self, behaviour_id: str) -> None:
+        """Tags a behaviour this world does (refused when its world does not have it)."""
+        if not allowed(behaviour_id, self.world):
+            raise ValueError(f"the {self.world} world has no behaviour {behaviour_id!r}")
+        self.used.add(behaviour_id)
 
     # --- commands ------------------------------------------------------------------------------------
 
     def event(self, thread: int, name: str, **args: Any) -> None:
+        if thread not in self.threads:  # every callback on a managed thread the runtime announced
+            raise ValueError(f"{name} on {thread:#x}, not a live thread (ThreadCreated, not ThreadDestroyed)")
+        self.does("thread.managed")
         self.commands.append({"op": "event", "thread": thread, "name": name, "args": args})
         self.events += 1
 
@@ -107,6 +148,8 @@ class World:
     # --- modules, classes, functions -------------------------------------------------------------------
 
     def load_module(self, thread: int, names: list[str]) -> int:
+        self.does("module.load")
+        self._names(names)
         mid = MODULE_BASE + self._id() * 0x1000
         self.event(thread, "ModuleLoadStarted", moduleId=mid)
         self.modules[mid] = ModuleInfo(mid, names)
@@ -116,6 +159,8 @@ class World:
         return mid
 
     def load_class(self, thread: int, module: int, names: list[str]) -> int:
+        self.does("class.load")
+        self._names(names)
         k = self._id()
         cid = CLASS_BASE + k * 0x100
         self.event(thread, "ClassLoadStarted", classId=cid)
@@ -126,6 +171,8 @@ class World:
         return cid
 
     def jit(self, thread: int, cls: int, names: list[str], size: int) -> int:
+        self.does("jit")
+        self._names(names)
         k = self._id()
         fid = FUNCTION_BASE + k * 0x100
         start = CODE_BASE + k * 0x10_0000
@@ -138,9 +185,15 @@ class World:
         self.event(thread, "JITCompilationFinished", functionId=fid, hrStatus=0, fIsSafeToBlock=1)
         return fid
 
+    def _names(self, names: list[str]) -> None:
+        self.does("names.ascii" if all(c.isascii() for n in names for c in n) else "names.unicode")
+        if len(set(names)) > 1:
+            self.does("names.grow")
+
     # --- threads and stacks ------------------------------------------------------------------------------
 
     def create_thread(self) -> int:
+        self.does("thread.create")
         tid = THREAD_BASE + self._id() * 0x1000
         self.threads[tid] = []
         self.state("thread", id=tid)
@@ -149,6 +202,7 @@ class World:
         return tid
 
     def destroy_thread(self, tid: int) -> None:
+        self.does("thread.destroy")
         self.event(tid, "ThreadDestroyed", threadId=tid)
         del self.threads[tid]
         self.state("thread_gone", id=tid)
@@ -168,29 +222,30 @@ class World:
         return frames
 
     def set_stack(self, tid: int, frames: list[tuple[int, int]]) -> None:
+        if any(fid == 0 for fid, _ in frames):
+            self.does("stack.native-runs")
         self.threads[tid] = frames
         self.state("stack", thread=tid, frames=[list(f) for f in frames])
 
-    def exception(self, tid: int, frames: list[tuple[int, int]], catcher: int | None, cls: int) -> None:
-        """An exception thrown at the leaf of ``frames`` and caught in frame ``catcher`` (None: no managed
-        frame catches it; it goes on unhandled past what the runtime reports)."""
+    def exception(self, tid: int, frames: list[tuple[int, int]], catcher: int, cls: int) -> None:
+        """An exception thrown at the leaf of ``frames`` and caught in managed frame ``catcher``, with no run
+        of unmanaged frames at or below it (an exception unhandled, or crossing unmanaged frames, ends a
+        runtime's process on Linux: no runtime goes on after one)."""
+        if not frames[catcher][0] or any(fid == 0 for fid, _ in frames[:catcher]):
+            raise ValueError(f"exception caught in frame {catcher}: not managed, or unmanaged frames below")
+        self.does("exception.caught")
         self.set_stack(tid, frames)
         oid = self.allocate(tid, cls, [24])[0]
         self.event(tid, "ExceptionThrown", thrownObjectId=oid)
-        last = len(frames) if catcher is None else catcher + 1
-        for fid, _ in frames[:last]:
-            if fid:
-                self.event(tid, "ExceptionSearchFunctionEnter", functionId=fid)
-                self.event(tid, "ExceptionSearchFunctionLeave")
-        if catcher is None:
-            return
+        for fid, _ in frames[: catcher + 1]:
+            self.event(tid, "ExceptionSearchFunctionEnter", functionId=fid)
+            self.event(tid, "ExceptionSearchFunctionLeave")
         catch_fn = frames[catcher][0]
         self.event(tid, "ExceptionSearchCatcherFound", functionId=catch_fn)
         for k, (fid, _) in enumerate(frames[:catcher]):
-            if fid:
-                self.event(tid, "ExceptionUnwindFunctionEnter", functionId=fid)
-                self.set_stack(tid, frames[k + 1 :])
-                self.event(tid, "ExceptionUnwindFunctionLeave")
+            self.event(tid, "ExceptionUnwindFunctionEnter", functionId=fid)
+            self.set_stack(tid, frames[k + 1 :])
+            self.event(tid, "ExceptionUnwindFunctionLeave")
         self.set_stack(tid, frames[catcher:])
         self.event(tid, "ExceptionCatcherEnter", functionId=catch_fn, objectId=oid)
         self.event(tid, "ExceptionCatcherLeave")
@@ -219,6 +274,11 @@ class World:
 
     def allocate(self, tid: int, cls: int, sizes: list[int], gaps: list[int] | None = None) -> list[int]:
         """Objects of class ``cls``, placed by the model; ObjectAllocated for each on thread ``tid``."""
+        self.does("alloc")
+        if any(s >= 2**32 for s in sizes):
+            self.does("alloc.huge")
+        if gaps and any(g >= 2**32 for g in gaps):
+            self.does("alloc.far")
         made: list[tuple[int, int]] = []
         top = max(self.heap) if self.heap else None  # the highest object, kept up to date below
         for k, size in enumerate(sizes):
@@ -248,6 +308,7 @@ class World:
 
     def gc(self, tid: int, generations: list[int]) -> None:
         """A GC that moves nothing."""
+        self.does("gc.plain")
         self._gc_begin(tid, generations)
         self._gc_end(tid)
 
@@ -255,21 +316,43 @@ class World:
         """A compacting GC by ``plan``: MovedReferences2 batches (each followed by its MovedReferences),
         the new heap, GarbageCollectionFinished. Returns the whole table (validated by the model)."""
         ordered = sorted(self.heap.items())
-        blocks: list[list[tuple[int, int]]] = []  # runs of moved objects: (ObjectID, size)
+        blocks: list[list[tuple[int, int]]] = []  # runs of moved, contiguous objects: (ObjectID, size)
         previous_moved = False
+        previous_end = -1
         for k, (oid, (_, size)) in enumerate(ordered):
             moved = plan.moved[k] if k < len(plan.moved) else False
             if moved:
                 split = plan.split[k - 1] if 0 < k <= len(plan.split) else True
-                if not previous_moved or split:
+                # a range is a block of contiguous live objects: free space between two ends it
+                if not previous_moved or split or oid != previous_end:
                     blocks.append([])
                 blocks[-1].append((oid, size))
             previous_moved = moved
+            previous_end = oid + size
         olds = [b[0][0] for b in blocks]
         lengths = [b[-1][0] + b[-1][1] - b[0][0] for b in blocks]
-        news = self._place(blocks, lengths, plan)
+        if plan.top and not self.may("gc.top"):
+            plan = replace(plan, top=False)
+        if plan.batch != BATCH_OBSERVED and not self.may("gc.batch-small"):
+            plan = replace(plan, batch=BATCH_OBSERVED)
+        k = plan.delta0
+        kept = [k >= 2 and i % k == k - 1 for i in range(len(blocks))]
+        placed = self._place([b for b, keep in zip(blocks, kept, strict=True) if not keep],
+                             [ln for ln, keep in zip(lengths, kept, strict=True) if not keep], plan)
+        news: list[int] | None = None
+        if placed is not None:
+            moving = iter(placed)
+            news = [old if keep else next(moving) for old, keep in zip(olds, kept, strict=True)]
         if news is None:
             olds, lengths, news, blocks = [], [], [], []
+        if not blocks:  # nothing moves: a plain GC (the observed world has none: every live GC moved some)
+            if self.may("gc.plain"):
+                self.gc(tid, generations)
+            return RangeTable([], [], [])
+        if plan.top and blocks:
+            self.does("gc.top")
+        self.does("gc.compact")
+        self._tag_layout(olds, news, lengths, plan)
         table = RangeTable(olds, news, lengths)  # the model refuses a table the contract does not allow
         moves: dict[int, int] = {}
         for block, new in zip(blocks, news, strict=True):
@@ -285,12 +368,8 @@ class World:
         v1 = to_v1(table).lengths  # MovedReferences' ULONG lengths (per range: the batches take their own)
         self._gc_begin(tid, generations)
         batch = max(1, plan.batch)
-        first = True
-        for at in range(0, n, batch) if n else [0]:
+        for at in range(0, n, batch):
             idx = order[at : at + batch]
-            if not idx and not first:
-                break
-            first = False
             o = [olds[i] for i in idx]
             w = [news[i] for i in idx]
             ln = [lengths[i] for i in idx]
@@ -303,6 +382,22 @@ class World:
         self.state("heap", version=version, objects=objects)
         self._gc_end(tid)
         return table
+
+    def _tag_layout(self, olds: list[int], news: list[int], lengths: list[int], plan: GcPlan) -> None:
+        """Tags what a compacting GC's ranges do (the rows of the table they rest on)."""
+        n = len(olds)
+        if n > plan.batch:
+            self.does("gc.batches")
+        self.does("gc.batch-512" if plan.batch == BATCH_OBSERVED else "gc.batch-small")
+        if any(o == w for o, w in zip(olds, news, strict=True)):
+            self.does("gc.delta0")
+        if plan.reverse or plan.array_rotation % max(n, 1):
+            self.does("gc.order")
+        left = sorted((o, o + ln) for o, w, ln in zip(olds, news, lengths, strict=True) if o != w)
+        for w, ln in zip(news, lengths, strict=True):
+            if any(lo < w + ln and w < hi for lo, hi in left):
+                self.does("gc.reuse")
+                break
 
     def _place(
         self, blocks: list[list[tuple[int, int]]], lengths: list[int], plan: GcPlan

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 #: real files of the kinds tests/data has no sample of: a recording proxy's trace (``profharness validate``
 #: of the project's probe, validate-basic on 8.0.4) and a fuzz reproducer (``profharness fuzz`` of the
-#: no_retry fixture profiler, seed 3: BUF-08)
+#: no_retry fixture profiler, seed 3, --world documented: BUF-08)
 SAMPLES = Path(__file__).resolve().parent / "samples"
 
 

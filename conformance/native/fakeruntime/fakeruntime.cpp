@@ -40,7 +40,8 @@ namespace {
 // --- the world state the fuzzer sends -------------------------------------------------------------------
 
 // Names are answered in turn: the k-th question about a thing gets names[min(k, n-1)], so a name can grow
-// between the size query and the fill of a double-pass client.
+// between the size query and the fill of a double-pass client (only the documented world sends two).
+// behaviour: names.ascii, names.unicode, names.grow
 struct Names {
     std::vector<std::u16string> texts;
     unsigned asked = 0;
@@ -139,6 +140,7 @@ struct World {
     std::map<ThreadID, FakeThread> threads;
     DWORD mask_low = 0;
     DWORD mask_high = 0;
+    bool documented = false;  // the "world" command: the documented world's answers (docs/fake-runtime.md)
 };
 
 World g_world;
@@ -193,7 +195,9 @@ Names names_of(const Json& cmd) {
 }
 
 // The caller-allocated buffer protocol (caller-allocated-buffers.md): *pcch is the whole answer with its
-// NUL, as much as fits is copied, S_OK (the runtime's answer to a short buffer, BUF-09).
+// NUL, as much as fits is copied, S_OK (the page's answer to a short buffer, BUF-09; GetRuntimeInformation's
+// on 8.0, the metadata's).
+// behaviour: answer.buffer-size, answer.buffer-short-truncate, answer.buffer-short-documented
 HRESULT answer_text(const std::u16string& text, ULONG cch, ULONG* pcch, WCHAR* buffer) {
     const ULONG need = static_cast<ULONG>(text.size() + 1);
     if (pcch) *pcch = need;
@@ -203,6 +207,14 @@ HRESULT answer_text(const std::u16string& text, ULONG cch, ULONG* pcch, WCHAR* b
         buffer[n] = 0;
     }
     return S_OK;
+}
+
+// The metadata's names: as answer_text, but a cut name is CLDB_S_TRUNCATION (a success code), as the runtime's
+// metadata reader answers.
+// behaviour: answer.metadata-short
+HRESULT answer_metadata_text(const std::u16string& text, ULONG cch, ULONG* pcch, WCHAR* buffer) {
+    const HRESULT hr = answer_text(text, cch, pcch, buffer);
+    return buffer && cch && cch < text.size() + 1 ? static_cast<HRESULT>(0x00131106) : hr;
 }
 
 // --- the recording --------------------------------------------------------------------------------------
@@ -431,27 +443,31 @@ Function* function_by_token(ModuleID module, mdMethodDef mb) {
 
 }  // namespace
 
+// behaviour: answer.world, answer.unknown-id, answer.metadata-short
 HRESULT MetaDataBase::answer_GetScopeProps(WCHAR* szName, ULONG cchName, ULONG* pchName, GUID* pmvid) {
     Module* m = entry(g_world.modules, static_cast<MetaData*>(this)->module());
     if (!m) return E_FAIL;
     if (pmvid) *pmvid = GUID{};
-    return answer_text(m->names.next(), cchName, pchName, szName);
+    return answer_metadata_text(m->names.next(), cchName, pchName, szName);
 }
 
+// behaviour: answer.world
 HRESULT MetaDataBase::answer_GetModuleFromScope(mdModule* pmd) {
     if (pmd) *pmd = 0x00000001;
     return S_OK;
 }
 
+// behaviour: answer.world, answer.unknown-id, answer.metadata-short
 HRESULT MetaDataBase::answer_GetTypeDefProps(mdTypeDef td, WCHAR* szTypeDef, ULONG cchTypeDef, ULONG* pchTypeDef,
                                              DWORD* pdwTypeDefFlags, mdToken* ptkExtends) {
     Class* c = class_by_token(static_cast<MetaData*>(this)->module(), td);
     if (!c) return E_INVALIDARG;  // CLDB_E_RECORD_NOTFOUND in the real metadata
     if (pdwTypeDefFlags) *pdwTypeDefFlags = 0x00100001;  // tdPublic | tdBeforeFieldInit
     if (ptkExtends) *ptkExtends = 0x01000001;
-    return answer_text(c->names.next(), cchTypeDef, pchTypeDef, szTypeDef);
+    return answer_metadata_text(c->names.next(), cchTypeDef, pchTypeDef, szTypeDef);
 }
 
+// behaviour: answer.world, answer.unknown-id, answer.metadata-short
 HRESULT MetaDataBase::answer_GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, WCHAR* szMethod, ULONG cchMethod,
                                             ULONG* pchMethod, DWORD* pdwAttr, PCCOR_SIGNATURE* ppvSigBlob,
                                             ULONG* pcbSigBlob, ULONG* pulCodeRVA, DWORD* pdwImplFlags) {
@@ -467,7 +483,7 @@ HRESULT MetaDataBase::answer_GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, W
     if (pcbSigBlob) *pcbSigBlob = sizeof kSig;
     if (pulCodeRVA) *pulCodeRVA = 0x2050;
     if (pdwImplFlags) *pdwImplFlags = 0;
-    return answer_text(f->names.next(), cchMethod, pchMethod, szMethod);
+    return answer_metadata_text(f->names.next(), cchMethod, pchMethod, szMethod);
 }
 
 // --- ICorProfilerInfo -----------------------------------------------------------------------------------
@@ -504,6 +520,7 @@ class Info final : public InfoBase {
         return n < 0 ? 0 : static_cast<ULONG>(n);
     }
 
+    // behaviour: answer.snapshot, answer.not-managed-thread, stack.native-runs
     HRESULT STDMETHODCALLTYPE DoStackSnapshot(ThreadID thread, StackSnapshotCallback* callback, ULONG32 infoFlags,
                                               void* clientData, BYTE* context, ULONG32 contextSize) override {
         CallScope s("DoStackSnapshot", true);
@@ -549,6 +566,7 @@ class Info final : public InfoBase {
         return s.finish(hr);
     }
 
+    // behaviour: answer.world
     HRESULT hooks(const char* name, const char* const* names, const void* e, const void* l, const void* t,
                   const void* caller) {
         CallScope s(name, false);
@@ -582,6 +600,7 @@ class Info final : public InfoBase {
         return hooks("SetEnterLeaveFunctionHooks3WithInfo", n, reinterpret_cast<void*>(e),
                      reinterpret_cast<void*>(l), reinterpret_cast<void*>(t), __builtin_return_address(0));
     }
+    // behaviour: answer.world
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper(FunctionIDMapper* f) override {
         CallScope s("SetFunctionIDMapper", false);
         s.caller(__builtin_return_address(0));
@@ -589,6 +608,7 @@ class Info final : public InfoBase {
         s.begin();
         return s.finish(S_OK);
     }
+    // behaviour: answer.world
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper2(FunctionIDMapper2* f, void* cd) override {
         CallScope s("SetFunctionIDMapper2", false);
         s.caller(__builtin_return_address(0));
@@ -619,37 +639,44 @@ void put(T* p, T v) {
 
 }  // namespace
 
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetClassFromObject(ObjectID objectId, ClassID* pClassId) {
     const Object* o = entry(g_world.heap, objectId);
     put<ClassID>(pClassId, o ? o->cls : 0);
     return o ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetObjectSize(ObjectID objectId, ULONG* pcSize) {
     const Object* o = entry(g_world.heap, objectId);
     put<ULONG>(pcSize, o ? static_cast<ULONG>(o->size) : 0);
     return o ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetObjectSize2(ObjectID objectId, SIZE_T* pcSize) {
     const Object* o = entry(g_world.heap, objectId);
     put<SIZE_T>(pcSize, o ? o->size : 0);
     return o ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetClassFromToken(ModuleID moduleId, mdTypeDef typeDef, ClassID* pClassId) {
     Class* c = class_by_token(moduleId, typeDef);
     put<ClassID>(pClassId, c ? c->id : 0);
     return c ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetFunctionFromToken(ModuleID moduleId, mdToken token, FunctionID* pFunctionId) {
     Function* f = function_by_token(moduleId, token);
     put<FunctionID>(pFunctionId, f ? f->id : 0);
     return f ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULONG* pcSize) {
     const Function* f = entry(g_world.functions, functionId);
     put<LPCBYTE>(pStart, f ? reinterpret_cast<LPCBYTE>(f->start) : nullptr);
     put<ULONG>(pcSize, f ? static_cast<ULONG>(f->size) : 0);
     return f ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetCodeInfo2(FunctionID functionID, ULONG32 cCodeInfos, ULONG32* pcCodeInfos,
                                       COR_PRF_CODE_INFO* codeInfos) {
     const Function* f = entry(g_world.functions, functionID);
@@ -658,31 +685,38 @@ HRESULT InfoBase::answer_GetCodeInfo2(FunctionID functionID, ULONG32 cCodeInfos,
     if (codeInfos && cCodeInfos >= 1) codeInfos[0] = COR_PRF_CODE_INFO{f->start, f->size};
     return S_OK;
 }
+// behaviour: answer.world
 HRESULT InfoBase::answer_GetEventMask(DWORD* pdwEvents) {
     put<DWORD>(pdwEvents, g_world.mask_low);
     return S_OK;
 }
+// behaviour: answer.world
 HRESULT InfoBase::answer_SetEventMask(DWORD dwEvents) {
     g_world.mask_low = dwEvents;
     return S_OK;
 }
+// behaviour: answer.world
 HRESULT InfoBase::answer_GetEventMask2(DWORD* pdwEventsLow, DWORD* pdwEventsHigh) {
     put<DWORD>(pdwEventsLow, g_world.mask_low);
     put<DWORD>(pdwEventsHigh, g_world.mask_high);
     return S_OK;
 }
+// behaviour: answer.world
 HRESULT InfoBase::answer_SetEventMask2(DWORD dwEventsLow, DWORD dwEventsHigh) {
     g_world.mask_low = dwEventsLow;
     g_world.mask_high = dwEventsHigh;
     return S_OK;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetFunctionFromIP(LPCBYTE ip, FunctionID* pFunctionId) {
     return Info::function_from_ip(reinterpret_cast<UINT_PTR>(ip), pFunctionId);
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetFunctionFromIP2(LPCBYTE ip, FunctionID* pFunctionId, ReJITID* pReJitId) {
     put<ReJITID>(pReJitId, 0);
     return Info::function_from_ip(reinterpret_cast<UINT_PTR>(ip), pFunctionId);
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetThreadInfo(ThreadID threadId, DWORD* pdwWin32ThreadId) {
     const FakeThread* t = entry(g_world.threads, threadId);
     if (!t || !t->worker) {
@@ -692,20 +726,27 @@ HRESULT InfoBase::answer_GetThreadInfo(ThreadID threadId, DWORD* pdwWin32ThreadI
     put<DWORD>(pdwWin32ThreadId, static_cast<DWORD>(t->worker->os_tid()));
     return S_OK;
 }
+// behaviour: answer.world, answer.not-managed-thread
 HRESULT InfoBase::answer_GetCurrentThreadID(ThreadID* pThreadId) {
     put<ThreadID>(pThreadId, tl_thread);
     return tl_thread ? S_OK : CORPROF_E_NOT_MANAGED_THREAD;
 }
+// behaviour: answer.world
 HRESULT InfoBase::answer_InitializeCurrentThread() { return S_OK; }
+// behaviour: answer.world
 HRESULT InfoBase::answer_SuspendRuntime() { return S_OK; }
+// behaviour: answer.world
 HRESULT InfoBase::answer_ResumeRuntime() { return S_OK; }
+// behaviour: answer.world
 HRESULT InfoBase::answer_ForceGC() { return S_OK; }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetClassIDInfo(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken) {
     const Class* c = entry(g_world.classes, classId);
     put<ModuleID>(pModuleId, c ? c->module : 0);
     put<mdTypeDef>(pTypeDefToken, c ? c->token : 0);
     return c ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken,
                                          ClassID* pParentClassId, ULONG32, ULONG32* pcNumTypeArgs, ClassID*) {
     const Class* c = entry(g_world.classes, classId);
@@ -715,6 +756,7 @@ HRESULT InfoBase::answer_GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, m
     put<ULONG32>(pcNumTypeArgs, 0);
     return c ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassId, ModuleID* pModuleId,
                                          mdToken* pToken) {
     const Function* f = entry(g_world.functions, functionId);
@@ -724,12 +766,14 @@ HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassI
     put<mdToken>(pToken, fi.token);
     return f ? S_OK : E_INVALIDARG;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO, ClassID* pClassId,
                                           ModuleID* pModuleId, mdToken* pToken, ULONG32, ULONG32* pcTypeArgs,
                                           ClassID*) {
     put<ULONG32>(pcTypeArgs, 0);
     return answer_GetFunctionInfo(funcId, pClassId, pModuleId, pToken);
 }
+// behaviour: answer.world, answer.unknown-id, answer.buffer-size, answer.buffer-short-error, answer.buffer-short-documented
 HRESULT InfoBase::answer_GetModuleInfo(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName,
                                        ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId) {
     Module* m = entry(g_world.modules, moduleId);
@@ -739,14 +783,25 @@ HRESULT InfoBase::answer_GetModuleInfo(ModuleID moduleId, LPCBYTE* ppBaseLoadAdd
     }
     put<LPCBYTE>(ppBaseLoadAddress, reinterpret_cast<LPCBYTE>(m->base));
     put<AssemblyID>(pAssemblyId, m->assembly);
-    return answer_text(m->names.next(), cchName, pcchName, szName);
+    const std::u16string& name = m->names.next();
+    const ULONG need = static_cast<ULONG>(name.size() + 1);
+    if (!g_world.documented && szName && cchName && cchName < need) {
+        // What 3.1 and 8.0 answer a short buffer here (BUF-09's observation): the size, only the NUL they
+        // store in element 0 first, ERROR_INSUFFICIENT_BUFFER.
+        put<ULONG>(pcchName, need);
+        szName[0] = 0;
+        return static_cast<HRESULT>(0x8007007A);
+    }
+    return answer_text(name, cchName, pcchName, szName);
 }
+// behaviour: answer.world, answer.unknown-id, answer.buffer-size, answer.buffer-short-error, answer.buffer-short-documented
 HRESULT InfoBase::answer_GetModuleInfo2(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName,
                                         ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId,
                                         DWORD* pdwModuleFlags) {
     put<DWORD>(pdwModuleFlags, 0);
     return answer_GetModuleInfo(moduleId, ppBaseLoadAddress, cchName, pcchName, szName, pAssemblyId);
 }
+// behaviour: answer.world, answer.buffer-size, answer.buffer-short-truncate
 HRESULT InfoBase::answer_GetRuntimeInformation(USHORT* pClrInstanceId, COR_PRF_RUNTIME_TYPE* pRuntimeType,
                                                USHORT* pMajorVersion, USHORT* pMinorVersion, USHORT* pBuildNumber,
                                                USHORT* pQFEVersion, ULONG cchVersionString,
@@ -759,6 +814,7 @@ HRESULT InfoBase::answer_GetRuntimeInformation(USHORT* pClrInstanceId, COR_PRF_R
     put<USHORT>(pQFEVersion, 0);
     return answer_text(u"8.0.4-fake", cchVersionString, pcchVersionString, szVersionString);
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetModuleMetaData(ModuleID moduleId, DWORD, REFIID riid, IUnknown** ppOut) {
     if (!ppOut) return E_POINTER;
     *ppOut = nullptr;
@@ -767,6 +823,7 @@ HRESULT InfoBase::answer_GetModuleMetaData(ModuleID moduleId, DWORD, REFIID riid
     *ppOut = static_cast<IMetaDataImport*>(new MetaData(moduleId));
     return S_OK;
 }
+// behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetTokenAndMetaDataFromFunction(FunctionID functionId, REFIID riid, IUnknown** ppImport,
                                                          mdToken* pToken) {
     const Function* f = entry(g_world.functions, functionId);
@@ -862,6 +919,7 @@ std::vector<T> array_of(const Json& args, const char* name) {
 }
 
 // Makes one callback on the calling thread, recorded; the callbacks with arrays are made here by hand.
+// behaviour: answer.mask, gc.mr2-failed
 void deliver(int id, const Json& args) {
     const int level = kCbLevel[id];
     void* cb = g_session.levels[level];
@@ -998,6 +1056,9 @@ void apply_state(const std::string& op, const Json& cmd) {
                 if (f.size() == 3) g_world.heap[f[0].as_uint()] = Object{f[1].as_uint(), f[2].as_uint()};
             }
         }
+    } else if (op == "world") {
+        const Json* name = cmd.get("name");
+        g_world.documented = name && name->is_string() && name->as_string() == "documented";
     } else if (op == "stack") {
         FakeThread* t = entry(g_world.threads, arg_of<ThreadID>(cmd, "thread"));
         if (!t) {

@@ -831,7 +831,7 @@ inline bool deliver_scalar(void* const* levels, int id, const Json& args, HRESUL
 }
 
 // Every ICorProfilerInfo method: recorded (the proxy's rules), answered by answer_<Name>
-// or E_NOTIMPL.
+// or E_NOTIMPL (behaviour: answer.not-implemented).
 class InfoBase : public ICorProfilerInfo14 {
  public:
     HRESULT answer_GetClassFromObject(ObjectID objectId, ClassID* pClassId);
@@ -1886,7 +1886,8 @@ class InfoBase : public ICorProfilerInfo14 {
     }
 };
 
-// IMetaDataImport for one module: answer_<Name> for the names the fuzzer invents, E_NOTIMPL else.
+// IMetaDataImport for one module: answer_<Name> for the names the fuzzer invents, E_NOTIMPL else
+// (behaviour: answer.not-implemented).
 class MetaDataBase : public IMetaDataImport {
  public:
     HRESULT answer_GetScopeProps(WCHAR* szName, ULONG cchName, ULONG* pchName, GUID* pmvid);

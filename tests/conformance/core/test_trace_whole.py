@@ -57,7 +57,7 @@ def test_a_good_trace_reads_the_same_with_its_types_and_extras(tmp_path: Path) -
 
 
 def test_a_fake_runtime_trace_reads_the_same(tmp_path: Path) -> None:
-    world = World()
+    world = World(world="documented")  # a growing, non-ASCII name and a GC that moves nothing: documents'
     tid = world.create_thread()
     cls = world.load_class(tid, world.load_module(tid, ["a.dll", "a-longer-name-é€𝄞.dll"]), ["C"])
     world.allocate(tid, cls, [24, 32])

@@ -67,10 +67,10 @@ def test_an_example_line_by_line_records_what_the_same_example_in_one_line_does(
     """The child's protocol takes a command per line or a whole example as one JSON array (what
     :class:`FakeRuntime` sends): the same commands give the same records either way (OS thread ids and the
     pid aside), and the two replies come in the same order."""
-    world = World()
+    world = World(world="documented")  # a name that grows: only a document's (names.grow)
     tid = world.create_thread()
     other = world.create_thread()
-    cls = world.load_class(tid, world.load_module(0, ["a.dll", "a-longer-name.dll"]), ["C"])
+    cls = world.load_class(tid, world.load_module(tid, ["a.dll", "a-longer-name.dll"]), ["C"])
     world.allocate(other, cls, [24, 32, 40])
     world.gc(tid, [1, 0, 0, 0, 0])
     lines = [{"op": "start", "trace": str(tmp_path / "lines.jsonl")}, *world.commands, {"op": "end"}]
@@ -97,8 +97,8 @@ def test_an_example_line_by_line_records_what_the_same_example_in_one_line_does(
 
 
 def test_a_name_growing_between_the_passes_is_BUF_08_for_a_client_without_retry(tmp_path: Path) -> None:
-    world = World()
-    world.load_module(0, ["a.dll", "a-longer-name.dll"])
+    world = World(world="documented")  # a name that grows: only a document's (names.grow)
+    world.load_module(world.create_thread(), ["a.dll", "a-longer-name.dll"])
     trace = tmp_path / "trace.jsonl"
     for name, expected in (("no_retry", {"BUF-08"}), ("correct", set())):
         with FakeRuntime(build(name), CLSID) as runtime:
@@ -113,32 +113,37 @@ def test_MR2_17_off_by_one_remapping_is_found_shrunk_and_replayed(tmp_path: Path
     assert {f.clause for f in report.findings} == {"MR2-17"}
     events = reproducer_events(out)
     # near-minimal: a thread, a module, a class, two adjacent objects (ObjectAllocated, or an exception's
-    # thrown object), one compacting GC: 17 events at the least
+    # thrown object), one compacting GC: 17 events at the least (a range holds contiguous objects only, issue
+    # 22: the shrinker keeps a few more allocations than two)
     assert events.count("GarbageCollectionStarted") == 1 and events.count("MovedReferences2") == 1
     assert events.count("ThreadCreated") == 1 and events.count("ModuleLoadStarted") == 1
-    assert 17 <= len(events) <= 20, events
+    assert 17 <= len(events) <= 24, events
     assert {(f.clause, f.callback) for f in replay(out)} == {(f.clause, f.callback) for f in report.findings}
 
 
 def test_BUF_08_no_retry_is_found_shrunk_to_one_module_load_and_replayed(tmp_path: Path) -> None:
     out = tmp_path / "repro.json"
-    report = fuzz(build("no_retry"), CLSID, max_examples=500, seed=3, reproducer=out)
+    report = fuzz(build("no_retry"), CLSID, max_examples=500, seed=3, reproducer=out, world="documented")
     assert report.first_failure is not None and report.first_failure <= 500
     assert [f.clause for f in report.findings] == ["BUF-08"]
-    # minimal: the one module load whose name grows (no thread creation, nothing else)
-    assert reproducer_events(out) == ["ModuleLoadStarted", "ModuleLoadFinished", "ModuleAttachedToAssembly"]
+    # minimal: the thread it happens on and the one module load whose name grows (nothing else)
+    assert reproducer_events(out) == ["ThreadCreated", "ThreadAssignedToOSThread", "ModuleLoadStarted",
+                                      "ModuleLoadFinished", "ModuleAttachedToAssembly"]
     assert [(f.clause, f.callback) for f in replay(out)] == [("BUF-08", "ModuleLoadFinished")]
 
 
 def test_crash_on_a_rare_stack_shape_is_a_VAL_CRASH_finding_shrunk_and_replayed(tmp_path: Path) -> None:
     out = tmp_path / "repro.json"
-    report = fuzz(build("rare_stack_crash"), CLSID, max_examples=500, seed=1, reproducer=out)
+    report = fuzz(build("rare_stack_crash"), CLSID, max_examples=500, seed=2, reproducer=out)
     assert report.first_failure is not None and report.first_failure <= 500
     assert [(f.clause, f.callback) for f in report.findings] == [("VAL-CRASH", "ExceptionThrown")]
-    # minimal: a thread, a module, a class, the exception (its object's ObjectAllocated, ExceptionThrown)
+    # minimal: a thread, a module, a class, a JIT-compiled method (an exception needs a managed frame to
+    # catch it, issue 22), the exception (its object's ObjectAllocated, ExceptionThrown, the search and catch
+    # in the leaf frame)
     events = reproducer_events(out)
-    assert len(events) == 9 and events[-2:] == ["ObjectAllocated", "ExceptionThrown"], events
-    assert {"ThreadCreated", "ModuleLoadFinished", "ClassLoadFinished"} <= set(events)
+    assert len(events) == 16 and events[9:11] == ["ObjectAllocated", "ExceptionThrown"], events
+    assert {"ThreadCreated", "ModuleLoadFinished", "ClassLoadFinished", "JITCompilationFinished"} <= {*events}
+    assert events[-3:] == ["ExceptionSearchCatcherFound", "ExceptionCatcherEnter", "ExceptionCatcherLeave"]
     stacks = [c["frames"] for c in json.loads(out.read_text())["commands"] if c["op"] == "stack"]
     assert len(stacks[-1]) == 7 and stacks[-1][3][0] == 0  # the planted shape: 7 frames, native 4th
     assert [(f.clause, f.callback) for f in replay(out)] == [("VAL-CRASH", "ExceptionThrown")]
@@ -147,6 +152,7 @@ def test_crash_on_a_rare_stack_shape_is_a_VAL_CRASH_finding_shrunk_and_replayed(
 def test_the_stateful_engine_finds_BUF_08_too(tmp_path: Path) -> None:
     out = tmp_path / "repro.json"
     report = fuzz(build("no_retry"), CLSID, max_examples=100, seed=3, reproducer=out, engine="stateful",
+                  world="documented",
                   shrink=False)  # its shrinking (hypothesis' state machine) takes seconds: not in CI
     assert {f.clause for f in report.findings} == {"BUF-08"} and report.first_failure is not None
     assert "ModuleLoadFinished" in reproducer_events(out)
@@ -222,7 +228,7 @@ def test_cli_finds_BUF_08_and_replays_its_reproducer(tmp_path: Path,
     out = tmp_path / "repro.json"
     lib = str(build("no_retry"))
     assert cli_main(["fuzz", lib, "--clsid", CLSID, "--max-examples", "200", "--seed", "3",
-                     "--reproducer", str(out), "--no-shrink"]) == 1
+                     "--reproducer", str(out), "--no-shrink", "--world", "documented"]) == 1
     printed = capsys.readouterr().out
     assert "BUF-08" in printed and "first failing example: #2; reproducer" in printed
     assert cli_main(["fuzz", "--replay", str(out)]) == 1
@@ -280,14 +286,14 @@ def test_a_reproducer_whose_commands_do_not_follow_from_its_program_is_refused(
     renamed = json.loads(json.dumps(commands))
     k = next(i for i, c in enumerate(renamed) if c["op"] == "module")
     renamed[k]["names"] = ["b"]
-    other = bytes([END_BELOW + 1, 0, 0, 0, 0])  # load_module first
+    other = bytes([END_BELOW, END_BELOW, END_BELOW + 1, 0, 0, 0, 0])  # two threads, then load_module
     follow = r"does not follow from the reproducer's program, whose steps give"
     redo = r"\(edited, or another example's: set program to null to play edited commands\)$"
     cases = [
         (THREE_STEPS, renamed, rf"commands\[{k}\]: {follow} 'module' there {redo}"),
         (THREE_STEPS, commands[:-2], r"commands: 8 commands do not follow from the reproducer's program, "
                                      rf"whose steps end after 3, 7, 10 commands {redo}"),
-        (other, commands, rf"commands\[0\]: {follow} 'event ModuleLoadStarted' there"),
+        (other, commands, rf"commands\[3\]: {follow} 'thread' there"),
     ]  # fmt: skip
     for program, given, pattern in cases:
         path = _program_reproducer(tmp_path / "r.json", program, given)

@@ -1,0 +1,231 @@
+"""What the fake runtime may do (issue 22): every behaviour of the fuzzer's world and of the native fake
+runtime is one row here, with what it rests on: a live observation on the bundled runtimes (3.1.23 and
+8.0.4, with the run that shows it) or a document sentence (quoted, from ``../shared/spec``) that allows it.
+
+- :attr:`Basis.OBSERVED`: a real runtime does it (both worlds have it);
+- :attr:`Basis.DOCUMENTED`: only a document allows it, no run showed it: the ``documented`` world has it,
+  the ``observed`` world (``fuzz --world observed``) does not;
+- :attr:`Basis.LIMITATION`: what the fake runtime does because it cannot do what a runtime does (a method
+  it does not answer): listed so a finding resting on it can be recognised; both worlds have it.
+
+The world's generator tags each choice with its row (:meth:`conformance.fuzz.world.World.behave`, which
+refuses a row that is not here or not allowed in its world) and the native fake runtime's answers carry
+``// behaviour: ID`` beside their code; tests hold both to this table and ``docs/fake-runtime.md`` to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = [
+    "BEHAVIOURS", "DEFAULT_WORLD", "WORLDS", "Basis", "Behaviour", "allowed", "behaviour", "render_table",
+]
+
+
+class Basis(Enum):
+    OBSERVED = "observed"
+    DOCUMENTED = "documented"
+    LIMITATION = "limitation"
+
+
+#: The worlds ``fuzz --world`` chooses from; the default is the observed one (a fuzzer's findings on it
+#: are findings a real runtime can give).
+WORLDS = ("observed", "documented")
+DEFAULT_WORLD = "observed"
+
+BUFFERS = "caller-allocated-buffers.md"
+MR2 = "MovedReferences2.md"
+DSS = "DoStackSnapshot.md"
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """One row: ``id``, what the fake runtime does, its basis, and the source: for a document the page
+    (``doc``, in ``../shared/spec``) and its sentence (``quote``, verbatim); for an observation the runs
+    that show it (``observed``)."""
+
+    id: str
+    what: str
+    basis: Basis
+    observed: str = ""
+    doc: str = ""
+    quote: str = ""
+
+    def source(self) -> str:
+        parts = []
+        if self.observed:
+            parts.append(f"observed: {self.observed}")
+        if self.quote:
+            parts.append(f'{self.doc}: "{self.quote}"')
+        return "; ".join(parts)
+
+
+_LIVE_GC = ("3.1.23 and 8.0.4: the docs fixture object_tracker.cpp under `validate --app heapchurn` "
+            "(tests/conformance/validator/test_proxy_records.py; the proxy.ranges marks of its traces)")
+
+_PROBE = ("3.1.23 and 8.0.4: the probe with the fuzz plan (conformance/fuzz/probe.py FUZZ_PLAN) on the "
+          "stack-basic and gc-compact scenarios")
+_VALIDATE_FUZZ_CORRECT = ("3.1.23 and 8.0.4: validate of tests/conformance/fuzz/profilers/correct.cpp (the "
+                          "validate-basic scenario; its calls in the callbacks have the proxy record them)")
+
+BEHAVIOURS: tuple[Behaviour, ...] = (
+    # --- callbacks and their order (conformance/fuzz/world.py) ----------------------------------------
+    Behaviour("thread.create", "ThreadCreated, then ThreadAssignedToOSThread, on the new thread",
+              Basis.OBSERVED, observed=_PROBE),
+    Behaviour("thread.managed", "every callback but Initialize and Shutdown on a thread the runtime "
+              "announced (ThreadCreated) and did not destroy: module loads come after a ThreadCreated",
+              Basis.OBSERVED, observed=_PROBE + " (the ModuleLoadStarted records' ThreadIDs are created "
+              "threads')"),
+    Behaviour("thread.destroy", "ThreadDestroyed on a live thread; it makes no callback after it",
+              Basis.OBSERVED, observed=_VALIDATE_FUZZ_CORRECT),
+    Behaviour("module.load", "ModuleLoadStarted, ModuleLoadFinished (S_OK), ModuleAttachedToAssembly, in "
+              "that order on one thread; the module's name, base and assembly fixed from then on",
+              Basis.OBSERVED, observed=_PROBE + "; the double-pass GetModuleInfo answers of the validator's "
+              "correct.cpp under validate (the same size twice)"),
+    Behaviour("class.load", "ClassLoadStarted, ClassLoadFinished (S_OK) for a class of a loaded module",
+              Basis.OBSERVED, observed=_VALIDATE_FUZZ_CORRECT + " (ClassLoadFinished, GetClassIDInfo S_OK); "
+              + _PROBE + " (its counts record: 301 ClassLoadStarted and ClassLoadFinished on 8.0.4)"),
+    Behaviour("jit", "JITCompilationStarted, JITCompilationFinished (S_OK, fIsSafeToBlock 1) for a method of "
+              "a loaded class; its code range fixed from then on", Basis.OBSERVED,
+              observed=_VALIDATE_FUZZ_CORRECT
+              + " (JITCompilationFinished, GetTokenAndMetaDataFromFunction S_OK)"),
+    Behaviour("alloc", "ObjectAllocated for each new object, on the allocating thread, at addresses no live "
+              "object has", Basis.OBSERVED, observed=_LIVE_GC),
+    Behaviour("alloc.huge", "objects of 4 GiB and more (a MovedReferences2 length over ULONG)",
+              Basis.DOCUMENTED, doc=MR2, quote="because it can report larger ranges of objects whose lengths "
+              "exceed what can be expressed in a ULONG"),
+    Behaviour("alloc.far", "objects 2**32 or 2**40 bytes past the highest one (ranges far apart)",
+              Basis.DOCUMENTED, doc=MR2, quote="each of which is the old (pre-garbage collection) starting "
+              "address of a block of contiguous, live objects in memory"),
+    Behaviour("exception.caught", "ExceptionThrown; ExceptionSearchFunctionEnter/Leave per managed frame up "
+              "to the catcher; ExceptionSearchCatcherFound; ExceptionUnwindFunctionEnter/Leave per managed "
+              "frame below it (the stack losing that frame); ExceptionCatcherEnter/Leave", Basis.OBSERVED,
+              observed=_PROBE + " (8 search and unwind frames, then the catcher, at stack-basic's "
+              "exception)"),
+    Behaviour("stack.native-runs", "stacks with runs of unmanaged frames between managed ones "
+              "(DoStackSnapshot reports each run as one frame with FunctionID 0)", Basis.OBSERVED, doc=DSS,
+              observed="3.1.23 and 8.0.4: FunctionID 0 frames in the live suite's stack-walks "
+              "scenario's walks "
+              "(conformance/checks/stack.py)",
+              quote="once for each managed frame (or run of unmanaged frames) on the stack"),
+    Behaviour("names.ascii", "names of modules, classes and methods made of ASCII letters, digits, '.' and "
+              "'_'", Basis.OBSERVED, observed="3.1.23 and 8.0.4: every module, class and method name of the "
+              "validator's scenarios"),
+    Behaviour("names.unicode", "names with Latin-1, BMP and non-BMP characters (UTF-16 surrogate pairs) in "
+              "WCHAR buffers", Basis.DOCUMENTED, doc=BUFFERS, quote="The InfoBuffer parameter specifies the "
+              "caller-allocated buffer."),
+    Behaviour("names.grow", "a name answered longer on the fill than on the size query of a double-pass "
+              "client (module, class and method names; no runtime changes one)", Basis.DOCUMENTED,
+              doc=BUFFERS, quote="After this method returns, you must verify that InfoBuffer was large "
+              "enough "
+              "to contain the full name of the application domain."),
+    # --- garbage collections ------------------------------------------------------------------------
+    Behaviour("gc.plain", "a GC that moves nothing: RuntimeSuspendStarted (for GC), RuntimeSuspendFinished, "
+              "GarbageCollectionStarted (induced), GarbageCollectionFinished, RuntimeResumeStarted, "
+              "RuntimeResumeFinished, no MovedReferences2 (every GC of the live runs reported some)",
+              Basis.DOCUMENTED, doc=MR2, quote="Called to report the new layout of objects in the heap as a "
+              "result of a compacting garbage collection."),
+    Behaviour("gc.compact", "a compacting GC: the suspension callbacks, GarbageCollectionStarted, "
+              "MovedReferences2 (then MovedReferences) batches, GarbageCollectionFinished, the resumption "
+              "callbacks; ranges of contiguous live objects, disjoint in old and in new space, objects in no "
+              "range staying", Basis.OBSERVED, observed=_LIVE_GC + "; " + _PROBE),
+    Behaviour("gc.batches", "several MovedReferences2 calls (batches) in one GC, every one speaking of "
+              "pre-GC addresses", Basis.OBSERVED, observed=_LIVE_GC),
+    Behaviour("gc.reuse", "compaction into addresses other objects left in the same GC (.NET 8 regions)",
+              Basis.OBSERVED, observed=_LIVE_GC),
+    Behaviour("gc.delta0", "ranges whose new start is their old start (delta 0) beside moved ones",
+              Basis.OBSERVED, observed=_LIVE_GC),
+    Behaviour("gc.order", "the ranges of a batch in any order, new space in another order than old space",
+              Basis.OBSERVED, observed=_LIVE_GC + ": new starts out of the old starts' order in most GCs on "
+              "both, old starts out of order in an induced GC on 8.0.4"),
+    Behaviour("gc.batch-512", "MovedReferences2 batches of 512 ranges, the last one shorter", Basis.OBSERVED,
+              observed=_LIVE_GC),
+    Behaviour("gc.batch-small", "MovedReferences2 batches of 1 to 8 ranges", Basis.DOCUMENTED, doc=MR2,
+              quote="The number of blocks of contiguous objects that moved as the result of the compacting "
+              "garbage collection."),
+    Behaviour("gc.top", "new blocks ending right below 2**64 (beyond any user-space address)",
+              Basis.DOCUMENTED, doc=MR2, quote="each of which is the new (post-garbage collection) starting "
+              "address of a block of contiguous, live objects in memory"),
+    Behaviour("gc.mr2-failed", "after a MovedReferences2 that failed, no MovedReferences for that batch",
+              Basis.OBSERVED, doc=MR2, observed="3.1.23 and 8.0.4: MR2-12's live check "
+              "(conformance/checks/gc.py "
+              "fail_mr2_plan)", quote="Profilers can return an HRESULT that indicates failure from the "
+              "MovedReferences2 method, to avoid calling the second method."),
+    # --- the native fake runtime's answers (conformance/native/fakeruntime/fakeruntime.cpp) ------------
+    Behaviour("answer.buffer-size", "a buffer call with no buffer answers the whole size (a string's "
+              "with its "
+              "NUL) and S_OK", Basis.OBSERVED, doc=BUFFERS,
+              observed="3.1.23 and 8.0.4: the correct.cpp fixture's size queries under validate; the buffer "
+              "checks (conformance/checks/buffers.py, live suite)",
+              quote="First call with a zero-length InfoBuffer parameter to obtain the correct buffer size."),
+    Behaviour("answer.buffer-short-error", "GetModuleInfo/GetModuleInfo2 with a buffer too short (observed "
+              "world): 0x8007007A (ERROR_INSUFFICIENT_BUFFER), only a NUL in element 0, the whole size",
+              Basis.OBSERVED, observed="3.1.23 and 8.0.4: the live suite's buffers-basic scenario (the "
+              "probe's "
+              "short-buffer GetModuleInfo/GetModuleInfo2 calls answer 0x8007007A; "
+              "conformance/checks/buffers.py)"),
+    Behaviour("answer.buffer-short-truncate", "GetRuntimeInformation with a buffer too short: as much as "
+              "fits (the string cut, with its NUL), the whole size, S_OK", Basis.OBSERVED, doc=BUFFERS,
+              observed="8.0.4 (the version the fake runtime says it is): the live suite's buffers-basic "
+              "scenario (GetRuntimeInformation answers S_OK)",
+              quote="If any elements are returned, the method returns S_OK and sets pcBufferMax to the total "
+              "number of elements available."),
+    Behaviour("answer.buffer-short-documented", "GetModuleInfo/GetModuleInfo2 with a buffer too short "
+              "(documented world): the name cut, the whole size, S_OK", Basis.DOCUMENTED, doc=BUFFERS,
+              quote="If any elements are returned, the method returns S_OK and sets pcBufferMax to the total "
+              "number of elements available."),
+    Behaviour("answer.metadata-short", "IMetaDataImport names (GetScopeProps, GetTypeDefProps, "
+              "GetMethodProps) "
+              "with a buffer too short: the name cut, the whole size, CLDB_S_TRUNCATION (0x00131106)",
+              Basis.LIMITATION, observed="not observed here and in no page of ../shared/spec: what "
+              "dotnet/runtime's "
+              "metadata reader returns (a success code, not S_OK)"),
+    Behaviour("answer.world", "ICorProfilerInfo answers read from the world (modules, classes, functions, "
+              "code ranges, threads, stacks, the heap, the event mask), S_OK", Basis.OBSERVED,
+              observed="3.1.23 and 8.0.4: the probe's and the validator's records of the same calls"),
+    Behaviour("answer.unknown-id", "an ID the world does not hold (a dead object, an unloaded thing): "
+              "E_INVALIDARG and zeroed outputs", Basis.LIMITATION,
+              observed="a runtime gives no defined answer (it may crash or answer garbage); the fake runtime "
+              "answers the safe error, MR2-17 judges the call"),
+    Behaviour("answer.not-implemented", "ICorProfilerInfo and IMetaDataImport methods the fake runtime does "
+              "not answer: E_NOTIMPL", Basis.LIMITATION,
+              observed="no runtime answers E_NOTIMPL for these: a profiler's handling of it is not judged"),
+    Behaviour("answer.not-managed-thread", "GetCurrentThreadID and DoStackSnapshot on no managed thread: "
+              "CORPROF_E_NOT_MANAGED_THREAD", Basis.OBSERVED,
+              observed="3.1.23 and 8.0.4: the probe's calls from its own threads (live suite)"),
+    Behaviour("answer.snapshot", "DoStackSnapshot: one StackSnapshotCallback per frame, leaf first, with the "
+              "frame's context for REGISTER_CONTEXT; CORPROF_E_STACKSNAPSHOT_ABORTED when the callback does "
+              "not return S_OK", Basis.OBSERVED, doc=DSS,
+              observed="3.1.23 and 8.0.4: the DSS checks (conformance/checks/stack.py, live suite)",
+              quote="it calls your `StackSnapshotCallback` several times, once for each managed frame "
+              "(or run "
+              "of unmanaged frames) on the stack"),
+    Behaviour("answer.mask", "callbacks made only for the event mask's bits; none of an interface the "
+              "profiler does not implement", Basis.OBSERVED,
+              observed="3.1.23 and 8.0.4: every validator run (a callback outside the mask is never "
+              "recorded)"),
+)
+
+_BY_ID = {b.id: b for b in BEHAVIOURS}
+
+
+def behaviour(behaviour_id: str) -> Behaviour:
+    """The row ``behaviour_id`` (KeyError: the fake runtime does something the table does not list)."""
+    return _BY_ID[behaviour_id]
+
+
+def allowed(behaviour_id: str, world: str) -> bool:
+    """Whether ``world`` (one of :data:`WORLDS`) has the behaviour ``behaviour_id``."""
+    if world not in WORLDS:
+        raise ValueError(f"world {world!r} is not one of {', '.join(WORLDS)}")
+    return behaviour(behaviour_id).basis is not Basis.DOCUMENTED or world == "documented"
+
+
+def render_table() -> str:
+    """The table as ``docs/fake-runtime.md`` holds it (a test keeps the two equal)."""
+    lines = ["| id | the fake runtime | basis | source |", "|---|---|---|---|"]
+    for b in BEHAVIOURS:
+        cells = [f"`{b.id}`", b.what, b.basis.value, b.source()]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
