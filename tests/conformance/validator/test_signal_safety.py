@@ -57,7 +57,7 @@ def validate(long_app: Path, runtimes: list[Runtime]) -> Validate:
         area = "validator-docs" if source.parent == DOCS else "validator-fixtures"
         so = build_profiler(source, area, [DOCS] if source.parent == DOCS else [])
         result = validator.validate(so, FIXTURE_CLSID, app=long_app, env={"PROFHARNESS_APP_SECONDS": "1"},
-                                    inject_deadlock=inject_deadlock, timeout_s=120.0)  # fmt: skip
+                                    inject_deadlock=inject_deadlock, timeout_s=30.0)  # fmt: skip
         assert {r.runtime for r in result.runs} == {rt.version for rt in runtimes}
         return result
 
@@ -87,7 +87,9 @@ def test_ASYNC_01_a_handler_that_allocates_is_found_at_its_new(
 ) -> None:
     source = PROFILERS / "sampler_malloc.cpp"
     text = render_text(malloc_result)
-    assert all(r.outcome == "ok" for r in malloc_result.runs), text
+    # a 1 s app: ok, or hung when a SIGPROF came while the thread was inside malloc and the handler's own
+    # malloc deadlocked on the allocator's lock (the fault's real consequence; the harness stops it at 30 s)
+    assert all(r.outcome in ("ok", "hung") for r in malloc_result.runs), text
     (group,) = malloc_result.findings
     assert group.clause == "ASYNC-01" and group.document == "signal-safety(7)", text
     assert "calls only async-signal-safe functions" in group.quote and group.fix, group
