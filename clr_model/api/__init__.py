@@ -103,6 +103,8 @@ class Fact(StrEnum):
     INSPECTS = "inspects"
     #: sets the profiler's event mask
     SETS_EVENT_MASK = "sets-event-mask"
+    #: answers the module and the methodDef token of a FunctionID (``pModuleId``, ``pToken``)
+    FUNCTION_TOKEN = "function-token"
     #: named by the DoStackSnapshot page's Asynchronous Stack Walk section (a walk of the current thread made
     #: by hijacking its instruction pointer): the validator's ASYNC-05 allows it inside a signal handler
     ASYNC_WALK = "async-walk"
@@ -132,6 +134,7 @@ _APPLIES: Mapping[Fact, frozenset[str | None]] = {
     Fact.TWO_PHASE: _INFO_ONLY,
     Fact.INSPECTS: _INFO_ONLY,
     Fact.SETS_EVENT_MASK: _INFO_ONLY,
+    Fact.FUNCTION_TOKEN: _INFO_ONLY,
     Fact.ASYNC_WALK: _INFO_ONLY,
     Fact.PROXY_BY_HAND: frozenset({CALLBACK, INFO}),
     Fact.FAKE_BY_HAND: frozenset({CALLBACK, INFO}),

@@ -17,7 +17,7 @@ from clr_model.errors import ModelError
 
 #: the catalog's files, in report order
 FILES: tuple[str, ...] = (
-    "dss", "fe2", "mr2", "buf", "orf", "rrf", "gcs", "shd", "sel", "att", "det", "async", "val"
+    "dss", "fe2", "mr2", "buf", "orf", "rrf", "gcs", "shd", "sel", "att", "det", "async", "rejit", "val"
 )
 
 

@@ -22,6 +22,7 @@ class Document(StrEnum):
     SET_ENTER_LEAVE_HOOKS2 = "ICorProfilerInfo2::SetEnterLeaveFunctionHooks2"
     COR_PRF_MONITOR = "COR_PRF_MONITOR Enumeration"
     PROFILER_DETACH_SUCCEEDED = "ICorProfilerCallback3::ProfilerDetachSucceeded"
+    SET_IL_FUNCTION_BODY = "ICorProfilerInfo::SetILFunctionBody"
     #: the Linux man page of async-signal-safe functions (man-pages 6.03), held against a profiler's handlers
     SIGNAL_SAFETY = "signal-safety(7)"
     #: rules the harness holds a profiler to that no document states (a crash, a hang, a failed load): each
@@ -63,6 +64,7 @@ PREFIXES: dict[Document, str] = {
     Document.COR_PRF_MONITOR: "ATT",
     Document.PROFILER_DETACH_SUCCEEDED: "DET",
     Document.SIGNAL_SAFETY: "ASYNC",
+    Document.SET_IL_FUNCTION_BODY: "REJIT",
     Document.HARNESS: "VAL",
 }
 
@@ -81,6 +83,7 @@ SOURCES: dict[Document, str] = {
     Document.SET_ENTER_LEAVE_HOOKS2: _PAGES + "icorprofilerinfo2-setenterleavefunctionhooks2-method",
     Document.COR_PRF_MONITOR: _PAGES + "cor-prf-monitor-enumeration",
     Document.PROFILER_DETACH_SUCCEEDED: _PAGES + "icorprofilercallback3-profilerdetachsucceeded-method",
+    Document.SET_IL_FUNCTION_BODY: _PAGES + "icorprofilerinfo-setilfunctionbody-method",
     Document.SIGNAL_SAFETY: "https://man7.org/linux/man-pages/man7/signal-safety.7.html (man-pages 6.03)",
     Document.HARNESS: "profharness (the harness's own rules)",
 }

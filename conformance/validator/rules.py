@@ -573,6 +573,62 @@ class HooksOutsideInitialize(StreamRule):
                       f"{format_hresult(hr)} and the hooks it registers never run")  # fmt: skip
 
 
+# --- IL bodies (REJIT-01) --------------------------------------------------------------------------------
+
+_FUNCTION_TOKENS = api.names_with(Fact.FUNCTION_TOKEN)
+_JIT_STARTED = "JITCompilationStarted"
+_SET_IL = "SetILFunctionBody"
+
+
+@rule("REJIT-01", what="SetILFunctionBody only on a function the JIT has never compiled")
+class ILBodyOfCompiledFunction(StreamRule):
+    """REJIT-01: SetILFunctionBody, inside a JITCompilationStarted the proxy marked a recompilation
+    (``compiledBefore``: a compilation of the same FunctionID started before, a tier-up or an on-stack-
+    replacement version), for that function's own (module, methodDef): the pair the profiler's own
+    GetFunctionInfo(2) calls answered for the FunctionID. A call for another method, or inside the
+    compilation of a FunctionID the profiler never asked about, is left alone."""
+
+    reads = (*_calls(set(_FUNCTION_TOKENS)), ("call", _SET_IL), ("callback", _JIT_STARTED))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.tokens: dict[int, tuple[int, int]] = {}  # FunctionID -> (ModuleID, methodDef)
+        # OS thread -> the JITCompilationStarted callbacks open on it: (FunctionID, compilations before it)
+        self.compiling: dict[int, list[tuple[int | None, int]]] = {}
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "callback":
+            open_ = self.compiling.setdefault(r["os_tid"], [])
+            if r.get("phase") == "return":
+                if open_:
+                    open_.pop()
+            else:
+                open_.append((_arg(r, "args", "functionId"), _arg(r, "args", "compiledBefore") or 0))
+            return
+        if r["name"] != _SET_IL:
+            function = _arg(r, "args", "functionId")
+            if function is None:
+                function = _arg(r, "args", "funcId")
+            module, token = _arg(r, "out", "pModuleId"), _arg(r, "out", "pToken")
+            if function is not None and module is not None and token is not None and _int(r.get("hr")) == 0:
+                self.tokens[function] = (module, token)
+            return
+        if not _begins(r):
+            return
+        compiling = self.compiling.get(r["os_tid"])
+        if not compiling:
+            return
+        function, before = compiling[-1]
+        self.j.exercised.add("REJIT-01")
+        mine = self.tokens.get(function) if function is not None else None
+        asked = (_arg(r, "args", "moduleId"), _arg(r, "args", "methodid"))
+        if before and mine is not None and asked == mine:
+            self.j.at("REJIT-01", r, f"SetILFunctionBody for method 0x{mine[1]:08X} inside the "
+                      f"JITCompilationStarted of a recompilation of FunctionID 0x{function:x} (compilation "
+                      f"{before + 1}: a tier-up or on-stack-replacement version): the JIT has compiled this "
+                      "function already")  # fmt: skip
+
+
 # --- attach and detach (ATT-01, DET-01, DET-02, DET-03, VAL-ATTACH-ONLY) ---------------------------------
 
 _MASK_SETTERS = api.names_with(Fact.SETS_EVENT_MASK)
@@ -1196,9 +1252,26 @@ def judge_run(
             )
         else:
             judging.finding("VAL-CRASH", f"the process {run.describe_failure().split(' on ', 1)[-1]}; open "
-                            f"callbacks: {detail}", [], thread=thread, callback=callback,
-                            note=not open_cbs)  # fmt: skip
+                            f"callbacks: {detail}{_unhandled(run)}", [], thread=thread,
+                            callback=callback, note=not open_cbs)  # fmt: skip
     return judged
+
+
+def _unhandled(run: RunResult) -> str:
+    """The runtime's own account of an unhandled managed exception that ended the app (the run's stderr, its
+    first 64 KiB), if any: the exception and its innermost frame (e.g. an InvalidProgramException from IL
+    the profiler set)."""
+    try:
+        with (run.run_dir / "stderr.txt").open("rb") as fh:
+            lines = fh.read(1 << 16).decode("utf-8", "replace").splitlines()
+    except OSError:
+        lines = run.stderr_tail.splitlines()
+    start = next((k for k, line in enumerate(lines) if line.startswith("Unhandled exception.")), None)
+    if start is None:
+        return ""
+    told = lines[start].removeprefix("Unhandled exception.").strip()
+    frame = next((line.strip() for line in lines[start + 1:] if line.strip().startswith("at ")), "")
+    return f"; the app's stderr: unhandled {told}" + (f" {frame}" if frame else "")
 
 
 class _InitializeSeen(StreamRule):

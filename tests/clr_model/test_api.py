@@ -101,6 +101,7 @@ BEFORE: dict[api.Fact, set[str]] = {
     api.Fact.SETS_EVENT_MASK: {"SetEventMask", "SetEventMask2"},
     # the two methods the DoStackSnapshot page's Asynchronous Stack Walk section names (issue 21, ASYNC-05)
     api.Fact.ASYNC_WALK: {"GetFunctionFromIP", "DoStackSnapshot"},
+    api.Fact.FUNCTION_TOKEN: {"GetFunctionInfo", "GetFunctionInfo2"},
     api.Fact.PROXY_BY_HAND: {
         "Initialize", "InitializeForAttach", "Shutdown", "MovedReferences", "MovedReferences2",
         "DoStackSnapshot", "SetEnterLeaveFunctionHooks", "SetEnterLeaveFunctionHooks2",

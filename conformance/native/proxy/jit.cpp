@@ -42,7 +42,7 @@ bool on_my_stack(std::uint64_t function) {
 
 }  // namespace
 
-void jit_started(std::uint64_t function) {
+std::uint32_t jit_started(std::uint64_t function) {
     g_compilations.fetch_add(1, std::memory_order_relaxed);
     std::uint32_t before;
     {
@@ -51,7 +51,7 @@ void jit_started(std::uint64_t function) {
     }
     if (before == 0) {
         g_functions.fetch_add(1, std::memory_order_relaxed);
-        return;
+        return 0;
     }
     g_recompilations.fetch_add(1, std::memory_order_relaxed);
     if (on_my_stack(function)) {
@@ -63,6 +63,7 @@ void jit_started(std::uint64_t function) {
             trace().write("mark", rec);
         }
     }
+    return before;
 }
 
 Json jit_json() {

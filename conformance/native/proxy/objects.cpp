@@ -906,10 +906,19 @@ class ProxyCallback final : public CallbackForwarderBase {
         s.begin();
         return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->ObjectAllocated(objectId, classId));
     }
-    // The compilation tally's input (jit.cpp): counted whether or not the profiler asked for it.
+    // The compilation tally's input (jit.cpp): counted whether or not the profiler asked for it. A
+    // recompilation (tier-up, OSR) carries `compiledBefore`, the compilations of this FunctionID started
+    // before it (REJIT-01: SetILFunctionBody on a function the JIT has compiled).
     HRESULT STDMETHODCALLTYPE JITCompilationStarted(FunctionID functionId, BOOL fIsSafeToBlock) override {
-        jit_started(functionId);
-        return CallbackForwarderBase::JITCompilationStarted(functionId, fIsSafeToBlock);
+        const std::uint32_t before = jit_started(functionId);
+        CallbackScope s(static_cast<int>(ProxyCb::JITCompilationStarted), 1, target_[1] != nullptr);
+        if (s.hidden()) return s.hide();
+        s.arg("functionId", functionId);
+        s.arg("fIsSafeToBlock", fIsSafeToBlock);
+        if (before) s.arg("compiledBefore", before);
+        s.begin();
+        if (!target_[1]) return s.finish(S_OK);
+        return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->JITCompilationStarted(functionId, fIsSafeToBlock));
     }
     HRESULT STDMETHODCALLTYPE GarbageCollectionStarted(int cGenerations, BOOL* generationCollected,
                                                        COR_PRF_GC_REASON reason) override {
@@ -1086,10 +1095,19 @@ class ProxyCallback final : public CallbackForwarderBase {
             else candidates.erase(t->os_tid);  // a runtime thread that appeared while the profiler started
         }
         candidates.erase(self);
+        // Perturbed (`validate --perturb`), the Shutdown point holds the runtime up to 300 ms longer while a
+        // profiler thread still runs, so that a thread that goes on calling the API after Shutdown (a sampler
+        // Shutdown neither stops nor joins) shows it in every run, not only when its tick falls before the
+        // process ends; it ends at the thread's first such call.
+        const int limit_ms = perturbing() && !after_detach ? 350 : 50;
         for (int waited_ms = 0;; waited_ms += 2) {
-            bool any = false;
+            bool any = false, called = false;
             for (long id : candidates) any = any || task_alive(id);
-            if (!any || waited_ms >= 50) break;
+            for (int k = 0; k < reg.size() && waited_ms >= 50; ++k) {
+                ThreadState* t = reg.at(k);
+                called = called || (t && candidates.count(t->os_tid) && t->calls_after_shutdown.load() > 0);
+            }
+            if (!any || called || waited_ms >= limit_ms) break;
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
         for (long id : candidates) {

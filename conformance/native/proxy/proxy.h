@@ -183,7 +183,8 @@ Json heap_json();  // the proxy.shutdown mark's "heap"
 // --- the compilation tally (jit.cpp) ----------------------------------------------------------------------
 // JITCompilationStarted (before it is forwarded or hidden): counts it for its FunctionID; a recompilation
 // made with the method on this thread's stack is an OSR transition (a proxy.osr mark).
-void jit_started(std::uint64_t function);
+// Returns how many compilations of `function` started before this one (0: its first).
+std::uint32_t jit_started(std::uint64_t function);
 Json jit_json();  // the proxy.shutdown mark's "jit"
 
 // --- ground truth (truth.cpp) -------------------------------------------------------------------------------
