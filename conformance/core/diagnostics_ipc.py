@@ -185,6 +185,17 @@ def socket_dir(environ: dict[str, str] | None = None) -> Path:
     return Path(tmp) if tmp else Path("/tmp")
 
 
+def process_socket_dir(pid: int) -> Path:
+    """Where process ``pid``'s runtime puts its socket: ``$TMPDIR`` of *its* environment
+    (``/proc/{pid}/environ``), ``/tmp`` when unset or empty; this process's own when that cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return socket_dir()
+    environ = dict(item.decode("utf-8", "replace").partition("=")[::2] for item in raw.split(b"\0") if item)
+    return socket_dir(environ)
+
+
 def start_time_key(pid: int) -> int | None:
     """The disambiguation key: the process start time in jiffies since boot (``/proc/{pid}/stat``)."""
     try:
@@ -281,7 +292,7 @@ def attach_profiler(
     answer comes after the profiler's InitializeForAttach returned (the runtime keeps the connection open
     until then), bounded by the attach timeout and a margin."""
     message = encode_attach_profiler(attach_timeout_ms, clsid, profiler_path, client_data)
-    path = wait_for_socket(pid, directory or socket_dir(), socket_wait_s)
+    path = wait_for_socket(pid, directory or process_socket_dir(pid), socket_wait_s)
     deadline = time.monotonic() + socket_wait_s
     tries = 0
     while True:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -191,3 +192,21 @@ def test_not_yet_available_is_asked_again(sock_dir: Path) -> None:
     done = ipc.attach_profiler(pid, CLSID, "/p.so", attach_timeout_ms=100, directory=sock_dir)
     thread.join(5)
     assert done.tries == 3 and done.response.succeeded and len(got) == 3
+
+
+def test_the_socket_folder_is_the_TMPDIR_of_the_app_not_the_harness(tmp_path: Path) -> None:
+    """validate --attach --env TMPDIR=/x: the runtime puts its socket in the app's TMPDIR (read from the
+    app's own environment), whatever the harness's is."""
+    child = subprocess.Popen(["sleep", "5"], env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        assert ipc.process_socket_dir(child.pid) == tmp_path
+        bare = subprocess.Popen(["sleep", "5"], env={k: v for k, v in os.environ.items() if k != "TMPDIR"})
+        try:
+            assert ipc.process_socket_dir(bare.pid) == Path("/tmp")
+        finally:
+            bare.kill()
+            bare.wait()
+    finally:
+        child.kill()
+        child.wait()
+    assert ipc.process_socket_dir(2**22 + 12345) == ipc.socket_dir()  # no such process: this one's own
