@@ -13,6 +13,7 @@
 
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "generated.h"
 #include "proxy.h"
@@ -22,7 +23,25 @@ namespace profharness::proxy {
 namespace {
 
 std::mutex g_mu;
-std::unordered_map<std::uint64_t, std::uint32_t>* g_starts = new std::unordered_map<std::uint64_t, std::uint32_t>();
+// FunctionID -> its compilations so far and the method it names: a FunctionID is a MethodDesc's address, which
+// a method of a collectible assembly loaded after another was unloaded can have again (a first compilation,
+// not a recompilation)
+struct Starts {
+    std::uint32_t count = 0;
+    std::uint64_t module = 0;
+    std::uint32_t token = 0;
+};
+std::unordered_map<std::uint64_t, Starts>* g_starts = new std::unordered_map<std::uint64_t, Starts>();
+
+// The (module, methodDef) a FunctionID names now (0, 0 when the runtime cannot say).
+std::pair<std::uint64_t, std::uint32_t> method_of(std::uint64_t function) {
+    auto* info = static_cast<ICorProfilerInfo*>(runtime_info_of(1));
+    ClassID cls = 0;
+    ModuleID module = 0;
+    mdToken token = 0;
+    if (!info || info->GetFunctionInfo(function, &cls, &module, &token) != S_OK) return {0, 0};
+    return {module, token};
+}
 std::atomic<std::int64_t> g_compilations{0}, g_recompilations{0}, g_osr{0}, g_functions{0};
 
 // Whether `function` is on this thread's stack: a return address it holds names it.
@@ -44,10 +63,16 @@ bool on_my_stack(std::uint64_t function) {
 
 std::uint32_t jit_started(std::uint64_t function) {
     g_compilations.fetch_add(1, std::memory_order_relaxed);
+    const auto method = method_of(function);
     std::uint32_t before;
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        before = (*g_starts)[function]++;
+        Starts& starts = (*g_starts)[function];
+        if (starts.count && (starts.module != method.first || starts.token != method.second))
+            starts.count = 0;  // the FunctionID names another method now
+        starts.module = method.first;
+        starts.token = method.second;
+        before = starts.count++;
     }
     if (before == 0) {
         g_functions.fetch_add(1, std::memory_order_relaxed);
