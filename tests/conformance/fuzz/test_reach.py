@@ -7,14 +7,18 @@ as MR2-17 (the judge's rule for an inspected ObjectID no live object has)."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from conformance.cli import main as cli_main
+from conformance.fuzz.behaviours import WORLDS, allowed
 from conformance.fuzz.machine import fuzz, replay
 from conformance.fuzz.names import profiler_strings, read_app
+from conformance.fuzz.program import decode
 from tests.conformance.fuzz.fixtures import CLSID, build
 
 TRACKED = "Contoso.Orders.OrderLine"
@@ -137,3 +141,25 @@ def test_the_summary_lists_the_runtime_calls_reached(
             if len(line.split()) == 3 and line.startswith("  ")}
     assert rows["SetEventMask2"] == (60, 60)  # once per example, in Initialize
     assert rows["GetClassIDInfo"][0] > 0 and rows["GetModuleMetaData"] == rows["GetClassIDInfo"]
+
+
+def test_worlds_with_a_dictionary_do_only_their_rows_and_keep_tokens_unique(app: Path) -> None:
+    """Names drawn from a dictionary are observed-world names (rows ``names.strings``, ``names.app``); the
+    app's types load once each into the app's module with their own tokens, no two classes of a module
+    share a TypeDef token and no two functions of a module a MethodDef token (the fake runtime finds a
+    class's name by its token)."""
+    dictionary = replace(read_app(app), strings=(TRACKED, "Fabrikam.Billing", "Run"))
+    rng = random.Random(3)
+    used: set[str] = set()
+    for world_name in WORLDS:
+        for _ in range(300):
+            world = decode(rng.randbytes(240), 30, world_name, dictionary).world
+            assert all(allowed(b, world_name) for b in world.used)
+            used |= world.used
+            for kind in ("class", "function"):
+                keys = [(c["module"], c["token"]) for c in world.commands if c["op"] == kind]
+                assert len(keys) == len(set(keys)), kind
+            app_classes = [c for c in world.commands
+                           if c["op"] == "class" and c["module"] == world.app_module]
+            assert all(c["names"] == [TRACKED] and c["token"] == 0x02000002 for c in app_classes)
+    assert {"names.strings", "names.app"} <= used
