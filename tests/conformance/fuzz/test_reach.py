@@ -163,3 +163,25 @@ def test_worlds_with_a_dictionary_do_only_their_rows_and_keep_tokens_unique(app:
                            if c["op"] == "class" and c["module"] == world.app_module]
             assert all(c["names"] == [TRACKED] and c["token"] == 0x02000002 for c in app_classes)
     assert {"names.strings", "names.app"} <= used
+
+
+def test_hypothesis_is_steered_by_the_distinct_runtime_calls_of_each_example(
+    correct: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every example reports to :func:`hypothesis.target` the number of distinct runtime methods its
+    profiler called: at least QueryInterface and SetEventMask2 (Initialize), more where a class was
+    loaded (GetClassIDInfo, GetModuleMetaData) or a tracked object inspected (GetClassFromObject)."""
+    from conformance.fuzz import machine
+
+    seen: list[tuple[float, str]] = []
+    real = machine.target
+
+    def spy(observation: float, *, label: str = "") -> float:
+        seen.append((observation, label))
+        return real(observation, label=label)
+
+    monkeypatch.setattr(machine, "target", spy)
+    report = fuzz(correct, CLSID, max_examples=80, seed=SEED)
+    assert len(seen) == report.examples == 80
+    assert {label for _, label in seen} == {machine.TARGET_LABEL}
+    assert min(v for v, _ in seen) >= 2 and max(v for v, _ in seen) >= 4
