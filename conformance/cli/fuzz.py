@@ -7,8 +7,14 @@ example after S seconds. ``--database DIR`` or ``--database redis://HOST:PORT/N`
 examples there (a Redis database is shared by several machines: each replays first every failure saved
 by any of them); without it they go under the harness cache (none with ``--seed``: a seeded run reads no
 earlier run's examples), as does the rest of hypothesis' ``.hypothesis/`` folder; ``--probe`` fuzzes
-the harness's own probe (its fuzz plan, a new process per example: :mod:`conformance.fuzz.probe`). Exit
-status: 0 clean, 1 findings, 2 bad input (a missing profiler or reproducer, a bad flag, a Redis URL that
+the harness's own probe (its fuzz plan, a new process per example: :mod:`conformance.fuzz.probe`). The
+world's class, method and module names are drawn also from the profiler's own string table (the
+printable strings of its ``.rodata``; ``--no-strings`` leaves them out) and, with ``--app APP.dll``, from
+the metadata of the user's assembly (its types and methods, with their tokens): a profiler that filters on
+names meets the names it knows. Hypothesis steers toward examples where the profiler makes more distinct
+runtime calls; the summary lists the calls reached (method, examples, calls). Exit
+status: 0 clean, 1 findings, 2 bad input (a missing profiler or reproducer, a bad flag, an --app that is
+not a .NET assembly, a Redis URL that
 is not one or whose server does not answer), 3 the harness failed (the fake runtime does not build or
 start), 130/143 SIGINT/SIGTERM: the fake runtime is ended, a failure found before it is printed and its
 reproducer saved (as far as it was shrunk).
@@ -59,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world", choices=WORLDS, default=DEFAULT_WORLD,
                         help="observed: the fake runtime does only what 3.1/8.0 were seen to do (default); "
                         "documented: also what only a document allows (docs/fake-runtime.md)")
+    parser.add_argument("--app", type=Path, metavar="APP.dll",
+                        help="draw the world's types, methods and tokens also from this .NET assembly")
+    parser.add_argument("--no-strings", action="store_true",
+                        help="do not draw names from the profiler's own string table (its .rodata)")
     parser.add_argument("--no-shrink", action="store_true",
                         help="save the first failure as found (quicker; the reproducer is not minimal)")
 
@@ -101,9 +111,13 @@ def main(args: argparse.Namespace) -> int:
     report = fuzz(profiler, clsid, max_examples=args.max_examples, seed=args.seed,
                   time_limit=args.time, database=database, reproducer=args.reproducer, hang_s=hang_s,
                   steps=args.steps, progress=_progress, engine=args.engine, env=env, fresh=fresh,
-                  shrink=not args.no_shrink, world=args.world)
+                  shrink=not args.no_shrink, world=args.world, strings=not args.no_strings, app=args.app)
     print(f"{report.examples} examples, {report.events} events in {report.seconds:.1f} s "
           f"({report.restarts} restart(s) of the fake runtime)")
+    app = f", {report.app_types} type(s) of {args.app}" if args.app is not None else ""
+    print(f"names drawn also from: {report.strings} string(s) of the profiler{app}; runtime calls reached:")
+    for line in report.reach_table():
+        print("  " + line)
     for f in report.findings:
         print(f.line())
     if report.findings:

@@ -13,5 +13,7 @@ recording, and a failure is shrunk and saved as a reproducer that replays determ
 - :mod:`.machine`: the engines, the fuzzing session, shrinking and the replay of reproducers;
 - :mod:`.database`: where hypothesis stores (under the harness cache; the example database a folder or a
   Redis server several machines share);
-- :mod:`.probe`: the harness's own probe as a fuzz target.
+- :mod:`.probe`: the harness's own probe as a fuzz target;
+- :mod:`.names`: the names the world draws besides invented ones (the profiler's own strings, the
+  metadata of ``--app``'s assembly).
 """

@@ -112,6 +112,18 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("names.ascii", "names of modules, classes and methods made of ASCII letters, digits, '.' and "
               "'_'", Basis.OBSERVED, observed="3.1.23 and 8.0.4: every module, class and method name of the "
               "validator's scenarios"),
+    Behaviour("names.strings", "class, method and module names that are strings of the profiler's own "
+              "read-only data (a dotted identifier, as a C# program may declare: an app names its types "
+              "anything; `fuzz --no-strings` leaves them out)", Basis.OBSERVED,
+              observed="3.1.23 and 8.0.4: GetTypeDefProps and GetMethodProps answer the app's own type (with "
+              "its namespace) and method names verbatim (the validator's scenarios; the docs fixture "
+              "object_tracker.cpp tracks classes by such a name under validate)"),
+    Behaviour("names.app", "with `fuzz --app APP.dll`: the app's module first, its non-generic types "
+              "(full name) loaded once each into it with their TypeDef tokens, their methods "
+              "JIT-compiled once each with their MethodDef tokens", Basis.OBSERVED,
+              observed="3.1.23 and 8.0.4: GetClassIDInfo and GetTokenAndMetaDataFromFunction answer the "
+              "tokens of the app's own metadata, and a ClassID per non-generic type (the validator's "
+              "scenarios)"),
     Behaviour("names.unicode", "names with Latin-1, BMP and non-BMP characters (UTF-16 surrogate pairs) in "
               "WCHAR buffers", Basis.DOCUMENTED, doc=BUFFERS, quote="The InfoBuffer parameter specifies the "
               "caller-allocated buffer."),

@@ -11,6 +11,7 @@ kept must be remapped (MR2-07/08) before it is used again.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from clr_model import api
 from clr_model.api import Fact
 from clr_model.clauses import Layer
-from clr_model.events import Mark, ObjectInspection
+from clr_model.events import InfoCall, Mark, ObjectInspection
 from conformance.core import registry
 from conformance.core.errors import HarnessError
 from conformance.core.findings import Finding
@@ -96,10 +97,24 @@ def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -
     return found
 
 
-def judge(trace: Path, outcome: ExampleOutcome, commands: Sequence[Mapping[str, Any]]) -> list[Finding]:
-    """Every finding of one example (the validator's rules, then the model's heap check)."""
+def api_calls(recording: Recording) -> Counter[str]:
+    """How often the profiler called each ICorProfilerInfo method in a recording (a call recorded as enter
+    and return counts once; an ObjectID's inspection is a call too). The fake runtime does not record
+    IMetaDataImport calls: they are not counted."""
+    return Counter(ev.name for ev in recording.events
+                   if isinstance(ev, ObjectInspection) or (isinstance(ev, InfoCall) and ev.phase != "return"))
+
+
+def judge(
+    trace: Path, outcome: ExampleOutcome, commands: Sequence[Mapping[str, Any]],
+    calls: Counter[str] | None = None,
+) -> list[Finding]:
+    """Every finding of one example (the validator's rules, then the model's heap check); ``calls``, when
+    given, gets the example's :func:`api_calls`."""
     run = run_result(trace, outcome)
     recording = read_recording(read_trace_whole(trace))
+    if calls is not None:
+        calls.update(api_calls(recording))
     findings = check_recording(recording, run)
     heaps = heaps_of(commands)
     for rule in registry.functions(Layer.FUZZ):

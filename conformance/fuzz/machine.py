@@ -26,12 +26,13 @@ import hashlib
 import json
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis import __version__ as hypothesis_version
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -46,6 +47,7 @@ from conformance.fuzz.behaviours import DEFAULT_WORLD, WORLDS
 from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
 from conformance.fuzz.database import hypothesis_storage, open_database
 from conformance.fuzz.judge import judge
+from conformance.fuzz.names import Dictionary, profiler_strings, read_app
 from conformance.fuzz.program import RULES, Reader, StepRule, decode, without_step
 from conformance.fuzz.world import World, world_of
 from conformance.validator.launch import check_profiler
@@ -58,6 +60,8 @@ BYTES_PER_STEP = 8
 RULE_BYTES = 64
 #: Passes of :func:`polish` over the steps at most.
 POLISH_PASSES = 3
+#: What :func:`hypothesis.target` maximises: the distinct runtime methods an example's profiler called.
+TARGET_LABEL = "distinct runtime calls"
 
 
 class FuzzFailure(AssertionError):
@@ -124,6 +128,12 @@ class Session:
     stop_at: float | None = None
     #: the world the examples are made in (:data:`conformance.fuzz.behaviours.WORLDS`)
     world: str = DEFAULT_WORLD
+    #: the names the world draws besides invented ones (:mod:`conformance.fuzz.names`)
+    dictionary: Dictionary = field(default_factory=Dictionary)
+    #: the profiler's runtime calls reached: method -> [examples that made it, calls]
+    reached: dict[str, list[int]] = field(default_factory=dict)
+    #: the distinct methods the last example called (what :func:`hypothesis.target` steers up)
+    last_distinct: int = 0
 
     @property
     def trace(self) -> Path:
@@ -141,9 +151,15 @@ class Session:
         if self.progress is not None and self.examples % self.progress_every == 0:
             self.progress(self)
         began = time.perf_counter()
+        calls: Counter[str] = Counter()
         with interrupt.deferred():  # a judged failure is kept: the signal waits the few ms of judging
-            findings = judge(self.trace, outcome, commands)
+            findings = judge(self.trace, outcome, commands, calls)
             self.seconds_judging += time.perf_counter() - began
+            for name, n in calls.items():
+                tally = self.reached.setdefault(name, [0, 0])
+                tally[0] += 1
+                tally[1] += n
+            self.last_distinct = len(calls)
             if findings and self.first_failure is None:
                 self.first_failure = self.examples
                 self.first_found = failure(findings, commands, data)
@@ -157,6 +173,8 @@ class Session:
         if self.stop_at is not None and self.first_found is None and time.monotonic() >= self.stop_at:
             raise TimeUp
         findings = self.run(world.commands, world.events, data)
+        # toward examples where the profiler makes more distinct runtime calls (reaches more of its code)
+        target(float(self.last_distinct), label=TARGET_LABEL)
         if findings:
             raise failure(findings, world.commands, data)
 
@@ -173,7 +191,7 @@ def program_test(session: Session, config: settings) -> Callable[[], None]:
     @config
     @given(st.binary(min_size=size, max_size=size))
     def fuzz_program(data: bytes) -> None:
-        session.check(decode(data, session.steps, session.world).world, data)
+        session.check(decode(data, session.steps, session.world, session.dictionary).world, data)
 
     return fuzz_program
 
@@ -186,7 +204,7 @@ class FuzzMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.world = World(world=self.session.world)
+        self.world = World(world=self.session.world, dictionary=self.session.dictionary)
 
     def teardown(self) -> None:
         self.session.check(self.world)
@@ -226,11 +244,11 @@ def polish(session: Session, found: FuzzFailure) -> FuzzFailure:
     data = found.data
     for _ in range(POLISH_PASSES):
         changed = False
-        program = decode(data, session.steps, session.world)
+        program = decode(data, session.steps, session.world, session.dictionary)
         i = len(program.spans) - 1
         while i >= 0:
             candidate = without_step(data, program.spans, i)
-            trial = decode(candidate, session.steps, session.world)
+            trial = decode(candidate, session.steps, session.world, session.dictionary)
             findings = session.run(trial.world.commands, trial.world.events)
             if findings and clauses_of(findings) == want:
                 data, program, changed = candidate, trial, True
@@ -298,6 +316,21 @@ class FuzzReport:
     interrupted: bool = False
     #: the reproducer is the shrunk failure (False: as found, or as far as the shrinking got)
     shrunk: bool = False
+    #: the profiler's runtime calls the examples reached: method -> (examples that made it, calls)
+    reached: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: names in the dictionary: the profiler's strings, the app's types (``--app``)
+    strings: int = 0
+    app_types: int = 0
+
+    def reach_table(self) -> list[str]:
+        """The reached calls as text lines (most examples first): method, examples, calls."""
+        if not self.reached:
+            return ["no runtime calls reached"]
+        rows = sorted(self.reached.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        width = max(len("method"), *(len(name) for name, _ in rows))
+        lines = [f"{'method':<{width}}  {'examples':>8}  {'calls':>8}"]
+        lines += [f"{name:<{width}}  {ex:>8}  {n:>8}" for name, (ex, n) in rows]
+        return lines
 
 
 #: While fuzzing, the collector's youngest generation collects after this many new objects (Python's
@@ -328,11 +361,13 @@ def collector_for_fuzzing() -> Iterator[None]:
 
 def reproducer_json(
     profiler: Path, clsid: str, found: FuzzFailure, env: Mapping[str, str] | None = None,
-    given: Path | None = None,
+    given: Path | None = None, dictionary: Dictionary | None = None,
 ) -> dict[str, Any]:
     """The reproducer of ``found``: ``profiler`` is the library's resolved path, ``given`` (default: the
-    same) as the user named it (see :func:`replay_target`)."""
-    return {
+    same) as the user named it (see :func:`replay_target`); ``dictionary``: the names its program drew
+    from (kept so the program decodes to its commands anywhere)."""
+    extra = {"dictionary": dictionary.to_json()} if dictionary else {}
+    return {**extra,
         "format": REPRODUCER_FORMAT,
         "profiler": str(profiler),
         "profiler_given": str(given if given is not None else profiler),
@@ -372,6 +407,8 @@ def fuzz(
     fresh: bool = False,
     on_example: Callable[[Session], None] | None = None,
     world: str = DEFAULT_WORLD,
+    strings: bool = True,
+    app: Path | None = None,
 ) -> FuzzReport:
     """Fuzz ``profiler`` until a failure (shrunk, saved to ``reproducer``), ``max_examples`` examples or
     ``time_limit`` seconds. ``seed`` makes the run deterministic (chunk k uses seed + k). ``env`` is set in
@@ -383,13 +420,19 @@ def fuzz(
     ``time_limit`` is past no new example starts (a failure found before it is still shrunk).
     ``on_example(session)`` is called after every example is judged (see :attr:`Session.on_example`).
     ``world``: ``observed`` (only what the bundled runtimes were seen to do) or ``documented`` (also what
-    only a document allows): docs/fake-runtime.md."""
+    only a document allows): docs/fake-runtime.md. The world's names are drawn also from the profiler's
+    own strings (``strings``) and the metadata of the assembly ``app`` (:mod:`conformance.fuzz.names`);
+    hypothesis steers toward examples whose profiler makes more distinct runtime calls, and the report
+    says which calls were reached (:attr:`FuzzReport.reached`)."""
     if engine not in ENGINES:
         raise InputError(f"fuzz engine {engine!r} is not one of {', '.join(ENGINES)}")
     if world not in WORLDS:
         raise InputError(f"fuzz world {world!r} is not one of {', '.join(WORLDS)}")
     began = time.monotonic()
     given, profiler = profiler, check_profiler(profiler)
+    dictionary = read_app(app) if app is not None else Dictionary()
+    if strings:
+        dictionary = replace(dictionary, strings=profiler_strings(profiler))
     db: ExampleDatabase | None = None
     if database is not None:
         db = ProfilerDatabase(open_database(database), file_digest(profiler))
@@ -398,10 +441,11 @@ def fuzz(
         prefix="profharness-fuzz-"
     ) as tmp, FakeRuntime(profiler, clsid, hang_s=hang_s, env=env, workdir=Path(tmp), fresh=fresh) as runtime:
         session = Session(runtime, Path(tmp), steps=steps, progress=progress, on_example=on_example,
-                          world=world)
+                          world=world, dictionary=dictionary)
         if time_limit is not None:
             session.stop_at = began + time_limit
-        report = FuzzReport(str(given), clsid, 0, 0, 0.0)
+        report = FuzzReport(str(given), clsid, 0, 0, 0.0, strings=len(dictionary.strings),
+                            app_types=len(dictionary.app_types))
         found_so_far: list[FuzzFailure] = []
         try:
             _fuzz_chunks(session, report, found_so_far, make_test, profiler=profiler, clsid=clsid,
@@ -413,20 +457,22 @@ def fuzz(
             best = found_so_far[-1] if found_so_far else session.first_found
             if best is not None and not report.findings:
                 _report_failure(report, best, shrunk=False, profiler=profiler, clsid=clsid,
-                                reproducer=reproducer, env=env, given=given)  # fmt: skip
+                                reproducer=reproducer, env=env, given=given,
+                                dictionary=session.dictionary)  # fmt: skip
         report.examples = session.examples
         report.events = session.events
         report.restarts = runtime.restarts
         report.first_failure = session.first_failure
         report.seconds_in_child = session.seconds_in_child
         report.seconds_judging = session.seconds_judging
+        report.reached = {name: (ex, n) for name, (ex, n) in session.reached.items()}
     report.seconds = time.monotonic() - began
     return report
 
 
 def _report_failure(report: FuzzReport, found: FuzzFailure, *, shrunk: bool, profiler: Path, clsid: str,
                     reproducer: Path | None, env: Mapping[str, str] | None,
-                    given: Path | None = None) -> None:  # fmt: skip
+                    given: Path | None = None, dictionary: Dictionary | None = None) -> None:  # fmt: skip
     """``found`` is the run's failure: its findings in the report, its reproducer saved."""
     with interrupt.deferred():  # a signal does not leave half a reproducer
         report.findings = found.findings
@@ -434,7 +480,8 @@ def _report_failure(report: FuzzReport, found: FuzzFailure, *, shrunk: bool, pro
         report.reproducer_events = sum(1 for c in found.commands if c.get("op") == "event")
         if reproducer is not None:
             reproducer.parent.mkdir(parents=True, exist_ok=True)
-            reproducer.write_text(json.dumps(reproducer_json(profiler, clsid, found, env, given), indent=1))
+            reproducer.write_text(json.dumps(reproducer_json(profiler, clsid, found, env, given, dictionary),
+                                             indent=1))
             report.reproducer = reproducer
 
 
@@ -490,7 +537,7 @@ def _fuzz_chunks(
             database=db,
             report_multiple_bugs=True,
             print_blob=False,
-            phases=[Phase.explicit, *([Phase.reuse] if db else []), Phase.generate,
+            phases=[Phase.explicit, *([Phase.reuse] if db else []), Phase.generate, Phase.target,
                     *([Phase.shrink] if shrink else [])],
         )
         test = make_test(session, config)
@@ -510,7 +557,8 @@ def _fuzz_chunks(
             found_so_far.append(found[0])
             shrunk = polish(session, found[0]) if shrink else found[0]
             _report_failure(report, shrunk, shrunk=shrink, profiler=profiler, clsid=clsid,
-                            reproducer=reproducer, env=env, given=given)  # fmt: skip
+                            reproducer=reproducer, env=env, given=given,
+                            dictionary=session.dictionary)  # fmt: skip
             break
         if session.examples == before:
             break
@@ -582,7 +630,11 @@ def load_reproducer(path: Path) -> dict[str, Any]:
                     f"{path}: env[{name!r}]: {value!r} names a path outside the replay's work directory "
                     "(paths in a reproducer start with {workdir}/ and have no '..' part)"
                 )
-    _check_program(path, data.get("program"), data["commands"])
+    raw = data.get("dictionary", {})
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: dictionary: not an object (the names the program drew from)")
+    dictionary = Dictionary.from_json(raw, f"{path}: dictionary")
+    _check_program(path, data.get("program"), data["commands"], dictionary)
     return data
 
 
@@ -590,7 +642,9 @@ def _command_text(command: Mapping[str, Any]) -> str:
     return " ".join(str(part) for part in (command.get("op"), command.get("name")) if part is not None)
 
 
-def _check_program(path: Path, program: object, commands: list[Any]) -> None:
+def _check_program(
+    path: Path, program: object, commands: list[Any], dictionary: Dictionary | None = None
+) -> None:
     """``commands`` are the commands of the first k steps of ``program`` for some k (see
     :func:`load_reproducer`); else one :class:`HarnessError` line."""
     if program is None:
@@ -602,7 +656,7 @@ def _check_program(path: Path, program: object, commands: list[Any]) -> None:
     if data is None:
         raise InputError(f"{path}: program: not a hex string of the example's bytes (nor null)")
     # every step sends at least one command: more steps than commands cannot give these commands
-    decoded = decode(data, len(commands), world_of(commands))
+    decoded = decode(data, len(commands), world_of(commands), dictionary)
     derived: list[Any] = json.loads(json.dumps(decoded.world.commands))
     if len(commands) in (0, *decoded.ends) and derived[: len(commands)] == commands:
         return

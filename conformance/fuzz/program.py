@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from conformance.fuzz.behaviours import DEFAULT_WORLD
+from conformance.fuzz.names import Dictionary
 from conformance.fuzz.world import BATCH_OBSERVED, GENERATIONS, GcPlan, World
 
 __all__ = ["END_BELOW", "RULES", "Program", "Reader", "StepRule", "decode"]
@@ -34,6 +35,8 @@ T = TypeVar("T")
 
 #: An op byte below this ends the program (2.3% per step: random programs mostly reach the step limit).
 END_BELOW = 6
+#: A name's first byte at or above this draws it from the dictionary, when there is one (half the time).
+DRAWN_FROM = 128
 #: Names are made of these (ASCII, Latin-1, a BMP symbol and one outside the BMP: UTF-16 surrogates).
 LETTERS = "abcdefghijklmnopqrstuvwxyz.ABCXYZ_0123456789é€𝄞"
 #: ... in the observed world (behaviour ``names.ascii``).
@@ -93,19 +96,31 @@ class Reader:
 # --- parameters ---------------------------------------------------------------------------------------
 
 
-def names(world: World, r: Reader) -> list[str]:
+def names(world: World, r: Reader, pool: Sequence[str] = ()) -> list[str]:
     """One name; in the documented world also a name and a longer one the later questions get: an answer
     that grows between the size query and the fill of a double-pass client (BUF-07/08; no runtime changes a
     name: the observed world never does). The bytes read are the same in both worlds."""
-    length = 1 + r.below(12)
+    return named(world, r, pool)[0]
+
+
+def named(world: World, r: Reader, pool: Sequence[str] = ()) -> tuple[list[str], int | None]:
+    """:func:`names`, drawn half the time from ``pool`` when there is one (the dictionary: the profiler's
+    strings, the app's names), and which of ``pool`` it is (None: invented). A drawn name reads one byte
+    more (the index's high byte); without a pool the bytes read are those of an invented name."""
+    b = r.byte()
+    length = 1 + b % 12
     seed = r.byte()
+    picked = (r.byte() << 8 | seed) % len(pool) if pool and b >= DRAWN_FROM else None
     letters = LETTERS if world.may("names.unicode") else ASCII_LETTERS
-    base = "".join(letters[(seed + 7 * i) % len(letters)] for i in range(length))
+    if picked is None:
+        base = "".join(letters[(seed + 7 * i) % len(letters)] for i in range(length))
+    else:
+        base = pool[picked]
     grow = r.byte()
     if not grow & 1 or not world.may("names.grow"):
-        return [base]
+        return [base], picked
     extra = 1 + (grow >> 1) % 40
-    return [base, base + "".join(letters[(seed + 11 * i + 3) % len(letters)] for i in range(extra))]
+    return [base, base + "".join(letters[(seed + 11 * i + 3) % len(letters)] for i in range(extra))], picked
 
 
 def size(world: World, r: Reader) -> int:
@@ -158,17 +173,64 @@ def _thread_created(world: World, r: Reader) -> None:
 
 
 def _load_module(world: World, r: Reader) -> None:
-    world.load_module(thread(world, r), names(world, r))
+    """A module; with ``--app`` the first is the app's own (the bytes read are the same)."""
+    tid = thread(world, r)
+    d = world.dictionary
+    given, picked = named(world, r, d.module_names)
+    if d.app_types and world.app_module is None:
+        world.load_module(tid, [d.app_module], app=True)
+        return
+    if picked is not None:
+        world.does("names.strings")
+    world.load_module(tid, given)
 
 
 def _load_class(world: World, r: Reader) -> None:
+    """A class: invented, named by a profiler's string, or (``--app``) one of the app's types, loaded once
+    into the app's module with its token (a class of the app's module is always one of them; a step that
+    would load one twice does nothing)."""
     module = r.pick(sorted(world.modules))
-    world.load_class(thread(world, r), module, names(world, r))
+    tid = thread(world, r)
+    d = world.dictionary
+    given, picked = named(world, r, d.class_names)
+    app_type = None
+    if picked is not None and picked < len(d.loadable):
+        app_type = d.loadable[picked]
+    elif module == world.app_module and d.loadable:
+        app_type = d.loadable[(picked or 0) % len(d.loadable)]
+    if app_type is None and module == world.app_module:
+        return  # the app's module has only the app's types (none the world loads)
+    if app_type is not None:
+        if app_type in world.app_classes.values():
+            return
+        world.load_class(tid, module, [app_type.name], app_type)
+        return
+    if picked is not None:
+        world.does("names.strings")
+    world.load_class(tid, module, given)
 
 
 def _jit(world: World, r: Reader) -> None:
+    """A method: of an app class, one of its methods (each compiled once: else the step does nothing);
+    else invented or named by a profiler's string."""
     cls = r.pick(sorted(world.classes))
-    world.jit(thread(world, r), cls, names(world, r), 1 + r.below(4096))
+    tid = thread(world, r)
+    app_type = world.app_classes.get(cls)
+    methods = app_type.methods if app_type is not None else ()
+    pool = [m.name for m in methods] if methods else world.dictionary.strings
+    given, picked = named(world, r, pool)
+    code_size = 1 + r.below(4096)
+    if app_type is not None:
+        if not methods:
+            return
+        method = methods[picked if picked is not None else 0]
+        if method.token in world.app_methods:
+            return
+        world.jit(tid, cls, [method.name], code_size, method.token)
+        return
+    if picked is not None:
+        world.does("names.strings")
+    world.jit(tid, cls, given, code_size)
 
 
 def _allocate(world: World, r: Reader) -> None:
@@ -262,9 +324,12 @@ class Program:
     ends: list[int] = field(default_factory=list)
 
 
-def decode(data: bytes, max_steps: int, world_name: str = DEFAULT_WORLD) -> Program:
-    """The example ``data`` encodes (at most ``max_steps`` steps) in world ``world_name``."""
-    world = World(world=world_name)
+def decode(
+    data: bytes, max_steps: int, world_name: str = DEFAULT_WORLD, dictionary: Dictionary | None = None
+) -> Program:
+    """The example ``data`` encodes (at most ``max_steps`` steps) in world ``world_name``, its names drawn
+    also from ``dictionary``."""
+    world = World(world=world_name, dictionary=dictionary or Dictionary())
     program = Program(world)
     r = Reader(data)
     while len(program.steps) < max_steps and r.pos < len(data):

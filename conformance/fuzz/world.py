@@ -26,6 +26,7 @@ from typing import Any
 
 from clr_model.moved_refs import U64_MAX, RangeTable, to_v1
 from conformance.fuzz.behaviours import DEFAULT_WORLD, WORLDS, allowed
+from conformance.fuzz.names import AppType, Dictionary
 
 __all__ = ["HEAP_MARK", "ClassInfo", "FunctionInfo", "GcPlan", "ModuleInfo", "World", "world_of"]
 
@@ -110,6 +111,13 @@ class World:
     world: str = DEFAULT_WORLD
     #: the behaviours (their table ids) this world did
     used: set[str] = field(default_factory=set)
+    #: the names it may draw besides invented ones (the profiler's strings, the app's metadata)
+    dictionary: Dictionary = field(default_factory=Dictionary)
+    #: the app's module (``--app``: the first module loaded), and its classes loaded: ClassID -> type
+    app_module: int | None = None
+    app_classes: dict[int, AppType] = field(default_factory=dict)
+    #: the app's methods JIT-compiled (their MethodDef tokens: each is compiled once)
+    app_methods: set[int] = field(default_factory=set)
     _next: int = 1
 
     def __post_init__(self) -> None:
@@ -147,10 +155,14 @@ class World:
 
     # --- modules, classes, functions -------------------------------------------------------------------
 
-    def load_module(self, thread: int, names: list[str]) -> int:
+    def load_module(self, thread: int, names: list[str], *, app: bool = False) -> int:
+        """A module; ``app``: the app's own (its classes are the app's types, with their tokens)."""
         self.does("module.load")
-        self._names(names)
+        self._names(names, app)
         mid = MODULE_BASE + self._id() * 0x1000
+        if app:
+            self.does("names.app")
+            self.app_module = mid
         self.event(thread, "ModuleLoadStarted", moduleId=mid)
         self.modules[mid] = ModuleInfo(mid, names)
         self.state("module", id=mid, base=mid + 0x10_0000, assembly=mid + 0x800, names=names)
@@ -158,34 +170,52 @@ class World:
         self.event(thread, "ModuleAttachedToAssembly", moduleId=mid, AssemblyId=mid + 0x800)
         return mid
 
-    def load_class(self, thread: int, module: int, names: list[str]) -> int:
+    def load_class(self, thread: int, module: int, names: list[str], app_type: AppType | None = None) -> int:
+        """A class of ``module``; ``app_type``: the app's type (in the app's module, with its TypeDef
+        token; loaded once)."""
         self.does("class.load")
-        self._names(names)
+        self._names(names, app_type is not None)
         k = self._id()
         cid = CLASS_BASE + k * 0x100
-        self.event(thread, "ClassLoadStarted", classId=cid)
         token = 0x0200_0000 + k
+        if app_type is not None:
+            if self.app_module is None or app_type in self.app_classes.values():
+                raise ValueError(f"{app_type.name}: no app module, or loaded already")
+            self.does("names.app")
+            module, token = self.app_module, app_type.token
+            self.app_classes[cid] = app_type
+        self.event(thread, "ClassLoadStarted", classId=cid)
         self.classes[cid] = ClassInfo(cid, module, token, names)
         self.state("class", id=cid, module=module, token=token, parent=0, names=names)
         self.event(thread, "ClassLoadFinished", classId=cid, hrStatus=0)
         return cid
 
-    def jit(self, thread: int, cls: int, names: list[str], size: int) -> int:
+    def jit(self, thread: int, cls: int, names: list[str], size: int, token: int | None = None) -> int:
+        """A method of ``cls`` JIT-compiled; ``token``: an app method's MethodDef token (once each)."""
         self.does("jit")
-        self._names(names)
+        self._names(names, token is not None)
         k = self._id()
         fid = FUNCTION_BASE + k * 0x100
         start = CODE_BASE + k * 0x10_0000
         module = self.classes[cls].module
+        if token is not None:
+            if cls not in self.app_classes or token in self.app_methods:
+                raise ValueError(f"method {token:#x}: not of an app class, or compiled already")
+            self.does("names.app")
+            self.app_methods.add(token)
+        else:
+            token = 0x0600_0000 + k
         self.event(thread, "JITCompilationStarted", functionId=fid, fIsSafeToBlock=1)
-        token = 0x0600_0000 + k
         self.functions[fid] = FunctionInfo(fid, cls, module, token, start, size, names)
         self.state("function", id=fid, **{"class": cls}, module=module, token=token, start=start, size=size,
                    names=names)
         self.event(thread, "JITCompilationFinished", functionId=fid, hrStatus=0, fIsSafeToBlock=1)
         return fid
 
-    def _names(self, names: list[str]) -> None:
+    def _names(self, names: list[str], app: bool = False) -> None:
+        """Tags the names' behaviours (an app's names are its own, whatever their characters)."""
+        if app:
+            return
         self.does("names.ascii" if all(c.isascii() for n in names for c in n) else "names.unicode")
         if len(set(names)) > 1:
             self.does("names.grow")
