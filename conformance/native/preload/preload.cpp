@@ -97,8 +97,27 @@ __attribute__((tls_model("initial-exec"))) __thread int tl_quiet = 0;
 __attribute__((tls_model("initial-exec"))) __thread int tl_sig = 0;
 __attribute__((tls_model("initial-exec"))) __thread std::uintptr_t tl_handler_sp = 0;
 __attribute__((tls_model("initial-exec"))) __thread std::uintptr_t tl_handler_fn = 0;  // the profiler's handler
+__attribute__((tls_model("initial-exec"))) __thread std::uintptr_t tl_alt_lo = 0;  // the sigaltstack the
+__attribute__((tls_model("initial-exec"))) __thread std::uintptr_t tl_alt_hi = 0;  // handler runs on (0: none)
 __attribute__((tls_model("initial-exec"))) __thread int tl_seen = 0;       // a wrapped handler ran here
 __attribute__((tls_model("initial-exec"))) __thread int tl_injecting = 0;
+
+// Whether the depth still describes a running handler: a handler left without returning (siglongjmp out of a
+// "safe read" SIGSEGV handler, a C++ throw, a context restore) leaves it above 0. The handler's frames lie
+// below its entry frame (tl_handler_sp) and, on a sigaltstack, inside that stack; a stack pointer outside
+// that region means the handler is gone: the depth and the handler's marks are reset (self-correcting).
+__attribute__((noinline)) bool handler_live() {
+    if (profharness_preload_depth <= 0) return false;
+    volatile char here = 0;
+    const auto sp = reinterpret_cast<std::uintptr_t>(&here);
+    if (sp < tl_handler_sp && (tl_alt_hi == 0 || (sp >= tl_alt_lo && sp < tl_alt_hi))) return true;
+    profharness_preload_depth = 0;
+    tl_handler_sp = 0;
+    tl_handler_fn = 0;
+    tl_alt_lo = tl_alt_hi = 0;
+    tl_sig = 0;
+    return false;
+}
 
 // --- the bootstrap arena: allocations made while the real functions are being looked up (dlsym may
 // calloc) come from here and are never freed ---------------------------------------------------------------
@@ -225,8 +244,10 @@ std::uintptr_t profiler_frame(std::uintptr_t ra) {
     if (in_ranges(ra)) return ra;
     volatile std::uintptr_t here = 0;
     auto p = reinterpret_cast<std::uintptr_t>(&here) & ~std::uintptr_t{7};
-    const std::uintptr_t top = tl_handler_sp;
-    for (; top && p < top; p += 8) {
+    std::uintptr_t top = tl_handler_sp;  // the handler's entry frame, never more than 64 KiB up
+    if (top > p + (std::uintptr_t{64} << 10)) top = p + (std::uintptr_t{64} << 10);
+    if (tl_alt_hi && top > tl_alt_hi) top = tl_alt_hi;
+    for (; top && p + 8 <= top; p += 8) {
         const std::uintptr_t w = *reinterpret_cast<const std::uintptr_t*>(p);
         if (in_ranges(w) && after_call(w)) return w;
     }
@@ -271,7 +292,7 @@ void note_site(int fn, std::uintptr_t caller, std::uintptr_t via) {
 }
 
 void note(int fn, const void* ra) {
-    if (tl_quiet) return;
+    if (tl_quiet || !handler_live()) return;
     const int saved = errno;
     const auto via = reinterpret_cast<std::uintptr_t>(ra);
     note_site(fn, profiler_frame(via), via);
@@ -346,7 +367,7 @@ using MallocFn = void* (*)(std::size_t);
 // An allocation inside a wrapped handler: waits for the allocator lock when someone holds it (never, when
 // the holder is this very thread: the deadlock a real allocator's lock makes).
 void wait_for_allocator(int fn, const void* ra) {
-    if (tl_quiet || g_lock_owner.load(std::memory_order_acquire) == 0) return;
+    if (tl_quiet || g_lock_owner.load(std::memory_order_acquire) == 0 || !handler_live()) return;
     Injection& inj = g_shared.injection;
     const int saved = errno;
     inj.waiter_caller.store(profiler_frame(reinterpret_cast<std::uintptr_t>(ra)));
@@ -397,21 +418,32 @@ void wrapped(int sig, siginfo_t* si, void* uc) {
     const std::uintptr_t prev_fn = tl_handler_fn;
     tl_handler_fn = fn;
     const int prev_sig = tl_sig;
+    const std::uintptr_t prev_alt_lo = tl_alt_lo, prev_alt_hi = tl_alt_hi;
+    const int prev_depth = handler_live() ? profharness_preload_depth : 0;  // a stale depth starts afresh
     volatile char marker = 0;
     tl_handler_sp = reinterpret_cast<std::uintptr_t>(&marker);
+    stack_t ss;
+    if (sigaltstack(nullptr, &ss) == 0 && (ss.ss_flags & SS_ONSTACK)) {
+        tl_alt_lo = reinterpret_cast<std::uintptr_t>(ss.ss_sp);
+        tl_alt_hi = tl_alt_lo + ss.ss_size;
+    } else {
+        tl_alt_lo = tl_alt_hi = 0;
+    }
     tl_sig = sig;
     tl_seen = 1;
     if (UNLIKELY(g_lock_owner.load(std::memory_order_relaxed) != 0) && g_lock_owner.load() == gettid_())
         g_shared.injection.state.store(4);  // the injected signal arrived while this thread holds the lock
-    ++profharness_preload_depth;
+    profharness_preload_depth = prev_depth + 1;
     if (h.siginfo.load(std::memory_order_relaxed)) reinterpret_cast<ActionFn>(fn)(sig, si, uc);
     else reinterpret_cast<HandlerFn>(fn)(sig);
-    --profharness_preload_depth;
+    profharness_preload_depth = prev_depth;
     const bool errno_changed = errno != saved_errno;
     if (errno_changed && !tl_quiet) note_site(kErrno, fn + 1, fn + 1);  // +1: a "return address" in it
     tl_handler_sp = prev_sp;
     tl_handler_fn = prev_fn;
     tl_sig = prev_sig;
+    tl_alt_lo = prev_alt_lo;
+    tl_alt_hi = prev_alt_hi;
     (void)marker;
     const std::uint64_t runs = h.runs.fetch_add(1, std::memory_order_relaxed) + 1;
     if (g_inject_enabled && runs == kRunsBeforeInjection && g_shared.injection.state.load() == 1) {
@@ -435,7 +467,7 @@ void translate_old(struct sigaction* old, std::uintptr_t prev_fn, int prev_sigin
 
 int install(int sig, const struct sigaction* act, struct sigaction* old, const void* ra) {
     if (!g_real_sigaction) resolve_all();
-    if (sig <= 0 || sig >= kHandlers || profharness_preload_depth > 0 || !g_real_sigaction)
+    if (sig <= 0 || sig >= kHandlers || handler_live() || !g_real_sigaction)
         return g_real_sigaction ? g_real_sigaction(sig, act, old) : (errno = ENOSYS, -1);
     Handler& h = g_shared.handlers[sig];
     const std::uintptr_t prev_fn = h.fn.load();
@@ -495,7 +527,7 @@ __attribute__((constructor(101))) void preload_init() {
 // The shape every allocation wrapper shares: outside a handler the real function (the injection's chance
 // first, when armed); inside, noted (and the allocator lock awaited) before the real function runs.
 #define ALLOC_ENTRY(fn_id)                                                                 \
-    if (UNLIKELY(profharness_preload_depth != 0)) {                                        \
+    if (UNLIKELY(profharness_preload_depth != 0) && handler_live()) {                      \
         note(fn_id, RA());                                                                 \
         wait_for_allocator(fn_id, RA());                                                   \
     }
@@ -505,9 +537,9 @@ __attribute__((constructor(101))) void preload_init() {
 // --- exported to the proxy ---------------------------------------------------------------------------------
 
 PRELOAD_EXPORT Shared* profharness_preload_shared() { return &g_shared; }
-PRELOAD_EXPORT int profharness_preload_in_handler() { return profharness_preload_depth > 0 && tl_quiet == 0; }
+PRELOAD_EXPORT int profharness_preload_in_handler() { return handler_live() && tl_quiet == 0; }
 PRELOAD_EXPORT void profharness_preload_note_info(int id, const void* caller) {
-    if (profharness_preload_depth <= 0 || tl_quiet) return;
+    if (tl_quiet || !handler_live()) return;
     const auto c = reinterpret_cast<std::uintptr_t>(caller);
     note_site(kInfoBase + id, c, c);
 }
@@ -540,7 +572,7 @@ HandlerFn pass_simple(const char* name, int sig, HandlerFn handler) {
     }
     return reinterpret_cast<Fn>(f)(sig, handler);
 }
-bool wraps(const void* ra) { return profharness_preload_depth == 0 && profiler_caller(ra); }
+bool wraps(const void* ra) { return !handler_live() && profiler_caller(ra); }
 }  // namespace
 
 PRELOAD_EXPORT HandlerFn signal(int sig, HandlerFn handler) {
