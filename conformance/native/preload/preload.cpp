@@ -367,7 +367,7 @@ using MallocFn = void* (*)(std::size_t);
 // An allocation inside a wrapped handler: waits for the allocator lock when someone holds it (never, when
 // the holder is this very thread: the deadlock a real allocator's lock makes).
 void wait_for_allocator(int fn, const void* ra) {
-    if (tl_quiet || g_lock_owner.load(std::memory_order_acquire) == 0 || !handler_live()) return;
+    if (g_lock_owner.load(std::memory_order_acquire) == 0 || !handler_live()) return;
     Injection& inj = g_shared.injection;
     const int saved = errno;
     inj.waiter_caller.store(profiler_frame(reinterpret_cast<std::uintptr_t>(ra)));
