@@ -15,7 +15,8 @@
 //
 // Deadlock injection (PROFHARNESS_PRELOAD_INJECT=1): once a run, after a wrapped handler ran a few times,
 // the next allocation on a thread the handler already ran on takes the preload's own non-recursive
-// "allocator lock" around the real malloc and raises the profiler's signal on that thread (tgkill) while
+// "allocator lock" around the real malloc and raises the profiler's signal on that thread (rt_tgsigqueueinfo,
+// with the last siginfo the kernel gave that signal: a timer sampler reads si_value) while
 // holding it; an allocation inside a wrapped handler waits for that lock, as glibc's malloc waits for its
 // arena's: a handler that allocates deadlocks there, deterministically. Both stacks (where the lock was
 // taken, where the handler waits) are kept for the proxy's watchdog, which reports and ends the process.
@@ -361,6 +362,10 @@ bool g_inject_enabled = false;
 std::atomic<int> g_armed{0};
 std::atomic<long> g_lock_owner{0};  // the emulated allocator lock (0: free)
 constexpr std::uint64_t kRunsBeforeInjection = 3;
+// The last real siginfo of each signal (copied in the wrapper while the injection is pending): the injected
+// signal carries it (si_code, si_value: a timer sampler reads its context from si_value.sival_ptr).
+siginfo_t g_last_info[kHandlers];
+std::atomic<int> g_have_info[kHandlers];
 
 using MallocFn = void* (*)(std::size_t);
 
@@ -397,7 +402,12 @@ void* inject_malloc(std::size_t n) {
     inj.holder_tid.store(self);
     g_lock_owner.store(self, std::memory_order_release);
     void* p = real<MallocFn>(kMalloc)(n);
-    ::syscall(SYS_tgkill, static_cast<long>(getpid()), self, sig);  // delivered before tgkill returns
+    // delivered before the call returns; with the signal's last real siginfo (never an empty SI_TKILL one)
+    siginfo_t copy;
+    const bool have = sig > 0 && sig < kHandlers && g_have_info[sig].load(std::memory_order_acquire) != 0;
+    if (have) copy = g_last_info[sig];
+    if (!have || ::syscall(SYS_rt_tgsigqueueinfo, static_cast<long>(getpid()), self, sig, &copy) != 0)
+        ::syscall(SYS_tgkill, static_cast<long>(getpid()), self, sig);
     g_lock_owner.store(0, std::memory_order_release);
     inj.state.store(inj.state.load() == 4 ? 3 : 5);  // 3: delivered under the lock, returned; 5: not delivered
     tl_injecting = 0;
@@ -431,6 +441,11 @@ void wrapped(int sig, siginfo_t* si, void* uc) {
     }
     tl_sig = sig;
     tl_seen = 1;
+    if (UNLIKELY(g_inject_enabled) && si && g_shared.injection.state.load(std::memory_order_relaxed) == 1 &&
+        !g_armed.load(std::memory_order_relaxed)) {
+        g_last_info[sig] = *si;
+        g_have_info[sig].store(1, std::memory_order_release);
+    }
     if (UNLIKELY(g_lock_owner.load(std::memory_order_relaxed) != 0) && g_lock_owner.load() == gettid_())
         g_shared.injection.state.store(4);  // the injected signal arrived while this thread holds the lock
     profharness_preload_depth = prev_depth + 1;

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from conformance.core.paths import NATIVE_DIR
 from conformance.validator.build import build_preload
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++") is None, reason="needs gcc")
+INCLUDE = NATIVE_DIR / "include"
 
 #: prints in_handler and every published site of the preload's table
 DUMP_SITES = r"""
@@ -132,3 +134,74 @@ def test_ASYNC_01_an_allocating_handler_on_a_sigaltstack_is_still_found(tmp_path
     out = run_preloaded(tmp_path, ALTSTACK_PROF, ALTSTACK_MAIN)
     assert "in_handler=0" in out, out
     assert "site fn=0 count=1" in out, out  # malloc (kFunctionNames[0]) inside the handler
+
+
+# ASYNC-07: a correct timer sampler that reads its context from si_value (set by timer_create's sigevent)
+TIMER_PROF = r"""
+#define _GNU_SOURCE
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+struct ctx { volatile long samples; };
+static struct ctx g_ctx;
+static void on_prof(int s, siginfo_t* si, void* uc) {
+  (void)s; (void)uc;
+  struct ctx* c = (struct ctx*)si->si_value.sival_ptr;  /* the timer's own context: correct for SI_TIMER */
+  c->samples++;
+}
+void prof_init(void) {
+  struct sigaction sa; memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_prof; sa.sa_flags = SA_SIGINFO | SA_RESTART; sigemptyset(&sa.sa_mask);
+  sigaction(SIGPROF, &sa, 0);
+  struct sigevent ev; memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_THREAD_ID; ev.sigev_signo = SIGPROF; ev._sigev_un._tid = syscall(SYS_gettid);
+  ev.sigev_value.sival_ptr = &g_ctx;
+  timer_t t; timer_create(CLOCK_MONOTONIC, &ev, &t);
+  struct itimerspec its = {{0, 2000000}, {0, 2000000}}; timer_settime(t, 0, &its, 0);
+}
+long prof_samples(void) { return g_ctx.samples; }
+"""
+
+TIMER_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <dlfcn.h>
+#include <time.h>
+#include "profharness/preload.h"
+int main(int argc, char** argv) {
+  (void)argc;
+  void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  ((void (*)(void))dlsym(h, "prof_init"))();
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    void* volatile keep = malloc(64);
+    free(keep);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while (t.tv_sec - t0.tv_sec < 1);
+  auto* shared = reinterpret_cast<profharness::preload::Shared* (*)()>(
+      dlsym(RTLD_DEFAULT, "profharness_preload_shared"))();
+  printf("samples=%ld injection=%d\n", ((long (*)(void))dlsym(h, "prof_samples"))(),
+         shared->injection.state.load());
+  return 0;
+}
+"""
+
+
+def test_ASYNC_07_the_injected_signal_carries_the_signals_real_siginfo(tmp_path: Path) -> None:
+    """--inject-deadlock raises the profiler's signal with the last siginfo the kernel gave that signal (a
+    timer's SI_TIMER and si_value), not tgkill's empty one: a correct sampler reading its context from
+    si_value.sival_ptr survives the injection (state 3: delivered under the lock, returned)."""
+    src = tmp_path / "main.cpp"
+    src.write_text(TIMER_MAIN)
+    exe = tmp_path / "main"
+    subprocess.run(["g++", "-O1", "-std=c++17", f"-I{INCLUDE}", "-o", str(exe), str(src), "-ldl"], check=True,
+                   capture_output=True)  # fmt: skip
+    lib = build(tmp_path, "libprof.so", TIMER_PROF, "-shared", "-fPIC", "-lrt")
+    env = {**os.environ, "LD_PRELOAD": str(build_preload()), "PROFHARNESS_PRELOAD_PROFILER": str(lib),
+           "PROFHARNESS_PRELOAD_INJECT": "1"}  # fmt: skip
+    done = subprocess.run([str(exe), str(lib)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    assert "injection=3" in done.stdout, done.stdout
