@@ -92,6 +92,8 @@ Shared g_shared;
 void* g_real[kFunctionCount];
 using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
 SigactionFn g_real_sigaction = nullptr;
+using SimpleFn = void (*(*)(int, void (*)(int)))(int);
+SimpleFn g_real_signal = nullptr, g_real_bsd_signal = nullptr, g_real_sysv_signal = nullptr;
 std::atomic<int> g_resolved{0};  // 0 not yet, 1 resolving, 2 done
 
 __attribute__((tls_model("initial-exec"))) __thread int tl_quiet = 0;
@@ -204,7 +206,7 @@ int add_ranges_of(dl_phdr_info* info, std::size_t, void* base) {
 // Whether `ra` (outside any handler) is in a profiler module; the first time one is seen its executable
 // ranges are kept for the frame scan. Called from sigaction/signal only (dladdr and stat are not
 // async-signal-safe; a handler changing dispositions is passed through).
-bool profiler_caller(const void* ra) {
+bool profiler_caller_uncached(const void* ra) {
     Dl_info di;
     if (!dladdr(ra, &di) || !di.dli_fname || !di.dli_fbase) return false;
     const auto base = reinterpret_cast<std::uintptr_t>(di.dli_fbase);
@@ -222,6 +224,38 @@ bool profiler_caller(const void* ra) {
     std::uintptr_t b = base;
     dl_iterate_phdr(&add_ranges_of, &b);
     return true;
+}
+
+// profiler_caller_uncached's verdict per call site (return address), kept in a lock-free table so that
+// dladdr and stat run at most once per site: sigaction/signal stay async-signal-safe for everyone after
+// a site's first call. A full table answers uncached.
+constexpr int kCallerSlots = 512;
+std::atomic<std::uintptr_t> g_caller_key[kCallerSlots];
+std::atomic<int> g_caller_verdict[kCallerSlots];  // 0: being decided, 1: not the profiler, 2: the profiler
+
+bool profiler_caller(const void* ra) {
+    const auto key = reinterpret_cast<std::uintptr_t>(ra);
+    if (!key) return false;
+    std::uint64_t h = key * 0x9E3779B97F4A7C15ULL;
+    for (int probe = 0; probe < 16; ++probe, h += 0x9E3779B97F4A7C15ULL) {
+        const auto slot = static_cast<int>((h >> 40) % kCallerSlots);
+        std::uintptr_t k = g_caller_key[slot].load(std::memory_order_acquire);
+        if (k == 0) {
+            std::uintptr_t expected = 0;
+            if (g_caller_key[slot].compare_exchange_strong(expected, key)) {
+                const bool ours = profiler_caller_uncached(ra);
+                g_caller_verdict[slot].store(ours ? 2 : 1, std::memory_order_release);
+                return ours;
+            }
+            k = expected;
+        }
+        if (k == key) {
+            const int v = g_caller_verdict[slot].load(std::memory_order_acquire);
+            if (v != 0) return v == 2;
+            return profiler_caller_uncached(ra);  // another thread is deciding it now
+        }
+    }
+    return profiler_caller_uncached(ra);
 }
 
 // Whether the bytes before `a` end a call instruction (so `a` is a return address, not stale data).
@@ -321,6 +355,11 @@ void resolve_all() {
     }
     profharness_preload_real_dlopen = g_real[kDlopen];
     g_real_sigaction = real_dlsym ? reinterpret_cast<SigactionFn>(real_dlsym(RTLD_NEXT, "sigaction")) : nullptr;
+    if (real_dlsym) {  // once: pass_simple never looks them up again
+        g_real_signal = reinterpret_cast<SimpleFn>(real_dlsym(RTLD_NEXT, "signal"));
+        g_real_bsd_signal = reinterpret_cast<SimpleFn>(real_dlsym(RTLD_NEXT, "bsd_signal"));
+        g_real_sysv_signal = reinterpret_cast<SimpleFn>(real_dlsym(RTLD_NEXT, "sysv_signal"));
+    }
     g_resolved.store(2, std::memory_order_release);
 }
 
@@ -576,29 +615,28 @@ PRELOAD_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigact
 }
 namespace {
 // signal/bsd_signal/sysv_signal from anyone but the profiler: libc's own (siginterrupt's state and all).
-HandlerFn pass_simple(const char* name, int sig, HandlerFn handler) {
-    if (g_resolved.load() != 2) resolve_all();
-    using Fn = HandlerFn (*)(int, HandlerFn);
-    auto real_dlsym = reinterpret_cast<DlsymFn>(profharness_preload_real_dlsym);
-    void* f = real_dlsym ? real_dlsym(RTLD_NEXT, name) : nullptr;
+// `real_fn`: &g_real_signal and its siblings, resolved once by resolve_all (no lookup here).
+HandlerFn pass_simple(SimpleFn* real_fn, int sig, HandlerFn handler) {
+    if (g_resolved.load(std::memory_order_acquire) != 2) resolve_all();
+    const SimpleFn f = *real_fn;
     if (!f) {
         errno = ENOSYS;
         return SIG_ERR;
     }
-    return reinterpret_cast<Fn>(f)(sig, handler);
+    return f(sig, handler);
 }
 bool wraps(const void* ra) { return !handler_live() && profiler_caller(ra); }
 }  // namespace
 
 PRELOAD_EXPORT HandlerFn signal(int sig, HandlerFn handler) {
-    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple("signal", sig, handler);
+    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple(&g_real_signal, sig, handler);
 }
 PRELOAD_EXPORT HandlerFn bsd_signal(int sig, HandlerFn handler) {
-    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple("bsd_signal", sig, handler);
+    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple(&g_real_bsd_signal, sig, handler);
 }
 PRELOAD_EXPORT HandlerFn sysv_signal(int sig, HandlerFn handler) {
     return wraps(RA()) ? install_simple(sig, handler, SA_RESETHAND | SA_NODEFER, RA())
-                       : pass_simple("sysv_signal", sig, handler);
+                       : pass_simple(&g_real_sysv_signal, sig, handler);
 }
 
 // --- the malloc family ------------------------------------------------------------------------------------

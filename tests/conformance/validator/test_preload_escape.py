@@ -205,3 +205,49 @@ def test_ASYNC_07_the_injected_signal_carries_the_signals_real_siginfo(tmp_path:
     done = subprocess.run([str(exe), str(lib)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
     assert "injection=3" in done.stdout, done.stdout
+
+
+# counts stat(2) calls (preloaded after the preload, so the preload's own stat resolves to it)
+STAT_COUNTER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <sys/stat.h>
+long stat_calls = 0;
+int stat(const char* path, struct stat* st) {
+  __atomic_add_fetch(&stat_calls, 1, __ATOMIC_RELAXED);
+  int (*real)(const char*, struct stat*) = (int (*)(const char*, struct stat*))dlsym(RTLD_NEXT, "stat");
+  return real(path, st);
+}
+"""
+
+DISPOSITIONS_MAIN = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <dlfcn.h>
+static void on_usr2(int s) { (void)s; }
+int main(void) {
+  long* calls = (long*)dlsym(RTLD_DEFAULT, "stat_calls");
+  long before = *calls;
+  struct sigaction sa; memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr2; sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 200; i++) {
+    signal(SIGUSR2, on_usr2);
+    sigaction(SIGUSR2, &sa, 0);
+  }
+  printf("stat_calls=%ld\n", *calls - before);
+  return 0;
+}
+"""
+
+
+def test_ASYNC_signal_and_sigaction_decide_each_call_site_once(tmp_path: Path) -> None:
+    """Whether a sigaction/signal call comes from the profiler (dladdr + stat, neither async-signal-safe) is
+    decided once per call site and remembered: 400 calls from two sites of the app make at most 2 stats."""
+    counter = build(tmp_path, "libcounter.so", STAT_COUNTER, "-shared", "-fPIC", "-ldl")
+    exe = build(tmp_path, "main", DISPOSITIONS_MAIN, "-ldl")
+    env = {**os.environ, "LD_PRELOAD": f"{build_preload()} {counter}", "PROFHARNESS_PRELOAD_PROFILER": str(counter)}
+    done = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("stat_calls=")]
+    assert int(line.split("=")[1]) <= 2, done.stdout
