@@ -1100,8 +1100,8 @@ class SignalHandlers(StreamRule):
             if dropped:  # the preload's table of sites (1024, never evicted) was full: those calls are unseen
                 self.j.finding(
                     "ASYNC-01",
-                    f"{dropped} call(s) inside the profiler's signal handler were not kept: the preload's table "
-                    "of call sites was full, so the ASYNC findings may miss sites",
+                    f"{dropped} call(s) inside the profiler's signal handler were not kept: the preload's "
+                    "table of call sites was full, so the ASYNC findings may miss sites",
                     [r["seq"]],
                     note=True,
                 )

@@ -17,7 +17,8 @@ import pytest
 from conformance.core.paths import NATIVE_DIR
 from conformance.validator.build import build_preload
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++") is None, reason="needs gcc")
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++") is None,
+                                reason="needs gcc and g++")
 INCLUDE = NATIVE_DIR / "include"
 
 #: prints in_handler and every published site of the preload's table
@@ -26,7 +27,8 @@ static void dump(void) {
   int (*inh)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "profharness_preload_in_handler");
   printf("in_handler=%d\n", inh ? inh() : -1);
   char* sh = ((char* (*)(void))dlsym(RTLD_DEFAULT, "profharness_preload_shared"))();
-  struct Site { uint64_t key, count, via; long tid; int signo, published; uint64_t written; } *s = (void*)(sh + 16);
+  struct Site { uint64_t key, count, via; long tid; int signo, published; uint64_t written; };
+  struct Site* s = (void*)(sh + 16);
   for (int k = 0; k < 1024; k++)
     if (s[k].published) printf("site fn=%d count=%lu\n", (int)(s[k].key & 0xffff), (unsigned long)s[k].count);
 }
@@ -246,7 +248,8 @@ def test_ASYNC_signal_and_sigaction_decide_each_call_site_once(tmp_path: Path) -
     decided once per call site and remembered: 400 calls from two sites of the app make at most 2 stats."""
     counter = build(tmp_path, "libcounter.so", STAT_COUNTER, "-shared", "-fPIC", "-ldl")
     exe = build(tmp_path, "main", DISPOSITIONS_MAIN, "-ldl")
-    env = {**os.environ, "LD_PRELOAD": f"{build_preload()} {counter}", "PROFHARNESS_PRELOAD_PROFILER": str(counter)}
+    env = {**os.environ, "LD_PRELOAD": f"{build_preload()} {counter}",
+           "PROFHARNESS_PRELOAD_PROFILER": str(counter)}  # fmt: skip
     done = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("stat_calls=")]
