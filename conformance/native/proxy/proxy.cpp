@@ -190,6 +190,10 @@ InfoScope::InfoScope(const char* name, bool two_phase, const void* return_addres
     : HandlerCheck(name, return_address), name_(name), two_phase_(two_phase) {
     if (in_handler()) {  // inside the profiler's signal handler: forwarded only, nothing allocated or locked
         muted_ = true;
+        if (ThreadState* known = me_if_known()) {  // the lock-free counts still hold (a thread never seen: none)
+            if (shutdown_returned()) known->calls_after_shutdown.fetch_add(1, std::memory_order_relaxed);
+            if (detached()) known->calls_after_detach.fetch_add(1, std::memory_order_relaxed);
+        }
         return;
     }
     t_ = &me();
