@@ -1096,6 +1096,15 @@ class SignalHandlers(StreamRule):
             signals = r.get("signals")
             if isinstance(signals, dict) and signals.get("injection") == 3:
                 self.j.exercised.add("ASYNC-07")  # the signal came under the lock; the handler returned
+            dropped = _int(signals.get("dropped")) if isinstance(signals, dict) else None
+            if dropped:  # the preload's table of sites (1024, never evicted) was full: those calls are unseen
+                self.j.finding(
+                    "ASYNC-01",
+                    f"{dropped} call(s) inside the profiler's signal handler were not kept: the preload's "
+                    "table of call sites was full, so the ASYNC findings may miss sites",
+                    [r["seq"]],
+                    note=True,
+                )
         elif name == "proxy.async":
             self.calls[(r.get("function"), r.get("info"), r.get("caller"))] = r
         else:

@@ -15,7 +15,8 @@
 //
 // Deadlock injection (PROFHARNESS_PRELOAD_INJECT=1): once a run, after a wrapped handler ran a few times,
 // the next allocation on a thread the handler already ran on takes the preload's own non-recursive
-// "allocator lock" around the real malloc and raises the profiler's signal on that thread (tgkill) while
+// "allocator lock" around the real malloc and raises the profiler's signal on that thread (rt_tgsigqueueinfo,
+// with the last siginfo the kernel gave that signal: a timer sampler reads si_value) while
 // holding it; an allocation inside a wrapped handler waits for that lock, as glibc's malloc waits for its
 // arena's: a handler that allocates deadlocks there, deterministically. Both stacks (where the lock was
 // taken, where the handler waits) are kept for the proxy's watchdog, which reports and ends the process.
@@ -91,14 +92,35 @@ Shared g_shared;
 void* g_real[kFunctionCount];
 using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
 SigactionFn g_real_sigaction = nullptr;
+using SimpleFn = void (*(*)(int, void (*)(int)))(int);
+SimpleFn g_real_signal = nullptr, g_real_bsd_signal = nullptr, g_real_sysv_signal = nullptr;
 std::atomic<int> g_resolved{0};  // 0 not yet, 1 resolving, 2 done
 
 __attribute__((tls_model("initial-exec"))) __thread int tl_quiet = 0;
 __attribute__((tls_model("initial-exec"))) __thread int tl_sig = 0;
 __attribute__((tls_model("initial-exec"))) __thread std::uintptr_t tl_handler_sp = 0;
 __attribute__((tls_model("initial-exec"))) __thread std::uintptr_t tl_handler_fn = 0;  // the profiler's handler
+__attribute__((tls_model("initial-exec"))) __thread std::uintptr_t tl_alt_lo = 0;  // the sigaltstack the
+__attribute__((tls_model("initial-exec"))) __thread std::uintptr_t tl_alt_hi = 0;  // handler runs on (0: none)
 __attribute__((tls_model("initial-exec"))) __thread int tl_seen = 0;       // a wrapped handler ran here
 __attribute__((tls_model("initial-exec"))) __thread int tl_injecting = 0;
+
+// Whether the depth still describes a running handler: a handler left without returning (siglongjmp out of a
+// "safe read" SIGSEGV handler, a C++ throw, a context restore) leaves it above 0. The handler's frames lie
+// below its entry frame (tl_handler_sp) and, on a sigaltstack, inside that stack; a stack pointer outside
+// that region means the handler is gone: the depth and the handler's marks are reset (self-correcting).
+__attribute__((noinline)) bool handler_live() {
+    if (profharness_preload_depth <= 0) return false;
+    volatile char here = 0;
+    const auto sp = reinterpret_cast<std::uintptr_t>(&here);
+    if (sp < tl_handler_sp && (tl_alt_hi == 0 || (sp >= tl_alt_lo && sp < tl_alt_hi))) return true;
+    profharness_preload_depth = 0;
+    tl_handler_sp = 0;
+    tl_handler_fn = 0;
+    tl_alt_lo = tl_alt_hi = 0;
+    tl_sig = 0;
+    return false;
+}
 
 // --- the bootstrap arena: allocations made while the real functions are being looked up (dlsym may
 // calloc) come from here and are never freed ---------------------------------------------------------------
@@ -184,7 +206,7 @@ int add_ranges_of(dl_phdr_info* info, std::size_t, void* base) {
 // Whether `ra` (outside any handler) is in a profiler module; the first time one is seen its executable
 // ranges are kept for the frame scan. Called from sigaction/signal only (dladdr and stat are not
 // async-signal-safe; a handler changing dispositions is passed through).
-bool profiler_caller(const void* ra) {
+bool profiler_caller_uncached(const void* ra) {
     Dl_info di;
     if (!dladdr(ra, &di) || !di.dli_fname || !di.dli_fbase) return false;
     const auto base = reinterpret_cast<std::uintptr_t>(di.dli_fbase);
@@ -202,6 +224,38 @@ bool profiler_caller(const void* ra) {
     std::uintptr_t b = base;
     dl_iterate_phdr(&add_ranges_of, &b);
     return true;
+}
+
+// profiler_caller_uncached's verdict per call site (return address), kept in a lock-free table so that
+// dladdr and stat run at most once per site: sigaction/signal stay async-signal-safe for everyone after
+// a site's first call. A full table answers uncached.
+constexpr int kCallerSlots = 512;
+std::atomic<std::uintptr_t> g_caller_key[kCallerSlots];
+std::atomic<int> g_caller_verdict[kCallerSlots];  // 0: being decided, 1: not the profiler, 2: the profiler
+
+bool profiler_caller(const void* ra) {
+    const auto key = reinterpret_cast<std::uintptr_t>(ra);
+    if (!key) return false;
+    std::uint64_t h = key * 0x9E3779B97F4A7C15ULL;
+    for (int probe = 0; probe < 16; ++probe, h += 0x9E3779B97F4A7C15ULL) {
+        const auto slot = static_cast<int>((h >> 40) % kCallerSlots);
+        std::uintptr_t k = g_caller_key[slot].load(std::memory_order_acquire);
+        if (k == 0) {
+            std::uintptr_t expected = 0;
+            if (g_caller_key[slot].compare_exchange_strong(expected, key)) {
+                const bool ours = profiler_caller_uncached(ra);
+                g_caller_verdict[slot].store(ours ? 2 : 1, std::memory_order_release);
+                return ours;
+            }
+            k = expected;
+        }
+        if (k == key) {
+            const int v = g_caller_verdict[slot].load(std::memory_order_acquire);
+            if (v != 0) return v == 2;
+            return profiler_caller_uncached(ra);  // another thread is deciding it now
+        }
+    }
+    return profiler_caller_uncached(ra);
 }
 
 // Whether the bytes before `a` end a call instruction (so `a` is a return address, not stale data).
@@ -225,8 +279,10 @@ std::uintptr_t profiler_frame(std::uintptr_t ra) {
     if (in_ranges(ra)) return ra;
     volatile std::uintptr_t here = 0;
     auto p = reinterpret_cast<std::uintptr_t>(&here) & ~std::uintptr_t{7};
-    const std::uintptr_t top = tl_handler_sp;
-    for (; top && p < top; p += 8) {
+    std::uintptr_t top = tl_handler_sp;  // the handler's entry frame, never more than 64 KiB up
+    if (top > p + (std::uintptr_t{64} << 10)) top = p + (std::uintptr_t{64} << 10);
+    if (tl_alt_hi && top > tl_alt_hi) top = tl_alt_hi;
+    for (; top && p + 8 <= top; p += 8) {
         const std::uintptr_t w = *reinterpret_cast<const std::uintptr_t*>(p);
         if (in_ranges(w) && after_call(w)) return w;
     }
@@ -271,7 +327,7 @@ void note_site(int fn, std::uintptr_t caller, std::uintptr_t via) {
 }
 
 void note(int fn, const void* ra) {
-    if (tl_quiet) return;
+    if (tl_quiet || !handler_live()) return;
     const int saved = errno;
     const auto via = reinterpret_cast<std::uintptr_t>(ra);
     note_site(fn, profiler_frame(via), via);
@@ -299,6 +355,11 @@ void resolve_all() {
     }
     profharness_preload_real_dlopen = g_real[kDlopen];
     g_real_sigaction = real_dlsym ? reinterpret_cast<SigactionFn>(real_dlsym(RTLD_NEXT, "sigaction")) : nullptr;
+    if (real_dlsym) {  // once: pass_simple never looks them up again
+        g_real_signal = reinterpret_cast<SimpleFn>(real_dlsym(RTLD_NEXT, "signal"));
+        g_real_bsd_signal = reinterpret_cast<SimpleFn>(real_dlsym(RTLD_NEXT, "bsd_signal"));
+        g_real_sysv_signal = reinterpret_cast<SimpleFn>(real_dlsym(RTLD_NEXT, "sysv_signal"));
+    }
     g_resolved.store(2, std::memory_order_release);
 }
 
@@ -340,13 +401,17 @@ bool g_inject_enabled = false;
 std::atomic<int> g_armed{0};
 std::atomic<long> g_lock_owner{0};  // the emulated allocator lock (0: free)
 constexpr std::uint64_t kRunsBeforeInjection = 3;
+// The last real siginfo of each signal (copied in the wrapper while the injection is pending): the injected
+// signal carries it (si_code, si_value: a timer sampler reads its context from si_value.sival_ptr).
+siginfo_t g_last_info[kHandlers];
+std::atomic<int> g_have_info[kHandlers];
 
 using MallocFn = void* (*)(std::size_t);
 
 // An allocation inside a wrapped handler: waits for the allocator lock when someone holds it (never, when
 // the holder is this very thread: the deadlock a real allocator's lock makes).
 void wait_for_allocator(int fn, const void* ra) {
-    if (tl_quiet || g_lock_owner.load(std::memory_order_acquire) == 0) return;
+    if (g_lock_owner.load(std::memory_order_acquire) == 0 || !handler_live()) return;
     Injection& inj = g_shared.injection;
     const int saved = errno;
     inj.waiter_caller.store(profiler_frame(reinterpret_cast<std::uintptr_t>(ra)));
@@ -376,7 +441,12 @@ void* inject_malloc(std::size_t n) {
     inj.holder_tid.store(self);
     g_lock_owner.store(self, std::memory_order_release);
     void* p = real<MallocFn>(kMalloc)(n);
-    ::syscall(SYS_tgkill, static_cast<long>(getpid()), self, sig);  // delivered before tgkill returns
+    // delivered before the call returns; with the signal's last real siginfo (never an empty SI_TKILL one)
+    siginfo_t copy;
+    const bool have = sig > 0 && sig < kHandlers && g_have_info[sig].load(std::memory_order_acquire) != 0;
+    if (have) copy = g_last_info[sig];
+    if (!have || ::syscall(SYS_rt_tgsigqueueinfo, static_cast<long>(getpid()), self, sig, &copy) != 0)
+        ::syscall(SYS_tgkill, static_cast<long>(getpid()), self, sig);
     g_lock_owner.store(0, std::memory_order_release);
     inj.state.store(inj.state.load() == 4 ? 3 : 5);  // 3: delivered under the lock, returned; 5: not delivered
     tl_injecting = 0;
@@ -397,21 +467,37 @@ void wrapped(int sig, siginfo_t* si, void* uc) {
     const std::uintptr_t prev_fn = tl_handler_fn;
     tl_handler_fn = fn;
     const int prev_sig = tl_sig;
+    const std::uintptr_t prev_alt_lo = tl_alt_lo, prev_alt_hi = tl_alt_hi;
+    const int prev_depth = handler_live() ? profharness_preload_depth : 0;  // a stale depth starts afresh
     volatile char marker = 0;
     tl_handler_sp = reinterpret_cast<std::uintptr_t>(&marker);
+    stack_t ss;
+    if (sigaltstack(nullptr, &ss) == 0 && (ss.ss_flags & SS_ONSTACK)) {
+        tl_alt_lo = reinterpret_cast<std::uintptr_t>(ss.ss_sp);
+        tl_alt_hi = tl_alt_lo + ss.ss_size;
+    } else {
+        tl_alt_lo = tl_alt_hi = 0;
+    }
     tl_sig = sig;
     tl_seen = 1;
+    if (UNLIKELY(g_inject_enabled) && si && g_shared.injection.state.load(std::memory_order_relaxed) == 1 &&
+        !g_armed.load(std::memory_order_relaxed)) {
+        g_last_info[sig] = *si;
+        g_have_info[sig].store(1, std::memory_order_release);
+    }
     if (UNLIKELY(g_lock_owner.load(std::memory_order_relaxed) != 0) && g_lock_owner.load() == gettid_())
         g_shared.injection.state.store(4);  // the injected signal arrived while this thread holds the lock
-    ++profharness_preload_depth;
+    profharness_preload_depth = prev_depth + 1;
     if (h.siginfo.load(std::memory_order_relaxed)) reinterpret_cast<ActionFn>(fn)(sig, si, uc);
     else reinterpret_cast<HandlerFn>(fn)(sig);
-    --profharness_preload_depth;
+    profharness_preload_depth = prev_depth;
     const bool errno_changed = errno != saved_errno;
     if (errno_changed && !tl_quiet) note_site(kErrno, fn + 1, fn + 1);  // +1: a "return address" in it
     tl_handler_sp = prev_sp;
     tl_handler_fn = prev_fn;
     tl_sig = prev_sig;
+    tl_alt_lo = prev_alt_lo;
+    tl_alt_hi = prev_alt_hi;
     (void)marker;
     const std::uint64_t runs = h.runs.fetch_add(1, std::memory_order_relaxed) + 1;
     if (g_inject_enabled && runs == kRunsBeforeInjection && g_shared.injection.state.load() == 1) {
@@ -435,7 +521,7 @@ void translate_old(struct sigaction* old, std::uintptr_t prev_fn, int prev_sigin
 
 int install(int sig, const struct sigaction* act, struct sigaction* old, const void* ra) {
     if (!g_real_sigaction) resolve_all();
-    if (sig <= 0 || sig >= kHandlers || profharness_preload_depth > 0 || !g_real_sigaction)
+    if (sig <= 0 || sig >= kHandlers || handler_live() || !g_real_sigaction)
         return g_real_sigaction ? g_real_sigaction(sig, act, old) : (errno = ENOSYS, -1);
     Handler& h = g_shared.handlers[sig];
     const std::uintptr_t prev_fn = h.fn.load();
@@ -495,7 +581,7 @@ __attribute__((constructor(101))) void preload_init() {
 // The shape every allocation wrapper shares: outside a handler the real function (the injection's chance
 // first, when armed); inside, noted (and the allocator lock awaited) before the real function runs.
 #define ALLOC_ENTRY(fn_id)                                                                 \
-    if (UNLIKELY(profharness_preload_depth != 0)) {                                        \
+    if (UNLIKELY(profharness_preload_depth != 0) && handler_live()) {                      \
         note(fn_id, RA());                                                                 \
         wait_for_allocator(fn_id, RA());                                                   \
     }
@@ -505,9 +591,9 @@ __attribute__((constructor(101))) void preload_init() {
 // --- exported to the proxy ---------------------------------------------------------------------------------
 
 PRELOAD_EXPORT Shared* profharness_preload_shared() { return &g_shared; }
-PRELOAD_EXPORT int profharness_preload_in_handler() { return profharness_preload_depth > 0 && tl_quiet == 0; }
+PRELOAD_EXPORT int profharness_preload_in_handler() { return handler_live() && tl_quiet == 0; }
 PRELOAD_EXPORT void profharness_preload_note_info(int id, const void* caller) {
-    if (profharness_preload_depth <= 0 || tl_quiet) return;
+    if (tl_quiet || !handler_live()) return;
     const auto c = reinterpret_cast<std::uintptr_t>(caller);
     note_site(kInfoBase + id, c, c);
 }
@@ -529,29 +615,28 @@ PRELOAD_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigact
 }
 namespace {
 // signal/bsd_signal/sysv_signal from anyone but the profiler: libc's own (siginterrupt's state and all).
-HandlerFn pass_simple(const char* name, int sig, HandlerFn handler) {
-    if (g_resolved.load() != 2) resolve_all();
-    using Fn = HandlerFn (*)(int, HandlerFn);
-    auto real_dlsym = reinterpret_cast<DlsymFn>(profharness_preload_real_dlsym);
-    void* f = real_dlsym ? real_dlsym(RTLD_NEXT, name) : nullptr;
+// `real_fn`: &g_real_signal and its siblings, resolved once by resolve_all (no lookup here).
+HandlerFn pass_simple(SimpleFn* real_fn, int sig, HandlerFn handler) {
+    if (g_resolved.load(std::memory_order_acquire) != 2) resolve_all();
+    const SimpleFn f = *real_fn;
     if (!f) {
         errno = ENOSYS;
         return SIG_ERR;
     }
-    return reinterpret_cast<Fn>(f)(sig, handler);
+    return f(sig, handler);
 }
-bool wraps(const void* ra) { return profharness_preload_depth == 0 && profiler_caller(ra); }
+bool wraps(const void* ra) { return !handler_live() && profiler_caller(ra); }
 }  // namespace
 
 PRELOAD_EXPORT HandlerFn signal(int sig, HandlerFn handler) {
-    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple("signal", sig, handler);
+    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple(&g_real_signal, sig, handler);
 }
 PRELOAD_EXPORT HandlerFn bsd_signal(int sig, HandlerFn handler) {
-    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple("bsd_signal", sig, handler);
+    return wraps(RA()) ? install_simple(sig, handler, SA_RESTART, RA()) : pass_simple(&g_real_bsd_signal, sig, handler);
 }
 PRELOAD_EXPORT HandlerFn sysv_signal(int sig, HandlerFn handler) {
     return wraps(RA()) ? install_simple(sig, handler, SA_RESETHAND | SA_NODEFER, RA())
-                       : pass_simple("sysv_signal", sig, handler);
+                       : pass_simple(&g_real_sysv_signal, sig, handler);
 }
 
 // --- the malloc family ------------------------------------------------------------------------------------

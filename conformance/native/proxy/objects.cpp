@@ -260,6 +260,7 @@ struct WalkRelay {
     void* client;
     ULONG frames;
     std::vector<std::uint64_t>* ids;  // a marked thread's walk: the FunctionIDs delivered (truth.cpp)
+    bool muted;                       // inside the profiler's signal handler: no frame recorded (ASYNC)
 };
 
 // At most this many FunctionIDs of one walk are recorded (innermost first); "frameIdsCut" says more came.
@@ -269,6 +270,12 @@ HRESULT walk_relay(FunctionID f, UINT_PTR ip, COR_PRF_FRAME_INFO fi, ULONG32 cs,
     auto* relay = static_cast<WalkRelay*>(data);
     ++relay->frames;
     if (relay->ids && relay->ids->size() < kMaxWalkIds) relay->ids->push_back(f);
+    if (relay->muted) {
+        const int quiet = async_set_quiet(0);
+        HRESULT hr = relay->callback ? relay->callback(f, ip, fi, cs, ctx, relay->client) : S_OK;
+        async_set_quiet(quiet);
+        return hr;
+    }
     ThreadState& t = me();
     Frame* fr = push_frame(t, "StackSnapshotCallback", -2, true);
     store_arg(fr, "funcId", f);
@@ -405,12 +412,12 @@ class InfoWrapper final : public InfoRecorderBase {
         if (!real_[2]) return s.finish(E_NOINTERFACE);
         std::vector<std::uint64_t> ids;
         bool marked = false;
-        if (truth_any()) {
+        if (!s.muted() && truth_any()) {
             ThreadID target = thread;
             if (!target) static_cast<ICorProfilerInfo*>(real_[1])->GetCurrentThreadID(&target);
             marked = target && truth_thread(target);
         }
-        WalkRelay relay{callback, clientData, 0, marked ? &ids : nullptr};
+        WalkRelay relay{callback, clientData, 0, marked ? &ids : nullptr, s.muted()};
         HRESULT hr = static_cast<ICorProfilerInfo2*>(real_[2])->DoStackSnapshot(thread, &walk_relay, infoFlags,
                                                                                  &relay, context, contextSize);
         s.out_value("frameCount", Json(relay.frames));

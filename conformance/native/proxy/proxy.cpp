@@ -187,17 +187,27 @@ HRESULT CallbackScope::finish(HRESULT hr) {
 InfoScope::InfoScope(int id, bool two_phase, const void* caller) : InfoScope(kInfoNames[id], two_phase, caller) {}
 
 InfoScope::InfoScope(const char* name, bool two_phase, const void* return_address)
-    : HandlerCheck(name, return_address), t_(me()), name_(name), two_phase_(two_phase), outermost_call_(t_.in_runtime == 0 && t_.depth == 0),
-      prev_call_(t_.current_call) {
-    t_.current_call = name;
-    ++t_.in_runtime;
-    if (outermost_call_) {  // a call outside any callback: the hang watchdog times it
-        t_.outer_call.store(name, std::memory_order_relaxed);
-        t_.call_since.store(now_ns(), std::memory_order_relaxed);
+    : HandlerCheck(name, return_address), name_(name), two_phase_(two_phase) {
+    if (in_handler()) {  // inside the profiler's signal handler: forwarded only, nothing allocated or locked
+        muted_ = true;
+        if (ThreadState* known = me_if_known()) {  // the lock-free counts still hold (a thread never seen: none)
+            if (shutdown_returned()) known->calls_after_shutdown.fetch_add(1, std::memory_order_relaxed);
+            if (detached()) known->calls_after_detach.fetch_add(1, std::memory_order_relaxed);
+        }
+        return;
     }
-    if (shutdown_returned()) t_.calls_after_shutdown.fetch_add(1, std::memory_order_relaxed);
+    t_ = &me();
+    outermost_call_ = t_->in_runtime == 0 && t_->depth == 0;
+    prev_call_ = t_->current_call;
+    t_->current_call = name;
+    ++t_->in_runtime;
+    if (outermost_call_) {  // a call outside any callback: the hang watchdog times it
+        t_->outer_call.store(name, std::memory_order_relaxed);
+        t_->call_since.store(now_ns(), std::memory_order_relaxed);
+    }
+    if (shutdown_returned()) t_->calls_after_shutdown.fetch_add(1, std::memory_order_relaxed);
     if (detached()) {
-        t_.calls_after_detach.fetch_add(1, std::memory_order_relaxed);
+        t_->calls_after_detach.fetch_add(1, std::memory_order_relaxed);
         field("afterDetach", true);
     }
     caller(return_address);
@@ -205,6 +215,7 @@ InfoScope::InfoScope(const char* name, bool two_phase, const void* return_addres
 }
 
 void InfoScope::inspect(std::uint64_t object_id) {
+    if (muted_) return;
     const bool in_gc = heap_in_gc();
     if (in_gc) field("inGc", true);
     if (!heap_enabled()) return;
@@ -219,22 +230,24 @@ void InfoScope::inspect(std::uint64_t object_id) {
 }
 
 void InfoScope::begin() {
+    if (muted_) return;
     // a call the profiler makes while its Initialize runs, on that thread (outermost): perturbed
-    if (t_.in_runtime == 1 && t_.depth >= 1 && t_.frames[0].name &&
-        (t_.frames[0].count_id == static_cast<int>(ProxyCb::Initialize) ||
-         t_.frames[0].count_id == static_cast<int>(ProxyCb::InitializeForAttach)))
+    if (t_->in_runtime == 1 && t_->depth >= 1 && t_->frames[0].name &&
+        (t_->frames[0].count_id == static_cast<int>(ProxyCb::Initialize) ||
+         t_->frames[0].count_id == static_cast<int>(ProxyCb::InitializeForAttach)))
         perturb_initialize_call();
     if (!recording_enabled() || in_handler()) return;
-    flush_frames(t_);
+    flush_frames(*t_);
     if (two_phase_) trace().write("call", enter_record(name_));
 }
 
 HRESULT InfoScope::finish(HRESULT hr) {
-    --t_.in_runtime;
-    t_.current_call = prev_call_;
+    if (muted_) return hr;
+    --t_->in_runtime;
+    t_->current_call = prev_call_;
     if (outermost_call_) {
-        t_.call_since.store(0, std::memory_order_relaxed);
-        t_.outer_call.store(nullptr, std::memory_order_relaxed);
+        t_->call_since.store(0, std::memory_order_relaxed);
+        t_->outer_call.store(nullptr, std::memory_order_relaxed);
     }
     if (!recording_enabled() || in_handler()) return hr;
     trace().write("call", call_record(name_, two_phase_, hr, shutdown_returned()));

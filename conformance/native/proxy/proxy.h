@@ -309,11 +309,12 @@ class InfoScope : private HandlerCheck, public RecordScope {
     HRESULT finish(HRESULT hr);
 
  private:
-    ThreadState& t_;
+    // null when muted (inside the profiler's signal handler: no ThreadState is made there, ASYNC)
+    ThreadState* t_ = nullptr;
     const char* name_;
     bool two_phase_;
-    bool outermost_call_;
-    const char* prev_call_;
+    bool outermost_call_ = false;
+    const char* prev_call_ = nullptr;
 };
 
 }  // namespace proxy

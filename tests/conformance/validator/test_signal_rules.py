@@ -58,3 +58,21 @@ def test_ASYNC_07_the_injected_deadlock_is_a_finding_and_no_crash(tmp_path: Path
     assert finding.clause == "ASYNC-07" and "waited 1004 ms" in finding.message
     assert "the lock was taken (inside malloc) at: libcoreclr.so+0x5000" in finding.message
     assert "on the same thread" in finding.message
+
+
+def _shutdown(dropped: int) -> dict[str, Any]:
+    return {"kind": "mark", "name": "proxy.shutdown", "payload": None, "os_tid": WATCHDOG,
+            "signals": {"handlers": [], "dropped": dropped, "injection": 0}}  # fmt: skip
+
+
+def test_ASYNC_01_sites_the_preload_dropped_are_a_note(tmp_path: Path) -> None:
+    """The preload keeps 1024 distinct sites and evicts none: calls at sites past that are counted as
+    dropped, and the shutdown summary's count becomes a note (not a failure), never silence."""
+    rec, run = _recording(tmp_path, [_site("malloc", 0x1234, 3), _shutdown(7)])
+    found = check_recording(rec, run)
+    (note,) = [f for f in found if f.note]
+    assert note.clause == "ASYNC-01" and note.message.startswith("7 call(s) inside the profiler's signal")
+    assert [f.clause for f in found if not f.note] == ["ASYNC-01"]
+    (tmp_path / "none").mkdir()
+    rec, run = _recording(tmp_path / "none", [_site("malloc", 0x1234, 3), _shutdown(0)])
+    assert not [f for f in check_recording(rec, run) if f.note]

@@ -134,6 +134,18 @@ def test_ASYNC_correct_signal_samplers_are_clean(source: Path, validate: Validat
         assert handlers[0]["runs"] >= 20, handlers  # 1 s of a 5 ms (or 10 ms) sampler
 
 
+def test_ASYNC_a_handler_calling_GetFunctionFromIP_is_clean_and_does_not_hang(validate: Validate) -> None:
+    """GetFunctionFromIP is allowed inside the handler: the proxy's wrapper forwards it without recording
+    (no Json, no thread state, no lock), so the run is clean; with --inject-deadlock the handler's call runs
+    while the thread holds the allocator lock and still returns (the proxy allocated nothing there)."""
+    for inject in (False, True):
+        result = validate(PROFILERS / "sampler_fromip.cpp", inject_deadlock=inject)
+        text = render_text(result, verbose=True)
+        assert all(r.outcome == "ok" for r in result.runs), text
+        assert result.findings == [], text
+        assert statuses(result, "ASYNC-01") == {ClauseStatus.PASSED}, text
+
+
 def test_ASYNC_07_a_correct_sampler_survives_the_injected_signal(validate: Validate) -> None:
     """With --inject-deadlock the correct sampler's handler runs while its thread holds the allocator lock,
     returns, and the run goes on: clean, ASYNC-07 passed (the injection happened)."""

@@ -31,6 +31,7 @@ class RecordScope {
 
     template <typename T>
     void arg(const char* name, T value) {
+        if (muted_) return;
         if constexpr (std::is_pointer<T>::value) {
             args_.set(name, Json::pointer(reinterpret_cast<const void*>(value)));
         } else if constexpr (std::is_enum<T>::value) {
@@ -39,24 +40,31 @@ class RecordScope {
             args_.set(name, Json(value));
         }
     }
-    void arg(const char* name, const GUID& g) { args_.set(name, Json(guid_text(g))); }
-    void arg(const char* name, FunctionIDOrClientID v) { args_.set(name, Json(v.functionID)); }
+    void arg(const char* name, const GUID& g) {
+        if (!muted_) args_.set(name, Json(guid_text(g)));
+    }
+    void arg(const char* name, FunctionIDOrClientID v) {
+        if (!muted_) args_.set(name, Json(v.functionID));
+    }
     template <typename T>
     void out(const char* name, T* p) {
-        if (!p) return;
+        if (!p || muted_) return;
         if constexpr (std::is_pointer<T>::value) {
             out_.set(name, Json::pointer(reinterpret_cast<const void*>(*p)));
         } else {
             out_.set(name, Json(*p));
         }
     }
-    void out_value(const char* name, Json v) { out_.set(name, std::move(v)); }
+    void out_value(const char* name, Json v) {
+        if (!muted_) out_.set(name, std::move(v));
+    }
     Json& args() { return args_; }
     // DoStackSnapshot's arguments; with a seed context, args.seed: its rip, rsp and rbp, and the FunctionID
     // and HRESULT function_from_ip(rip, &functionId) gives for that rip.
     template <typename FunctionFromIp>
     void snapshot_args(ThreadID thread, StackSnapshotCallback* callback, ULONG32 infoFlags, void* clientData,
                        BYTE* context, ULONG32 contextSize, FunctionFromIp function_from_ip) {
+        if (muted_) return;
         arg("thread", thread);
         arg("callback", callback);
         arg("infoFlags", infoFlags);
@@ -76,9 +84,15 @@ class RecordScope {
     }
     // The return address into the code that called the method (__builtin_return_address(0) taken in the
     // method the profiler called): the record's `caller`.
-    void caller(const void* return_address) { field("caller", Json::pointer(return_address)); }
+    void caller(const void* return_address) {
+        if (!muted_) field("caller", Json::pointer(return_address));
+    }
     // A field of the record itself (beside name, args, out, hr), on the enter and the return record.
-    void field(const char* name, Json v) { fields_.set(name, std::move(v)); }
+    void field(const char* name, Json v) {
+        if (!muted_) fields_.set(name, std::move(v));
+    }
+    // Muted (a call made inside the profiler's signal handler): nothing is built (no allocation, no lock).
+    bool muted() const { return muted_; }
 
  protected:
     // The enter record of the call `name` (a call recorded at entry and at return): its arguments so far.
@@ -90,6 +104,7 @@ class RecordScope {
     Json args_ = Json::object();
     Json out_ = Json::object();
     Json fields_ = Json::object();
+    bool muted_ = false;
 };
 
 }  // namespace profharness
