@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,9 +200,11 @@ def test_the_socket_folder_is_the_TMPDIR_of_the_app_not_the_harness(tmp_path: Pa
     app's own environment), whatever the harness's is."""
     child = subprocess.Popen(["sleep", "5"], env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
+        _exec_done(child.pid)
         assert ipc.process_socket_dir(child.pid) == tmp_path
         bare = subprocess.Popen(["sleep", "5"], env={k: v for k, v in os.environ.items() if k != "TMPDIR"})
         try:
+            _exec_done(bare.pid)
             assert ipc.process_socket_dir(bare.pid) == Path("/tmp")
         finally:
             bare.kill()
@@ -210,3 +213,11 @@ def test_the_socket_folder_is_the_TMPDIR_of_the_app_not_the_harness(tmp_path: Pa
         child.kill()
         child.wait()
     assert ipc.process_socket_dir(2**22 + 12345) == ipc.socket_dir()  # no such process: this one's own
+
+
+def _exec_done(pid: int) -> None:
+    """Until ``pid`` runs its own program (before its exec, /proc shows the parent's environment)."""
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+        assert time.monotonic() < deadline, "the child did not exec"
+        time.sleep(0.005)
