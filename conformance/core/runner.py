@@ -63,6 +63,9 @@ class RunResult(BaseModel):
     record_count: int = 0
     last_callback: str | None = None
     stderr_tail: str = ""
+    #: the runtime's account of an unhandled managed exception that ended the app (its stderr): the exception
+    #: and its innermost frame (e.g. an InvalidProgramException from IL a profiler set), None when none
+    unhandled_exception: str | None = None
     #: a hung run: every thread of the process as the watchdog found it (name, state, native stack from gdb,
     #: the callback it was in), and why the stacks are missing when they are
     threads: tuple[ThreadReport, ...] = ()
@@ -236,11 +239,23 @@ def execute(
         record_count=len(trace.records) if trace else 0,
         last_callback=last.name if last else None,
         stderr_tail="\n".join(stderr_text.strip().splitlines()[-5:]),
+        unhandled_exception=_unhandled_exception(stderr_text),
         threads=threads,
         threads_problem=threads_problem,
         trace=trace,
     )
 
+
+
+def _unhandled_exception(stderr_text: str) -> str | None:
+    """The exception and innermost frame of the runtime's "Unhandled exception." report in ``stderr_text``."""
+    lines = stderr_text.splitlines()
+    start = next((k for k, line in enumerate(lines) if line.startswith("Unhandled exception.")), None)
+    if start is None:
+        return None
+    told = lines[start].removeprefix("Unhandled exception.").strip()
+    frame = next((line.strip() for line in lines[start + 1 :] if line.strip().startswith("at ")), "")
+    return f"{told} {frame}" if frame else told
 
 #: how long a process group may take to die of a signal other than SIGKILL before it gets SIGKILL
 _KILL_GRACE_S = 5.0

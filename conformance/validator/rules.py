@@ -575,7 +575,8 @@ class HooksOutsideInitialize(StreamRule):
 
 # --- IL bodies (REJIT-01) --------------------------------------------------------------------------------
 
-_FUNCTION_TOKENS = api.names_with(Fact.FUNCTION_TOKEN)
+#: the methods answering a FunctionID's (module, methodDef) -> the name of their FunctionID (first) parameter
+_FUNCTION_TOKENS = {name: api.method(name).params[0].name for name in api.names_with(Fact.FUNCTION_TOKEN)}
 _JIT_STARTED = "JITCompilationStarted"
 _SET_IL = "SetILFunctionBody"
 
@@ -606,9 +607,7 @@ class ILBodyOfCompiledFunction(StreamRule):
                 open_.append((_arg(r, "args", "functionId"), _arg(r, "args", "compiledBefore") or 0))
             return
         if r["name"] != _SET_IL:
-            function = _arg(r, "args", "functionId")
-            if function is None:
-                function = _arg(r, "args", "funcId")
+            function = _arg(r, "args", _FUNCTION_TOKENS[r["name"]])
             module, token = _arg(r, "out", "pModuleId"), _arg(r, "out", "pToken")
             if function is not None and module is not None and token is not None and _int(r.get("hr")) == 0:
                 self.tokens[function] = (module, token)
@@ -1260,27 +1259,13 @@ def judge_run(
                 callback=callback,
             )
         else:
+            told = run.unhandled_exception
+            unhandled = f"; the app's stderr: unhandled {told}" if told else ""
             judging.finding("VAL-CRASH", f"the process {run.describe_failure().split(' on ', 1)[-1]}; open "
-                            f"callbacks: {detail}{_unhandled(run)}", [], thread=thread,
+                            f"callbacks: {detail}{unhandled}", [], thread=thread,
                             callback=callback, note=not open_cbs)  # fmt: skip
     return judged
 
-
-def _unhandled(run: RunResult) -> str:
-    """The runtime's own account of an unhandled managed exception that ended the app (the run's stderr, its
-    first 64 KiB), if any: the exception and its innermost frame (e.g. an InvalidProgramException from IL
-    the profiler set)."""
-    try:
-        with (run.run_dir / "stderr.txt").open("rb") as fh:
-            lines = fh.read(1 << 16).decode("utf-8", "replace").splitlines()
-    except OSError:
-        lines = run.stderr_tail.splitlines()
-    start = next((k for k, line in enumerate(lines) if line.startswith("Unhandled exception.")), None)
-    if start is None:
-        return ""
-    told = lines[start].removeprefix("Unhandled exception.").strip()
-    frame = next((line.strip() for line in lines[start + 1:] if line.strip().startswith("at ")), "")
-    return f"; the app's stderr: unhandled {told}" + (f" {frame}" if frame else "")
 
 
 class _InitializeSeen(StreamRule):

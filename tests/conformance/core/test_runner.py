@@ -14,7 +14,7 @@ import pytest
 
 from conformance.cli.run import expected_stack, walk_summaries
 from conformance.core import probe, scenarios
-from conformance.core.runner import RunOutcome, RunResult, execute, reference_runtime
+from conformance.core.runner import RunOutcome, RunResult, _unhandled_exception, execute, reference_runtime
 from conformance.core.runtimes import Runtime
 from conformance.core.trace import MarkRecord, read_trace
 
@@ -142,3 +142,16 @@ def test_cli_errors_are_one_line() -> None:
     assert out.returncode == 2
     assert out.stderr.startswith("profharness: error: ") and out.stderr.count("\n") == 1
     assert "Traceback" not in out.stderr
+
+
+def test_an_unhandled_managed_exception_is_read_from_the_runtimes_report_on_stderr() -> None:
+    """What .NET prints when an exception ends the app (seen on 8.0.4 when a profiler's rewritten IL is
+    invalid): the exception and its innermost frame; nothing when the app did not end that way."""
+    stderr = ("[profiler] initialized\nUnhandled exception. System.InvalidProgramException: The JIT compiler "
+              "encountered invalid IL code or an internal limitation.\n   at Standard.LoopOnce(Int32 n)\n"
+              "   at Standard.Main()\n")  # fmt: skip
+    assert _unhandled_exception(stderr) == ("System.InvalidProgramException: The JIT compiler encountered "
+                                            "invalid IL code or an internal limitation. at "
+                                            "Standard.LoopOnce(Int32 n)")  # fmt: skip
+    assert _unhandled_exception("Unhandled exception. System.Exception: boom\n") == "System.Exception: boom"
+    assert _unhandled_exception("[profiler] done\n") is None
