@@ -51,7 +51,8 @@ def apps() -> Callable[[str], Path]:
     return app
 
 
-def validate(fixture: str, app: Path, runtimes: list[Runtime], **options: Any) -> ValidationResult:
+def validate(fixture: str, app: Path | None, runtimes: list[Runtime], **options: Any) -> ValidationResult:
+    """``fixture`` validated on ``app`` (None: the workload ``options`` name) on every runtime."""
     so = build_profiler(DOCS / f"{fixture}.cpp", "validator-docs", [DOCS])
     result = validator.validate(so, FIXTURE_CLSID, app=app, **options)
     assert {r.runtime for r in result.runs} == {rt.version for rt in runtimes}
