@@ -1042,6 +1042,7 @@ _ALLOCATION = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign"
                          "memalign"})  # fmt: skip
 _LOCKS = ("pthread_mutex_", "pthread_cond_", "pthread_rwlock_")
 _ASYNC_CLAUSES = ("ASYNC-01", "ASYNC-02", "ASYNC-03", "ASYNC-04", "ASYNC-05", "ASYNC-06")
+_ASYNC_WALK = api.names_with(Fact.ASYNC_WALK)
 
 
 def async_clause(function: str, info: bool) -> str | None:
@@ -1049,7 +1050,7 @@ def async_clause(function: str, info: bool) -> str | None:
     ``info``: an ICorProfilerInfo method (allowed: those the DoStackSnapshot page names for a hijacked
     thread's asynchronous walk, :data:`clr_model.api.Fact.ASYNC_WALK`)."""
     if info:
-        return None if function in api.names_with(Fact.ASYNC_WALK) else "ASYNC-05"
+        return None if function in _ASYNC_WALK else "ASYNC-05"
     if function == "errno":
         return "ASYNC-06"
     if function.startswith(_LOCKS):
