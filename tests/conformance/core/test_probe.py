@@ -1,6 +1,7 @@
-"""conformance.core.probe: build + cache the probe (key over the sources and the generated headers); the
-built .so's exports, class factory, QueryInterface, Initialize without a trace, and its trace writer (driven
-through the COM vtable from a subprocess); the static common library linked into another shared library."""
+"""conformance.core.probe: build + cache the probe (key over the sources and the generated headers; the
+cache's sealing, locking and repair shown on the smallest target, the preload); the built .so's exports, class
+factory, QueryInterface, Initialize without a trace, and its trace writer (driven through the COM vtable from
+a subprocess); the static common library linked into another shared library."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from conformance.codegen import constants
 from conformance.core import probe
 from conformance.core.errors import HarnessError
 from conformance.core.paths import NATIVE_DIR
+from conformance.validator import build
 
 pytestmark = pytest.mark.skipif(
     shutil.which("g++") is None or shutil.which("cmake") is None, reason="needs g++ and cmake"
@@ -28,17 +30,15 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def probe_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("PROFHARNESS_CACHE")
-    os.environ["PROFHARNESS_CACHE"] = str(cache)
-    try:
-        return probe.build_probe()
-    finally:
-        if old is None:
-            del os.environ["PROFHARNESS_CACHE"]
-        else:
-            os.environ["PROFHARNESS_CACHE"] = old
+def probe_so() -> Path:
+    """The probe in the harness's cache: built there once for every test that loads it."""
+    return probe.build_probe()
+
+
+def build_small(what: str = "preload") -> Path:
+    """A cache entry built by the same code as the probe's (:func:`probe.build_target`) for the smallest
+    target, the signal-safety preload (one source file): the cache's own behaviour, without a probe build."""
+    return probe.build_target(build.PRELOAD_TARGET, build.PRELOAD_FILE_NAME, what)
 
 
 def test_build_lands_in_cache_under_key(probe_so: Path) -> None:
@@ -114,7 +114,7 @@ def test_concurrent_builds_share_one_cache_entry(tmp_path: Path, monkeypatch: py
 
     def build() -> None:
         try:
-            results.append(probe.build_probe())
+            results.append(build_small())
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -125,7 +125,7 @@ def test_concurrent_builds_share_one_cache_entry(tmp_path: Path, monkeypatch: py
         t.join()
     assert not errors
     assert len(set(results)) == 1 and results[0].is_file()
-    entries = [p for p in (tmp_path / "cache" / "probe").iterdir() if p.is_dir()]
+    entries = [p for p in (tmp_path / "cache" / "preload").iterdir() if p.is_dir()]
     assert [p.name for p in entries] == [probe.build_key()]
 
 
@@ -347,12 +347,12 @@ def test_a_corrupted_cache_entry_is_detected_by_its_hash_and_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PROFHARNESS_CACHE", str(tmp_path / "cache"))
-    built = probe.build_probe()
+    built = build_small()
     good = built.read_bytes()
     damaged = bytearray(good)
     damaged[len(damaged) // 2] ^= 0xFF
     built.write_bytes(bytes(damaged))  # a bad disk, a killed copy, a hand edit
-    again = probe.build_probe()
+    again = build_small()
     assert again == built and again.read_bytes() != bytes(damaged)
-    aside = [p.name for p in (tmp_path / "cache" / "probe").iterdir() if ".corrupt-" in p.name]
+    aside = [p.name for p in (tmp_path / "cache" / "preload").iterdir() if ".corrupt-" in p.name]
     assert len(aside) == 1  # the damaged entry is kept aside for inspection, not reused
