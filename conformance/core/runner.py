@@ -165,21 +165,29 @@ def execute(
     threads: tuple[ThreadReport, ...] = ()
     threads_problem: str | None = None
     interrupt.check()  # no new process once SIGINT/SIGTERM came
-    with (run_dir / "stdout.txt").open("wb") as out, (run_dir / "stderr.txt").open("wb") as err:
+    # interrupt.opening / deferred: a signal right after an open or Popen returns never leaves the file or
+    # the child to the garbage collector; the child is registered before the Interrupted is raised, and the
+    # finally below reaps it
+    with (
+        interrupt.opening(lambda: (run_dir / "stdout.txt").open("wb")) as out,
+        interrupt.opening(lambda: (run_dir / "stderr.txt").open("wb")) as err,
+    ):
+        process: subprocess.Popen[bytes] | None = None
         try:
-            process = subprocess.Popen(
-                [str(runtime.host), str(app)],
-                cwd=run_dir,
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise HarnessError(f"cannot start {runtime.host}: {exc.strerror}") from exc
-        try:
-            interrupt.register(process)  # a signal to the harness kills its group (the finally reaps it)
+            with interrupt.deferred():
+                try:
+                    process = subprocess.Popen(
+                        [str(runtime.host), str(app)],
+                        cwd=run_dir,
+                        env=child_env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    raise HarnessError(f"cannot start {runtime.host}: {exc.strerror}") from exc
+                interrupt.register(process)  # a signal to the harness kills its group
             helper = None
             if on_start is not None:
                 helper = threading.Thread(target=on_start, args=(process.pid, app), daemon=True)
@@ -198,10 +206,11 @@ def execute(
             if helper is not None:
                 helper.join(timeout=_KILL_GRACE_S)
         finally:
-            if process.poll() is None:
-                _kill_group(process)
-                process.wait()
-            interrupt.unregister(process)
+            if process is not None:
+                if process.poll() is None:
+                    _kill_group(process)
+                    process.wait()
+                interrupt.unregister(process)
     seconds = time.monotonic() - started
 
     if hung:

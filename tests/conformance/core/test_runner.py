@@ -6,14 +6,18 @@ Live: each test runs real CoreCLRs (the ``runtimes`` fixture installs the bundle
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conformance.cli.run import expected_stack, walk_summaries
-from conformance.core import probe, scenarios
+from conformance.core import interrupt, probe, runner, scenarios
 from conformance.core.runner import RunOutcome, RunResult, _unhandled_exception, execute, reference_runtime
 from conformance.core.runtimes import Runtime
 from conformance.core.trace import MarkRecord, read_trace
@@ -155,3 +159,29 @@ def test_an_unhandled_managed_exception_is_read_from_the_runtimes_report_on_stde
                                             "Standard.LoopOnce(Int32 n)")  # fmt: skip
     assert _unhandled_exception("Unhandled exception. System.Exception: boom\n") == "System.Exception: boom"
     assert _unhandled_exception("[profiler] done\n") is None
+
+
+def test_a_signal_as_popen_returns_leaves_no_child_running_and_no_file_open(
+    runtimes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT lands right after Popen returned, before the child is registered: the run raises Interrupted
+    once, the child is killed and reaped (not left running or to the collector), stdout/stderr are closed
+    (an unclosed file would be a ResourceWarning, an error here)."""
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append(real_popen(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGINT)  # its handler runs at the next bytecode boundary
+        time.sleep(0.05)
+        return started[-1]
+
+    scenario = scenarios.load_scenario("stack-basic")
+    app = scenarios.compile_scenario(scenario, reference_runtime())
+    so = probe.build_probe()
+    monkeypatch.setattr(runner.subprocess, "Popen", popen_then_signal)
+    with pytest.raises(interrupt.Interrupted), interrupt.handling():
+        execute(scenario, app, runtimes[-1], so)
+    (child,) = started
+    assert child.returncode is not None  # killed and waited for by execute itself
+    assert not interrupt._STATE.children  # nothing registered is left behind
