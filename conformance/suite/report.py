@@ -202,6 +202,49 @@ def write_json(result: SuiteResult, path: Path) -> None:
     atomic_write_text(path, dumps_document(json_document(result)))
 
 
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of :func:`write_json`'s report, format 2 (``profharness schema conformance``). A
+    schema cannot say that every ``evidence_refs`` key is in ``evidence_records``: :func:`read_json` checks
+    that."""
+    schema = SuiteResult.model_json_schema(mode="serialization")
+    key = {"type": "string", "pattern": "^[0-9a-f]{16}$"}
+    verdict = schema["$defs"]["Verdict"]
+    del verdict["properties"]["evidence"]
+    verdict["properties"]["evidence_refs"] = {
+        "type": "array",
+        "items": key,
+        "description": "the verdict's evidence records, in order: keys of evidence_records",
+    }
+    verdict["required"] = [*verdict["required"], "evidence_refs"]
+    verdict["additionalProperties"] = False
+    strings = {"type": "array", "items": {"type": "string"}}
+    schema["properties"].update(
+        {
+            "report_format": {"const": REPORT_FORMAT},
+            "evidence_records": {
+                "type": "object",
+                "propertyNames": key,
+                "additionalProperties": {"type": "object"},
+                "description": "every evidence record once: the first 16 hex digits of the sha256 of the "
+                "record's compact JSON (sorted keys) -> the trace record",
+            },
+            "ok": {"type": "boolean", "description": "nothing unexpected, and the whole suite ran"},
+            "clauses": {**strings, "description": "the clauses judged (no error) by an experiment"},
+            "clauses_with_live_verdict": {**strings, "description": "those of them judged on a live runtime"},
+        }
+    )
+    schema["required"] = [
+        *schema["required"], "report_format", "evidence_records", "ok", "clauses", "clauses_with_live_verdict"
+    ]
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **schema,
+        "title": "profharness conformance result",
+        "description": "What `profharness conformance --json` writes: every verdict (clause x column), each "
+        "naming its evidence records, stored once in evidence_records; the runs; whether the suite was ok.",
+    }
+
+
 def result_from_document(data: Any, where: str) -> SuiteResult:
     """The suite result a JSON report holds, each verdict's evidence records resolved from
     ``evidence_records`` (format 2) or read inline (format 1). ``where`` names the report in errors: a

@@ -228,3 +228,25 @@ def test_expectations_update_reads_the_same_observations_from_both_formats(tmp_p
     assert observations(json.loads((tmp_path / "r.json").read_text())) == observations(
         json.loads(result.model_dump_json())
     )
+
+
+def test_json_report_passes_its_schema_and_a_format_1_report_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import jsonschema
+
+    from conformance.cli import main
+
+    assert main(["schema", "conformance"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema == report.json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    report.write_json(shared_evidence(), tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(data, schema, cls=jsonschema.Draft202012Validator)
+    inline = json.loads(shared_evidence().model_dump_json())
+    with pytest.raises(jsonschema.ValidationError, match="report_format"):
+        jsonschema.validate(inline, schema, cls=jsonschema.Draft202012Validator)
+    data["verdicts"][0]["evidence"] = [{"seq": 1}]  # a record inline: not format 2
+    with pytest.raises(jsonschema.ValidationError, match="evidence"):
+        jsonschema.validate(data, schema, cls=jsonschema.Draft202012Validator)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import xmlschema
 
@@ -84,6 +85,7 @@ def test_every_divergence_is_explained_by_an_expectation(cli_run: dict[str, Any]
 def test_the_json_report_stores_each_evidence_record_once(cli_run: dict[str, Any]) -> None:
     data = cli_run["json"]
     assert data["report_format"] == report.REPORT_FORMAT
+    jsonschema.validate(data, report.json_schema(), cls=jsonschema.Draft202012Validator)
     result = report.read_json(cli_run["dir"] / "r.json")  # every reference resolves
     shown = {report.evidence_key(r): r for v in result.verdicts for r in v.evidence}
     assert shown == data["evidence_records"]  # each record a verdict shows, once; none that no verdict shows
