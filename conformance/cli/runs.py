@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         for path in result.removed:
             print(path.name)
-    left = [path for _mtime, _name, path in runs.runs_in(folder) if path not in result.removed]
+    left = [path for path in runs.runs_in(folder) if path not in result.removed]
     busy = sum(1 for path in left if runs.in_progress(path))
     verb = "would remove" if args.dry_run else "removed"
     print(

@@ -9,9 +9,9 @@ the trace and the process's output; reports name the traces in it. The folder ho
 The cap: when a run folder is made, the runs folder is cut to the newest :func:`keep_limit` runs
 (``$PROFHARNESS_RUNS_KEEP``, default :data:`DEFAULT_KEEP`; ``all`` keeps every run), at most
 :data:`CAP_BATCH` removals per new run so that a large folder never stalls a run (``profharness runs prune``
-removes them all at once). Only folders named like runs are touched, never anything else in the folder, nor
-anything outside it; a removal renames the folder aside first (:data:`PRUNING_PREFIX`), so a reader never
-sees a half-removed run.
+removes them all at once), and none written in the last :data:`CAP_MIN_AGE_S` seconds. Only folders named
+like runs are touched, never anything else in the folder, nor anything outside it; a removal renames the
+folder aside first (:data:`PRUNING_PREFIX`), so a reader never sees a half-removed run.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ DEFAULT_KEEP = 100
 KEEP_ENV = "PROFHARNESS_RUNS_KEEP"
 #: at most this many runs are removed when one run folder is made
 CAP_BATCH = 64
+#: the cap never removes a run last written less than this many seconds ago: a command that ran the run
+#: in a child process (the suite run by a test, say) reads its trace after the child ended
+CAP_MIN_AGE_S = 600.0
 #: inside a run folder: ``<pid> <start time>`` of the process that made it
 OWNER_FILE = ".owner"
 #: a run folder without an owner file (made by an older harness, or an instant ago, before its owner file
@@ -112,7 +115,7 @@ def new_run_dir(name: str) -> Path:
     (path / OWNER_FILE).write_text(_owner_line())
     if keep is not None:
         with contextlib.suppress(OSError):
-            prune(folder, keep=keep, limit=CAP_BATCH, wait=False)
+            prune(folder, keep=keep, limit=CAP_BATCH, wait=False, min_age_s=CAP_MIN_AGE_S)
     return path
 
 
@@ -123,11 +126,7 @@ def in_progress(run: Path, *, now: float | None = None) -> bool:
         pid_text, start = (run / OWNER_FILE).read_text().split()
         pid = int(pid_text)
     except (OSError, ValueError):
-        try:
-            age = (time.time() if now is None else now) - run.stat().st_mtime
-        except OSError:
-            return False  # gone
-        return age < UNOWNED_GRACE_S
+        return run.exists() and _age(run, time.time() if now is None else now) < UNOWNED_GRACE_S
     alive = _start_time(pid)
     if alive is None:
         return False
@@ -149,9 +148,10 @@ class PruneResult:
     busy: bool = False
 
 
-def runs_in(folder: Path) -> list[tuple[float, str, Path]]:
-    """The runs in ``folder``, newest first: (mtime, name, path) of each folder named like a run (symbolic
-    links and anything else are never runs)."""
+def runs_in(folder: Path) -> list[Path]:
+    """The runs in ``folder``, newest first (by the time their name starts with, the time the run folder was
+    made): each folder named like a run (symbolic links and anything else are never runs). Nothing but the
+    folder's listing is read: the cap reads it whenever a run folder is made."""
     found = []
     try:
         entries = list(os.scandir(folder))
@@ -160,14 +160,19 @@ def runs_in(folder: Path) -> list[tuple[float, str, Path]]:
     for entry in entries:
         if not RUN_NAME.match(entry.name):
             continue
-        try:
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            found.append((entry.stat(follow_symlinks=False).st_mtime, entry.name, Path(entry.path)))
-        except OSError:
-            continue  # removed meanwhile
-    found.sort(reverse=True)
+        with contextlib.suppress(OSError):  # removed meanwhile
+            if entry.is_dir(follow_symlinks=False):
+                found.append(Path(entry.path))
+    found.sort(key=lambda path: (path.name[:15], path.name), reverse=True)
     return found
+
+
+def _age(run: Path, now: float) -> float:
+    """Seconds since ``run`` was last written (0 when it is gone)."""
+    try:
+        return now - run.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _size(path: Path) -> int:
@@ -204,10 +209,12 @@ def prune(
     dry_run: bool = False,
     wait: bool = True,
     now: float | None = None,
+    min_age_s: float = 0.0,
 ) -> PruneResult:
     """Remove the finished runs of ``folder`` (default: the runs folder) that are not among the newest
-    ``keep`` runs, or are older (last written) than ``older_than_s`` seconds; either criterion removes a run,
-    and with neither nothing is removed. Runs in progress (:func:`in_progress`) are never removed, but they
+    ``keep`` runs (:func:`runs_in`), or were last written more than ``older_than_s`` seconds ago; either
+    criterion removes a run, and with neither nothing is removed; none last written less than ``min_age_s``
+    seconds ago. Runs in progress (:func:`in_progress`) are never removed, but they
     count among the newest ``keep``. At most ``limit`` runs go, the oldest first. ``dry_run``: only say
     which. ``wait=False``: when another process is pruning the folder, do nothing (``busy``)."""
     folder = runs_dir() if folder is None else folder
@@ -227,10 +234,12 @@ def prune(
         for index in range(len(runs) - 1, -1, -1):  # oldest first
             if limit is not None and len(result.removed) >= limit:
                 break
-            mtime, _name, path = runs[index]
+            path = runs[index]
             beyond = keep is not None and index >= keep
-            old = older_than_s is not None and now - mtime > older_than_s
+            old = older_than_s is not None and _age(path, now) > older_than_s
             if not (beyond or old) or in_progress(path, now=now):
+                continue
+            if min_age_s and _age(path, now) < min_age_s:
                 continue
             size = _size(path)
             if not dry_run and not _remove(folder, path):

@@ -86,6 +86,18 @@ def test_the_cap_keeps_the_newest_runs_when_a_run_is_written(
     assert names(folder) == sorted([LOCK_NAME, new.name, old[3].name, old[4].name])
 
 
+def test_the_cap_leaves_the_runs_of_the_last_10_minutes(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that ran its runs in a child process reads their traces after the child ended."""
+    recent = finished_run(folder, "20260101-000001-x-8.0.4-aaaaa1", runs.CAP_MIN_AGE_S - 60)
+    older = finished_run(folder, "20260101-000000-x-8.0.4-aaaaa0", runs.CAP_MIN_AGE_S + 60)
+    monkeypatch.setenv(runs.KEEP_ENV, "0")
+    runs.new_run_dir("y-8.0.4")
+    assert recent.is_dir() and not older.exists()
+    assert runs.prune(folder, keep=0).removed == [recent]  # an explicit prune has no such grace
+
+
 def test_the_default_cap_is_100_runs_and_all_turns_it_off(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
