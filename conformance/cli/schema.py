@@ -1,5 +1,6 @@
-"""``profharness schema trace|capture|validate``: the JSON Schema of a trace record, of a capture's manifest,
-or of a validation's result (``profharness validate --json``)."""
+"""``profharness schema trace|capture|validate|conformance``: the JSON Schema of a trace record, of a
+capture's manifest, of a validation's result (``profharness validate --json``) or of a suite result
+(``profharness conformance --json``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 
 HELP = (
     "print a JSON Schema (trace: one record of the probe's trace; capture: an emu capture's manifest; "
-    "validate: the result `profharness validate --json` writes)"
+    "validate: the result `profharness validate --json` writes; conformance: the result `profharness "
+    "conformance --json` writes)"
 )
 
 
@@ -32,10 +34,17 @@ def _validate() -> dict[str, Any]:
     return json_schema()
 
 
+def _conformance() -> dict[str, Any]:
+    from conformance.suite.report import json_schema
+
+    return json_schema()
+
+
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "trace": _trace,
     "capture": _capture,
     "validate": _validate,
+    "conformance": _conformance,
 }
 
 

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -23,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conformance.core import interrupt, probe, runtimes, scenarios
+from conformance.core import interrupt, probe, runs, runtimes, scenarios
 from conformance.core.errors import HarnessError
 from conformance.core.hangs import ThreadReport, thread_reports
-from conformance.core.paths import file_sha256, runs_dir
+from conformance.core.paths import file_sha256
 from conformance.core.plans import resolve_plan
 from conformance.core.runtimes import Runtime
 from conformance.core.trace import Trace, read_trace
@@ -111,10 +110,7 @@ def probe_environment(
 
 
 def _new_run_dir(scenario: str, runtime: Runtime) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = runs_dir() / f"{stamp}-{scenario}-{runtime.version}-{uuid.uuid4().hex[:6]}"
-    path.mkdir(parents=True)
-    return path
+    return runs.new_run_dir(f"{scenario}-{runtime.version}")
 
 
 def _signal_name(number: int) -> str:

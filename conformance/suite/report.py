@@ -5,6 +5,7 @@ The files are written atomically (:mod:`conformance.core.fsio`): a failed write 
 
 from __future__ import annotations
 
+import hashlib
 import html
 import io
 import json
@@ -13,12 +14,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from clr_model.clauses import CATALOG
+from conformance.core.errors import InputError
 from conformance.core.fsio import atomic_write_bytes, atomic_write_text
 from conformance.core.report_style import STYLE
 from conformance.suite.verdicts import Status, SuiteResult, Verdict, VerdictOutcome
@@ -135,13 +138,164 @@ def render_matrix(result: SuiteResult, width: int = 200) -> str:
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 
 
-def write_json(result: SuiteResult, path: Path) -> None:
-    data = json.loads(result.model_dump_json())
+# ----------------------------------------------------------------------------------------------------------
+# JSON
+
+#: the layout of the JSON report: 2 = every evidence record stored once, in ``evidence_records`` (key ->
+#: record), each verdict naming its records in order (``evidence_refs``); 1 (no ``report_format``) had each
+#: verdict's records inline (``evidence``), which repeated the large ones (MovedReferences2) in every verdict
+#: of their run. :func:`read_json` reads both.
+REPORT_FORMAT = 2
+
+
+def evidence_key(record: dict[str, Any]) -> str:
+    """The key of an evidence record in ``evidence_records``: the first 16 hex digits of the sha256 of the
+    record's compact JSON (sorted keys), so a record that several verdicts show is stored once."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def json_document(result: SuiteResult) -> dict[str, Any]:
+    """The JSON report as a document: the result, its verdicts' evidence records stored once
+    (``evidence_records``) and named by each verdict (``evidence_refs``), and the summary fields ``ok``,
+    ``clauses`` (judged ones) and ``clauses_with_live_verdict``."""
+    data: dict[str, Any] = json.loads(result.model_dump_json())
+    records: dict[str, dict[str, Any]] = {}
+    for verdict in data["verdicts"]:
+        refs = []
+        for record in verdict.pop("evidence"):
+            key = evidence_key(record)
+            if records.setdefault(key, record) != record:  # 64 bits: never seen, but never silently wrong
+                raise ValueError(f"two evidence records share the key {key}")
+            refs.append(key)
+        verdict["evidence_refs"] = refs
+    data["report_format"] = REPORT_FORMAT
+    data["evidence_records"] = records
     data["ok"] = result.ok
     judged = [v for v in result.verdicts if v.status is not Status.ERROR and v.experiment != "-"]
     data["clauses"] = sorted({v.clause for v in judged})
     data["clauses_with_live_verdict"] = sorted({v.clause for v in judged if v.runtime in result.runtimes})
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
+    return data
+
+
+def dumps_document(data: dict[str, Any]) -> str:
+    """The report's text: indented JSON (sorted keys), except that each evidence record is on one line of
+    its own (compact): records hold long arrays (a MovedReferences2 callback's ranges), one number a line
+    would make them most of the file."""
+    items = sorted(data.items())
+    lines = ["{"]
+    for i, (name, value) in enumerate(items):
+        if name == "evidence_records" and value:
+            body = ",\n".join(
+                f"    {json.dumps(key)}: {json.dumps(record, sort_keys=True, separators=(',', ':'))}"
+                for key, record in value.items()
+            )
+            text = "{\n" + body + "\n  }"
+        else:  # a JSON text has no raw line break inside a string: indenting every line is safe
+            text = json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n  ")
+        lines.append(f"  {json.dumps(name)}: {text}{',' if i < len(items) - 1 else ''}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_json(result: SuiteResult, path: Path) -> None:
+    atomic_write_text(path, dumps_document(json_document(result)))
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of :func:`write_json`'s report, format 2 (``profharness schema conformance``). A
+    schema cannot say that every ``evidence_refs`` key is in ``evidence_records``: :func:`read_json` checks
+    that."""
+    schema = SuiteResult.model_json_schema(mode="serialization")
+    key = {"type": "string", "pattern": "^[0-9a-f]{16}$"}
+    verdict = schema["$defs"]["Verdict"]
+    del verdict["properties"]["evidence"]
+    verdict["properties"]["evidence_refs"] = {
+        "type": "array",
+        "items": key,
+        "description": "the verdict's evidence records, in order: keys of evidence_records",
+    }
+    verdict["required"] = [*verdict["required"], "evidence_refs"]
+    verdict["additionalProperties"] = False
+    strings = {"type": "array", "items": {"type": "string"}}
+    schema["properties"].update(
+        {
+            "report_format": {"const": REPORT_FORMAT},
+            "evidence_records": {
+                "type": "object",
+                "propertyNames": key,
+                "additionalProperties": {"type": "object"},
+                "description": "every evidence record once: the first 16 hex digits of the sha256 of the "
+                "record's compact JSON (sorted keys) -> the trace record",
+            },
+            "ok": {"type": "boolean", "description": "nothing unexpected, and the whole suite ran"},
+            "clauses": {**strings, "description": "the clauses judged (no error) by an experiment"},
+            "clauses_with_live_verdict": {**strings, "description": "those of them judged on a live runtime"},
+        }
+    )
+    schema["required"] = [
+        *schema["required"], "report_format", "evidence_records", "ok", "clauses", "clauses_with_live_verdict"
+    ]
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **schema,
+        "title": "profharness conformance result",
+        "description": "What `profharness conformance --json` writes: every verdict (clause x column), each "
+        "naming its evidence records, stored once in evidence_records; the runs; whether the suite was ok.",
+    }
+
+
+def result_from_document(data: Any, where: str) -> SuiteResult:
+    """The suite result a JSON report holds, each verdict's evidence records resolved from
+    ``evidence_records`` (format 2) or read inline (format 1). ``where`` names the report in errors: a
+    missing reference or a document that is no report is one :class:`InputError` line."""
+    if not isinstance(data, dict) or not isinstance(data.get("verdicts"), list):
+        raise InputError(f"{where}: not a suite result (write one with `profharness conformance --json`)")
+    layout = data.get("report_format", 1)
+    if layout not in (1, REPORT_FORMAT):
+        raise InputError(f"{where}: report_format {layout!r}: this profharness reads 1 and {REPORT_FORMAT}")
+    records = data.get("evidence_records", {})
+    if not isinstance(records, dict):
+        raise InputError(f"{where}: evidence_records: not an object (key -> record)")
+    verdicts = []
+    for i, verdict in enumerate(data["verdicts"]):
+        if not isinstance(verdict, dict):
+            raise InputError(f"{where}: verdicts[{i}]: not an object")
+        verdict = dict(verdict)
+        what = (
+            f"verdicts[{i}] ({verdict.get('clause')} on {verdict.get('runtime')},"
+            f" experiment {verdict.get('experiment')})"
+        )
+        refs = verdict.pop("evidence_refs", None)
+        if refs is not None:
+            if not isinstance(refs, list):
+                raise InputError(f"{where}: {what}: evidence_refs: not a list of keys")
+            missing = next((r for r in refs if not isinstance(r, str) or r not in records), None)
+            if missing is not None:
+                raise InputError(
+                    f"{where}: {what}: evidence reference {missing!r} is not in evidence_records"
+                )
+            verdict["evidence"] = [records[r] for r in refs]
+        verdicts.append(verdict)
+    try:
+        return SuiteResult.model_validate({**data, "verdicts": verdicts})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        place = ".".join(str(p) for p in first["loc"])
+        raise InputError(f"{where}: {place}: {first['msg']}") from None
+
+
+def read_json(path: Path) -> SuiteResult:
+    """The suite result in a JSON report (:func:`write_json`'s, or a format 1 report)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from exc
+    return result_from_document(data, str(path))
 
 
 def write_junit(result: SuiteResult, path: Path) -> None:

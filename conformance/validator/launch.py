@@ -16,15 +16,13 @@ import json
 import re
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.core import diagnostics_ipc, probe, runner, scenarios
+from conformance.core import diagnostics_ipc, probe, runner, runs, scenarios
 from conformance.core.errors import InputError
-from conformance.core.paths import runs_dir
 from conformance.core.runner import RunResult
 from conformance.core.runtimes import Runtime
 from conformance.validator import perturb
@@ -170,10 +168,7 @@ def user_app_scenario(app: Path) -> scenarios.Scenario:
 
 
 def new_run_dir(label: str, runtime: Runtime) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = runs_dir() / f"{stamp}-validate-{label}-{runtime.version}-{uuid.uuid4().hex[:6]}"
-    path.mkdir(parents=True)
-    return path
+    return runs.new_run_dir(f"validate-{label}-{runtime.version}")
 
 
 #: Seconds after the app started when ``--attach`` attaches the proxy (``--attach-after``)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pytest
 import xmlschema
 
+from conformance.core.errors import InputError
 from conformance.suite import report
 from conformance.suite.verdicts import AppliedExpectation, Status, SuiteResult, Verdict, VerdictOutcome
 
@@ -133,3 +136,117 @@ def test_a_clause_judged_twice_on_a_runtime_shows_its_weightiest_verdict() -> No
     assert row.split()[-3:] == ["ok", "DIVERGES", "!"]
     page = report.render_html(result)
     assert "ev-DSS-16-8.0.4-other" in page
+
+
+def shared_evidence() -> SuiteResult:
+    """Three verdicts of one run showing the same large record (as the MovedReferences2 judges do), one of
+    them with a record of its own, and one verdict without evidence."""
+    moved = {"seq": 9, "kind": "callback", "name": "MovedReferences2", "ranges": list(range(2000))}
+    mark = {"seq": 4, "kind": "mark", "name": "ids.before", "ids": [7, 7, 7]}
+    result = sample()
+    verdicts = [
+        result.verdicts[0].model_copy(update={"clause": "MR2-10", "evidence": [mark, moved]}),
+        result.verdicts[1].model_copy(update={"clause": "MR2-16", "evidence": [moved]}),
+        result.verdicts[2].model_copy(update={"clause": "MR2-17", "evidence": [moved, mark]}),
+        *result.verdicts[3:],
+    ]
+    return result.model_copy(update={"verdicts": verdicts})
+
+
+def test_json_report_stores_each_evidence_record_once_and_reads_back_the_verdicts(tmp_path: Path) -> None:
+    result = shared_evidence()
+    out = tmp_path / "r.json"
+    report.write_json(result, out)
+    data = json.loads(out.read_text())
+    assert data["report_format"] == report.REPORT_FORMAT
+    records = data["evidence_records"]
+    assert sorted(r["seq"] for r in records.values()) == [4, 9]  # each record once
+    assert out.read_text().count('"MovedReferences2"') == 1
+    refs = [v["evidence_refs"] for v in data["verdicts"]]
+    assert [[records[k]["seq"] for k in r] for r in refs[:3]] == [[4, 9], [9], [9, 4]]
+    assert all("evidence" not in v for v in data["verdicts"])
+    back = report.read_json(out)
+    assert back == result  # every verdict, its evidence in its order, and the rest of the result
+    assert [v.evidence for v in back.verdicts] == [v.evidence for v in result.verdicts]
+
+
+def test_json_report_text_is_the_document_with_each_record_on_one_line(tmp_path: Path) -> None:
+    result = shared_evidence()
+    out = tmp_path / "r.json"
+    report.write_json(result, out)
+    text = out.read_text()
+    assert json.loads(text) == report.json_document(result)
+    record_lines = [line for line in text.splitlines() if '"kind":' in line]
+    assert len(record_lines) == 2 and all(line.startswith('    "') for line in record_lines)
+
+
+def test_a_format_1_report_with_inline_evidence_still_reads(tmp_path: Path) -> None:
+    result = shared_evidence()
+    old = json.loads(result.model_dump_json())  # format 1: the verdicts' records inline, no report_format
+    out = tmp_path / "old.json"
+    out.write_text(json.dumps(old, indent=2))
+    assert report.read_json(out) == result
+
+
+def test_a_missing_evidence_reference_is_one_line_naming_the_verdict_and_the_key(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    report.write_json(shared_evidence(), out)
+    data = json.loads(out.read_text())
+    lost = data["verdicts"][1]["evidence_refs"][0]
+    del data["evidence_records"][lost]
+    out.write_text(json.dumps(data))
+    with pytest.raises(InputError) as caught:
+        report.read_json(out)
+    message = caught.value.message
+    assert "\n" not in message
+    assert message == (
+        f"{out}: verdicts[0] (MR2-10 on 3.1.23, experiment stack-sync): evidence reference {lost!r} is not in"
+        " evidence_records"
+    )
+
+
+def test_a_report_that_is_no_suite_result_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    for text, wanted in [
+        ("[1, 2]", "not a suite result"),
+        ("{\n  \"verdicts\": [", f"{out}:2: not JSON"),
+        (json.dumps({"verdicts": [], "report_format": 9}), "report_format 9"),
+        (json.dumps({"verdicts": [{"clause": "X", "evidence_refs": "k"}]}), "evidence_refs: not a list"),
+        (json.dumps({"verdicts": [{"clause": "X"}]}), ": runtimes: Field required"),
+    ]:
+        out.write_text(text)
+        with pytest.raises(InputError, match=re.escape(wanted)) as caught:
+            report.read_json(out)
+        assert "\n" not in caught.value.message
+
+
+def test_expectations_update_reads_the_same_observations_from_both_formats(tmp_path: Path) -> None:
+    from conformance.suite.expectations import observations
+
+    result = shared_evidence()
+    report.write_json(result, tmp_path / "r.json")
+    assert observations(json.loads((tmp_path / "r.json").read_text())) == observations(
+        json.loads(result.model_dump_json())
+    )
+
+
+def test_json_report_passes_its_schema_and_a_format_1_report_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import jsonschema
+
+    from conformance.cli import main
+
+    assert main(["schema", "conformance"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema == report.json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    report.write_json(shared_evidence(), tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(data, schema, cls=jsonschema.Draft202012Validator)
+    inline = json.loads(shared_evidence().model_dump_json())
+    with pytest.raises(jsonschema.ValidationError, match="report_format"):
+        jsonschema.validate(inline, schema, cls=jsonschema.Draft202012Validator)
+    data["verdicts"][0]["evidence"] = [{"seq": 1}]  # a record inline: not format 2
+    with pytest.raises(jsonschema.ValidationError, match="evidence"):
+        jsonschema.validate(data, schema, cls=jsonschema.Draft202012Validator)

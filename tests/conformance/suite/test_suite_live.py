@@ -17,11 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import xmlschema
 
 from conformance.core.paths import EXPECTATIONS_DIR
 from conformance.core.runtimes import Runtime
+from conformance.suite import report
 from conformance.suite.expectations import load_expectations
 from conformance.suite.orchestrate import run_suite
 from conformance.suite.pytest_plugin import ProfharnessSuite
@@ -78,6 +80,30 @@ def test_every_divergence_is_explained_by_an_expectation(cli_run: dict[str, Any]
         if verdict["status"] == Status.DIVERGES:
             assert verdict["expectation"] and len(verdict["expectation"]["why"]) > 20, verdict["clause"]
             assert verdict["outcome"] == VerdictOutcome.EXPECTED_DIVERGENCE
+
+
+def test_the_json_report_stores_each_evidence_record_once(cli_run: dict[str, Any]) -> None:
+    data = cli_run["json"]
+    assert data["report_format"] == report.REPORT_FORMAT
+    jsonschema.validate(data, report.json_schema(), cls=jsonschema.Draft202012Validator)
+    result = report.read_json(cli_run["dir"] / "r.json")  # every reference resolves
+    shown = {report.evidence_key(r): r for v in result.verdicts for r in v.evidence}
+    assert shown == data["evidence_records"]  # each record a verdict shows, once; none that no verdict shows
+    assert sum(len(v.evidence) for v in result.verdicts) > len(shown)  # records shared by several verdicts
+
+
+def test_MR2_verdicts_read_back_from_the_json_report_unchanged(
+    tmp_path: Path, runtimes: list[Runtime]
+) -> None:
+    """The MovedReferences2 judges of one run show the same large records: stored once, the verdicts read
+    back from the report are the ones the suite judged."""
+    result = run_suite("all", clauses=["MR2-10", "MR2-16", "MR2-17"], layers=("live",))
+    assert {v.runtime for v in result.verdicts} == {"3.1.23", "8.0.4"}
+    assert all(v.evidence for v in result.verdicts if v.experiment == "gc-moves")
+    report.write_json(result, tmp_path / "r.json")
+    assert report.read_json(tmp_path / "r.json") == result
+    inline = len(json.dumps(json.loads(result.model_dump_json()), indent=2))
+    assert (tmp_path / "r.json").stat().st_size < inline / 2
 
 
 def test_junit_report_passes_the_schema(cli_run: dict[str, Any]) -> None:
