@@ -514,6 +514,8 @@ def _simulate(body: MethodBody, instructions: list[Instruction], starts: set[int
     depth_at: dict[int, int] = {}
     work: list[tuple[int, int]] = [(0, 0)]
     for clause in body.clauses:
+        if clause.flags not in (_EXCEPTION, _FILTER, _FINALLY, _FAULT):
+            continue  # reported: how the handler is entered is unknown
         if clause.handler_offset in index:
             work.append((clause.handler_offset, 1 if clause.flags in (_EXCEPTION, _FILTER) else 0))
         if clause.flags == _FILTER and clause.class_token_or_filter in index:
