@@ -21,13 +21,15 @@ boundaries and the evaluation stack, Partition I §12.4.2 and II §19 exception-
 
 Rule ids: IL-HEADER-FORMAT, IL-HEADER-TINY-SIZE, IL-HEADER-FAT-SIZE, IL-HEADER-FLAGS, IL-HEADER-CODE-SIZE,
 IL-HEADER-LOCALS, IL-OPCODE, IL-CODE-TRUNCATED, IL-PREFIX, IL-BRANCH-RANGE, IL-BRANCH-MID-INSTRUCTION,
-IL-EH-SECTION, IL-EH-FLAGS, IL-EH-RANGE, IL-EH-BOUNDARY, IL-EH-NESTING, IL-STACK-UNDERFLOW, IL-MAXSTACK,
+IL-EH-SECTION, IL-EH-FLAGS, IL-EH-RANGE, IL-EH-BOUNDARY, IL-EH-NESTING, IL-EH-BRANCH, IL-EH-RET,
+IL-EH-INSTRUCTION, IL-STACK-UNDERFLOW, IL-MAXSTACK,
 IL-STACK-MERGE, IL-STACK-EMPTY, IL-STACK-RET, IL-FALLTHROUGH-END, IL-TOKEN, IL-ARG-INDEX, IL-LOCAL-INDEX.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,6 +70,11 @@ RULES: dict[str, str] = {
     "IL-EH-RANGE": "a try, handler or filter block outside the code",
     "IL-EH-BOUNDARY": "a try, handler or filter block not starting or ending on an instruction boundary",
     "IL-EH-NESTING": "two blocks that overlap without nesting, or an inner clause after its enclosing one",
+    "IL-EH-BRANCH": "a branch or fall-through into a block (but a try's start) or out of one; leave out of "
+                    "a finally, fault or filter block",
+    "IL-EH-RET": "ret inside a try, filter or handler block",
+    "IL-EH-INSTRUCTION": "endfinally outside a finally or fault handler, endfilter outside a filter, rethrow "
+                         "outside a catch handler",
     "IL-STACK-UNDERFLOW": "an instruction pops more items than the evaluation stack holds",
     "IL-MAXSTACK": "the evaluation stack grows above the header's max stack",
     "IL-STACK-MERGE": "paths reach an instruction with different stack depths",
@@ -369,7 +376,9 @@ def check_body(
     starts = _starts(instructions)
     size = len(code)
     _check_branches(instructions, starts, size, found)
-    _check_clauses(body.clauses, starts, size, resolver, found)
+    sound = _check_clauses(body.clauses, starts, size, resolver, found)
+    if sound is not None:
+        _check_regions(instructions, sound, starts, found)
     signatures = _check_operands(instructions, resolver, method, locals_, found)
     complete = bool(instructions) and instructions[-1].end == size and size > 0
     if size == 0:
@@ -410,7 +419,9 @@ def _blocks(clause: EHClause) -> list[tuple[str, int, int]]:
 
 
 def _check_clauses(clauses: tuple[EHClause, ...], starts: set[int], size: int, resolver: MetadataResolver,
-                   found: _Findings) -> None:
+                   found: _Findings) -> list[EHClause] | None:
+    """Each clause's kind, blocks and catch type; every two clauses' nesting. The clauses when all are
+    sound (for the region rules), else None."""
     bounds = starts | {size}
     sound: list[int] = []
     for index, clause in enumerate(clauses):
@@ -459,6 +470,87 @@ def _check_clauses(clauses: tuple[EHClause, ...], starts: set[int], size: int, r
                         found.add("IL-EH-NESTING", b.try_offset,
                                   f"clause {j}'s try block lies inside clause {i}'s {name_a} block but comes "
                                   "after it: inner clauses come first")
+    if len(sound) != len(clauses) or any(f.rule == "IL-EH-NESTING" for f in found.items.values()):
+        return None
+    return list(clauses)
+
+
+def _check_regions(instructions: list[Instruction], clauses: list[EHClause], starts: set[int],
+                   found: _Findings) -> None:
+    """Control flow against the blocks (Partition I §12.4.2.8, Partition III leave, ret, endfinally,
+    endfilter, rethrow): a block is entered only at a try block's first instruction (by fall-through or
+    branch) or by the runtime (handlers, filters); it is left only by leave, throw, rethrow, endfinally or
+    endfilter, never by a branch, fall-through or ret; leave does not leave a finally, fault or filter
+    block; endfinally lies in a finally or fault handler, endfilter in a filter, rethrow in a catch."""
+    if not clauses:
+        for ins in instructions:
+            if ins.opcode.flow in (Flow.END_FINALLY, Flow.END_FILTER) or ins.opcode.code == 0xFE1A:
+                found.add("IL-EH-INSTRUCTION", ins.offset, f"{ins.opcode.name} outside any handler")
+        return
+    # every block: (start, end, what); what is "try", "filter", or the handler's kind
+    blocks: list[tuple[int, int, str]] = []
+    for c in clauses:
+        blocks.append((c.try_offset, c.try_end, "try"))
+        blocks.append((c.handler_offset, c.handler_end, _HANDLER_KIND.get(c.flags, "catch")))
+        if c.flags == _FILTER:
+            blocks.append((c.class_token_or_filter, c.handler_offset, "filter"))
+
+    def inside(offset: int) -> frozenset[int]:
+        return frozenset(n for n, (start, end, _) in enumerate(blocks) if start <= offset < end)
+
+    def entered(source: frozenset[int], target: int) -> frozenset[int]:
+        """Blocks the target is in and the source is not, less try blocks starting at the target."""
+        return frozenset(n for n in inside(target) - source
+                         if not (blocks[n][2] == "try" and blocks[n][0] == target))
+
+    for ins in instructions:
+        here = inside(ins.offset)
+        op, flow = ins.opcode, ins.opcode.flow
+        name = op.name
+        if flow is Flow.RETURN and here:
+            what = blocks[min(here, key=_size(blocks))][2]
+            found.add("IL-EH-RET", ins.offset,
+                      f"ret inside a {what} block: leave to a ret outside every block")
+        handlers = [n for n in here if blocks[n][2] != "try"]
+        innermost = blocks[min(handlers, key=_size(blocks))][2] if handlers else None
+        if flow is Flow.END_FINALLY and innermost not in ("finally", "fault"):
+            found.add("IL-EH-INSTRUCTION", ins.offset, "endfinally outside a finally or fault handler")
+        elif flow is Flow.END_FILTER and innermost != "filter":
+            found.add("IL-EH-INSTRUCTION", ins.offset, "endfilter outside a filter block")
+        elif op.code == 0xFE1A and not any(blocks[n][2] == "catch" for n in handlers):
+            found.add("IL-EH-INSTRUCTION", ins.offset, "rethrow outside a catch handler")
+        if flow is Flow.LEAVE:
+            target = ins.targets[0]
+            if target not in starts:
+                continue
+            left = here - inside(target)
+            if any(blocks[n][2] in ("finally", "fault", "filter") for n in left):
+                found.add("IL-EH-BRANCH", ins.offset, f"{name} leaves a finally, fault or filter block")
+            elif entered(here, target):
+                found.add("IL-EH-BRANCH", ins.offset,
+                          f"{name} to IL_{target:04X} enters a block other than at a try block's start")
+            continue
+        nexts = list(ins.targets) if flow in (Flow.BRANCH, Flow.COND) else []
+        if flow in (Flow.NEXT, Flow.COND, Flow.PREFIX):
+            nexts.append(ins.end)
+        for target in nexts:
+            if target not in starts:
+                continue  # outside the code or mid-instruction: reported as such
+            what = "falls through" if target == ins.end and flow is not Flow.BRANCH else "branches"
+            if here - inside(target):
+                found.add("IL-EH-BRANCH", ins.offset,
+                          f"{name} {what} out of a block to IL_{target:04X}: only leave, throw, endfinally "
+                          "or endfilter leave one")
+            elif entered(here, target):
+                found.add("IL-EH-BRANCH", ins.offset,
+                          f"{name} {what} into a block at IL_{target:04X}, not at a try block's start")
+
+
+_HANDLER_KIND = {_EXCEPTION: "catch", _FILTER: "catch", _FINALLY: "finally", _FAULT: "fault"}
+
+
+def _size(blocks: list[tuple[int, int, str]]) -> Callable[[int], int]:
+    return lambda n: blocks[n][1] - blocks[n][0]
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:

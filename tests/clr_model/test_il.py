@@ -251,6 +251,60 @@ def test_IL_EH_NESTING_overlap_and_order() -> None:
     assert "IL-EH-NESTING" in rules(encode_body(code, clauses=(inner, overlapping)))
 
 
+def _finally_program() -> tuple[bytes, dict[str, int]]:
+    return assemble([
+        Label("before"), Ins("ldc.i4.0"), Ins("brtrue.s", "in_try"),
+        Label("try"), Ins("nop"), Label("in_try"), Ins("nop"), Ins("leave.s", "end"),
+        Label("h"), Ins("nop"), Ins("endfinally"), Label("h_end"),
+        Label("end"), Ins("ret"),
+    ])
+
+
+def _finally(at: dict[str, int]) -> EHClause:
+    return EHClause(2, at["try"], at["h"] - at["try"], at["h"], at["h_end"] - at["h"], 0)
+
+
+def test_IL_EH_BRANCH_into_a_try_past_its_start_or_out_without_leave() -> None:
+    code, at = _finally_program()
+    assert rules(encode_body(code, clauses=(_finally(at),))) == ["IL-EH-BRANCH"]  # into the try's middle
+    to_start = bytearray(code)
+    to_start[at["before"] + 2] = at["try"] - (at["before"] + 3)  # retarget to the try's first instruction
+    assert rules(encode_body(bytes(to_start), clauses=(_finally(at),))) == []
+    out, at = assemble([Label("try"), Ins("ldc.i4.0"), Ins("brtrue.s", "end"), Ins("leave.s", "end"),
+                        Label("h"), Ins("endfinally"), Label("h_end"), Label("end"), Ins("ret")])
+    assert rules(encode_body(out, clauses=(_finally(at),))) == ["IL-EH-BRANCH"]  # out of the try by a branch
+    # leave out of a finally handler
+    bad, at = assemble([Label("try"), Ins("leave.s", "end"), Label("h"), Ins("leave.s", "end"),
+                        Label("end"), Ins("ret")])
+    clause = EHClause(2, 0, at["h"], at["h"], at["end"] - at["h"], 0)
+    assert rules(encode_body(bad, clauses=(clause,))) == ["IL-EH-BRANCH"]
+    # falling through from a try into its handler
+    fall, at = assemble([Label("try"), Ins("nop"), Label("h"), Ins("endfinally"), Label("end"), Ins("ret")])
+    clause = EHClause(2, 0, at["h"], at["h"], at["end"] - at["h"], 0)
+    assert "IL-EH-BRANCH" in rules(encode_body(fall, clauses=(clause,)))
+
+
+def test_IL_EH_RET_ret_inside_a_block() -> None:
+    # the classic rewriter slip: a try/finally wrapped around a body whose ret stays inside the try
+    code, at = assemble([Label("try"), Ins("nop"), Ins("ret"), Label("h"), Ins("endfinally"), Label("end"),
+                         Ins("ret")])
+    clause = EHClause(2, 0, at["h"], at["h"], at["end"] - at["h"], 0)
+    assert rules(encode_body(code, clauses=(clause,))) == ["IL-EH-RET"]
+
+
+def test_IL_EH_INSTRUCTION_endfinally_endfilter_rethrow_outside_their_handlers() -> None:
+    assert rules(body(Ins("endfinally"))) == ["IL-EH-INSTRUCTION"]
+    assert rules(body(Ins("rethrow"))) == ["IL-EH-INSTRUCTION"]
+    code, at = assemble([Label("try"), Ins("leave.s", "end"), Label("h"), Ins("pop"), Ins("endfinally"),
+                         Label("end"), Ins("ret")])
+    catch = EHClause(0, 0, at["h"], at["h"], at["end"] - at["h"], TYPE)
+    assert rules(encode_body(code, clauses=(catch,))) == ["IL-EH-INSTRUCTION"]
+    code, at = assemble([Label("try"), Ins("leave.s", "end"), Label("f"), Ins("pop"), Ins("ldc.i4.1"),
+                         Ins("endfilter"), Label("h"), Ins("pop"), Ins("rethrow"), Label("end"), Ins("ret")])
+    filtered = EHClause(1, 0, at["f"], at["h"], at["end"] - at["h"], at["f"])
+    assert rules(encode_body(code, clauses=(filtered,))) == []
+
+
 def test_IL_TOKEN_catch_type_token() -> None:
     data, _ = try_catch((EHClause(0, 0, 3, 3, 3, FIELD),))
     assert rules(data) == ["IL-TOKEN"]

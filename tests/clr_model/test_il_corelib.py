@@ -91,9 +91,9 @@ def test_assembly_reader_agrees_with_dnfile(version: str, runtimes: list[Runtime
         rows = pe.net.mdtables.MethodDef.rows
         assert len(rows) == ours.rows(0x06)
         for n, row in enumerate(rows, start=1):
-            assert (row.Rva, int(row.ImplFlags)) == (ours.cell(0x06, n, 0), ours.cell(0x06, n, 1))
-            assert bytes(row.Signature) == ours.blob(ours.cell(0x06, n, 4))
-        with_body = sum(1 for r in rows if r.Rva and int(r.ImplFlags) & 3 == 0)
+            assert (row.struct.Rva, row.struct.ImplFlags) == (ours.cell(0x06, n, 0), ours.cell(0x06, n, 1))
+            assert bytes(row.Signature.value) == ours.blob(ours.cell(0x06, n, 4))
+        with_body = sum(1 for r in rows if r.struct.Rva and r.struct.ImplFlags & 3 == 0)
         assert with_body == BODIES[version]
     finally:
         pe.close()

@@ -299,7 +299,43 @@ def reference_valid(truth: list[Truth], size: int, max_stack: int, clauses: tupl
                         return False
                     if name_b == "try" and not same and b_in_a:
                         return False  # an inner clause after its enclosing one
+    if not _regions_ok(truth, size, clauses, starts):
+        return False
     return _reference_depths(truth, size, max_stack, clauses) is not None
+
+
+def _regions_ok(truth: list[Truth], size: int, clauses: tuple[EHClause, ...], starts: set[int]) -> bool:
+    """No ret in a block, endfinally only in a finally/fault handler, control enters a block only at a
+    try's start and leaves one only by leave (not out of a finally or fault)."""
+    kinds = {0: "catch", 2: "finally", 4: "fault"}
+    blocks = [b for c in clauses for b in ((c.try_offset, c.try_offset + c.try_length, "try"),
+                                           (c.handler_offset, c.handler_offset + c.handler_length,
+                                            kinds[c.flags]))]
+
+    def within(at: int) -> set[tuple[int, int, str]]:
+        return {b for b in blocks if b[0] <= at < b[1]}
+
+    def enters(here: set[tuple[int, int, str]], target: int) -> bool:
+        return any(not (b[2] == "try" and b[0] == target) for b in within(target) - here)
+
+    for t in truth:
+        here = within(t.offset)
+        handlers = sorted((b for b in here if b[2] != "try"), key=lambda b: b[1] - b[0])
+        if t.flow is Flow.RETURN and here:
+            return False
+        if t.flow is Flow.END_FINALLY and (not handlers or handlers[0][2] not in ("finally", "fault")):
+            return False
+        if t.flow is Flow.LEAVE:
+            target = t.targets[0]
+            if any(b[2] in ("finally", "fault") for b in here - within(target)) or enters(here, target):
+                return False
+            continue
+        successors = list(t.targets) if t.flow in (Flow.BRANCH, Flow.COND) else []
+        if t.flow in (Flow.NEXT, Flow.COND) and t.end < size:
+            successors.append(t.end)
+        if any(here - within(s) or enters(here, s) for s in successors if s in starts):
+            return False
+    return True
 
 
 def _verdict(g: Generated, data: bytes) -> list[str]:
@@ -390,9 +426,16 @@ def _header_mutated(m: tuple[Generated, int, int]) -> None:
         clauses = g.clauses if flags & 0x08 else ()
         count = RESOLVER.local_count(local_sig) if local_sig else 0
         locals_ok = count is not None and count >= g.locals_used
+        truth = _truncated(g.truth, code_size)
+        if clauses and g.code_size < code_size <= ((12 + g.code_size + 3) & ~3) - 12:
+            # the code grown over the zero padding before the EH section: unreachable nops after it
+            nop = BY_NAME["nop"]
+            truth = [*g.truth, *(Truth(at, 1, 0, 0, nop.flow, (), at + 1, nop.operand)
+                                 for at in range(g.code_size, code_size))]
         if (flags & 3 == 3 and words == 3 and not flags & ~0x1B and not (flags & 0x08 and not g.clauses)
-                and (code_size == g.code_size or (not clauses and code_size < g.code_size))):
-            valid = reference_valid(_truncated(g.truth, code_size), code_size, max_stack, clauses, locals_ok)
+                and (code_size <= g.code_size or truth[-1].end == code_size)
+                and (code_size == g.code_size or not clauses or code_size > g.code_size)):
+            valid = reference_valid(truth, code_size, max_stack, clauses, locals_ok)
     assert bool(found) != valid, (found, valid, at, value)
 
 
