@@ -31,6 +31,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -134,8 +135,7 @@ class MethodBody:
     size: int  # bytes from the header's start to the end of the last section
 
 
-@dataclass(frozen=True)
-class Instruction:
+class Instruction(NamedTuple):
     """A decoded instruction: its offset, opcode, size (opcode and operand), integer operand (a token,
     a number; None when it has none or it is a float) and branch/switch targets."""
 
@@ -276,9 +276,26 @@ def decode(code: bytes) -> tuple[list[Instruction], list[ILFinding]]:
     return _decode(code, found), found.sorted()
 
 
+# how _decode reads each operand kind
+_NONE, _SWITCH, _BR8, _BR32, _SIGNED, _UNSIGNED = range(6)
+_MODES = {
+    Operand.NONE: _NONE, Operand.FLOAT32: _NONE, Operand.FLOAT64: _NONE, Operand.SWITCH: _SWITCH,
+    Operand.BRANCH8: _BR8, Operand.BRANCH32: _BR32, Operand.INT8: _SIGNED, Operand.INT32: _SIGNED,
+    Operand.INT64: _SIGNED, Operand.VAR8: _UNSIGNED, Operand.VAR16: _UNSIGNED,
+}
+#: opcode value -> (instruction, opcode size, operand width (a switch: 4, its count), operand reading)
+_DECODING: dict[int, tuple[OpCode, int, int, int]] = {
+    code: (op, op.size, operand_size(op.operand),
+           _UNSIGNED if op.flow is Flow.PREFIX and op.operand is Operand.INT8  # unaligned., no.: uint8
+           else _MODES.get(op.operand, _UNSIGNED))  # tokens: uint32
+    for code, op in OPCODES.items()
+}
+
+
 def _decode(code: bytes, found: _Findings) -> list[Instruction]:
     out: list[Instruction] = []
     at, n = 0, len(code)
+    decoding = _DECODING
     while at < n:
         value = code[at]
         if value == TWO_BYTE_PREFIX:
@@ -286,43 +303,40 @@ def _decode(code: bytes, found: _Findings) -> list[Instruction]:
                 found.add("IL-CODE-TRUNCATED", at, "the code ends inside a two-byte opcode")
                 break
             value = 0xFE00 | code[at + 1]
-        op = OPCODES.get(value)
-        if op is None:
+        row = decoding.get(value)
+        if row is None:
             shown = f"FE {value & 0xFF:02X}" if value > 0xFF else f"{value:02X}"
             found.add("IL-OPCODE", at, f"opcode {shown} is not defined by ECMA-335")
             break
-        start = at + op.size
-        kind = op.operand
-        width = operand_size(kind)
-        if start + width > n:
+        op, size, width, mode = row
+        start = at + size
+        end = start + width
+        if end > n:
             found.add("IL-CODE-TRUNCATED", at,
                       f"{op.name}'s operand runs past the end of the code ({n} bytes)")
             break
-        operand: int | None = None
-        targets: tuple[int, ...] = ()
-        if kind is Operand.SWITCH:
-            count = int.from_bytes(code[start:start + 4], "little")
-            width = 4 + 4 * count
-            if start + width > n:
+        if mode == _NONE:
+            out.append(Instruction(at, op, size + width, None, ()))
+        elif mode == _BR8:
+            out.append(Instruction(at, op, size + 1, None, (end + int.from_bytes(code[start:end], "little",
+                                                                                   signed=True),)))
+        elif mode == _BR32:
+            out.append(Instruction(at, op, size + 4, None, (end + int.from_bytes(code[start:end], "little",
+                                                                                   signed=True),)))
+        elif mode == _SIGNED:
+            number = int.from_bytes(code[start:end], "little", signed=True)
+            out.append(Instruction(at, op, size + width, number, ()))
+        elif mode == _UNSIGNED:
+            out.append(Instruction(at, op, size + width, int.from_bytes(code[start:end], "little"), ()))
+        else:  # switch: uint32 N, then N int32 offsets from the switch's end
+            count = int.from_bytes(code[start:end], "little")
+            end = start + 4 + 4 * count
+            if end > n:
                 found.add("IL-CODE-TRUNCATED", at, f"switch's {count} targets run past the end of the code")
                 break
-            after = start + width
-            targets = tuple(after + d for (d,) in struct.iter_unpack("<i", code[start + 4:after]))
-            operand = count
-        elif kind is Operand.BRANCH8:
-            targets = (start + 1 + int.from_bytes(code[start:start + 1], "little", signed=True),)
-        elif kind is Operand.BRANCH32:
-            targets = (start + 4 + int.from_bytes(code[start:start + 4], "little", signed=True),)
-        elif kind is Operand.INT8 and op.flow is not Flow.PREFIX:
-            operand = int.from_bytes(code[start:start + 1], "little", signed=True)
-        elif kind in (Operand.INT8, Operand.VAR8, Operand.VAR16):
-            operand = int.from_bytes(code[start:start + width], "little")
-        elif kind in (Operand.INT32, Operand.INT64):
-            operand = int.from_bytes(code[start:start + width], "little", signed=True)
-        elif width == 4 and kind is not Operand.FLOAT32:
-            operand = int.from_bytes(code[start:start + 4], "little")  # a token
-        out.append(Instruction(at, op, op.size + width, operand, targets))
-        at = start + width
+            targets = tuple(end + d for (d,) in struct.iter_unpack("<i", code[start + 4:end]))
+            out.append(Instruction(at, op, end - at, count, targets))
+        at = end
     if out and out[-1].opcode.flow is Flow.PREFIX and out[-1].end == n:
         found.add("IL-PREFIX", out[-1].offset,
                   f"{out[-1].opcode.name} ends the code: no instruction follows it")
@@ -343,6 +357,16 @@ _LOCAL_OPS = frozenset({0x11, 0x12, 0x13, 0xFE0C, 0xFE0D, 0xFE0E})
 _ARG_N = {0x02: 0, 0x03: 1, 0x04: 2, 0x05: 3}
 _LOCAL_N = {0x06: 0, 0x07: 1, 0x08: 2, 0x09: 3, 0x0A: 0, 0x0B: 1, 0x0C: 2, 0x0D: 3}
 _CALLS = frozenset({0x28, 0x6F, 0x73, 0x29})
+_TOKEN, _ARGUMENT, _LOCAL = range(3)
+#: opcode -> what its operand names: a token (the tables it may name), an argument or a local (its number
+#: when the opcode fixes it, None when the operand gives it)
+_CHECKS: dict[int, tuple[int, frozenset[int] | int | None]] = {
+    **{code: (_TOKEN, _TABLES[op.operand]) for code, op in OPCODES.items() if op.operand in _TABLES},
+    **{code: (_ARGUMENT, n) for code, n in _ARG_N.items()},
+    **{code: (_ARGUMENT, None) for code in _ARG_OPS},
+    **{code: (_LOCAL, n) for code, n in _LOCAL_N.items()},
+    **{code: (_LOCAL, None) for code in _LOCAL_OPS},
+}
 
 
 def check_body(
@@ -375,12 +399,15 @@ def check_body(
     instructions = _decode(code, found)
     starts = _starts(instructions)
     size = len(code)
+    decoded = instructions[-1].end if instructions else 0
+    if decoded < size:  # decoding stopped (reported): past that point any offset may be a boundary
+        starts.update(range(decoded, size))
     _check_branches(instructions, starts, size, found)
     sound = _check_clauses(body.clauses, starts, size, resolver, found)
     if sound is not None:
         _check_regions(instructions, sound, starts, found)
     signatures = _check_operands(instructions, resolver, method, locals_, found)
-    complete = bool(instructions) and instructions[-1].end == size and size > 0
+    complete = bool(instructions) and decoded == size
     if size == 0:
         found.add("IL-FALLTHROUGH-END", 0, "the code is empty: control falls through its end")
     if complete:
@@ -484,7 +511,7 @@ def _check_regions(instructions: list[Instruction], clauses: list[EHClause], sta
     block; endfinally lies in a finally or fault handler, endfilter in a filter, rethrow in a catch."""
     if not clauses:
         for ins in instructions:
-            if ins.opcode.flow in (Flow.END_FINALLY, Flow.END_FILTER) or ins.opcode.code == 0xFE1A:
+            if ins.opcode.code in _HANDLER_ONLY:
                 found.add("IL-EH-INSTRUCTION", ins.offset, f"{ins.opcode.name} outside any handler")
         return
     # every block: (start, end, what); what is "try", "filter", or the handler's kind
@@ -546,6 +573,7 @@ def _check_regions(instructions: list[Instruction], clauses: list[EHClause], sta
                           f"{name} {what} into a block at IL_{target:04X}, not at a try block's start")
 
 
+_HANDLER_ONLY = frozenset({0xDC, 0xFE11, 0xFE1A})  # endfinally, endfilter, rethrow
 _HANDLER_KIND = {_EXCEPTION: "catch", _FILTER: "catch", _FINALLY: "finally", _FAULT: "fault"}
 
 
@@ -566,19 +594,22 @@ def _check_operands(instructions: list[Instruction], resolver: MetadataResolver,
     """Tokens, argument and local numbers; the call signatures by offset for the stack simulation."""
     signatures: dict[int, CallSignature] = {}
     arguments = method.stack_args if method is not None else None
+    checks = _CHECKS
     for ins in instructions:
         op = ins.opcode
-        tables = _TABLES.get(op.operand)
-        if tables is not None:
+        check = checks.get(op.code)
+        if check is None:
+            continue
+        what, fact = check
+        if what == _TOKEN:
+            assert isinstance(fact, frozenset)
             token = ins.operand or 0
-            if token >> 24 not in tables:
+            if token >> 24 not in fact:
                 found.add("IL-TOKEN", ins.offset,
                           f"{op.name} token 0x{token:08X}: table 0x{token >> 24:02X} is not one it takes")
-                continue
-            if not resolver.token_exists(token):
+            elif not resolver.token_exists(token):
                 found.add("IL-TOKEN", ins.offset, f"{op.name} token 0x{token:08X} names no row")
-                continue
-            if op.code in _CALLS:
+            elif op.code in _CALLS:
                 signature = resolver.method_signature(token)
                 if signature is None:
                     found.add("IL-TOKEN", ins.offset,
@@ -586,12 +617,12 @@ def _check_operands(instructions: list[Instruction], resolver: MetadataResolver,
                 else:
                     signatures[ins.offset] = signature
             continue
-        number = _ARG_N.get(op.code, ins.operand if op.code in _ARG_OPS else None)
-        if number is not None and arguments is not None and number >= arguments:
-            found.add("IL-ARG-INDEX", ins.offset,
-                      f"{op.name} names argument {number}; the method has {arguments}")
-        number = _LOCAL_N.get(op.code, ins.operand if op.code in _LOCAL_OPS else None)
-        if number is not None and locals_ is not None and number >= locals_:
+        number = fact if isinstance(fact, int) else ins.operand
+        if what == _ARGUMENT:
+            if number is not None and arguments is not None and number >= arguments:
+                found.add("IL-ARG-INDEX", ins.offset,
+                          f"{op.name} names argument {number}; the method has {arguments}")
+        elif number is not None and locals_ is not None and number >= locals_:
             found.add("IL-LOCAL-INDEX", ins.offset,
                       f"{op.name} names local {number}; the method has {locals_}")
     return signatures

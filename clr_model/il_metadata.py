@@ -336,6 +336,8 @@ class Assembly:
                 offset += layout[-1][1]
             self._tables[number] = _Table(at, rows, offset, tuple(layout))
             at += rows * offset
+        if at > len(self.data):
+            raise MetadataError(f"the metadata tables run past the end of the file ({at} > {len(self.data)})")
 
     def file_offset(self, rva: int) -> int:
         """The file offset of the relative virtual address ``rva``."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clr_model.il import check_body, decode, parse_body
-from clr_model.il_metadata import Assembly
+from clr_model.il_metadata import Assembly, MetadataError
 from clr_model.il_opcodes import Operand
 from conformance.core.runtimes import BUNDLED, Runtime
 
@@ -97,3 +97,59 @@ def test_assembly_reader_agrees_with_dnfile(version: str, runtimes: list[Runtime
         assert with_body == BODIES[version]
     finally:
         pe.close()
+
+
+SMALL = "System.Runtime.Serialization.Primitives.dll"  # a small real assembly with IL bodies
+
+
+def test_mutated_assembly_is_read_or_refused_with_one_metadata_error(runtimes: list[Runtime],
+                                                                     long_profile: bool) -> None:
+    """The reader and the checker are total on a real assembly with one byte changed: the assembly is
+    refused with MetadataError, or read, and then every body gets findings (a list), never an exception."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    runtime = next((r for r in runtimes if r.version == BUNDLED[-1].version), None)
+    if runtime is None:
+        pytest.skip(f"runtime {BUNDLED[-1].version} is not installed")
+    original = (runtime.framework_dir / SMALL).read_bytes()
+    assert sum(1 for _ in Assembly(original).method_bodies()) > 10
+
+    root = original.index(b"BSJB")  # the metadata root: most mutations go to the metadata
+    last = len(original) - 1
+    where = st.one_of(st.integers(0, last), st.integers(root, min(root + 6000, last)))
+
+    @settings(max_examples=3000 if long_profile else 100, derandomize=not long_profile, database=None,
+              deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(where, st.integers(0, 255))
+    def prop(at: int, value: int) -> None:
+        data = bytearray(original)
+        data[at] = value
+        try:
+            assembly = Assembly(bytes(data))
+            bodies = list(assembly.method_bodies())
+        except MetadataError:
+            return
+        for token, image in bodies:
+            assert isinstance(check_body(image, assembly, token), list)
+
+    prop()
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("version", [b.version for b in BUNDLED])
+def test_il_checker_accepts_every_body_of_the_shared_framework(version: str, runtimes: list[Runtime]) -> None:
+    """Nightly: every method body of every assembly of the runtime's shared framework (about a minute per
+    runtime); the count is printed."""
+    framework = corelib(runtimes, version).parent
+    checked, rejected = 0, []
+    for path in sorted(framework.glob("*.dll")):
+        assembly = Assembly(path.read_bytes())
+        for token, image in assembly.method_bodies():
+            checked += 1
+            findings = check_body(image, assembly, token)
+            if findings:
+                rejected.append(f"{path.name} 0x{token:08X}: {'; '.join(map(str, findings))}")
+    print(f"shared framework {version}: {checked} method bodies checked, {len(rejected)} rejected")
+    assert not rejected, rejected[:20]
+    assert checked > BODIES[version]

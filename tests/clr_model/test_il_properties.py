@@ -476,3 +476,37 @@ def _eh_mutated(m: tuple[Generated, int, int, int, int]) -> None:
 def _field_start(g: Generated, field: int, index: int) -> int:
     position = (4, 8, 12, 16)[field] if g.fat_clauses else (2, 4, 5, 7)[field]
     return ((12 + g.code_size + 3) & ~3) + 4 + index * (24 if g.fat_clauses else 12) + position
+
+
+# ---- totality ----------------------------------------------------------------------------------------------
+
+def _any_body() -> st.SearchStrategy[bytes]:
+    fat = st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.integers(0, 300), st.sampled_from(
+        [0, LOCALS_2, 0x11000009, TYPE]), st.binary(max_size=300)).map(
+        lambda t: struct.pack("<HHII", t[0] | 0x3003, t[1], t[2], t[3]) + t[4])
+    return st.one_of(st.binary(max_size=300), fat)
+
+
+def test_any_bytes_get_findings_never_an_exception(long_profile: bool) -> None:
+    """The checker is total: arbitrary bytes (and fat headers over arbitrary code and sections) give a list
+    of findings, never an exception; a finding's offset lies in the code."""
+
+    def check(data: bytes) -> None:
+        for finding in check_body(data, RESOLVER, 0x06000001, length=len(data)):
+            assert finding.offset is None or 0 <= finding.offset < max(len(data), 1)
+
+    run(long_profile, _any_body(), check)
+
+
+def test_bytes_that_are_no_assembly_raise_one_metadata_error(long_profile: bool) -> None:
+    from clr_model.il_metadata import Assembly, MetadataError
+
+    def check(data: bytes) -> None:
+        try:
+            assembly = Assembly(data)
+        except MetadataError:
+            return
+        list(assembly.method_bodies())
+
+    run(long_profile, st.one_of(st.binary(max_size=400), st.binary(max_size=400).map(lambda b: b"MZ" + b)),
+        check)
