@@ -1,9 +1,10 @@
 """The IL checker: a method body (header, code, exception-handling sections) against ECMA-335.
 
 :func:`check_body` returns every :class:`ILFinding` of one body, each with a stable rule id and the IL
-offset it concerns; an empty list is a valid body. What it checks, in ECMA-335's words where it rests on
-them (Partition II §25.4 the method header and its data sections, Partition III §1.7 instruction
-boundaries and the evaluation stack, Partition I §12.4.2 and II §19 exception-handling blocks):
+offset it concerns; an empty list is a valid body. What it checks, after ECMA-335 (Partition II §25.4 the
+method header and its data sections, Partition III §1.7 instruction boundaries and the evaluation stack,
+Partition I §12.4.2 and Partition II §19 exception-handling blocks, Partition III's leave, ret,
+endfinally, endfilter and rethrow):
 
 - the header: tiny (code size in the upper six bits, max stack 8, no locals, no sections) or fat (flags,
   header size 3, max stack, code size, local signature token), the code inside the bytes given;
@@ -11,7 +12,10 @@ boundaries and the evaluation stack, Partition I §12.4.2 and II §19 exception-
 - branch and switch targets inside the code and on instruction starts (a prefixed instruction starts at
   its first prefix);
 - exception-handling clauses: a known kind, blocks inside the code and on instruction boundaries, every
-  two blocks disjoint or nested, inner clauses before the clauses that enclose them;
+  two blocks disjoint or nested, inner clauses before the clauses that enclose them; control entering a
+  block only at a try's first instruction and leaving one only by leave (not out of a finally, fault or
+  filter), throw, rethrow, endfinally or endfilter; no ret inside a block; endfinally, endfilter and
+  rethrow only in their kind of handler;
 - the evaluation stack simulated along every path from the entry and every handler: no underflow, never
   above max stack, the same depth wherever paths merge, empty at a try block's entry and at ``jmp``,
   empty but for the return value at ``ret``, no path falling off the end of the code;
@@ -19,11 +23,7 @@ boundaries and the evaluation stack, Partition I §12.4.2 and II §19 exception-
   wrong table or no row is a finding of its own, IL-TOKEN, never a crash), argument and local numbers
   within the method's signature and its local signature.
 
-Rule ids: IL-HEADER-FORMAT, IL-HEADER-TINY-SIZE, IL-HEADER-FAT-SIZE, IL-HEADER-FLAGS, IL-HEADER-CODE-SIZE,
-IL-HEADER-LOCALS, IL-OPCODE, IL-CODE-TRUNCATED, IL-PREFIX, IL-BRANCH-RANGE, IL-BRANCH-MID-INSTRUCTION,
-IL-EH-SECTION, IL-EH-FLAGS, IL-EH-RANGE, IL-EH-BOUNDARY, IL-EH-NESTING, IL-EH-BRANCH, IL-EH-RET,
-IL-EH-INSTRUCTION, IL-STACK-UNDERFLOW, IL-MAXSTACK,
-IL-STACK-MERGE, IL-STACK-EMPTY, IL-STACK-RET, IL-FALLTHROUGH-END, IL-TOKEN, IL-ARG-INDEX, IL-LOCAL-INDEX.
+The rule ids and what each means: :data:`RULES`.
 """
 
 from __future__ import annotations

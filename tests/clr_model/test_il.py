@@ -64,6 +64,22 @@ def test_every_rule_id_is_well_formed_and_described() -> None:
         assert ILFinding(rule=rule, offset=0, message=meaning).rule == rule
 
 
+def test_the_checker_reports_only_described_rules() -> None:
+    import re
+    from pathlib import Path
+
+    import clr_model.il
+
+    reported = set(re.findall(r'found\.add\(\s*"(IL-[A-Z0-9-]+)"', Path(clr_model.il.__file__).read_text()))
+    assert reported == set(RULES)
+
+
+def test_every_rule_is_provoked_by_a_test_named_after_it() -> None:
+    names = [name for name in globals() if name.startswith("test_")]
+    missing = [rule for rule in RULES if not any(rule.replace("-", "_") in name for name in names)]
+    assert not missing, missing
+
+
 # ---- the opcode table (ECMA-335 Partition III) ---------------------------------------------------------
 
 def test_opcode_table_holds_every_ecma_instruction_once() -> None:
@@ -129,7 +145,7 @@ def test_IL_HEADER_TINY_SIZE_tiny_header_on_a_longer_body() -> None:
     assert "IL-HEADER-TINY-SIZE" not in rules(body(Ins("ret")), length=2)
 
 
-def test_IL_HEADER_FAT_SIZE_and_FLAGS() -> None:
+def test_IL_HEADER_FAT_SIZE_and_IL_HEADER_FLAGS() -> None:
     good = body(Ins("ret"), tiny=False)
     assert rules(good) == []
     word = struct.unpack_from("<H", good)[0]
@@ -170,7 +186,7 @@ def test_IL_PREFIX_prefix_ends_the_code() -> None:
     assert rules(encode_body(b"\x2a\xfe\x14")) == ["IL-PREFIX"]
 
 
-def test_IL_BRANCH_RANGE_and_MID_INSTRUCTION() -> None:
+def test_IL_BRANCH_RANGE_and_IL_BRANCH_MID_INSTRUCTION() -> None:
     assert rules(body(Ins("br.s", 5), Ins("ret"))) == ["IL-BRANCH-RANGE"]
     assert rules(body(Ins("br", -10), Ins("ret"))) == ["IL-BRANCH-RANGE"]
     # ldc.i4 occupies 5 bytes: a target one byte into it is mid-instruction
