@@ -63,7 +63,8 @@ RULES: dict[str, str] = {
     "IL-HEADER-LOCALS": "a local signature token that is not a StandAloneSig holding a LOCAL_SIG",
     "IL-OPCODE": "an undefined opcode",
     "IL-CODE-TRUNCATED": "an instruction's operand runs past the end of the code",
-    "IL-PREFIX": "a prefix with no instruction after it",
+    "IL-PREFIX": "a prefix with no instruction after it, or before one it does not apply to; tail. without "
+                 "ret after the call",
     "IL-BRANCH-RANGE": "a branch or switch target outside the code",
     "IL-BRANCH-MID-INSTRUCTION": "a branch or switch target that is not the start of an instruction",
     "IL-EH-SECTION": "a method data section truncated, of an unknown kind, or of an inconsistent size",
@@ -403,6 +404,7 @@ def check_body(
     if decoded < size:  # decoding stopped (reported): past that point any offset may be a boundary
         starts.update(range(decoded, size))
     _check_branches(instructions, starts, size, found)
+    _check_prefixes(instructions, found)
     sound = _check_clauses(body.clauses, starts, size, resolver, found)
     if sound is not None:
         _check_regions(instructions, sound, starts, found)
@@ -424,6 +426,43 @@ def _starts(instructions: list[Instruction]) -> set[int]:
             starts.add(ins.offset)
         prefixed = ins.opcode.flow is Flow.PREFIX
     return starts
+
+
+def _names(*names: str) -> frozenset[int]:
+    return frozenset(op.code for op in OPCODES.values() if op.name in names or op.name.split(".")[0] in names)
+
+
+_MEMORY = _names("ldind", "stind", "ldfld", "stfld", "ldobj", "stobj", "initblk", "cpblk")
+#: prefix -> the instructions it may precede (Partition III §2: each prefix's "valid" instructions;
+#: constrained. also before call and ldftn for static virtual methods, ECMA-335 augments in .NET 7)
+_PREFIXED: dict[int, frozenset[int]] = {
+    0xFE12: _MEMORY,  # unaligned.
+    0xFE13: _MEMORY | _names("ldsfld", "stsfld"),  # volatile.
+    0xFE14: _names("call", "calli", "callvirt"),  # tail.
+    0xFE16: _names("callvirt", "call", "ldftn"),  # constrained.
+    0xFE1E: _names("ldelema", "call"),  # readonly. (call: an array's Address method)
+}
+
+
+def _check_prefixes(instructions: list[Instruction], found: _Findings) -> None:
+    """Each prefix before an instruction it applies to (other prefixes may come between); tail. calls
+    followed by ret; unaligned. with an alignment of 1, 2 or 4."""
+    pending: list[Instruction] = []
+    for n, ins in enumerate(instructions):
+        if ins.opcode.flow is Flow.PREFIX:
+            pending.append(ins)
+            if ins.opcode.code == 0xFE12 and ins.operand not in (1, 2, 4):
+                found.add("IL-PREFIX", ins.offset, f"unaligned. {ins.operand}: the alignment is 1, 2 or 4")
+            continue
+        for prefix in pending:
+            allowed = _PREFIXED.get(prefix.opcode.code)
+            if allowed is not None and ins.opcode.code not in allowed:
+                found.add("IL-PREFIX", prefix.offset, f"{prefix.opcode.name} before {ins.opcode.name}, "
+                          "an instruction it does not apply to")
+            elif prefix.opcode.code == 0xFE14 and (n + 1 == len(instructions)
+                                                    or instructions[n + 1].opcode.code != 0x2A):
+                found.add("IL-PREFIX", prefix.offset, f"tail. {ins.opcode.name} is not followed by ret")
+        pending.clear()
 
 
 def _check_branches(instructions: list[Instruction], starts: set[int], size: int, found: _Findings) -> None:

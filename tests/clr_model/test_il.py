@@ -186,6 +186,25 @@ def test_IL_PREFIX_prefix_ends_the_code() -> None:
     assert rules(encode_body(b"\x2a\xfe\x14")) == ["IL-PREFIX"]
 
 
+def test_IL_PREFIX_before_an_instruction_it_does_not_apply_to() -> None:
+    assert rules(body(Ins("ldnull"), Ins("volatile."), Ins("ldind.i4"), Ins("pop"), Ins("ret"))) == []
+    assert rules(body(Ins("ldnull"), Ins("volatile."), Ins("unaligned.", 1), Ins("ldind.i4"), Ins("pop"),
+                      Ins("ret"))) == []
+    assert rules(body(Ins("ldnull"), Ins("volatile."), Ins("pop"), Ins("ret"))) == ["IL-PREFIX"]
+    assert rules(body(Ins("ldnull"), Ins("unaligned.", 3), Ins("ldind.i4"), Ins("pop"), Ins("ret"))) \
+        == ["IL-PREFIX"]
+    constrained = body(Ins("ldarg.0"), Ins("ldc.i4.1"), Ins("constrained.", TYPE),
+                       Ins("callvirt", INSTANCE_INT), Ins("ret"))
+    assert rules(constrained, INT_OF_INT) == []
+    assert rules(body(Ins("constrained.", TYPE), Ins("newobj", STATIC_VOID), Ins("pop"), Ins("ret"))) \
+        == ["IL-PREFIX"]
+
+
+def test_IL_PREFIX_tail_call_not_followed_by_ret() -> None:
+    assert rules(body(Ins("tail."), Ins("call", STATIC_VOID), Ins("ret"))) == []
+    assert rules(body(Ins("tail."), Ins("call", STATIC_VOID), Ins("nop"), Ins("ret"))) == ["IL-PREFIX"]
+
+
 def test_IL_BRANCH_RANGE_and_IL_BRANCH_MID_INSTRUCTION() -> None:
     assert rules(body(Ins("br.s", 5), Ins("ret"))) == ["IL-BRANCH-RANGE"]
     assert rules(body(Ins("br", -10), Ins("ret"))) == ["IL-BRANCH-RANGE"]
