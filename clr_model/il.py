@@ -514,9 +514,12 @@ def _check_clauses(clauses: tuple[EHClause, ...], starts: set[int], size: int, r
             sound.append(index)
     for i in sound:
         a = clauses[i]
-        ta, ha = (a.try_offset, a.try_end), (a.handler_offset, a.handler_end)
-        if _overlap(ta, ha):
-            found.add("IL-EH-NESTING", a.try_offset, f"clause {i}: its handler overlaps its own try block")
+        own = _blocks(a)
+        for k, (name_x, sx, ex) in enumerate(own):
+            for name_y, sy, ey in own[k + 1:]:
+                if _overlap((sx, ex), (sy, ey)):
+                    found.add("IL-EH-NESTING", a.try_offset,
+                              f"clause {i}: its {name_x} and {name_y} blocks overlap")
         for j in sound:
             if j <= i:
                 continue

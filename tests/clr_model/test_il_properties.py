@@ -62,11 +62,12 @@ def run(long_profile: bool, strategy: st.SearchStrategy[T], body: Callable[[T], 
 class Spec:
     """A clause by labels."""
 
-    kind: int  # 0 catch, 2 finally, 4 fault
+    kind: int  # 0 catch, 1 filter, 2 finally, 4 fault
     try_start: str
     try_end: str
     handler_start: str
     handler_end: str
+    filter_start: str | None = None
 
 
 class _Gen:
@@ -125,16 +126,18 @@ class _Gen:
         return out + exit_
 
     def protected(self, nest: int) -> list[Ins | Label]:
-        kind = self.draw(st.sampled_from([0, 2, 4]))
-        t, te, h, he = (self.label(x) for x in ("t", "te", "h", "he"))
+        kind = self.draw(st.sampled_from([0, 1, 2, 4]))
+        t, te, f, h, he = (self.label(x) for x in ("t", "te", "f", "h", "he"))
         end = self.label("end")
         leave = [self.branch("leave", end)]
         body = [Label(t), *self.block(nest + 1, leave), Label(te)]
-        if kind == 0:
+        if kind == 1:  # a filter block: the exception object in, a verdict out
+            body += [Label(f), Ins("pop"), Ins("ldc.i4.1"), Ins("endfilter")]
+        if kind in (0, 1):
             handler = [Label(h), Ins("pop"), *self.block(nest + 1, leave), Label(he)]
         else:
             handler = [Label(h), *self.block(nest + 1, [Ins("endfinally")]), Label(he)]
-        self.specs.append(Spec(kind, t, te, h, he))  # inner clauses were appended first
+        self.specs.append(Spec(kind, t, te, h, he, f if kind == 1 else None))  # inner clauses came first
         return [*body, *handler, Label(end)]
 
 
@@ -202,7 +205,8 @@ def generated(draw: st.DrawFn) -> Generated:
     truth = _truth(program, labels)
     clauses = tuple(EHClause(s.kind, labels[s.try_start], labels[s.try_end] - labels[s.try_start],
                              labels[s.handler_start], labels[s.handler_end] - labels[s.handler_start],
-                             TYPE if s.kind == 0 else 0) for s in gen.specs)
+                             TYPE if s.kind == 0 else labels[s.filter_start] if s.filter_start else 0)
+                    for s in gen.specs)
     need = _max_depth(truth, clauses)
     max_stack = draw(st.integers(need, need + 3))
     local_signature = draw(st.sampled_from([LOCALS_2, LOCALS_4])) if gen.uses_locals else 0
@@ -243,7 +247,9 @@ def _reference_depths(truth: list[Truth], size: int, max_stack: int,
     try:
         seed(0, 0)
         for c in clauses:
-            seed(c.handler_offset, 1 if c.flags == 0 else 0)
+            seed(c.handler_offset, 1 if c.flags in (0, 1) else 0)
+            if c.flags == 1:
+                seed(c.class_token_or_filter, 1)
         while True:
             before = dict(depth)
             for t in truth:
@@ -281,11 +287,13 @@ def reference_valid(truth: list[Truth], size: int, max_stack: int, clauses: tupl
     for c in clauses:
         mine = [("try", c.try_offset, c.try_offset + c.try_length),
                 ("handler", c.handler_offset, c.handler_offset + c.handler_length)]
+        if c.flags == 1:
+            mine.append(("filter", c.class_token_or_filter, c.handler_offset))
         for _, start, end in mine:
             if not (start < end <= size and start in starts and (end in starts or end == size)):
                 return False
-        if mine[0][1] < mine[1][2] and mine[1][1] < mine[0][2]:
-            return False  # a handler overlapping its own try
+        if any(x[1] < y[2] and y[1] < x[2] for k, x in enumerate(mine) for y in mine[k + 1:]):
+            return False  # a clause's own blocks overlapping
         blocks.append(mine)
     for i in range(len(clauses)):
         for j in range(i + 1, len(clauses)):
@@ -305,12 +313,14 @@ def reference_valid(truth: list[Truth], size: int, max_stack: int, clauses: tupl
 
 
 def _regions_ok(truth: list[Truth], size: int, clauses: tuple[EHClause, ...], starts: set[int]) -> bool:
-    """No ret in a block, endfinally only in a finally/fault handler, control enters a block only at a
-    try's start and leaves one only by leave (not out of a finally or fault)."""
-    kinds = {0: "catch", 2: "finally", 4: "fault"}
+    """No ret in a block, endfinally only in a finally/fault handler, endfilter only in a filter, control
+    enters a block only at a try's start and leaves one only by leave (not out of a finally, fault or
+    filter)."""
+    kinds = {0: "catch", 1: "catch", 2: "finally", 4: "fault"}
     blocks = [b for c in clauses for b in ((c.try_offset, c.try_offset + c.try_length, "try"),
                                            (c.handler_offset, c.handler_offset + c.handler_length,
                                             kinds[c.flags]))]
+    blocks += [(c.class_token_or_filter, c.handler_offset, "filter") for c in clauses if c.flags == 1]
 
     def within(at: int) -> set[tuple[int, int, str]]:
         return {b for b in blocks if b[0] <= at < b[1]}
@@ -325,9 +335,12 @@ def _regions_ok(truth: list[Truth], size: int, clauses: tuple[EHClause, ...], st
             return False
         if t.flow is Flow.END_FINALLY and (not handlers or handlers[0][2] not in ("finally", "fault")):
             return False
+        if t.flow is Flow.END_FILTER and (not handlers or handlers[0][2] != "filter"):
+            return False
         if t.flow is Flow.LEAVE:
             target = t.targets[0]
-            if any(b[2] in ("finally", "fault") for b in here - within(target)) or enters(here, target):
+            if any(b[2] in ("finally", "fault", "filter") for b in here - within(target)) \
+                    or enters(here, target):
                 return False
             continue
         successors = list(t.targets) if t.flow in (Flow.BRANCH, Flow.COND) else []
@@ -443,11 +456,12 @@ def _header_mutated(m: tuple[Generated, int, int]) -> None:
 def eh_mutation(draw: st.DrawFn) -> tuple[Generated, int, int, int, int]:
     g = draw(generated().filter(lambda g: bool(g.clauses)))
     index = draw(st.integers(0, len(g.clauses) - 1))
-    field = draw(st.integers(0, 3))  # try offset, try length, handler offset, handler length
+    # try offset, try length, handler offset, handler length; a filter clause's filter offset
+    field = draw(st.integers(0, 4 if g.clauses[index].flags == 1 else 3))
     if g.fat_clauses:
-        position, width = (4, 8, 12, 16)[field], 4
+        position, width = (4, 8, 12, 16, 20)[field], 4
     else:
-        position, width = (2, 4, 5, 7)[field], (2, 1, 2, 1)[field]
+        position, width = (2, 4, 5, 7, 8)[field], (2, 1, 2, 1, 4)[field]
     base = ((12 + g.code_size + 3) & ~3) + 4 + index * (24 if g.fat_clauses else 12) + position
     at = base + draw(st.integers(0, width - 1))
     value = draw(st.integers(0, 255).filter(lambda v: v != g.data[at]))
@@ -464,7 +478,7 @@ def _eh_mutated(m: tuple[Generated, int, int, int, int]) -> None:
     old = data[at]
     data[at] = value
     c = g.clauses[index]
-    names = ("try_offset", "try_length", "handler_offset", "handler_length")
+    names = ("try_offset", "try_length", "handler_offset", "handler_length", "class_token_or_filter")
     shift = 8 * (at - _field_start(g, field, index))
     mutated = replace(c, **{names[field]: getattr(c, names[field]) + ((value - old) << shift)})
     clauses = (*g.clauses[:index], mutated, *g.clauses[index + 1:])
@@ -474,7 +488,7 @@ def _eh_mutated(m: tuple[Generated, int, int, int, int]) -> None:
 
 
 def _field_start(g: Generated, field: int, index: int) -> int:
-    position = (4, 8, 12, 16)[field] if g.fat_clauses else (2, 4, 5, 7)[field]
+    position = (4, 8, 12, 16, 20)[field] if g.fat_clauses else (2, 4, 5, 7, 8)[field]
     return ((12 + g.code_size + 3) & ~3) + 4 + index * (24 if g.fat_clauses else 12) + position
 
 
