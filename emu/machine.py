@@ -231,9 +231,7 @@ class UnicornMachine:
             if base in self._pages:
                 cpu.mem_write(base, self._pages[base])
         self._dirty.clear()
-        for name, value in registers.items():
-            if name in self.registers:
-                cpu[name] = value
+        cpu.write_registers([(name, value) for name, value in registers.items() if name in self.registers])
         if self._gdt is not None:
             cpu["ss"] = _SS_SELECTOR
             cpu.mem_write(self._gdt + _GS_SELECTOR, _data_descriptor(registers.get("gs_base", 0)))
@@ -253,7 +251,7 @@ class UnicornMachine:
             self._run = None
         if run.stop is not None:
             address, reason = run.stop
-            regs = {name: cpu[name] for name in self.registers}
+            regs = dict(zip(self.registers, cpu.read_registers(self.registers), strict=True))
             regs[self.ip_name] = address
             if self._gdt is not None and "gs_base" in registers:
                 regs["gs_base"] = registers["gs_base"]

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -43,7 +44,7 @@ import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
 
 from emu.capture import Capture, CaptureArch, ModuleEntry
-from emu.cfi import X64, X86, CfiArch, CfiError, CfiTable, cfi_step, load_bias, read_elf, table_for
+from emu.cfi import X64, X86, CfiArch, CfiError, CfiTable, load_bias, read_elf, table_for
 from emu.errors import EmulationFault, MemoryFault
 from emu.machine import UnicornMachine
 from emu.memory import CaptureMemory
@@ -64,28 +65,22 @@ _OSR_SEARCH_BYTES = 4096
 
 @dataclass(frozen=True)
 class _Isa:
-    """The register names and word size a walk of one architecture uses."""
+    """The register names and word size a walk of one architecture uses (plain attributes: read on every
+    step of a walk)."""
 
     cfi: CfiArch
     fp: str
     machine: Literal["x64", "x86"]
+    ip: str = field(init=False)
+    sp: str = field(init=False)
+    word: int = field(init=False)
+    #: one past the highest address (2**64, 2**32)
+    end: int = field(init=False)
 
-    @property
-    def ip(self) -> str:
-        return self.cfi.ip
-
-    @property
-    def sp(self) -> str:
-        return self.cfi.sp
-
-    @property
-    def word(self) -> int:
-        return self.cfi.address_size
-
-    @property
-    def end(self) -> int:
-        """One past the highest address (2**64, 2**32)."""
-        return self.cfi.mask + 1
+    def __post_init__(self) -> None:
+        for name, value in (("ip", self.cfi.ip), ("sp", self.cfi.sp), ("word", self.cfi.address_size),
+                            ("end", self.cfi.mask + 1)):  # fmt: skip
+            object.__setattr__(self, name, value)
 
 
 _X64 = _Isa(cfi=X64, fp="rbp", machine="x64")
@@ -285,6 +280,23 @@ class CodeMap:
         ]  # fmt: skip
         self._r2r = sorted([(r.start, r.end) for r in man.jit.ready_to_run] + pe_images)
         self._r2r_starts = [s for s, _ in self._r2r]
+        # in_ready_to_run by one bisect: the ranges merged where they overlap or touch
+        merged: list[list[int]] = []
+        for s, e in self._r2r:
+            if e <= s:
+                continue
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        self._r2r_merged_starts = [s for s, _ in merged]
+        self._r2r_merged_ends = [e for _, e in merged]
+        #: id(module) -> (the module, whether it names a file, its file's base name): read once per map
+        self._module_info = {
+            id(m): (m, m.is_file, os.path.basename(m.path) if m.is_file and m.path else None)
+            for m in self.modules
+        }
+        self._ids_by_name: dict[str, int] | None = None
 
     def function_from_ip(self, ip: int) -> int:
         """GetFunctionFromIP over the capture's JIT map: the FunctionID, 0 for code that is not managed."""
@@ -300,8 +312,26 @@ class CodeMap:
         return None
 
     def in_ready_to_run(self, ip: int) -> bool:
-        k = bisect.bisect_right(self._r2r_starts, ip)
-        return any(s <= ip < e for s, e in self._r2r[:k])
+        k = bisect.bisect_right(self._r2r_merged_starts, ip) - 1
+        return k >= 0 and ip < self._r2r_merged_ends[k]
+
+    def is_file(self, module: ModuleEntry) -> bool:
+        """``module.is_file``, read once per module of the map."""
+        info = self._module_info.get(id(module))
+        return info[1] if info is not None and info[0] is module else module.is_file
+
+    def file_name(self, module: ModuleEntry) -> str | None:
+        """The base name of the file ``module`` maps (None when it maps none)."""
+        info = self._module_info.get(id(module))
+        if info is not None and info[0] is module:
+            return info[2]
+        return os.path.basename(module.path) if module.is_file and module.path else None
+
+    def ids_by_name(self) -> dict[str, int]:
+        """Method name -> FunctionID (the last of the JIT map's methods with that name)."""
+        if self._ids_by_name is None:
+            self._ids_by_name = {v: k for k, v in self.names.items()}
+        return self._ids_by_name
 
     def module_at(self, ip: int) -> ModuleEntry | None:
         k = bisect.bisect_right(self._mod_starts, ip) - 1
@@ -411,7 +441,7 @@ class _Walker:
             raise _Stop(
                 StopKind.OUTSIDE_MAPPINGS, f"frame {index}: IP {ip:#x} is in no mapping of the capture"
             )
-        if module.is_file:
+        if self.code.is_file(module):
             try:
                 return self.cfi(regs, module, lookup, index), Trust.CFI
             except _Stop as stop:
@@ -477,7 +507,7 @@ class _Walker:
                     StopKind.NO_UNWIND_INFO,
                     f"frame {index}: no FDE covers {regs[self.isa.ip]:#x} in {module.path}",
                 )
-            out = cfi_step(row, regs, self.memory, self.isa.cfi)
+            out = table.step(row, regs, self.memory)
         except CfiError as exc:
             raise _Stop(StopKind.CFI_ERROR, f"frame {index}: {exc}") from None
         ra_rule = row.rules.get(row.ra_register)
