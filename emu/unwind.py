@@ -16,9 +16,9 @@ Each step takes the registers of one frame and gives its caller's, by the first 
 - the IP is in a module file: the module's ``.eh_frame`` CFI (:mod:`emu.cfi`), embedded in the capture or
   read from the file on disk when its build-id matches the capture's;
 - the IP is in anonymous executable memory outside the JIT map (runtime stubs, the write-barrier copy: no
-  unwind information): the code is emulated forward (:mod:`emu.machine`) under an instruction and time
-  budget until it reaches code that can be unwound (a module or managed code, which is never executed:
-  glibc's AVX code is not emulated), and the caller is unwound from there. Only the frame whose
+  unwind information): the code is emulated forward (:mod:`emu.machine`) under an instruction budget
+  (never the clock) until it reaches code that can be unwound (a module or managed code, which is never
+  executed: glibc's AVX code is not emulated), and the caller is unwound from there. Only the frame whose
   registers are exact can be emulated.
 
 x86 captures (``arch`` "x86") are unwound the same way with the i386 registers, 4-byte words, i386 CFI
@@ -771,9 +771,12 @@ def unwind(
     max_frames: int = MAX_FRAMES,
     allow_disk: bool = True,
     max_instructions: int = 10_000,
-    max_seconds: float = 0.5,
+    max_seconds: float | None = None,
 ) -> UnwindResult:
     """Unwind ``capture``'s thread from its registers (see the module docstring).
+
+    Emulation is bounded by ``max_instructions``; by default no time budget is set (``max_seconds``), so a
+    replay never reads the clock and gives the same result however loaded the machine is.
 
     The code map, memory and CPU are kept in ``capture.cache`` for the next unwind of the same capture
     (they hold no result of a walk, so every unwind of a capture gives the same result)."""
