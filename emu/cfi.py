@@ -525,10 +525,12 @@ def _run_plan(
     for name in arch.callee_saved:
         if name in regs:
             out[name] = regs[name]
+    wide = arch.address_size == 8
     try:
         for kind, name, arg, num in plan.ops:
             if kind == _OFFSET:
-                out[name] = _read_word(memory, (cfa + arg) & mask, arch)
+                at = (cfa + arg) & mask
+                out[name] = memory.read_u64(at) if wide else _read_word(memory, at, arch)
             elif kind == _VAL_OFFSET:
                 out[name] = (cfa + arg) & mask
             elif kind == _SAME_VALUE:

@@ -196,7 +196,11 @@ def _replay_frame(
     """ReplayFrame(...) built without pydantic's validation when the numbers are u64 ints already (the
     unwinder's always are: validation would give the same object); anything else is validated (and fails
     as it would)."""
-    if type(index) is int and _u64s(ip, sp, function_id, module_offset):
+    if (
+        type(index) is int and type(ip) is int and type(sp) is int
+        and 0 <= ip < _U64_END and 0 <= sp < _U64_END
+        and (function_id is None or _u64s(function_id)) and (module_offset is None or _u64s(module_offset))
+    ):  # fmt: skip
         return _unvalidated(ReplayFrame, {
             "index": index, "ip": ip, "sp": sp, "trust": trust, "kind": kind, "function_id": function_id,
             "function": function, "module": module, "module_offset": module_offset, "reported_ip": None,

@@ -431,12 +431,20 @@ class _Walker:
             return self.memory.read_u64(address)
         return int.from_bytes(self.memory.read(address, 4), "little")
 
-    def caller(self, regs: Mapping[str, int], exact: bool, index: int) -> tuple[dict[str, int], Trust]:
+    def caller(
+        self, regs: Mapping[str, int], exact: bool, index: int,
+        where: tuple[bool, ModuleEntry | None] | None = None,
+    ) -> tuple[dict[str, int], Trust]:
+        """The caller's registers and how they were found. ``where``: whether the IP looked up (the IP on
+        an exact frame, IP - 1 above it) is managed code and its module, when the walk has them already."""
         ip = regs[self.isa.ip]
         lookup = ip if exact else ip - 1
-        if self.code.function_from_ip(lookup) or self.code.in_ready_to_run(lookup):
+        if where is None:
+            where = (bool(self.code.function_from_ip(lookup)) or self.code.in_ready_to_run(lookup),
+                     self.code.module_at(lookup))  # fmt: skip
+        managed, module = where
+        if managed:
             return self.managed(regs, exact, lookup)
-        module = self.code.module_at(lookup)
         if module is None:
             raise _Stop(
                 StopKind.OUTSIDE_MAPPINGS, f"frame {index}: IP {ip:#x} is in no mapping of the capture"
@@ -806,16 +814,18 @@ def unwind(
             break
         pc = ip if not frames else ip - 1
         fid = code.function_from_ip(pc)
+        module, r2r = code.module_at(pc), code.in_ready_to_run(pc)
         frames.append(
             UnwoundFrame(
-                ip=ip, sp=sp, trust=trust, registers=dict(regs), function_id=fid or None,
-                module=code.module_at(pc), ready_to_run=code.in_ready_to_run(pc),
+                ip=ip, sp=sp, trust=trust, registers=dict(regs), function_id=fid or None, module=module,
+                ready_to_run=r2r,
             )
         )  # fmt: skip
         if len(frames) >= max_frames:
             break
         try:
-            caller, trust = walker.caller(regs, exact=len(frames) == 1, index=len(frames) - 1)
+            caller, trust = walker.caller(regs, exact=len(frames) == 1, index=len(frames) - 1,
+                                          where=(bool(fid) or r2r, module))  # fmt: skip
         except _Stop as s:
             stop, detail = s.kind, s.detail
             break
