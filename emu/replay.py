@@ -525,9 +525,10 @@ def _model_walk(
     thread: list[ManagedFrame | UnmanagedFrame] = []
     top_run = True
     for f in frames:
-        valid = _u64s(f.ip, f.sp)  # else validation fails as it would
-        if f.function_id:
-            if valid and _u64s(f.function_id):
+        ip, sp = f.ip, f.sp
+        valid = type(ip) is int and type(sp) is int and 0 <= ip < _U64_END and 0 <= sp < _U64_END
+        if f.function_id:  # (not valid: validation fails as it would)
+            if valid and type(f.function_id) is int and 0 < f.function_id < _U64_END:
                 values = {"kind": "managed", "function_id": f.function_id, "ip": f.ip, "sp": f.sp,
                           "in_jit_code": True}  # fmt: skip
                 thread.append(_unvalidated(ManagedFrame, values, _MANAGED_GIVEN))

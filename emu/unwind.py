@@ -222,6 +222,18 @@ class UnwoundFrame:
     ready_to_run: bool = False
 
 
+def _unwound_frame(
+    ip: int, sp: int, trust: Trust, registers: dict[str, int], function_id: int | None,
+    module: ModuleEntry | None, ready_to_run: bool,
+) -> UnwoundFrame:
+    """``UnwoundFrame(...)`` with its fields set in one step (a frozen dataclass's ``__init__`` sets them
+    one ``object.__setattr__`` at a time: a walk makes one per frame)."""
+    frame = object.__new__(UnwoundFrame)
+    frame.__dict__.update(ip=ip, sp=sp, trust=trust, registers=registers, function_id=function_id,
+                          module=module, ready_to_run=ready_to_run)  # fmt: skip
+    return frame
+
+
 @dataclass(frozen=True)
 class UnwindResult:
     frames: tuple[UnwoundFrame, ...]
@@ -815,12 +827,7 @@ def unwind(
         pc = ip if not frames else ip - 1
         fid = code.function_from_ip(pc)
         module, r2r = code.module_at(pc), code.in_ready_to_run(pc)
-        frames.append(
-            UnwoundFrame(
-                ip=ip, sp=sp, trust=trust, registers=dict(regs), function_id=fid or None, module=module,
-                ready_to_run=r2r,
-            )
-        )  # fmt: skip
+        frames.append(_unwound_frame(ip, sp, trust, dict(regs), fid or None, module, r2r))
         if len(frames) >= max_frames:
             break
         try:

@@ -152,3 +152,17 @@ def test_warm_replay_equals_cold(path: Path) -> None:
             warm = f"error: {exc}"
         if max_frames == 64:
             assert warm == cold
+
+
+def test_unwound_frame_built_in_one_step_equals_the_dataclass() -> None:
+    from dataclasses import fields
+
+    from emu.unwind import UnwoundFrame, _unwound_frame
+
+    args = (0x401000, 0x7FFC0000, Trust.CFI, {"rip": 0x401000, "rsp": 0x7FFC0000}, 7, None, True)
+    fast = _unwound_frame(*args)
+    slow = UnwoundFrame(*args)
+    assert fast == slow and repr(fast) == repr(slow) and hash(fast.ip) == hash(slow.ip)
+    assert [f.name for f in fields(fast)] == list(vars(fast))
+    with pytest.raises(AttributeError):
+        fast.ip = 0  # type: ignore[misc]  # still frozen
