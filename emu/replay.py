@@ -161,11 +161,6 @@ class ReplayResult(BaseModel):
 _U64_END = 2**64
 
 
-def _u64s(*values: int | None) -> bool:
-    """Every value is None or a Python int in [0, 2**64): what the U64 fields accept unchanged."""
-    return all(v is None or (type(v) is int and 0 <= v < _U64_END) for v in values)
-
-
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
@@ -199,7 +194,8 @@ def _replay_frame(
     if (
         type(index) is int and type(ip) is int and type(sp) is int
         and 0 <= ip < _U64_END and 0 <= sp < _U64_END
-        and (function_id is None or _u64s(function_id)) and (module_offset is None or _u64s(module_offset))
+        and (function_id is None or (type(function_id) is int and 0 <= function_id < _U64_END))
+        and (module_offset is None or (type(module_offset) is int and 0 <= module_offset < _U64_END))
     ):  # fmt: skip
         return _unvalidated(ReplayFrame, {
             "index": index, "ip": ip, "sp": sp, "trust": trust, "kind": kind, "function_id": function_id,
