@@ -1,13 +1,18 @@
 """Benchmark: remap 10 million ObjectIDs through a 100,000-range MovedReferences2 table.
 
 Run from the repository root:  python bench/remap.py  [--ids N] [--ranges N] [--sample N] [--seed N]
+[--repeat N]
 
 Vectorised ``RangeTable.remap_many`` (numpy) against a plain-Python baseline (bisect over the sorted
 range starts, one id at a time) in the same run. The baseline runs on a sample (200,000 ids by default)
 and is extrapolated linearly to the full count; the output says so. Both results are checked against
-each other on the sample. Deterministic: one seeded numpy Generator builds table and ids.
+each other on the sample. Deterministic: one seeded numpy Generator builds table and ids. The vectorised
+call is timed ``--repeat`` times (5) and its median wall time is the one judged (the process CPU time of
+each call is printed beside it: on a shared machine the wall time of one call can double when the process
+is descheduled).
 
-Targets: vectorised/baseline speed-up >= 20x and vectorised <= 1 s for 10M ids on this machine.
+Targets (issue 23): vectorised/baseline speed-up >= 50x and vectorised <= 0.3 s for 10M ids through
+100k ranges on this machine, both in the same run.
 Exit status 0 on PASS, 1 on FAIL.
 """
 
@@ -15,15 +20,19 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's own clr_model first
+
 from clr_model.moved_refs import RangeTable
 
-RATIO_TARGET = 20.0
-SECONDS_TARGET = 1.0
+RATIO_TARGET = 50.0
+SECONDS_TARGET = 0.3
 
 
 def build(rng: np.random.Generator, n: int) -> RangeTable:
@@ -58,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranges", type=int, default=100_000)
     ap.add_argument("--sample", type=int, default=200_000)
     ap.add_argument("--seed", type=int, default=20240607)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
@@ -67,10 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     # ids over the whole old span plus 2% outside it: about half land in a range, half in gaps
     ids = rng.integers(lo - (hi - lo) // 100, hi + (hi - lo) // 100, args.ids, dtype=np.uint64)
 
-    table.remap_many(ids[:1000])  # warm-up
-    t0 = time.perf_counter()
+    table.remap_many(ids[:1000])  # warm-up (builds the table's lookup index, once per table)
+    walls: list[float] = []
+    cpus: list[float] = []
+    for _ in range(max(args.repeat, 1)):
+        t0, c0 = time.perf_counter(), time.process_time()
+        new, found = table.remap_many(ids)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        del new, found
     new, found = table.remap_many(ids)
-    vec = time.perf_counter() - t0
+    vec = statistics.median(walls)
 
     sample = ids[: args.sample].tolist()
     t0 = time.perf_counter()
@@ -87,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = ratio >= RATIO_TARGET and vec <= SECONDS_TARGET
     print(f"table: {args.ranges:,} ranges; ids: {args.ids:,} ({found.mean():.1%} in a range); "
           f"seed {args.seed}")
-    print(f"vectorised remap_many: {vec:.3f} s for {args.ids:,} ids")
+    print(f"vectorised remap_many: median {vec:.3f} s wall ({statistics.median(cpus):.3f} s CPU) for "
+          f"{args.ids:,} ids over {len(walls)} runs (wall: {', '.join(f'{w:.3f}' for w in walls)})")
     print(f"python bisect baseline: {base_sample:.3f} s for a sample of {len(sample):,} ids, "
           f"extrapolated linearly to {base:.2f} s for {args.ids:,}")
     print(f"ratio: {ratio:.1f}x (target >= {RATIO_TARGET:.0f}x); vectorised target <= {SECONDS_TARGET:.1f} s")

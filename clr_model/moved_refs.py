@@ -132,14 +132,107 @@ def _check_disjoint(clause: str, space: str, starts: U64, lengths: U64) -> None:
                            f"[{int(starts[b]):#x}, +{int(lengths[b]):#x}))")
 
 
+class _OldSpaceIndex:
+    """What :meth:`RangeTable.remap_many` looks ids up in, built once per table (on its first use).
+
+    The live ranges sorted by old start are numbered 1..n; 0 is a virtual empty range before them, n+1 one
+    after them (both end at 0, so no id is inside them). A coarse index over old space: bucket j covers
+    ``[base + j << shift, base + (j+1) << shift)`` (``base`` aligned to the bucket size, about 8 buckets
+    per range, at most 2**21) and holds k0, the last range starting at or before the bucket's start; an
+    id past the last bucket or below ``base`` (which wraps to a huge bucket number) lands in bucket
+    ``count``, whose k0 is n+1. Where a range starts inside the bucket, k0 is stored as ``~k0`` (negative)
+    and only those ids step forward (``nxt[k]``: the next range's start - 1, U64_MAX after the last, so
+    an id of U64_MAX never steps off the table), a few times at most, then binary search. Then MR2-07:
+    found = id < end[k] (old[k] <= id holds by construction), and MR2-08: new = id + (new[k] - old[k])
+    modulo 2**64, exact where found. Ids go through in chunks that keep the temporaries in cache.
+    """
+
+    __slots__ = ("base", "count", "delta", "end", "first", "max_steps", "nxt", "old_s", "shift")
+    PER_RANGE = 8
+    MAX_BUCKETS = 1 << 21
+    CHUNK = 1 << 16
+    STEPS = 4  # stepping rounds before binary search takes over (crowded buckets)
+
+    def __init__(self, old_s: U64, end_s: U64, delta_s: U64) -> None:
+        n = int(old_s.size)  # > 0
+        lo, hi = int(old_s[0]), int(end_s[-1])
+        wanted = min(1 << max((self.PER_RANGE * n - 1).bit_length(), 1), self.MAX_BUCKETS)
+        shift = max(0, (hi - lo - 1).bit_length() - (wanted.bit_length() - 1))
+        base = (lo >> shift) << shift
+        count = ((hi - 1 - base) >> shift) + 1
+        starts = np.arange(count, dtype=np.uint64) << np.uint64(shift)
+        starts += np.uint64(base)
+        first = np.searchsorted(old_s, starts, side="right")  # number of ranges starting <= bucket start
+        # bucket ends: base + count << shift <= 2**64 (base is aligned), so no wrap
+        inside = np.searchsorted(old_s, starts + np.uint64((1 << shift) - 1), side="right") - first
+        self.max_steps = int(inside.max())
+        first = np.where(inside > 0, ~first, first)
+        self.first = np.append(first, n + 1).astype(np.int32 if n + 1 < 2**31 else np.int64)
+        self.base, self.shift, self.count = np.uint64(base), np.uint64(shift), np.uint64(count)
+        self.nxt = np.full(n + 2, U64_MAX, dtype=np.uint64)
+        self.nxt[0] = old_s[0] - np.uint64(1) if lo else 0  # lo == 0: no bucket holds range 0
+        self.nxt[1:n] = old_s[1:] - np.uint64(1)
+        self.end = np.zeros(n + 2, dtype=np.uint64)
+        self.end[1:n + 1] = end_s
+        self.delta = np.zeros(n + 2, dtype=np.uint64)
+        self.delta[1:n + 1] = delta_s
+        self.old_s = old_s
+
+    def remap(self, ids: U64) -> tuple[U64, npt.NDArray[np.bool_]]:
+        size = int(ids.size)
+        out = np.empty(size, dtype=np.uint64)
+        found = np.empty(size, dtype=bool)
+        chunk = max(min(self.CHUNK, size), 1)
+        bucket = np.empty(chunk, dtype=np.uint64)
+        bucket_i = bucket.view(np.intp)  # bucket numbers are at most count < 2**63
+        k0 = np.empty(chunk, dtype=self.first.dtype)
+        k = np.empty(chunk, dtype=np.intp)
+        end = np.empty(chunk, dtype=np.uint64)
+        flagged = np.empty(chunk, dtype=bool)
+        for a in range(0, size, chunk):
+            c = min(chunk, size - a)
+            x, b, kk = ids[a:a + c], bucket[:c], k[:c]
+            np.subtract(x, self.base, out=b)
+            np.right_shift(b, self.shift, out=b)
+            np.minimum(b, self.count, out=b)
+            np.take(self.first, bucket_i[:c], out=k0[:c], mode="clip")
+            kk[...] = k0[:c]
+            np.less(k0[:c], 0, out=flagged[:c])
+            rows = np.flatnonzero(flagged[:c])
+            if rows.size:
+                kk[rows] = self._refine(~kk[rows], x[rows])
+            np.take(self.end, kk, out=end[:c], mode="clip")
+            f = found[a:a + c]
+            np.less(x, end[:c], out=f)
+            o = out[a:a + c]
+            np.take(self.delta, kk, out=o, mode="clip")
+            o += x
+            np.multiply(o, f, out=o, casting="unsafe")  # 0 where not found
+        return out, found
+
+    def _refine(self, k: npt.NDArray[np.intp], x: U64) -> npt.NDArray[np.intp]:
+        """Step k forward past every range start <= x (ids in buckets where ranges start)."""
+        step = self.nxt[k] < x
+        k += step
+        if self.max_steps > 1:
+            rows = np.flatnonzero(step)
+            for _ in range(self.STEPS - 1):
+                if rows.size == 0:
+                    break
+                rows = rows[self.nxt[k[rows]] < x[rows]]
+                k[rows] += 1
+            if rows.size:
+                k[rows] = np.searchsorted(self.old_s, x[rows], side="right")
+        return k
+
+
 class RangeTable:
     """The three parallel arrays of one MovedReferences2 call (``oldObjectIDRangeStart``,
     ``newObjectIDRangeStart``, ``cObjectIDRangeLength``; ``count``: ``cMovedObjectIDRanges``), validated;
     immutable."""
 
     __slots__ = (
-        "_buckets", "_delta_s", "_end_s", "_len_s", "_new_s", "_next_s", "_old_s", "_order", "_shift",
-        "lengths", "new", "old",
+        "_delta_s", "_end_s", "_index", "_len_s", "_new_s", "_old_s", "_order", "lengths", "new", "old",
     )
 
     def __init__(
@@ -172,51 +265,11 @@ class RangeTable:
         self._new_s = np.ascontiguousarray(self.new[self._order])
         self._len_s = np.ascontiguousarray(self.lengths[self._order])
         self._end_s = self._old_s + self._len_s
-        self._next_s = np.append(self._old_s[1:], np.uint64(U64_MAX))
         self._delta_s = self._new_s - self._old_s  # modulo 2**64; + old id gives MR2-08's new id
-        self._shift, self._buckets = self._bucket_index()
+        self._index: _OldSpaceIndex | None = None  # built by the first remap_many
         for arr in (self.old, self.new, self.lengths, self._old_s, self._new_s, self._len_s, self._end_s,
-                    self._next_s, self._delta_s, self._buckets):
+                    self._delta_s):
             arr.flags.writeable = False
-
-    def _bucket_index(self) -> tuple[int, npt.NDArray[np.signedinteger]]:
-        """A coarse index over old space for remap_many: bucket b covers
-        [lo + b << shift, lo + (b+1) << shift) and holds the last range starting at or before its start.
-        About 16 buckets per range (at most 2**21), so a query rarely has to step past its bucket's range.
-        """
-        n = int(self._old_s.size)
-        if n == 0:
-            return 0, np.zeros(1, dtype=np.int32)
-        lo, hi = int(self._old_s[0]), int(self._end_s[-1])
-        wanted = min(1 << max((16 * n - 1).bit_length(), 1), 1 << 21)
-        shift = max(0, (hi - lo - 1).bit_length() - (wanted.bit_length() - 1))
-        count = ((hi - lo - 1) >> shift) + 1
-        starts = np.uint64(lo) + (np.arange(count, dtype=np.uint64) << np.uint64(shift))
-        first = np.searchsorted(self._old_s, starts, side="right") - 1
-        return shift, first.astype(np.int32 if n < 2**31 else np.int64)
-
-    def _lookup(self, ids: U64) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
-        """For each id: k = the last sorted range starting at or before it (clamped to 0), and whether the
-        id lies inside range k (MR2-07). Same answer as searchsorted(side="right") - 1, faster."""
-        lo, hi = self._old_s[0], self._end_s[-1]
-        inside = None
-        if ids.size and (ids.min() < lo or ids.max() >= hi):
-            inside = (ids >= lo) & (ids < hi)
-            ids = np.clip(ids, lo, hi - np.uint64(1))
-        k = self._buckets[(ids - lo) >> np.uint64(self._shift)].astype(np.intp)
-        # _next_s[k] = start of range k+1 (U64_MAX after the last): a bucket may hold a few range starts
-        rem = np.flatnonzero(self._next_s[k] <= ids)
-        for _ in range(4):
-            if rem.size == 0:
-                break
-            k[rem] += 1
-            rem = rem[self._next_s[k[rem]] <= ids[rem]]
-        if rem.size:  # crowded buckets (adversarial layouts): binary search for the rest
-            k[rem] = np.searchsorted(self._old_s, ids[rem], side="right") - 1
-        found = ids < self._end_s[k]  # old_s[k] <= id holds by construction
-        if inside is not None:
-            found &= inside
-        return k, found
 
     def __len__(self) -> int:
         return int(self.old.size)
@@ -251,11 +304,9 @@ class RangeTable:
             ids = _as_u64("ObjectIDs", old_ids)
         if self._old_s.size == 0:
             return np.zeros(ids.shape, dtype=np.uint64), np.zeros(ids.shape, dtype=bool)
-        k, found = self._lookup(ids)
-        out = self._delta_s[k]  # new_i - old_i, modulo 2**64
-        out += ids  # new_i + (old_id - old_i), exact where found (MR2-08): no wrap inside a valid table
-        out[~found] = 0
-        return out, found
+        if self._index is None:
+            self._index = _OldSpaceIndex(self._old_s, self._end_s, self._delta_s)
+        return self._index.remap(ids)
 
     def covers_new(self, ids: U64) -> npt.NDArray[np.bool_]:
         """Which ids lie inside some range of new space."""

@@ -16,6 +16,7 @@ register numbers) and i386 (:data:`X86`, 4-byte addresses; DWARF numbers 0 eax, 
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 import stat
 import struct
@@ -80,7 +81,7 @@ class CfiArch:
     #: the return address column CIEs of this architecture use
     ra_column: int
 
-    @property
+    @functools.cached_property
     def mask(self) -> int:
         return (1 << (8 * self.address_size)) - 1
 
@@ -141,6 +142,8 @@ class CfiTable:
             base_structs=_STRUCTS if arch.address_size == 8 else _STRUCTS_32, for_eh_frame=True,
         )  # fmt: skip
         self._rows: dict[int, tuple[list[CfiRow], list[int]]] = {}
+        #: id(row) -> (row, its compiled step or None when only :func:`cfi_step` handles it)
+        self._plans: dict[int, tuple[CfiRow, _Plan | None]] = {}
         index = (
             _hdr_index(hdr, hdr_vaddr, eh_frame_vaddr, arch.address_size)
             if hdr is not None and hdr_vaddr is not None
@@ -181,6 +184,21 @@ class CfiTable:
             return None
         j = bisect.bisect_right(starts, pc) - 1
         return rows[j] if j >= 0 else None
+
+    def step(self, row: CfiRow, regs: Mapping[str, int], memory: CaptureMemory) -> dict[str, int]:
+        """``cfi_step(row, regs, memory, self.arch)`` for a row of this table: the row compiled once into
+        register names and offsets; rows with expressions, and any step that fails (unknown register,
+        memory outside the capture), go through :func:`cfi_step` itself, so results and errors are its."""
+        got = self._plans.get(id(row))
+        if got is None or got[0] is not row:
+            got = (row, _compile(row, self.arch))
+            self._plans[id(row)] = got
+        plan = got[1]
+        if plan is not None:
+            out = _run_plan(plan, regs, memory, self.arch)
+            if out is not None:
+                return out
+        return cfi_step(row, regs, memory, self.arch)
 
     def _decode(self, offset: int) -> list[CfiRow]:
         if not 0 <= offset < len(self.eh_frame):
@@ -446,6 +464,94 @@ def _expr_arg(rule: RegisterRule) -> list[int]:
     if rule.arg is None or isinstance(rule.arg, int):
         raise CfiError(f"register rule {rule.type} without an expression")
     return [int(b) for b in rule.arg]
+
+
+#: compiled register rules: what cfi_step does for each rule kind, by a small int
+_OFFSET, _VAL_OFFSET, _SAME_VALUE, _UNDEFINED, _REGISTER = range(5)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A row as :func:`cfi_step` reads it, with the names looked up: CFA = ``cfa_reg`` + ``cfa_offset``,
+    then (kind, register name, argument or source register name, DWARF number) per rule, in order."""
+
+    cfa_reg: str
+    cfa_offset: int
+    ops: tuple[tuple[int, str, Any, int], ...]
+    ra_register: int
+    has_ra_rule: bool
+
+
+def _compile(row: CfiRow, arch: CfiArch) -> _Plan | None:
+    """The plan of ``row``; None when it has an expression or a rule :func:`_run_plan` does not do."""
+    if row.cfa.expr is not None:
+        return None
+    cfa_reg = arch.registers.get(int(row.cfa.reg or 0))
+    if cfa_reg is None:
+        return None
+    ops: list[tuple[int, str, Any, int]] = []
+    for num, rule in row.rules.items():
+        name = arch.registers.get(num)
+        if name is None or name == arch.sp:
+            continue
+        kind = rule.type
+        if kind in (RegisterRule.OFFSET, RegisterRule.VAL_OFFSET, RegisterRule.REGISTER):
+            if rule.arg is not None and not isinstance(rule.arg, int):
+                return None  # cfi_step raises its error
+            arg = 0 if rule.arg is None else rule.arg
+            if kind == RegisterRule.REGISTER:
+                ops.append((_REGISTER, name, arch.registers.get(arg), num))
+            else:
+                ops.append((_OFFSET if kind == RegisterRule.OFFSET else _VAL_OFFSET, name, arg, num))
+        elif kind == RegisterRule.SAME_VALUE:
+            ops.append((_SAME_VALUE, name, None, num))
+        elif kind == RegisterRule.UNDEFINED:
+            ops.append((_UNDEFINED, name, None, num))
+        else:
+            return None
+    return _Plan(cfa_reg, int(row.cfa.offset or 0), tuple(ops), row.ra_register, row.ra_register in row.rules)
+
+
+def _run_plan(
+    plan: _Plan, regs: Mapping[str, int], memory: CaptureMemory, arch: CfiArch
+) -> dict[str, int] | None:
+    """What cfi_step gives for the row of ``plan``; None where cfi_step would raise (it then does)."""
+    base = regs.get(plan.cfa_reg)
+    if base is None:
+        return None
+    mask = arch.mask
+    cfa = (base + plan.cfa_offset) & mask
+    out: dict[str, int] = {arch.sp: cfa}
+    for name in arch.callee_saved:
+        if name in regs:
+            out[name] = regs[name]
+    wide = arch.address_size == 8
+    try:
+        for kind, name, arg, num in plan.ops:
+            if kind == _OFFSET:
+                at = (cfa + arg) & mask
+                out[name] = memory.read_u64(at) if wide else _read_word(memory, at, arch)
+            elif kind == _VAL_OFFSET:
+                out[name] = (cfa + arg) & mask
+            elif kind == _SAME_VALUE:
+                if name in regs:
+                    out[name] = regs[name]
+            elif kind == _UNDEFINED:
+                out.pop(name, None)
+                if num == plan.ra_register:
+                    out[arch.ip] = 0
+            elif arg is not None and arg in regs:  # _REGISTER
+                out[name] = regs[arg]
+            else:
+                out.pop(name, None)
+    except MemoryFault:
+        return None
+    if arch.ip not in out:
+        if not plan.has_ra_rule:
+            return None
+        ra = arch.registers.get(plan.ra_register, arch.ip)
+        out[arch.ip] = out.pop(ra) if ra != arch.ip else 0
+    return out
 
 
 def cfi_step(

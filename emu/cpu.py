@@ -19,7 +19,7 @@ unicorn's arguments without the ``Uc`` and the user data (a code hook ``(address
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 import unicorn as _unicorn
@@ -42,6 +42,8 @@ _ALIASES = {
     **{f"st{i}": f"FP{i}" for i in range(X87_REGISTERS)},
 }  # fmt: skip
 _X87 = frozenset(f"st{i}" for i in range(X87_REGISTERS))
+#: unicorn 2.1+ reads and writes several registers in one call
+_BATCH = hasattr(_UNICORN.Uc, "reg_write_batch") and hasattr(_UNICORN.Uc, "reg_read_batch")
 
 
 @functools.cache
@@ -63,6 +65,8 @@ class _Uc(Protocol):
     def mem_read(self, address: int, size: int) -> bytearray: ...
     def reg_write(self, reg: int, value: object) -> None: ...
     def reg_read(self, reg: int) -> Any: ...
+    def reg_write_batch(self, items: Sequence[tuple[int, Any]]) -> None: ...
+    def reg_read_batch(self, regs: Sequence[int]) -> tuple[Any, ...]: ...
     def hook_add(self, htype: int, callback: Callable[..., Any]) -> int: ...
     def hook_del(self, handle: int) -> None: ...
     def ctl_flush_tb(self) -> None: ...
@@ -93,6 +97,24 @@ class Cpu:
         if name in _X87 and isinstance(value, int):
             value = (value & (2**64 - 1), value >> 64)
         self.uc.reg_write(register_id(name), value)
+
+    def write_registers(self, values: Sequence[tuple[str, int]]) -> None:
+        """Write several registers in order (not the x87 stack), in one call to unicorn where it can."""
+        items = [(register_id(name), value) for name, value in values]
+        if any(name in _X87 for name, _ in values):
+            for name, value in values:
+                self[name] = value
+        elif _BATCH:
+            self.uc.reg_write_batch(items)
+        else:  # pragma: no cover - unicorn before 2.1
+            for reg, value in items:
+                self.uc.reg_write(reg, value)
+
+    def read_registers(self, names: Sequence[str]) -> list[int]:
+        """Read several registers (not the x87 stack), in one call to unicorn where it can."""
+        if any(name in _X87 for name in names) or not _BATCH:
+            return [self[name] for name in names]
+        return [int(v) for v in self.uc.reg_read_batch([register_id(name) for name in names])]
 
     @property
     def ip(self) -> int:

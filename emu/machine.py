@@ -11,8 +11,9 @@
   the CPU as a GDT descriptor on a page no 32-bit process can map (:data:`X86_GDT_PAGE`, above the compat
   task size), which the emulated code may not read or write.
 - Budgets: an instruction budget counted in the code hook (no ``count`` argument to ``emu_start``, which
-  installs a hook of its own), and a time budget measured with :func:`time.monotonic` only to abort a run:
-  the time never appears in any result, so replays stay deterministic.
+  installs a hook of its own), and, when ``max_seconds`` is given, a time budget measured with
+  :func:`time.monotonic` only to abort a run. The capture replay gives none (:func:`emu.unwind.unwind`):
+  it never reads the clock, so whether a run ends cannot depend on the machine's load.
 - ``should_stop(address)`` is asked before every instruction; a reason stops the run before it executes
   (this is how the unwinder refuses to run libc forward: AVX is not emulated).
 - An exception inside a hook is stored, emulation is stopped, and the exception is raised after
@@ -93,7 +94,7 @@ class MachineRun:
 class _RunState:
     memory: CaptureMemory
     should_stop: Callable[[int], str | None]
-    deadline: float
+    deadline: float | None
     count: int = 0
     error: BaseException | None = None
     stop: tuple[int, str] | None = None
@@ -113,7 +114,7 @@ class UnicornMachine:
         memory: CaptureMemory,
         *,
         max_instructions: int = 10_000,
-        max_seconds: float = 0.5,
+        max_seconds: float | None = 0.5,
         arch: Literal["x64", "x86"] = "x64",
     ) -> None:
         self.memory = memory
@@ -198,7 +199,7 @@ class UnicornMachine:
         run.last = address
         if run.count > self.max_instructions:
             raise EmulationFault("budget", f"{self.max_instructions} instructions run, no stop reached")
-        if run.count % _CLOCK_EVERY == 0 and time.monotonic() > run.deadline:
+        if run.deadline is not None and run.count % _CLOCK_EVERY == 0 and time.monotonic() > run.deadline:
             raise EmulationFault("budget", f"time budget of {self.max_seconds} s exhausted")
 
     def _new_cpu(self) -> Cpu:
@@ -231,15 +232,14 @@ class UnicornMachine:
             if base in self._pages:
                 cpu.mem_write(base, self._pages[base])
         self._dirty.clear()
-        for name, value in registers.items():
-            if name in self.registers:
-                cpu[name] = value
+        cpu.write_registers([(name, value) for name, value in registers.items() if name in self.registers])
         if self._gdt is not None:
             cpu["ss"] = _SS_SELECTOR
             cpu.mem_write(self._gdt + _GS_SELECTOR, _data_descriptor(registers.get("gs_base", 0)))
             cpu["gs"] = _GS_SELECTOR
         run = _RunState(
-            memory=self.memory.fork(), should_stop=should_stop, deadline=time.monotonic() + self.max_seconds
+            memory=self.memory.fork(), should_stop=should_stop,
+            deadline=None if self.max_seconds is None else time.monotonic() + self.max_seconds,
         )
         self._run = run
         cpu_error: Exception | None = None
@@ -253,7 +253,7 @@ class UnicornMachine:
             self._run = None
         if run.stop is not None:
             address, reason = run.stop
-            regs = {name: cpu[name] for name in self.registers}
+            regs = dict(zip(self.registers, cpu.read_registers(self.registers), strict=True))
             regs[self.ip_name] = address
             if self._gdt is not None and "gs_base" in registers:
                 regs["gs_base"] = registers["gs_base"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from emu.errors import EmuError, MemoryFault
 __all__ = ["PAGE_SIZE", "CaptureMemory", "PageImage", "page_base"]
 
 PAGE_SIZE = 4096
+_U64 = struct.Struct("<Q")
 
 
 def page_base(address: int) -> int:
@@ -113,6 +115,9 @@ class CaptureMemory:
         return bytes(out)
 
     def read_u64(self, address: int) -> int:
+        k = bisect.bisect_right(self._starts, address) - 1
+        if k >= 0 and address + 8 <= self._ends[k] and not self._written:  # one segment holds it
+            return int(_U64.unpack_from(self._data[k], address - self._starts[k])[0])
         return int.from_bytes(self.read(address, 8), "little")
 
     def write(self, address: int, data: bytes) -> None:

@@ -20,7 +20,7 @@ import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
@@ -158,18 +158,66 @@ class ReplayResult(BaseModel):
     live_matches: bool | None = None
 
 
-def _frame_kind(f: UnwoundFrame, index: int) -> Literal["managed", "ready_to_run", "native", "stub"]:
+_U64_END = 2**64
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _unvalidated(cls: type[_Model], values: dict[str, Any], given: Iterable[str]) -> _Model:
+    """The instance of ``cls`` that validating ``values`` would build (every field, in the model's order;
+    ``given``: the fields passed rather than defaulted), built without running validation: for values the
+    caller has checked to be of the fields' types already. (pydantic's own ``model_construct`` costs more
+    than validation; tests/emu/test_replay_fast.py holds the two equal.)"""
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(given))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+_REPLAY_FRAME_GIVEN = (
+    "index", "ip", "sp", "trust", "kind", "function_id", "function", "module", "module_offset",
+)  # fmt: skip
+_MANAGED_GIVEN = ("function_id", "ip", "sp")
+_UNMANAGED_GIVEN = ("kind", "ip", "sp")
+
+
+def _replay_frame(
+    index: int, ip: int, sp: int, trust: Trust, kind: Literal["managed", "ready_to_run", "native", "stub"],
+    function_id: int | None, function: str | None, module: str | None, module_offset: int | None,
+) -> ReplayFrame:
+    """ReplayFrame(...) built without pydantic's validation when the numbers are u64 ints already (the
+    unwinder's always are: validation would give the same object); anything else is validated (and fails
+    as it would)."""
+    if (
+        type(index) is int and type(ip) is int and type(sp) is int
+        and 0 <= ip < _U64_END and 0 <= sp < _U64_END
+        and (function_id is None or (type(function_id) is int and 0 <= function_id < _U64_END))
+        and (module_offset is None or (type(module_offset) is int and 0 <= module_offset < _U64_END))
+    ):  # fmt: skip
+        return _unvalidated(ReplayFrame, {
+            "index": index, "ip": ip, "sp": sp, "trust": trust, "kind": kind, "function_id": function_id,
+            "function": function, "module": module, "module_offset": module_offset, "reported_ip": None,
+        }, _REPLAY_FRAME_GIVEN)  # fmt: skip
+    return ReplayFrame(
+        index=index, ip=ip, sp=sp, trust=trust, kind=kind, function_id=function_id, function=function,
+        module=module, module_offset=module_offset,
+    )  # fmt: skip
+
+
+def _frame_kind(f: UnwoundFrame, file_module: bool) -> Literal["managed", "ready_to_run", "native", "stub"]:
     if f.function_id:
         return "managed"
     if f.ready_to_run:
         return "ready_to_run"
-    if f.module is not None and not f.module.is_file:
+    if f.module is not None and not file_module:
         return "stub"
     return "native"
 
 
-def _known_ids(known: Sequence[KnownFrame], names: dict[int, str]) -> list[int | str]:
-    by_name = {v: k for k, v in names.items()}
+def _known_ids(known: Sequence[KnownFrame], by_name: Mapping[str, int]) -> list[int | str]:
     out: list[int | str] = []
     for k in known:
         if k.function_id is not None:
@@ -214,12 +262,13 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
     frames: list[ReplayFrame] = []
     for i, f in enumerate(result.frames):
         mod = f.module
+        is_file = mod is not None and code.is_file(mod)
         frames.append(
-            ReplayFrame(
-                index=i, ip=f.ip, sp=f.sp, trust=f.trust, kind=_frame_kind(f, i), function_id=f.function_id,
-                function=code.names.get(f.function_id) if f.function_id else None,
-                module=os.path.basename(mod.path) if mod is not None and mod.is_file and mod.path else None,
-                module_offset=(f.ip - mod.start + mod.offset) if mod is not None and mod.is_file else None,
+            _replay_frame(
+                i, f.ip, f.sp, f.trust, _frame_kind(f, is_file), f.function_id,
+                code.names.get(f.function_id) if f.function_id else None,
+                code.file_name(mod) if mod is not None and is_file else None,
+                (f.ip - mod.start + mod.offset) if mod is not None and is_file else None,
             )
         )  # fmt: skip
     x86 = man.arch is CaptureArch.X86
@@ -239,7 +288,7 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
             )  # fmt: skip
             break
     model = _model_walk(frames, seed, man.place, layout.size, Arch.X86 if x86 else Arch.AMD64)
-    known = _known_ids(man.known_managed, code.names) if man.known_managed is not None else None
+    known = _known_ids(man.known_managed, code.ids_by_name()) if man.known_managed is not None else None
     managed_ids = [f.function_id for f in frames if f.function_id]
     return ReplayResult(
         capture=os.path.basename(capture.path or "<memory>"),
@@ -472,8 +521,15 @@ def _model_walk(
     thread: list[ManagedFrame | UnmanagedFrame] = []
     top_run = True
     for f in frames:
-        if f.function_id:
-            thread.append(ManagedFrame(function_id=f.function_id, ip=f.ip, sp=f.sp))
+        ip, sp = f.ip, f.sp
+        valid = type(ip) is int and type(sp) is int and 0 <= ip < _U64_END and 0 <= sp < _U64_END
+        if f.function_id:  # (not valid: validation fails as it would)
+            if valid and type(f.function_id) is int and 0 < f.function_id < _U64_END:
+                values = {"kind": "managed", "function_id": f.function_id, "ip": f.ip, "sp": f.sp,
+                          "in_jit_code": True}  # fmt: skip
+                thread.append(_unvalidated(ManagedFrame, values, _MANAGED_GIVEN))
+            else:
+                thread.append(ManagedFrame(function_id=f.function_id, ip=f.ip, sp=f.sp))
             top_run = False
             continue
         kind: Literal["native", "pinvoke", "helper"] = "native"
@@ -481,7 +537,11 @@ def _model_walk(
             place.startswith("helper") or f.kind == "stub" or is_runtime_module(f.module or "")
         ):
             kind = "helper"
-        thread.append(UnmanagedFrame(kind=kind, ip=f.ip, sp=f.sp))
+        if valid:
+            values = {"kind": kind, "ip": f.ip, "sp": f.sp}
+            thread.append(_unvalidated(UnmanagedFrame, values, _UNMANAGED_GIVEN))
+        else:
+            thread.append(UnmanagedFrame(kind=kind, ip=f.ip, sp=f.sp))
     inp = SnapshotInput(
         thread=ThreadModel(frames=tuple(thread)),
         state=ThreadState.CURRENT_SIGNAL_INTERRUPTED,

@@ -16,9 +16,9 @@ Each step takes the registers of one frame and gives its caller's, by the first 
 - the IP is in a module file: the module's ``.eh_frame`` CFI (:mod:`emu.cfi`), embedded in the capture or
   read from the file on disk when its build-id matches the capture's;
 - the IP is in anonymous executable memory outside the JIT map (runtime stubs, the write-barrier copy: no
-  unwind information): the code is emulated forward (:mod:`emu.machine`) under an instruction and time
-  budget until it reaches code that can be unwound (a module or managed code, which is never executed:
-  glibc's AVX code is not emulated), and the caller is unwound from there. Only the frame whose
+  unwind information): the code is emulated forward (:mod:`emu.machine`) under an instruction budget
+  (never the clock) until it reaches code that can be unwound (a module or managed code, which is never
+  executed: glibc's AVX code is not emulated), and the caller is unwound from there. Only the frame whose
   registers are exact can be emulated.
 
 x86 captures (``arch`` "x86") are unwound the same way with the i386 registers, 4-byte words, i386 CFI
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -43,7 +44,7 @@ import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
 
 from emu.capture import Capture, CaptureArch, ModuleEntry
-from emu.cfi import X64, X86, CfiArch, CfiError, CfiTable, cfi_step, load_bias, read_elf, table_for
+from emu.cfi import X64, X86, CfiArch, CfiError, CfiTable, load_bias, read_elf, table_for
 from emu.errors import EmulationFault, MemoryFault
 from emu.machine import UnicornMachine
 from emu.memory import CaptureMemory
@@ -64,28 +65,22 @@ _OSR_SEARCH_BYTES = 4096
 
 @dataclass(frozen=True)
 class _Isa:
-    """The register names and word size a walk of one architecture uses."""
+    """The register names and word size a walk of one architecture uses (plain attributes: read on every
+    step of a walk)."""
 
     cfi: CfiArch
     fp: str
     machine: Literal["x64", "x86"]
+    ip: str = field(init=False)
+    sp: str = field(init=False)
+    word: int = field(init=False)
+    #: one past the highest address (2**64, 2**32)
+    end: int = field(init=False)
 
-    @property
-    def ip(self) -> str:
-        return self.cfi.ip
-
-    @property
-    def sp(self) -> str:
-        return self.cfi.sp
-
-    @property
-    def word(self) -> int:
-        return self.cfi.address_size
-
-    @property
-    def end(self) -> int:
-        """One past the highest address (2**64, 2**32)."""
-        return self.cfi.mask + 1
+    def __post_init__(self) -> None:
+        for name, value in (("ip", self.cfi.ip), ("sp", self.cfi.sp), ("word", self.cfi.address_size),
+                            ("end", self.cfi.mask + 1)):  # fmt: skip
+            object.__setattr__(self, name, value)
 
 
 _X64 = _Isa(cfi=X64, fp="rbp", machine="x64")
@@ -227,6 +222,18 @@ class UnwoundFrame:
     ready_to_run: bool = False
 
 
+def _unwound_frame(
+    ip: int, sp: int, trust: Trust, registers: dict[str, int], function_id: int | None,
+    module: ModuleEntry | None, ready_to_run: bool,
+) -> UnwoundFrame:
+    """``UnwoundFrame(...)`` with its fields set in one step (a frozen dataclass's ``__init__`` sets them
+    one ``object.__setattr__`` at a time: a walk makes one per frame)."""
+    frame = object.__new__(UnwoundFrame)
+    frame.__dict__.update(ip=ip, sp=sp, trust=trust, registers=registers, function_id=function_id,
+                          module=module, ready_to_run=ready_to_run)  # fmt: skip
+    return frame
+
+
 @dataclass(frozen=True)
 class UnwindResult:
     frames: tuple[UnwoundFrame, ...]
@@ -285,6 +292,23 @@ class CodeMap:
         ]  # fmt: skip
         self._r2r = sorted([(r.start, r.end) for r in man.jit.ready_to_run] + pe_images)
         self._r2r_starts = [s for s, _ in self._r2r]
+        # in_ready_to_run by one bisect: the ranges merged where they overlap or touch
+        merged: list[list[int]] = []
+        for s, e in self._r2r:
+            if e <= s:
+                continue
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        self._r2r_merged_starts = [s for s, _ in merged]
+        self._r2r_merged_ends = [e for _, e in merged]
+        #: id(module) -> (the module, whether it names a file, its file's base name): read once per map
+        self._module_info = {
+            id(m): (m, m.is_file, os.path.basename(m.path) if m.is_file and m.path else None)
+            for m in self.modules
+        }
+        self._ids_by_name: dict[str, int] | None = None
 
     def function_from_ip(self, ip: int) -> int:
         """GetFunctionFromIP over the capture's JIT map: the FunctionID, 0 for code that is not managed."""
@@ -300,8 +324,26 @@ class CodeMap:
         return None
 
     def in_ready_to_run(self, ip: int) -> bool:
-        k = bisect.bisect_right(self._r2r_starts, ip)
-        return any(s <= ip < e for s, e in self._r2r[:k])
+        k = bisect.bisect_right(self._r2r_merged_starts, ip) - 1
+        return k >= 0 and ip < self._r2r_merged_ends[k]
+
+    def is_file(self, module: ModuleEntry) -> bool:
+        """``module.is_file``, read once per module of the map."""
+        info = self._module_info.get(id(module))
+        return info[1] if info is not None and info[0] is module else module.is_file
+
+    def file_name(self, module: ModuleEntry) -> str | None:
+        """The base name of the file ``module`` maps (None when it maps none)."""
+        info = self._module_info.get(id(module))
+        if info is not None and info[0] is module:
+            return info[2]
+        return os.path.basename(module.path) if module.is_file and module.path else None
+
+    def ids_by_name(self) -> dict[str, int]:
+        """Method name -> FunctionID (the last of the JIT map's methods with that name)."""
+        if self._ids_by_name is None:
+            self._ids_by_name = {v: k for k, v in self.names.items()}
+        return self._ids_by_name
 
     def module_at(self, ip: int) -> ModuleEntry | None:
         k = bisect.bisect_right(self._mod_starts, ip) - 1
@@ -401,17 +443,25 @@ class _Walker:
             return self.memory.read_u64(address)
         return int.from_bytes(self.memory.read(address, 4), "little")
 
-    def caller(self, regs: Mapping[str, int], exact: bool, index: int) -> tuple[dict[str, int], Trust]:
+    def caller(
+        self, regs: Mapping[str, int], exact: bool, index: int,
+        where: tuple[bool, ModuleEntry | None] | None = None,
+    ) -> tuple[dict[str, int], Trust]:
+        """The caller's registers and how they were found. ``where``: whether the IP looked up (the IP on
+        an exact frame, IP - 1 above it) is managed code and its module, when the walk has them already."""
         ip = regs[self.isa.ip]
         lookup = ip if exact else ip - 1
-        if self.code.function_from_ip(lookup) or self.code.in_ready_to_run(lookup):
+        if where is None:
+            where = (bool(self.code.function_from_ip(lookup)) or self.code.in_ready_to_run(lookup),
+                     self.code.module_at(lookup))  # fmt: skip
+        managed, module = where
+        if managed:
             return self.managed(regs, exact, lookup)
-        module = self.code.module_at(lookup)
         if module is None:
             raise _Stop(
                 StopKind.OUTSIDE_MAPPINGS, f"frame {index}: IP {ip:#x} is in no mapping of the capture"
             )
-        if module.is_file:
+        if self.code.is_file(module):
             try:
                 return self.cfi(regs, module, lookup, index), Trust.CFI
             except _Stop as stop:
@@ -477,7 +527,7 @@ class _Walker:
                     StopKind.NO_UNWIND_INFO,
                     f"frame {index}: no FDE covers {regs[self.isa.ip]:#x} in {module.path}",
                 )
-            out = cfi_step(row, regs, self.memory, self.isa.cfi)
+            out = table.step(row, regs, self.memory)
         except CfiError as exc:
             raise _Stop(StopKind.CFI_ERROR, f"frame {index}: {exc}") from None
         ra_rule = row.rules.get(row.ra_register)
@@ -741,9 +791,12 @@ def unwind(
     max_frames: int = MAX_FRAMES,
     allow_disk: bool = True,
     max_instructions: int = 10_000,
-    max_seconds: float = 0.5,
+    max_seconds: float | None = None,
 ) -> UnwindResult:
     """Unwind ``capture``'s thread from its registers (see the module docstring).
+
+    Emulation is bounded by ``max_instructions``; by default no time budget is set (``max_seconds``), so a
+    replay never reads the clock and gives the same result however loaded the machine is.
 
     The code map, memory and CPU are kept in ``capture.cache`` for the next unwind of the same capture
     (they hold no result of a walk, so every unwind of a capture gives the same result)."""
@@ -773,16 +826,13 @@ def unwind(
             break
         pc = ip if not frames else ip - 1
         fid = code.function_from_ip(pc)
-        frames.append(
-            UnwoundFrame(
-                ip=ip, sp=sp, trust=trust, registers=dict(regs), function_id=fid or None,
-                module=code.module_at(pc), ready_to_run=code.in_ready_to_run(pc),
-            )
-        )  # fmt: skip
+        module, r2r = code.module_at(pc), code.in_ready_to_run(pc)
+        frames.append(_unwound_frame(ip, sp, trust, dict(regs), fid or None, module, r2r))
         if len(frames) >= max_frames:
             break
         try:
-            caller, trust = walker.caller(regs, exact=len(frames) == 1, index=len(frames) - 1)
+            caller, trust = walker.caller(regs, exact=len(frames) == 1, index=len(frames) - 1,
+                                          where=(bool(fid) or r2r, module))  # fmt: skip
         except _Stop as s:
             stop, detail = s.kind, s.detail
             break

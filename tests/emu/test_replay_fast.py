@@ -1,0 +1,168 @@
+"""The replay's fast paths (issue 23, part 5) give what the slow ones give.
+
+- Models built without validation (:func:`emu.replay._unvalidated`) equal the validated ones: fields,
+  field order, the fields set, JSON; values that are not u64 ints still go through validation and fail.
+- A CFI row's compiled step (:meth:`emu.cfi.CfiTable.step`) gives :func:`emu.cfi.cfi_step`'s registers,
+  or its error, for every row a replay of the committed captures uses and for registers it cannot use.
+- A warm replay (machine, tables and code map reused) equals a cold one, for every committed capture.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from elftools.dwarf.callframe import CFARule, RegisterRule
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from clr_model.stacksnapshot import ManagedFrame, UnmanagedFrame
+from emu import cfi
+from emu.capture import read_capture
+from emu.cfi import X64, CfiError, CfiRow, CfiTable, cfi_step
+from emu.errors import EmuError
+from emu.memory import CaptureMemory
+from emu.replay import ReplayFrame, _replay_frame, _unvalidated, replay
+from emu.unwind import Trust, unwind
+
+CAPTURES = sorted((Path(__file__).resolve().parents[1] / "data" / "captures").rglob("*.phcap"))
+U64 = st.integers(0, 2**64 - 1)
+
+
+def same(a: object, b: object) -> None:
+    from pydantic import BaseModel
+
+    assert isinstance(a, BaseModel) and isinstance(b, BaseModel) and type(a) is type(b)
+    assert a == b
+    assert list(a.__dict__) == list(b.__dict__) == list(type(a).model_fields)
+    assert a.model_fields_set == b.model_fields_set
+    assert a.model_dump_json() == b.model_dump_json()
+    assert a.model_dump() == b.model_dump()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2000), U64, U64, st.sampled_from(list(Trust)),
+       st.sampled_from(["managed", "ready_to_run", "native", "stub"]), st.one_of(st.none(), U64),
+       st.one_of(st.none(), st.text(max_size=8)), st.one_of(st.none(), st.text(max_size=8)),
+       st.one_of(st.none(), U64))  # fmt: skip
+def test_replay_frame_unvalidated_equals_validated(
+    index: int, ip: int, sp: int, trust: Trust, kind: str, fid: int | None, fn: str | None, mod: str | None,
+    off: int | None,
+) -> None:
+    fast = _replay_frame(index, ip, sp, trust, kind, fid, fn, mod, off)  # type: ignore[arg-type]
+    slow = ReplayFrame(index=index, ip=ip, sp=sp, trust=trust, kind=kind, function_id=fid, function=fn,
+                       module=mod, module_offset=off)  # fmt: skip
+    same(fast, slow)
+    same(fast.model_copy(update={"reported_ip": ip}), slow.model_copy(update={"reported_ip": ip}))
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64])
+def test_replay_frame_out_of_range_is_still_validated(bad: int) -> None:
+    with pytest.raises(ValidationError):
+        _replay_frame(0, bad, 0x1000, Trust.CFI, "native", None, None, None, None)
+    with pytest.raises(ValidationError):
+        _replay_frame(0, 0x1000, 0x1000, Trust.CFI, "native", None, None, "m", bad)
+
+
+def test_replay_frame_of_other_types_is_validated() -> None:
+    # a bool is not an int to the fast path: validation coerces it as it always did
+    same(_replay_frame(0, True, 0x1000, Trust.CFI, "native", None, None, None, None),
+         ReplayFrame(index=0, ip=True, sp=0x1000, trust=Trust.CFI, kind="native", function_id=None,
+                     function=None, module=None, module_offset=None))  # fmt: skip
+
+
+def test_model_frames_unvalidated_equal_validated() -> None:
+    values = {"kind": "managed", "function_id": 7, "ip": 1, "sp": 2, "in_jit_code": True}
+    fast = _unvalidated(ManagedFrame, values, ("function_id", "ip", "sp"))
+    same(fast, ManagedFrame(function_id=7, ip=1, sp=2))
+    for kind in ("native", "helper"):
+        same(_unvalidated(UnmanagedFrame, {"kind": kind, "ip": 3, "sp": 4}, ("kind", "ip", "sp")),
+             UnmanagedFrame(kind=kind, ip=3, sp=4))  # fmt: skip
+
+
+def _rows_used(path: Path) -> list[tuple[CfiTable, CfiRow]]:
+    cfi.clear_caches()
+    result = unwind(read_capture(path), allow_disk=False)
+    out = []
+    for table, _bias in result.code.loaded_tables().values():
+        for _start, _off in table.decoded_entries():
+            rows, _starts = table._rows[table._locs.index(_start)]
+            out.extend((table, row) for row in rows)
+    return out
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_compiled_cfi_steps_equal_cfi_step(path: Path) -> None:
+    cap = read_capture(path)
+    memory = CaptureMemory(cap.memory_ranges())
+    sp = cap.manifest.registers.general().get("rsp" if cap.manifest.arch.value == "x64" else "esp", 0)
+    rows = _rows_used(path)
+    for table, row in rows:
+        names = table.arch.registers.values()
+        for regs in ({n: sp + 8 * i for i, n in enumerate(names)}, {table.arch.sp: sp}, {}):
+            try:
+                want: dict[str, int] | str = cfi_step(row, regs, memory, table.arch)
+            except CfiError as exc:
+                want = str(exc)
+            try:
+                got: dict[str, int] | str = table.step(row, regs, memory)
+            except CfiError as exc:
+                got = str(exc)
+            assert got == want
+            if isinstance(got, dict) and isinstance(want, dict):
+                assert list(got) == list(want)
+
+
+def test_compiled_cfi_step_handles_every_rule_kind() -> None:
+    memory = CaptureMemory([(0x1000, bytes(range(256)) * 2)])
+    rules = {
+        3: RegisterRule(RegisterRule.OFFSET, -16), 6: RegisterRule(RegisterRule.VAL_OFFSET, 8),
+        12: RegisterRule(RegisterRule.SAME_VALUE), 13: RegisterRule(RegisterRule.UNDEFINED),
+        14: RegisterRule(RegisterRule.REGISTER, 3), 15: RegisterRule(RegisterRule.REGISTER, 99),
+        16: RegisterRule(RegisterRule.OFFSET, -8),
+    }  # fmt: skip
+    row = CfiRow(start=0, end=16, cfa=CFARule(reg=7, offset=0x40), rules=rules, ra_register=16)
+    table = CfiTable(b"", 0)
+    for regs in ({"rsp": 0x1000, "rbx": 5, "r12": 6, "r13": 7, "r14": 8, "r15": 9},
+                 {"rsp": 0x1000}, {"rsp": 0x10000}, {"rbx": 1}):  # fmt: skip
+        try:
+            want: dict[str, int] | str = cfi_step(row, regs, memory, X64)
+        except CfiError as exc:
+            want = str(exc)
+        try:
+            got: dict[str, int] | str = table.step(row, regs, memory)
+        except CfiError as exc:
+            got = str(exc)
+        assert got == want
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_warm_replay_equals_cold(path: Path) -> None:
+    cfi.clear_caches()
+    try:
+        cold = replay(read_capture(path), allow_disk=False, max_frames=64).model_dump_json()
+    except EmuError as exc:
+        cold = f"error: {exc}"
+    cap = read_capture(path)
+    for max_frames in (1024, 64, 64):
+        try:
+            warm = replay(cap, allow_disk=False, max_frames=max_frames).model_dump_json()
+        except EmuError as exc:
+            warm = f"error: {exc}"
+        if max_frames == 64:
+            assert warm == cold
+
+
+def test_unwound_frame_built_in_one_step_equals_the_dataclass() -> None:
+    from dataclasses import fields
+
+    from emu.unwind import UnwoundFrame, _unwound_frame
+
+    args = (0x401000, 0x7FFC0000, Trust.CFI, {"rip": 0x401000, "rsp": 0x7FFC0000}, 7, None, True)
+    fast = _unwound_frame(*args)
+    slow = UnwoundFrame(*args)
+    assert fast == slow and repr(fast) == repr(slow) and hash(fast.ip) == hash(slow.ip)
+    assert [f.name for f in fields(fast)] == list(vars(fast))
+    with pytest.raises(AttributeError):
+        fast.ip = 0  # type: ignore[misc]  # still frozen
