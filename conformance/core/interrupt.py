@@ -153,8 +153,15 @@ def deferred() -> Iterator[None]:
     _STATE.deferring += 1
     try:
         yield
-    finally:
+    except BaseException as exc:
         _STATE.deferring -= 1
+        if _STATE.deferring == 0 and _STATE.pending:  # the signal that came inside is raised once, here
+            _STATE.pending = False
+            _STATE.raised = True
+            if not isinstance(exc, Interrupted):
+                raise Interrupted(_STATE.signum or signal.SIGINT) from exc
+        raise
+    _STATE.deferring -= 1
     if _STATE.deferring == 0 and _STATE.pending:
         _STATE.pending = False
         _STATE.raised = True

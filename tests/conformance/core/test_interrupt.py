@@ -76,6 +76,25 @@ def test_a_deferred_block_is_not_cut_and_raises_at_its_end() -> None:
     assert done and caught.value.exit_code == 130
 
 
+def test_a_block_left_by_an_exception_after_the_signal_raises_it_once_not_again_later() -> None:
+    """The signal came inside a deferred block that then ends by an exception (``register`` raising
+    Interrupted, or any error): the signal is raised there, once; the command's next deferred block (where
+    it writes its reports) runs to its end without a second Interrupted."""
+    for inside in (interrupt.Interrupted(signal.SIGINT), RuntimeError("a failure in the block")):
+        later = []
+        with pytest.raises(interrupt.Interrupted), interrupt.handling():
+            try:
+                with interrupt.deferred():
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.05)
+                    raise inside
+            finally:
+                with interrupt.deferred():
+                    later.append("the reports")
+                later.append("after the reports")
+        assert later == ["the reports", "after the reports"], inside
+
+
 def test_after_the_signal_no_new_child_starts_and_later_signals_only_kill() -> None:
     with interrupt.handling():
         try:
