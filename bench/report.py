@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from conformance.core.errors import InputError
 from conformance.suite import report
 from conformance.suite.verdicts import SuiteResult
 
@@ -61,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from", dest="run", type=Path, metavar="RUN.json", help="a report, not a suite run")
     args = ap.parse_args(argv)
     if args.run is not None:
-        result = report.read_json(args.run)
+        try:
+            result = report.read_json(args.run)
+        except InputError as exc:
+            print(f"bench/report.py: {exc}", file=sys.stderr)
+            return 2
         print(f"report {args.run}: {len(result.verdicts)} verdicts, {len(result.runs)} runs")
     else:
         from conformance.suite.orchestrate import run_suite

@@ -48,6 +48,8 @@ def main(args: argparse.Namespace) -> int:
         keep = None if args.older_than is not None else runs.keep_limit()
     older_than = runs.parse_age(args.older_than, "--older-than") if args.older_than is not None else None
     folder = runs_dir()
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder}: the runs folder ($PROFHARNESS_RUNS or the cache's runs) is not a folder")
     result = runs.prune(folder, keep=keep, older_than_s=older_than, dry_run=args.dry_run)
     if args.dry_run:
         for path in result.removed:

@@ -10,7 +10,8 @@ The cap: when a run folder is made, the runs folder is cut to the newest :func:`
 (``$PROFHARNESS_RUNS_KEEP``, default :data:`DEFAULT_KEEP`; ``all`` keeps every run), at most
 :data:`CAP_BATCH` removals per new run so that a large folder never stalls a run (``profharness runs prune``
 removes them all at once), and none written in the last :data:`CAP_MIN_AGE_S` seconds. Only folders named
-like runs are touched, never anything else in the folder, nor anything outside it; a removal renames the
+like runs and holding what the harness writes into one (:func:`made_by_the_harness`) are touched, never
+anything else in the folder, nor anything outside it; a removal renames the
 folder aside first (:data:`PRUNING_PREFIX`), so a reader never sees a half-removed run.
 """
 
@@ -63,7 +64,7 @@ def parse_keep(text: str, where: str) -> int | None:
     value = text.strip()
     if value.lower() == "all":
         return None
-    if not value.isdigit():
+    if not re.fullmatch(r"[0-9]+", value):  # str.isdigit also takes superscripts, which int() refuses
         raise InputError(f"{where} {text!r}: not a number of runs to keep (a whole number >= 0, or 'all')")
     return int(value)
 
@@ -109,7 +110,7 @@ def new_run_dir(name: str) -> Path:
     made). A failure to cut it never fails the run."""
     keep = keep_limit()
     folder = runs_dir()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())  # UTC: names sort by time across zones and DST
     path = folder / f"{stamp}-{name}-{uuid.uuid4().hex[:6]}"
     path.mkdir(parents=True)
     (path / OWNER_FILE).write_text(_owner_line())
@@ -165,6 +166,13 @@ def runs_in(folder: Path) -> list[Path]:
                 found.append(Path(entry.path))
     found.sort(key=lambda path: (path.name[:15], path.name), reverse=True)
     return found
+
+
+def made_by_the_harness(run: Path) -> bool:
+    """Whether ``run`` holds what only the harness writes into a run folder: its owner file, or (a run of an
+    older harness) the plan and the process's output. A folder merely named like a run (the runs folder may
+    be shared, ``$PROFHARNESS_RUNS``) is never removed."""
+    return (run / OWNER_FILE).is_file() or ((run / "plan.json").is_file() and (run / "stdout.txt").is_file())
 
 
 def _age(run: Path, now: float) -> float:
@@ -240,6 +248,8 @@ def prune(
             if not (beyond or old) or in_progress(path, now=now):
                 continue
             if min_age_s and _age(path, now) < min_age_s:
+                continue
+            if not made_by_the_harness(path):
                 continue
             size = _size(path)
             if not dry_run and not _remove(folder, path):

@@ -96,3 +96,13 @@ def test_a_bad_cap_variable_is_one_line_and_exit_2(five: list[Path], monkeypatch
     wanted = f"{runs.KEEP_ENV} 'lots': not a number of runs to keep (a whole number >= 0, or 'all')"
     assert err == f"profharness: error: {wanted}\n"
     assert len(os.listdir(five[0].parent)) == 5
+
+
+def test_a_runs_folder_that_is_a_file_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "runs").write_text("not a folder")
+    monkeypatch.setenv("PROFHARNESS_RUNS", str(tmp_path / "runs"))
+    rc, out, err = prune(capsys)
+    assert rc == EXIT_USAGE and out == ""
+    assert err.count("\n") == 1 and "is not a folder" in err and str(tmp_path / "runs") in err

@@ -34,6 +34,8 @@ def finished_run(folder: Path, name: str, age_s: float, *, owner: str | None = "
     path = folder / name
     path.mkdir(parents=True)
     (path / "trace.jsonl").write_text('{"seq": 1}\n' * 10)
+    (path / "plan.json").write_text("{}")  # what every harness run holds beside its trace
+    (path / "stdout.txt").write_text("")
     if owner is not None:
         (path / runs.OWNER_FILE).write_text(owner)
     stamp = time.time() - age_s
@@ -154,7 +156,7 @@ def test_older_than_removes_only_the_old_runs(folder: Path) -> None:
     recent = finished_run(folder, "20260101-000001-x-8.0.4-aaaaa1", 2 * 3600)
     done = runs.prune(folder, older_than_s=runs.parse_age("7d", "--older-than"))
     assert done.removed == [old] and recent.is_dir() and done.kept == 1
-    assert done.removed_bytes == len('{"seq": 1}\n' * 10) + len("2147483647 1\n")
+    assert done.removed_bytes == len('{"seq": 1}\n' * 10) + len("{}") + len("2147483647 1\n")
 
 
 def test_either_criterion_removes_a_run_and_neither_removes_nothing(folder: Path) -> None:
@@ -188,6 +190,19 @@ def test_nothing_but_run_folders_is_touched(folder: Path, tmp_path: Path) -> Non
     assert (outside / "keep.txt").read_text() == "mine"
 
 
+def test_a_folder_merely_named_like_a_run_is_never_removed(folder: Path) -> None:
+    """The runs folder may be shared ($PROFHARNESS_RUNS): a folder the harness did not make (no owner file,
+    no plan and output) is left alone whatever its name and age."""
+    photos = folder / "20240101-000000-holiday-photos"
+    photos.mkdir(parents=True)
+    (photos / "img.txt").write_text("x")
+    stamp = time.time() - 400 * DAY
+    os.utime(photos, (stamp, stamp))
+    old = finished_run(folder, "20240101-000001-x-8.0.4-aaaaaa", 400 * DAY, owner=None)
+    assert runs.prune(folder, keep=0, older_than_s=DAY).removed == [old]
+    assert (photos / "img.txt").read_text() == "x"
+
+
 def test_a_dry_run_removes_nothing(folder: Path) -> None:
     made = finished_run(folder, "20260101-000000-x-8.0.4-aaaaa0", 10 * DAY)
     assert runs.prune(folder, keep=0, dry_run=True).removed == [made] and made.is_dir()
@@ -216,6 +231,9 @@ def test_ages_and_counts_parse_or_are_one_line() -> None:
     assert runs.parse_age("12h", "--older-than") == 12 * 3600
     assert runs.parse_age("2w", "--older-than") == 14 * DAY
     assert runs.parse_keep("0", "--keep") == 0 and runs.parse_keep("all", "--keep") is None
+    for digits in ("\u00b2", "\u0661"):  # a superscript two, an Arabic-Indic one: digits to str.isdigit
+        with pytest.raises(InputError, match="not a number of runs"):
+            runs.parse_keep(digits, "--keep")
     for bad in ("3x", "-1d", "1.5h", "d", ""):
         with pytest.raises(InputError, match="not an age"):
             runs.parse_age(bad, "--older-than")
