@@ -53,7 +53,9 @@ __all__ = [
     "parse_body",
 ]
 
-#: Every rule id the checker reports, with what it means.
+#: Every rule id the checker reports, with what it means. Each rule id is also the id of the ECMA-335
+#: clause it rests on (clr_model/catalog/il.toml: the sentence quoted, the section, the fix), so a finding's
+#: ``rule`` is its clause: ``clr_model.clauses.clause(finding.rule)``.
 RULES: dict[str, str] = {
     "IL-HEADER-FORMAT": "the first byte's two low bits name neither a tiny (2) nor a fat (3) header",
     "IL-HEADER-TINY-SIZE": "a tiny header whose code size (six bits) is shorter than the body handed over",

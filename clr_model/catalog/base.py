@@ -23,6 +23,26 @@ class Document(StrEnum):
     COR_PRF_MONITOR = "COR_PRF_MONITOR Enumeration"
     PROFILER_DETACH_SUCCEEDED = "ICorProfilerCallback3::ProfilerDetachSucceeded"
     SET_IL_FUNCTION_BODY = "ICorProfilerInfo::SetILFunctionBody"
+    #: the ReJIT pages (issue 25): the REJIT family with SET_IL_FUNCTION_BODY; the flag's row of the
+    #: COR_PRF_MONITOR page is its own document here (that page's attach clauses use ATT-)
+    ENABLE_REJIT = "COR_PRF_MONITOR Enumeration: COR_PRF_ENABLE_REJIT"
+    REQUEST_REJIT = "ICorProfilerInfo4::RequestReJIT"
+    REQUEST_REJIT_WITH_INLINERS = "ICorProfilerInfo10::RequestReJITWithInliners"
+    REQUEST_REVERT = "ICorProfilerInfo4::RequestRevert"
+    GET_REJIT_PARAMETERS = "ICorProfilerCallback4::GetReJITParameters"
+    FUNCTION_CONTROL = "ICorProfilerFunctionControl Interface"
+    FUNCTION_CONTROL_SET_IL_FUNCTION_BODY = "ICorProfilerFunctionControl::SetILFunctionBody"
+    FUNCTION_CONTROL_SET_CODEGEN_FLAGS = "ICorProfilerFunctionControl::SetCodegenFlags"
+    FUNCTION_CONTROL_SET_IL_INSTRUMENTED_CODE_MAP = "ICorProfilerFunctionControl::SetILInstrumentedCodeMap"
+    REJIT_COMPILATION_STARTED = "ICorProfilerCallback4::ReJITCompilationStarted"
+    REJIT_COMPILATION_FINISHED = "ICorProfilerCallback4::ReJITCompilationFinished"
+    REJIT_ERROR = "ICorProfilerCallback4::ReJITError"
+    GET_REJIT_IDS = "ICorProfilerInfo4::GetReJITIDs"
+    GET_IL_FUNCTION_BODY = "ICorProfilerInfo::GetILFunctionBody"
+    GET_IL_FUNCTION_BODY_ALLOCATOR = "ICorProfilerInfo::GetILFunctionBodyAllocator"
+    #: the CLI standard, Partitions I-III: the IL family (method bodies), one clause per rule of the IL
+    #: checker (:data:`clr_model.il.RULES`), named after the rule
+    ECMA_335 = "ECMA-335"
     #: the Linux man page of async-signal-safe functions (man-pages 6.03), held against a profiler's handlers
     SIGNAL_SAFETY = "signal-safety(7)"
     #: rules the harness holds a profiler to that no document states (a crash, a hang, a failed load): each
@@ -65,6 +85,22 @@ PREFIXES: dict[Document, str] = {
     Document.PROFILER_DETACH_SUCCEEDED: "DET",
     Document.SIGNAL_SAFETY: "ASYNC",
     Document.SET_IL_FUNCTION_BODY: "REJIT",
+    Document.ENABLE_REJIT: "REJIT",
+    Document.REQUEST_REJIT: "REJIT",
+    Document.REQUEST_REJIT_WITH_INLINERS: "REJIT",
+    Document.REQUEST_REVERT: "REJIT",
+    Document.GET_REJIT_PARAMETERS: "REJIT",
+    Document.FUNCTION_CONTROL: "REJIT",
+    Document.FUNCTION_CONTROL_SET_IL_FUNCTION_BODY: "REJIT",
+    Document.FUNCTION_CONTROL_SET_CODEGEN_FLAGS: "REJIT",
+    Document.FUNCTION_CONTROL_SET_IL_INSTRUMENTED_CODE_MAP: "REJIT",
+    Document.REJIT_COMPILATION_STARTED: "REJIT",
+    Document.REJIT_COMPILATION_FINISHED: "REJIT",
+    Document.REJIT_ERROR: "REJIT",
+    Document.GET_REJIT_IDS: "REJIT",
+    Document.GET_IL_FUNCTION_BODY: "REJIT",
+    Document.GET_IL_FUNCTION_BODY_ALLOCATOR: "REJIT",
+    Document.ECMA_335: "IL",
     Document.HARNESS: "VAL",
 }
 
@@ -84,6 +120,31 @@ SOURCES: dict[Document, str] = {
     Document.COR_PRF_MONITOR: _PAGES + "cor-prf-monitor-enumeration",
     Document.PROFILER_DETACH_SUCCEEDED: _PAGES + "icorprofilercallback3-profilerdetachsucceeded-method",
     Document.SET_IL_FUNCTION_BODY: _PAGES + "icorprofilerinfo-setilfunctionbody-method",
+    Document.ENABLE_REJIT: _PAGES + "cor-prf-monitor-enumeration#feature-enabling-flags",
+    Document.REQUEST_REJIT: _PAGES + "icorprofilerinfo4-requestrejit-method",
+    Document.REQUEST_REJIT_WITH_INLINERS: _PAGES + "icorprofilerinfo10-requestrejitwithinliners-method",
+    Document.REQUEST_REVERT: _PAGES + "icorprofilerinfo4-requestrevert-method",
+    Document.GET_REJIT_PARAMETERS: _PAGES + "icorprofilercallback4-getrejitparameters-method",
+    Document.FUNCTION_CONTROL: _PAGES + "icorprofilerfunctioncontrol-interface",
+    Document.FUNCTION_CONTROL_SET_IL_FUNCTION_BODY: (
+        _PAGES + "icorprofilerfunctioncontrol-setilfunctionbody-method"
+    ),
+    Document.FUNCTION_CONTROL_SET_CODEGEN_FLAGS: (
+        _PAGES + "icorprofilerfunctioncontrol-setcodegenflags-method"
+    ),
+    Document.FUNCTION_CONTROL_SET_IL_INSTRUMENTED_CODE_MAP: (
+        _PAGES + "icorprofilerfunctioncontrol-setilinstrumentedcodemap-method"
+    ),
+    Document.REJIT_COMPILATION_STARTED: _PAGES + "icorprofilercallback4-rejitcompilationstarted-method",
+    Document.REJIT_COMPILATION_FINISHED: _PAGES + "icorprofilercallback4-rejitcompilationfinished-method",
+    Document.REJIT_ERROR: _PAGES + "icorprofilercallback4-rejiterror-method",
+    Document.GET_REJIT_IDS: _PAGES + "icorprofilerinfo4-getrejitids-method",
+    Document.GET_IL_FUNCTION_BODY: _PAGES + "icorprofilerinfo-getilfunctionbody-method",
+    Document.GET_IL_FUNCTION_BODY_ALLOCATOR: _PAGES + "icorprofilerinfo-getilfunctionbodyallocator-method",
+    Document.ECMA_335: (
+        "ECMA-335 6th edition (June 2012), https://www.ecma-international.org/publications-and-standards/"
+        "standards/ecma-335/; quoted from the Markdown transcription github.com/stakx/ecma-335 (docs/*.md)"
+    ),
     Document.SIGNAL_SAFETY: "https://man7.org/linux/man-pages/man7/signal-safety.7.html (man-pages 6.03)",
     Document.HARNESS: "profharness (the harness's own rules)",
 }
@@ -94,7 +155,8 @@ class Clause(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(pattern=r"^([A-Z][A-Z0-9]{1,5}-\d{2}|VAL-[A-Z][A-Z0-9-]*[A-Z0-9])$")
+    #: ``PREFIX-NN``; the harness's rules and the IL checker's are named (``VAL-CRASH``, ``IL-MAXSTACK``)
+    id: str = Field(pattern=r"^([A-Z][A-Z0-9]{1,5}-\d{2}|(VAL|IL)-[A-Z][A-Z0-9-]*[A-Z0-9])$")
     title: str = Field(min_length=3, description="a few words, used in tables")
     paraphrase: str = Field(min_length=10, description="what the document requires, in our words")
     document: Document

@@ -1,8 +1,10 @@
 """Every clause with layer "model" is named by at least one example test and one property test.
 
-A test names a clause by carrying its id in its name (``test_MR2_08_…``) or in a
-``@pytest.mark.clause("MR2-08")`` marker; a property test is one decorated with hypothesis' ``@given``.
-The tests are read with ``ast`` from tests/clr_model, so renaming or deleting a test shows up here.
+A test names a clause by carrying its id in its name (``test_MR2_08_…``, ``test_IL_MAXSTACK_…`` for the IL
+checker's rules, which are their own clauses) or in a ``@pytest.mark.clause("MR2-08")`` marker; a property
+test is one decorated with hypothesis' ``@given``, or one that calls a helper of its module that runs a
+``@given`` function it defines (test_il_properties.py's ``run``). The tests are read with ``ast`` from
+tests/clr_model, so renaming or deleting a test shows up here.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from clr_model.clauses import CATALOG, Layer
 
 HERE = Path(__file__).parent
 ID_IN_NAME = re.compile(r"(DSS|FE2|MR2|BUF)_(\d{2})")
+#: an IL checker rule in a test's name (``test_IL_HEADER_FAT_SIZE_and_IL_HEADER_FLAGS``): upper case runs
+IL_IN_NAME = re.compile(r"(?<![A-Za-z0-9])IL(?:_[A-Z0-9]+)+")
 
 
 def _decorator_name(node: ast.expr) -> str:
@@ -31,10 +35,30 @@ def _decorator_name(node: ast.expr) -> str:
 
 def _clauses_of(func: ast.FunctionDef) -> set[str]:
     ids = {f"{a}-{b}" for a, b in ID_IN_NAME.findall(func.name)}
+    ids |= {m.replace("_", "-") for m in IL_IN_NAME.findall(func.name)} & set(CATALOG)
     for deco in func.decorator_list:
         if isinstance(deco, ast.Call) and _decorator_name(deco).endswith("mark.clause"):
             ids |= {a.value for a in deco.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
     return ids
+
+
+def _is_given(func: ast.FunctionDef) -> bool:
+    return any(_decorator_name(d).split(".")[-1] == "given" for d in func.decorator_list)
+
+
+def _property_runners(tree: ast.Module) -> set[str]:
+    """Module-level helpers that define and run a ``@given`` function (a test calling one is a property
+    test)."""
+    def runs_given(node: ast.FunctionDef) -> bool:
+        inner = (sub for sub in ast.walk(node) if sub is not node)
+        return any(isinstance(sub, ast.FunctionDef) and _is_given(sub) for sub in inner)
+
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and runs_given(node)}
+
+
+def _calls_any(func: ast.FunctionDef, names: set[str]) -> bool:
+    calls = (n for n in ast.walk(func) if isinstance(n, ast.Call))
+    return any(isinstance(n.func, ast.Name) and n.func.id in names for n in calls)
 
 
 def clause_test_index() -> dict[str, dict[str, list[str]]]:
@@ -42,10 +66,11 @@ def clause_test_index() -> dict[str, dict[str, list[str]]]:
     found: dict[str, dict[str, list[str]]] = defaultdict(lambda: {"example": [], "property": []})
     for path in sorted(HERE.glob("test_*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
+        runners = _property_runners(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test"):
                 continue
-            is_property = any(_decorator_name(d).split(".")[-1] == "given" for d in node.decorator_list)
+            is_property = _is_given(node) or _calls_any(node, runners)
             for clause_id in _clauses_of(node):
                 found[clause_id]["property" if is_property else "example"].append(f"{path.name}::{node.name}")
     return found
