@@ -522,25 +522,20 @@ def _check_clauses(clauses: tuple[EHClause, ...], starts: set[int], size: int, r
                 if _overlap((sx, ex), (sy, ey)):
                     found.add("IL-EH-NESTING", a.try_offset,
                               f"clause {i}: its {name_x} and {name_y} blocks overlap")
-        for j in sound:
-            if j <= i:
-                continue
-            b = clauses[j]
-            for name_a, sa, ea in _blocks(a):
-                for name_b, sb, eb in _blocks(b):
-                    if (sa, ea) == (sb, eb):
-                        if not (name_a == name_b == "try"):
-                            found.add("IL-EH-NESTING", a.try_offset,
-                                      f"clauses {i} and {j}: {name_a} and {name_b} blocks are the same range")
-                    elif _overlap((sa, ea), (sb, eb)) and not (_inside((sa, ea), (sb, eb))
-                                                              or _inside((sb, eb), (sa, ea))):
-                        found.add("IL-EH-NESTING", a.try_offset,
-                                  f"clauses {i} and {j}: {name_a} [IL_{sa:04X}, IL_{ea:04X}) and {name_b} "
-                                  f"[IL_{sb:04X}, IL_{eb:04X}) overlap without nesting")
-                    elif name_b == "try" and (sb, eb) != (sa, ea) and _inside((sb, eb), (sa, ea)):
-                        found.add("IL-EH-NESTING", b.try_offset,
-                                  f"clause {j}'s try block lies inside clause {i}'s {name_a} block but comes "
-                                  "after it: inner clauses come first")
+    for i, j, name_a, sa, ea, name_b, sb, eb in _overlapping_pairs(clauses, sound):
+        b = clauses[j]
+        if (sa, ea) == (sb, eb):
+            if not (name_a == name_b == "try"):
+                found.add("IL-EH-NESTING", clauses[i].try_offset,
+                          f"clauses {i} and {j}: {name_a} and {name_b} blocks are the same range")
+        elif not (_inside((sa, ea), (sb, eb)) or _inside((sb, eb), (sa, ea))):
+            found.add("IL-EH-NESTING", clauses[i].try_offset,
+                      f"clauses {i} and {j}: {name_a} [IL_{sa:04X}, IL_{ea:04X}) and {name_b} "
+                      f"[IL_{sb:04X}, IL_{eb:04X}) overlap without nesting")
+        elif name_b == "try" and (sb, eb) != (sa, ea) and _inside((sb, eb), (sa, ea)):
+            found.add("IL-EH-NESTING", b.try_offset,
+                      f"clause {j}'s try block lies inside clause {i}'s {name_a} block but comes "
+                      "after it: inner clauses come first")
     if len(sound) != len(clauses) or any(f.rule == "IL-EH-NESTING" for f in found.items.values()):
         return None
     return list(clauses)
@@ -623,6 +618,33 @@ _HANDLER_KIND = {_EXCEPTION: "catch", _FILTER: "catch", _FINALLY: "finally", _FA
 
 def _size(blocks: list[tuple[int, int, str]]) -> Callable[[int], int]:
     return lambda n: blocks[n][1] - blocks[n][0]
+
+
+def _overlapping_pairs(clauses: tuple[EHClause, ...], sound: list[int]
+                       ) -> list[tuple[int, int, str, int, int, str, int, int]]:
+    """Every pair of blocks of two clauses i < j that overlap, as (i, j, block of i, block of j), in the
+    order of a loop over i, j and their blocks: found by a sweep over the blocks sorted by start (blocks that
+    do not overlap can break no nesting rule), so a body of many disjoint clauses costs n log n, not n^2."""
+    blocks = sorted((start, end, k, index, name) for index in sound
+                    for k, (name, start, end) in enumerate(_blocks(clauses[index])))
+    pairs: list[tuple[int, int, int, int]] = []  # (i, j, k of i's block, k of j's block)
+    found: dict[tuple[int, int, int, int], tuple[str, int, int, str, int, int]] = {}
+    active: list[tuple[int, int, int, int, str]] = []
+    for block in blocks:
+        start, end, k, index, name = block
+        active = [other for other in active if other[1] > start]
+        for o_start, o_end, o_k, o_index, o_name in active:
+            if o_index == index:
+                continue
+            if o_index < index:
+                key = (o_index, index, o_k, k)
+                found[key] = (o_name, o_start, o_end, name, start, end)
+            else:
+                key = (index, o_index, k, o_k)
+                found[key] = (name, start, end, o_name, o_start, o_end)
+            pairs.append(key)
+        active.append(block)
+    return [(i, j, *found[(i, j, ka, kb)]) for i, j, ka, kb in sorted(set(pairs))]
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:

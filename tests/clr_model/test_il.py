@@ -6,7 +6,10 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from clr_model import il
 from clr_model.il import RULES, EHClause, ILFinding, check_body, decode, parse_body
 from clr_model.il_asm import Ins, Label, assemble, encode_body
 from clr_model.il_metadata import (
@@ -442,3 +445,18 @@ def test_signature_facts() -> None:
     assert local_count(bytes([0x06, 0x08])) is None
     with pytest.raises(MetadataError):
         method_signature(bytes([0x00, 0xFF]))
+
+
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2, 4]), *[st.integers(0, 40)] * 5), max_size=12))
+def test_IL_EH_NESTING_the_sweep_pairs_every_overlapping_block_pair_in_loop_order(
+    raw: list[tuple[int, int, int, int, int, int]],
+) -> None:
+    """The nesting check visits only blocks that overlap (a sweep by start): the pairs it visits are exactly
+    those a loop over every clause pair and their blocks finds overlapping, in that loop's order."""
+    clauses = tuple(EHClause(f, t, tl + 1, h, hl + 1, flt) for f, t, tl, h, hl, flt in raw)
+    sound = [i for i, c in enumerate(clauses) if c.flags != 1 or c.class_token_or_filter < c.handler_offset]
+    expected = [(i, j, na, sa, ea, nb, sb, eb)
+                for i in sound for j in sound if j > i
+                for na, sa, ea in il._blocks(clauses[i]) for nb, sb, eb in il._blocks(clauses[j])
+                if il._overlap((sa, ea), (sb, eb))]  # fmt: skip
+    assert il._overlapping_pairs(clauses, sound) == expected
