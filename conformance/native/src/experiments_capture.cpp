@@ -16,18 +16,31 @@
 // fs_base, the stack from SP to min(SP + 64 KiB, the thread's stack end), up to 256 bytes around the IP
 // (process_vm_readv, so an unmapped neighbour page costs bytes, never a fault); then it calls DoStackSnapshot
 // seeded with a CONTEXT built from the ucontext as it is (the naive seed; the Walk of walk.h, prepared by the
-// profiler thread). After the handler is done the profiler thread reads code around every stack word that
+// profiler thread); last it posts a semaphore (sem_post: async-signal-safe) the profiler thread sleeps on
+// (sem_clockwait, up to args.timeoutMs). After the handler is done the profiler thread reads code around every stack word that
 // points into executable memory (after the instant: code rarely changes, the record says so), classifies
 // the IP (GetFunctionFromIP, else the mapping that holds it) and writes one `call` record `capture_sample`
 // per sample. After the last sample it writes `capture_maps` (/proc/self/maps) and `capture_jit_map`
 // (EnumJITedFunctions2; every native code version through GetNativeCodeStartAddresses + GetCodeInfo4, else
-// GetCodeInfo2; names from metadata). Byte buffers are base64 (RFC 4648) strings.
+// GetCodeInfo2; names from metadata).
+//
+// A sample's bytes (the stack copy, the red zone, the code around the IP, the candidate code windows, the
+// seed CONTEXT) do not go into the JSON record: the profiler thread appends them raw, as one frame (type
+// kFrameSample, one write) to a frames v1 sidecar beside the trace (profharness/frames.h; the trace's path +
+// kFramesSuffix, named in the record's out.framesFile), before it writes the record, which refers to each
+// part as {"offset", "at", "length"}: the frame's file offset, the part's position in the frame's payload
+// and its length (null when the frame could not be written). The candidate code part is a run of windows,
+// each u64 address, u32 length, the bytes (little-endian); its reference adds "count". Only the profiler
+// thread writes frames; the handler only fills its preallocated buffers, as before. The JIT map's prologue
+// bytes (once per run) stay base64 (RFC 4648) strings.
 //
 // Bounds: each sample waits at most args.timeoutMs for the handler; a handler that does not finish is
 // abandoned (probe_error), and sampling stops, since its buffers are still in use.
 #include <asm/prctl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -37,6 +50,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -51,6 +65,7 @@
 #include "exports.h"
 #include "named_registry.h"
 #include "signal_seed.h"
+#include "profharness/frames.h"
 #include "profharness/metadata.h"
 #include "walk.h"
 
@@ -79,9 +94,22 @@ constexpr std::size_t kRedZone = 128;                  // System V AMD64: leaf c
 constexpr std::size_t kPrologueBytes = 32;             // first bytes of each JIT-compiled code range
 constexpr int kSampleSignal = SIGPROF;
 
+// The capture sidecar (conformance/adapters/capture.py reads it): its name is the trace's + this suffix; the
+// frame types of a sample's bytes.
+constexpr const char* kFramesSuffix = ".capture.frames";
+constexpr std::uint64_t kUserSpaceEnd = std::uint64_t{1} << 47;
+constexpr std::uint16_t kFrameSample = 1;
+
 std::uint64_t now_ns() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+std::uint64_t thread_cpu_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
@@ -137,6 +165,39 @@ std::size_t read_own(std::uint64_t addr, unsigned char* out, std::size_t n) {
         if (static_cast<std::size_t>(got) < chunk) break;
     }
     return done;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The sidecar of a sample's bytes
+
+FrameWriter g_frames;
+std::string g_frames_name;  // the sidecar's file name (beside the trace)
+std::mutex g_frames_open_mutex;
+
+// Opens the sidecar once per process (the trace's path + kFramesSuffix); false with a reason.
+bool open_capture_frames(std::string& error) {
+    std::lock_guard<std::mutex> lock(g_frames_open_mutex);
+    if (g_frames.is_open()) return true;
+    const char* trace = std::getenv("PROFHARNESS_TRACE");
+    if (trace == nullptr || *trace == '\0') {
+        error = "PROFHARNESS_TRACE is not set: no place for the capture sidecar";
+        return false;
+    }
+    const std::string path = std::string(trace) + kFramesSuffix;
+    if (!g_frames.open(path.c_str(), 0, error)) return false;
+    const std::size_t slash = path.rfind('/');
+    g_frames_name = slash == std::string::npos ? path : path.substr(slash + 1);
+    return true;
+}
+
+// The record's reference to `n` bytes at `pos` in the payload of the sample's frame at file offset `frame`
+// ({"offset", "at", "length"}); null when the frame was not written (frame < 0).
+Json frame_ref(std::int64_t frame, std::size_t pos, std::size_t n) {
+    if (frame < 0) return Json();
+    Json r = Json::object();
+    r.set("offset", Json(static_cast<std::uint64_t>(frame))).set("at", Json(static_cast<std::uint64_t>(pos)));
+    r.set("length", Json(static_cast<std::uint64_t>(n)));
+    return r;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -212,6 +273,10 @@ struct SampleBuffer {
 };
 
 SampleBuffer g_sample;
+// Posted by the handler when it is done (sem_post is async-signal-safe): the profiler thread sleeps on it
+// instead of polling (each poll costs a wake-up, many of them when the machine is loaded).
+sem_t g_sample_done;
+std::once_flag g_sample_done_once;
 // The scenario's phase cell (profharness_capture_phase_cell): an int32 it writes before each phase; the
 // handler reads it at the instant (a plain load: async-signal-safe).
 std::atomic<const volatile std::int32_t*> g_phase_cell{nullptr};
@@ -265,6 +330,7 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
     b.hr = w ? w->run(state().info_as<ICorProfilerInfo2>(2)) : E_POINTER;
     b.tWalked = now_ns();
     b.state.store(kDone, std::memory_order_release);
+    sem_post(&g_sample_done);
     errno = saved_errno;
 }
 
@@ -303,10 +369,21 @@ std::vector<Mapping> parse_maps(const std::string& text) {
     return out;
 }
 
+// The mapping that holds `a` (/proc/self/maps lists mappings in ascending, disjoint address order).
 const Mapping* mapping_of(const std::vector<Mapping>& maps, std::uint64_t a) {
-    for (const Mapping& m : maps)
-        if (a >= m.start && a < m.end) return &m;
-    return nullptr;
+    auto it = std::upper_bound(maps.begin(), maps.end(), a,
+                               [](std::uint64_t x, const Mapping& m) { return x < m.start; });
+    if (it == maps.begin()) return nullptr;
+    --it;
+    return a < it->end ? &*it : nullptr;
+}
+
+// Whether the page of `a` is mapped now (mincore(2) fails with ENOMEM on an unmapped page): a word the maps
+// read earlier do not hold is worth reading them again for only when it is.
+bool mapped_now(std::uint64_t a) {
+    unsigned char resident = 0;
+    void* page = reinterpret_cast<void*>(static_cast<std::uintptr_t>(a & ~std::uint64_t{4095}));
+    return ::mincore(page, 1, &resident) == 0 || errno != ENOMEM;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -486,26 +563,107 @@ Json where_of(std::uint64_t ip, std::vector<Mapping>& maps) {
     return w;
 }
 
-Json code_json(std::uint64_t addr, const unsigned char* p, std::size_t n) {
-    Json c = Json::object();
-    c.set("address", Json(addr)).set("bytes", base64(p, n));
-    return c;
+void put_le(std::vector<unsigned char>& out, std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<unsigned char>(v >> (8 * i)));
 }
 
-// Code around stack words that point into executable mappings (candidate return addresses).
-Json candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates) {
-    Json out = Json::array();
+// Reads windows [addr, addr + len) of this process (len <= kCodeWindow) into out (kCodeWindow bytes each);
+// got[i] is what read_own(addr, ..., len) would give for window i (the bytes up to its first unreadable
+// page). The cost of process_vm_readv is in pinning pages, so each distinct page the windows touch is read
+// once, whole (one iovec per page: a transfer stops only between iovec elements, so a short count names the
+// page that failed), in as few calls as the failures allow; the windows are then cut from those pages.
+void read_windows(const std::vector<std::pair<std::uint64_t, std::size_t>>& windows, unsigned char* out,
+                  std::size_t* got) {
+    static std::vector<std::uint64_t> pages;  // the profiler thread's
+    static std::vector<unsigned char> data;   // 4096 bytes per page
+    static std::vector<char> readable;
+    pages.clear();
+    for (const auto& [addr, len] : windows)
+        if (len) {
+            for (std::uint64_t p = addr & ~std::uint64_t{4095}; p < addr + len; p += 4096) pages.push_back(p);
+        }
+    std::sort(pages.begin(), pages.end());
+    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+    data.resize(pages.size() * 4096);
+    readable.assign(pages.size(), 0);
+    constexpr std::size_t kBatch = 512;  // <= IOV_MAX
+    struct iovec local[kBatch], remote[kBatch];
+    std::size_t c = 0;
+    while (c < pages.size()) {
+        const std::size_t n = std::min(kBatch, pages.size() - c);
+        for (std::size_t i = 0; i < n; ++i) {
+            local[i] = {data.data() + (c + i) * 4096, 4096};
+            remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(pages[c + i])), 4096};
+        }
+        const ssize_t r = ::syscall(SYS_process_vm_readv, ::getpid(), local, static_cast<unsigned long>(n), remote,
+                                    static_cast<unsigned long>(n), 0UL);
+        const std::size_t whole = r > 0 ? static_cast<std::size_t>(r) / 4096 : 0;
+        for (std::size_t i = 0; i < whole; ++i) readable[c + i] = 1;
+        c += whole < n ? whole + 1 : n;  // page c + whole failed (unreadable); go on after it
+    }
+    for (std::size_t w = 0; w < windows.size(); ++w) {
+        const auto [addr, len] = windows[w];
+        std::size_t done = 0;
+        while (done < len) {  // page by page, as read_own reads: stop at the first unreadable page
+            const std::uint64_t a = addr + done;
+            const std::uint64_t page = a & ~std::uint64_t{4095};
+            const std::size_t k = static_cast<std::size_t>(std::lower_bound(pages.begin(), pages.end(), page) - pages.begin());
+            if (!readable[k]) break;
+            std::size_t chunk = std::min<std::size_t>(len - done, static_cast<std::size_t>(page + 4096 - a));
+            std::memcpy(out + w * kCodeWindow + done, data.data() + k * 4096 + (a - page), chunk);
+            done += chunk;
+        }
+        got[w] = done;
+    }
+}
+
+// Pages found unmapped (mincore) since the maps were last read, kept for a few samples: a value that recurs
+// on the stack (a constant, a size) costs one system call, not one per sample. Cleared whenever the maps
+// are read again and every kUnmappedSamples samples, so a mapping made since is looked for again.
+struct UnmappedPages {
+    static constexpr std::size_t kCapacity = 256;
+    static constexpr int kUnmappedSamples = 16;
+    std::uint64_t pages[kCapacity];
+    std::size_t n = 0;
+    int samples = 0;
+};
+UnmappedPages g_unmapped;  // the profiler thread's
+
+// Code around stack words that point into executable mappings (candidate return addresses), packed into
+// `packed` as windows (u64 address, u32 length, the bytes; little-endian), at most `cap` bytes; returns the
+// number of windows.
+std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
+                             std::vector<unsigned char>& packed, std::size_t cap) {
+    static std::vector<std::pair<std::uint64_t, std::size_t>> wanted;  // the profiler thread's
+    static std::vector<unsigned char> bytes;
+    static std::vector<std::size_t> got;
+    packed.clear();
+    wanted.clear();
+    std::uint64_t count = 0;
     std::set<std::uint64_t> windows;
     bool refreshed = false;
+    UnmappedPages& memo = g_unmapped;
+    if (++memo.samples >= UnmappedPages::kUnmappedSamples) memo.n = memo.samples = 0;
+    auto unmapped_page = [&](std::uint64_t word) {
+        const std::uint64_t page = word & ~std::uint64_t{4095};
+        for (std::size_t i = 0; i < memo.n; ++i)
+            if (memo.pages[i] == page) return true;
+        if (mapped_now(word)) return false;
+        if (memo.n < UnmappedPages::kCapacity) memo.pages[memo.n++] = page;
+        return true;
+    };
     const std::size_t half = kCodeWindow / 2;
     for (std::size_t off = 0; off + 8 <= b.stackCopied; off += 8) {
         std::uint64_t word;
         std::memcpy(&word, b.stack + off, 8);
         if (word < 4096) continue;
         const Mapping* m = mapping_of(maps, word);
-        if (!m && !refreshed) {
+        // x86-64 user space ends below 2^47 (4-level paging; under 5-level paging the kernel maps nothing
+        // higher unless asked, and the runtime does not ask): a higher word needs no second look at the maps
+        if (!m && !refreshed && word < kUserSpaceEnd && !unmapped_page(word)) {
             maps = parse_maps(read_maps_text());  // code the runtime mapped since the last read
             refreshed = true;
+            memo.n = memo.samples = 0;
             m = mapping_of(maps, word);
         }
         if (!m || !m->exec) continue;
@@ -514,15 +672,26 @@ Json candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
         if (static_cast<std::int64_t>(windows.size()) >= max_candidates) break;
         windows.insert(lo);
         const std::uint64_t hi = std::min<std::uint64_t>(m->end, word + half);
-        unsigned char buf[kCodeWindow];
-        const std::size_t got = read_own(lo, buf, static_cast<std::size_t>(hi - lo));
-        if (got) out.push(code_json(lo, buf, got));
+        wanted.emplace_back(lo, static_cast<std::size_t>(hi - lo));
     }
-    return out;
+    bytes.resize(wanted.size() * kCodeWindow);
+    got.resize(wanted.size());
+    read_windows(wanted, bytes.data(), got.data());
+    for (std::size_t w = 0; w < wanted.size(); ++w) {
+        if (!got[w]) continue;
+        if (packed.size() + 12 + got[w] > cap) break;
+        put_le(packed, wanted[w].first, 8);
+        put_le(packed, got[w], 4);
+        const unsigned char* p = bytes.data() + w * kCodeWindow;
+        packed.insert(packed.end(), p, p + got[w]);
+        ++count;
+    }
+    return count;
 }
 
 // Records one sample; returns whether its IP was managed code (GetFunctionFromIP gave a FunctionID).
 bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::vector<Mapping>& maps) {
+    const std::uint64_t cpu_start = thread_cpu_ns();
     ProbeState& s = state();
     const SampleBuffer& b = g_sample;
     Json args = Json::object();
@@ -545,13 +714,34 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     stack.set("stackLow", job.target.stackHigh ? Json(job.target.stackLow) : Json());
     stack.set("stackHigh", job.target.stackHigh ? Json(job.target.stackHigh) : Json());
     stack.set("capturedEnd", Json(b.sp + b.stackCopied));
-    stack.set("bytes", base64(b.stack, static_cast<std::size_t>(b.stackCopied)));
-    stack.set("redZone", base64(b.redZone, b.redZoneCopied));
+    // The sample's bytes: one frame, one write: stack, red zone, code around the IP, candidate code, seed.
+    static std::vector<unsigned char> packed;  // the profiler thread's
+    const std::size_t stack_n = static_cast<std::size_t>(b.stackCopied), seed_n = sizeof(AMD64Context);
+    const std::size_t fixed = stack_n + b.redZoneCopied + b.codeLen + seed_n;
+    const std::uint64_t cpu_candidates = thread_cpu_ns();
+    const std::uint64_t windows = candidate_code(b, maps, job.maxCandidates, packed, g_frames.max_payload() - fixed);
+    const std::uint64_t cpu_candidates_end = thread_cpu_ns();
+    const FrameWriter::Part parts[] = {{b.stack, stack_n}, {b.redZone, b.redZoneCopied}, {b.code, b.codeLen},
+                                       {packed.data(), packed.size()}, {b.seed, seed_n}};
+    const std::int64_t frame = g_frames.append(kFrameSample, parts, sizeof parts / sizeof parts[0]);
+    std::size_t pos = 0;
+    auto next_ref = [&](std::size_t n) {
+        Json r = frame_ref(frame, pos, n);
+        pos += n;
+        return r;
+    };
+    stack.set("bytes", next_ref(stack_n));
+    stack.set("redZone", next_ref(b.redZoneCopied));
     out.set("stack", stack);
-    out.set("code", code_json(b.codeAddr, b.code, b.codeLen));
-    out.set("candidateCode", candidate_code(b, maps, job.maxCandidates));
+    Json code = Json::object();
+    code.set("address", Json(b.codeAddr)).set("bytes", next_ref(b.codeLen));
+    out.set("code", code);
+    Json candidates = next_ref(packed.size());
+    if (candidates.is_object()) candidates.set("count", Json(windows));
+    out.set("candidateCode", candidates);
     out.set("candidateCodeTaken", "after-handler");
-    out.set("seedContext", base64(b.seed, sizeof(AMD64Context)));
+    out.set("seedContext", next_ref(seed_n));
+    out.set("framesFile", g_frames_name);
     Json w = Json::object();
     w.set("hr", Json(static_cast<std::uint32_t>(b.hr)));
     w.set("frameCount", Json(static_cast<std::uint64_t>(walk.delivered())));
@@ -572,6 +762,9 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     out.set("where", std::move(where));
     Json timing = Json::object();
     timing.set("copyNs", Json(b.tCopied - b.tEnter)).set("walkNs", Json(b.tWalked - b.tCopied));
+    // the profiler thread's CPU time for this record (up to its write) and for its candidate code
+    timing.set("candidatesCpuNs", Json(cpu_candidates_end - cpu_candidates));
+    timing.set("recordCpuNs", Json(thread_cpu_ns() - cpu_start));
     out.set("timing", timing);
     s.call("capture_sample", job.planned->id.c_str(), args, out, S_OK);
     return managed;
@@ -581,10 +774,12 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     ProbeState& s = state();
     const char* exp = job->planned->id.c_str();
     record_profiler_thread_created(exp);
+    const std::uint64_t cpu_begin = thread_cpu_ns();
     std::vector<Mapping> maps = parse_maps(read_maps_text());
     std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
     auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
     std::uint64_t deadline_ns = now_ns();
+    const std::uint64_t refused_before = g_frames.refused();
     for (std::int64_t i = 0; i < job->maxSamples && (i < job->samples || !enough()); ++i) {
         if (i > 0 && job->intervalUs > 0) {
             deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
@@ -603,13 +798,15 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         g_sample.stackHigh = job->target.stackHigh;
         g_sample.handlerOsTid = 0;
         g_sample.hr = S_OK;
+        while (sem_trywait(&g_sample_done) == 0) {
+        }  // a post left by a handler that finished after its sample was abandoned
         g_sample.state.store(kRequested, std::memory_order_release);
         const int rc = pthread_kill(job->target.pthread, kSampleSignal);
-        std::int64_t waited_us = 0;
         if (rc == 0) {
-            while (g_sample.state.load(std::memory_order_acquire) != kDone && waited_us < job->timeoutMs * 1000) {
-                sleep_us(50);
-                waited_us += 50;
+            const std::uint64_t give_up = now_ns() + static_cast<std::uint64_t>(job->timeoutMs) * 1000000ull;
+            const timespec until{static_cast<time_t>(give_up / 1000000000ull), static_cast<long>(give_up % 1000000000ull)};
+            while (g_sample.state.load(std::memory_order_acquire) != kDone) {
+                if (sem_clockwait(&g_sample_done, CLOCK_MONOTONIC, &until) != 0 && errno == ETIMEDOUT) break;
             }
         }
         if (g_sample.state.load(std::memory_order_acquire) != kDone) {
@@ -634,6 +831,10 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         g_sample.walk.store(nullptr);
         g_sample.state.store(kIdle, std::memory_order_release);
     }
+    if (const std::uint64_t refused = g_frames.refused() - refused_before)
+        s.probe_error("capture_sample: " + std::to_string(refused) + " frames could not be written to the sidecar " +
+                          g_frames_name + " (their references are null)",
+                      job->planned->id);
     {
         Json out = Json::object();
         out.set("maps", read_maps_text()).set("taken", "after-sampling");
@@ -648,6 +849,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         out.set("taken", Json(taken)).set("timedOut", Json(timed_out));
         out.set("managedOk", Json(managed_ok)).set("unmanagedOk", Json(unmanaged_ok));
         out.set("enough", Json(enough()));
+        out.set("profilerCpuNs", Json(thread_cpu_ns() - cpu_begin));  // the profiler thread's CPU time
         s.call("capture_done", exp, args, out, timed_out ? E_FAIL : S_OK);
     }
     job->done.store(true, std::memory_order_release);
@@ -666,6 +868,7 @@ void capture_sample(ExperimentContext& ctx) {
         s.probe_error("capture_sample needs ICorProfilerInfo2", ctx.planned.id);
         return;
     }
+    std::call_once(g_sample_done_once, [] { sem_init(&g_sample_done, 0, 0); });
     if (const int err = g_sample_handler.install()) {
         s.probe_error("capture_sample: sigaction(SIGPROF) failed: " + std::string(std::strerror(err)),
                       ctx.planned.id);
@@ -673,6 +876,11 @@ void capture_sample(ExperimentContext& ctx) {
     }
     if (g_sample.state.load(std::memory_order_acquire) != kIdle) {
         s.probe_error("capture_sample: an earlier sample never finished; not sampling again", ctx.planned.id);
+        return;
+    }
+    std::string frames_error;
+    if (!open_capture_frames(frames_error)) {
+        s.probe_error("capture_sample: " + frames_error, ctx.planned.id);
         return;
     }
     auto job = std::make_shared<SamplingJob>();
