@@ -37,6 +37,7 @@
 // Bounds: each sample waits at most args.timeoutMs for the handler; a handler that does not finish is
 // abandoned (probe_error), and sampling stops, since its buffers are still in use.
 #include <asm/prctl.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -97,8 +98,8 @@ constexpr int kSampleSignal = SIGPROF;
 // The capture sidecar (conformance/adapters/capture.py reads it): its name is the trace's + this suffix; the
 // frame types of a sample's bytes.
 constexpr const char* kFramesSuffix = ".capture.frames";
-constexpr std::uint64_t kUserSpaceEnd = std::uint64_t{1} << 47;
 constexpr std::uint16_t kFrameSample = 1;
+constexpr std::uint64_t kUserSpaceEnd = std::uint64_t{1} << 47;
 
 std::uint64_t now_ns() {
     timespec ts;
@@ -340,6 +341,7 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
 struct Mapping {
     std::uint64_t start, end;
     bool exec;
+    bool none;  // "---p": reserved, no access (the runtime reserves, then commits, code heaps this way)
     std::string path;  // "" for anonymous memory
 };
 
@@ -350,23 +352,74 @@ std::string read_maps_text() {
     return ss.str();
 }
 
-std::vector<Mapping> parse_maps(const std::string& text) {
-    std::vector<Mapping> out;
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
-        Mapping m{};
-        char perms[8] = {};
-        int path_at = 0;
-        unsigned long long s = 0, e = 0;
-        if (std::sscanf(line.c_str(), "%llx-%llx %7s %*s %*s %*s %n", &s, &e, perms, &path_at) < 3) continue;
-        m.start = s;
-        m.end = e;
-        m.exec = perms[2] == 'x';
-        if (path_at > 0 && static_cast<std::size_t>(path_at) < line.size()) m.path = line.substr(path_at);
-        out.push_back(m);
+// Reads /proc/self/maps into `maps` (start, end, whether executable, the path: the text after the inode and
+// its spaces), reusing its buffers: one read(2) loop into a kept buffer and a parser without stdio or
+// streams (candidate_code says when the profiler thread reads them again).
+void refresh_maps(std::vector<Mapping>& maps) {
+    static std::vector<char> text(64 * 1024);  // the profiler thread's
+    const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    std::size_t n = 0;
+    if (fd >= 0) {
+        for (;;) {
+            if (n == text.size()) text.resize(text.size() * 2);
+            const ssize_t got = ::read(fd, text.data() + n, text.size() - n);
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) break;
+            n += static_cast<std::size_t>(got);
+        }
+        ::close(fd);
     }
-    return out;
+    auto hex = [](const char*& p, const char* end, std::uint64_t& v) {
+        const char* start = p;
+        v = 0;
+        for (; p < end; ++p) {
+            const char c = *p;
+            const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0) break;
+            v = v << 4 | static_cast<std::uint64_t>(d);
+        }
+        return p > start;
+    };
+    auto skip_field = [](const char*& p, const char* end) {  // spaces, then a field
+        while (p < end && *p == ' ') ++p;
+        while (p < end && *p != ' ') ++p;
+    };
+    std::size_t count = 0;
+    const char* p = text.data();
+    const char* const all_end = text.data() + n;
+    while (p < all_end) {
+        const char* eol = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(all_end - p)));
+        const char* end = eol ? eol : all_end;
+        std::uint64_t start = 0, stop = 0;
+        const char* q = p;
+        if (hex(q, end, start) && q < end && *q == '-' && hex(++q, end, stop) && q < end && *q == ' ') {
+            ++q;
+            const char* perms = q;
+            while (q < end && *q != ' ') ++q;
+            if (q > perms) {
+                skip_field(q, end);  // offset
+                skip_field(q, end);  // device
+                skip_field(q, end);  // inode
+                while (q < end && (*q == ' ' || *q == '\t')) ++q;
+                if (count == maps.size()) maps.emplace_back();
+                Mapping& m = maps[count++];
+                m.start = start;
+                m.end = stop;
+                m.exec = q - perms >= 3 && perms[2] == 'x';
+                m.none = q - perms >= 3 && perms[0] == '-' && perms[1] == '-' && perms[2] == '-';
+                m.path.assign(q, end);
+            }
+        }
+        p = eol ? eol + 1 : all_end;
+    }
+    maps.resize(count);
+}
+
+// Whether the page of `a` is mapped now (mincore(2) fails with ENOMEM on an unmapped page).
+bool mapped_now(std::uint64_t a) {
+    unsigned char resident = 0;
+    void* page = reinterpret_cast<void*>(static_cast<std::uintptr_t>(a & ~std::uint64_t{4095}));
+    return ::mincore(page, 1, &resident) == 0 || errno != ENOMEM;
 }
 
 // The mapping that holds `a` (/proc/self/maps lists mappings in ascending, disjoint address order).
@@ -378,13 +431,6 @@ const Mapping* mapping_of(const std::vector<Mapping>& maps, std::uint64_t a) {
     return a < it->end ? &*it : nullptr;
 }
 
-// Whether the page of `a` is mapped now (mincore(2) fails with ENOMEM on an unmapped page): a word the maps
-// read earlier do not hold is worth reading them again for only when it is.
-bool mapped_now(std::uint64_t a) {
-    unsigned char resident = 0;
-    void* page = reinterpret_cast<void*>(static_cast<std::uintptr_t>(a & ~std::uint64_t{4095}));
-    return ::mincore(page, 1, &resident) == 0 || errno != ENOMEM;
-}
 
 // ---------------------------------------------------------------------------------------------------
 // The JIT code map
@@ -547,7 +593,7 @@ Json where_of(std::uint64_t ip, std::vector<Mapping>& maps) {
     w.set("functionId", Json(static_cast<std::uint64_t>(failed(fh) ? 0 : fid)));
     const Mapping* m = mapping_of(maps, ip);
     if (!m) {
-        maps = parse_maps(read_maps_text());  // new code regions appear as the runtime runs
+        refresh_maps(maps);  // new code regions appear as the runtime runs
         m = mapping_of(maps, ip);
     }
     if (!failed(fh) && fid) {
@@ -617,18 +663,6 @@ void read_windows(const std::vector<std::pair<std::uint64_t, std::size_t>>& wind
     }
 }
 
-// Pages found unmapped (mincore) since the maps were last read, kept for a few samples: a value that recurs
-// on the stack (a constant, a size) costs one system call, not one per sample. Cleared whenever the maps
-// are read again and every kUnmappedSamples samples, so a mapping made since is looked for again.
-struct UnmappedPages {
-    static constexpr std::size_t kCapacity = 256;
-    static constexpr int kUnmappedSamples = 16;
-    std::uint64_t pages[kCapacity];
-    std::size_t n = 0;
-    int samples = 0;
-};
-UnmappedPages g_unmapped;  // the profiler thread's
-
 // Code around stack words that point into executable mappings (candidate return addresses), packed into
 // `packed` as windows (u64 address, u32 length, the bytes; little-endian), at most `cap` bytes; returns the
 // number of windows.
@@ -642,15 +676,22 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
     std::uint64_t count = 0;
     std::set<std::uint64_t> windows;
     bool refreshed = false;
-    UnmappedPages& memo = g_unmapped;
-    if (++memo.samples >= UnmappedPages::kUnmappedSamples) memo.n = memo.samples = 0;
-    auto unmapped_page = [&](std::uint64_t word) {
+    // The maps are read again (once per sample, as soon as a word needs it) when a word lies in no mapping
+    // read earlier but is mapped now (mincore: new mappings, e.g. .NET 8's double-mapped code), or lies in
+    // a reservation without access then ("---p": memory the runtime may have committed since, executable
+    // on .NET Core 3.1's code heaps). Words of a page mincore found unmapped in this sample cost no second
+    // call; x86-64 user space ends below 2^47 (the kernel maps higher only for an mmap hint above it, which
+    // the runtime does not give: Documentation/arch/x86/x86_64/5level-paging.rst), so higher words need none.
+    std::uint64_t unmapped[64];
+    std::size_t n_unmapped = 0;
+    auto mapped_since = [&](std::uint64_t word) {
+        if (word >= kUserSpaceEnd) return false;
         const std::uint64_t page = word & ~std::uint64_t{4095};
-        for (std::size_t i = 0; i < memo.n; ++i)
-            if (memo.pages[i] == page) return true;
-        if (mapped_now(word)) return false;
-        if (memo.n < UnmappedPages::kCapacity) memo.pages[memo.n++] = page;
-        return true;
+        for (std::size_t i = 0; i < n_unmapped; ++i)
+            if (unmapped[i] == page) return false;
+        if (mapped_now(word)) return true;
+        if (n_unmapped < 64) unmapped[n_unmapped++] = page;
+        return false;
     };
     const std::size_t half = kCodeWindow / 2;
     for (std::size_t off = 0; off + 8 <= b.stackCopied; off += 8) {
@@ -658,12 +699,9 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
         std::memcpy(&word, b.stack + off, 8);
         if (word < 4096) continue;
         const Mapping* m = mapping_of(maps, word);
-        // x86-64 user space ends below 2^47 (4-level paging; under 5-level paging the kernel maps nothing
-        // higher unless asked, and the runtime does not ask): a higher word needs no second look at the maps
-        if (!m && !refreshed && word < kUserSpaceEnd && !unmapped_page(word)) {
-            maps = parse_maps(read_maps_text());  // code the runtime mapped since the last read
+        if (!refreshed && (m ? m->none : mapped_since(word))) {
+            refresh_maps(maps);  // code the runtime mapped or committed since the last read
             refreshed = true;
-            memo.n = memo.samples = 0;
             m = mapping_of(maps, word);
         }
         if (!m || !m->exec) continue;
@@ -698,7 +736,7 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     Json target = Json::object();
     target.set("name", job.target.name).set("threadId", Json(static_cast<std::uint64_t>(job.target.threadId)));
     target.set("osTid", Json(static_cast<std::int64_t>(job.target.osTid)));
-    args.set("sample", Json(index)).set("target", target).set("signal", "SIGPROF").set("seed", "naive");
+    args.set("sample", Json(index)).set("target", std::move(target)).set("signal", "SIGPROF").set("seed", "naive");
     args.set("infoFlags", Json(static_cast<std::uint64_t>(job.infoFlags)));
     args.set("walk", Json(walk.number()));
 
@@ -708,7 +746,7 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     Json regs = Json::object();
     for (int i = 0; i < NGREG; ++i) regs.set(kGregNames[i], Json(b.gregs[i]));
     regs.set("fs_base", b.fsOk ? Json(b.fsBase) : Json());
-    out.set("registers", regs);
+    out.set("registers", std::move(regs));
     Json stack = Json::object();
     stack.set("sp", Json(b.sp)).set("inRange", Json(b.stackInRange));
     stack.set("stackLow", job.target.stackHigh ? Json(job.target.stackLow) : Json());
@@ -732,13 +770,13 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     };
     stack.set("bytes", next_ref(stack_n));
     stack.set("redZone", next_ref(b.redZoneCopied));
-    out.set("stack", stack);
+    out.set("stack", std::move(stack));
     Json code = Json::object();
     code.set("address", Json(b.codeAddr)).set("bytes", next_ref(b.codeLen));
-    out.set("code", code);
+    out.set("code", std::move(code));
     Json candidates = next_ref(packed.size());
     if (candidates.is_object()) candidates.set("count", Json(windows));
-    out.set("candidateCode", candidates);
+    out.set("candidateCode", std::move(candidates));
     out.set("candidateCodeTaken", "after-handler");
     out.set("seedContext", next_ref(seed_n));
     out.set("framesFile", g_frames_name);
@@ -752,10 +790,10 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
         fr.set("ip", Json(static_cast<std::uint64_t>(f.ip)));
         fr.set("sp", f.hasContext && f.contextSize >= kContextRipOffset + 8 ? Json(f.rsp) : Json());
         fr.set("inCall", Json(f.inCall));
-        frames.push(fr);
+        frames.push(std::move(fr));
     }
-    w.set("frames", frames);
-    out.set("walk", w);
+    w.set("frames", std::move(frames));
+    out.set("walk", std::move(w));
     Json where = where_of(b.gregs[REG_RIP], maps);
     const Json* kind = where.get("kind");
     const bool managed = kind && kind->is_string() && kind->as_string() == "managed";
@@ -765,8 +803,8 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     // the profiler thread's CPU time for this record (up to its write) and for its candidate code
     timing.set("candidatesCpuNs", Json(cpu_candidates_end - cpu_candidates));
     timing.set("recordCpuNs", Json(thread_cpu_ns() - cpu_start));
-    out.set("timing", timing);
-    s.call("capture_sample", job.planned->id.c_str(), args, out, S_OK);
+    out.set("timing", std::move(timing));
+    s.call("capture_sample", job.planned->id.c_str(), std::move(args), std::move(out), S_OK);
     return managed;
 }
 
@@ -775,7 +813,8 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     const char* exp = job->planned->id.c_str();
     record_profiler_thread_created(exp);
     const std::uint64_t cpu_begin = thread_cpu_ns();
-    std::vector<Mapping> maps = parse_maps(read_maps_text());
+    std::vector<Mapping> maps;
+    refresh_maps(maps);
     std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
     auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
     std::uint64_t deadline_ns = now_ns();
