@@ -678,19 +678,21 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
     bool refreshed = false;
     // The maps are read again (once per sample, as soon as a word needs it) when a word lies in no mapping
     // read earlier but is mapped now (mincore: new mappings, e.g. .NET 8's double-mapped code), or lies in
-    // a reservation without access then ("---p": memory the runtime may have committed since, executable
-    // on .NET Core 3.1's code heaps). Words of a page mincore found unmapped in this sample cost no second
-    // call; x86-64 user space ends below 2^47 (the kernel maps higher only for an mmap hint above it, which
-    // the runtime does not give: Documentation/arch/x86/x86_64/5level-paging.rst), so higher words need none.
-    std::uint64_t unmapped[64];
-    std::size_t n_unmapped = 0;
-    auto mapped_since = [&](std::uint64_t word) {
+    // a reservation without access then ("---p") that is readable now (process_vm_readv of one byte: memory
+    // the runtime committed since, executable on .NET Core 3.1's code heaps; a guard page stays unreadable).
+    // A page found unchanged costs no second system call in this sample; x86-64 user space ends below 2^47
+    // (the kernel maps higher only for an mmap hint above it, which the runtime does not give:
+    // Documentation/arch/x86/x86_64/5level-paging.rst), so higher words need none.
+    std::uint64_t unchanged[64];
+    std::size_t n_unchanged = 0;
+    auto changed_since = [&](std::uint64_t word, bool reserved) {
         if (word >= kUserSpaceEnd) return false;
         const std::uint64_t page = word & ~std::uint64_t{4095};
-        for (std::size_t i = 0; i < n_unmapped; ++i)
-            if (unmapped[i] == page) return false;
-        if (mapped_now(word)) return true;
-        if (n_unmapped < 64) unmapped[n_unmapped++] = page;
+        for (std::size_t i = 0; i < n_unchanged; ++i)
+            if (unchanged[i] == page) return false;
+        unsigned char byte;
+        if (reserved ? read_own(word, &byte, 1) == 1 : mapped_now(word)) return true;
+        if (n_unchanged < 64) unchanged[n_unchanged++] = page;
         return false;
     };
     const std::size_t half = kCodeWindow / 2;
@@ -699,7 +701,7 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
         std::memcpy(&word, b.stack + off, 8);
         if (word < 4096) continue;
         const Mapping* m = mapping_of(maps, word);
-        if (!refreshed && (m ? m->none : mapped_since(word))) {
+        if (!refreshed && (!m || m->none) && changed_since(word, m != nullptr)) {
             refresh_maps(maps);  // code the runtime mapped or committed since the last read
             refreshed = true;
             m = mapping_of(maps, word);
