@@ -350,7 +350,7 @@ def format_result(res: RuntimeResult) -> list[str]:
     thread, wall, proc = (res.overhead_pct(m) for m in ("thread_cpu_ns", "wall_ns", "process_cpu_ns"))
     lines.append(
         f"  overhead (sampled/unsampled - 1): thread CPU {thread:+.2f}%, "
-        f"wall {wall:+.2f}%, process CPU {proc:+.2f}% (with the probe's recording thread)"
+        f"wall {wall:+.2f}%, process CPU {proc:+.2f}% (with the probe's profiler thread)"
     )
     samples = res.samples
     if not samples:
