@@ -65,8 +65,9 @@ CHUNKS_ENV = "PROFHARNESS_CPU_CHUNKS"
 #: The phase cell's value during the measured work (app.cs).
 PHASE_WORK = 1
 DONE_CALL = "capture_done"
-#: Samples asked for: the work's unsampled duration at the plan's rate, times this, plus SAMPLE_SLACK.
-SAMPLE_MARGIN = 1.6
+#: Samples asked for: the work's unsampled duration at the plan's rate, times this, plus SAMPLE_SLACK (on a
+#: loaded machine a later run's work can take twice the first one's wall time: the sampling must outlast it).
+SAMPLE_MARGIN = 3.0
 SAMPLE_SLACK = 40
 
 
