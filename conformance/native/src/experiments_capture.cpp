@@ -396,6 +396,7 @@ void refresh_maps(std::vector<Mapping>& maps) {
             ++q;
             const char* perms = q;
             while (q < end && *q != ' ') ++q;
+            const bool perms3 = q - perms >= 3;
             if (q > perms) {
                 skip_field(q, end);  // offset
                 skip_field(q, end);  // device
@@ -405,8 +406,8 @@ void refresh_maps(std::vector<Mapping>& maps) {
                 Mapping& m = maps[count++];
                 m.start = start;
                 m.end = stop;
-                m.exec = q - perms >= 3 && perms[2] == 'x';
-                m.none = q - perms >= 3 && perms[0] == '-' && perms[1] == '-' && perms[2] == '-';
+                m.exec = perms3 && perms[2] == 'x';
+                m.none = perms3 && perms[0] == '-' && perms[1] == '-' && perms[2] == '-';
                 m.path.assign(q, end);
             }
         }
