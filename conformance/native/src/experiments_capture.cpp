@@ -355,8 +355,11 @@ std::string read_maps_text() {
 // Reads /proc/self/maps into `maps` (start, end, whether executable, the path: the text after the inode and
 // its spaces), reusing its buffers: one read(2) loop into a kept buffer and a parser without stdio or
 // streams (candidate_code says when the profiler thread reads them again).
+std::uint64_t g_maps_reads = 0;  // refresh_maps calls (capture_done out.mapsReads)
+
 void refresh_maps(std::vector<Mapping>& maps) {
     static std::vector<char> text(64 * 1024);  // the profiler thread's
+    ++g_maps_reads;
     const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     std::size_t n = 0;
     if (fd >= 0) {
@@ -816,6 +819,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     const char* exp = job->planned->id.c_str();
     record_profiler_thread_created(exp);
     const std::uint64_t cpu_begin = thread_cpu_ns();
+    const std::uint64_t maps_reads_before = g_maps_reads;
     std::vector<Mapping> maps;
     refresh_maps(maps);
     std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
@@ -892,6 +896,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         out.set("managedOk", Json(managed_ok)).set("unmanagedOk", Json(unmanaged_ok));
         out.set("enough", Json(enough()));
         out.set("profilerCpuNs", Json(thread_cpu_ns() - cpu_begin));  // the profiler thread's CPU time
+        out.set("mapsReads", Json(g_maps_reads - maps_reads_before));  // /proc/self/maps read while sampling
         s.call("capture_done", exp, args, out, timed_out ? E_FAIL : S_OK);
     }
     job->done.store(true, std::memory_order_release);
