@@ -17,12 +17,14 @@ copy of registers, stack and code into the preallocated buffers, and ``walkNs``,
 seeded from the ucontext. The phase cell the scenario writes (1 during the measured work) tells which
 samples fell in the work; their p50/p99 are printed with their count.
 
-Overheads are sampled median / unsampled median - 1. The target (at most 2% at 100 Hz) is on the work
-thread's CPU time: what the sampled thread pays (signal delivery, the handler's copy and walk, the caches
-it disturbs), scaled from the rate measured to 100 Hz.
-The process's CPU time is printed beside it; it also holds the probe's profiler thread, which turns every
-sample into a capture record (64 KiB of stack and code windows as base64 JSON), the cost of emu's capture
-format rather than of sampling. Wall time is printed too (noisy on a shared machine).
+Overheads are sampled median / unsampled median - 1, scaled from the rate measured to 100 Hz. The target
+(issue 23: at most 2% at 100 Hz) is on the process's CPU time: what the sampled thread pays (signal
+delivery, the handler's copy and walk, the caches it disturbs) and what the probe's profiler thread spends
+turning each sample into a capture record (the JSON record, the sample's raw bytes as one frame of the
+frames v1 sidecar, the code around candidate return addresses). The work thread's overhead is printed
+beside it, and the profiler thread's CPU time per sample (the probe's ``capture_done`` out.profilerCpuNs
+over the samples taken, and the median ``timing.recordCpuNs``: building one record, before its write).
+Wall time is printed too (noisy on a shared machine).
 Exit status 0 on PASS on every runtime, 1 on FAIL; a run that goes wrong is one line naming its trace.
 """
 
@@ -63,8 +65,9 @@ CHUNKS_ENV = "PROFHARNESS_CPU_CHUNKS"
 #: The phase cell's value during the measured work (app.cs).
 PHASE_WORK = 1
 DONE_CALL = "capture_done"
-#: Samples asked for: the work's unsampled duration at the plan's rate, times this, plus SAMPLE_SLACK.
-SAMPLE_MARGIN = 1.6
+#: Samples asked for: the work's unsampled duration at the plan's rate, times this, plus SAMPLE_SLACK (on a
+#: loaded machine a later run's work can take twice the first one's wall time: the sampling must outlast it).
+SAMPLE_MARGIN = 3.0
 SAMPLE_SLACK = 40
 
 
@@ -101,6 +104,10 @@ class Run:
     samples: tuple[Sample, ...]
     #: every sample the run took (before, during and after the work)
     taken: int
+    #: the profiler thread's CPU time over the whole sampling (capture_done out.profilerCpuNs), if recorded
+    profiler_cpu_ns: int | None = None
+    #: the profiler thread's CPU time building each record, before its write (timing.recordCpuNs)
+    record_cpu_ns: tuple[int, ...] = ()
 
 
 @dataclass
@@ -144,12 +151,23 @@ class RuntimeResult:
 
     @property
     def overhead_at_rate_pct(self) -> float:
-        """The thread CPU overhead scaled from the rate measured to RATE_HZ (what is judged)."""
+        """The work thread's CPU overhead scaled from the rate measured to RATE_HZ."""
         return self.overhead_pct("thread_cpu_ns") * RATE_HZ / self.rate_hz
 
     @property
+    def process_overhead_at_rate_pct(self) -> float:
+        """The process's CPU overhead scaled from the rate measured to RATE_HZ (what is judged)."""
+        return self.overhead_pct("process_cpu_ns") * RATE_HZ / self.rate_hz
+
+    @property
+    def profiler_cpu_per_sample_ns(self) -> float | None:
+        """The profiler thread's CPU time per sample taken (median over the sampled runs)."""
+        per = [r.profiler_cpu_ns / r.taken for r in self.sampled if r.profiler_cpu_ns is not None and r.taken]
+        return statistics.median(per) if per else None
+
+    @property
     def passed(self) -> bool:
-        return bool(self.samples) and self.overhead_at_rate_pct <= TARGET_PCT
+        return bool(self.samples) and self.process_overhead_at_rate_pct <= TARGET_PCT
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -225,6 +243,11 @@ def read_work(trace: Trace) -> Work:
 def read_samples(trace: Trace, asked: int) -> tuple[tuple[Sample, ...], int]:
     """The samples taken during the work, and how many were taken in all; the sampling must have run to
     the end (``asked`` samples, none timed out) and outlasted the work (its last sample after it)."""
+    return _read_samples(trace, asked)[:2]
+
+
+def _read_samples(trace: Trace, asked: int) -> tuple[tuple[Sample, ...], int, int | None, tuple[int, ...]]:
+    """:func:`read_samples`, with the profiler thread's CPU time: in all, and per record."""
     calls = trace.calls(SAMPLE_CALL)
     done = trace.calls(DONE_CALL)
     if len(done) != 1 or done[0].out.get("timedOut") != 0 or len(calls) != asked:
@@ -234,7 +257,11 @@ def read_samples(trace: Trace, asked: int) -> tuple[tuple[Sample, ...], int]:
     if calls and calls[-1].out.get("phase") == PHASE_WORK:
         raise BenchError(f"{trace.path}: the sampling ended before the work did (its last sample was in it)")
     found: list[Sample] = []
+    record_cpu: list[int] = []
     for call in calls:
+        timing_any = call.out.get("timing")
+        if isinstance(timing_any, dict) and isinstance(timing_any.get("recordCpuNs"), int):
+            record_cpu.append(timing_any["recordCpuNs"])
         if call.out.get("phase") != PHASE_WORK:
             continue
         where = f"{trace.path}: {SAMPLE_CALL} record {call.seq}"
@@ -250,7 +277,8 @@ def read_samples(trace: Trace, asked: int) -> tuple[tuple[Sample, ...], int]:
                 frames=_int(walk, "frameCount", where),
             )
         )
-    return tuple(found), len(calls)
+    profiler = done[0].out.get("profilerCpuNs")
+    return tuple(found), len(calls), profiler if isinstance(profiler, int) else None, tuple(record_cpu)
 
 
 def measure(result: runner.RunResult, asked: int) -> Run:
@@ -266,8 +294,8 @@ def measure(result: runner.RunResult, asked: int) -> Run:
         if trace.calls(SAMPLE_CALL):
             raise BenchError(f"{trace.path}: samples in an unsampled run")
         return Run(work=work, samples=(), taken=0)
-    samples, taken = read_samples(trace, asked)
-    return Run(work=work, samples=samples, taken=taken)
+    samples, taken, profiler, record_cpu = _read_samples(trace, asked)
+    return Run(work=work, samples=samples, taken=taken, profiler_cpu_ns=profiler, record_cpu_ns=record_cpu)
 
 
 def execute(
@@ -323,7 +351,7 @@ def format_result(res: RuntimeResult) -> list[str]:
     thread, wall, proc = (res.overhead_pct(m) for m in ("thread_cpu_ns", "wall_ns", "process_cpu_ns"))
     lines.append(
         f"  overhead (sampled/unsampled - 1): thread CPU {thread:+.2f}%, "
-        f"wall {wall:+.2f}%, process CPU {proc:+.2f}% (with the probe's recording thread)"
+        f"wall {wall:+.2f}%, process CPU {proc:+.2f}% (with the probe's profiler thread)"
     )
     samples = res.samples
     if not samples:
@@ -337,8 +365,19 @@ def format_result(res: RuntimeResult) -> list[str]:
         f"{res.handler_share_pct:.2f}% of the work's thread CPU"
     )
     lines.append(
-        f"  work thread CPU per sample: {_us(res.cost_per_sample_ns)}; thread CPU overhead at "
-        f"{RATE_HZ:.0f} Hz: {res.overhead_at_rate_pct:+.2f}% (target <= {TARGET_PCT:.0f}%)"
+        f"  work thread CPU per sample: {_us(res.cost_per_sample_ns)}; work thread CPU overhead at "
+        f"{RATE_HZ:.0f} Hz: {res.overhead_at_rate_pct:+.2f}%"
+    )
+    profiler = res.profiler_cpu_per_sample_ns
+    records = [n for r in res.sampled for n in r.record_cpu_ns]
+    if profiler is not None and records:
+        lines.append(
+            f"  profiler thread CPU per sample: {_us(profiler)} (building a record, before its write: "
+            f"p50 {_us(percentile(records, 0.5))})"
+        )
+    lines.append(
+        f"  process CPU overhead at {RATE_HZ:.0f} Hz: {res.process_overhead_at_rate_pct:+.2f}% "
+        f"(target <= {TARGET_PCT:.0f}%)"
     )
     lines.append(
         f"  handler copy:    p50 {_us(percentile(copies, 0.5))}  p99 {_us(percentile(copies, 0.99))}"

@@ -8,6 +8,15 @@ the live DoStackSnapshot result), then ``capture_maps`` (``/proc/self/maps``) an
 frames it knows are on the sampled thread's stack. :func:`captures_from_trace` turns each sample into a
 manifest and its segments; :func:`write_captures` writes them with emu's writer, one file per sample.
 
+A sample's bytes (stack, red zone, code around the IP, candidate code windows, seed CONTEXT) are not in its
+record: the probe writes them raw, as one frame per sample, into a frames v1 sidecar beside the trace
+(:mod:`conformance.core.frames`, named by the record's ``out.framesFile``), and the record refers to each
+part as ``{"offset", "at", "length"}`` (the frame's file offset, the part's position in its payload, its
+length; candidate code is a run of windows, each u64 address, u32 length and the bytes, with ``"count"``).
+A base64 string in its place (a trace of an earlier probe, a test's synthetic record) is read as before. A
+sample whose frame is missing or damaged (a torn sidecar) is left out with the reader's note; the others are
+kept.
+
 Both maps are taken once per run, after the last sample: the module map and the JIT map hold every mapping
 and method of the instant (the runtime never frees code of a non-collectible method) and perhaps some
 added later.
@@ -20,6 +29,7 @@ import binascii
 import bisect
 import json
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +39,7 @@ from pydantic import ValidationError
 
 from clr_model.context import runtime_context_layout
 from conformance.core.errors import HarnessError
+from conformance.core.frames import FrameFile, FramesError, read_frames
 from conformance.core.trace import CallRecord, Trace
 from emu.capture import (
     STACK_CAPTURE_BYTES,
@@ -70,6 +81,9 @@ REGISTER_CALL = "capture_register_thread"
 #: The scenario's mark naming the managed frames on the sampled thread's stack (leaf first).
 KNOWN_STACK_MARK = "capture.stack"
 CAPTURE_SUFFIX = ".phcap"
+#: The sidecar's frame type of one sample's bytes (experiments_capture.cpp kFrameSample).
+FRAME_SAMPLE = 1
+_WINDOW_HEAD = struct.Struct("<QI")
 
 _PLACE_PART = re.compile(r"[^a-z0-9_-]+")
 
@@ -106,13 +120,98 @@ def _where(trace: Trace, what: str) -> str:
     return f"{trace.path}: {what}"
 
 
-def _bytes(trace: Trace, record: CallRecord, field: str, value: object) -> bytes:
+class _MissingFrame(HarnessError):
+    """A sample's frame the sidecar does not hold whole (the sample is left out, with this line)."""
+
+
+class _Sidecars:
+    """The frames sidecars of one trace, each read once (by file name, beside the trace)."""
+
+    def __init__(self, trace: Trace) -> None:
+        self._trace = trace
+        self._files: dict[str, FrameFile | FramesError] = {}
+
+    def payload(self, record: CallRecord, field: str, ref: Mapping[str, Any]) -> bytes:
+        trace = self._trace
+        name = record.out.get("framesFile")
+        if not isinstance(name, str) or not name or "/" in name:
+            raise HarnessError(
+                _where(trace, f"seq {record.seq}: {field}: a frame reference without out.framesFile")
+            )
+        offset = _int(trace, record, f"{field}.offset", ref.get("offset"))
+        at = _int(trace, record, f"{field}.at", ref.get("at", 0))
+        length = _int(trace, record, f"{field}.length", ref.get("length"))
+        got = self._files.get(name)
+        if got is None:
+            try:
+                got = read_frames(trace.path.parent / name)
+            except FramesError as exc:
+                got = exc
+            self._files[name] = got
+        if isinstance(got, FramesError):
+            raise _MissingFrame(got.message)
+        try:
+            frame = got.at_offset(offset)
+        except FramesError as exc:
+            raise _MissingFrame(f"{field}: {exc.message}") from None
+        if frame.type != FRAME_SAMPLE or at < 0 or length < 0 or at + length > len(frame.payload):
+            raise HarnessError(_where(
+                trace, f"seq {record.seq}: {field} names bytes {at}..{at + length} of frame {frame.index} "
+                f"of {name} (type {frame.type}, {len(frame.payload)} bytes; expected type {FRAME_SAMPLE})"
+            ))  # fmt: skip
+        return frame.payload[at : at + length]
+
+
+def _bytes(
+    trace: Trace, record: CallRecord, field: str, value: object, sidecars: _Sidecars | None = None
+) -> bytes:
+    """A byte buffer of a record: a frame reference (resolved in the sidecar) or a base64 string."""
+    if isinstance(value, dict) and sidecars is not None:
+        return sidecars.payload(record, field, value)
+    if value is None and sidecars is not None and record.out.get("framesFile") is not None:
+        raise _MissingFrame(f"{field}: the probe could not write its frame (a null reference)")
     if not isinstance(value, str):
         raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not a base64 string"))
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not valid base64")) from None
+
+
+def _candidate_windows(
+    trace: Trace, record: CallRecord, value: object, sidecars: _Sidecars
+) -> list[tuple[int, bytes]]:
+    """``out.candidateCode``: a reference to a run of windows in the sample's frame, or a list of {address,
+    bytes}."""
+    field = "out.candidateCode"
+    if isinstance(value, list):
+        windows: list[tuple[int, bytes]] = []
+        for i, c in enumerate(value):
+            c = _obj(trace, record, f"{field}[{i}]", c)
+            windows.append(
+                (_int(trace, record, f"{field}[{i}].address", c.get("address")),
+                 _bytes(trace, record, f"{field}[{i}].bytes", c.get("bytes"), sidecars))
+            )  # fmt: skip
+        return windows
+    if value is None and record.out.get("framesFile") is None:
+        return []
+    data = _bytes(trace, record, field, value, sidecars)
+    count = _int(trace, record, f"{field}.count", _obj(trace, record, field, value).get("count"))
+    windows = []
+    at = 0
+    while at < len(data):
+        if len(data) - at < _WINDOW_HEAD.size:
+            break
+        address, length = _WINDOW_HEAD.unpack_from(data, at)
+        at += _WINDOW_HEAD.size
+        if len(data) - at < length:
+            break
+        windows.append((address, data[at : at + length]))
+        at += length
+    if at != len(data) or len(windows) != count:
+        raise HarnessError(_where(trace, f"seq {record.seq}: {field}: its frame does not hold {count} whole "
+                                         "code windows"))  # fmt: skip
+    return windows
 
 
 def _int(trace: Trace, record: CallRecord, field: str, value: object) -> int:
@@ -362,118 +461,135 @@ def captures_from_trace(
     specs: list[CaptureSpec] = []
     skipped: list[str] = []
     known_cache: dict[str, tuple[tuple[KnownFrame, ...] | None, dict[int, _Phase]]] = {}
+    sidecars = _Sidecars(trace)
     for record in trace.calls(SAMPLE_CALL):
         sample = _int(trace, record, "args.sample", record.args.get("sample"))
-        out = record.out
-        target = _obj(trace, record, "args.target", record.args.get("target"))
-        target_name = str(target.get("name") or "")
-        os_tid = target.get("osTid") if isinstance(target.get("osTid"), int) else None
-        stack = _obj(trace, record, "out.stack", out.get("stack"))
-        if not stack.get("inRange"):
-            skipped.append(f"sample {sample}: SP outside the registered stack; no stack was copied")
+        try:
+            spec = _capture_of(trace, record, sample, sidecars, layout, runtime, scenario, modules, jit,
+                               fid_by_name, prologues, fs_by_tid, known_cache)  # fmt: skip
+        except _MissingFrame as exc:
+            skipped.append(f"sample {sample}: {exc.message}")
             continue
-        regs = _registers(trace, record, _obj(trace, record, "out.registers", out.get("registers")),
-                          fs_by_tid.get(os_tid) if os_tid is not None else None)  # fmt: skip
-        sp = _int(trace, record, "out.stack.sp", stack.get("sp"))
-        stack_bytes = _bytes(trace, record, "out.stack.bytes", stack.get("bytes"))
-        high = stack.get("stackHigh") if isinstance(stack.get("stackHigh"), int) else None
-        limit = sp + STACK_CAPTURE_BYTES
-        captured_end = limit if high is None else min(limit, high)
-        if sp + len(stack_bytes) != captured_end:
-            skipped.append(
-                f"sample {sample}: {len(stack_bytes)} stack bytes, min(SP + 64 KiB, stack end) needs "
-                f"{captured_end - sp}"
-            )
-            continue
-        stack_info = StackInfo(
-            sp=sp, captured_end=captured_end, stack_end=high,
-            truncated=high is None or limit < high, segment="stack",
-        )  # fmt: skip
-        payloads: list[SegmentPayload] = [
-            SegmentPayload(name="stack", kind="memory", role="stack", data=stack_bytes, address=sp)
-        ]
-        code = _obj(trace, record, "out.code", out.get("code"))
-        windows = [(_int(trace, record, "out.code.address", code.get("address")),
-                    _bytes(trace, record, "out.code.bytes", code.get("bytes")))]  # fmt: skip
-        candidates = out.get("candidateCode")
-        for i, c in enumerate(candidates if isinstance(candidates, list) else []):
-            c = _obj(trace, record, f"out.candidateCode[{i}]", c)
-            windows.append(
-                (_int(trace, record, f"out.candidateCode[{i}].address", c.get("address")),
-                 _bytes(trace, record, f"out.candidateCode[{i}].bytes", c.get("bytes")))
-            )  # fmt: skip
-        red = stack.get("redZone")
-        red_zone = _bytes(trace, record, "out.stack.redZone", red) if red is not None else b""
-        if red_zone and len(red_zone) <= sp:
-            # the 128 bytes below SP a leaf function may use (System V red zone), copied at the instant
-            payloads.append(SegmentPayload(name="red-zone", kind="memory", role="stack", data=red_zone,
-                                           address=sp - len(red_zone)))  # fmt: skip
-        windows.extend(prologues.for_windows(windows))  # read after the instant, as candidate code is
-        stack_lo, stack_hi = sp - len(red_zone), captured_end
-        for n, (addr, data) in enumerate(_merge_code(windows)):
-            if addr < stack_hi and stack_lo < addr + len(data):
-                continue  # stack words pointing into the stack itself: the stack segment holds those bytes
-            payloads.append(
-                SegmentPayload(name=f"code-{n}", kind="memory", role="code", data=data, address=addr)
-            )
-        context: RuntimeContext | None = None
-        if layout is not None and runtime is not None and isinstance(out.get("seedContext"), str):
-            seed = _bytes(trace, record, "out.seedContext", out.get("seedContext"))[: layout.size]
-            blob = seed + bytes(layout.size - len(seed))
-            payloads.append(SegmentPayload(name="context", kind="blob", role="context", data=blob))
-            context = RuntimeContext(runtime=runtime, size=layout.size, segment="context")
-        walk = _obj(trace, record, "out.walk", out.get("walk"))
-        frames_raw = walk.get("frames")
-        live = LiveWalk(
-            seed="naive",
-            hresult=_int(trace, record, "out.walk.hr", walk.get("hr")),
-            frames=tuple(
-                LiveFrame(
-                    function_id=_int(trace, record, "frame funcId", f.get("funcId")),
-                    ip=_int(trace, record, "frame ip", f.get("ip")),
-                    sp=f.get("sp") if isinstance(f.get("sp"), int) else None,
-                )
-                for f in (frames_raw if isinstance(frames_raw, list) else [])
-                if isinstance(f, dict)
-            ),
-        )
-        if target_name not in known_cache:
-            known_cache[target_name] = _known_frames(trace, target_name, fid_by_name)
-        where_raw = out.get("where")
-        where: Mapping[str, Any] = where_raw if isinstance(where_raw, dict) else {}
-        known, phases = known_cache[target_name]
-        place = place_of(where)
-        callees: KnownCallees | None = None
-        phase_no = out.get("phase")
-        if isinstance(phase_no, int) and not isinstance(phase_no, bool) and phases:
-            phase = phases.get(phase_no)
-            if phase is None:
-                raise HarnessError(
-                    _where(trace, f"seq {record.seq}: phase {phase_no} is not one the scenario declares")
-                )
-            callees = KnownCallees(phase=phase.place[:64], names=phase.callees, prefixes=phase.prefixes)
-            # the scenario's account of what the thread was doing names the helper kind, unless the IP is
-            # managed code (then the place is managed, whatever the phase)
-            if place != "managed" and phase.place.startswith("helper:"):
-                place = _PLACE_PART.sub("-", phase.place.lower()).strip("-").replace("helper-", "helper:", 1)
-        # The manifest's cross-checks need its segment table, which the writer fills in: build it unchecked
-        # here; write_capture validates the whole (and names the field) before anything is written.
-        manifest = CaptureManifest.model_construct(
-            place=place,
-            scenario=scenario,
-            pid=header.pid if header else None,
-            tid=os_tid,
-            registers=regs,
-            context=context,
-            stack=stack_info,
-            modules=modules,
-            jit=jit,
-            live=live,
-            known_managed=known,
-            known_callees=callees,
-        )
-        specs.append(CaptureSpec(sample=sample, manifest=manifest, payloads=tuple(payloads)))
+        if isinstance(spec, str):
+            skipped.append(spec)
+        else:
+            specs.append(spec)
     return specs, skipped
+
+
+def _capture_of(
+    trace: Trace, record: CallRecord, sample: int, sidecars: _Sidecars, layout: Any, runtime: str | None,
+    scenario: str | None, modules: tuple[ModuleEntry, ...], jit: JitMap, fid_by_name: dict[str, int],
+    prologues: _Prologues, fs_by_tid: dict[int, int],
+    known_cache: dict[str, tuple[tuple[KnownFrame, ...] | None, dict[int, _Phase]]],
+) -> CaptureSpec | str:  # fmt: skip
+    """One sample as a capture, or the line saying why it is left out."""
+    header = trace.header
+    out = record.out
+    target = _obj(trace, record, "args.target", record.args.get("target"))
+    target_name = str(target.get("name") or "")
+    os_tid = target.get("osTid") if isinstance(target.get("osTid"), int) else None
+    stack = _obj(trace, record, "out.stack", out.get("stack"))
+    if not stack.get("inRange"):
+        return f"sample {sample}: SP outside the registered stack; no stack was copied"
+    regs = _registers(trace, record, _obj(trace, record, "out.registers", out.get("registers")),
+                      fs_by_tid.get(os_tid) if os_tid is not None else None)  # fmt: skip
+    sp = _int(trace, record, "out.stack.sp", stack.get("sp"))
+    stack_bytes = _bytes(trace, record, "out.stack.bytes", stack.get("bytes"), sidecars)
+    high = stack.get("stackHigh") if isinstance(stack.get("stackHigh"), int) else None
+    limit = sp + STACK_CAPTURE_BYTES
+    captured_end = limit if high is None else min(limit, high)
+    if sp + len(stack_bytes) != captured_end:
+        return (
+            f"sample {sample}: {len(stack_bytes)} stack bytes, min(SP + 64 KiB, stack end) needs "
+            f"{captured_end - sp}"
+        )
+    stack_info = StackInfo(
+        sp=sp, captured_end=captured_end, stack_end=high,
+        truncated=high is None or limit < high, segment="stack",
+    )  # fmt: skip
+    payloads: list[SegmentPayload] = [
+        SegmentPayload(name="stack", kind="memory", role="stack", data=stack_bytes, address=sp)
+    ]
+    code = _obj(trace, record, "out.code", out.get("code"))
+    code_bytes = _bytes(trace, record, "out.code.bytes", code.get("bytes"), sidecars)
+    windows = [(_int(trace, record, "out.code.address", code.get("address")), code_bytes)]
+    windows.extend(_candidate_windows(trace, record, out.get("candidateCode"), sidecars))
+    red = stack.get("redZone")
+    red_zone = (
+        _bytes(trace, record, "out.stack.redZone", red, sidecars)
+        if red is not None or out.get("framesFile") is not None else b""
+    )  # fmt: skip
+    if red_zone and len(red_zone) <= sp:
+        # the 128 bytes below SP a leaf function may use (System V red zone), copied at the instant
+        payloads.append(SegmentPayload(name="red-zone", kind="memory", role="stack", data=red_zone,
+                                       address=sp - len(red_zone)))  # fmt: skip
+    windows.extend(prologues.for_windows(windows))  # read after the instant, as candidate code is
+    stack_lo, stack_hi = sp - len(red_zone), captured_end
+    for n, (addr, data) in enumerate(_merge_code(windows)):
+        if addr < stack_hi and stack_lo < addr + len(data):
+            continue  # stack words pointing into the stack itself: the stack segment holds those bytes
+        payloads.append(
+            SegmentPayload(name=f"code-{n}", kind="memory", role="code", data=data, address=addr)
+        )
+    context: RuntimeContext | None = None
+    seed_ref = out.get("seedContext")
+    if layout is not None and runtime is not None and isinstance(seed_ref, (str, dict)):
+        seed = _bytes(trace, record, "out.seedContext", seed_ref, sidecars)[: layout.size]
+        blob = seed + bytes(layout.size - len(seed))
+        payloads.append(SegmentPayload(name="context", kind="blob", role="context", data=blob))
+        context = RuntimeContext(runtime=runtime, size=layout.size, segment="context")
+    walk = _obj(trace, record, "out.walk", out.get("walk"))
+    frames_raw = walk.get("frames")
+    live = LiveWalk(
+        seed="naive",
+        hresult=_int(trace, record, "out.walk.hr", walk.get("hr")),
+        frames=tuple(
+            LiveFrame(
+                function_id=_int(trace, record, "frame funcId", f.get("funcId")),
+                ip=_int(trace, record, "frame ip", f.get("ip")),
+                sp=f.get("sp") if isinstance(f.get("sp"), int) else None,
+            )
+            for f in (frames_raw if isinstance(frames_raw, list) else [])
+            if isinstance(f, dict)
+        ),
+    )
+    if target_name not in known_cache:
+        known_cache[target_name] = _known_frames(trace, target_name, fid_by_name)
+    where_raw = out.get("where")
+    where: Mapping[str, Any] = where_raw if isinstance(where_raw, dict) else {}
+    known, phases = known_cache[target_name]
+    place = place_of(where)
+    callees: KnownCallees | None = None
+    phase_no = out.get("phase")
+    if isinstance(phase_no, int) and not isinstance(phase_no, bool) and phases:
+        phase = phases.get(phase_no)
+        if phase is None:
+            raise HarnessError(
+                _where(trace, f"seq {record.seq}: phase {phase_no} is not one the scenario declares")
+            )
+        callees = KnownCallees(phase=phase.place[:64], names=phase.callees, prefixes=phase.prefixes)
+        # the scenario's account of what the thread was doing names the helper kind, unless the IP is
+        # managed code (then the place is managed, whatever the phase)
+        if place != "managed" and phase.place.startswith("helper:"):
+            place = _PLACE_PART.sub("-", phase.place.lower()).strip("-").replace("helper-", "helper:", 1)
+    # The manifest's cross-checks need its segment table, which the writer fills in: build it unchecked
+    # here; write_capture validates the whole (and names the field) before anything is written.
+    manifest = CaptureManifest.model_construct(
+        place=place,
+        scenario=scenario,
+        pid=header.pid if header else None,
+        tid=os_tid,
+        registers=regs,
+        context=context,
+        stack=stack_info,
+        modules=modules,
+        jit=jit,
+        live=live,
+        known_managed=known,
+        known_callees=callees,
+    )
+    return CaptureSpec(sample=sample, manifest=manifest, payloads=tuple(payloads))
 
 
 def write_captures(

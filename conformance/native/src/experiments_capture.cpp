@@ -16,18 +16,32 @@
 // fs_base, the stack from SP to min(SP + 64 KiB, the thread's stack end), up to 256 bytes around the IP
 // (process_vm_readv, so an unmapped neighbour page costs bytes, never a fault); then it calls DoStackSnapshot
 // seeded with a CONTEXT built from the ucontext as it is (the naive seed; the Walk of walk.h, prepared by the
-// profiler thread). After the handler is done the profiler thread reads code around every stack word that
+// profiler thread); last it posts a semaphore (sem_post: async-signal-safe) the profiler thread sleeps on
+// (sem_clockwait, up to args.timeoutMs). After the handler is done the profiler thread reads code around every stack word that
 // points into executable memory (after the instant: code rarely changes, the record says so), classifies
 // the IP (GetFunctionFromIP, else the mapping that holds it) and writes one `call` record `capture_sample`
 // per sample. After the last sample it writes `capture_maps` (/proc/self/maps) and `capture_jit_map`
 // (EnumJITedFunctions2; every native code version through GetNativeCodeStartAddresses + GetCodeInfo4, else
-// GetCodeInfo2; names from metadata). Byte buffers are base64 (RFC 4648) strings.
+// GetCodeInfo2; names from metadata).
+//
+// A sample's bytes (the stack copy, the red zone, the code around the IP, the candidate code windows, the
+// seed CONTEXT) do not go into the JSON record: the profiler thread appends them raw, as one frame (type
+// kFrameSample, one write) to a frames v1 sidecar beside the trace (profharness/frames.h; the trace's path +
+// kFramesSuffix, named in the record's out.framesFile), before it writes the record, which refers to each
+// part as {"offset", "at", "length"}: the frame's file offset, the part's position in the frame's payload
+// and its length (null when the frame could not be written). The candidate code part is a run of windows,
+// each u64 address, u32 length, the bytes (little-endian); its reference adds "count". Only the profiler
+// thread writes frames; the handler only fills its preallocated buffers, as before. The JIT map's prologue
+// bytes (once per run) stay base64 (RFC 4648) strings.
 //
 // Bounds: each sample waits at most args.timeoutMs for the handler; a handler that does not finish is
 // abandoned (probe_error), and sampling stops, since its buffers are still in use.
 #include <asm/prctl.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -37,6 +51,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -51,6 +66,7 @@
 #include "exports.h"
 #include "named_registry.h"
 #include "signal_seed.h"
+#include "profharness/frames.h"
 #include "profharness/metadata.h"
 #include "walk.h"
 
@@ -79,9 +95,22 @@ constexpr std::size_t kRedZone = 128;                  // System V AMD64: leaf c
 constexpr std::size_t kPrologueBytes = 32;             // first bytes of each JIT-compiled code range
 constexpr int kSampleSignal = SIGPROF;
 
+// The capture sidecar (conformance/adapters/capture.py reads it): its name is the trace's + this suffix; the
+// frame types of a sample's bytes.
+constexpr const char* kFramesSuffix = ".capture.frames";
+constexpr std::uint16_t kFrameSample = 1;
+constexpr std::uint64_t kUserSpaceEnd = std::uint64_t{1} << 47;
+
 std::uint64_t now_ns() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+std::uint64_t thread_cpu_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
@@ -137,6 +166,39 @@ std::size_t read_own(std::uint64_t addr, unsigned char* out, std::size_t n) {
         if (static_cast<std::size_t>(got) < chunk) break;
     }
     return done;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The sidecar of a sample's bytes
+
+FrameWriter g_frames;
+std::string g_frames_name;  // the sidecar's file name (beside the trace)
+std::mutex g_frames_open_mutex;
+
+// Opens the sidecar once per process (the trace's path + kFramesSuffix); false with a reason.
+bool open_capture_frames(std::string& error) {
+    std::lock_guard<std::mutex> lock(g_frames_open_mutex);
+    if (g_frames.is_open()) return true;
+    const char* trace = std::getenv("PROFHARNESS_TRACE");
+    if (trace == nullptr || *trace == '\0') {
+        error = "PROFHARNESS_TRACE is not set: no place for the capture sidecar";
+        return false;
+    }
+    const std::string path = std::string(trace) + kFramesSuffix;
+    if (!g_frames.open(path.c_str(), 0, error)) return false;
+    const std::size_t slash = path.rfind('/');
+    g_frames_name = slash == std::string::npos ? path : path.substr(slash + 1);
+    return true;
+}
+
+// The record's reference to `n` bytes at `pos` in the payload of the sample's frame at file offset `frame`
+// ({"offset", "at", "length"}); null when the frame was not written (frame < 0).
+Json frame_ref(std::int64_t frame, std::size_t pos, std::size_t n) {
+    if (frame < 0) return Json();
+    Json r = Json::object();
+    r.set("offset", Json(static_cast<std::uint64_t>(frame))).set("at", Json(static_cast<std::uint64_t>(pos)));
+    r.set("length", Json(static_cast<std::uint64_t>(n)));
+    return r;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -212,6 +274,10 @@ struct SampleBuffer {
 };
 
 SampleBuffer g_sample;
+// Posted by the handler when it is done (sem_post is async-signal-safe): the profiler thread sleeps on it
+// instead of polling (each poll costs a wake-up, many of them when the machine is loaded).
+sem_t g_sample_done;
+std::once_flag g_sample_done_once;
 // The scenario's phase cell (profharness_capture_phase_cell): an int32 it writes before each phase; the
 // handler reads it at the instant (a plain load: async-signal-safe).
 std::atomic<const volatile std::int32_t*> g_phase_cell{nullptr};
@@ -265,6 +331,7 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
     b.hr = w ? w->run(state().info_as<ICorProfilerInfo2>(2)) : E_POINTER;
     b.tWalked = now_ns();
     b.state.store(kDone, std::memory_order_release);
+    sem_post(&g_sample_done);
     errno = saved_errno;
 }
 
@@ -274,6 +341,7 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
 struct Mapping {
     std::uint64_t start, end;
     bool exec;
+    bool none;  // "---p": reserved, no access (the runtime reserves, then commits, code heaps this way)
     std::string path;  // "" for anonymous memory
 };
 
@@ -284,30 +352,89 @@ std::string read_maps_text() {
     return ss.str();
 }
 
-std::vector<Mapping> parse_maps(const std::string& text) {
-    std::vector<Mapping> out;
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
-        Mapping m{};
-        char perms[8] = {};
-        int path_at = 0;
-        unsigned long long s = 0, e = 0;
-        if (std::sscanf(line.c_str(), "%llx-%llx %7s %*s %*s %*s %n", &s, &e, perms, &path_at) < 3) continue;
-        m.start = s;
-        m.end = e;
-        m.exec = perms[2] == 'x';
-        if (path_at > 0 && static_cast<std::size_t>(path_at) < line.size()) m.path = line.substr(path_at);
-        out.push_back(m);
+// Reads /proc/self/maps into `maps` (start, end, whether executable, the path: the text after the inode and
+// its spaces), reusing its buffers: one read(2) loop into a kept buffer and a parser without stdio or
+// streams (candidate_code says when the profiler thread reads them again).
+std::uint64_t g_maps_reads = 0;  // refresh_maps calls (capture_done out.mapsReads)
+
+void refresh_maps(std::vector<Mapping>& maps) {
+    static std::vector<char> text(64 * 1024);  // the profiler thread's
+    ++g_maps_reads;
+    const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    std::size_t n = 0;
+    if (fd >= 0) {
+        for (;;) {
+            if (n == text.size()) text.resize(text.size() * 2);
+            const ssize_t got = ::read(fd, text.data() + n, text.size() - n);
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) break;
+            n += static_cast<std::size_t>(got);
+        }
+        ::close(fd);
     }
-    return out;
+    auto hex = [](const char*& p, const char* end, std::uint64_t& v) {
+        const char* start = p;
+        v = 0;
+        for (; p < end; ++p) {
+            const char c = *p;
+            const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0) break;
+            v = v << 4 | static_cast<std::uint64_t>(d);
+        }
+        return p > start;
+    };
+    auto skip_field = [](const char*& p, const char* end) {  // spaces, then a field
+        while (p < end && *p == ' ') ++p;
+        while (p < end && *p != ' ') ++p;
+    };
+    std::size_t count = 0;
+    const char* p = text.data();
+    const char* const all_end = text.data() + n;
+    while (p < all_end) {
+        const char* eol = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(all_end - p)));
+        const char* end = eol ? eol : all_end;
+        std::uint64_t start = 0, stop = 0;
+        const char* q = p;
+        if (hex(q, end, start) && q < end && *q == '-' && hex(++q, end, stop) && q < end && *q == ' ') {
+            ++q;
+            const char* perms = q;
+            while (q < end && *q != ' ') ++q;
+            const bool perms3 = q - perms >= 3;
+            if (q > perms) {
+                skip_field(q, end);  // offset
+                skip_field(q, end);  // device
+                skip_field(q, end);  // inode
+                while (q < end && (*q == ' ' || *q == '\t')) ++q;
+                if (count == maps.size()) maps.emplace_back();
+                Mapping& m = maps[count++];
+                m.start = start;
+                m.end = stop;
+                m.exec = perms3 && perms[2] == 'x';
+                m.none = perms3 && perms[0] == '-' && perms[1] == '-' && perms[2] == '-';
+                m.path.assign(q, end);
+            }
+        }
+        p = eol ? eol + 1 : all_end;
+    }
+    maps.resize(count);
 }
 
-const Mapping* mapping_of(const std::vector<Mapping>& maps, std::uint64_t a) {
-    for (const Mapping& m : maps)
-        if (a >= m.start && a < m.end) return &m;
-    return nullptr;
+// Whether the page of `a` is mapped now (mincore(2) fails with ENOMEM on an unmapped page).
+bool mapped_now(std::uint64_t a) {
+    unsigned char resident = 0;
+    void* page = reinterpret_cast<void*>(static_cast<std::uintptr_t>(a & ~std::uint64_t{4095}));
+    return ::mincore(page, 1, &resident) == 0 || errno != ENOMEM;
 }
+
+// The mapping that holds `a` (/proc/self/maps lists mappings in ascending, disjoint address order).
+const Mapping* mapping_of(const std::vector<Mapping>& maps, std::uint64_t a) {
+    auto it = std::upper_bound(maps.begin(), maps.end(), a,
+                               [](std::uint64_t x, const Mapping& m) { return x < m.start; });
+    if (it == maps.begin()) return nullptr;
+    --it;
+    return a < it->end ? &*it : nullptr;
+}
+
 
 // ---------------------------------------------------------------------------------------------------
 // The JIT code map
@@ -470,7 +597,7 @@ Json where_of(std::uint64_t ip, std::vector<Mapping>& maps) {
     w.set("functionId", Json(static_cast<std::uint64_t>(failed(fh) ? 0 : fid)));
     const Mapping* m = mapping_of(maps, ip);
     if (!m) {
-        maps = parse_maps(read_maps_text());  // new code regions appear as the runtime runs
+        refresh_maps(maps);  // new code regions appear as the runtime runs
         m = mapping_of(maps, ip);
     }
     if (!failed(fh) && fid) {
@@ -486,25 +613,100 @@ Json where_of(std::uint64_t ip, std::vector<Mapping>& maps) {
     return w;
 }
 
-Json code_json(std::uint64_t addr, const unsigned char* p, std::size_t n) {
-    Json c = Json::object();
-    c.set("address", Json(addr)).set("bytes", base64(p, n));
-    return c;
+void put_le(std::vector<unsigned char>& out, std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<unsigned char>(v >> (8 * i)));
 }
 
-// Code around stack words that point into executable mappings (candidate return addresses).
-Json candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates) {
-    Json out = Json::array();
+// Reads windows [addr, addr + len) of this process (len <= kCodeWindow) into out (kCodeWindow bytes each);
+// got[i] is what read_own(addr, ..., len) would give for window i (the bytes up to its first unreadable
+// page). The cost of process_vm_readv is in pinning pages, so each distinct page the windows touch is read
+// once, whole (one iovec per page: a transfer stops only between iovec elements, so a short count names the
+// page that failed), in as few calls as the failures allow; the windows are then cut from those pages.
+void read_windows(const std::vector<std::pair<std::uint64_t, std::size_t>>& windows, unsigned char* out,
+                  std::size_t* got) {
+    static std::vector<std::uint64_t> pages;  // the profiler thread's
+    static std::vector<unsigned char> data;   // 4096 bytes per page
+    static std::vector<char> readable;
+    pages.clear();
+    for (const auto& [addr, len] : windows)
+        if (len) {
+            for (std::uint64_t p = addr & ~std::uint64_t{4095}; p < addr + len; p += 4096) pages.push_back(p);
+        }
+    std::sort(pages.begin(), pages.end());
+    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+    data.resize(pages.size() * 4096);
+    readable.assign(pages.size(), 0);
+    constexpr std::size_t kBatch = 512;  // <= IOV_MAX
+    struct iovec local[kBatch], remote[kBatch];
+    std::size_t c = 0;
+    while (c < pages.size()) {
+        const std::size_t n = std::min(kBatch, pages.size() - c);
+        for (std::size_t i = 0; i < n; ++i) {
+            local[i] = {data.data() + (c + i) * 4096, 4096};
+            remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(pages[c + i])), 4096};
+        }
+        const ssize_t r = ::syscall(SYS_process_vm_readv, ::getpid(), local, static_cast<unsigned long>(n), remote,
+                                    static_cast<unsigned long>(n), 0UL);
+        const std::size_t whole = r > 0 ? static_cast<std::size_t>(r) / 4096 : 0;
+        for (std::size_t i = 0; i < whole; ++i) readable[c + i] = 1;
+        c += whole < n ? whole + 1 : n;  // page c + whole failed (unreadable); go on after it
+    }
+    for (std::size_t w = 0; w < windows.size(); ++w) {
+        const auto [addr, len] = windows[w];
+        std::size_t done = 0;
+        while (done < len) {  // page by page, as read_own reads: stop at the first unreadable page
+            const std::uint64_t a = addr + done;
+            const std::uint64_t page = a & ~std::uint64_t{4095};
+            const std::size_t k = static_cast<std::size_t>(std::lower_bound(pages.begin(), pages.end(), page) - pages.begin());
+            if (!readable[k]) break;
+            std::size_t chunk = std::min<std::size_t>(len - done, static_cast<std::size_t>(page + 4096 - a));
+            std::memcpy(out + w * kCodeWindow + done, data.data() + k * 4096 + (a - page), chunk);
+            done += chunk;
+        }
+        got[w] = done;
+    }
+}
+
+// Code around stack words that point into executable mappings (candidate return addresses), packed into
+// `packed` as windows (u64 address, u32 length, the bytes; little-endian), at most `cap` bytes; returns the
+// number of windows.
+std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
+                             std::vector<unsigned char>& packed, std::size_t cap) {
+    static std::vector<std::pair<std::uint64_t, std::size_t>> wanted;  // the profiler thread's
+    static std::vector<unsigned char> bytes;
+    static std::vector<std::size_t> got;
+    packed.clear();
+    wanted.clear();
+    std::uint64_t count = 0;
     std::set<std::uint64_t> windows;
     bool refreshed = false;
+    // The maps are read again (once per sample, as soon as a word needs it) when a word lies in no mapping
+    // read earlier but is mapped now (mincore: new mappings, e.g. .NET 8's double-mapped code), or lies in
+    // a reservation without access then ("---p") that is readable now (process_vm_readv of one byte: memory
+    // the runtime committed since, executable on .NET Core 3.1's code heaps; a guard page stays unreadable).
+    // A page found unchanged costs no second system call in this sample; x86-64 user space ends below 2^47
+    // (the kernel maps higher only for an mmap hint above it, which the runtime does not give:
+    // Documentation/arch/x86/x86_64/5level-paging.rst), so higher words need none.
+    std::uint64_t unchanged[64];
+    std::size_t n_unchanged = 0;
+    auto changed_since = [&](std::uint64_t word, bool reserved) {
+        if (word >= kUserSpaceEnd) return false;
+        const std::uint64_t page = word & ~std::uint64_t{4095};
+        for (std::size_t i = 0; i < n_unchanged; ++i)
+            if (unchanged[i] == page) return false;
+        unsigned char byte;
+        if (reserved ? read_own(word, &byte, 1) == 1 : mapped_now(word)) return true;
+        if (n_unchanged < 64) unchanged[n_unchanged++] = page;
+        return false;
+    };
     const std::size_t half = kCodeWindow / 2;
     for (std::size_t off = 0; off + 8 <= b.stackCopied; off += 8) {
         std::uint64_t word;
         std::memcpy(&word, b.stack + off, 8);
         if (word < 4096) continue;
         const Mapping* m = mapping_of(maps, word);
-        if (!m && !refreshed) {
-            maps = parse_maps(read_maps_text());  // code the runtime mapped since the last read
+        if (!refreshed && (!m || m->none) && changed_since(word, m != nullptr)) {
+            refresh_maps(maps);  // code the runtime mapped or committed since the last read
             refreshed = true;
             m = mapping_of(maps, word);
         }
@@ -514,22 +716,33 @@ Json candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
         if (static_cast<std::int64_t>(windows.size()) >= max_candidates) break;
         windows.insert(lo);
         const std::uint64_t hi = std::min<std::uint64_t>(m->end, word + half);
-        unsigned char buf[kCodeWindow];
-        const std::size_t got = read_own(lo, buf, static_cast<std::size_t>(hi - lo));
-        if (got) out.push(code_json(lo, buf, got));
+        wanted.emplace_back(lo, static_cast<std::size_t>(hi - lo));
     }
-    return out;
+    bytes.resize(wanted.size() * kCodeWindow);
+    got.resize(wanted.size());
+    read_windows(wanted, bytes.data(), got.data());
+    for (std::size_t w = 0; w < wanted.size(); ++w) {
+        if (!got[w]) continue;
+        if (packed.size() + 12 + got[w] > cap) break;
+        put_le(packed, wanted[w].first, 8);
+        put_le(packed, got[w], 4);
+        const unsigned char* p = bytes.data() + w * kCodeWindow;
+        packed.insert(packed.end(), p, p + got[w]);
+        ++count;
+    }
+    return count;
 }
 
 // Records one sample; returns whether its IP was managed code (GetFunctionFromIP gave a FunctionID).
 bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::vector<Mapping>& maps) {
+    const std::uint64_t cpu_start = thread_cpu_ns();
     ProbeState& s = state();
     const SampleBuffer& b = g_sample;
     Json args = Json::object();
     Json target = Json::object();
     target.set("name", job.target.name).set("threadId", Json(static_cast<std::uint64_t>(job.target.threadId)));
     target.set("osTid", Json(static_cast<std::int64_t>(job.target.osTid)));
-    args.set("sample", Json(index)).set("target", target).set("signal", "SIGPROF").set("seed", "naive");
+    args.set("sample", Json(index)).set("target", std::move(target)).set("signal", "SIGPROF").set("seed", "naive");
     args.set("infoFlags", Json(static_cast<std::uint64_t>(job.infoFlags)));
     args.set("walk", Json(walk.number()));
 
@@ -539,19 +752,40 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     Json regs = Json::object();
     for (int i = 0; i < NGREG; ++i) regs.set(kGregNames[i], Json(b.gregs[i]));
     regs.set("fs_base", b.fsOk ? Json(b.fsBase) : Json());
-    out.set("registers", regs);
+    out.set("registers", std::move(regs));
     Json stack = Json::object();
     stack.set("sp", Json(b.sp)).set("inRange", Json(b.stackInRange));
     stack.set("stackLow", job.target.stackHigh ? Json(job.target.stackLow) : Json());
     stack.set("stackHigh", job.target.stackHigh ? Json(job.target.stackHigh) : Json());
     stack.set("capturedEnd", Json(b.sp + b.stackCopied));
-    stack.set("bytes", base64(b.stack, static_cast<std::size_t>(b.stackCopied)));
-    stack.set("redZone", base64(b.redZone, b.redZoneCopied));
-    out.set("stack", stack);
-    out.set("code", code_json(b.codeAddr, b.code, b.codeLen));
-    out.set("candidateCode", candidate_code(b, maps, job.maxCandidates));
+    // The sample's bytes: one frame, one write: stack, red zone, code around the IP, candidate code, seed.
+    static std::vector<unsigned char> packed;  // the profiler thread's
+    const std::size_t stack_n = static_cast<std::size_t>(b.stackCopied), seed_n = sizeof(AMD64Context);
+    const std::size_t fixed = stack_n + b.redZoneCopied + b.codeLen + seed_n;
+    const std::uint64_t cpu_candidates = thread_cpu_ns();
+    const std::uint64_t windows = candidate_code(b, maps, job.maxCandidates, packed, g_frames.max_payload() - fixed);
+    const std::uint64_t cpu_candidates_end = thread_cpu_ns();
+    const FrameWriter::Part parts[] = {{b.stack, stack_n}, {b.redZone, b.redZoneCopied}, {b.code, b.codeLen},
+                                       {packed.data(), packed.size()}, {b.seed, seed_n}};
+    const std::int64_t frame = g_frames.append(kFrameSample, parts, sizeof parts / sizeof parts[0]);
+    std::size_t pos = 0;
+    auto next_ref = [&](std::size_t n) {
+        Json r = frame_ref(frame, pos, n);
+        pos += n;
+        return r;
+    };
+    stack.set("bytes", next_ref(stack_n));
+    stack.set("redZone", next_ref(b.redZoneCopied));
+    out.set("stack", std::move(stack));
+    Json code = Json::object();
+    code.set("address", Json(b.codeAddr)).set("bytes", next_ref(b.codeLen));
+    out.set("code", std::move(code));
+    Json candidates = next_ref(packed.size());
+    if (candidates.is_object()) candidates.set("count", Json(windows));
+    out.set("candidateCode", std::move(candidates));
     out.set("candidateCodeTaken", "after-handler");
-    out.set("seedContext", base64(b.seed, sizeof(AMD64Context)));
+    out.set("seedContext", next_ref(seed_n));
+    out.set("framesFile", g_frames_name);
     Json w = Json::object();
     w.set("hr", Json(static_cast<std::uint32_t>(b.hr)));
     w.set("frameCount", Json(static_cast<std::uint64_t>(walk.delivered())));
@@ -562,18 +796,21 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
         fr.set("ip", Json(static_cast<std::uint64_t>(f.ip)));
         fr.set("sp", f.hasContext && f.contextSize >= kContextRipOffset + 8 ? Json(f.rsp) : Json());
         fr.set("inCall", Json(f.inCall));
-        frames.push(fr);
+        frames.push(std::move(fr));
     }
-    w.set("frames", frames);
-    out.set("walk", w);
+    w.set("frames", std::move(frames));
+    out.set("walk", std::move(w));
     Json where = where_of(b.gregs[REG_RIP], maps);
     const Json* kind = where.get("kind");
     const bool managed = kind && kind->is_string() && kind->as_string() == "managed";
     out.set("where", std::move(where));
     Json timing = Json::object();
     timing.set("copyNs", Json(b.tCopied - b.tEnter)).set("walkNs", Json(b.tWalked - b.tCopied));
-    out.set("timing", timing);
-    s.call("capture_sample", job.planned->id.c_str(), args, out, S_OK);
+    // the profiler thread's CPU time for this record (up to its write) and for its candidate code
+    timing.set("candidatesCpuNs", Json(cpu_candidates_end - cpu_candidates));
+    timing.set("recordCpuNs", Json(thread_cpu_ns() - cpu_start));
+    out.set("timing", std::move(timing));
+    s.call("capture_sample", job.planned->id.c_str(), std::move(args), std::move(out), S_OK);
     return managed;
 }
 
@@ -581,10 +818,14 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     ProbeState& s = state();
     const char* exp = job->planned->id.c_str();
     record_profiler_thread_created(exp);
-    std::vector<Mapping> maps = parse_maps(read_maps_text());
+    const std::uint64_t cpu_begin = thread_cpu_ns();
+    const std::uint64_t maps_reads_before = g_maps_reads;
+    std::vector<Mapping> maps;
+    refresh_maps(maps);
     std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
     auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
     std::uint64_t deadline_ns = now_ns();
+    const std::uint64_t refused_before = g_frames.refused();
     for (std::int64_t i = 0; i < job->maxSamples && (i < job->samples || !enough()); ++i) {
         if (i > 0 && job->intervalUs > 0) {
             deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
@@ -603,13 +844,15 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         g_sample.stackHigh = job->target.stackHigh;
         g_sample.handlerOsTid = 0;
         g_sample.hr = S_OK;
+        while (sem_trywait(&g_sample_done) == 0) {
+        }  // a post left by a handler that finished after its sample was abandoned
         g_sample.state.store(kRequested, std::memory_order_release);
         const int rc = pthread_kill(job->target.pthread, kSampleSignal);
-        std::int64_t waited_us = 0;
         if (rc == 0) {
-            while (g_sample.state.load(std::memory_order_acquire) != kDone && waited_us < job->timeoutMs * 1000) {
-                sleep_us(50);
-                waited_us += 50;
+            const std::uint64_t give_up = now_ns() + static_cast<std::uint64_t>(job->timeoutMs) * 1000000ull;
+            const timespec until{static_cast<time_t>(give_up / 1000000000ull), static_cast<long>(give_up % 1000000000ull)};
+            while (g_sample.state.load(std::memory_order_acquire) != kDone) {
+                if (sem_clockwait(&g_sample_done, CLOCK_MONOTONIC, &until) != 0 && errno == ETIMEDOUT) break;
             }
         }
         if (g_sample.state.load(std::memory_order_acquire) != kDone) {
@@ -634,6 +877,10 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         g_sample.walk.store(nullptr);
         g_sample.state.store(kIdle, std::memory_order_release);
     }
+    if (const std::uint64_t refused = g_frames.refused() - refused_before)
+        s.probe_error("capture_sample: " + std::to_string(refused) + " frames could not be written to the sidecar " +
+                          g_frames_name + " (their references are null)",
+                      job->planned->id);
     {
         Json out = Json::object();
         out.set("maps", read_maps_text()).set("taken", "after-sampling");
@@ -648,6 +895,8 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         out.set("taken", Json(taken)).set("timedOut", Json(timed_out));
         out.set("managedOk", Json(managed_ok)).set("unmanagedOk", Json(unmanaged_ok));
         out.set("enough", Json(enough()));
+        out.set("profilerCpuNs", Json(thread_cpu_ns() - cpu_begin));  // the profiler thread's CPU time
+        out.set("mapsReads", Json(g_maps_reads - maps_reads_before));  // /proc/self/maps read while sampling
         s.call("capture_done", exp, args, out, timed_out ? E_FAIL : S_OK);
     }
     job->done.store(true, std::memory_order_release);
@@ -666,6 +915,7 @@ void capture_sample(ExperimentContext& ctx) {
         s.probe_error("capture_sample needs ICorProfilerInfo2", ctx.planned.id);
         return;
     }
+    std::call_once(g_sample_done_once, [] { sem_init(&g_sample_done, 0, 0); });
     if (const int err = g_sample_handler.install()) {
         s.probe_error("capture_sample: sigaction(SIGPROF) failed: " + std::string(std::strerror(err)),
                       ctx.planned.id);
@@ -673,6 +923,11 @@ void capture_sample(ExperimentContext& ctx) {
     }
     if (g_sample.state.load(std::memory_order_acquire) != kIdle) {
         s.probe_error("capture_sample: an earlier sample never finished; not sampling again", ctx.planned.id);
+        return;
+    }
+    std::string frames_error;
+    if (!open_capture_frames(frames_error)) {
+        s.probe_error("capture_sample: " + frames_error, ctx.planned.id);
         return;
     }
     auto job = std::make_shared<SamplingJob>();
