@@ -84,6 +84,7 @@ RULES: dict[str, str] = {
     "IL-STACK-MERGE": "paths reach an instruction with different stack depths",
     "IL-STACK-EMPTY": "a non-empty evaluation stack where it must be empty (try entry, jmp)",
     "IL-STACK-RET": "ret with more than the return value on the stack",
+    "IL-STACK-ENDFILTER": "endfilter with more than its one value on the stack",
     "IL-FALLTHROUGH-END": "control falls through the end of the code",
     "IL-TOKEN": "a token of the wrong table, naming no row, or of the wrong signature kind",
     "IL-ARG-INDEX": "an argument number beyond the method's arguments",
@@ -198,10 +199,6 @@ def _parse(data: Bytes, length: int | None, found: _Findings) -> MethodBody | No
             found.add("IL-HEADER-CODE-SIZE", None,
                       f"the tiny header announces {size} code bytes; the body holds {len(data) - 1}")
             return None
-        if length is not None and length > 1 + size:
-            found.add("IL-HEADER-TINY-SIZE", None,
-                      f"a tiny header announces {size} code bytes (at most 63 fit its six bits) but "
-                      f"{length - 1} bytes of code follow it: a body over 63 bytes needs a fat header")
         return MethodBody(True, _TINY, 8, 0, bytes(data[1:1 + size]), (), 1 + size)
     if first & _FORMAT_MASK != _FAT:
         found.add("IL-HEADER-FORMAT", None,
@@ -295,6 +292,14 @@ _DECODING: dict[int, tuple[OpCode, int, int, int]] = {
 }
 
 
+#: the most code bytes a tiny header's six-bit size can announce (Partition II §25.4.2)
+_TINY_MAX = 63
+
+#: opcodes ECMA-335 defines that CoreCLR's JIT rejects (its opcode.def lists them as unused; a body with one
+#: ends in InvalidProgramException, observed on both bundled runtimes): ``no.``
+NOT_IN_CORECLR = frozenset({0xFE19})
+
+
 def _decode(code: bytes, found: _Findings) -> list[Instruction]:
     out: list[Instruction] = []
     at, n = 0, len(code)
@@ -310,6 +315,10 @@ def _decode(code: bytes, found: _Findings) -> list[Instruction]:
         if row is None:
             shown = f"FE {value & 0xFF:02X}" if value > 0xFF else f"{value:02X}"
             found.add("IL-OPCODE", at, f"opcode {shown} is not defined by ECMA-335")
+            break
+        if value in NOT_IN_CORECLR:
+            found.add("IL-OPCODE", at, f"{row[0].name} (FE {value & 0xFF:02X}) is defined by ECMA-335 but "
+                      "CoreCLR does not implement it (observed: InvalidProgramException on 3.1.23 and 8.0.4)")
             break
         op, size, width, mode = row
         start = at + size
@@ -416,7 +425,23 @@ def check_body(
         found.add("IL-FALLTHROUGH-END", 0, "the code is empty: control falls through its end")
     if complete:
         _simulate(body, instructions, starts, signatures, method, found)
+    _blame_a_tiny_header(body, length, found)
     return found.sorted()
+
+
+def _blame_a_tiny_header(body: MethodBody, length: int | None, found: _Findings) -> None:
+    """IL-HEADER-TINY-SIZE: a tiny header on a body handed over with more than 63 bytes of code, whose
+    announced code is broken (it ends inside an instruction or falls off its end): the rewriter grew a tiny
+    body and kept its header (the six-bit size wrapped). A body merely handed over in a larger block (an
+    allocation with room to spare) whose announced code is sound is not blamed."""
+    if not body.tiny or length is None or length - 1 <= _TINY_MAX:
+        return
+    broken = {"IL-CODE-TRUNCATED", "IL-FALLTHROUGH-END", "IL-OPCODE", "IL-BRANCH-RANGE"}
+    if any(rule in broken for rule, _ in found.items):
+        found.add("IL-HEADER-TINY-SIZE", None,
+                  f"a tiny header announces {len(body.code)} code bytes (at most {_TINY_MAX} fit its six "
+                  f"bits) but {length - 1} bytes follow it and the announced code is cut short: a body over "
+                  f"{_TINY_MAX} bytes needs a fat header")
 
 
 def _starts(instructions: list[Instruction]) -> set[int]:
@@ -778,7 +803,12 @@ def _simulate(body: MethodBody, instructions: list[Instruction], starts: set[int
                     reach(offset, target, depth)
                 if flow is Flow.BRANCH:
                     break
-            elif flow in (Flow.THROW, Flow.END_FINALLY, Flow.END_FILTER, Flow.JMP):
+            elif flow is Flow.END_FILTER:
+                if depth:
+                    found.add("IL-STACK-ENDFILTER", offset,
+                              f"endfilter leaves {depth} more items than its one value")
+                break
+            elif flow in (Flow.THROW, Flow.END_FINALLY, Flow.JMP):
                 break
             n += 1
             if n == len(instructions):

@@ -146,6 +146,11 @@ def test_IL_HEADER_TINY_SIZE_tiny_header_on_a_longer_body() -> None:
     data = bytes([(len(code) << 2 | 2) & 0xFF]) + code
     assert "IL-HEADER-TINY-SIZE" in rules(data, length=len(data))
     assert "IL-HEADER-TINY-SIZE" not in rules(body(Ins("ret")), length=2)
+    # a sound tiny body handed over in a larger block (an allocation with room to spare) is not blamed
+    assert rules(body(Ins("ret")) + bytes(200), length=201) == []
+    # 70 bytes of code behind a 6-bit size of 63: the announced code ends inside the ldc.i4 at 62
+    grown = bytes([0x00] * 62) + b"\x20\x01\x00\x00\x00" + b"\x26\x2a"
+    assert "IL-HEADER-TINY-SIZE" in rules(bytes([63 << 2 | 2]) + grown, length=1 + len(grown))
 
 
 def test_IL_HEADER_FAT_SIZE_and_IL_HEADER_FLAGS() -> None:
@@ -177,6 +182,8 @@ def test_IL_HEADER_LOCALS_token_not_a_local_signature() -> None:
 def test_IL_OPCODE_undefined_opcodes() -> None:
     assert rules(encode_body(b"\x24\x2a")) == ["IL-OPCODE"]
     assert rules(encode_body(b"\xfe\x08\x2a")) == ["IL-OPCODE"]
+    # no. (FE 19) is ECMA-335's, but CoreCLR rejects a body holding it (observed on both runtimes)
+    assert rules(encode_body(b"\xfe\x19\x01\x14\x26\x2a")) == ["IL-OPCODE"]
 
 
 def test_IL_CODE_TRUNCATED_operand_past_the_end() -> None:
@@ -386,6 +393,19 @@ def test_IL_STACK_RET_leftovers_and_return_value() -> None:
     assert rules(body(Ins("ldnull"), Ins("ret"))) == ["IL-STACK-RET"]
     assert rules(body(Ins("ldarg.0"), Ins("ret")), INT_OF_INT) == []
     assert rules(body(Ins("ret")), INT_OF_INT) == ["IL-STACK-UNDERFLOW"]
+
+
+def test_IL_STACK_ENDFILTER_exactly_one_value_at_endfilter() -> None:
+    """Partition III §3.34's verifiability rule, which .NET 8.0.4 enforces (InvalidProgramException)."""
+    def filtered(*probe: Ins) -> bytes:
+        code, at = assemble([Label("try"), Ins("leave.s", "end"), Label("f"), Ins("pop"), *probe,
+                             Ins("ldc.i4.1"), Ins("endfilter"), Label("h"), Ins("pop"), Ins("leave.s", "end"),
+                             Label("end"), Ins("ret")])
+        clause = EHClause(1, 0, at["f"], at["h"], at["end"] - at["h"], at["f"])
+        return encode_body(code, clauses=(clause,), max_stack=8)
+
+    assert rules(filtered()) == []
+    assert rules(filtered(Ins("ldc.i4.1"))) == ["IL-STACK-ENDFILTER"]
 
 
 def test_IL_FALLTHROUGH_END() -> None:

@@ -364,8 +364,8 @@ def _verdict(g: Generated, data: bytes) -> list[str]:
                     "IL-PREFIX", "IL-BRANCH-RANGE", "IL-BRANCH-MID-INSTRUCTION", "IL-EH-SECTION",
                     "IL-EH-FLAGS", "IL-EH-RANGE", "IL-EH-BOUNDARY", "IL-EH-NESTING", "IL-EH-BRANCH",
                     "IL-EH-RET", "IL-EH-INSTRUCTION", "IL-STACK-UNDERFLOW", "IL-MAXSTACK",
-                    "IL-STACK-MERGE", "IL-STACK-EMPTY", "IL-STACK-RET", "IL-FALLTHROUGH-END", "IL-TOKEN",
-                    "IL-ARG-INDEX", "IL-LOCAL-INDEX")
+                    "IL-STACK-MERGE", "IL-STACK-EMPTY", "IL-STACK-RET", "IL-STACK-ENDFILTER",
+                    "IL-FALLTHROUGH-END", "IL-TOKEN", "IL-ARG-INDEX", "IL-LOCAL-INDEX")
 def test_generated_valid_bodies_pass(long_profile: bool) -> None:
     def check(g: Generated) -> None:
         assert _verdict(g, g.data) == []
