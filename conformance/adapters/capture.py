@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from clr_model.context import runtime_context_layout
 from conformance.core.errors import HarnessError
-from conformance.core.frames import FrameFile, FramesError, read_frames
+from conformance.core.frames import FrameReader, FramesError
 from conformance.core.trace import CallRecord, Trace
 from emu.capture import (
     STACK_CAPTURE_BYTES,
@@ -125,26 +125,29 @@ class _MissingFrame(HarnessError):
 
 
 class _Sidecars:
-    """The frames sidecars of one trace, each read once (by file name, beside the trace)."""
+    """The frames sidecars of one trace (by file name, beside the trace), each frame read on its own when a
+    record names it (:class:`FrameReader`): a damaged frame, or one that does not hold what its record says,
+    leaves out that sample alone (:class:`_MissingFrame`), never the others."""
 
     def __init__(self, trace: Trace) -> None:
         self._trace = trace
-        self._files: dict[str, FrameFile | FramesError] = {}
+        self._files: dict[str, FrameReader | FramesError] = {}
 
     def payload(self, record: CallRecord, field: str, ref: Mapping[str, Any]) -> bytes:
         trace = self._trace
         name = record.out.get("framesFile")
-        if not isinstance(name, str) or not name or "/" in name:
+        if not isinstance(name, str) or not name or "/" in name or "\0" in name or name in (".", ".."):
             raise HarnessError(
-                _where(trace, f"seq {record.seq}: {field}: a frame reference without out.framesFile")
-            )
+                _where(trace, f"seq {record.seq}: {field}: a frame reference without out.framesFile (a file "
+                              "name beside the trace)")
+            )  # fmt: skip
         offset = _int(trace, record, f"{field}.offset", ref.get("offset"))
         at = _int(trace, record, f"{field}.at", ref.get("at", 0))
         length = _int(trace, record, f"{field}.length", ref.get("length"))
         got = self._files.get(name)
         if got is None:
             try:
-                got = read_frames(trace.path.parent / name)
+                got = FrameReader(trace.path.parent / name)
             except FramesError as exc:
                 got = exc
             self._files[name] = got
@@ -154,11 +157,12 @@ class _Sidecars:
             frame = got.at_offset(offset)
         except FramesError as exc:
             raise _MissingFrame(f"{field}: {exc.message}") from None
-        if frame.type != FRAME_SAMPLE or at < 0 or length < 0 or at + length > len(frame.payload):
-            raise HarnessError(_where(
-                trace, f"seq {record.seq}: {field} names bytes {at}..{at + length} of frame {frame.index} "
-                f"of {name} (type {frame.type}, {len(frame.payload)} bytes; expected type {FRAME_SAMPLE})"
-            ))  # fmt: skip
+        if frame.type != FRAME_SAMPLE:
+            raise _MissingFrame(f"{field}: the frame at offset {offset} of {name} is of type {frame.type}, "
+                                f"not a sample's ({FRAME_SAMPLE})")  # fmt: skip
+        if at < 0 or length < 0 or at + length > len(frame.payload):
+            raise _MissingFrame(f"{field} names bytes {at}..{at + length} of the frame at offset {offset} of "
+                                f"{name}, which holds {len(frame.payload)}")  # fmt: skip
         return frame.payload[at : at + length]
 
 
@@ -209,8 +213,7 @@ def _candidate_windows(
         windows.append((address, data[at : at + length]))
         at += length
     if at != len(data) or len(windows) != count:
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field}: its frame does not hold {count} whole "
-                                         "code windows"))  # fmt: skip
+        raise _MissingFrame(f"{field}: its frame does not hold {count} whole code windows")
     return windows
 
 

@@ -15,6 +15,7 @@ not a frames file at all (bad magic, unknown version, a header cut short) raises
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from collections.abc import Iterable
@@ -31,6 +32,7 @@ __all__ = [
     "VERSION",
     "BinaryFrame",
     "FrameFile",
+    "FrameReader",
     "FrameWriter",
     "FramesError",
     "encode_file_header",
@@ -147,6 +149,54 @@ def parse_frames(data: bytes, name: str = "<frames>") -> FrameFile:
         frames.append(BinaryFrame(len(frames), offset, frame_type, payload))
         offset = start + length
     return FrameFile(name, flags, tuple(frames), stopped, len(data))
+
+
+class FrameReader:
+    """Frames of one file looked up by the offsets records name, each read and checked on its own (header,
+    reserved field, length, CRC-32): a damaged frame loses itself alone, never the frames after it, and only
+    the frames asked for are read (memory stays bounded by one frame however long the file). The file
+    header is checked when it is made (:class:`FramesError`: not a frames v1 file, or unreadable)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            with path.open("rb") as handle:
+                head = handle.read(FILE_HEADER_SIZE)
+                self.size = os.fstat(handle.fileno()).st_size
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+            raise FramesError(f"{path}: cannot read frames file: {getattr(exc, 'strerror', None) or exc}"
+                              ) from None  # fmt: skip
+        parse_frames(head, str(path))  # the file header alone: magic and version
+
+    def at_offset(self, offset: int) -> BinaryFrame:
+        """The frame whose header starts at ``offset`` (its ``index`` is -1: unknown without reading every
+        frame before it); :class:`FramesError`, one line, when there is no complete, intact frame there."""
+        where = f"{self.path}: frame at offset {offset}"
+        if offset < FILE_HEADER_SIZE or offset >= self.size:
+            raise FramesError(f"{where}: outside the file's frames ({FILE_HEADER_SIZE}..{self.size})")
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(offset)
+                head = handle.read(FRAME_HEADER_SIZE)
+                if len(head) < FRAME_HEADER_SIZE:
+                    raise FramesError(f"{where}: torn: {len(head)} bytes of its 12-byte header, the file "
+                                      "ends there")  # fmt: skip
+                length, crc, frame_type, reserved = _FRAME_HEADER.unpack(head)
+                if reserved != 0:
+                    raise FramesError(f"{where}: corrupt: reserved field {reserved}, expected 0")
+                if length > self.size - offset - FRAME_HEADER_SIZE:
+                    raise FramesError(f"{where}: torn or corrupt: its length {length} runs past the file's "
+                                      f"end ({self.size} bytes)")  # fmt: skip
+                payload = handle.read(length)
+        except OSError as exc:
+            raise FramesError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        if len(payload) < length:
+            raise FramesError(f"{where}: torn: {len(payload)} of its {length} payload bytes")
+        actual = zlib.crc32(payload)
+        if actual != crc:
+            raise FramesError(f"{where}: corrupt: CRC-32 {actual:#010x} of its {length} bytes, header says "
+                              f"{crc:#010x}")  # fmt: skip
+        return BinaryFrame(-1, offset, frame_type, payload)
 
 
 def read_frames(path: Path) -> FrameFile:

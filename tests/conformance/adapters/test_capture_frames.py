@@ -1,7 +1,7 @@
 """conformance.adapters.capture reading a sample's bytes from the probe's frames v1 sidecar (one frame per
 sample, the record's references {offset, at, length}): the same captures, byte for byte, as from the same
-bytes inline as base64; a torn sidecar leaves out only the samples whose frame it lost, each with the
-reader's note; a reference outside its frame is one error line."""
+bytes inline as base64; a torn or damaged sidecar leaves out only the samples whose frame it lost, each with
+one line; a reference outside its frame leaves out its sample, with one line."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from conformance.adapters.capture import FRAME_SAMPLE, write_captures
 from conformance.core.errors import HarnessError
-from conformance.core.frames import FrameWriter
+from conformance.core.frames import FrameWriter, encode_frame
 from tests.conformance.adapters.test_capture import sample, write_trace
 
 SIDECAR = "trace.jsonl.capture.frames"
@@ -92,9 +92,34 @@ def test_torn_sidecar_leaves_out_only_the_samples_it_lost(tmp_path: Path) -> Non
     assert [p.name for p in written.paths] == ["sample-0000.phcap", "sample-0001.phcap"]
     assert len(written.skipped) == 1
     note = written.skipped[0]
-    where = f"{tmp_path / SIDECAR}: no complete frame at offset {last}"
-    assert note.startswith(f"sample 2: out.stack.bytes: {where}")
-    assert f"frame 2 at offset {last}: torn: 8 of its" in note
+    assert note.startswith(f"sample 2: out.stack.bytes: {tmp_path / SIDECAR}: frame at offset {last}: torn")
+
+
+@pytest.mark.parametrize("damage", ["flip", "type", "short"])
+def test_one_damaged_frame_loses_its_sample_alone(tmp_path: Path, damage: str) -> None:
+    """A flipped byte in the first sample's frame (CRC mismatch), or a frame with an intact CRC that is not a
+    sample's or holds less than its record names: that sample is left out with one line; the frames after it
+    are read on their own, so every other sample is kept."""
+    records, sidecar = as_frames(_samples())
+    first = records[0]["out"]["stack"]["bytes"]["offset"]
+    data = bytearray(sidecar)
+    if damage == "flip":
+        data[first + 12 + 5] ^= 0xFF
+    else:
+        length = struct.unpack_from("<I", data, first)[0]
+        payload = bytes(data[first + 12 : first + 12 + length])
+        if damage == "type":
+            data[first : first + 12 + length] = encode_frame(7, payload)
+        else:  # the same length, its record's windows and seed past a shorter sample
+            cut = payload[:100] + bytes(length - 100)
+            data[first : first + 12 + length] = encode_frame(FRAME_SAMPLE, cut)
+            records[0]["out"]["stack"]["bytes"]["length"] = length + 1
+    (tmp_path / SIDECAR).write_bytes(bytes(data))
+    written = write_captures(write_trace(tmp_path / "trace.jsonl", records), tmp_path / "out")
+    assert [p.name for p in written.paths] == ["sample-0001.phcap", "sample-0002.phcap"]
+    (note,) = written.skipped
+    assert note.startswith("sample 0: out.stack.bytes") and "\n" not in note
+    assert {"flip": "corrupt: CRC-32", "type": "of type 7", "short": "names bytes"}[damage] in note
 
 
 def test_missing_sidecar_and_null_reference_leave_samples_out(tmp_path: Path) -> None:
@@ -116,24 +141,39 @@ def test_missing_sidecar_and_null_reference_leave_samples_out(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("field", "change", "says"),
     [
-        ("stack", {"at": 10**6}, r"out\.stack\.bytes names bytes 1000000\.\.1000768 of frame 0"),
-        ("stack", {"length": -1}, r"out\.stack\.bytes\.length is not an integer|names bytes"),
+        ("stack", {"at": 10**6}, "out.stack.bytes names bytes 1000000..1000768 of the frame at offset 16"),
+        ("stack", {"offset": 10**9}, "frame at offset 1000000000: outside the file's frames"),
+        ("stack", {"offset": 17}, "frame at offset 17: "),
     ],
 )
-def test_reference_outside_its_frame_is_one_line(
+def test_reference_outside_its_frame_leaves_its_sample_out_in_one_line(
     tmp_path: Path, field: str, change: dict[str, int], says: str
 ) -> None:
     records, sidecar = as_frames(_samples()[:1])
     (tmp_path / SIDECAR).write_bytes(sidecar)
     records[0]["out"][field]["bytes"].update(change)
-    with pytest.raises(HarnessError, match=says):
-        write_captures(write_trace(tmp_path / "trace.jsonl", records), tmp_path / "out")
+    written = write_captures(write_trace(tmp_path / "trace.jsonl", records), tmp_path / "out")
+    (note,) = written.skipped
+    assert written.paths == () and says in note and "\n" not in note
 
 
-def test_candidate_windows_that_do_not_add_up_are_one_line(tmp_path: Path) -> None:
+def test_a_negative_length_or_a_bad_file_name_is_one_line(tmp_path: Path) -> None:
+    records, sidecar = as_frames(_samples()[:1])
+    (tmp_path / SIDECAR).write_bytes(sidecar)
+    records[0]["out"]["stack"]["bytes"]["length"] = -1
+    written = write_captures(write_trace(tmp_path / "trace.jsonl", records), tmp_path / "out")
+    assert written.skipped == (f"sample 0: out.stack.bytes names bytes 0..-1 of the frame at offset 16 of "
+                               f"{SIDECAR}, which holds {len(sidecar) - 28}",)  # fmt: skip
+    for name in ("a\x00b", "..", "."):
+        records, _ = as_frames(_samples()[:1])
+        records[0]["out"]["framesFile"] = name
+        with pytest.raises(HarnessError, match=r"a frame reference without out\.framesFile"):
+            write_captures(write_trace(tmp_path / "trace.jsonl", records), tmp_path / "out")
+
+
+def test_candidate_windows_that_do_not_add_up_leave_the_sample_out(tmp_path: Path) -> None:
     records, sidecar = as_frames(_samples()[:1])
     (tmp_path / SIDECAR).write_bytes(sidecar)
     records[0]["out"]["candidateCode"]["count"] = 3
-    says = r"out\.candidateCode: its frame does not hold 3 whole code windows"
-    with pytest.raises(HarnessError, match=says):
-        write_captures(write_trace(tmp_path / "trace.jsonl", records), tmp_path / "out")
+    written = write_captures(write_trace(tmp_path / "trace.jsonl", records), tmp_path / "out")
+    assert written.skipped == ("sample 0: out.candidateCode: its frame does not hold 3 whole code windows",)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from conformance.core.frames import (
     FILE_HEADER_SIZE,
     FRAME_HEADER_SIZE,
+    FrameReader,
     FramesError,
     FrameWriter,
     encode_file_header,
@@ -121,3 +122,25 @@ def test_missing_reference_and_unreadable_file(tmp_path: Path) -> None:
         read_frames(tmp_path / "absent.frames")
     (tmp_path / "ok.frames").write_bytes(whole)
     assert [f.payload for f in read_frames(tmp_path / "ok.frames").frames] == [b"a", b"bb"]
+
+
+def test_a_reader_by_offset_checks_each_frame_on_its_own(tmp_path: Path) -> None:
+    """FrameReader: a frame damaged in the middle of the file is refused in one line, and every frame before
+    and after it is still read by its offset (the scan of parse_frames stops at the first damage)."""
+    data, offsets = _file([(1, b"a" * 40), (1, b"b" * 40), (2, b"c" * 40)])
+    damaged = bytearray(data)
+    damaged[offsets[1] + 12 + 3] ^= 0x01
+    path = tmp_path / "x.frames"
+    path.write_bytes(bytes(damaged))
+    reader = FrameReader(path)
+    assert reader.at_offset(offsets[0]).payload == b"a" * 40
+    assert (reader.at_offset(offsets[2]).type, reader.at_offset(offsets[2]).payload) == (2, b"c" * 40)
+    with pytest.raises(FramesError, match=rf"frame at offset {offsets[1]}: corrupt: CRC-32"):
+        reader.at_offset(offsets[1])
+    assert len(parse_frames(bytes(damaged)).frames) == 1
+    for bad in (0, offsets[0] + 1, len(data), 2**70):
+        with pytest.raises(FramesError):
+            reader.at_offset(bad)
+    path.write_bytes(b"NOTFRAME" + data[8:])
+    with pytest.raises(FramesError, match="not a frames file"):
+        FrameReader(path)
