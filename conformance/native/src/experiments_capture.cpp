@@ -171,8 +171,10 @@ std::size_t read_own(std::uint64_t addr, unsigned char* out, std::size_t n) {
 // ---------------------------------------------------------------------------------------------------
 // The sidecar of a sample's bytes
 
-FrameWriter g_frames;
-std::string g_frames_name;  // the sidecar's file name (beside the trace)
+// never destroyed (as the probe's state): a profiler thread left running at exit() never writes through a
+// destroyed writer
+FrameWriter& g_frames = *new FrameWriter();
+std::string& g_frames_name = *new std::string();  // the sidecar's file name (beside the trace)
 std::mutex g_frames_open_mutex;
 
 // Opens the sidecar once per process (the trace's path + kFramesSuffix); false with a reason.
@@ -358,7 +360,8 @@ std::string read_maps_text() {
 std::uint64_t g_maps_reads = 0;  // refresh_maps calls (capture_done out.mapsReads)
 
 void refresh_maps(std::vector<Mapping>& maps) {
-    static std::vector<char> text(64 * 1024);  // the profiler thread's
+    // the profiler thread's, never destroyed
+    static std::vector<char>& text = *new std::vector<char>(64 * 1024);
     ++g_maps_reads;
     const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     std::size_t n = 0;
@@ -624,9 +627,10 @@ void put_le(std::vector<unsigned char>& out, std::uint64_t v, int bytes) {
 // page that failed), in as few calls as the failures allow; the windows are then cut from those pages.
 void read_windows(const std::vector<std::pair<std::uint64_t, std::size_t>>& windows, unsigned char* out,
                   std::size_t* got) {
-    static std::vector<std::uint64_t> pages;  // the profiler thread's
-    static std::vector<unsigned char> data;   // 4096 bytes per page
-    static std::vector<char> readable;
+    // the profiler thread's, never destroyed (a thread left running at exit() never sees them freed)
+    static std::vector<std::uint64_t>& pages = *new std::vector<std::uint64_t>();
+    static std::vector<unsigned char>& data = *new std::vector<unsigned char>();  // 4096 bytes per page
+    static std::vector<char>& readable = *new std::vector<char>();
     pages.clear();
     for (const auto& [addr, len] : windows)
         if (len) {
@@ -672,9 +676,10 @@ void read_windows(const std::vector<std::pair<std::uint64_t, std::size_t>>& wind
 // number of windows.
 std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
                              std::vector<unsigned char>& packed, std::size_t cap) {
-    static std::vector<std::pair<std::uint64_t, std::size_t>> wanted;  // the profiler thread's
-    static std::vector<unsigned char> bytes;
-    static std::vector<std::size_t> got;
+    using Wanted = std::vector<std::pair<std::uint64_t, std::size_t>>;
+    static Wanted& wanted = *new Wanted();  // the profiler thread's, never destroyed
+    static std::vector<unsigned char>& bytes = *new std::vector<unsigned char>();
+    static std::vector<std::size_t>& got = *new std::vector<std::size_t>();
     packed.clear();
     wanted.clear();
     std::uint64_t count = 0;
@@ -759,7 +764,8 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     stack.set("stackHigh", job.target.stackHigh ? Json(job.target.stackHigh) : Json());
     stack.set("capturedEnd", Json(b.sp + b.stackCopied));
     // The sample's bytes: one frame, one write: stack, red zone, code around the IP, candidate code, seed.
-    static std::vector<unsigned char> packed;  // the profiler thread's
+    // the profiler thread's, never destroyed
+    static std::vector<unsigned char>& packed = *new std::vector<unsigned char>();
     const std::size_t stack_n = static_cast<std::size_t>(b.stackCopied), seed_n = sizeof(AMD64Context);
     const std::size_t fixed = stack_n + b.redZoneCopied + b.codeLen + seed_n;
     const std::uint64_t cpu_candidates = thread_cpu_ns();
