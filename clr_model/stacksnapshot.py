@@ -359,16 +359,19 @@ def _reports(frames: Sequence[ManagedFrame | UnmanagedFrame], start: int) -> lis
     """One report per managed frame, one per run of unmanaged frames (DSS-03, DSS-15), leaf first (DSS-16)."""
     out: list[_Report] = []
     in_run = False
+    make = tuple.__new__  # _Report(...) without its keyword-argument __new__ (one per frame)
     for frame in frames[start:]:
         if isinstance(frame, ManagedFrame):
-            out.append(
-                _Report(func_id=frame.function_id, ip=frame.ip, sp=frame.sp, clauses=("DSS-03", "DSS-16"))
-            )
+            out.append(make(_Report, (frame.function_id, frame.ip, frame.sp, _MANAGED_REPORT)))
             in_run = False
         elif not in_run:
-            out.append(_Report(func_id=0, ip=frame.ip, sp=frame.sp, clauses=("DSS-03", "DSS-15", "DSS-16")))
+            out.append(make(_Report, (0, frame.ip, frame.sp, _UNMANAGED_REPORT)))
             in_run = True
     return out
+
+
+_MANAGED_REPORT = ("DSS-03", "DSS-16")
+_UNMANAGED_REPORT = ("DSS-03", "DSS-15", "DSS-16")
 
 
 def _leading_run(frames: Sequence[ManagedFrame | UnmanagedFrame]) -> _Report:

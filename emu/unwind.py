@@ -824,7 +824,11 @@ def _quick_frame_pointer(
         caller = {"rip": memory.read_u64(rbp + 8), "rsp": rbp + 16, "rbp": memory.read_u64(rbp)}
     except MemoryFault:
         return None
-    if not code.executable(caller["rip"]):
+    ret = caller["rip"]
+    k = bisect.bisect_right(code._jit_starts, ret) - 1
+    if k >= 0 and ret < code._jit[k][1] and code._jit[k][2]:
+        return caller  # (code.executable, its managed-code half inline)
+    if not code.executable(ret):
         return None
     return caller
 
