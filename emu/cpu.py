@@ -231,10 +231,15 @@ class Cpu:
         except UcError as exc:
             fault = exc
         error, self.error = self.error, None
-        if error is not None:
-            raise error
-        if fault is not None:
-            raise fault
+        try:
+            if error is not None:
+                raise error
+            if fault is not None:
+                raise fault
+        finally:
+            # the exception's traceback holds this frame: its locals must not hold the exception (a cycle
+            # that keeps every caller's frame, and what their locals hold, alive until a full collection)
+            error = fault = None
 
     def save(self) -> None:
         """Keep the CPU context as it is now: every :meth:`restore` returns to it."""
