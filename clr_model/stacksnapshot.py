@@ -13,9 +13,8 @@ a :class:`~clr_model.errors.ModelError`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -346,9 +345,9 @@ def seed_from_context(layout: ContextLayout, data: bytes, *, in_managed_code: bo
 # The walk
 
 
-@dataclass(frozen=True, slots=True)
-class _Report:
-    """One callback the walk will make (internal: the model's edges are the pydantic types around it)."""
+class _Report(NamedTuple):
+    """One callback the walk will make (internal: the model's edges are the pydantic types around it; a
+    tuple, since a walk makes one per frame)."""
 
     func_id: int
     ip: int
@@ -360,16 +359,19 @@ def _reports(frames: Sequence[ManagedFrame | UnmanagedFrame], start: int) -> lis
     """One report per managed frame, one per run of unmanaged frames (DSS-03, DSS-15), leaf first (DSS-16)."""
     out: list[_Report] = []
     in_run = False
+    make = tuple.__new__  # _Report(...) without its keyword-argument __new__ (one per frame)
     for frame in frames[start:]:
         if isinstance(frame, ManagedFrame):
-            out.append(
-                _Report(func_id=frame.function_id, ip=frame.ip, sp=frame.sp, clauses=("DSS-03", "DSS-16"))
-            )
+            out.append(make(_Report, (frame.function_id, frame.ip, frame.sp, _MANAGED_REPORT)))
             in_run = False
         elif not in_run:
-            out.append(_Report(func_id=0, ip=frame.ip, sp=frame.sp, clauses=("DSS-03", "DSS-15", "DSS-16")))
+            out.append(make(_Report, (0, frame.ip, frame.sp, _UNMANAGED_REPORT)))
             in_run = True
     return out
+
+
+_MANAGED_REPORT = ("DSS-03", "DSS-16")
+_UNMANAGED_REPORT = ("DSS-03", "DSS-15", "DSS-16")
 
 
 def _leading_run(frames: Sequence[ManagedFrame | UnmanagedFrame]) -> _Report:
@@ -377,25 +379,74 @@ def _leading_run(frames: Sequence[ManagedFrame | UnmanagedFrame]) -> _Report:
     return _Report(func_id=0, ip=top.ip, sp=top.sp, clauses=("DSS-30", "DSS-15"))
 
 
+_U64_END = 2**64
+_U32_END = 2**32
+_object_new = object.__new__
+_object_setattr = object.__setattr__
+#: the fields a delivered callback's constructor is given (``frame_info`` keeps its default), and a
+#: FrameContext's: one set per class, shared by the instances built without validation (pydantic never
+#: changes a frozen model's set in place: ``model_copy`` copies it first, assignment is refused before)
+_CALLBACK_FIELDS_SET = {"func_id", "ip", "client_data", "context_size", "context", "hr", "clauses"}
+_CONTEXT_FIELDS_SET = {"ip", "sp"}
+
+
+#: what each report's clauses become in its callback
+_DELIVERED_CLAUSES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
 def _deliver(
     reports: Sequence[_Report], inp: SnapshotInput, walk_clauses: tuple[str, ...], reason: str
 ) -> WalkOutcome:
     with_ctx = bool(inp.info_flags & COR_PRF_SNAPSHOT_REGISTER_CONTEXT)
     size = inp.platform.runtime_context_size if with_ctx else 0
+    client_data = inp.client_data
+    returns = inp.callback.returns
+    # The callbacks are built without validation (one per frame: most of a long walk's cost) from the
+    # walk's own values, each checked to be of its field's type and range: the input's are validated
+    # already; any other (a model_construct'ed input) goes through validation, and fails, as it always did.
+    trusted = type(client_data) is int and type(size) is int
+    trusted = trusted and 0 <= client_data < _U64_END and 0 <= size < _U32_END
+    new, setattr_ = _object_new, _object_setattr
     callbacks: list[Callback] = []
     for index, rep in enumerate(reports):
-        returned = inp.callback.at(index)
-        callbacks.append(
-            Callback(
-                func_id=rep.func_id,
-                ip=rep.ip,
-                client_data=inp.client_data,
-                context_size=size,
-                context=FrameContext(ip=rep.ip, sp=rep.sp) if with_ctx else None,
-                hr=returned,
-                clauses=(*rep.clauses, "DSS-04", "DSS-05", "DSS-14"),
+        returned = returns[index] if index < len(returns) else _S_OK
+        func_id, ip, sp, rep_clauses = rep
+        clauses = _DELIVERED_CLAUSES.get(rep_clauses)
+        if clauses is None:
+            clauses = _DELIVERED_CLAUSES.setdefault(rep_clauses, (*rep_clauses, "DSS-04", "DSS-05", "DSS-14"))
+        if (
+            trusted and type(func_id) is int and type(ip) is int and type(sp) is int
+            and type(returned) is int and 0 <= func_id < _U64_END and 0 <= ip < _U64_END
+            and 0 <= sp < _U64_END and 0 <= returned < _U32_END
+        ):  # fmt: skip
+            context: FrameContext | None = None
+            if with_ctx:
+                context = new(FrameContext)
+                setattr_(context, "__dict__", {"ip": ip, "sp": sp})
+                setattr_(context, "__pydantic_fields_set__", _CONTEXT_FIELDS_SET)
+                setattr_(context, "__pydantic_extra__", None)
+                setattr_(context, "__pydantic_private__", None)
+            callback = new(Callback)
+            setattr_(callback, "__dict__", {
+                "func_id": func_id, "ip": ip, "client_data": client_data, "context_size": size,
+                "context": context, "hr": returned, "frame_info": None, "clauses": clauses,
+            })  # fmt: skip
+            setattr_(callback, "__pydantic_fields_set__", _CALLBACK_FIELDS_SET)
+            setattr_(callback, "__pydantic_extra__", None)
+            setattr_(callback, "__pydantic_private__", None)
+            callbacks.append(callback)
+        else:
+            callbacks.append(
+                Callback(
+                    func_id=func_id,
+                    ip=ip,
+                    client_data=client_data,
+                    context_size=size,
+                    context=FrameContext(ip=ip, sp=sp) if with_ctx else None,
+                    hr=returned,
+                    clauses=clauses,
+                )
             )
-        )
         if returned != _S_OK:
             return WalkOutcome(
                 hresult=_ABORTED, callbacks=tuple(callbacks), clauses=("DSS-26",), reason=reason

@@ -122,6 +122,11 @@ class CfiRow:
     ra_register: int
 
 
+#: marks an address :meth:`CfiTable.quick_step` has not looked up yet; how many it keeps
+_UNSEEN: Any = object()
+_MAX_STEPS = 1 << 16
+
+
 class CfiTable:
     """One module's ``.eh_frame`` (link-time addresses) with an FDE index."""
 
@@ -153,6 +158,9 @@ class CfiTable:
             index = self._full_index()
         self._locs = [loc for loc, _ in index]
         self._offsets = [off for _, off in index]
+        #: link-time address -> the compiled step of the row covering it (None: no row, or a row only
+        #: :func:`cfi_step` handles): what :meth:`quick_step` looks up, one dictionary lookup per frame
+        self._steps: dict[int, _Plan | None] = {}
 
     def _full_index(self) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
@@ -199,6 +207,31 @@ class CfiTable:
             if out is not None:
                 return out
         return cfi_step(row, regs, memory, self.arch)
+
+    def quick_step(self, pc: int, regs: Mapping[str, int], memory: CaptureMemory) -> dict[str, int] | None:
+        """``step(row_for(pc), regs, memory)`` where the row's compiled step gives it (the same registers,
+        in the same order); None where it does not (no row covers ``pc``, the row has an expression, the
+        step fails or reads outside the capture, decoding fails): :meth:`row_for` and :meth:`step` then
+        give the answer or the error. The row's step is found by one lookup per address once seen."""
+        plan = self._steps.get(pc, _UNSEEN)
+        if plan is _UNSEEN:
+            try:
+                row = self.row_for(pc)
+            except CfiError:
+                return None
+            plan = None
+            if row is not None:
+                got = self._plans.get(id(row))
+                if got is None or got[0] is not row:
+                    got = (row, _compile(row, self.arch))
+                    self._plans[id(row)] = got
+                plan = got[1]
+            if len(self._steps) >= _MAX_STEPS:
+                self._steps.clear()
+            self._steps[pc] = plan
+        if plan is None:
+            return None
+        return _run_plan(plan, regs, memory, self.arch)
 
     def _decode(self, offset: int) -> list[CfiRow]:
         if not 0 <= offset < len(self.eh_frame):

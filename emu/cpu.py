@@ -18,6 +18,7 @@ unicorn's arguments without the ``Uc`` and the user data (a code hook ``(address
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
@@ -44,6 +45,8 @@ _ALIASES = {
 _X87 = frozenset(f"st{i}" for i in range(X87_REGISTERS))
 #: unicorn 2.1+ reads and writes several registers in one call
 _BATCH = hasattr(_UNICORN.Uc, "reg_write_batch") and hasattr(_UNICORN.Uc, "reg_read_batch")
+_UC_ERR_OK = _UNICORN.UC_ERR_OK
+_NO_BATCH = object()
 
 
 @functools.cache
@@ -84,6 +87,8 @@ class Cpu:
         #: the first exception a hook raised in the current :meth:`start`
         self.error: BaseException | None = None
         self._saved: object = None
+        #: names of a batch -> its ctypes arrays (:meth:`_batch`)
+        self._batches: dict[tuple[str, ...], object] = {}
 
     # -- registers ---------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> int:
@@ -98,8 +103,45 @@ class Cpu:
             value = (value & (2**64 - 1), value >> 64)
         self.uc.reg_write(register_id(name), value)
 
+    def _batch(self, names: tuple[str, ...]) -> tuple[Any, Any, Any, int] | None:
+        """The ctypes arrays of one batch call for these registers, made once per list of names: their ids,
+        a 64-bit slot per register and a pointer to each slot, and the slots' size in bytes. None where the
+        call must go through unicorn's own batch methods: a register whose unicorn type is not the 64-bit
+        integer (x87, vector, MSR), a unicorn without the batch call."""
+        got = self._batches.get(names, _NO_BATCH)
+        if got is _NO_BATCH:
+            got = None
+            do_read = getattr(self.uc, "_do_reg_read_batch", None)
+            select = getattr(self.uc, "_select_reg_class", None)
+            default = getattr(self.uc, "_DEFAULT_REGTYPE", None)
+            ids = [register_id(name) for name in names if name not in _X87]
+            if (
+                _BATCH and callable(do_read) and callable(getattr(self.uc, "_do_reg_write_batch", None))
+                and callable(select) and default is ctypes.c_uint64
+                and len(ids) == len(names) and all(select(reg) is default for reg in ids)
+            ):  # fmt: skip
+                n = len(names)
+                slots = (ctypes.c_uint64 * n)()
+                base = ctypes.addressof(slots)
+                pointers = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
+                got = ((ctypes.c_int * n)(*ids), slots, pointers, 8 * n)
+            if len(self._batches) >= 64:
+                self._batches.clear()
+            self._batches[names] = got
+        return cast("tuple[Any, Any, Any, int] | None", got)
+
     def write_registers(self, values: Sequence[tuple[str, int]]) -> None:
         """Write several registers in order (not the x87 stack), in one call to unicorn where it can."""
+        batch = self._batch(tuple(name for name, _ in values))
+        if batch is not None:
+            # unicorn's reg_write_batch, its arrays made once: each value in a 64-bit slot, as it passes
+            # them (ctypes.c_uint64 of the value; unicorn reads the register's width of it)
+            ids, slots, pointers, _size = batch
+            slots[:] = [value for _, value in values]
+            status = self.uc._do_reg_write_batch(ids, pointers, ctypes.c_int(len(ids)))  # type: ignore[attr-defined]
+            if status != _UC_ERR_OK:
+                raise UcError(status)
+            return
         items = [(register_id(name), value) for name, value in values]
         if any(name in _X87 for name, _ in values):
             for name, value in values:
@@ -112,6 +154,16 @@ class Cpu:
 
     def read_registers(self, names: Sequence[str]) -> list[int]:
         """Read several registers (not the x87 stack), in one call to unicorn where it can."""
+        batch = self._batch(tuple(names))
+        if batch is not None:
+            # unicorn's reg_read_batch, its arrays made once: each register into a zeroed 64-bit slot, as
+            # it reads them (ctypes.c_uint64(); unicorn writes the register's width of it)
+            ids, slots, pointers, size = batch
+            ctypes.memset(slots, 0, size)
+            status = self.uc._do_reg_read_batch(ids, pointers, ctypes.c_int(len(ids)))  # type: ignore[attr-defined]
+            if status != _UC_ERR_OK:
+                raise UcError(status)
+            return list(slots)
         if any(name in _X87 for name in names) or not _BATCH:
             return [self[name] for name in names]
         return [int(v) for v in self.uc.reg_read_batch([register_id(name) for name in names])]
@@ -179,10 +231,15 @@ class Cpu:
         except UcError as exc:
             fault = exc
         error, self.error = self.error, None
-        if error is not None:
-            raise error
-        if fault is not None:
-            raise fault
+        try:
+            if error is not None:
+                raise error
+            if fault is not None:
+                raise fault
+        finally:
+            # the exception's traceback holds this frame: its locals must not hold the exception (a cycle
+            # that keeps every caller's frame, and what their locals hold, alive until a full collection)
+            error = fault = None
 
     def save(self) -> None:
         """Keep the CPU context as it is now: every :meth:`restore` returns to it."""

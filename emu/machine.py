@@ -242,11 +242,12 @@ class UnicornMachine:
             deadline=None if self.max_seconds is None else time.monotonic() + self.max_seconds,
         )
         self._run = run
-        cpu_error: Exception | None = None
+        # (the text only: the exception's traceback holds this frame, whose locals must not hold it)
+        cpu_error: str | None = None
         try:
             cpu.start(registers[self.ip_name], cpu.end)
         except UcError as exc:
-            cpu_error = exc
+            cpu_error = str(exc)
         except MemoryFault as exc:
             raise EmulationFault("memory", str(exc)) from exc
         finally:

@@ -53,6 +53,8 @@ class CaptureMemory:
         self._writable = sorted((s, e) for s, e in writable if e > s)
         self._writable_starts = [s for s, _ in self._writable]
         self._written: dict[int, int] = {}
+        #: the segment :meth:`read_u64` read last (start, end, bytes): a walk reads stack word after word
+        self._hot: tuple[int, int, bytes] = (0, 0, b"")
 
     def fork(self) -> CaptureMemory:
         """The same captured bytes with an empty write overlay (one per emulation run)."""
@@ -60,6 +62,7 @@ class CaptureMemory:
         other._starts, other._ends, other._data = self._starts, self._ends, self._data
         other._writable, other._writable_starts = self._writable, self._writable_starts
         other._written = {}
+        other._hot = self._hot
         return other
 
     # -- queries -----------------------------------------------------------------------------------
@@ -115,8 +118,12 @@ class CaptureMemory:
         return bytes(out)
 
     def read_u64(self, address: int) -> int:
+        start, end, data = self._hot
+        if start <= address and address + 8 <= end and not self._written:  # the segment read last holds it
+            return int(_U64.unpack_from(data, address - start)[0])
         k = bisect.bisect_right(self._starts, address) - 1
         if k >= 0 and address + 8 <= self._ends[k] and not self._written:  # one segment holds it
+            self._hot = (self._starts[k], self._ends[k], self._data[k])
             return int(_U64.unpack_from(self._data[k], address - self._starts[k])[0])
         return int.from_bytes(self.read(address, 8), "little")
 

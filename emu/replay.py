@@ -62,7 +62,15 @@ from emu.capture import (
 )
 from emu.errors import EmuError, MemoryFault
 from emu.memory import CaptureMemory
-from emu.unwind import StopKind, Trust, UnwindResult, UnwoundFrame, looks_like_return_address, unwind
+from emu.unwind import (
+    RawUnwind,
+    StopKind,
+    Trust,
+    UnwindResult,
+    UnwoundFrame,
+    looks_like_return_address,
+    walk_frames,
+)
 
 __all__ = [
     "ModelWalk",
@@ -177,11 +185,19 @@ def _unvalidated(cls: type[_Model], values: dict[str, Any], given: Iterable[str]
     return obj
 
 
+_object_new = object.__new__
+_object_setattr = object.__setattr__
+
 _REPLAY_FRAME_GIVEN = (
     "index", "ip", "sp", "trust", "kind", "function_id", "function", "module", "module_offset",
 )  # fmt: skip
 _MANAGED_GIVEN = ("function_id", "ip", "sp")
 _UNMANAGED_GIVEN = ("kind", "ip", "sp")
+#: the same as sets, one per class, shared by the instances built without validation: pydantic never
+#: changes a frozen model's set in place (``model_copy`` copies it first; assignment is refused before)
+_REPLAY_FRAME_SET = set(_REPLAY_FRAME_GIVEN)
+_MANAGED_SET = set(_MANAGED_GIVEN)
+_UNMANAGED_SET = set(_UNMANAGED_GIVEN)
 
 
 def _replay_frame(
@@ -205,6 +221,58 @@ def _replay_frame(
         index=index, ip=ip, sp=sp, trust=trust, kind=kind, function_id=function_id, function=function,
         module=module, module_offset=module_offset,
     )  # fmt: skip
+
+
+def _replay_frames(result: RawUnwind) -> list[ReplayFrame]:
+    """The result's frames: ``_replay_frame`` of each unwound frame, the loop written out (one per frame:
+    what a long replay does most). A frame whose numbers are not u64 ints goes through
+    :func:`_replay_frame` (validation, which fails as it would)."""
+    code = result.code
+    names = code.names
+    # per module of the map: whether it names a file, the file's base name, the IP's offset from it
+    files: dict[int, tuple[bool, str | None, int]] = {}
+    new, setattr_ = _object_new, _object_setattr
+    fields_set = _REPLAY_FRAME_SET
+    out: list[ReplayFrame] = []
+    for i, (ip, sp, trust, _registers, fid, mod, r2r) in enumerate(result.frames):
+        if mod is None:
+            is_file, file_name, offset = False, None, None
+        else:
+            got = files.get(id(mod))
+            if got is None:
+                is_file = code.is_file(mod)
+                got = files[id(mod)] = (is_file, code.file_name(mod) if is_file else None,
+                                        mod.offset - mod.start)  # fmt: skip
+            is_file, file_name, delta = got
+            offset = ip + delta if is_file else None
+        kind: Literal["managed", "ready_to_run", "native", "stub"]
+        if fid:
+            kind = "managed"
+        elif r2r:
+            kind = "ready_to_run"
+        elif mod is not None and not is_file:
+            kind = "stub"
+        else:
+            kind = "native"
+        if (
+            type(ip) is int and type(sp) is int and 0 <= ip < _U64_END and 0 <= sp < _U64_END
+            and (fid is None or (type(fid) is int and 0 <= fid < _U64_END))
+            and (offset is None or (type(offset) is int and 0 <= offset < _U64_END))
+        ):  # fmt: skip
+            frame = new(ReplayFrame)
+            setattr_(frame, "__dict__", {
+                "index": i, "ip": ip, "sp": sp, "trust": trust, "kind": kind, "function_id": fid,
+                "function": names.get(fid) if fid else None, "module": file_name, "module_offset": offset,
+                "reported_ip": None,
+            })  # fmt: skip
+            setattr_(frame, "__pydantic_fields_set__", fields_set)
+            setattr_(frame, "__pydantic_extra__", None)
+            setattr_(frame, "__pydantic_private__", None)
+            out.append(frame)
+        else:
+            out.append(_replay_frame(i, ip, sp, trust, kind, fid, names.get(fid) if fid else None,
+                                     file_name, offset))  # fmt: skip
+    return out
 
 
 def _frame_kind(f: UnwoundFrame, file_module: bool) -> Literal["managed", "ready_to_run", "native", "stub"]:
@@ -257,20 +325,9 @@ def _live_recovered(
 def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024) -> ReplayResult:
     """Replay a capture already read (see the module docstring)."""
     man = capture.manifest
-    result = unwind(capture, allow_disk=allow_disk, max_frames=max_frames)
+    result = walk_frames(capture, allow_disk=allow_disk, max_frames=max_frames)
     code = result.code
-    frames: list[ReplayFrame] = []
-    for i, f in enumerate(result.frames):
-        mod = f.module
-        is_file = mod is not None and code.is_file(mod)
-        frames.append(
-            _replay_frame(
-                i, f.ip, f.sp, f.trust, _frame_kind(f, is_file), f.function_id,
-                code.names.get(f.function_id) if f.function_id else None,
-                code.file_name(mod) if mod is not None and is_file else None,
-                (f.ip - mod.start + mod.offset) if mod is not None and is_file else None,
-            )
-        )  # fmt: skip
+    frames = _replay_frames(result)
     x86 = man.arch is CaptureArch.X86
     frames = _reported_ips(frames, result, x86=x86)
     layout = AMD64_CONTEXT
@@ -279,12 +336,11 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
     elif man.context is not None:
         layout = runtime_context_layout(man.context.runtime) or amd64_layout_for_size(man.context.size)
     seed: ReplaySeed | None = None
-    for i, f in enumerate(result.frames):
-        if f.function_id:  # DSS-19: GetFunctionFromIP != 0: the first managed frame seeds the walk
+    for i, (ip, sp, _trust, registers, fid, _module, _r2r) in enumerate(result.frames):
+        if fid:  # DSS-19: GetFunctionFromIP != 0: the first managed frame seeds the walk
             seed = ReplaySeed(
-                frame_index=i, function_id=f.function_id, ip=f.ip, sp=f.sp,
-                fp=f.registers.get("ebp" if x86 else "rbp"), context_size=layout.size,
-                native_frames_skipped=i,
+                frame_index=i, function_id=fid, ip=ip, sp=sp, fp=registers.get("ebp" if x86 else "rbp"),
+                context_size=layout.size, native_frames_skipped=i,
             )  # fmt: skip
             break
     model = _model_walk(frames, seed, man.place, layout.size, Arch.X86 if x86 else Arch.AMD64)
@@ -327,7 +383,9 @@ def _frame_words(frames: Sequence[ReplayFrame], i: int, memory: CaptureMemory) -
             return
 
 
-def _reported_ips(frames: list[ReplayFrame], result: UnwindResult, *, x86: bool = False) -> list[ReplayFrame]:
+def _reported_ips(
+    frames: list[ReplayFrame], result: UnwindResult | RawUnwind, *, x86: bool = False
+) -> list[ReplayFrame]:
     """The IP the runtime reports for a frame whose InlinedCallFrame is active: a ReadyToRun frame that
     called native code (a P/Invoke or QCall), and (x64) a top frame interrupted in managed code inside its
     inlined P/Invoke's preemptive-mode window (:func:`_top_in_pinvoke_transition`).
@@ -463,7 +521,7 @@ def _helper_pair_ips(memory: CaptureMemory, ret: int) -> frozenset[int]:
     return frozenset()
 
 
-def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResult) -> int | None:
+def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResult | RawUnwind) -> int | None:
     """The return address the top frame's InlinedCallFrame recorded, when the thread was interrupted in
     managed code while in an inlined P/Invoke's preemptive mode (:func:`_inline_switch_ips`,
     :func:`_helper_pair_ips`). Its IP is managed code, but the runtime sees a thread in preemptive mode: it
@@ -520,30 +578,46 @@ def _model_walk(
 ) -> ModelWalk:
     thread: list[ManagedFrame | UnmanagedFrame] = []
     top_run = True
+    new, setattr_ = _object_new, _object_setattr
+    helper_place = place.startswith("helper")
+    # the model's input frames are built without validation where their numbers are u64 ints (the
+    # unwinder's always are); anything else is validated, and fails, as it always did
     for f in frames:
-        ip, sp = f.ip, f.sp
+        ip, sp, fid = f.ip, f.sp, f.function_id
         valid = type(ip) is int and type(sp) is int and 0 <= ip < _U64_END and 0 <= sp < _U64_END
-        if f.function_id:  # (not valid: validation fails as it would)
-            if valid and type(f.function_id) is int and 0 < f.function_id < _U64_END:
-                values = {"kind": "managed", "function_id": f.function_id, "ip": f.ip, "sp": f.sp,
-                          "in_jit_code": True}  # fmt: skip
-                thread.append(_unvalidated(ManagedFrame, values, _MANAGED_GIVEN))
+        if fid:
+            if valid and type(fid) is int and 0 < fid < _U64_END:
+                frame: ManagedFrame | UnmanagedFrame = new(ManagedFrame)
+                setattr_(frame, "__dict__", {"kind": "managed", "function_id": fid, "ip": ip, "sp": sp,
+                                             "in_jit_code": True})  # fmt: skip
+                setattr_(frame, "__pydantic_fields_set__", _MANAGED_SET)
+                setattr_(frame, "__pydantic_extra__", None)
+                setattr_(frame, "__pydantic_private__", None)
+                thread.append(frame)
             else:
-                thread.append(ManagedFrame(function_id=f.function_id, ip=f.ip, sp=f.sp))
+                thread.append(ManagedFrame(function_id=fid, ip=ip, sp=sp))
             top_run = False
             continue
         kind: Literal["native", "pinvoke", "helper"] = "native"
-        if top_run and (
-            place.startswith("helper") or f.kind == "stub" or is_runtime_module(f.module or "")
-        ):
+        if top_run and (helper_place or f.kind == "stub" or is_runtime_module(f.module or "")):
             kind = "helper"
         if valid:
-            values = {"kind": kind, "ip": f.ip, "sp": f.sp}
-            thread.append(_unvalidated(UnmanagedFrame, values, _UNMANAGED_GIVEN))
+            frame = new(UnmanagedFrame)
+            setattr_(frame, "__dict__", {"kind": kind, "ip": ip, "sp": sp})
+            setattr_(frame, "__pydantic_fields_set__", _UNMANAGED_SET)
+            setattr_(frame, "__pydantic_extra__", None)
+            setattr_(frame, "__pydantic_private__", None)
+            thread.append(frame)
         else:
-            thread.append(UnmanagedFrame(kind=kind, ip=f.ip, sp=f.sp))
+            thread.append(UnmanagedFrame(kind=kind, ip=ip, sp=sp))
+    # ThreadModel(frames=...) gives these very frames back (instances are not validated again): built so
+    thread_model = new(ThreadModel)
+    setattr_(thread_model, "__dict__", {"frames": tuple(thread)})
+    setattr_(thread_model, "__pydantic_fields_set__", {"frames"})
+    setattr_(thread_model, "__pydantic_extra__", None)
+    setattr_(thread_model, "__pydantic_private__", None)
     inp = SnapshotInput(
-        thread=ThreadModel(frames=tuple(thread)),
+        thread=thread_model,
         state=ThreadState.CURRENT_SIGNAL_INTERRUPTED,
         info_flags=COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
         seed=Seed(ip=seed.ip, sp=seed.sp, in_managed_code=True) if seed is not None else None,
@@ -553,10 +627,12 @@ def _model_walk(
     snap = snapshot(inp)
     # the IP the runtime reports for a frame is the one its InlinedCallFrame recorded, where there is one
     reported = {(f.function_id, f.ip): f.reported_ip for f in frames if f.reported_ip is not None}
-    callbacks = tuple(
-        c.model_copy(update={"ip": reported[(c.func_id, c.ip)]}) if (c.func_id, c.ip) in reported else c
-        for c in snap.callbacks
-    )
+    callbacks = snap.callbacks
+    if reported:
+        callbacks = tuple(
+            c.model_copy(update={"ip": reported[(c.func_id, c.ip)]}) if (c.func_id, c.ip) in reported else c
+            for c in callbacks
+        )
     r2r = sum(1 for f in frames if f.kind == "ready_to_run")
     notes = (
         (

@@ -38,7 +38,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
@@ -49,7 +49,10 @@ from emu.errors import EmulationFault, MemoryFault
 from emu.machine import UnicornMachine
 from emu.memory import CaptureMemory
 
-__all__ = ["CodeMap", "StopKind", "Trust", "UnwindResult", "UnwoundFrame", "unwind"]
+__all__ = [
+    "CodeMap", "RawFrame", "RawUnwind", "StopKind", "Trust", "UnwindResult", "UnwoundFrame", "unwind",
+    "walk_frames",
+]  # fmt: skip
 
 MAX_FRAMES = 1024
 _SCAN_BYTES = 1024
@@ -783,6 +786,53 @@ class _Walker:
         return run.registers, returned
 
 
+_MASK64 = 2**64 - 1
+
+
+def _initial_registers(capture: Capture) -> dict[str, int]:
+    """The capture's registers by name (a new dict: the walk's first frame keeps it), read from the manifest
+    once per capture."""
+    got = capture.cache.get("unwind:registers")
+    if not isinstance(got, dict):
+        got = capture.manifest.registers.general()
+        capture.cache["unwind:registers"] = got
+    return dict(got)
+
+
+def _quick_frame_pointer(
+    code: CodeMap, memory: CaptureMemory, regs: Mapping[str, int], pc: int, ip: int, sp: int
+) -> dict[str, int] | None:
+    """What :meth:`_Walker.managed` gives for a frame above the top (x64) when it follows the frame-pointer
+    chain: a JIT-compiled method whose prologue and OSR check are cached and say the chain applies, RBP
+    above SP, both words captured and the return address in executable code. None in every other case,
+    which the walker then decides (prologue frames, OSR frames, scans, stops)."""
+    k = bisect.bisect_right(code._jit_starts, pc) - 1
+    if k < 0 or pc >= code._jit[k][1]:
+        return None  # ReadyToRun code the JIT map has no method for
+    start = code._jit[k][0]
+    prologue = code.prologues.get(start, _UNREAD)
+    if prologue is _UNREAD:
+        return None
+    if isinstance(prologue, _Prologue) and not (prologue.sets_fp or start + prologue.length > ip - 1):
+        return None  # a frame without a frame pointer: its prologue decides
+    if code.osr.get(start) is not False:
+        return None
+    rbp = regs.get("rbp")
+    if rbp is None or rbp < sp or rbp > _MASK64 - 23:
+        return None
+    try:
+        caller = {"rip": memory.read_u64(rbp + 8), "rsp": rbp + 16, "rbp": memory.read_u64(rbp)}
+    except MemoryFault:
+        return None
+    ret = caller["rip"]
+    k = bisect.bisect_right(code._jit_starts, ret) - 1
+    if k >= 0 and ret < code._jit[k][1] and code._jit[k][2]:
+        return caller  # (code.executable, its managed-code half inline)
+    if not code.executable(ret):
+        return None
+    return caller
+
+
 def unwind(
     capture: Capture,
     *,
@@ -800,6 +850,56 @@ def unwind(
 
     The code map, memory and CPU are kept in ``capture.cache`` for the next unwind of the same capture
     (they hold no result of a walk, so every unwind of a capture gives the same result)."""
+    raw = walk_frames(
+        capture, code=code, memory=memory, max_frames=max_frames, allow_disk=allow_disk,
+        max_instructions=max_instructions, max_seconds=max_seconds,
+    )  # fmt: skip
+    new_frame = object.__new__
+    frames: list[UnwoundFrame] = []
+    for ip, sp, trust, regs, fid, module, r2r in raw.frames:
+        # UnwoundFrame(...) with its fields set in one step (a frozen dataclass's __init__ sets them one
+        # at a time)
+        frame = new_frame(UnwoundFrame)
+        frame.__dict__.update(ip=ip, sp=sp, trust=trust, registers=regs, function_id=fid, module=module,
+                              ready_to_run=r2r)  # fmt: skip
+        frames.append(frame)
+    return UnwindResult(
+        frames=tuple(frames),
+        stop=raw.stop,
+        detail=raw.detail,
+        code=raw.code,
+        emulated_instructions=raw.emulated_instructions,
+        memory=raw.memory,
+    )
+
+
+#: an :class:`UnwoundFrame`'s fields as a plain tuple, in its order (what :func:`walk_frames` gives: one per
+#: frame, the cheapest object to make)
+RawFrame = tuple[int, int, Trust, Mapping[str, int], int | None, ModuleEntry | None, bool]
+
+
+class RawUnwind(NamedTuple):
+    """:class:`UnwindResult` with its frames as :class:`RawFrame` tuples."""
+
+    frames: list[RawFrame]
+    stop: StopKind
+    detail: str
+    code: CodeMap
+    emulated_instructions: int
+    memory: CaptureMemory
+
+
+def walk_frames(
+    capture: Capture,
+    *,
+    code: CodeMap | None = None,
+    memory: CaptureMemory | None = None,
+    max_frames: int = MAX_FRAMES,
+    allow_disk: bool = True,
+    max_instructions: int = 10_000,
+    max_seconds: float | None = None,
+) -> RawUnwind:
+    """:func:`unwind`'s walk, its frames as tuples (a replay makes its own frames of them)."""
     key = f"unwind:{allow_disk}:{max_instructions}:{max_seconds}"
     cached = capture.cache.get(key)
     if isinstance(cached, tuple) and code is None and memory is None:
@@ -815,37 +915,62 @@ def unwind(
         capture.cache[key] = (code, memory, machine)
     walker = _Walker(capture, code, memory, machine)
     isa = walker.isa
-    regs: dict[str, int] = capture.manifest.registers.general()
+    regs = _initial_registers(capture)
     trust = Trust.CONTEXT
-    frames: list[UnwoundFrame] = []
+    frames: list[RawFrame] = []
     stop, detail = StopKind.FRAME_LIMIT, f"{max_frames} frames"
+    ip_name, sp_name = isa.ip, isa.sp
+    bisect_right = bisect.bisect_right
+    jit_starts, jit, mod_starts, modules = code._jit_starts, code._jit, code._mod_starts, code.modules
+    r2r_starts, r2r_ends = code._r2r_merged_starts, code._r2r_merged_ends
+    module_info, tables = code._module_info, code._tables
+    quick_managed = isa.machine == "x64"
     while True:
-        ip, sp = regs[isa.ip], regs[isa.sp]
+        ip, sp = regs[ip_name], regs[sp_name]
         if ip == 0:
             stop, detail = StopKind.IP_ZERO, f"frame {len(frames)}: IP is 0"
             break
         pc = ip if not frames else ip - 1
-        fid = code.function_from_ip(pc)
-        module, r2r = code.module_at(pc), code.in_ready_to_run(pc)
-        frames.append(_unwound_frame(ip, sp, trust, dict(regs), fid or None, module, r2r))
+        # function_from_ip, module_at and in_ready_to_run, inline (once per frame)
+        k = bisect_right(jit_starts, pc) - 1
+        fid = jit[k][2] if k >= 0 and pc < jit[k][1] else 0
+        k = bisect_right(mod_starts, pc) - 1
+        module = modules[k] if k >= 0 and pc < modules[k].end else None
+        k = bisect_right(r2r_starts, pc) - 1
+        r2r = k >= 0 and pc < r2r_ends[k]
+        # ``regs`` is a dict of this walk's own, which nothing changes after this
+        frames.append((ip, sp, trust, regs, fid or None, module, r2r))
         if len(frames) >= max_frames:
             break
-        try:
-            caller, trust = walker.caller(regs, exact=len(frames) == 1, index=len(frames) - 1,
-                                          where=(bool(fid) or r2r, module))  # fmt: skip
-        except _Stop as s:
-            stop, detail = s.kind, s.detail
-            break
-        if caller[isa.ip] != 0 and caller[isa.sp] <= sp:
+        exact = len(frames) == 1
+        # The two steps most frames take, done here when their cached tables have the answer: a CFI row
+        # already compiled, and a managed frame's frame-pointer chain. Anything else (and any step that
+        # fails) goes through the walker, which decides (and says why) as always.
+        caller: dict[str, int] | None = None
+        if fid or r2r:
+            if quick_managed and not exact:
+                caller = _quick_frame_pointer(code, memory, regs, pc, ip, sp)
+                trust = Trust.FRAME_POINTER
+        elif module is not None:
+            info = module_info.get(id(module))
+            if info is not None and info[0] is module and info[1]:
+                got = tables.get(module.path or "")
+                if type(got) is tuple:
+                    table, bias = got
+                    caller = table.quick_step((pc - bias) & _MASK64, regs, memory)
+                    if caller is not None and caller.get(ip_name) == 0:
+                        caller = None  # (the end of the stack: the walker says so)
+                    trust = Trust.CFI
+        if caller is None:
+            try:
+                caller, trust = walker.caller(regs, exact=exact, index=len(frames) - 1,
+                                              where=(bool(fid) or r2r, module))  # fmt: skip
+            except _Stop as s:
+                stop, detail = s.kind, s.detail
+                break
+        if caller[ip_name] != 0 and caller[sp_name] <= sp:
             stop = StopKind.SP_NOT_INCREASING
-            detail = f"frame {len(frames)}: SP {caller[isa.sp]:#x} is not above the callee's {sp:#x}"
+            detail = f"frame {len(frames)}: SP {caller[sp_name]:#x} is not above the callee's {sp:#x}"
             break
         regs = caller
-    return UnwindResult(
-        frames=tuple(frames),
-        stop=stop,
-        detail=detail,
-        code=code,
-        emulated_instructions=walker.emulated,
-        memory=memory,
-    )
+    return RawUnwind(frames, stop, detail, code, walker.emulated, memory)
