@@ -9,6 +9,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 namespace profharness {
 
 namespace {
@@ -66,11 +70,12 @@ bool TraceWriter::open(const char* path, std::string& error) {
     return true;
 }
 
-std::string TraceWriter::line(const char* kind, const std::string& tail, long os_tid, const Json& tid) const {
+std::string TraceWriter::line(std::int64_t seq, const char* kind, const std::string& tail, long os_tid,
+                              const Json& tid) const {
     std::string head;
     head.reserve(tail.size() + 96);
     head += "{\"seq\":";
-    head += std::to_string(next_seq_);
+    head += std::to_string(seq);
     head += ",\"kind\":";
     json_escape(kind, head);
     head += ",\"os_tid\":";
@@ -105,50 +110,231 @@ bool TraceWriter::write_all(const char* p, std::size_t left) {
     return true;
 }
 
-void TraceWriter::write(const char* kind, const Json& fields) {
-    if (fd_ < 0 || capped_.load(std::memory_order_relaxed)) return;
-    const long os_tid = static_cast<long>(::syscall(SYS_gettid));
-    Json tid = managed_thread_ ? managed_thread_() : Json();
+// Formats one record onto `out` (the caller writes `out`): the cap's notice in its place when it would take
+// the file past the cap (false: stop), the fault (writes `out`, then half of this record, and dies).
+bool TraceWriter::emit(Pending& p, std::string& out) {
+    if (p.make) p.fields = p.make();
     std::string tail;
-    fields.dump(tail);  // "{...}", outside the lock
-    std::lock_guard<std::mutex> lock(mu_);
-    if (capped_.load(std::memory_order_relaxed)) return;
-    const std::string head = line(kind, tail, os_tid, tid);
-    if (bytes_ + head.size() > max_bytes_) {
+    p.fields.dump(tail);
+    const std::string head = line(p.seq, p.kind, tail, p.os_tid, p.tid);
+    if (bytes_ + out.size() + head.size() > max_bytes_) {
         // The size cap: one notice in place of this record, then nothing more.
+        const std::uint64_t at = bytes_ + out.size();
         Json notice = Json::object();
-        notice.set("what", "trace size cap reached: " + path_ + " stops at " + std::to_string(bytes_) +
+        notice.set("what", "trace size cap reached: " + path_ + " stops at " + std::to_string(at) +
                                " bytes, the cap is " + std::to_string(max_bytes_) +
                                " (PROFHARNESS_TRACE_MAX_BYTES); later records are not written");
         notice.set("where", "trace");
         notice.set("cap", Json(max_bytes_));
-        notice.set("bytes", Json(bytes_));
+        notice.set("bytes", Json(at));
         std::string notice_text;
         notice.dump(notice_text);
-        const std::string text = line("probe_error", notice_text, os_tid, tid);
+        out += line(p.seq, "probe_error", notice_text, p.os_tid, p.tid);
         capped_.store(true);
-        if (write_all(text.data(), text.size())) {
-            ++next_seq_;
-            written_.fetch_add(1);
-        }
-        return;
+        return false;
     }
-    if (next_seq_ == fault_record_) {
-        const char* p = head.data();
+    if (p.seq == fault_record_) {
+        write_all(out.data(), out.size());
+        const char* q = head.data();
         std::size_t left = head.size() / 2;  // die in the middle of this record (PROFHARNESS_FAULT)
         while (left > 0) {
-            const ssize_t n = ::write(fd_, p, left);
+            const ssize_t n = ::write(fd_, q, left);
             if (n <= 0) break;
-            p += n;
+            q += n;
             left -= static_cast<std::size_t>(n);
         }
         ::signal(fault_signal_, SIG_DFL);
         ::raise(fault_signal_);
         ::_exit(128 + fault_signal_);
     }
+    out += head;
+    return true;
+}
+
+void TraceWriter::write(const char* kind, const Json& fields) {
+    if (fd_ < 0 || capped_.load(std::memory_order_relaxed)) return;
+    if (buffered_.load(std::memory_order_relaxed)) {
+        enqueue(kind, Json(fields), nullptr);
+        return;
+    }
+    const long os_tid = static_cast<long>(::syscall(SYS_gettid));
+    Json tid = managed_thread_ ? managed_thread_() : Json();
+    std::string tail;
+    fields.dump(tail);  // "{...}", outside the lock
+    std::lock_guard<std::mutex> lock(mu_);
+    if (capped_.load(std::memory_order_relaxed)) return;
+    Pending p{next_seq_, kind, os_tid, std::move(tid), Json(), nullptr};
+    // emit() formats p.fields: hand it the dumped tail's source instead of dumping twice
+    std::string out;
+    const std::string head = line(p.seq, kind, tail, os_tid, p.tid);
+    if (bytes_ + head.size() > max_bytes_ || p.seq == fault_record_) {
+        p.fields = fields;
+        const bool go_on = emit(p, out);
+        if (write_all(out.data(), out.size())) {
+            ++next_seq_;
+            written_.fetch_add(1);
+        }
+        (void)go_on;
+        return;
+    }
     if (!write_all(head.data(), head.size())) return;
     ++next_seq_;
     written_.fetch_add(1);
+}
+
+void TraceWriter::write(const char* kind, Json&& fields) {
+    if (buffered_.load(std::memory_order_relaxed)) {
+        if (fd_ < 0 || capped_.load(std::memory_order_relaxed)) return;
+        enqueue(kind, std::move(fields), nullptr);
+        return;
+    }
+    write(kind, static_cast<const Json&>(fields));
+}
+
+void TraceWriter::write_deferred(const char* kind, FieldsFn fields) {
+    if (fd_ < 0 || capped_.load(std::memory_order_relaxed)) return;
+    if (buffered_.load(std::memory_order_relaxed)) {
+        enqueue(kind, Json(), std::move(fields));
+        return;
+    }
+    write(kind, fields());
+}
+
+// --- buffered mode ------------------------------------------------------------------------------------------
+
+namespace {
+struct TlsBuffer {
+    const void* owner = nullptr;
+    void* buffer = nullptr;
+};
+thread_local TlsBuffer tl_buffer;
+
+std::vector<TraceWriter*>& buffered_writers() {
+    static auto* v = new std::vector<TraceWriter*>();
+    return *v;
+}
+std::mutex& buffered_writers_mu() {
+    static auto* m = new std::mutex();
+    return *m;
+}
+}  // namespace
+
+TraceWriter::ThreadBuffer& TraceWriter::my_buffer() {
+    if (tl_buffer.owner == this) return *static_cast<ThreadBuffer*>(tl_buffer.buffer);
+    auto* b = new ThreadBuffer();
+    b->items.reserve(64);
+    {
+        std::lock_guard<std::mutex> lock(buffers_mu_);
+        buffers_.push_back(b);
+    }
+    tl_buffer.owner = this;
+    tl_buffer.buffer = b;
+    return *b;
+}
+
+void TraceWriter::enqueue(const char* kind, Json&& fields, FieldsFn make) {
+    const long os_tid = static_cast<long>(::syscall(SYS_gettid));
+    Json tid = managed_thread_ ? managed_thread_() : Json();
+    ThreadBuffer& b = my_buffer();
+    {
+        std::lock_guard<std::mutex> lock(b.mu);
+        const std::int64_t seq = taken_.fetch_add(1);
+        b.items.push_back(Pending{seq, kind, os_tid, std::move(tid), std::move(fields), std::move(make)});
+    }
+    written_.fetch_add(1);
+    if (queued_.fetch_add(1) + 1 == kWakeRecords) wake_.notify_one();
+}
+
+void TraceWriter::drain_locked(bool final) {
+    const std::int64_t want = final ? taken_.load() : 0;
+    for (int round = 0;; ++round) {
+        std::vector<ThreadBuffer*> buffers;
+        {
+            std::lock_guard<std::mutex> lock(buffers_mu_);
+            buffers = buffers_;
+        }
+        for (ThreadBuffer* b : buffers) {
+            std::vector<Pending> items;
+            {
+                std::lock_guard<std::mutex> lock(b->mu);
+                if (b->items.empty()) continue;
+                items.swap(b->items);
+            }
+            queued_.fetch_sub(items.size());
+            for (Pending& p : items) pending_.push_back(std::move(p));
+        }
+        std::sort(pending_.begin(), pending_.end(),
+                  [](const Pending& a, const Pending& b) { return a.seq < b.seq; });
+        std::size_t k = 0;
+        std::string out;
+        bool go_on = !capped_.load();
+        while (go_on && k < pending_.size() && pending_[k].seq == next_seq_) {
+            go_on = emit(pending_[k], out);
+            ++k;
+            ++next_seq_;
+            if (out.size() >= (1u << 20)) {
+                write_all(out.data(), out.size());
+                out.clear();
+            }
+        }
+        if (!out.empty()) write_all(out.data(), out.size());
+        if (!go_on) {  // capped: the rest is dropped
+            written_.fetch_sub(static_cast<std::int64_t>(pending_.size() - k));
+            pending_.clear();
+            return;
+        }
+        pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(k));
+        if (!final || next_seq_ >= want || round >= 1000) return;
+        // a seq taken before the flush whose record is not queued yet (its thread between the two): wait
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
+void TraceWriter::writer_loop() {
+    writer_tid_.store(static_cast<long>(::syscall(SYS_gettid)));
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lock(wake_mu_);
+            wake_.wait_for(lock, std::chrono::milliseconds(kWriterPeriodMs),
+                           [this] { return queued_.load(std::memory_order_relaxed) >= kWakeRecords; });
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        drain_locked(false);
+    }
+}
+
+void TraceWriter::flush() {
+    if (!buffered_.load() || fd_ < 0) return;
+    if (writer_tid_.load() == static_cast<long>(::syscall(SYS_gettid))) return;
+    // a crash handler must not wait forever for a writer that died holding the lock
+    for (int waited = 0; !mu_.try_lock(); ++waited) {
+        if (waited >= 2000) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    drain_locked(true);
+    mu_.unlock();
+}
+
+void TraceWriter::start_writer() {
+    if (fd_ < 0 || buffered_.exchange(true)) return;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        taken_.store(next_seq_);
+    }
+    {
+        std::lock_guard<std::mutex> lock(buffered_writers_mu());
+        if (buffered_writers().empty())
+            std::atexit([] {
+                std::vector<TraceWriter*> all;
+                {
+                    std::lock_guard<std::mutex> lock(buffered_writers_mu());
+                    all = buffered_writers();
+                }
+                for (TraceWriter* w : all) w->flush();
+            });
+        buffered_writers().push_back(this);
+    }
+    std::thread([this] { writer_loop(); }).detach();
 }
 
 }  // namespace profharness

@@ -1,10 +1,22 @@
-// The trace writer (docs/design.md "The trace"): JSON Lines, one write(2) per record on an O_APPEND
-// descriptor, seq assigned in write order, os_tid and managed tid on every record.
-// Part of profharness_common: the probe and a recording proxy write the same records.
+// The trace writer (docs/design.md "The trace"): JSON Lines, seq assigned in call order, os_tid and managed
+// tid on every record. Part of profharness_common: the probe and a recording proxy write the same records.
+//
+// Two modes. Synchronous (the default; the probe): one write(2) per record on an O_APPEND descriptor, made
+// by the calling thread, so every record a thread finished writing is in the file whatever kills the process
+// next. Buffered (start_writer(); the recording proxy, issue 23): the calling thread only takes a seq and
+// moves the record's fields (a Json tree, or a function that builds it) into its own per-thread buffer; a
+// writer thread drains every buffer each kWriterPeriodMs (sooner when kWakeRecords are queued), puts the
+// records in seq order and formats and writes them (one write(2) per batch, each batch whole records). The
+// file is the same, record for record. What a death can lose: the records still queued, those taken in the
+// last kWriterPeriodMs at most (SIGKILL); flush() writes them now, and the owner calls it on its crash paths
+// (a fatal signal's handler, the hang report, before it ends the process) and at the end of the run; an
+// atexit handler flushes at process exit. A record is never torn by the buffering (a batch is written
+// whole records at a time, and the reader sets a torn last line aside as before).
 //
 // Fault injection (issue 13, tests/robustness): PROFHARNESS_FAULT=record:<N>:<KILL|SEGV|ABRT> makes the
-// writer write the first half of record N, then raise that signal in the writing thread: a process dying
-// in the middle of a record, on purpose, so the tests can check that every earlier record survives.
+// writer write the first half of record N, then raise that signal in the writing thread (buffered: the
+// writer thread, after every earlier record is written): a process dying in the middle of a record, on
+// purpose, so the tests can check that every earlier record survives.
 //
 // Size cap (issue 13): PROFHARNESS_TRACE_MAX_BYTES (a positive decimal byte count; default 1 GiB) bounds
 // the file. The record that would take it past the cap is not written; in its place goes one final
@@ -14,10 +26,13 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "profharness/json.h"
 
@@ -28,6 +43,8 @@ class TraceWriter {
     // The managed ThreadID of the calling thread as JSON (null when it has none). The writer's owner
     // supplies it (the probe asks ICorProfilerInfo::GetCurrentThreadID); without one every tid is null.
     using ManagedThreadFn = Json (*)();
+    // Builds a record's fields (a JSON object) on the writer thread (buffered) or at once (synchronous).
+    using FieldsFn = std::function<Json()>;
 
     explicit TraceWriter(ManagedThreadFn managed_thread = nullptr) : managed_thread_(managed_thread) {}
     TraceWriter(const TraceWriter&) = delete;
@@ -36,15 +53,39 @@ class TraceWriter {
     // Creates (truncates) the file. Returns false with a one-line reason.
     bool open(const char* path, std::string& error);
     bool is_open() const { return fd_ >= 0; }
+    // Buffered mode from here on (after open(); once): per-thread buffers drained by a writer thread.
+    void start_writer();
     // Writes one record: {"seq", "kind", "os_tid", "tid", ...fields}. fields must be an object.
     void write(const char* kind, const Json& fields);
+    void write(const char* kind, Json&& fields);
+    // The same with the fields built later (buffered: on the writer thread; the function owns its data).
+    void write_deferred(const char* kind, FieldsFn fields);
+    // Buffered: writes every record queued so far (waits up to ~1 s for records whose seq is taken but that
+    // are not queued yet). A no-op on the writer thread itself and in synchronous mode.
+    void flush();
+    // Records written (buffered: taken, queued or written, less those the cap dropped: exact after flush()).
     std::int64_t count() const { return written_.load(); }
     // Whether the size cap stopped the writing (the notice is written).
     bool capped() const { return capped_.load(); }
 
     static constexpr std::uint64_t kDefaultMaxBytes = std::uint64_t{1} << 30;
+    static constexpr int kWriterPeriodMs = 5;
+    static constexpr std::size_t kWakeRecords = 512;
 
  private:
+    struct Pending {
+        std::int64_t seq;
+        const char* kind;
+        long os_tid;
+        Json tid;
+        Json fields;
+        FieldsFn make;  // when set, builds fields
+    };
+    struct ThreadBuffer {
+        std::mutex mu;
+        std::vector<Pending> items;
+    };
+
     ManagedThreadFn managed_thread_;
     int fd_ = -1;
     // PROFHARNESS_FAULT: the record to die in (-1: none) and the signal
@@ -56,12 +97,31 @@ class TraceWriter {
     std::atomic<bool> capped_{false};
     std::string path_;
     // The JSON line of one record (newline included); tail is its fields as a JSON object.
-    std::string line(const char* kind, const std::string& tail, long os_tid, const Json& tid) const;
+    std::string line(std::int64_t seq, const char* kind, const std::string& tail, long os_tid, const Json& tid) const;
     // Writes all of [p, p + n); false on an error other than EINTR.
     bool write_all(const char* p, std::size_t n);
-    std::mutex mu_;
-    std::int64_t next_seq_ = 0;
+    // Formats record `p` (seq p.seq) onto out, applying the cap and the fault; false: capped, stop.
+    bool emit(Pending& p, std::string& out);
+    void enqueue(const char* kind, Json&& fields, FieldsFn make);
+    ThreadBuffer& my_buffer();
+    // The writer thread's turn (mu_ held): drains the buffers, writes the records in seq order up to the
+    // first seq not queued yet. `final`: wait (bounded) for every seq taken so far.
+    void drain_locked(bool final);
+    void writer_loop();
+
+    std::mutex mu_;  // synchronous: the write; buffered: the writer's state (pending_, the file)
+    std::int64_t next_seq_ = 0;  // synchronous: the next seq; buffered: the next seq to write
     std::atomic<std::int64_t> written_{0};
+    // buffered mode
+    std::atomic<bool> buffered_{false};
+    std::atomic<std::int64_t> taken_{0};      // seqs handed out
+    std::atomic<std::size_t> queued_{0};      // records in buffers (a hint to wake the writer)
+    std::mutex buffers_mu_;
+    std::vector<ThreadBuffer*> buffers_;      // every thread's buffer (never freed)
+    std::vector<Pending> pending_;            // drained, waiting for an earlier seq
+    std::condition_variable wake_;
+    std::mutex wake_mu_;
+    std::atomic<long> writer_tid_{0};
 };
 
 // Ends a record's line after its head ({"seq", "kind", "os_tid", "tid" written, the object still open):

@@ -1,0 +1,131 @@
+"""The common trace writer's buffered mode (issue 23, include/profharness/trace.h): per-thread buffers drained
+by a writer thread. Driven through a small program compiled against common/trace.cpp and common/json.cpp:
+many threads write at once, and the file must hold every record once, in seq order, each thread's records in
+the order it wrote them; the size cap and PROFHARNESS_FAULT behave as in the synchronous mode; a record
+taken before a SIGKILL that the owner flushed is in the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conformance.core.paths import NATIVE_DIR
+from conformance.core.trace import read_trace
+
+DRIVER = r"""
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include <unistd.h>
+#include "profharness/trace.h"
+using namespace profharness;
+// usage: driver PATH MODE THREADS RECORDS [flush-then-kill]
+int main(int argc, char** argv) {
+    TraceWriter* w = new TraceWriter();
+    std::string err;
+    if (!w->open(argv[1], err)) { std::fprintf(stderr, "%s\n", err.c_str()); return 2; }
+    if (std::strcmp(argv[2], "buffered") == 0) w->start_writer();
+    const int threads = std::atoi(argv[3]), records = std::atoi(argv[4]);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+        ts.emplace_back([w, t, records] {
+            for (int k = 0; k < records; ++k) {
+                if (k % 3 == 2) {
+                    w->write_deferred("mark", [t, k] { return Json::object().set("name", "rec").set("t", t).set("k", k).set("deferred", true); });
+                } else {
+                    Json f = Json::object();
+                    f.set("name", "rec").set("t", t).set("k", k).set("pad", std::string(static_cast<std::size_t>(k % 7) * 5, 'x'));
+                    if (k % 2) w->write("mark", std::move(f)); else w->write("mark", f);
+                }
+            }
+        });
+    for (auto& t : ts) t.join();
+    w->flush();
+    if (argc > 5) ::kill(getpid(), SIGKILL);
+    std::printf("%lld\n", static_cast<long long>(w->count()));
+    return 0;  // the atexit handler flushes
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("no g++")
+    folder = tmp_path_factory.mktemp("trace-writer")
+    source = folder / "driver.cpp"
+    source.write_text(DRIVER)
+    exe = folder / "driver"
+    common = NATIVE_DIR / "common"
+    subprocess.run(
+        [gxx, "-std=c++17", "-O1", "-pthread", f"-I{NATIVE_DIR / 'include'}", str(source),
+         str(common / "trace.cpp"), str(common / "json.cpp"), "-o", str(exe)],
+        check=True, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    return exe
+
+
+def _run(driver: Path, path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PROFHARNESS_")}
+    full.update(env or {})
+    return subprocess.run([str(driver), str(path), *args], env=full, capture_output=True, text=True, timeout=120)
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("mode", ["sync", "buffered"])
+def test_every_record_once_in_seq_order_each_thread_in_its_order(driver: Path, tmp_path: Path, mode: str) -> None:
+    path = tmp_path / "t.jsonl"
+    done = _run(driver, path, mode, "6", "3000")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "18000"
+    records = _records(path)
+    assert [r["seq"] for r in records] == list(range(18000))
+    by_thread: dict[object, list[object]] = {}
+    for r in records:
+        by_thread.setdefault(r["t"], []).append(r["k"])
+        assert r["kind"] == "mark" and r["deferred"] is True if r["k"] % 3 == 2 else "pad" in r  # type: ignore[operator]
+    assert by_thread == {t: list(range(3000)) for t in range(6)}
+
+
+@pytest.mark.parametrize("mode", ["sync", "buffered"])
+def test_size_cap_one_notice_then_nothing(driver: Path, tmp_path: Path, mode: str) -> None:
+    path = tmp_path / "t.jsonl"
+    done = _run(driver, path, mode, "3", "2000", env={"PROFHARNESS_TRACE_MAX_BYTES": "50000"})
+    assert done.returncode == 0, done.stderr
+    records = _records(path)
+    assert [r["seq"] for r in records] == list(range(len(records)))
+    assert records[-1]["kind"] == "probe_error" and records[-1]["where"] == "trace"
+    assert all(r["kind"] == "mark" for r in records[:-1])
+    body = sum(len(line) + 1 for line in path.read_text().splitlines()[:-1])
+    assert body <= 50000 < body + 400
+    assert int(done.stdout) == len(records)
+
+
+@pytest.mark.parametrize("signame", ["KILL", "SEGV", "ABRT"])
+def test_buffered_fault_mid_record_keeps_every_earlier_record(driver: Path, tmp_path: Path, signame: str) -> None:
+    path = tmp_path / "t.jsonl"
+    done = _run(driver, path, "buffered", "4", "1000", env={"PROFHARNESS_FAULT": f"record:1234:{signame}"})
+    assert done.returncode == -getattr(signal, f"SIG{signame}")
+    trace = read_trace(path)
+    assert trace.problem is None
+    assert [r.seq for r in trace.records] == list(range(1234)) and trace.torn_tail
+
+
+def test_buffered_flush_before_sigkill_loses_nothing(driver: Path, tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    done = _run(driver, path, "buffered", "4", "2500", "kill")
+    assert done.returncode == -signal.SIGKILL
+    assert [r["seq"] for r in _records(path)] == list(range(10000))
