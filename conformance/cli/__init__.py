@@ -83,6 +83,7 @@ COMMANDS: dict[str, str] = {
     "skeleton": "conformance.cli.skeleton",
     "fuzz": "conformance.cli.fuzz",
     "fuzz-runtime": "conformance.cli.fuzz_runtime",
+    "trace": "conformance.cli.trace",
 }
 
 

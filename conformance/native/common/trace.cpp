@@ -1,6 +1,11 @@
 // The trace writer of profharness_common (include/profharness/trace.h).
 #include "profharness/trace.h"
 
+#include <cmath>
+#include <cstdio>
+
+#include "profharness/frames.h"
+
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -48,6 +53,47 @@ bool parse_max_bytes(const char* text, std::uint64_t& out) {
     return true;
 }
 
+
+// --- the binary trace (trace.h "Format") ------------------------------------------------------------------
+
+constexpr std::uint16_t kFrameInfo = 1, kFrameString = 2, kFrameShape = 3, kFrameThread = 4, kFrameRecord = 5;
+const std::string kBinaryTraceVersion = "profharness-trace 1";
+
+void put_u16(std::string& out, std::uint16_t v) {
+    out.push_back(static_cast<char>(v & 0xff));
+    out.push_back(static_cast<char>(v >> 8));
+}
+void put_u32(std::string& out, std::uint32_t v) {
+    for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>((v >> (8 * k)) & 0xff));
+}
+void put_varint(std::string& out, std::uint64_t v) {
+    while (v >= 0x80) {
+        out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+        v >>= 7;
+    }
+    out.push_back(static_cast<char>(v));
+}
+void put_zigzag(std::string& out, std::int64_t v) {
+    put_varint(out, (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63));
+}
+// One frame (frames.h layout) appended to out.
+void append_frame(std::string& out, std::uint16_t type, const std::string& payload) {
+    put_u32(out, static_cast<std::uint32_t>(payload.size()));
+    put_u32(out, frames_crc32(payload.data(), payload.size()));
+    put_u16(out, type);
+    put_u16(out, 0);
+    out += payload;
+}
+// A double as JSON prints it ("%.17g"): an integer there reads back as an int.
+bool double_is_json_int(double d, std::int64_t& as_int) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", d);
+    for (const char* c = buf; *c; ++c)
+        if (*c == '.' || *c == 'e' || *c == 'n' || *c == 'i') return false;
+    as_int = std::strtoll(buf, nullptr, 10);
+    return true;
+}
+
 }  // namespace
 
 bool TraceWriter::open(const char* path, std::string& error) {
@@ -67,6 +113,27 @@ bool TraceWriter::open(const char* path, std::string& error) {
         return false;
     }
     parse_fault(std::getenv("PROFHARNESS_FAULT"), fault_record_, fault_signal_);
+    const char* format_text = std::getenv("PROFHARNESS_TRACE_FORMAT");
+    const std::string format_name = format_text ? format_text : "";
+    if (format_name.empty() || format_name == "jsonl") {
+        binary_ = false;
+    } else if (format_name == "binary") {
+        binary_ = true;
+        strings_ = Interned();
+        shapes_ = Interned();
+        threads_ = Interned();
+        std::string head(kFramesMagic, sizeof kFramesMagic);
+        put_u16(head, kFramesVersion);
+        put_u16(head, kTraceFramesFlag);
+        put_u32(head, 0);
+        append_frame(head, kFrameInfo, kBinaryTraceVersion);
+        write_all(head.data(), head.size());
+    } else {
+        error = "PROFHARNESS_TRACE_FORMAT=" + format_name + " is not jsonl or binary";
+        ::close(fd_);
+        fd_ = -1;
+        return false;
+    }
     return true;
 }
 
@@ -84,6 +151,127 @@ std::string TraceWriter::line(std::int64_t seq, const char* kind, const std::str
     tid.dump(head);
     finish_record_line(head, tail);
     return head;
+}
+
+std::uint32_t TraceWriter::intern(Interned& table, std::uint16_t frame_type, const std::string& key,
+                                  std::string& out, const std::string& payload_tail) {
+    auto found = table.ids.find(key);
+    if (found != table.ids.end()) return found->second;
+    const auto id = static_cast<std::uint32_t>(table.order.size());
+    auto placed = table.ids.emplace(key, id).first;
+    table.order.push_back(&placed->first);
+    std::string payload;
+    put_varint(payload, id);
+    payload += payload_tail;
+    append_frame(out, frame_type, payload);
+    return id;
+}
+
+std::uint32_t TraceWriter::string_id(const std::string& s, std::string& out) {
+    return intern(strings_, kFrameString, s, out, s);
+}
+
+// The type of v (trace.h "Format"); an object's keys interned (their frames onto defs).
+void TraceWriter::describe(const Json& v, std::string& desc, std::string& defs) {
+    switch (v.kind()) {
+        case Json::Kind::Null: desc.push_back('n'); break;
+        case Json::Kind::Bool: desc.push_back(v.as_bool() ? 't' : 'f'); break;
+        case Json::Kind::Int: desc.push_back('i'); break;
+        case Json::Kind::UInt: desc.push_back('u'); break;
+        case Json::Kind::Double: {
+            std::int64_t i = 0;
+            desc.push_back(!std::isfinite(v.as_double()) ? 'n' : double_is_json_int(v.as_double(), i) ? 'i' : 'd');
+            break;
+        }
+        case Json::Kind::String: desc.push_back('s'); break;
+        case Json::Kind::Array: desc.push_back('a'); break;
+        case Json::Kind::Object:
+            desc.push_back('o');
+            put_varint(desc, v.members().size());
+            for (const auto& m : v.members()) {
+                put_varint(desc, string_id(m.first, defs));
+                describe(m.second, desc, defs);
+            }
+            break;
+    }
+}
+
+// The values of v in its type's order (strings interned: their frames onto defs).
+void TraceWriter::values(const Json& v, std::string& out, std::string& defs) {
+    switch (v.kind()) {
+        case Json::Kind::Null:
+        case Json::Kind::Bool: break;
+        case Json::Kind::Int: put_zigzag(out, v.as_int()); break;
+        case Json::Kind::UInt: put_varint(out, v.as_uint()); break;
+        case Json::Kind::Double: {
+            const double d = v.as_double();
+            std::int64_t i = 0;
+            if (!std::isfinite(d)) break;
+            if (double_is_json_int(d, i)) {
+                put_zigzag(out, i);
+            } else {
+                std::uint64_t bits = 0;
+                std::memcpy(&bits, &d, sizeof bits);
+                for (int k = 0; k < 8; ++k) out.push_back(static_cast<char>((bits >> (8 * k)) & 0xff));
+            }
+            break;
+        }
+        case Json::Kind::String: put_varint(out, string_id(v.as_string(), defs)); break;
+        case Json::Kind::Array:
+            put_varint(out, v.items().size());
+            for (const Json& item : v.items()) {
+                describe(item, out, defs);
+                values(item, out, defs);
+            }
+            break;
+        case Json::Kind::Object:
+            for (const auto& m : v.members()) values(m.second, out, defs);
+            break;
+    }
+}
+
+void TraceWriter::encode(std::int64_t seq, const char* kind, const Json& fields, long os_tid, const Json& tid,
+                         std::string& out) {
+    std::string defs;  // the frames of what this record interns, before it
+    std::string shape;
+    put_varint(shape, string_id(kind, defs));
+    describe(fields.is_object() ? fields : Json::object(), shape, defs);
+    const std::uint32_t shape_id = intern(shapes_, kFrameShape, shape, defs, shape);
+    std::string thread;
+    put_zigzag(thread, os_tid);
+    describe(tid, thread, defs);
+    values(tid, thread, defs);
+    const std::uint32_t thread_id = intern(threads_, kFrameThread, thread, defs, thread);
+    std::string payload;
+    put_varint(payload, shape_id);
+    put_varint(payload, static_cast<std::uint64_t>(seq));
+    put_varint(payload, thread_id);
+    if (fields.is_object()) values(fields, payload, defs);
+    out += defs;
+    append_frame(out, kFrameRecord, payload);
+}
+
+void TraceWriter::rollback(const Mark& m) {
+    for (auto* table : {&strings_, &shapes_, &threads_}) {
+        const std::size_t keep = table == &strings_ ? m.strings : table == &shapes_ ? m.shapes : m.threads;
+        while (table->order.size() > keep) {
+            const std::string key = *table->order.back();
+            table->order.pop_back();
+            table->ids.erase(key);
+        }
+    }
+}
+
+std::string TraceWriter::format(std::int64_t seq, const char* kind, const Json& fields, long os_tid,
+                                const Json& tid) {
+    if (binary_) {
+        std::string out;
+        encode(seq, kind, fields, os_tid, tid, out);
+        return out;
+    }
+    std::string tail;
+    fields.dump(tail);
+    return line(seq, kind, tail, os_tid, tid);
 }
 
 void finish_record_line(std::string& head, const std::string& tail) {
@@ -114,10 +302,15 @@ bool TraceWriter::write_all(const char* p, std::size_t left) {
 // the file past the cap (false: stop), the fault (writes `out`, then half of this record, and dies).
 bool TraceWriter::emit(Pending& p, std::string& out) {
     if (p.make) p.fields = p.make();
-    std::string tail;
-    p.fields.dump(tail);
-    const std::string head = line(p.seq, p.kind, tail, p.os_tid, p.tid);
+    return emit(p.seq, p.kind, p.fields, p.os_tid, p.tid, out);
+}
+
+bool TraceWriter::emit(std::int64_t seq, const char* kind, const Json& fields, long os_tid, const Json& tid,
+                       std::string& out) {
+    const Mark before = mark();
+    const std::string head = format(seq, kind, fields, os_tid, tid);
     if (bytes_ + out.size() + head.size() > max_bytes_) {
+        rollback(before);  // its definitions are not written
         // The size cap: one notice in place of this record, then nothing more.
         const std::uint64_t at = bytes_ + out.size();
         Json notice = Json::object();
@@ -127,13 +320,11 @@ bool TraceWriter::emit(Pending& p, std::string& out) {
         notice.set("where", "trace");
         notice.set("cap", Json(max_bytes_));
         notice.set("bytes", Json(at));
-        std::string notice_text;
-        notice.dump(notice_text);
-        out += line(p.seq, "probe_error", notice_text, p.os_tid, p.tid);
+        out += format(seq, "probe_error", notice, os_tid, tid);
         capped_.store(true);
         return false;
     }
-    if (p.seq == fault_record_) {
+    if (seq == fault_record_) {
         write_all(out.data(), out.size());
         const char* q = head.data();
         std::size_t left = head.size() / 2;  // die in the middle of this record (PROFHARNESS_FAULT)
@@ -159,22 +350,29 @@ void TraceWriter::write(const char* kind, const Json& fields) {
     }
     const long os_tid = static_cast<long>(::syscall(SYS_gettid));
     Json tid = managed_thread_ ? managed_thread_() : Json();
-    std::string tail;
-    fields.dump(tail);  // "{...}", outside the lock
-    std::lock_guard<std::mutex> lock(mu_);
-    if (capped_.load(std::memory_order_relaxed)) return;
-    Pending p{next_seq_, kind, os_tid, std::move(tid), Json(), nullptr};
-    // emit() formats p.fields: hand it the dumped tail's source instead of dumping twice
-    std::string out;
-    const std::string head = line(p.seq, kind, tail, os_tid, p.tid);
-    if (bytes_ + head.size() > max_bytes_ || p.seq == fault_record_) {
-        p.fields = fields;
-        const bool go_on = emit(p, out);
+    if (binary_) {  // the interned tables: encoded under the lock
+        std::lock_guard<std::timed_mutex> lock(mu_);
+        if (capped_.load(std::memory_order_relaxed)) return;
+        std::string out;
+        emit(next_seq_, kind, fields, os_tid, tid, out);
         if (write_all(out.data(), out.size())) {
             ++next_seq_;
             written_.fetch_add(1);
         }
-        (void)go_on;
+        return;
+    }
+    std::string tail;
+    fields.dump(tail);  // "{...}", outside the lock
+    std::lock_guard<std::timed_mutex> lock(mu_);
+    if (capped_.load(std::memory_order_relaxed)) return;
+    const std::string head = line(next_seq_, kind, tail, os_tid, tid);
+    if (bytes_ + head.size() > max_bytes_ || next_seq_ == fault_record_) {  // the cap's notice, or the fault
+        std::string out;
+        emit(next_seq_, kind, fields, os_tid, tid, out);
+        if (write_all(out.data(), out.size())) {
+            ++next_seq_;
+            written_.fetch_add(1);
+        }
         return;
     }
     if (!write_all(head.data(), head.size())) return;
@@ -242,7 +440,14 @@ void TraceWriter::enqueue(const char* kind, Json&& fields, FieldsFn make) {
         b.items.push_back(Pending{seq, kind, os_tid, std::move(tid), std::move(fields), std::move(make)});
     }
     written_.fetch_add(1);
-    if (queued_.fetch_add(1) + 1 == kWakeRecords) wake_.notify_one();
+    const std::size_t queued = queued_.fetch_add(1) + 1;
+    if (queued == kWakeRecords) wake_.notify_one();
+    if (queued >= kMaxQueued && writer_tid_.load() != static_cast<long>(::syscall(SYS_gettid))) {
+        // the writer is behind: wait for it (bounded memory), never on the writer thread itself
+        wake_.notify_one();
+        for (int waited = 0; queued_.load(std::memory_order_relaxed) >= kMaxQueued / 2 && waited < 10000; ++waited)
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
 }
 
 void TraceWriter::drain_locked(bool final) {
@@ -298,7 +503,7 @@ void TraceWriter::writer_loop() {
             wake_.wait_for(lock, std::chrono::milliseconds(kWriterPeriodMs),
                            [this] { return queued_.load(std::memory_order_relaxed) >= kWakeRecords; });
         }
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<std::timed_mutex> lock(mu_);
         drain_locked(false);
     }
 }
@@ -307,10 +512,7 @@ void TraceWriter::flush() {
     if (!buffered_.load() || fd_ < 0) return;
     if (writer_tid_.load() == static_cast<long>(::syscall(SYS_gettid))) return;
     // a crash handler must not wait forever for a writer that died holding the lock
-    for (int waited = 0; !mu_.try_lock(); ++waited) {
-        if (waited >= 2000) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    if (!mu_.try_lock_for(std::chrono::seconds(10))) return;
     drain_locked(true);
     mu_.unlock();
 }
@@ -318,7 +520,7 @@ void TraceWriter::flush() {
 void TraceWriter::start_writer() {
     if (fd_ < 0 || buffered_.exchange(true)) return;
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<std::timed_mutex> lock(mu_);
         taken_.store(next_seq_);
     }
     {

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from conformance.core.binary_trace import read_binary
 from conformance.core.paths import NATIVE_DIR
 from conformance.core.trace import read_trace
+
+FORMATS = ("jsonl", "binary")
 
 DRIVER = r"""
 #include <csignal>
@@ -35,6 +38,23 @@ int main(int argc, char** argv) {
     if (!w->open(argv[1], err)) { std::fprintf(stderr, "%s\n", err.c_str()); return 2; }
     if (std::strcmp(argv[2], "buffered") == 0) w->start_writer();
     const int threads = std::atoi(argv[3]), records = std::atoi(argv[4]);
+    if (threads == 0) {  // every kind of value, once each
+        Json odd = Json::object();
+        odd.set("name", "values").set("neg", Json(-5)).set("big", Json(std::uint64_t{18446744073709551615ull}))
+            .set("min", Json(std::int64_t{-9223372036854775807ll - 1})).set("half", Json(0.5)).set("two", Json(2.0))
+            .set("huge", Json(1e300)).set("tiny", Json(-3.25e-7)).set("nan", Json(0.0 / 0.0)).set("t", true)
+            .set("f", false).set("nil", Json()).set("text", "caf\xc3\xa9 \"q\" \\ \n\t\x01 \xe2\x82\xac")
+            .set("empty", "").set("eo", Json::object()).set("ea", Json::array())
+            .set("mixed", Json::array().push(Json(1)).push("s").push(Json::object().set("k", Json::array().push(Json())))
+                                     .push(Json(-1.5)).push(Json(false)))
+            .set("name2", "values");
+        w->write("mark", odd);
+        w->write("mark", odd);  // the second time: every string and the shape interned
+        Json other = Json::object();
+        other.set("name", "values").set("neg", "now a string");
+        w->write("mark", other);
+        w->write("end", Json::object());
+    }
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)
         ts.emplace_back([w, t, records] {
@@ -69,7 +89,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     common = NATIVE_DIR / "common"
     subprocess.run(
         [gxx, "-std=c++17", "-O1", "-pthread", f"-I{NATIVE_DIR / 'include'}", str(source),
-         str(common / "trace.cpp"), str(common / "json.cpp"), "-o", str(exe)],
+         str(common / "trace.cpp"), str(common / "json.cpp"), str(common / "frames.cpp"), "-o", str(exe)],
         check=True, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     return exe
@@ -82,13 +102,20 @@ def _run(driver: Path, path: Path, *args: str, env: dict[str, str] | None = None
 
 
 def _records(path: Path) -> list[dict[str, object]]:
+    if path.read_bytes()[:8] == b"PHFRAMES":
+        trace = read_binary(path)
+        assert trace.problem is None
+        return trace.records
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("mode", ["sync", "buffered"])
-def test_every_record_once_in_seq_order_each_thread_in_its_order(driver: Path, tmp_path: Path, mode: str) -> None:
+def test_every_record_once_in_seq_order_each_thread_in_its_order(
+    driver: Path, tmp_path: Path, mode: str, fmt: str
+) -> None:
     path = tmp_path / "t.jsonl"
-    done = _run(driver, path, mode, "6", "3000")
+    done = _run(driver, path, mode, "6", "3000", env={"PROFHARNESS_TRACE_FORMAT": fmt})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "18000"
     records = _records(path)
@@ -100,32 +127,67 @@ def test_every_record_once_in_seq_order_each_thread_in_its_order(driver: Path, t
     assert by_thread == {t: list(range(3000)) for t in range(6)}
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("mode", ["sync", "buffered"])
-def test_size_cap_one_notice_then_nothing(driver: Path, tmp_path: Path, mode: str) -> None:
+def test_size_cap_one_notice_then_nothing(driver: Path, tmp_path: Path, mode: str, fmt: str) -> None:
     path = tmp_path / "t.jsonl"
-    done = _run(driver, path, mode, "3", "2000", env={"PROFHARNESS_TRACE_MAX_BYTES": "50000"})
+    env = {"PROFHARNESS_TRACE_MAX_BYTES": "50000", "PROFHARNESS_TRACE_FORMAT": fmt}
+    done = _run(driver, path, mode, "3", "2000", env=env)
     assert done.returncode == 0, done.stderr
     records = _records(path)
     assert [r["seq"] for r in records] == list(range(len(records)))
     assert records[-1]["kind"] == "probe_error" and records[-1]["where"] == "trace"
     assert all(r["kind"] == "mark" for r in records[:-1])
-    body = sum(len(line) + 1 for line in path.read_text().splitlines()[:-1])
-    assert body <= 50000 < body + 400
+    notice = records[-1]
+    assert notice["cap"] == 50000 and notice["bytes"] <= 50000  # type: ignore[operator]
+    # the records before the notice fit under the cap, and one more would not have (cap - bytes < a record)
+    assert 50000 - notice["bytes"] < 200, notice  # type: ignore[operator]
+    assert path.stat().st_size <= 50000 + 400
     assert int(done.stdout) == len(records)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("signame", ["KILL", "SEGV", "ABRT"])
-def test_buffered_fault_mid_record_keeps_every_earlier_record(driver: Path, tmp_path: Path, signame: str) -> None:
+def test_buffered_fault_mid_record_keeps_every_earlier_record(
+    driver: Path, tmp_path: Path, signame: str, fmt: str
+) -> None:
     path = tmp_path / "t.jsonl"
-    done = _run(driver, path, "buffered", "4", "1000", env={"PROFHARNESS_FAULT": f"record:1234:{signame}"})
+    env = {"PROFHARNESS_FAULT": f"record:1234:{signame}", "PROFHARNESS_TRACE_FORMAT": fmt}
+    done = _run(driver, path, "buffered", "4", "1000", env=env)
     assert done.returncode == -getattr(signal, f"SIG{signame}")
     trace = read_trace(path)
     assert trace.problem is None
     assert [r.seq for r in trace.records] == list(range(1234)) and trace.torn_tail
 
 
-def test_buffered_flush_before_sigkill_loses_nothing(driver: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_buffered_flush_before_sigkill_loses_nothing(driver: Path, tmp_path: Path, fmt: str) -> None:
     path = tmp_path / "t.jsonl"
-    done = _run(driver, path, "buffered", "4", "2500", "kill")
+    done = _run(driver, path, "buffered", "4", "2500", "kill", env={"PROFHARNESS_TRACE_FORMAT": fmt})
     assert done.returncode == -signal.SIGKILL
     assert [r["seq"] for r in _records(path)] == list(range(10000))
+
+
+@pytest.mark.parametrize("mode", ["sync", "buffered"])
+def test_binary_reads_back_as_the_json_lines(driver: Path, tmp_path: Path, mode: str) -> None:
+    """Every kind of value (negative, u64 max, i64 min, doubles JSON prints as integers or not, NaN, escapes,
+    UTF-8, empty and nested containers, a key whose type changes between records) and a single-thread
+    run of many records: the binary trace decodes to the records json.loads makes of the JSON trace."""
+    got = {}
+    for fmt in FORMATS:
+        path = tmp_path / f"{fmt}.trace"
+        for args in (("0", "0"), ("1", "500")):
+            done = _run(driver, path, mode, *args, env={"PROFHARNESS_TRACE_FORMAT": fmt})
+            assert done.returncode == 0, done.stderr
+            got[fmt, args] = [{k: v for k, v in r.items() if k != "os_tid"} for r in _records(path)]
+    for args in (("0", "0"), ("1", "500")):
+        assert got["binary", args] == got["jsonl", args]
+        assert got["binary", args]
+    values = got["binary", ("0", "0")][0]
+    assert values["big"] == 2**64 - 1 and values["min"] == -(2**63) and values["two"] == 2
+    assert isinstance(values["two"], int) and values["nan"] is None and values["text"].startswith("café")
+
+
+def test_binary_bad_format_name_fails_open(driver: Path, tmp_path: Path) -> None:
+    done = _run(driver, tmp_path / "t", "sync", "1", "1", env={"PROFHARNESS_TRACE_FORMAT": "xml"})
+    assert done.returncode == 2 and "PROFHARNESS_TRACE_FORMAT=xml is not jsonl or binary" in done.stderr

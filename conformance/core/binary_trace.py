@@ -1,0 +1,240 @@
+"""The binary trace (issue 23; the writer is ``conformance/native/common/trace.cpp``, its layout in
+``include/profharness/trace.h`` "Format"): a frames v1 file (:mod:`conformance.core.frames`) whose file
+header carries the flag ``TRACE_FLAG`` and whose frames define interned strings, record shapes and threads
+before the records that use them. :func:`decode` turns it back into exactly the dicts ``json.loads`` makes of
+the JSON Lines trace the same writer would have written, so every reader judges the same records.
+
+:func:`raw_records` is the one reader of a trace file of either format: (number, dict) of every complete
+record, in file order; for a JSON Lines trace the number is the line, for a binary one the record's ordinal.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.core import interrupt
+from conformance.core.errors import HarnessError
+from conformance.core.frames import MAGIC, FramesError, parse_frames
+
+__all__ = ["TRACE_FLAG", "VERSION_TEXT", "BinaryTrace", "decode", "is_binary", "raw_records", "read_binary"]
+
+#: the frames file header's flags of a binary trace ("TR")
+TRACE_FLAG = 0x5452
+#: the first frame's payload: the record encoding's version
+VERSION_TEXT = b"profharness-trace 1"
+_INFO, _STRING, _SHAPE, _THREAD, _RECORD = 1, 2, 3, 4, 5
+_DOUBLE = struct.Struct("<d")
+
+# a decoded type: (code, keys, types) for an object, (code,) otherwise
+_Type = tuple[Any, ...]
+
+
+class _Corrupt(Exception):
+    """A frame whose content does not decode (the reader says which record)."""
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _type(buf: bytes, pos: int, strings: list[str]) -> tuple[_Type, int]:
+    code = buf[pos]
+    pos += 1
+    if code != 0x6F:  # 'o'
+        if code not in b"ntfiudsa":
+            raise _Corrupt(f"unknown type byte {code:#04x}")
+        return (code,), pos
+    n, pos = _varint(buf, pos)
+    keys: list[str] = []
+    types: list[_Type] = []
+    for _ in range(n):
+        k, pos = _varint(buf, pos)
+        keys.append(strings[k])
+        t, pos = _type(buf, pos, strings)
+        types.append(t)
+    return (code, tuple(keys), tuple(types)), pos
+
+
+def _value(t: _Type, buf: bytes, pos: int, strings: list[str]) -> tuple[Any, int]:
+    code = t[0]
+    if code == 0x75:  # u
+        return _varint(buf, pos)
+    if code == 0x73:  # s
+        k, pos = _varint(buf, pos)
+        return strings[k], pos
+    if code == 0x69:  # i
+        v, pos = _varint(buf, pos)
+        return (v >> 1) ^ -(v & 1), pos
+    if code == 0x6F:  # o
+        out: dict[str, Any] = {}
+        for key, sub in zip(t[1], t[2], strict=True):
+            out[key], pos = _value(sub, buf, pos, strings)
+        return out, pos
+    if code == 0x6E:  # n
+        return None, pos
+    if code == 0x74:  # t
+        return True, pos
+    if code == 0x66:  # f
+        return False, pos
+    if code == 0x64:  # d
+        return _DOUBLE.unpack_from(buf, pos)[0], pos + 8
+    # a: each element's type, then its value
+    n, pos = _varint(buf, pos)
+    items: list[Any] = []
+    for _ in range(n):
+        sub, pos = _type(buf, pos, strings)
+        v, pos = _value(sub, buf, pos, strings)
+        items.append(v)
+    return items, pos
+
+
+@dataclass(frozen=True)
+class BinaryTrace:
+    """The complete records of a binary trace. ``torn``: the file ends in a torn frame (a writer killed
+    mid-record); ``problem``: (record number, what) where a corrupt frame or one that does not decode
+    stopped the reading (the records before it are kept)."""
+
+    records: list[dict[str, Any]]
+    torn: bool
+    problem: tuple[int, str] | None
+
+
+def is_binary(path: Path) -> bool:
+    """Whether the file starts as a frames file (a binary trace, or not a trace at all)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
+    """The records of a binary trace's bytes; not a binary trace: :class:`HarnessError`."""
+    try:
+        frames = parse_frames(data, name)
+    except FramesError as exc:
+        raise HarnessError(str(exc)) from None
+    if frames.flags != TRACE_FLAG:
+        raise HarnessError(f"{name}: a frames file, not a binary trace (flags {frames.flags:#06x})")
+    if not frames.frames or frames.frames[0].type != _INFO:
+        if not frames.frames and frames.stopped and "torn" in frames.stopped:
+            return BinaryTrace([], True, None)
+        raise HarnessError(f"{name}: a binary trace without its version frame")
+    if frames.frames[0].payload != VERSION_TEXT:
+        raise HarnessError(f"{name}: binary trace version {frames.frames[0].payload!r}, this reader reads "
+                           f"{VERSION_TEXT.decode()}")  # fmt: skip
+    strings: list[str] = []
+    shapes: list[tuple[str, _Type]] = []
+    threads: list[tuple[int, Any]] = []
+    records: list[dict[str, Any]] = []
+    problem: tuple[int, str] | None = None
+    for frame in frames.frames[1:]:
+        buf = frame.payload
+        try:
+            if frame.type == _RECORD:
+                shape_id, pos = _varint(buf, 0)
+                seq, pos = _varint(buf, pos)
+                thread_id, pos = _varint(buf, pos)
+                kind, fields = shapes[shape_id]
+                os_tid, tid = threads[thread_id]
+                record: dict[str, Any] = {"seq": seq, "kind": kind, "os_tid": os_tid, "tid": tid}
+                for key, sub in zip(fields[1], fields[2], strict=True):
+                    record[key], pos = _value(sub, buf, pos, strings)
+                if pos != len(buf):
+                    raise _Corrupt(f"{len(buf) - pos} bytes left over")
+                records.append(record)
+                continue
+            ident, pos = _varint(buf, 0)
+            if frame.type == _STRING:
+                table: list[Any] = strings
+                item: Any = buf[pos:].decode("utf-8")
+            elif frame.type == _SHAPE:
+                table = shapes
+                kind_id, pos = _varint(buf, pos)
+                fields, pos = _type(buf, pos, strings)
+                if fields[0] != 0x6F:
+                    raise _Corrupt("a shape whose fields are not an object")
+                item = (strings[kind_id], fields)
+            elif frame.type == _THREAD:
+                table = threads
+                z, pos = _varint(buf, pos)
+                t, pos = _type(buf, pos, strings)
+                tid, pos = _value(t, buf, pos, strings)
+                item = ((z >> 1) ^ -(z & 1), tid)
+            else:
+                raise _Corrupt(f"unknown frame type {frame.type}")
+            if ident != len(table):
+                raise _Corrupt(f"definition {ident} out of order (expected {len(table)})")
+            table.append(item)
+        except (_Corrupt, IndexError, UnicodeDecodeError, ValueError, struct.error) as exc:
+            what = str(exc) if isinstance(exc, _Corrupt) else f"{type(exc).__name__}: {exc}"
+            where = f"frame {frame.index} at offset {frame.offset}"
+            problem = (len(records) + 1, f"{where} does not decode ({what})")
+            break
+    torn = False
+    if problem is None and frames.stopped is not None:
+        if "torn" in frames.stopped:
+            torn = True
+        else:
+            problem = (len(records) + 1, frames.stopped)
+    return BinaryTrace(records, torn, problem)
+
+
+def read_binary(path: Path) -> BinaryTrace:
+    """:func:`decode` of a file."""
+    try:
+        with interrupt.opening(lambda: path.open("rb")) as handle:  # a signal never leaves it open
+            data = handle.read()
+    except OSError as exc:
+        raise HarnessError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+    return decode(data, str(path))
+
+
+def raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """Every record of a trace of either format, in file order: (number, record, None); a record that does not
+    parse gives (number, None, what) and ends it; a torn last record ends it quietly (after (0, None, None),
+    which says it was torn). JSON Lines: number is the line (a blank line is skipped); binary: the record's
+    ordinal."""
+    if is_binary(path):
+        trace = read_binary(path)
+        for number, record in enumerate(trace.records, 1):
+            yield number, record, None
+        if trace.problem is not None:
+            yield trace.problem[0], None, trace.problem[1]
+        elif trace.torn:
+            yield 0, None, None
+        return
+    with interrupt.opening(lambda: path.open("rb")) as handle:  # a signal never leaves it open
+        for number, raw in enumerate(handle, start=1):
+            if not raw.endswith(b"\n"):
+                yield 0, None, None
+                return
+            text = raw.strip()
+            if not text:
+                continue
+            try:
+                data = json.loads(text)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                yield number, None, f"not JSON ({exc})"
+                return
+            if not isinstance(data, dict):
+                yield number, None, "a record must be a JSON object"
+                return
+            yield number, data, None
