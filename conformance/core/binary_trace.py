@@ -105,6 +105,56 @@ def _value(t: _Type, buf: bytes, pos: int, strings: list[str]) -> tuple[Any, int
     return items, pos
 
 
+def _array(buf: bytes, pos: int, strings: list[str]) -> tuple[list[Any], int]:
+    return _value((0x61,), buf, pos, strings)
+
+
+_Decoder = Any  # (buf, pos, strings, seq, kind, os_tid, tid) -> (record, pos)
+
+
+def _compile(kind: str, fields: _Type) -> _Decoder:
+    """A shape's decoder as straight-line Python (a record's fields read in the shape's order, one-byte
+    varints inline, the dict built as one literal): several times faster than walking the type per record."""
+    lines: list[str] = []
+    counter = iter(range(1 << 30))
+
+    def read(t: _Type, indent: str) -> str:
+        """Code reading one value of type t onto a fresh local; returns the expression of the value."""
+        code = t[0]
+        if code == 0x6E:
+            return "None"
+        if code == 0x74:
+            return "True"
+        if code == 0x66:
+            return "False"
+        v = f"v{next(counter)}"
+        if code in (0x75, 0x69, 0x73):  # u i s
+            lines.append(f"{indent}{v} = buf[pos]; pos += 1")
+            lines.append(f"{indent}if {v} >= 128: {v}, pos = V(buf, pos - 1)")
+            if code == 0x69:
+                return f"(({v} >> 1) ^ -({v} & 1))"
+            if code == 0x73:
+                return f"S[{v}]"
+            return v
+        if code == 0x64:
+            lines.append(f"{indent}{v} = D(buf, pos)[0]; pos += 8")
+            return v
+        if code == 0x61:
+            lines.append(f"{indent}{v}, pos = A(buf, pos, S)")
+            return v
+        members = [f"{key!r}: {read(sub, indent)}" for key, sub in zip(t[1], t[2], strict=True)]
+        return "{" + ", ".join(members) + "}"
+
+    body = read(fields, "    ")
+    head = f"{{'seq': seq, 'kind': {kind!r}, 'os_tid': os_tid, 'tid': tid"
+    record = head + (", " + body[1:] if body != "{}" else "}")
+    source = "def decode(buf, pos, S, seq, os_tid, tid):\n" + "\n".join(lines)
+    source += f"\n    return {record}, pos\n"
+    scope: dict[str, Any] = {"V": _varint, "D": _DOUBLE.unpack_from, "A": _array}
+    exec(compile(source, f"<binary trace shape {kind}>", "exec"), scope)  # our own generated code
+    return scope["decode"]
+
+
 @dataclass(frozen=True)
 class BinaryTrace:
     """The complete records of a binary trace. ``torn``: the file ends in a torn frame (a writer killed
@@ -143,6 +193,7 @@ def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
     strings: list[str] = []
     shapes: list[tuple[str, _Type]] = []
     threads: list[tuple[int, Any]] = []
+    decoders: list[_Decoder] = []
     records: list[dict[str, Any]] = []
     problem: tuple[int, str] | None = None
     for frame in frames.frames[1:]:
@@ -152,11 +203,8 @@ def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
                 shape_id, pos = _varint(buf, 0)
                 seq, pos = _varint(buf, pos)
                 thread_id, pos = _varint(buf, pos)
-                kind, fields = shapes[shape_id]
                 os_tid, tid = threads[thread_id]
-                record: dict[str, Any] = {"seq": seq, "kind": kind, "os_tid": os_tid, "tid": tid}
-                for key, sub in zip(fields[1], fields[2], strict=True):
-                    record[key], pos = _value(sub, buf, pos, strings)
+                record, pos = decoders[shape_id](buf, pos, strings, seq, os_tid, tid)
                 if pos != len(buf):
                     raise _Corrupt(f"{len(buf) - pos} bytes left over")
                 records.append(record)
@@ -172,6 +220,7 @@ def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
                 if fields[0] != 0x6F:
                     raise _Corrupt("a shape whose fields are not an object")
                 item = (strings[kind_id], fields)
+                decoders.append(_compile(strings[kind_id], fields))
             elif frame.type == _THREAD:
                 table = threads
                 z, pos = _varint(buf, pos)

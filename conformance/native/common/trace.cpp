@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -496,6 +497,12 @@ void TraceWriter::drain_locked(bool final) {
 }
 
 void TraceWriter::writer_loop() {
+    // Signals are for the owner's threads: a process-directed one (a profiler's SIGPROF timer) never runs its
+    // handler on the writer, in the middle of the writer's malloc. The synchronous faults stay deliverable.
+    sigset_t all;
+    sigfillset(&all);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) sigdelset(&all, sig);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
     writer_tid_.store(static_cast<long>(::syscall(SYS_gettid)));
     for (;;) {
         {

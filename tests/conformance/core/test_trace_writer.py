@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conformance.core.binary_trace import read_binary
+from conformance.core.errors import HarnessError
 from conformance.core.paths import NATIVE_DIR
 from conformance.core.trace import read_trace
 
@@ -191,3 +194,48 @@ def test_binary_reads_back_as_the_json_lines(driver: Path, tmp_path: Path, mode:
 def test_binary_bad_format_name_fails_open(driver: Path, tmp_path: Path) -> None:
     done = _run(driver, tmp_path / "t", "sync", "1", "1", env={"PROFHARNESS_TRACE_FORMAT": "xml"})
     assert done.returncode == 2 and "PROFHARNESS_TRACE_FORMAT=xml is not jsonl or binary" in done.stderr
+
+
+def test_binary_torn_and_corrupt_through_every_reader(driver: Path, tmp_path: Path) -> None:
+    """One reader for both formats: read_trace, the validator's stream and `profharness trace dump` keep every
+    complete record of a binary trace cut in its last frame (torn, not a problem) and stop with file:number
+    at a flipped byte."""
+    from conformance.validator.stream import read_records
+
+    path = tmp_path / "t.bin"
+    done = _run(driver, path, "sync", "1", "300", env={"PROFHARNESS_TRACE_FORMAT": "binary"})
+    assert done.returncode == 0, done.stderr
+    data = path.read_bytes()
+    whole = read_trace(path)
+    assert whole.problem is None and not whole.torn_tail and len(whole.records) == 300
+    assert [n for n, _ in read_records(path)] == list(range(1, 301))
+    dumped = subprocess.run([sys.executable, "-m", "conformance", "trace", "dump", "--jsonl", str(path)],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert [json.loads(line) for line in dumped.stdout.splitlines()] == _records(path)
+    people = subprocess.run([sys.executable, "-m", "conformance", "trace", "dump", str(path)],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert len(people.stdout.splitlines()) == 300 and " mark " in people.stdout
+
+    torn = tmp_path / "torn.bin"
+    torn.write_bytes(data[:-3])
+    cut = read_trace(torn)
+    assert cut.problem is None and cut.torn_tail and [r.seq for r in cut.records] == list(range(299))
+    assert len(list(read_records(torn))) == 299
+
+    bad = tmp_path / "bad.bin"
+    middle = len(data) // 2
+    bad.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
+    broken = read_trace(bad)
+    # the CRC covers a frame's payload; a flipped header byte is a length, a type or a reserved field gone wrong
+    assert broken.problem is not None and re.search("corrupt|does not decode|torn", broken.problem.what)
+    assert 0 < len(broken.records) < 300 and broken.problem.line == len(broken.records) + 1
+    with pytest.raises(HarnessError, match=rf"{bad}:{len(broken.records) + 1}: "):
+        list(read_records(bad))
+    failed = subprocess.run([sys.executable, "-m", "conformance", "trace", "dump", str(bad)],
+                            capture_output=True, text=True)  # fmt: skip
+    assert failed.returncode == 3 and broken.problem.what in failed.stderr and "Traceback" not in failed.stderr
+    for at in range(16, len(data), 97):  # a flipped byte anywhere: a problem or a torn tail, never a crash
+        flipped = data[:at] + bytes([data[at] ^ 0x5A]) + data[at + 1 :]
+        bad.write_bytes(flipped)
+        got = read_trace(bad)
+        assert got.problem is not None or got.torn_tail or len(got.records) == 300, at

@@ -7,11 +7,13 @@
 // moves the record's fields (a Json tree, or a function that builds it) into its own per-thread buffer; a
 // writer thread drains every buffer each kWriterPeriodMs (sooner when kWakeRecords are queued), puts the
 // records in seq order and formats and writes them (one write(2) per batch, each batch whole records). The
-// file is the same, record for record. What a death can lose: the records still queued, those taken in the
-// last kWriterPeriodMs at most (SIGKILL); flush() writes them now, and the owner calls it on its crash paths
-// (a fatal signal's handler, the hang report, before it ends the process) and at the end of the run; an
-// atexit handler flushes at process exit. A record is never torn by the buffering (a batch is written
-// whole records at a time, and the reader sets a torn last line aside as before).
+// file is the same, record for record. What a death can lose: the records still queued, those taken in
+// the last kWriterPeriodMs at most (more only while the writer is behind, up to kMaxQueued records), and a
+// SIGKILL in the middle of a batch's write(2) leaves at most one torn record at the end, which the reader
+// sets aside as before. flush() writes the queue now: the owner calls it on its crash paths (a fatal
+// signal's handler, the hang report, before it ends the process) and at the end of the run; an atexit
+// handler flushes at process exit. The writer thread blocks every signal but the synchronous faults (a
+// profiler's process-directed SIGPROF never runs its handler there).
 //
 // Fault injection (issue 13, tests/robustness): PROFHARNESS_FAULT=record:<N>:<KILL|SEGV|ABRT> makes the
 // writer write the first half of record N, then raise that signal in the writing thread (buffered: the
