@@ -43,13 +43,16 @@ int main(int argc, char** argv) {
     const int threads = std::atoi(argv[3]), records = std::atoi(argv[4]);
     if (threads == 0) {  // every kind of value, once each
         Json odd = Json::object();
-        odd.set("name", "values").set("neg", Json(-5)).set("big", Json(std::uint64_t{18446744073709551615ull}))
-            .set("min", Json(std::int64_t{-9223372036854775807ll - 1})).set("half", Json(0.5)).set("two", Json(2.0))
-            .set("huge", Json(1e300)).set("tiny", Json(-3.25e-7)).set("nan", Json(0.0 / 0.0)).set("t", true)
+        odd.set("name", "values").set("neg", Json(-5))
+            .set("big", Json(std::uint64_t{18446744073709551615ull}))
+            .set("min", Json(std::int64_t{-9223372036854775807ll - 1}))
+            .set("half", Json(0.5)).set("two", Json(2.0)).set("huge", Json(1e300))
+            .set("tiny", Json(-3.25e-7)).set("nan", Json(0.0 / 0.0)).set("t", true)
             .set("f", false).set("nil", Json()).set("text", "caf\xc3\xa9 \"q\" \\ \n\t\x01 \xe2\x82\xac")
             .set("empty", "").set("eo", Json::object()).set("ea", Json::array())
-            .set("mixed", Json::array().push(Json(1)).push("s").push(Json::object().set("k", Json::array().push(Json())))
-                                     .push(Json(-1.5)).push(Json(false)))
+            .set("mixed", Json::array().push(Json(1)).push("s")
+                              .push(Json::object().set("k", Json::array().push(Json())))
+                              .push(Json(-1.5)).push(Json(false)))
             .set("name2", "values");
         w->write("mark", odd);
         w->write("mark", odd);  // the second time: every string and the shape interned
@@ -63,10 +66,14 @@ int main(int argc, char** argv) {
         ts.emplace_back([w, t, records] {
             for (int k = 0; k < records; ++k) {
                 if (k % 3 == 2) {
-                    w->write_deferred("mark", [t, k] { return Json::object().set("name", "rec").set("t", t).set("k", k).set("deferred", true); });
+                    w->write_deferred("mark", [t, k] {
+                        return Json::object().set("name", "rec").set("t", t).set("k", k)
+                            .set("deferred", true);
+                    });
                 } else {
                     Json f = Json::object();
-                    f.set("name", "rec").set("t", t).set("k", k).set("pad", std::string(static_cast<std::size_t>(k % 7) * 5, 'x'));
+                    f.set("name", "rec").set("t", t).set("k", k)
+                        .set("pad", std::string(static_cast<std::size_t>(k % 7) * 5, 'x'));
                     if (k % 2) w->write("mark", std::move(f)); else w->write("mark", f);
                 }
             }
@@ -98,10 +105,13 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return exe
 
 
-def _run(driver: Path, path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    driver: Path, path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("PROFHARNESS_")}
     full.update(env or {})
-    return subprocess.run([str(driver), str(path), *args], env=full, capture_output=True, text=True, timeout=120)
+    command = [str(driver), str(path), *args]
+    return subprocess.run(command, env=full, capture_output=True, text=True, timeout=120)
 
 
 def _records(path: Path) -> list[dict[str, object]]:
@@ -226,14 +236,15 @@ def test_binary_torn_and_corrupt_through_every_reader(driver: Path, tmp_path: Pa
     middle = len(data) // 2
     bad.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
     broken = read_trace(bad)
-    # the CRC covers a frame's payload; a flipped header byte is a length, a type or a reserved field gone wrong
+    # the CRC covers a frame's payload; a flipped header byte is a wrong length, type or reserved field
     assert broken.problem is not None and re.search("corrupt|does not decode|torn", broken.problem.what)
     assert 0 < len(broken.records) < 300 and broken.problem.line == len(broken.records) + 1
     with pytest.raises(HarnessError, match=rf"{bad}:{len(broken.records) + 1}: "):
         list(read_records(bad))
     failed = subprocess.run([sys.executable, "-m", "conformance", "trace", "dump", str(bad)],
                             capture_output=True, text=True)  # fmt: skip
-    assert failed.returncode == 3 and broken.problem.what in failed.stderr and "Traceback" not in failed.stderr
+    assert failed.returncode == 3 and broken.problem.what in failed.stderr
+    assert "Traceback" not in failed.stderr
     for at in range(16, len(data), 97):  # a flipped byte anywhere: a problem or a torn tail, never a crash
         flipped = data[:at] + bytes([data[at] ^ 0x5A]) + data[at + 1 :]
         bad.write_bytes(flipped)
