@@ -130,9 +130,14 @@ def _compile(kind: str, fields: _Type) -> _Decoder:
         if code == 0x66:
             return "False"
         v = f"v{next(counter)}"
-        if code in (0x75, 0x69, 0x73):  # u i s
+        if code in (0x75, 0x69, 0x73):  # u i s: a varint, its loop inline (a call costs more than a byte)
             lines.append(f"{indent}{v} = buf[pos]; pos += 1")
-            lines.append(f"{indent}if {v} >= 128: {v}, pos = V(buf, pos - 1)")
+            lines.append(f"{indent}if {v} >= 128:")
+            lines.append(f"{indent}    {v} &= 127; s = 7")
+            lines.append(f"{indent}    while True:")
+            lines.append(f"{indent}        b = buf[pos]; pos += 1; {v} |= (b & 127) << s")
+            lines.append(f"{indent}        if b < 128: break")
+            lines.append(f"{indent}        s += 7")
             if code == 0x69:
                 return f"(({v} >> 1) ^ -({v} & 1))"
             if code == 0x73:
@@ -199,6 +204,7 @@ def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
     unpack = _FRAME.unpack_from
     crc32 = zlib.crc32
     offset, end, index = FILE_HEADER_SIZE, len(data), 0
+    last_seq = -1
     while offset < end:
         where = f"{name}: frame {index} at offset {offset}"
         if end - offset < FRAME_HEADER_SIZE:
@@ -220,7 +226,11 @@ def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
                 pos = start + 1
                 if shape_id >= 0x80:
                     shape_id, pos = _varint(data, start)
-                seq, pos = _varint(data, pos)
+                delta = data[pos]
+                pos += 1
+                if delta >= 0x80:
+                    delta, pos = _varint(data, pos - 1)
+                seq = last_seq = last_seq + 1 + ((delta >> 1) ^ -(delta & 1))
                 thread_id = data[pos]
                 pos += 1
                 if thread_id >= 0x80:

@@ -121,6 +121,7 @@ bool TraceWriter::open(const char* path, std::string& error) {
     } else if (format_name == "binary") {
         binary_ = true;
         strings_ = Interned();
+        last_seq_ = -1;
         shapes_ = Interned();
         threads_ = Interned();
         std::string head(kFramesMagic, sizeof kFramesMagic);
@@ -245,7 +246,8 @@ void TraceWriter::encode(std::int64_t seq, const char* kind, const Json& fields,
     const std::uint32_t thread_id = intern(threads_, kFrameThread, thread, defs, thread);
     std::string payload;
     put_varint(payload, shape_id);
-    put_varint(payload, static_cast<std::uint64_t>(seq));
+    put_zigzag(payload, seq - (last_seq_ + 1));  // 0 for the next seq: one byte
+    last_seq_ = seq;
     put_varint(payload, thread_id);
     if (fields.is_object()) values(fields, payload, defs);
     out += defs;
@@ -253,6 +255,7 @@ void TraceWriter::encode(std::int64_t seq, const char* kind, const Json& fields,
 }
 
 void TraceWriter::rollback(const Mark& m) {
+    last_seq_ = m.last_seq;
     for (auto* table : {&strings_, &shapes_, &threads_}) {
         const std::size_t keep = table == &strings_ ? m.strings : table == &shapes_ ? m.shapes : m.threads;
         while (table->order.size() > keep) {

@@ -27,7 +27,8 @@
 //   2 string  varint id, the UTF-8 bytes (every string a record holds, keys and values, interned once)
 //   3 shape   varint id, varint kind (a string id), the fields' type (below): a record's layout, once
 //   4 thread  varint id, zigzag os_tid, a value (type and bytes): the (os_tid, tid) pair, once
-//   5 record  varint shape, varint seq, varint thread, the fields' values in the shape's order
+//   5 record  varint shape, zigzag (seq - the previous record's seq - 1), varint thread, the fields' values
+//             in the shape's order
 // A type is one byte: n null, t true, f false, i int (zigzag varint), u uint (varint), d double (8 bytes;
 // a double that JSON would print as an integer is an int), s string (varint id), a array (varint count, then
 // each element's type and value), o object (varint member count, then per member a key's string id and
@@ -133,8 +134,9 @@ class TraceWriter {
     std::uint32_t string_id(const std::string& s, std::string& out);
     void describe(const Json& v, std::string& desc, std::string& defs);
     void values(const Json& v, std::string& out, std::string& defs);
-    struct Mark { std::size_t strings, shapes, threads; };
-    Mark mark() const { return {strings_.order.size(), shapes_.order.size(), threads_.order.size()}; }
+    std::int64_t last_seq_ = -1;  // the last record's seq in the file (a record carries its seq's difference)
+    struct Mark { std::size_t strings, shapes, threads; std::int64_t last_seq; };
+    Mark mark() const { return {strings_.order.size(), shapes_.order.size(), threads_.order.size(), last_seq_}; }
     void rollback(const Mark& m);
     // The record's bytes in the file's format (JSON line or frames)
     std::string format(std::int64_t seq, const char* kind, const Json& fields, long os_tid, const Json& tid);
