@@ -183,8 +183,16 @@ def is_binary(path: Path) -> bool:
 
 
 def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
-    """The records of a binary trace's bytes; not a binary trace: :class:`HarnessError`. The frames are read
-    as :func:`conformance.core.frames.parse_frames` reads them (every complete frame, its CRC checked; a torn
+    """The records of a binary trace's bytes; not a binary trace: :class:`HarnessError`."""
+    end: list[Any] = []
+    records = list(_records(data, name, end))
+    return BinaryTrace(records, end[0], end[1])
+
+
+def _records(data: bytes, name: str, end_state: list[Any]) -> Iterator[dict[str, Any]]:
+    """The records of a binary trace's bytes one by one (a recording's dicts are never all held at once); at
+    the end ``end_state`` gets (torn, problem) (:class:`BinaryTrace`). The frames are read as
+    :func:`conformance.core.frames.parse_frames` reads them (every complete frame, its CRC checked; a torn
     last frame is the mark of a killed writer), in one loop with the decoding, without a copy of each."""
     try:
         flags = parse_frames(data[:FILE_HEADER_SIZE], name).flags  # the file header: magic, version
@@ -196,8 +204,7 @@ def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
     shapes: list[tuple[str, _Type]] = []
     threads: list[tuple[int, Any]] = []
     decoders: list[_Decoder] = []
-    records: list[dict[str, Any]] = []
-    append = records.append
+    count = 0
     problem: tuple[int, str] | None = None
     torn = False
     view = memoryview(data)
@@ -239,7 +246,8 @@ def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
                 record, pos = decoders[shape_id](data, pos, strings, seq, os_tid, tid)
                 if pos != stop:
                     raise _Corrupt(f"does not decode: {stop - pos} bytes left over")
-                append(record)
+                count += 1
+                yield record
             elif index == 0:
                 if frame_type != _INFO:
                     raise HarnessError(f"{name}: a binary trace without its version frame")
@@ -251,13 +259,13 @@ def decode(data: bytes, name: str = "<trace>") -> BinaryTrace:
                 _define(frame_type, data, start, stop, strings, shapes, threads, decoders)
         except (_Corrupt, IndexError, UnicodeDecodeError, ValueError, struct.error) as exc:
             what = str(exc) if isinstance(exc, _Corrupt) else f"does not decode ({type(exc).__name__}: {exc})"
-            problem = (len(records) + 1, f"{where}: {what}")
+            problem = (count + 1, f"{where}: {what}")
             break
         offset = stop
         index += 1
     if index == 0 and not torn and problem is None and end > FILE_HEADER_SIZE:
         raise HarnessError(f"{name}: a binary trace without its version frame")
-    return BinaryTrace(records, torn, problem)
+    end_state.extend((torn, problem))
 
 
 def _define(
@@ -315,12 +323,18 @@ def raw_records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | 
     which says it was torn). JSON Lines: number is the line (a blank line is skipped); binary: the record's
     ordinal."""
     if is_binary(path):
-        trace = read_binary(path)
-        for number, record in enumerate(trace.records, 1):
+        try:
+            with interrupt.opening(lambda: path.open("rb")) as handle:  # a signal never leaves it open
+                data = handle.read()
+        except OSError as exc:
+            raise HarnessError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+        end: list[Any] = []
+        for number, record in enumerate(_records(data, str(path), end), 1):
             yield number, record, None
-        if trace.problem is not None:
-            yield trace.problem[0], None, trace.problem[1]
-        elif trace.torn:
+        torn, problem = end
+        if problem is not None:
+            yield problem[0], None, problem[1]
+        elif torn:
             yield 0, None, None
         return
     with interrupt.opening(lambda: path.open("rb")) as handle:  # a signal never leaves it open
