@@ -1,13 +1,15 @@
-"""The recording proxy's overhead (issue 10): a callback-heavy scenario (validate-basic: allocations, GCs,
-exceptions, JIT, threads) with a do-nothing profiler (tests/conformance/validator/profilers/noop.cpp) loaded
-directly, behind the proxy without its shadow heap (PROFHARNESS_PROXY_HEAP=0) and behind the proxy with it
-(the default: the proxy asks for every allocation and GC event itself, issue 19), alternating, in one run;
-prints the median wall and CPU (user + system) time of each and their ratios. Target: proxy (with its heap)
-/ direct <= 1.5 in CPU time on validate-basic (CPU time, because wall time on a shared machine measures the
-other jobs as much as the proxy). ``--workload heapchurn`` (tests/conformance/validator/apps/heapchurn:
-~260k allocations, 11 compacting GCs) and ``--profiler object_tracker`` (the document-written tracker,
-which asks for the same events itself) show what the shadow heap costs where allocations dominate; they
-report, not judge.
+"""The recording proxy's overhead (issues 10, 23): a callback-heavy scenario (validate-basic: allocations,
+GCs, exceptions, JIT, threads) with a do-nothing profiler (tests/conformance/validator/profilers/noop.cpp)
+loaded directly, behind the proxy without its shadow heap (PROFHARNESS_PROXY_HEAP=0), behind the proxy with
+it (the default: the proxy asks for every allocation and GC event itself, issue 19), and behind the proxy
+with its trace written as before issue 23 (PROFHARNESS_PROXY_TRACE_SYNC=1: formatted and written by the
+calling thread, one write per record; the default since is per-thread buffers drained by a writer thread),
+alternating, in one run; prints the median wall and CPU (user + system) time of each and their ratios.
+Target (issue 23): proxy (with its heap) / direct <= 1.3 in wall time on validate-basic; CPU beside it (wall
+time on a shared machine measures the other jobs as much as the proxy: say the load). ``--workload
+heapchurn`` (tests/conformance/validator/apps/heapchurn: ~260k allocations, 11 compacting GCs) and
+``--profiler object_tracker`` (the document-written tracker, which asks for the same events itself) show what
+the shadow heap costs where allocations dominate; they report, not judge.
 
     python bench/proxy.py [--runtime 8.0] [--rounds 7] [--workload heapchurn] [--profiler object_tracker]
 """
@@ -33,7 +35,7 @@ from conformance.validator.build import build_proxy  # noqa: E402
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, build_fixture, build_profiler  # noqa: E402
 from tests.conformance.validator.test_proxy_records import APPS, DOCS  # noqa: E402
 
-TARGET = 1.5
+TARGET = 1.3
 
 
 def _run(host: Path, app: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -81,24 +83,30 @@ def main() -> int:
             **launch.proxy_environment(noop, FIXTURE_CLSID),
         }
         no_heap = {**proxied, "PROFHARNESS_PROXY_HEAP": "0"}
+        before = {**proxied, "PROFHARNESS_PROXY_TRACE_SYNC": "1"}
         _run(rt.host, app, direct)  # warm the page cache
-        arms = {"direct": direct, "proxy without heap": no_heap, "proxy": proxied}
+        arms = {"direct": direct, "proxy without heap": no_heap, "proxy": proxied, "before": before}
         times: dict[str, list[tuple[float, float]]] = {k: [] for k in arms}
         for _ in range(args.rounds):
             for name, env in arms.items():
                 times[name].append(_run(rt.host, app, env))
-    print(f"runtime {rt.version}, {args.workload} with {args.profiler}, {args.rounds} rounds (medians):")
+    load = os.getloadavg()
+    print(f"runtime {rt.version}, {args.workload} with {args.profiler}, {args.rounds} rounds (medians), "
+          f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}:")  # fmt: skip
     ratio = 0.0
     for what, k in (("wall", 0), ("CPU", 1)):
-        d, n, p = (statistics.median(t[k] for t in times[a]) for a in arms)
+        d, n, p, b = (statistics.median(t[k] for t in times[a]) for a in arms)
         print(
             f"  {what}: direct {d * 1000:.0f} ms, behind the proxy without its heap {n * 1000:.0f} ms "
-            f"(ratio {n / d:.2f}), with it {p * 1000:.0f} ms (ratio {p / d:.2f}; the heap alone {p / n:.2f})"
+            f"(ratio {n / d:.2f}), with it {p * 1000:.0f} ms (ratio {p / d:.2f}; the heap alone "
+            f"{p / n:.2f}); trace written by the calling thread (before issue 23) {b * 1000:.0f} ms "
+            f"(ratio {b / d:.2f})"
         )
-        ratio = p / d
+        if k == 0:
+            ratio = p / d
     if args.workload != "basic":
         return 0
-    print(f"{'PASS' if ratio <= TARGET else 'FAIL'} (target: CPU proxy / direct <= {TARGET})")
+    print(f"{'PASS' if ratio <= TARGET else 'FAIL'} (target: wall proxy / direct <= {TARGET})")
     return 0 if ratio <= TARGET else 1
 
 

@@ -84,6 +84,7 @@ COMMANDS: dict[str, str] = {
     "fuzz": "conformance.cli.fuzz",
     "fuzz-runtime": "conformance.cli.fuzz_runtime",
     "runs": "conformance.cli.runs",
+    "trace": "conformance.cli.trace",
 }
 
 

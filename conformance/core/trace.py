@@ -1,22 +1,24 @@
 """The probe's trace: pydantic models of its records and a reader that keeps every good record.
 
 The probe writes JSON Lines (``docs/design.md``): one record per line, each flushed with one write, so a
-crash or SIGKILL loses at most the line being written. :func:`read_trace` parses a trace and reports the
-first malformed line as ``file:line: what is wrong`` while keeping every good record before it; a torn
-last line (no newline at the end of the file) is the mark of a killed process, not corruption.
+crash or SIGKILL loses at most the line being written; or, with PROFHARNESS_TRACE_FORMAT=binary, the same
+records as frames (:mod:`conformance.core.binary_trace`, read back into the same records).
+:func:`read_trace` parses a trace and reports the first malformed line as ``file:line: what is wrong``
+while keeping every good record before it; a torn last line (no newline at the end of the file) or frame is
+the mark of a killed process, not corruption.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from conformance.core import interrupt
+from conformance.core.binary_trace import raw_records
 from conformance.core.errors import HarnessError
+from conformance.core.frames import MAGIC as FRAMES_MAGIC
 
 U64 = Annotated[int, Field(ge=0, lt=2**64)]
 R = TypeVar("R", bound=BaseModel)
@@ -220,19 +222,13 @@ def _describe(error: ValidationError, kind: object) -> str:
     return f"{prefix}{where}: {first['msg']}" if where else f"{prefix}{first['msg']}"
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, raw line, ended by newline)."""
-    with interrupt.opening(lambda: path.open("rb")) as handle:  # a signal never leaves it open
-        for number, raw in enumerate(handle, start=1):
-            yield number, raw, raw.endswith(b"\n")
-
-
 def read_trace(path: Path, *, strict: bool = False) -> Trace:
-    """Parse a trace file.
+    """Parse a trace file, JSON Lines or binary (:func:`conformance.core.binary_trace.raw_records`).
 
     Reading stops at the first malformed record; everything before it is kept and the problem is
-    returned in :attr:`Trace.problem`. A torn final line (no newline) is not a problem: it is recorded as
-    :attr:`Trace.torn_tail`. With ``strict`` a problem raises :class:`HarnessError` (``file:line: what``).
+    returned in :attr:`Trace.problem`. A torn final record (a line without its newline, a torn frame) is not
+    a problem: it is recorded as :attr:`Trace.torn_tail`. With ``strict`` a problem raises
+    :class:`HarnessError` (``file:line: what``; for a binary trace the record's ordinal in place of the line).
     """
     if not path.is_file():
         raise HarnessError(f"{path}: no trace file (the probe did not start, or wrote elsewhere)")
@@ -240,20 +236,12 @@ def read_trace(path: Path, *, strict: bool = False) -> Trace:
     problem: TraceProblem | None = None
     torn = False
     seen: set[int] = set()
-    for number, raw, complete in _lines(path):
-        if not complete:
-            torn = True
-            break
-        text = raw.strip()
-        if not text:
-            continue
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            problem = TraceProblem(path=str(path), line=number, what=f"not JSON ({exc})")
-            break
-        if not isinstance(data, dict):
-            problem = TraceProblem(path=str(path), line=number, what="a record must be a JSON object")
+    for number, data, what in raw_records(path):
+        if data is None:
+            if what is None:
+                torn = True
+            else:
+                problem = TraceProblem(path=str(path), line=number, what=what)
             break
         try:
             record = RECORD_ADAPTER.validate_python(data)
@@ -285,6 +273,8 @@ def read_trace_whole(path: Path) -> Trace:
         with interrupt.opening(lambda: path.open("rb")) as handle:  # a signal never leaves it open
             data = handle.read()
     except OSError:
+        return read_trace(path)
+    if data.startswith(FRAMES_MAGIC):  # a binary trace: one reader for it
         return read_trace(path)
     lines = data.split(b"\n")
     tail = lines.pop()  # after the last newline: empty, or the torn line of a killed writer

@@ -28,8 +28,10 @@ from clr_model import api
 from clr_model.api import HookKind
 from clr_model.clauses import CATALOG, Kind
 from conformance.core import interrupt
+from conformance.core.binary_trace import is_binary, raw_records
 from conformance.core.errors import HarnessError
 from conformance.core.findings import Finding, Where
+from conformance.core.frames import MAGIC as FRAMES_MAGIC
 from conformance.core.runner import RunResult
 from conformance.core.symbols import Site, Symbolizer
 
@@ -104,9 +106,23 @@ def _record(path: Path, number: int, line: bytes) -> Record | None:
     return record
 
 
+def _binary_records(path: Path) -> Iterator[tuple[int, Record]]:
+    """(record number, record) of a binary trace (:mod:`conformance.core.binary_trace`); a torn last record
+    ends it quietly; a corrupt one raises :class:`HarnessError` naming ``file:number``."""
+    for number, record, what in raw_records(path):
+        if record is None:
+            if what is not None:
+                raise _refuse(path, number, f"{what}; the recording is damaged there")
+            return
+        yield number, record
+
+
 def read_records(path: Path) -> Iterator[tuple[int, Record]]:
     """(line number, record) of every complete line; a torn last line ends it quietly; a malformed complete
-    line raises :class:`HarnessError` naming ``file:line``."""
+    line raises :class:`HarnessError` naming ``file:line``. A binary trace: (record number, record)."""
+    if is_binary(path):
+        yield from _binary_records(path)
+        return
     with _open(path) as fh:
         for number, line in enumerate(fh, 1):
             if not line.endswith(b"\n"):
@@ -296,18 +312,29 @@ class Judging:
         none: list[Callable[[Record], None]] = []
         count = 0
         with _open(path) as fh:
-            # read_records inlined (a generator's hand-over per record is a good part of a light rule's cost)
-            for number, line in enumerate(fh, 1):
-                if not line.endswith(b"\n"):
-                    break  # the writer died mid-record: every complete record before it counts
-                try:
-                    r = loads(line)
-                except JSONDecodeError:
-                    r = None
+            # read_records inlined (a generator's hand-over per record is a good part of a light rule's cost);
+            # a binary trace's records come decoded
+            source: Iterable[tuple[int, Any]] = (
+                _binary_records(path) if fh.read(len(FRAMES_MAGIC)) == FRAMES_MAGIC else enumerate(fh, 1)
+            )
+            fh.seek(0)
+            r: Any = None
+            for number, line in source:
+                if line.__class__ is dict:
+                    r = line
+                else:
+                    if not line.endswith(b"\n"):
+                        break  # the writer died mid-record: every complete record before it counts
+                    try:
+                        r = loads(line)
+                    except JSONDecodeError:
+                        r = None
                 kind = r.get("kind") if r.__class__ is dict else None
                 if kind.__class__ is not str:
-                    r = _record(path, number, line)
+                    r = _record(path, number, line) if line.__class__ is not dict else None
                     if r is None:
+                        if line.__class__ is dict:
+                            raise _refuse(path, number, "a record must be a JSON object with a kind")
                         continue
                     kind = r["kind"]
                 count += 1

@@ -140,6 +140,7 @@ void async_poll() {
     rec.set("waiterStack", stack_json(inj.waiter_stack, inj.waiter_n.load(std::memory_order_acquire)));
     trace().write("mark", rec);
     trace().write("end", Json::object());
+    trace().flush();
     ::kill(getpid(), SIGKILL);
 }
 

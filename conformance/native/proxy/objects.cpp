@@ -637,6 +637,7 @@ void on_fault(int sig, siginfo_t* si, void* uc) {
         trace().write("mark", rec);
         perturb_write_delays();
         async_drain(true);  // what the profiler's signal handlers did up to the crash
+        trace().flush();    // the records still buffered, before the process dies
     }
     chain(sig, si, uc);
 }
@@ -741,6 +742,7 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
     rec.set("threads", threads).set("otherThreads", Json(static_cast<std::int64_t>(task_ids().size())));
     trace().write("mark", rec);
     perturb_write_delays();
+    trace().flush();
     ::kill(getpid(), SIGKILL);
 }
 
@@ -1015,16 +1017,21 @@ class ProxyCallback final : public CallbackForwarderBase {
     template <typename L>
     void ranges_record(const char* name, ULONG n, ObjectID* olds, ObjectID* news, L* lens) {
         if (!g_trace_open.load()) return;
-        Json o = Json::array(), w = Json::array(), l = Json::array();
-        for (ULONG i = 0; i < n; ++i) {
-            o.push(Json(static_cast<std::uint64_t>(olds[i])));
-            w.push(Json(static_cast<std::uint64_t>(news[i])));
-            l.push(Json(static_cast<std::uint64_t>(lens[i])));
-        }
-        Json rec = Json::object();
-        rec.set("name", "proxy.ranges").set("payload", name).set("callback", name)
-            .set("oldObjectIDRangeStart", o).set("newObjectIDRangeStart", w).set("cObjectIDRangeLength", l);
-        trace().write("mark", rec);
+        // the calling thread (inside a GC) copies the three arrays; the writer thread builds the record
+        std::vector<std::uint64_t> o(olds, olds + n), w(news, news + n), l(lens, lens + n);
+        trace().write_deferred("mark", [name, o = std::move(o), w = std::move(w), l = std::move(l)] {
+            Json oj = Json::array(), wj = Json::array(), lj = Json::array();
+            for (std::size_t i = 0; i < o.size(); ++i) {
+                oj.push(Json(o[i]));
+                wj.push(Json(w[i]));
+                lj.push(Json(l[i]));
+            }
+            Json rec = Json::object();
+            rec.set("name", "proxy.ranges").set("payload", name).set("callback", name)
+                .set("oldObjectIDRangeStart", std::move(oj)).set("newObjectIDRangeStart", std::move(wj))
+                .set("cObjectIDRangeLength", std::move(lj));
+            return rec;
+        });
     }
 
     void write_header(IUnknown* unk) {
@@ -1082,6 +1089,7 @@ class ProxyCallback final : public CallbackForwarderBase {
         trace().write("mark", rec);
         perturb_write_delays();
         trace().write("end", Json::object());
+        trace().flush();  // the run's records are in the file when Shutdown returns
     }
 
     // Threads the profiler started (during its construction, Initialize, InitializeForAttach or
@@ -1154,8 +1162,13 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
     const char* trace_path = std::getenv("PROFHARNESS_TRACE");
     if (trace_path && *trace_path) {
         std::string err;
-        if (trace().open(trace_path, err)) g_trace_open.store(true);
-        else std::fprintf(stderr, "profharness proxy: %s\n", err.c_str());
+        if (trace().open(trace_path, err)) {
+            // buffered (issue 23): per-thread buffers, formatted and written by the writer thread;
+            // PROFHARNESS_PROXY_TRACE_SYNC=1 keeps the synchronous writer (one write per record)
+            const char* sync = std::getenv("PROFHARNESS_PROXY_TRACE_SYNC");
+            if (!(sync && std::strcmp(sync, "1") == 0)) trace().start_writer();
+            g_trace_open.store(true);
+        } else std::fprintf(stderr, "profharness proxy: %s\n", err.c_str());
     }
     g_profiler_threads = new std::set<long>();
     install_signal_handlers();

@@ -39,7 +39,7 @@ void write_enter(ThreadState& t, Frame& f, int depth) {
     Json rec = Json::object();
     rec.set("name", f.name).set("phase", "enter").set("depth", depth).set("args", frame_args(f));
     if (f.count_id < 0) rec.set("hook", true);
-    trace().write("callback", rec);
+    trace().write("callback", std::move(rec));
     f.written = true;
     (void)t;
 }
@@ -132,7 +132,7 @@ void pop_frame(ThreadState& t, HRESULT hr, bool has_hr) {
             rec.set("name", f.name).set("phase", "return").set("depth", d + 1);
             if (has_hr) rec.set("hr", Json(static_cast<std::uint32_t>(hr)));
             if (f.count_id < 0) rec.set("hook", true);
-            trace().write("callback", rec);
+            trace().write("callback", std::move(rec));
         }
         if (f.count_id >= 0) t.last_callback = f.name;
     }

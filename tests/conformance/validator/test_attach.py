@@ -12,7 +12,6 @@ come from the fixtures' sources (the line of the faulty call, found by text) and
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 
 from conformance.cli import main as cli_main
 from conformance.core import runner, scenarios
+from conformance.core.binary_trace import raw_records
 from conformance.core.runtimes import Runtime
 from conformance.validator import api
 from conformance.validator.launch import AttachPlan, _attacher, read_attach
@@ -191,7 +191,7 @@ def _clauses(result: ValidationResult, version: str, *, note: bool = False) -> s
 
 def _trace(result: ValidationResult, version: str) -> list[dict[str, Any]]:
     (run,) = [r for r in result.runs if r.runtime == version]
-    return [json.loads(line) for line in Path(run.trace).read_text().splitlines() if line.endswith("}")]
+    return [r for _n, r, _what in raw_records(Path(run.trace)) if r is not None]
 
 
 def _group(result: ValidationResult, clause: str) -> Group:

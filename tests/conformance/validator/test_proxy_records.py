@@ -16,7 +16,6 @@ themselves (not on findings), on both bundled runtimes:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 from clr_model import api
 from clr_model.api import Fact
 from conformance.core import runner, scenarios
+from conformance.core.binary_trace import raw_records
 from conformance.core.runtimes import Runtime
 from conformance.validator import api as validator
 from conformance.validator.result import ValidationResult
@@ -43,14 +43,8 @@ INSPECTS = api.names_with(Fact.INSPECTS)
 
 
 def records(trace: str) -> list[Record]:
-    """Every whole record of a trace (a crash may tear the last line)."""
-    out = []
-    for line in Path(trace).read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    """Every whole record of a trace of either format (a crash may tear the last one)."""
+    return [r for _n, r, _what in raw_records(Path(trace)) if r is not None]
 
 
 def marks(recs: list[Record], name: str) -> list[Record]:

@@ -12,7 +12,6 @@ for 1 s.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conformance.core import runner, scenarios
+from conformance.core.binary_trace import raw_records
 from conformance.core.runtimes import Runtime
 from conformance.validator import api as validator
 from conformance.validator.report import render_text
@@ -127,7 +127,7 @@ def test_ASYNC_correct_signal_samplers_are_clean(source: Path, validate: Validat
     assert result.findings == [], text
     assert statuses(result, "ASYNC-01") == {ClauseStatus.PASSED}, text
     for run in result.runs:
-        marks = [json.loads(line) for line in Path(run.trace).read_text().splitlines()]
+        marks = [r for _n, r, _what in raw_records(Path(run.trace)) if r is not None]
         (shutdown,) = [m for m in marks if m.get("name") == "proxy.shutdown"]
         handlers = shutdown["signals"]["handlers"]
         assert [h["signo"] for h in handlers] == [signal.SIGPROF], handlers

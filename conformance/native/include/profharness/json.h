@@ -45,6 +45,7 @@ class Json {
     std::int64_t as_int() const;
     std::uint64_t as_uint() const;
     bool as_bool() const { return b_; }
+    double as_double() const { return d_; }  // a Double's value
     const std::string& as_string() const { return s_; }
     const std::vector<Json>& items() const { return items_; }
     const std::vector<std::pair<std::string, Json>>& members() const { return members_; }
