@@ -153,19 +153,23 @@ def deferred() -> Iterator[None]:
     _STATE.deferring += 1
     try:
         yield
-    except BaseException as exc:
-        _STATE.deferring -= 1
-        if _STATE.deferring == 0 and _STATE.pending:  # the signal that came inside is raised once, here
-            _STATE.pending = False
-            _STATE.raised = True
-            if not isinstance(exc, Interrupted):
-                raise Interrupted(_STATE.signum or signal.SIGINT) from exc
+    except BaseException as exc:  # an error in flight becomes the signal; an Interrupted goes on as it is
+        if _leave_deferred() and not isinstance(exc, Interrupted):
+            raise Interrupted(_STATE.signum or signal.SIGINT) from exc
         raise
-    _STATE.deferring -= 1
-    if _STATE.deferring == 0 and _STATE.pending:
-        _STATE.pending = False
-        _STATE.raised = True
+    if _leave_deferred():
         raise Interrupted(_STATE.signum or signal.SIGINT)
+
+
+def _leave_deferred() -> bool:
+    """End one :func:`deferred` block: whether it was the outermost and a signal came inside it, which is
+    then raised once, by the caller, here."""
+    _STATE.deferring -= 1
+    if _STATE.deferring or not _STATE.pending:
+        return False
+    _STATE.pending = False
+    _STATE.raised = True
+    return True
 
 
 class _Closable(Protocol):
