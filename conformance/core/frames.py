@@ -110,6 +110,25 @@ def encode_frame(frame_type: int, payload: bytes) -> bytes:
     return _FRAME_HEADER.pack(len(payload), zlib.crc32(payload), frame_type, 0) + payload
 
 
+def _frame_at(data: bytes | memoryview, offset: int, index: int, where: str) -> BinaryFrame | str:
+    """The complete, intact frame whose header starts at ``data[offset]``, or one line (``where`` first)
+    saying why there is none: torn (the data ends inside it), a nonzero reserved field, a CRC-32 mismatch."""
+    end = len(data)
+    if end - offset < FRAME_HEADER_SIZE:
+        return f"{where}: torn: {end - offset} bytes of its 12-byte header, the file ends there"
+    length, crc, frame_type, reserved = _FRAME_HEADER.unpack_from(data, offset)
+    start = offset + FRAME_HEADER_SIZE
+    if end - start < length:
+        return f"{where}: torn: {end - start} of its {length} payload bytes, the file ends there"
+    if reserved != 0:
+        return f"{where}: corrupt: reserved field {reserved}, expected 0"
+    payload = bytes(data[start : start + length])
+    actual = zlib.crc32(payload)
+    if actual != crc:
+        return f"{where}: corrupt: CRC-32 {actual:#010x} of its {length} bytes, header says {crc:#010x}"
+    return BinaryFrame(index, offset, frame_type, payload)
+
+
 def parse_frames(data: bytes, name: str = "<frames>") -> FrameFile:
     """The complete frames of ``data`` (a whole frames file); see the module's docstring."""
     if len(data) < FILE_HEADER_SIZE:
@@ -127,27 +146,12 @@ def parse_frames(data: bytes, name: str = "<frames>") -> FrameFile:
     stopped: str | None = None
     end = len(data)
     while offset < end:
-        where = f"{name}: frame {len(frames)} at offset {offset}"
-        if end - offset < FRAME_HEADER_SIZE:
-            stopped = f"{where}: torn: {end - offset} bytes of its 12-byte header, the file ends there"
+        got = _frame_at(view, offset, len(frames), f"{name}: frame {len(frames)} at offset {offset}")
+        if isinstance(got, str):
+            stopped = got
             break
-        length, crc, frame_type, reserved = _FRAME_HEADER.unpack_from(data, offset)
-        start = offset + FRAME_HEADER_SIZE
-        if end - start < length:
-            stopped = f"{where}: torn: {end - start} of its {length} payload bytes, the file ends there"
-            break
-        if reserved != 0:
-            stopped = f"{where}: corrupt: reserved field {reserved}, expected 0"
-            break
-        payload = bytes(view[start : start + length])
-        actual = zlib.crc32(payload)
-        if actual != crc:
-            stopped = (
-                f"{where}: corrupt: CRC-32 {actual:#010x} of its {length} bytes, header says {crc:#010x}"
-            )
-            break
-        frames.append(BinaryFrame(len(frames), offset, frame_type, payload))
-        offset = start + length
+        frames.append(got)
+        offset += FRAME_HEADER_SIZE + len(got.payload)
     return FrameFile(name, flags, tuple(frames), stopped, len(data))
 
 
@@ -178,25 +182,17 @@ class FrameReader:
             with self.path.open("rb") as handle:
                 handle.seek(offset)
                 head = handle.read(FRAME_HEADER_SIZE)
-                if len(head) < FRAME_HEADER_SIZE:
-                    raise FramesError(f"{where}: torn: {len(head)} bytes of its 12-byte header, the file "
-                                      "ends there")  # fmt: skip
-                length, crc, frame_type, reserved = _FRAME_HEADER.unpack(head)
-                if reserved != 0:
-                    raise FramesError(f"{where}: corrupt: reserved field {reserved}, expected 0")
-                if length > self.size - offset - FRAME_HEADER_SIZE:
+                length = _FRAME_HEADER.unpack(head)[0] if len(head) == FRAME_HEADER_SIZE else 0
+                if length > self.size - offset - FRAME_HEADER_SIZE:  # read no more than the file holds
                     raise FramesError(f"{where}: torn or corrupt: its length {length} runs past the file's "
                                       f"end ({self.size} bytes)")  # fmt: skip
-                payload = handle.read(length)
+                chunk = head + handle.read(length)
         except OSError as exc:
             raise FramesError(f"{where}: cannot read it: {exc.strerror or exc}") from None
-        if len(payload) < length:
-            raise FramesError(f"{where}: torn: {len(payload)} of its {length} payload bytes")
-        actual = zlib.crc32(payload)
-        if actual != crc:
-            raise FramesError(f"{where}: corrupt: CRC-32 {actual:#010x} of its {length} bytes, header says "
-                              f"{crc:#010x}")  # fmt: skip
-        return BinaryFrame(-1, offset, frame_type, payload)
+        got = _frame_at(chunk, 0, -1, where)  # the checks of parse_frames, on this frame alone
+        if isinstance(got, str):
+            raise FramesError(got)
+        return BinaryFrame(-1, offset, got.type, got.payload)
 
 
 def read_frames(path: Path) -> FrameFile:
