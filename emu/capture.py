@@ -439,9 +439,41 @@ class LiveWalk(BaseModel):
     """What the live runtime said at the instant: DoStackSnapshot seeded from the ucontext as it was."""
 
     model_config = _FROZEN
-    seed: Literal["naive", "none"] = "naive"
+    seed: Literal["naive", "none", "recovered"] = "naive"
     hresult: U32
     frames: tuple[LiveFrame, ...] = ()
+
+
+class RecoveryStep(BaseModel):
+    """One frame the probe's seed recovery visited (docs/seeding.md): its IP, SP and how it was found."""
+
+    model_config = _FROZEN
+    ip: U64
+    sp: U64
+    rule: Literal["context", "cfi", "leaf", "scan", "frame_pointer"]
+
+
+class RecoveredSeed(BaseModel):
+    """The seed the probe recovered at the instant: the first managed frame's registers."""
+
+    model_config = _FROZEN
+    ip: U64
+    sp: U64
+    fp: U64 | None = None
+    #: what GetFunctionFromIP said for the seed's IP on the profiler thread
+    function_id: U64
+
+
+class LiveRecovery(BaseModel):
+    """The recovered-seed attempt of a sample (``capture --seed recovered``): whether a managed frame was
+    found, the frames visited, the seed, and the live walk seeded with it (None when none ran)."""
+
+    model_config = _FROZEN
+    status: Literal["walked", "no-managed-frame", "park-timeout", "not-parked"]
+    reason: Annotated[str, Field(max_length=1024)] | None = None
+    steps: Annotated[tuple[RecoveryStep, ...], Field(max_length=1024)] = ()
+    seed: RecoveredSeed | None = None
+    walk: LiveWalk | None = None
 
 
 class KnownFrame(BaseModel):
@@ -506,6 +538,8 @@ class CaptureManifest(BaseModel):
     jit: JitMap = JitMap()
     cfi: tuple[EmbeddedCfi, ...] = ()
     live: LiveWalk | None = None
+    #: the recovered-seed attempt (captures taken with ``--seed recovered``)
+    live_recovery: LiveRecovery | None = None
     known_managed: tuple[KnownFrame, ...] | None = None
     #: the frames that may sit above ``known_managed`` (None: none may; the known frames start at the top)
     known_callees: KnownCallees | None = None

@@ -33,7 +33,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -50,8 +50,11 @@ from emu.capture import (
     KnownCallees,
     KnownFrame,
     LiveFrame,
+    LiveRecovery,
     LiveWalk,
     ModuleEntry,
+    RecoveredSeed,
+    RecoveryStep,
     RuntimeContext,
     SegmentPayload,
     StackInfo,
@@ -105,6 +108,9 @@ class WrittenCaptures:
     skipped: tuple[str, ...]
     live_successes: int
     live_walks: int
+    #: samples with a recovered-seed attempt (``--seed recovered``) and those whose walk returned S_OK
+    recovered_walks: int = 0
+    recovered_successes: int = 0
 
 
 def _first(exc: ValueError) -> str:
@@ -543,20 +549,10 @@ def _capture_of(
         payloads.append(SegmentPayload(name="context", kind="blob", role="context", data=blob))
         context = RuntimeContext(runtime=runtime, size=layout.size, segment="context")
     walk = _obj(trace, record, "out.walk", out.get("walk"))
-    frames_raw = walk.get("frames")
-    live = LiveWalk(
-        seed="naive",
-        hresult=_int(trace, record, "out.walk.hr", walk.get("hr")),
-        frames=tuple(
-            LiveFrame(
-                function_id=_int(trace, record, "frame funcId", f.get("funcId")),
-                ip=_int(trace, record, "frame ip", f.get("ip")),
-                sp=f.get("sp") if isinstance(f.get("sp"), int) else None,
-            )
-            for f in (frames_raw if isinstance(frames_raw, list) else [])
-            if isinstance(f, dict)
-        ),
-    )
+    naive_walked = record.args.get("naiveWalk", True) is not False
+    live = _live_walk(trace, record, "out.walk", walk, "naive") if naive_walked else None
+    rec_raw = out.get("recovered")
+    recovery = _live_recovery(trace, record, rec_raw) if rec_raw is not None else None
     if target_name not in known_cache:
         known_cache[target_name] = _known_frames(trace, target_name, fid_by_name)
     where_raw = out.get("where")
@@ -589,10 +585,71 @@ def _capture_of(
         modules=modules,
         jit=jit,
         live=live,
+        live_recovery=recovery,
         known_managed=known,
         known_callees=callees,
     )
     return CaptureSpec(sample=sample, manifest=manifest, payloads=tuple(payloads))
+
+
+def _live_walk(
+    trace: Trace, record: CallRecord, field: str, walk: Mapping[str, Any], seed: Literal["naive", "recovered"]
+) -> LiveWalk:
+    frames_raw = walk.get("frames")
+    return LiveWalk(
+        seed=seed,
+        hresult=_int(trace, record, f"{field}.hr", walk.get("hr")),
+        frames=tuple(
+            LiveFrame(
+                function_id=_int(trace, record, "frame funcId", f.get("funcId")),
+                ip=_int(trace, record, "frame ip", f.get("ip")),
+                sp=f.get("sp") if isinstance(f.get("sp"), int) else None,
+            )
+            for f in (frames_raw if isinstance(frames_raw, list) else [])
+            if isinstance(f, dict)
+        ),
+    )
+
+
+def _live_recovery(trace: Trace, record: CallRecord, raw: object) -> LiveRecovery:
+    """The record's out.recovered (``--seed recovered``) as the manifest's ``live_recovery``."""
+    rec = _obj(trace, record, "out.recovered", raw)
+    try:
+        return _recovery_of(trace, record, rec)
+    except ValueError as exc:
+        raise HarnessError(_where(trace, f"seq {record.seq}: out.recovered: {_first(exc)}")) from exc
+
+
+def _recovery_of(trace: Trace, record: CallRecord, rec: Mapping[str, Any]) -> LiveRecovery:
+    seed_raw = rec.get("seed")
+    seed: RecoveredSeed | None = None
+    if seed_raw is not None:
+        regs = _obj(trace, record, "out.recovered.seed", seed_raw)
+        seed = RecoveredSeed(
+            ip=_int(trace, record, "out.recovered.seed.rip", regs.get("rip")),
+            sp=_int(trace, record, "out.recovered.seed.rsp", regs.get("rsp")),
+            fp=regs.get("rbp") if isinstance(regs.get("rbp"), int) else None,
+            function_id=_int(trace, record, "out.recovered.functionId", rec.get("functionId")),
+        )
+    steps_raw = rec.get("steps")
+    steps = []
+    for i, st in enumerate(steps_raw if isinstance(steps_raw, list) else []):
+        step = _obj(trace, record, f"out.recovered.steps[{i}]", st)
+        steps.append(RecoveryStep(
+            ip=_int(trace, record, f"out.recovered.steps[{i}].ip", step.get("ip")),
+            sp=_int(trace, record, f"out.recovered.steps[{i}].sp", step.get("sp")),
+            rule=step.get("rule"),
+        ))  # fmt: skip
+    walk_raw = rec.get("walk")
+    walk = (
+        _live_walk(trace, record, "out.recovered.walk", _obj(trace, record, "out.recovered.walk", walk_raw),
+                   "recovered")
+        if walk_raw is not None else None
+    )  # fmt: skip
+    return LiveRecovery(
+        status=rec.get("status"), reason=rec.get("reason") if isinstance(rec.get("reason"), str) else None,
+        steps=tuple(steps), seed=seed, walk=walk,
+    )  # fmt: skip
 
 
 def write_captures(
@@ -601,13 +658,19 @@ def write_captures(
     """Write every sample of ``trace`` as ``out_dir/<prefix>sample-NNNN.phcap`` (emu's writer)."""
     specs, skipped = captures_from_trace(trace, runtime=runtime, scenario=scenario)
     paths: list[Path] = []
-    successes = 0
+    successes = naive = recovered = recovered_ok = 0
     for spec in specs:
         path = out_dir / f"{prefix}sample-{spec.sample:04d}{CAPTURE_SUFFIX}"
         write_capture(path, spec.manifest, spec.payloads)
         paths.append(path)
-        if spec.manifest.live is not None and spec.manifest.live.hresult == 0:
-            successes += 1
+        if spec.manifest.live is not None:
+            naive += 1
+            successes += spec.manifest.live.hresult == 0
+        rec = spec.manifest.live_recovery
+        if rec is not None:
+            recovered += 1
+            recovered_ok += rec.walk is not None and rec.walk.hresult == 0
     return WrittenCaptures(
-        paths=tuple(paths), skipped=tuple(skipped), live_successes=successes, live_walks=len(specs)
-    )
+        paths=tuple(paths), skipped=tuple(skipped), live_successes=successes, live_walks=naive,
+        recovered_walks=recovered, recovered_successes=recovered_ok,
+    )  # fmt: skip

@@ -24,13 +24,16 @@ from conformance.core.trace import ProbeErrorRecord
 
 HELP = "sample a scenario's thread under the probe and write one emu capture file per sample"
 
+#: ``--seed``: the probe's args.seed values (docs/seeding.md)
+SEED_MODES = ("naive", "recovered")
+
 #: The probe experiment that samples (its args.samples is what --samples sets).
 SAMPLING_EXPERIMENT = "capture_sample"
 
 
-def sampling_plan(plan: dict[str, Any], samples: int, where: str) -> dict[str, Any]:
-    """``plan`` with args.samples = ``samples`` on every capture_sample experiment (``where``: the plan's
-    name for errors)."""
+def sampling_plan(plan: dict[str, Any], samples: int, where: str, seed: str | None = None) -> dict[str, Any]:
+    """``plan`` with args.samples = ``samples`` (and args.seed = ``seed`` when given: "naive" or
+    "recovered") on every capture_sample experiment (``where``: the plan's name for errors)."""
     out = copy.deepcopy(plan)
     experiments = out.get("experiments")
     found = 0
@@ -40,6 +43,8 @@ def sampling_plan(plan: dict[str, Any], samples: int, where: str) -> dict[str, A
             if not isinstance(args, dict):
                 raise InputError(f"{where}: experiments: {exp.get('id')}: args must be an object")
             args["samples"] = samples
+            if seed is not None:
+                args["seed"] = seed
             found += 1
     if not found:
         raise InputError(f"{where}: no {SAMPLING_EXPERIMENT} experiment to take samples with")
@@ -61,6 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, required=True, help="folder for the captures (one subfolder per runtime)"
     )
+    parser.add_argument(
+        "--seed", choices=SEED_MODES, default="naive",
+        help="naive: walk seeded from the interrupted context as it is; recovered: also walk seeded from the "
+        "first managed frame, recovered while the thread is parked in its handler (docs/seeding.md)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="watchdog seconds per run")
 
 
@@ -70,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise InputError(f"--timeout {args.timeout}: must be a positive number of seconds")
     scenario = scenarios.load_scenario(args.scenario)
-    plan = sampling_plan(dict(scenario.plan), args.samples, f"{args.scenario}/plan.json")
+    plan = sampling_plan(dict(scenario.plan), args.samples, f"{args.scenario}/plan.json", seed=args.seed)
     results = run_scenario(args.scenario, args.runtime, dotnet=args.dotnet, plan=plan, timeout_s=args.timeout)
     ok = True
     for result in results:
@@ -95,6 +105,12 @@ def main(args: argparse.Namespace) -> int:
         size = sum(p.stat().st_size for p in written.paths)
         n = written.live_walks
         rate = f"{written.live_successes}/{n} ({written.live_successes / n:.0%})" if n else "n/a"
+        if written.recovered_walks:
+            k = written.recovered_walks
+            rate += (
+                f", recovered-seed walks succeeded {written.recovered_successes}/{k} "
+                f"({written.recovered_successes / k:.0%})"
+            )
         skipped = f", {len(written.skipped)} skipped ({written.skipped[0]})" if written.skipped else ""
         print(
             f"{args.scenario} on {result.runtime}: {len(written.paths)} captures in {folder} "

@@ -41,6 +41,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -65,6 +66,7 @@
 #include "experiments.h"
 #include "exports.h"
 #include "named_registry.h"
+#include "seed_recovery.h"
 #include "signal_seed.h"
 #include "profharness/frames.h"
 #include "profharness/metadata.h"
@@ -273,16 +275,60 @@ struct SampleBuffer {
     unsigned char redZone[kRedZone];
     std::size_t redZoneCopied = 0;
     unsigned char code[kCodeWindow];
+    // The recovered seed (seed_recovery.h; --seed recovered): the handler parks (kParked) after the naive
+    // walk; the profiler thread recovers the seed into recSeed and moves `park` on (kSeedReady or kNoSeed),
+    // or the handler gives up waiting (kParkAbandoned) and leaves.
+    bool recover = false;    // set by the profiler thread before the signal
+    bool naiveWalk = true;   // run the naive-seed walk too (false: the bench's recovered mode)
+    std::int64_t parkTimeoutNs = 0;
+    std::atomic<int> park{0};
+    std::atomic<Walk*> recWalk{nullptr};
+    HRESULT recHr = S_OK;
+    std::uint64_t tParked = 0, tResumed = 0, tRecWalked = 0, tLeft = 0;
+    alignas(64) BYTE recSeed[kContextBufferSize];
 };
+
+// The states of SampleBuffer::park.
+enum ParkState : int { kNotParked = 0, kParked = 1, kSeedReady = 2, kNoSeed = 3, kParkAbandoned = 4 };
 
 SampleBuffer g_sample;
 // Posted by the handler when it is done (sem_post is async-signal-safe): the profiler thread sleeps on it
 // instead of polling (each poll costs a wake-up, many of them when the machine is loaded).
 sem_t g_sample_done;
+// Posted by the handler when it parks for the recovered seed.
+sem_t g_sample_parked;
 std::once_flag g_sample_done_once;
 // The scenario's phase cell (profharness_capture_phase_cell): an int32 it writes before each phase; the
 // handler reads it at the instant (a plain load: async-signal-safe).
 std::atomic<const volatile std::int32_t*> g_phase_cell{nullptr};
+
+// In the handler (--seed recovered): parks until the profiler thread has recovered the seed or
+// b.parkTimeoutNs passed (a raw futex wait: a system call, async-signal-safe), then walks from the
+// recovered seed. A timed park cannot deadlock: were the profiler thread blocked on a lock this thread
+// holds, the park ends, this thread leaves the handler, and the recovery is discarded.
+void park_for_seed(SampleBuffer& b) {
+    b.tParked = now_ns();
+    b.park.store(kParked, std::memory_order_release);
+    sem_post(&g_sample_parked);
+    const std::uint64_t give_up = b.tParked + static_cast<std::uint64_t>(b.parkTimeoutNs);
+    for (;;) {
+        if (b.park.load(std::memory_order_acquire) != kParked) break;
+        const std::uint64_t now = now_ns();
+        if (now >= give_up) {
+            int parked = kParked;
+            if (b.park.compare_exchange_strong(parked, kParkAbandoned, std::memory_order_acq_rel)) break;
+            continue;
+        }
+        const std::uint64_t left = give_up - now;
+        timespec rel{static_cast<time_t>(left / 1000000000ull), static_cast<long>(left % 1000000000ull)};
+        ::syscall(SYS_futex, reinterpret_cast<int*>(&b.park), FUTEX_WAIT_PRIVATE, kParked, &rel, nullptr, 0);
+    }
+    b.tResumed = now_ns();
+    Walk* rw = b.recWalk.load(std::memory_order_acquire);
+    if (b.park.load(std::memory_order_acquire) == kSeedReady && rw)
+        b.recHr = rw->run(state().info_as<ICorProfilerInfo2>(2));
+    b.tRecWalked = now_ns();
+}
 
 void sample_handler(int sig, siginfo_t* info, void* ucv);
 OnceHandler g_sample_handler(kSampleSignal, &sample_handler);
@@ -329,9 +375,11 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
     b.phase = cell ? static_cast<std::int64_t>(*cell) : -1;
     b.tCopied = now_ns();
     naive_seed(uc, b.seed);
-    Walk* w = b.walk.load(std::memory_order_acquire);
-    b.hr = w ? w->run(state().info_as<ICorProfilerInfo2>(2)) : E_POINTER;
+    Walk* w = b.naiveWalk ? b.walk.load(std::memory_order_acquire) : nullptr;
+    b.hr = w ? w->run(state().info_as<ICorProfilerInfo2>(2)) : b.naiveWalk ? E_POINTER : S_FALSE;
     b.tWalked = now_ns();
+    if (b.recover) park_for_seed(b);
+    b.tLeft = now_ns();
     b.state.store(kDone, std::memory_order_release);
     sem_post(&g_sample_done);
     errno = saved_errno;
@@ -588,6 +636,8 @@ struct SamplingJob {
     std::int64_t minManagedOk = 0, minUnmanagedOk = 0, maxSamples = 20;
     ULONG32 infoFlags = 0;
     bool jitMap = true;
+    bool recover = false, naiveWalk = true;  // args.seed "recovered"; args.naiveWalk
+    std::int64_t parkTimeoutMs = 200;
     std::atomic<bool> done{false};
 };
 
@@ -738,6 +788,136 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
     return count;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// The recovered seed: the profiler thread's side (seed_recovery.h; docs/seeding.md)
+
+// The loaded modules' CFI tables, prepared on the profiler thread (at sampler start, then between samples
+// when the loader's count of added objects moved). Never destroyed.
+UnwindTables& g_unwind = *new UnwindTables();
+
+// The sampled thread's memory as the recovery reads it: the handler's stack copy where it holds the word,
+// else process_vm_readv (an unreadable address is an answer, never a fault).
+struct SampleMemory final : WordReader {
+    const SampleBuffer& b;
+    explicit SampleMemory(const SampleBuffer& buf) : b(buf) {}
+    bool read(std::uint64_t addr, std::uint64_t& out) const override {
+        if (addr >= b.sp && addr + 8 <= b.sp + b.stackCopied) {
+            std::memcpy(&out, b.stack + (addr - b.sp), 8);
+            return true;
+        }
+        unsigned char w[8];
+        if (read_own(addr, w, 8) != 8) return false;
+        std::memcpy(&out, w, 8);
+        return true;
+    }
+    std::size_t read_bytes(std::uint64_t addr, unsigned char* out, std::size_t n) const override {
+        return read_own(addr, out, n);
+    }
+};
+
+// GetFunctionFromIP, on the profiler thread (never in the handler).
+struct RuntimeOracle final : ManagedOracle {
+    std::uint64_t function_at(std::uint64_t ip) const override {
+        FunctionID fid = 0;
+        const HRESULT hr =
+            state().info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(static_cast<std::uintptr_t>(ip)), &fid);
+        return failed(hr) ? 0 : static_cast<std::uint64_t>(fid);
+    }
+};
+
+// ucontext greg index of each DWARF register (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip).
+constexpr int kGregOfDwarf[kDwarfRegs] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
+                                          REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
+                                          REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+const char* const kDwarfNames[kDwarfRegs] = {"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8",
+                                             "r9",  "r10", "r11", "r12", "r13", "r14", "r15", "rip"};
+constexpr std::size_t kContextOfDwarf[kDwarfRegs] = {
+    offsetof(AMD64Context, Rax), offsetof(AMD64Context, Rdx), offsetof(AMD64Context, Rcx),
+    offsetof(AMD64Context, Rbx), offsetof(AMD64Context, Rsi), offsetof(AMD64Context, Rdi),
+    offsetof(AMD64Context, Rbp), offsetof(AMD64Context, Rsp), offsetof(AMD64Context, R8),
+    offsetof(AMD64Context, R9),  offsetof(AMD64Context, R10), offsetof(AMD64Context, R11),
+    offsetof(AMD64Context, R12), offsetof(AMD64Context, R13), offsetof(AMD64Context, R14),
+    offsetof(AMD64Context, R15), offsetof(AMD64Context, Rip)};
+
+RecoveryResult& g_recovery = *new RecoveryResult();  // the profiler thread's, one sample at a time
+std::uint64_t g_recover_cpu_ns = 0;
+bool g_recovery_ran = false;
+
+// After the signal (--seed recovered): waits (until give_up_ns) for the handler to park, recovers the seed
+// from the registers and stack it copied, writes it as a CONTEXT into b.recSeed and lets the handler go on.
+void serve_park(SampleBuffer& b, const CaptureThread& target, std::uint64_t give_up_ns) {
+    g_recovery_ran = false;
+    const timespec until{static_cast<time_t>(give_up_ns / 1000000000ull), static_cast<long>(give_up_ns % 1000000000ull)};
+    while (b.park.load(std::memory_order_acquire) != kParked) {
+        if (b.state.load(std::memory_order_acquire) == kDone) return;
+        if (sem_clockwait(&g_sample_parked, CLOCK_MONOTONIC, &until) != 0 && errno == ETIMEDOUT) return;
+    }
+    const std::uint64_t cpu0 = thread_cpu_ns();
+    UnwindRegs regs;
+    for (int r = 0; r < kDwarfRegs; ++r) regs.r[r] = b.gregs[kGregOfDwarf[r]];
+    const SampleMemory mem(b);
+    const RuntimeOracle oracle;
+    recover_seed(g_unwind, oracle, mem, regs, target.stackLow, target.stackHigh, g_recovery);
+    g_recovery_ran = true;
+    if (g_recovery.ok) {
+        std::memcpy(b.recSeed, b.seed, sizeof(AMD64Context));  // flags, SegCs, EFlags as the naive seed's
+        for (int r = 0; r < kDwarfRegs; ++r) std::memcpy(b.recSeed + kContextOfDwarf[r], &g_recovery.seed.r[r], 8);
+    }
+    g_recover_cpu_ns = thread_cpu_ns() - cpu0;
+    int parked = kParked;
+    if (b.park.compare_exchange_strong(parked, g_recovery.ok ? kSeedReady : kNoSeed, std::memory_order_acq_rel))
+        ::syscall(SYS_futex, reinterpret_cast<int*>(&b.park), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+Json walk_json(const Walk& walk, HRESULT hr) {
+    Json w = Json::object();
+    w.set("hr", Json(static_cast<std::uint32_t>(hr)));
+    w.set("frameCount", Json(static_cast<std::uint64_t>(walk.delivered())));
+    Json frames = Json::array();
+    for (const FrameSlot& f : walk.frames()) {
+        Json fr = Json::object();
+        fr.set("funcId", Json(static_cast<std::uint64_t>(f.funcId)));
+        fr.set("ip", Json(static_cast<std::uint64_t>(f.ip)));
+        fr.set("sp", f.hasContext && f.contextSize >= kContextRipOffset + 8 ? Json(f.rsp) : Json());
+        fr.set("inCall", Json(f.inCall));
+        frames.push(std::move(fr));
+    }
+    w.set("frames", std::move(frames));
+    return w;
+}
+
+// The record's out.recovered: what the recovery found and what the walk seeded with it said.
+Json recovered_json(const SampleBuffer& b) {
+    Json r = Json::object();
+    const int park = b.park.load(std::memory_order_acquire);
+    const char* status = park == kSeedReady ? "walked" : park == kNoSeed ? "no-managed-frame"
+                         : park == kParkAbandoned ? "park-timeout" : "not-parked";
+    r.set("status", status);
+    r.set("reason", g_recovery_ran && !g_recovery.ok ? Json(g_recovery.reason) : Json());
+    Json steps = Json::array();
+    for (std::size_t i = 0; g_recovery_ran && i < g_recovery.stepCount; ++i) {
+        Json st = Json::object();
+        st.set("ip", Json(g_recovery.steps[i].ip)).set("sp", Json(g_recovery.steps[i].sp));
+        st.set("rule", step_rule_name(g_recovery.steps[i].rule));
+        steps.push(std::move(st));
+    }
+    r.set("steps", std::move(steps));
+    if (g_recovery_ran && g_recovery.ok) {
+        Json seed = Json::object();
+        for (int k = 0; k < kDwarfRegs; ++k) seed.set(kDwarfNames[k], Json(g_recovery.seed.r[k]));
+        r.set("seed", std::move(seed));
+        r.set("functionId", Json(g_recovery.functionId));
+    } else {
+        r.set("seed", Json());
+        r.set("functionId", Json());
+    }
+    const Walk* w = b.recWalk.load(std::memory_order_acquire);
+    r.set("walk", park == kSeedReady && w ? walk_json(*w, b.recHr) : Json());
+    r.set("recoverCpuNs", Json(g_recovery_ran ? g_recover_cpu_ns : 0));
+    r.set("unwindModules", Json(static_cast<std::uint64_t>(g_unwind.modules())));
+    return r;
+}
+
 // Records one sample; returns whether its IP was managed code (GetFunctionFromIP gave a FunctionID).
 bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::vector<Mapping>& maps) {
     const std::uint64_t cpu_start = thread_cpu_ns();
@@ -747,7 +927,8 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     Json target = Json::object();
     target.set("name", job.target.name).set("threadId", Json(static_cast<std::uint64_t>(job.target.threadId)));
     target.set("osTid", Json(static_cast<std::int64_t>(job.target.osTid)));
-    args.set("sample", Json(index)).set("target", std::move(target)).set("signal", "SIGPROF").set("seed", "naive");
+    args.set("sample", Json(index)).set("target", std::move(target)).set("signal", "SIGPROF");
+    args.set("seed", b.recover ? "recovered" : "naive").set("naiveWalk", Json(b.naiveWalk));
     args.set("infoFlags", Json(static_cast<std::uint64_t>(job.infoFlags)));
     args.set("walk", Json(walk.number()));
 
@@ -806,12 +987,18 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     }
     w.set("frames", std::move(frames));
     out.set("walk", std::move(w));
+    if (b.recover) out.set("recovered", recovered_json(b));
     Json where = where_of(b.gregs[REG_RIP], maps);
     const Json* kind = where.get("kind");
     const bool managed = kind && kind->is_string() && kind->as_string() == "managed";
     out.set("where", std::move(where));
     Json timing = Json::object();
     timing.set("copyNs", Json(b.tCopied - b.tEnter)).set("walkNs", Json(b.tWalked - b.tCopied));
+    timing.set("handlerNs", Json(b.tLeft - b.tEnter));  // the whole handler after its claim
+    if (b.recover) {
+        timing.set("parkNs", Json(b.tResumed - b.tParked));
+        timing.set("recoveredWalkNs", Json(b.tRecWalked - b.tResumed));
+    }
     // the profiler thread's CPU time for this record (up to its write) and for its candidate code
     timing.set("candidatesCpuNs", Json(cpu_candidates_end - cpu_candidates));
     timing.set("recordCpuNs", Json(thread_cpu_ns() - cpu_start));
@@ -845,6 +1032,20 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         req.contextSize = static_cast<ULONG32>(kContextBufferSize);
         auto* walk = new Walk(req);  // freed after recording; leaked if its handler never finishes
         g_sample.walk.store(walk, std::memory_order_release);
+        g_sample.recover = job->recover;
+        g_sample.naiveWalk = job->naiveWalk || !job->recover;
+        g_sample.parkTimeoutNs = job->parkTimeoutMs * 1000000;
+        g_sample.park.store(kNotParked, std::memory_order_release);
+        g_sample.recHr = S_OK;
+        g_sample.tParked = g_sample.tResumed = g_sample.tRecWalked = 0;
+        if (job->recover) {
+            g_unwind.refresh();  // modules loaded since the last sample (a no-op when none were)
+            WalkRequest rreq = req;
+            rreq.seed = g_sample.recSeed;
+            g_sample.recWalk.store(new Walk(rreq), std::memory_order_release);  // freed with `walk`
+            while (sem_trywait(&g_sample_parked) == 0) {
+            }
+        }
         g_sample.targetOsTid = job->target.osTid;
         g_sample.stackLow = job->target.stackLow;
         g_sample.stackHigh = job->target.stackHigh;
@@ -857,6 +1058,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         if (rc == 0) {
             const std::uint64_t give_up = now_ns() + static_cast<std::uint64_t>(job->timeoutMs) * 1000000ull;
             const timespec until{static_cast<time_t>(give_up / 1000000000ull), static_cast<long>(give_up % 1000000000ull)};
+            if (job->recover) serve_park(g_sample, job->target, give_up);
             while (g_sample.state.load(std::memory_order_acquire) != kDone) {
                 if (sem_clockwait(&g_sample_done, CLOCK_MONOTONIC, &until) != 0 && errno == ETIMEDOUT) break;
             }
@@ -870,6 +1072,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
                               " within " + std::to_string(job->timeoutMs) + " ms; sampling stops",
                           job->planned->id);
             if (never_started) {
+                delete g_sample.recWalk.exchange(nullptr);
                 delete walk;
                 g_sample.walk.store(nullptr);
                 g_sample.state.store(kIdle);
@@ -877,10 +1080,11 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
             break;
         }
         const bool managed = record_sample(*job, i, *walk, maps);
-        if (g_sample.hr == S_OK) ++(managed ? managed_ok : unmanaged_ok);
+        if ((job->recover && !job->naiveWalk ? g_sample.recHr : g_sample.hr) == S_OK) ++(managed ? managed_ok : unmanaged_ok);
         ++taken;
         delete walk;
         g_sample.walk.store(nullptr);
+        delete g_sample.recWalk.exchange(nullptr);
         g_sample.state.store(kIdle, std::memory_order_release);
     }
     if (const std::uint64_t refused = g_frames.refused() - refused_before)
@@ -921,7 +1125,10 @@ void capture_sample(ExperimentContext& ctx) {
         s.probe_error("capture_sample needs ICorProfilerInfo2", ctx.planned.id);
         return;
     }
-    std::call_once(g_sample_done_once, [] { sem_init(&g_sample_done, 0, 0); });
+    std::call_once(g_sample_done_once, [] {
+        sem_init(&g_sample_done, 0, 0);
+        sem_init(&g_sample_parked, 0, 0);
+    });
     if (const int err = g_sample_handler.install()) {
         s.probe_error("capture_sample: sigaction(SIGPROF) failed: " + std::string(std::strerror(err)),
                       ctx.planned.id);
@@ -949,6 +1156,16 @@ void capture_sample(ExperimentContext& ctx) {
     job->maxCandidates = ctx.int_arg("maxCandidates", 256);
     job->infoFlags = static_cast<ULONG32>(ctx.int_arg("infoFlags", 0));
     job->jitMap = ctx.bool_arg("jitMap", true);
+    const std::string seed_mode = ctx.string_arg("seed", "naive");
+    if (seed_mode != "naive" && seed_mode != "recovered") {
+        s.probe_error("capture_sample: args.seed \"" + seed_mode + "\": must be \"naive\" or \"recovered\"",
+                      ctx.planned.id);
+        return;
+    }
+    job->recover = seed_mode == "recovered";
+    job->naiveWalk = ctx.bool_arg("naiveWalk", true);
+    job->parkTimeoutMs = ctx.int_arg("parkTimeoutMs", 200);
+    if (job->recover) g_unwind.refresh();  // the CFI tables, prepared before the first signal
     const std::int64_t budget_ms =
         ctx.int_arg("totalTimeoutMs", 20000 + job->maxSamples * (job->timeoutMs + job->intervalUs / 1000 + 20));
     std::thread worker;

@@ -1,0 +1,482 @@
+// See seed_recovery.h. The DWARF CFI interpreter follows the DWARF 4 "Call Frame Information" section and the
+// LSB's .eh_frame / .eh_frame_hdr description (pointer encodings, the 'z', 'R', 'P', 'L', 'S' augmentations);
+// x64 only.
+#include "seed_recovery.h"
+
+#include <elf.h>
+#include <link.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace profharness {
+
+const char* step_rule_name(StepRule r) {
+    switch (r) {
+        case StepRule::kContext: return "context";
+        case StepRule::kCfi: return "cfi";
+        case StepRule::kLeaf: return "leaf";
+        case StepRule::kScan: return "scan";
+        case StepRule::kFramePointer: return "frame_pointer";
+    }
+    return "?";
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------
+// Reading .eh_frame (module memory: mapped read-only for the module's lifetime, read directly)
+
+struct Cursor {
+    const unsigned char* p;
+    const unsigned char* end;
+    bool ok = true;
+
+    std::uint8_t u8() {
+        if (p >= end) return fail();
+        return *p++;
+    }
+    template <typename T>
+    T fixed() {
+        if (end - p < static_cast<std::ptrdiff_t>(sizeof(T))) return static_cast<T>(fail());
+        T v;
+        std::memcpy(&v, p, sizeof v);
+        p += sizeof v;
+        return v;
+    }
+    std::uint64_t uleb() {
+        std::uint64_t v = 0;
+        int shift = 0;
+        for (;;) {
+            if (p >= end || shift > 63) return fail();
+            const std::uint8_t b = *p++;
+            v |= std::uint64_t{b & 0x7fu} << shift;
+            shift += 7;
+            if (!(b & 0x80)) return v;
+        }
+    }
+    std::int64_t sleb() {
+        std::int64_t v = 0;
+        int shift = 0;
+        std::uint8_t b = 0;
+        do {
+            if (p >= end || shift > 63) return static_cast<std::int64_t>(fail());
+            b = *p++;
+            v |= static_cast<std::int64_t>(std::uint64_t{b & 0x7fu} << shift);
+            shift += 7;
+        } while (b & 0x80);
+        if (shift < 64 && (b & 0x40)) v |= -(std::int64_t{1} << shift);
+        return v;
+    }
+    std::uint8_t fail() {
+        ok = false;
+        p = end;
+        return 0;
+    }
+    // A pointer in DW_EH_PE encoding `enc`; `datarel`: the base of datarel (.eh_frame_hdr).
+    std::uint64_t pointer(std::uint8_t enc, std::uint64_t datarel = 0) {
+        if (enc == 0xff) return 0;  // DW_EH_PE_omit
+        const std::uint64_t here = reinterpret_cast<std::uintptr_t>(p);
+        std::uint64_t v = 0;
+        switch (enc & 0x0f) {
+            case 0x00: v = fixed<std::uint64_t>(); break;
+            case 0x01: v = uleb(); break;
+            case 0x02: v = fixed<std::uint16_t>(); break;
+            case 0x03: v = fixed<std::uint32_t>(); break;
+            case 0x04: v = fixed<std::uint64_t>(); break;
+            case 0x09: v = static_cast<std::uint64_t>(sleb()); break;
+            case 0x0a: v = static_cast<std::uint64_t>(static_cast<std::int64_t>(fixed<std::int16_t>())); break;
+            case 0x0b: v = static_cast<std::uint64_t>(static_cast<std::int64_t>(fixed<std::int32_t>())); break;
+            case 0x0c: v = fixed<std::uint64_t>(); break;
+            default: fail(); return 0;
+        }
+        switch (enc & 0x70) {
+            case 0x00: break;
+            case 0x10: v += here; break;     // pcrel
+            case 0x30: v += datarel; break;  // datarel
+            default: fail(); return 0;       // textrel, funcrel, aligned: not used by x64 toolchains here
+        }
+        if (enc & 0x80) fail();  // indirect: never for the FDE addresses we read
+        return v;
+    }
+};
+
+struct Cie {
+    std::uint64_t codeAlign = 1;
+    std::int64_t dataAlign = -8;
+    std::uint64_t raReg = kDwarfRip;
+    std::uint8_t fdeEnc = 0;
+    bool augZ = false;
+    const unsigned char* insns = nullptr;
+    const unsigned char* end = nullptr;
+};
+
+// The length field of a CIE/FDE at p: the record's end, and the start of its body (after the length).
+bool record_bounds(const unsigned char* p, const unsigned char*& body, const unsigned char*& end) {
+    std::uint32_t len32;
+    std::memcpy(&len32, p, 4);
+    if (len32 == 0) return false;
+    if (len32 == 0xffffffffu) {
+        std::uint64_t len64;
+        std::memcpy(&len64, p + 4, 8);
+        body = p + 12;
+        end = body + len64;
+    } else {
+        body = p + 4;
+        end = body + len32;
+    }
+    return true;
+}
+
+bool parse_cie(const unsigned char* at, Cie& cie) {
+    const unsigned char *body, *end;
+    if (!record_bounds(at, body, end)) return false;
+    Cursor c{body, end};
+    if (c.fixed<std::uint32_t>() != 0) return false;  // CIE id 0 in .eh_frame
+    const std::uint8_t version = c.u8();
+    const char* aug = reinterpret_cast<const char*>(c.p);
+    const std::size_t aug_len = strnlen(aug, static_cast<std::size_t>(end - c.p));
+    c.p += aug_len + 1;
+    if (aug_len >= 2 && aug[0] == 'e' && aug[1] == 'h') return false;  // GCC 2 "eh": not produced
+    cie.codeAlign = c.uleb();
+    cie.dataAlign = c.sleb();
+    cie.raReg = version == 1 ? c.u8() : c.uleb();
+    cie.augZ = aug_len && aug[0] == 'z';
+    if (cie.augZ) {
+        const std::uint64_t n = c.uleb();
+        const unsigned char* aug_end = c.p + n;
+        for (std::size_t i = 1; i < aug_len && c.ok; ++i) {
+            switch (aug[i]) {
+                case 'R': cie.fdeEnc = c.u8(); break;
+                case 'P': {
+                    const std::uint8_t enc = c.u8();
+                    c.pointer(static_cast<std::uint8_t>(enc & 0x7f));  // the personality: skipped
+                    break;
+                }
+                case 'L': c.u8(); break;
+                case 'S': case 'B': break;
+                default: c.p = aug_end; i = aug_len; break;  // unknown: the length lets us skip the rest
+            }
+        }
+        c.p = aug_end;
+    }
+    cie.insns = c.p;
+    cie.end = end;
+    return c.ok && c.p <= end;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The CFI interpreter
+
+enum class RuleKind : std::uint8_t { kSame, kUndefined, kOffset, kValOffset, kRegister, kUnsupported };
+struct Rule {
+    RuleKind kind = RuleKind::kSame;
+    std::int64_t value = 0;
+};
+struct Row {
+    int cfaReg = kDwarfRsp;
+    std::int64_t cfaOffset = 8;
+    bool cfaUnsupported = false;
+    Rule regs[kDwarfRegs];
+};
+
+// Runs CFA instructions [p, end) from `row` until the location passes `pc` (loc starts at `loc`);
+// `initial` is the CIE's row (DW_CFA_restore). false on an instruction we cannot interpret.
+bool run_cfa(const unsigned char* p, const unsigned char* end, const Cie& cie, std::uint64_t loc, std::uint64_t pc,
+             const Row& initial, Row& row) {
+    constexpr int kStack = 16;
+    Row remembered[kStack];
+    int depth = 0;
+    Cursor c{p, end};
+    auto reg_ok = [](std::uint64_t r) { return r < static_cast<std::uint64_t>(kDwarfRegs); };
+    auto set = [&](std::uint64_t r, RuleKind k, std::int64_t v) {
+        if (reg_ok(r)) row.regs[r] = Rule{k, v};
+    };
+    while (c.p < c.end && c.ok) {
+        const std::uint8_t op = c.u8();
+        const std::uint8_t hi = op & 0xc0, low = op & 0x3f;
+        if (hi == 0x40) {  // DW_CFA_advance_loc
+            loc += low * cie.codeAlign;
+            if (loc > pc) return true;
+            continue;
+        }
+        if (hi == 0x80) {  // DW_CFA_offset
+            set(low, RuleKind::kOffset, static_cast<std::int64_t>(c.uleb()) * cie.dataAlign);
+            continue;
+        }
+        if (hi == 0xc0) {  // DW_CFA_restore
+            if (reg_ok(low)) row.regs[low] = initial.regs[low];
+            continue;
+        }
+        switch (op) {
+            case 0x00: break;  // nop
+            case 0x01: loc = c.pointer(cie.fdeEnc); if (loc > pc) return true; break;  // set_loc
+            case 0x02: loc += c.u8() * cie.codeAlign; if (loc > pc) return true; break;
+            case 0x03: loc += c.fixed<std::uint16_t>() * cie.codeAlign; if (loc > pc) return true; break;
+            case 0x04: loc += c.fixed<std::uint32_t>() * cie.codeAlign; if (loc > pc) return true; break;
+            case 0x05: { const std::uint64_t r = c.uleb(); set(r, RuleKind::kOffset, static_cast<std::int64_t>(c.uleb()) * cie.dataAlign); break; }
+            case 0x06: { const std::uint64_t r = c.uleb(); if (reg_ok(r)) row.regs[r] = initial.regs[r]; break; }
+            case 0x07: set(c.uleb(), RuleKind::kUndefined, 0); break;
+            case 0x08: set(c.uleb(), RuleKind::kSame, 0); break;
+            case 0x09: { const std::uint64_t r = c.uleb(); set(r, RuleKind::kRegister, static_cast<std::int64_t>(c.uleb())); break; }
+            case 0x0a: if (depth == kStack) return false; remembered[depth++] = row; break;
+            case 0x0b: {
+                if (depth == 0) return false;
+                // DW_CFA_restore_state restores the register rules; the CFA rule too (as every unwinder does)
+                row = remembered[--depth];
+                break;
+            }
+            case 0x0c: row.cfaReg = static_cast<int>(c.uleb()); row.cfaOffset = static_cast<std::int64_t>(c.uleb()); row.cfaUnsupported = false; break;
+            case 0x0d: row.cfaReg = static_cast<int>(c.uleb()); break;
+            case 0x0e: row.cfaOffset = static_cast<std::int64_t>(c.uleb()); break;
+            case 0x0f: { const std::uint64_t n = c.uleb(); c.p += std::min<std::uint64_t>(n, static_cast<std::uint64_t>(c.end - c.p)); row.cfaUnsupported = true; break; }
+            case 0x10: { const std::uint64_t r = c.uleb(); const std::uint64_t n = c.uleb(); c.p += std::min<std::uint64_t>(n, static_cast<std::uint64_t>(c.end - c.p)); set(r, RuleKind::kUnsupported, 0); break; }
+            case 0x11: { const std::uint64_t r = c.uleb(); set(r, RuleKind::kOffset, c.sleb() * cie.dataAlign); break; }
+            case 0x12: row.cfaReg = static_cast<int>(c.uleb()); row.cfaOffset = c.sleb() * cie.dataAlign; row.cfaUnsupported = false; break;
+            case 0x13: row.cfaOffset = c.sleb() * cie.dataAlign; break;
+            case 0x14: { const std::uint64_t r = c.uleb(); set(r, RuleKind::kValOffset, static_cast<std::int64_t>(c.uleb()) * cie.dataAlign); break; }
+            case 0x15: { const std::uint64_t r = c.uleb(); set(r, RuleKind::kValOffset, c.sleb() * cie.dataAlign); break; }
+            case 0x16: { const std::uint64_t r = c.uleb(); const std::uint64_t n = c.uleb(); c.p += std::min<std::uint64_t>(n, static_cast<std::uint64_t>(c.end - c.p)); set(r, RuleKind::kUnsupported, 0); break; }
+            case 0x2e: c.uleb(); break;  // DW_CFA_GNU_args_size
+            case 0x2f: { const std::uint64_t r = c.uleb(); set(r, RuleKind::kOffset, -static_cast<std::int64_t>(c.uleb()) * cie.dataAlign); break; }
+            default: return false;
+        }
+    }
+    return c.ok;
+}
+
+int phdr_callback(struct dl_phdr_info* info, size_t, void* data) {
+    auto* out = static_cast<std::vector<UnwindTables::Module>*>(data);
+    UnwindTables::Module m;
+    m.base = info->dlpi_addr;
+    m.exec_lo = ~std::uint64_t{0};
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
+            m.exec_lo = std::min<std::uint64_t>(m.exec_lo, m.base + ph.p_vaddr);
+            m.exec_hi = std::max<std::uint64_t>(m.exec_hi, m.base + ph.p_vaddr + ph.p_memsz);
+        } else if (ph.p_type == PT_GNU_EH_FRAME) {
+            m.hdr = m.base + ph.p_vaddr;
+        }
+    }
+    if (m.hdr && m.exec_lo < m.exec_hi) out->push_back(std::move(m));
+    return 0;
+}
+
+int adds_callback(struct dl_phdr_info* info, size_t size, void* data) {
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+        *static_cast<std::uint64_t*>(data) = info->dlpi_adds;
+    return 1;  // the first object is enough: the counters are global
+}
+
+// The search table of an .eh_frame_hdr (version 1); empty when its encoding is not one we read.
+void read_hdr(UnwindTables::Module& m) {
+    const auto* h = reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(m.hdr));
+    if (h[0] != 1) return;
+    const std::uint8_t ptr_enc = h[1], count_enc = h[2], table_enc = h[3];
+    Cursor c{h + 4, h + 4 + 32};
+    c.pointer(ptr_enc, m.hdr);
+    const std::uint64_t count = c.pointer(count_enc, m.hdr);
+    if (!c.ok || table_enc != 0x3b || count > (1u << 24)) return;  // datarel | sdata4, as ld writes it
+    const unsigned char* t = c.p;
+    m.table.resize(count);
+    for (std::uint64_t i = 0; i < count; ++i) {
+        std::int32_t pc, fde;
+        std::memcpy(&pc, t + 8 * i, 4);
+        std::memcpy(&fde, t + 8 * i + 4, 4);
+        m.table[i] = {m.hdr + static_cast<std::uint64_t>(static_cast<std::int64_t>(pc)),
+                      m.hdr + static_cast<std::uint64_t>(static_cast<std::int64_t>(fde))};
+    }
+    std::sort(m.table.begin(), m.table.end());
+}
+
+std::uint64_t reg_value(const UnwindRegs& regs, int r) { return regs.r[r]; }
+
+}  // namespace
+
+void UnwindTables::refresh() {
+    std::uint64_t adds = 0;
+    dl_iterate_phdr(&adds_callback, &adds);
+    if (adds == adds_) return;
+    std::vector<Module> found;
+    dl_iterate_phdr(&phdr_callback, &found);
+    for (Module& m : found) {
+        const bool known = std::any_of(modules_.begin(), modules_.end(),
+                                       [&](const Module& k) { return k.hdr == m.hdr; });
+        if (known) continue;
+        read_hdr(m);
+        fde_count_ += m.table.size();
+        modules_.push_back(std::move(m));
+    }
+    std::sort(modules_.begin(), modules_.end(), [](const Module& a, const Module& b) { return a.exec_lo < b.exec_lo; });
+    adds_ = adds;
+}
+
+bool UnwindTables::covers(std::uint64_t pc) const {
+    for (const Module& m : modules_)
+        if (pc >= m.exec_lo && pc < m.exec_hi) return !m.table.empty();
+    return false;
+}
+
+bool UnwindTables::step(UnwindRegs& regs, bool exact, const WordReader& mem, bool& end) const {
+    end = false;
+    const std::uint64_t ip = regs.r[kDwarfRip];
+    const std::uint64_t pc = exact ? ip : ip - 1;
+    const Module* mod = nullptr;
+    for (const Module& m : modules_)
+        if (pc >= m.exec_lo && pc < m.exec_hi) mod = &m;
+    if (!mod || mod->table.empty()) return false;
+    auto it = std::upper_bound(mod->table.begin(), mod->table.end(), pc,
+                               [](std::uint64_t x, const std::pair<std::uint64_t, std::uint64_t>& e) { return x < e.first; });
+    if (it == mod->table.begin()) return false;
+    --it;
+    const auto* fde = reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(it->second));
+    const unsigned char *body, *fde_end;
+    if (!record_bounds(fde, body, fde_end)) return false;
+    std::uint32_t cie_delta;
+    std::memcpy(&cie_delta, body, 4);
+    Cie cie;
+    if (!parse_cie(body - cie_delta, cie)) return false;
+    Cursor c{body + 4, fde_end};
+    const std::uint64_t begin = c.pointer(cie.fdeEnc);
+    const std::uint64_t range = c.pointer(static_cast<std::uint8_t>(cie.fdeEnc & 0x0f));
+    if (!c.ok || pc < begin || pc >= begin + range) return false;
+    if (cie.augZ) {
+        const std::uint64_t n = c.uleb();
+        c.p += std::min<std::uint64_t>(n, static_cast<std::uint64_t>(c.end - c.p));
+    }
+    Row initial;
+    if (!run_cfa(cie.insns, cie.end, cie, 0, ~std::uint64_t{0}, initial, initial)) return false;
+    Row row = initial;
+    if (!run_cfa(c.p, fde_end, cie, begin, pc, initial, row)) return false;
+    if (row.cfaUnsupported || row.cfaReg < 0 || row.cfaReg >= kDwarfRegs) return false;
+    const std::uint64_t cfa = reg_value(regs, row.cfaReg) + static_cast<std::uint64_t>(row.cfaOffset);
+    UnwindRegs next = regs;
+    const int ra = static_cast<int>(cie.raReg < kDwarfRegs ? cie.raReg : kDwarfRip);
+    for (int r = 0; r < kDwarfRegs; ++r) {
+        const Rule& rule = row.regs[r];
+        switch (rule.kind) {
+            case RuleKind::kSame: break;
+            case RuleKind::kUndefined:
+                if (r == ra) end = true;
+                break;
+            case RuleKind::kOffset:
+                if (!mem.read(cfa + static_cast<std::uint64_t>(rule.value), next.r[r])) return false;
+                break;
+            case RuleKind::kValOffset: next.r[r] = cfa + static_cast<std::uint64_t>(rule.value); break;
+            case RuleKind::kRegister:
+                if (rule.value < 0 || rule.value >= kDwarfRegs) return false;
+                next.r[r] = regs.r[rule.value];
+                break;
+            case RuleKind::kUnsupported: if (r == ra || r == kDwarfRbp) return false; break;
+        }
+    }
+    if (end) return true;
+    if (row.regs[ra].kind == RuleKind::kSame) return false;  // no return address rule
+    next.r[kDwarfRip] = next.r[ra];
+    next.r[kDwarfRsp] = cfa;
+    regs = next;
+    return true;
+}
+
+bool preceded_by_call(const WordReader& mem, std::uint64_t ret) {
+    if (ret < 8) return false;
+    unsigned char b[8];
+    if (mem.read_bytes(ret - 8, b, 8) != 8) return false;
+    // b[8 - k] is the byte k before the return address
+    if (b[3] == 0xE8) return true;                                // call rel32
+    auto ff2 = [&](int k) {                                       // FF /2 starting k bytes before ret
+        return b[8 - k] == 0xFF && ((b[9 - k] >> 3) & 7) == 2;
+    };
+    if (ff2(2) && (b[7] & 0xC0) == 0xC0) return true;             // call reg
+    if ((ff2(3) || ff2(4) || ff2(6) || ff2(7))) return true;       // call [reg+disp8], [rip+disp32], [reg+disp32], SIB
+    return false;
+}
+
+namespace {
+
+constexpr std::size_t kScanBytes = 1024;
+
+// A return address into code the walk can go on from: managed code, or a module with CFI, after a call.
+bool return_target(const UnwindTables& tables, const ManagedOracle& managed, const WordReader& mem,
+                   std::uint64_t w) {
+    if (w < 4096 || w >= (std::uint64_t{1} << 47)) return false;
+    if (!preceded_by_call(mem, w)) return false;
+    return managed.function_at(w) != 0 || tables.covers(w - 1);
+}
+
+}  // namespace
+
+void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, const WordReader& mem,
+                  const UnwindRegs& start, std::uint64_t stack_lo, std::uint64_t stack_hi, RecoveryResult& out) {
+    out.ok = false;
+    out.stepCount = 0;
+    out.functionId = 0;
+    out.reason = "";
+    UnwindRegs regs = start;
+    StepRule how = StepRule::kContext;
+    for (std::size_t n = 0; n < kMaxRecoverySteps; ++n) {
+        const std::uint64_t ip = regs.r[kDwarfRip], sp = regs.r[kDwarfRsp];
+        out.steps[out.stepCount++] = RecoveryStep{ip, sp, how};
+        if (ip == 0) {
+            out.reason = "IP 0";
+            return;
+        }
+        // A caller frame's IP is a return address: the call is at IP - 1 (the oracle is asked for IP - 1 too,
+        // since a call may be a method's last instruction).
+        const std::uint64_t fid = managed.function_at(n == 0 ? ip : ip - 1);
+        if (fid) {
+            out.ok = true;
+            out.seed = regs;
+            out.functionId = fid;
+            return;
+        }
+        bool end = false;
+        UnwindRegs next = regs;
+        if (tables.step(next, n == 0, mem, end)) {
+            if (end) {
+                out.reason = "end of stack (CFI: return address undefined)";
+                return;
+            }
+            how = StepRule::kCfi;
+        } else {
+            // No unwind information: a stub. The return address on top of the stack (a leaf or a tail-calling
+            // stub), else the first return address above it (a stub that pushed), else the frame pointer.
+            std::uint64_t w = 0;
+            bool found = false;
+            for (std::uint64_t slot = sp; slot < sp + kScanBytes && slot + 8 <= stack_hi; slot += 8) {
+                if (!mem.read(slot, w)) break;
+                if (return_target(tables, managed, mem, w)) {
+                    next.r[kDwarfRip] = w;
+                    next.r[kDwarfRsp] = slot + 8;
+                    how = slot == sp ? StepRule::kLeaf : StepRule::kScan;
+                    found = true;
+                    break;
+                }
+            }
+            const std::uint64_t fp = regs.r[kDwarfRbp];
+            std::uint64_t ret = 0, saved = 0;
+            if (!found && fp >= sp && fp + 16 <= stack_hi && mem.read(fp + 8, ret) && mem.read(fp, saved) &&
+                return_target(tables, managed, mem, ret)) {
+                next.r[kDwarfRip] = ret;
+                next.r[kDwarfRsp] = fp + 16;
+                next.r[kDwarfRbp] = saved;
+                how = StepRule::kFramePointer;
+                found = true;
+            }
+            if (!found) {
+                out.reason = "no unwind information and no return address within 1 KiB of SP or at the frame pointer";
+                return;
+            }
+        }
+        const std::uint64_t nsp = next.r[kDwarfRsp];
+        if (nsp <= sp || nsp < stack_lo || nsp >= stack_hi) {
+            out.reason = "SP did not increase or left the stack";
+            return;
+        }
+        regs = next;
+    }
+    out.reason = "no managed frame within the step limit";
+}
+
+}  // namespace profharness

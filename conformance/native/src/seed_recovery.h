@@ -1,0 +1,107 @@
+// The recovered seed (issue 24, docs/seeding.md): from the registers of an interrupted thread, walk down to
+// the first managed frame and give its registers as the DoStackSnapshot seed.
+//
+// Native frames are unwound with the loaded modules' .eh_frame CFI through tables prepared beforehand
+// (UnwindTables::refresh, on a normal thread: dl_iterate_phdr, then each module's .eh_frame_hdr search
+// table copied into a sorted vector); a DWARF CFI interpreter of our own (x64) runs one FDE per step. Code
+// without unwind information (runtime stubs in anonymous memory: dispatch stubs, precodes, the write
+// barrier's copy) is stepped by the rules the emulator's unwinder learned: the return address on top of the
+// stack (a leaf or a tail-calling stub), else a bounded scan of the stack for a return address, else the
+// frame-pointer chain. Managed frames are recognised by a predicate the caller gives (the probe passes
+// GetFunctionFromIP, which is why recovery runs on the profiler thread while the sampled thread is parked
+// in its handler, never in the handler itself).
+//
+// Nothing here allocates during recover_seed(); refresh() allocates and takes the loader's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace profharness {
+
+// x64 DWARF register numbers (System V psABI): rax rdx rcx rbx rsi rdi rbp rsp r8..r15, 16 = return address.
+inline constexpr int kDwarfRegs = 17;
+inline constexpr int kDwarfRbp = 6;
+inline constexpr int kDwarfRsp = 7;
+inline constexpr int kDwarfRip = 16;
+
+struct UnwindRegs {
+    std::uint64_t r[kDwarfRegs] = {};
+};
+
+// How one step found its caller (breakpad's trust levels plus the stub rules).
+enum class StepRule : std::uint8_t { kContext = 0, kCfi, kLeaf, kScan, kFramePointer };
+const char* step_rule_name(StepRule r);
+
+// Reads a word of the interrupted thread's stack (or any readable memory); false when unreadable.
+struct WordReader {
+    virtual bool read(std::uint64_t addr, std::uint64_t& out) const = 0;
+    // Up to n bytes at addr without faulting; the count read.
+    virtual std::size_t read_bytes(std::uint64_t addr, unsigned char* out, std::size_t n) const = 0;
+
+protected:
+    ~WordReader() = default;
+};
+
+// Whether an IP is managed code (non-zero FunctionID); the probe's is GetFunctionFromIP.
+struct ManagedOracle {
+    virtual std::uint64_t function_at(std::uint64_t ip) const = 0;
+
+protected:
+    ~ManagedOracle() = default;
+};
+
+class UnwindTables {
+public:
+    // Adds every loaded object not seen yet (dl_iterate_phdr): its executable segments and its FDE search
+    // table. Not async-signal-safe: call it outside any handler (at sampler start, between samples).
+    void refresh();
+    // Whether a module with CFI covers `pc` (its executable segments).
+    bool covers(std::uint64_t pc) const;
+    // One CFI step from `regs` (in place). `exact`: the registers are the interrupted instant's (look up the
+    // IP itself, not IP - 1). false when no FDE covers the IP or its rules cannot be evaluated; `end` is set
+    // when the return address is undefined (the outermost frame).
+    bool step(UnwindRegs& regs, bool exact, const WordReader& mem, bool& end) const;
+    std::size_t modules() const { return modules_.size(); }
+    std::size_t fdes() const { return fde_count_; }
+    std::uint64_t adds() const { return adds_; }
+
+    struct Module {
+        std::uint64_t base = 0;                 // load bias
+        std::uint64_t exec_lo = 0, exec_hi = 0;  // lowest and highest executable address
+        std::uint64_t hdr = 0;                   // .eh_frame_hdr in memory
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> table;  // (initial location, FDE address)
+    };
+
+private:
+    std::vector<Module> modules_;  // sorted by exec_lo
+    std::size_t fde_count_ = 0;
+    std::uint64_t adds_ = ~std::uint64_t{0};
+};
+
+struct RecoveryStep {
+    std::uint64_t ip, sp;
+    StepRule rule;  // how this frame was found
+};
+
+inline constexpr std::size_t kMaxRecoverySteps = 64;
+
+struct RecoveryResult {
+    bool ok = false;                 // a managed frame was found
+    UnwindRegs seed;                 // its registers (valid when ok)
+    std::uint64_t functionId = 0;    // the oracle's answer for seed.r[kDwarfRip]
+    RecoveryStep steps[kMaxRecoverySteps];
+    std::size_t stepCount = 0;       // frames visited, the managed one included
+    const char* reason = "";         // why no managed frame was found
+};
+
+// Walks from `regs` (the interrupted instant's) down to the first managed frame. `stack_lo`/`stack_hi`:
+// the thread's stack bounds (no SP may leave them).
+void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, const WordReader& mem,
+                  const UnwindRegs& regs, std::uint64_t stack_lo, std::uint64_t stack_hi, RecoveryResult& out);
+
+// Whether the bytes before `ret` end in a call instruction (E8 rel32, or FF /2 in its usual encodings).
+bool preceded_by_call(const WordReader& mem, std::uint64_t ret);
+
+}  // namespace profharness
