@@ -41,7 +41,9 @@ from clr_model.hresults import HResult, format_hresult
 from clr_model.stacksnapshot import (
     COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
     Callback,
+    InvalidInput,
     ManagedFrame,
+    ObservedCallback,
     Os,
     Platform,
     Seed,
@@ -56,6 +58,7 @@ from emu.capture import (
     CaptureArch,
     KnownCallees,
     KnownFrame,
+    LiveRecovery,
     LiveWalk,
     is_runtime_module,
     read_capture,
@@ -74,6 +77,7 @@ from emu.unwind import (
 
 __all__ = [
     "ModelWalk",
+    "RecoveredSeedCheck",
     "RecoveryRow",
     "ReplayFrame",
     "ReplayResult",
@@ -142,6 +146,29 @@ class ModelWalk(BaseModel):
     notes: tuple[str, ...] = ()
 
 
+#: The model's seed clauses a recovered seed is checked against (docs/seeding.md).
+SEED_CLAUSES = ("DSS-06", "DSS-07", "DSS-08", "DSS-19", "DSS-21", "DSS-29")
+
+
+class RecoveredSeedCheck(BaseModel):
+    """The probe's recovered-seed attempt of a capture (``capture --seed recovered``) against the replay."""
+
+    model_config = _FROZEN
+    #: the probe's outcome (walked, no-managed-frame, park-timeout, not-parked)
+    status: str
+    #: the walk seeded with it: HRESULT name (None when none ran)
+    hresult: str | None
+    #: whether that walk recovered the scenario's known managed frames leaf first (None without known frames)
+    recovered: bool | None
+    #: whether its managed frames equal the replay's (the model walk from the replay's own seed: FunctionIDs
+    #: and IPs, leaf first); None when it did not succeed
+    agrees: bool | None
+    #: whether the recovered seed is the replay's seed (the same frame: IP and SP)
+    seed_is_replay_seed: bool | None
+    #: the seed and its walk against the model's seed clauses (SEED_CLAUSES), "DSS-nn: message" each
+    violations: tuple[str, ...] = ()
+
+
 class ReplayResult(BaseModel):
     model_config = _FROZEN
     capture: str
@@ -164,6 +191,8 @@ class ReplayResult(BaseModel):
     #: whether the live walk succeeded and its managed frames equal the model's (FunctionIDs and IPs,
     #: leaf first); None without a successful live walk
     live_matches: bool | None = None
+    #: the recovered-seed attempt (captures taken with ``--seed recovered``)
+    live_recovery: RecoveredSeedCheck | None = None
 
 
 _U64_END = 2**64
@@ -365,7 +394,65 @@ def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024)
         if man.live is not None and known is not None
         else None,
         live_matches=_live_matches(man.live, model) if man.live is not None else None,
-    )
+        live_recovery=_check_recovery(man.live_recovery, frames, seed, model, man.place, layout.size, x86,
+                                      known, code.names, man.known_callees)
+        if man.live_recovery is not None else None,
+    )  # fmt: skip
+
+
+def _check_recovery(
+    rec: LiveRecovery, frames: Sequence[ReplayFrame], replay_seed: ReplaySeed | None, model: ModelWalk,
+    place: str, context_size: int, x86: bool, known: Sequence[int | str] | None, names: Mapping[int, str],
+    callees: KnownCallees | None,
+) -> RecoveredSeedCheck:  # fmt: skip
+    """The probe's recovered seed and its walk against the replay of the same capture and the model's seed
+    clauses: DSS-19 (the seed's IP is managed code: the replay's frame there has the FunctionID the probe's
+    GetFunctionFromIP gave), DSS-21/29 (a seed in JIT code is never refused as unmanaged), DSS-07/08 (the
+    walk starts at the seed's frame: the model walk from this seed, compared callback by callback), DSS-06
+    (the seed is a CONTEXT of the runtime's layout: the model reads its registers from one)."""
+    walk = rec.walk
+    hresult = format_hresult(walk.hresult) if walk is not None else None
+    ok = walk is not None and walk.hresult == int(HResult.S_OK)
+    recovered = (
+        ok and recovered_leaf_first(known, [f.function_id for f in walk.frames if f.function_id], names, callees)
+        if known is not None and walk is not None else (False if known is not None else None)
+    )  # fmt: skip
+    violations: list[str] = []
+    seed = rec.seed
+    same: bool | None = None
+    if seed is not None:
+        same = replay_seed is not None and (replay_seed.ip, replay_seed.sp) == (seed.ip, seed.sp)
+        at = next((f for f in frames if f.ip == seed.ip and f.sp == seed.sp), None)
+        if at is None or not at.function_id:
+            violations.append(f"DSS-19: seed ip={seed.ip:#x} sp={seed.sp:#x} is not a managed frame of the replay")
+        elif at.function_id != seed.function_id:
+            violations.append(
+                f"DSS-19: GetFunctionFromIP gave {seed.function_id:#x} for the seed, the JIT map "
+                f"{at.function_id:#x}"
+            )
+        if walk is not None and walk.hresult == int(HResult.CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX) and at is not None \
+                and at.function_id:  # fmt: skip
+            violations.append("DSS-21: a seed in JIT-compiled code was refused as unmanaged")
+        if walk is not None and at is not None and at.function_id:
+            own = ReplaySeed(
+                frame_index=at.index, function_id=at.function_id, ip=seed.ip, sp=seed.sp, fp=seed.fp,
+                context_size=context_size, native_frames_skipped=at.index,
+            )  # fmt: skip
+            try:
+                snap_input = _model_input(frames, own, place, context_size, Arch.X86 if x86 else Arch.AMD64)
+                observed = [ObservedCallback(func_id=f.function_id, ip=f.ip, client_data=0) for f in walk.frames]
+                for v in snapshot(snap_input).conforms(observed, walk.hresult, compare_addresses=False):
+                    if v.clause in SEED_CLAUSES:
+                        violations.append(f"{v.clause}: {v.message}")
+            except InvalidInput as exc:
+                violations.append(str(exc).splitlines()[0])
+    elif rec.status == "walked":
+        violations.append("DSS-19: a walk ran without a recovered seed")
+    return RecoveredSeedCheck(
+        status=rec.status, hresult=hresult, recovered=recovered,
+        agrees=_live_matches(walk, model) if ok and walk is not None else None,
+        seed_is_replay_seed=same, violations=tuple(violations),
+    )  # fmt: skip
 
 
 #: how far before a frame's return address the runtime's recorded P/Invoke return address may lie
@@ -576,6 +663,34 @@ def _model_walk(
     context_size: int,
     arch: Arch = Arch.AMD64,
 ) -> ModelWalk:
+    snap = snapshot(_model_input(frames, seed, place, context_size, arch))
+    # the IP the runtime reports for a frame is the one its InlinedCallFrame recorded, where there is one
+    reported = {(f.function_id, f.ip): f.reported_ip for f in frames if f.reported_ip is not None}
+    callbacks = snap.callbacks
+    if reported:
+        callbacks = tuple(
+            c.model_copy(update={"ip": reported[(c.func_id, c.ip)]}) if (c.func_id, c.ip) in reported else c
+            for c in callbacks
+        )
+    r2r = sum(1 for f in frames if f.kind == "ready_to_run")
+    notes = (
+        (
+            f"{r2r} ReadyToRun frame(s) without a FunctionID in the JIT map were given to the model "
+            "as unmanaged",
+        )
+        if r2r
+        else ()
+    )
+    return ModelWalk(hresult=format_hresult(snap.hresult), callbacks=callbacks, notes=notes)
+
+
+def _model_input(
+    frames: Sequence[ReplayFrame],
+    seed: ReplaySeed | None,
+    place: str,
+    context_size: int,
+    arch: Arch = Arch.AMD64,
+) -> SnapshotInput:
     thread: list[ManagedFrame | UnmanagedFrame] = []
     top_run = True
     new, setattr_ = _object_new, _object_setattr
@@ -616,7 +731,7 @@ def _model_walk(
     setattr_(thread_model, "__pydantic_fields_set__", {"frames"})
     setattr_(thread_model, "__pydantic_extra__", None)
     setattr_(thread_model, "__pydantic_private__", None)
-    inp = SnapshotInput(
+    return SnapshotInput(
         thread=thread_model,
         state=ThreadState.CURRENT_SIGNAL_INTERRUPTED,
         info_flags=COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
@@ -624,25 +739,6 @@ def _model_walk(
         context_size=context_size,
         platform=Platform(os=Os.UNIX, arch=arch, context_size=context_size),
     )
-    snap = snapshot(inp)
-    # the IP the runtime reports for a frame is the one its InlinedCallFrame recorded, where there is one
-    reported = {(f.function_id, f.ip): f.reported_ip for f in frames if f.reported_ip is not None}
-    callbacks = snap.callbacks
-    if reported:
-        callbacks = tuple(
-            c.model_copy(update={"ip": reported[(c.func_id, c.ip)]}) if (c.func_id, c.ip) in reported else c
-            for c in callbacks
-        )
-    r2r = sum(1 for f in frames if f.kind == "ready_to_run")
-    notes = (
-        (
-            f"{r2r} ReadyToRun frame(s) without a FunctionID in the JIT map were given to the model "
-            "as unmanaged",
-        )
-        if r2r
-        else ()
-    )
-    return ModelWalk(hresult=format_hresult(snap.hresult), callbacks=callbacks, notes=notes)
 
 
 def replay_capture(path: str | os.PathLike[str], *, allow_disk: bool = True) -> ReplayResult:
@@ -686,6 +782,14 @@ def render_text(result: ReplayResult) -> str:
             else f" (recovered: {'yes' if result.live_recovered else 'no'})"
         )
         lines.append(f"  live naive-seed walk: {result.live_hresult}{live}")
+    rec = result.live_recovery
+    if rec is not None:
+        known = "" if rec.recovered is None else f" (recovered: {'yes' if rec.recovered else 'no'})"
+        agrees = "" if rec.agrees is None else f", agrees with the replay: {'yes' if rec.agrees else 'NO'}"
+        same = "" if rec.seed_is_replay_seed is None else (
+            f", seed {'is' if rec.seed_is_replay_seed else 'is NOT'} the replay's")
+        lines.append(f"  live recovered-seed walk: {rec.hresult or rec.status}{known}{agrees}{same}")
+        lines.extend(f"    {v}" for v in rec.violations)
     return "\n".join(lines)
 
 
@@ -702,6 +806,15 @@ class RecoveryRow(BaseModel):
     live_share: float | None
     #: samples whose capture could not be read or replayed (counted as not recovered)
     failed: int
+    #: samples with a recovered-seed attempt, those whose walk recovered the known frames, and the share
+    recovered_seed_samples: int = 0
+    recovered_seed_recovered: int = 0
+    recovered_seed_share: float | None = None
+    #: of those, the successful walks whose managed frames equal the replay's, and the share of attempts
+    agree: int = 0
+    agree_share: float | None = None
+    #: attempts whose seed or walk broke one of the model's seed clauses
+    seed_violations: int = 0
 
 
 def recovery_table(paths: Iterable[str | os.PathLike[str]]) -> tuple[RecoveryRow, ...]:
@@ -712,6 +825,7 @@ def recovery_table(paths: Iterable[str | os.PathLike[str]]) -> tuple[RecoveryRow
         path = Path(p)
         files.extend(sorted(path.rglob("*.phcap")) if path.is_dir() else [path])
     acc: dict[str, list[int]] = {}
+    zero = [0, 0, 0, 0, 0, 0, 0, 0, 0]
     for f in files:
         try:
             res = replay_capture(f)
@@ -720,33 +834,54 @@ def recovery_table(paths: Iterable[str | os.PathLike[str]]) -> tuple[RecoveryRow
                 place = read_capture(f).manifest.place
             except EmuError:
                 place = "unreadable"
-            row = acc.setdefault(place, [0, 0, 0, 0, 0])
+            row = acc.setdefault(place, list(zero))
             row[0] += 1
             row[4] += 1
             continue
-        row = acc.setdefault(res.place, [0, 0, 0, 0, 0])
+        row = acc.setdefault(res.place, list(zero))
         row[0] += 1
         row[1] += bool(res.recovered)
         if res.live_recovered is not None:
             row[2] += 1
             row[3] += res.live_recovered
+        if res.live_recovery is not None:
+            row[5] += 1
+            row[6] += bool(res.live_recovery.recovered)
+            row[7] += bool(res.live_recovery.agrees)
+            row[8] += bool(res.live_recovery.violations)
     out = []
     for place in sorted(acc):
-        n, rec, ln, lrec, failed = acc[place]
+        n, rec, ln, lrec, failed, rn, rrec, agree, bad = acc[place]
         out.append(
             RecoveryRow(
                 place=place, samples=n, recovered=rec, recovered_share=rec / n if n else 0.0,
                 live_samples=ln, live_recovered=lrec, live_share=lrec / ln if ln else None, failed=failed,
+                recovered_seed_samples=rn, recovered_seed_recovered=rrec,
+                recovered_seed_share=rrec / rn if rn else None, agree=agree,
+                agree_share=agree / rn if rn else None, seed_violations=bad,
             )
         )  # fmt: skip
     return tuple(out)
 
 
 def render_recovery_table(rows: Sequence[RecoveryRow]) -> str:
+    """The table; with the columns of the recovered seed when some capture has a recovered-seed attempt:
+    its success (known frames recovered), its agreement with the replay, and the attempts that broke a
+    seed clause."""
     w = max([24, *(len(r.place) + 1 for r in rows)])
-    head = f"{'place':<{w}} {'samples':>7} {'replay recovered':>17} {'live naive seed':>16} {'failed':>6}"
+    seeded = any(r.recovered_seed_samples for r in rows)
+    head = f"{'place':<{w}} {'samples':>7} {'replay recovered':>17} {'live naive seed':>16}"
+    if seeded:
+        head += f" {'live recovered seed':>20} {'agrees w/ replay':>17} {'seed clauses':>13}"
+    head += f" {'failed':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
         live = f"{r.live_share:.1%}" if r.live_share is not None else "n/a"
-        lines.append(f"{r.place:<{w}} {r.samples:>7} {r.recovered_share:>17.1%} {live:>16} {r.failed:>6}")
+        line = f"{r.place:<{w}} {r.samples:>7} {r.recovered_share:>17.1%} {live:>16}"
+        if seeded:
+            rec = f"{r.recovered_seed_share:.1%}" if r.recovered_seed_share is not None else "n/a"
+            agree = f"{r.agree_share:.1%}" if r.agree_share is not None else "n/a"
+            bad = f"{r.seed_violations} broken" if r.seed_violations else "ok"
+            line += f" {rec:>20} {agree:>17} {bad:>13}"
+        lines.append(f"{line} {r.failed:>6}")
     return "\n".join(lines)
