@@ -37,11 +37,11 @@ from clr_model.context import (
     amd64_layout_for_size,
     runtime_context_layout,
 )
+from clr_model.errors import InvalidInput
 from clr_model.hresults import HResult, format_hresult
 from clr_model.stacksnapshot import (
     COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
     Callback,
-    InvalidInput,
     ManagedFrame,
     ObservedCallback,
     Os,
@@ -413,10 +413,10 @@ def _check_recovery(
     walk = rec.walk
     hresult = format_hresult(walk.hresult) if walk is not None else None
     ok = walk is not None and walk.hresult == int(HResult.S_OK)
-    recovered = (
-        ok and recovered_leaf_first(known, [f.function_id for f in walk.frames if f.function_id], names, callees)
-        if known is not None and walk is not None else (False if known is not None else None)
-    )  # fmt: skip
+    recovered: bool | None = None
+    if known is not None:
+        managed = [f.function_id for f in walk.frames if f.function_id] if walk is not None else []
+        recovered = ok and recovered_leaf_first(known, managed, names, callees)
     violations: list[str] = []
     seed = rec.seed
     same: bool | None = None
@@ -424,14 +424,16 @@ def _check_recovery(
         same = replay_seed is not None and (replay_seed.ip, replay_seed.sp) == (seed.ip, seed.sp)
         at = next((f for f in frames if f.ip == seed.ip and f.sp == seed.sp), None)
         if at is None or not at.function_id:
-            violations.append(f"DSS-19: seed ip={seed.ip:#x} sp={seed.sp:#x} is not a managed frame of the replay")
+            violations.append(
+                f"DSS-19: seed ip={seed.ip:#x} sp={seed.sp:#x} is not a managed frame of the replay"
+            )
         elif at.function_id != seed.function_id:
             violations.append(
                 f"DSS-19: GetFunctionFromIP gave {seed.function_id:#x} for the seed, the JIT map "
                 f"{at.function_id:#x}"
             )
-        if walk is not None and walk.hresult == int(HResult.CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX) and at is not None \
-                and at.function_id:  # fmt: skip
+        refused = walk is not None and walk.hresult == int(HResult.CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX)
+        if refused and at is not None and at.function_id:
             violations.append("DSS-21: a seed in JIT-compiled code was refused as unmanaged")
         if walk is not None and at is not None and at.function_id:
             own = ReplaySeed(
@@ -440,7 +442,9 @@ def _check_recovery(
             )  # fmt: skip
             try:
                 snap_input = _model_input(frames, own, place, context_size, Arch.X86 if x86 else Arch.AMD64)
-                observed = [ObservedCallback(func_id=f.function_id, ip=f.ip, client_data=0) for f in walk.frames]
+                observed = [
+                    ObservedCallback(func_id=f.function_id, ip=f.ip, client_data=0) for f in walk.frames
+                ]
                 for v in snapshot(snap_input).conforms(observed, walk.hresult, compare_addresses=False):
                     if v.clause in SEED_CLAUSES:
                         violations.append(f"{v.clause}: {v.message}")
@@ -450,7 +454,7 @@ def _check_recovery(
         violations.append("DSS-19: a walk ran without a recovered seed")
     return RecoveredSeedCheck(
         status=rec.status, hresult=hresult, recovered=recovered,
-        agrees=_live_matches(walk, model) if ok and walk is not None else None,
+        agrees=_recovered_agrees(walk, model, replay_seed, same) if ok and walk is not None else None,
         seed_is_replay_seed=same, violations=tuple(violations),
     )  # fmt: skip
 
@@ -632,6 +636,23 @@ def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResu
         ):
             return word
     return None
+
+
+def _recovered_agrees(
+    walk: LiveWalk, model: ModelWalk, replay_seed: ReplaySeed | None, same: bool | None
+) -> bool:
+    """The recovered-seed walk's managed frames (FunctionIDs and IPs, leaf first) equal the replay's, from
+    the replay's seed. The seed's own frame may carry either of two IPs, both from the replay: the seed's
+    (the walk started from the seed's registers, DSS-08) or the return address the runtime's Frame recorded
+    for it (the replay's reported IP: the runtime walked from its Frame chain, the seed ignored, DSS-07/29;
+    observed when the thread was in preemptive mode, e.g. waiting for a GC)."""
+    expected = [(c.func_id, c.ip) for c in model.callbacks if c.func_id]
+    got = [(f.function_id, f.ip) for f in walk.frames if f.function_id]
+    if got == expected:
+        return True
+    if same and replay_seed is not None and expected and expected[0][0] == replay_seed.function_id:
+        expected[0] = (replay_seed.function_id, replay_seed.ip)
+    return got == expected
 
 
 def _live_matches(live: LiveWalk, model: ModelWalk) -> bool | None:

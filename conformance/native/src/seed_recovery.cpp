@@ -379,17 +379,31 @@ bool UnwindTables::step(UnwindRegs& regs, bool exact, const WordReader& mem, boo
     return true;
 }
 
+// The length of an FF /r instruction from its ModRM byte and the byte after it (the SIB, if any).
+static int ff_length(unsigned char modrm, unsigned char sib) {
+    const int mod = modrm >> 6, rm = modrm & 7;
+    if (mod == 3) return 2;
+    const int sib_len = rm == 4 ? 1 : 0;
+    if (mod == 0) {
+        if (rm == 5) return 6;                                  // [rip + disp32]
+        if (rm == 4 && (sib & 7) == 5) return 2 + 1 + 4;        // SIB with no base: disp32
+        return 2 + sib_len;
+    }
+    return 2 + sib_len + (mod == 1 ? 1 : 4);
+}
+
 bool preceded_by_call(const WordReader& mem, std::uint64_t ret) {
     if (ret < 8) return false;
     unsigned char b[8];
     if (mem.read_bytes(ret - 8, b, 8) != 8) return false;
     // b[8 - k] is the byte k before the return address
-    if (b[3] == 0xE8) return true;                                // call rel32
-    auto ff2 = [&](int k) {                                       // FF /2 starting k bytes before ret
-        return b[8 - k] == 0xFF && ((b[9 - k] >> 3) & 7) == 2;
-    };
-    if (ff2(2) && (b[7] & 0xC0) == 0xC0) return true;             // call reg
-    if ((ff2(3) || ff2(4) || ff2(6) || ff2(7))) return true;       // call [reg+disp8], [rip+disp32], [reg+disp32], SIB
+    if (b[3] == 0xE8) return true;  // call rel32
+    for (int k = 2; k <= 7; ++k) {  // call r/m64: FF /2 (a REX prefix before it is not part of the count)
+        if (b[8 - k] != 0xFF) continue;
+        const unsigned char modrm = b[9 - k];
+        if (((modrm >> 3) & 7) != 2) continue;
+        if (ff_length(modrm, k >= 3 ? b[10 - k] : 0) == k) return true;
+    }
     return false;
 }
 
