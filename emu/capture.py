@@ -470,6 +470,9 @@ class LiveRecovery(BaseModel):
 
     model_config = _FROZEN
     status: Literal["walked", "no-managed-frame", "park-timeout", "not-parked"]
+    #: where the seed was recovered: in the signal handler (the code map knew every IP) or on the profiler
+    #: thread while the sampled thread was parked (GetFunctionFromIP)
+    path: Literal["handler", "profiler-thread"] | None = None
     reason: Annotated[str, Field(max_length=1024)] | None = None
     steps: Annotated[tuple[RecoveryStep, ...], Field(max_length=1024)] = ()
     seed: RecoveredSeed | None = None

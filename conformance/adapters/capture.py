@@ -648,6 +648,7 @@ def _recovery_of(trace: Trace, record: CallRecord, rec: Mapping[str, Any]) -> Li
     )  # fmt: skip
     return LiveRecovery(
         status=rec.get("status"), reason=rec.get("reason") if isinstance(rec.get("reason"), str) else None,
+        path=rec.get("path"),
         steps=tuple(steps), seed=seed, walk=walk,
     )  # fmt: skip
 

@@ -27,6 +27,9 @@ HELP = "sample a scenario's thread under the probe and write one emu capture fil
 #: ``--seed``: the probe's args.seed values (docs/seeding.md)
 SEED_MODES = ("naive", "recovered")
 
+#: the event the recovered seed's code map learns from (JITCompilationFinished)
+JIT_EVENTS = "COR_PRF_MONITOR_JIT_COMPILATION"
+
 #: The probe experiment that samples (its args.samples is what --samples sets).
 SAMPLING_EXPERIMENT = "capture_sample"
 
@@ -35,6 +38,11 @@ def sampling_plan(plan: dict[str, Any], samples: int, where: str, seed: str | No
     """``plan`` with args.samples = ``samples`` (and args.seed = ``seed`` when given: "naive" or
     "recovered") on every capture_sample experiment (``where``: the plan's name for errors)."""
     out = copy.deepcopy(plan)
+    if seed == "recovered":
+        # the handler's code map learns each method as the JIT compiles it (docs/seeding.md)
+        mask = out.setdefault("event_mask", [])
+        if isinstance(mask, list) and JIT_EVENTS not in mask:
+            mask.append(JIT_EVENTS)
     experiments = out.get("experiments")
     found = 0
     for exp in experiments if isinstance(experiments, list) else []:

@@ -52,6 +52,18 @@ HRESULT Probe::JITCachedFunctionSearchFinished(FunctionID functionId, COR_PRF_JI
     return ev.finish();
 }
 
+// Besides the generic record: the recovered seed's code map learns the method's code (docs/seeding.md).
+HRESULT Probe::JITCompilationFinished(FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) {
+    CallbackEvent ev(static_cast<int>(Cb::JITCompilationFinished));
+    if (ev.recording()) {
+        ev.arg("functionId", functionId);
+        ev.arg("hrStatus", hrStatus);
+        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+    }
+    if (hrStatus >= 0) capture_note_jitted_function(functionId);
+    return ev.finish();
+}
+
 HRESULT Probe::GarbageCollectionStarted(int cGenerations, BOOL* generationCollected, COR_PRF_GC_REASON reason) {
     CallbackEvent ev(static_cast<int>(Cb::GarbageCollectionStarted));
     if (ev.recording()) {

@@ -114,6 +114,9 @@ extern const ExperimentTable kFaultExperiments;   // experiments_faults.cpp: pla
 // The capture side's JIT map notes every FunctionID whose ReadyToRun code the runtime chose
 // (JITCachedFunctionSearchFinished, COR_PRF_CACHED_FUNCTION_FOUND); experiments_capture.cpp.
 void capture_note_cached_function(FunctionID fid);
+// The recovered seed's code map (seed_recovery.h) learns every method the JIT compiles (JITCompilationFinished,
+// under COR_PRF_MONITOR_JIT_COMPILATION) before the next sample; experiments_capture.cpp.
+void capture_note_jitted_function(FunctionID fid);
 // The scenario's phase cell the sampling handler reads (profharness_capture_phase_cell).
 void capture_set_phase_cell(const volatile std::int32_t* cell);
 

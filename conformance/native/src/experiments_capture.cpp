@@ -282,6 +282,7 @@ struct SampleBuffer {
     bool naiveWalk = true;   // run the naive-seed walk too (false: the bench's recovered mode)
     std::int64_t parkTimeoutNs = 0;
     std::atomic<int> park{0};
+    bool fastPath = false;   // the handler recovered the seed itself (no park)
     std::atomic<Walk*> recWalk{nullptr};
     HRESULT recHr = S_OK;
     std::uint64_t tParked = 0, tResumed = 0, tRecWalked = 0, tLeft = 0;
@@ -301,6 +302,59 @@ std::once_flag g_sample_done_once;
 // The scenario's phase cell (profharness_capture_phase_cell): an int32 it writes before each phase; the
 // handler reads it at the instant (a plain load: async-signal-safe).
 std::atomic<const volatile std::int32_t*> g_phase_cell{nullptr};
+
+// The loaded modules' CFI tables, prepared on the profiler thread (at sampler start, then between samples
+// when the loader's count of added objects moved). Never destroyed.
+UnwindTables& g_unwind = *new UnwindTables();
+
+// What the handler knows of managed code (seed_recovery.h CodeMap): filled at sampler start from the JIT map
+// (EnumJITedFunctions2, the ReadyToRun methods the runtime chose) and from every answer GetFunctionFromIP
+// gives the profiler thread; changed only between samples. Never destroyed.
+CodeMap& g_code_map = *new CodeMap(g_unwind);
+
+// ucontext greg index of each DWARF register (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip).
+constexpr int kGregOfDwarf[kDwarfRegs] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
+                                          REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
+                                          REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+const char* const kDwarfNames[kDwarfRegs] = {"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8",
+                                             "r9",  "r10", "r11", "r12", "r13", "r14", "r15", "rip"};
+constexpr std::size_t kContextOfDwarf[kDwarfRegs] = {
+    offsetof(AMD64Context, Rax), offsetof(AMD64Context, Rdx), offsetof(AMD64Context, Rcx),
+    offsetof(AMD64Context, Rbx), offsetof(AMD64Context, Rsi), offsetof(AMD64Context, Rdi),
+    offsetof(AMD64Context, Rbp), offsetof(AMD64Context, Rsp), offsetof(AMD64Context, R8),
+    offsetof(AMD64Context, R9),  offsetof(AMD64Context, R10), offsetof(AMD64Context, R11),
+    offsetof(AMD64Context, R12), offsetof(AMD64Context, R13), offsetof(AMD64Context, R14),
+    offsetof(AMD64Context, R15), offsetof(AMD64Context, Rip)};
+
+// The recovery the handler ran (its own buffer: no allocation in the handler).
+RecoveryResult& g_handler_recovery = *new RecoveryResult();
+
+// The sampled thread's own memory, read by its handler: the stack directly (it is this thread's, below the
+// handler's frame), anything else through process_vm_readv (never a fault).
+struct HandlerMemory final : WordReader {
+    const SampleBuffer& b;
+    explicit HandlerMemory(const SampleBuffer& buf) : b(buf) {}
+    bool read(std::uint64_t addr, std::uint64_t& out) const override {
+        if (addr >= b.sp && addr >= b.stackLow && addr + 8 <= b.stackHigh) {
+            std::memcpy(&out, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(addr)), 8);
+            return true;
+        }
+        unsigned char w[8];
+        if (read_own(addr, w, 8) != 8) return false;
+        std::memcpy(&out, w, 8);
+        return true;
+    }
+    std::size_t read_bytes(std::uint64_t addr, unsigned char* out, std::size_t n) const override {
+        return read_own(addr, out, n);
+    }
+};
+
+// The recovered seed as a CONTEXT in b.recSeed: the naive seed's flags, SegCs and EFlags, the recovered
+// registers.
+void write_recovered_seed(SampleBuffer& b, const RecoveryResult& r) {
+    std::memcpy(b.recSeed, b.seed, sizeof(AMD64Context));
+    for (int k = 0; k < kDwarfRegs; ++k) std::memcpy(b.recSeed + kContextOfDwarf[k], &r.seed.r[k], 8);
+}
 
 // In the handler (--seed recovered): parks until the profiler thread has recovered the seed or
 // b.parkTimeoutNs passed (a raw futex wait: a system call, async-signal-safe), then walks from the
@@ -327,6 +381,33 @@ void park_for_seed(SampleBuffer& b) {
     Walk* rw = b.recWalk.load(std::memory_order_acquire);
     if (b.park.load(std::memory_order_acquire) == kSeedReady && rw)
         b.recHr = rw->run(state().info_as<ICorProfilerInfo2>(2));
+    b.tRecWalked = now_ns();
+}
+
+// In the handler (--seed recovered): the recovery with what the handler may use (the CFI tables, the code
+// map, its own stack; no call into the runtime), then the walk from the seed it found. Only when the walk
+// meets code the map cannot tell does the thread park for the profiler thread (park_for_seed).
+void recover_in_handler(SampleBuffer& b) {
+    UnwindRegs regs;
+    for (int r = 0; r < kDwarfRegs; ++r) regs.r[r] = b.gregs[kGregOfDwarf[r]];
+    const HandlerMemory mem(b);
+    recover_seed(g_unwind, g_code_map, mem, regs, b.stackLow, b.stackHigh, g_handler_recovery);
+    if (g_handler_recovery.needsRuntime) {
+        b.fastPath = false;
+        park_for_seed(b);
+        return;
+    }
+    b.fastPath = true;
+    b.tParked = b.tResumed = now_ns();
+    if (!g_handler_recovery.ok) {
+        b.park.store(kNoSeed, std::memory_order_release);
+        b.tRecWalked = b.tResumed;
+        return;
+    }
+    write_recovered_seed(b, g_handler_recovery);
+    b.park.store(kSeedReady, std::memory_order_release);
+    Walk* rw = b.recWalk.load(std::memory_order_acquire);
+    if (rw) b.recHr = rw->run(state().info_as<ICorProfilerInfo2>(2));
     b.tRecWalked = now_ns();
 }
 
@@ -378,10 +459,11 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
     Walk* w = b.naiveWalk ? b.walk.load(std::memory_order_acquire) : nullptr;
     b.hr = w ? w->run(state().info_as<ICorProfilerInfo2>(2)) : b.naiveWalk ? E_POINTER : S_FALSE;
     b.tWalked = now_ns();
-    if (b.recover) park_for_seed(b);
+    if (b.recover) recover_in_handler(b);
     b.tLeft = now_ns();
     b.state.store(kDone, std::memory_order_release);
     sem_post(&g_sample_done);
+    if (b.recover) sem_post(&g_sample_parked);  // a profiler thread waiting for a park that never came
     errno = saved_errno;
 }
 
@@ -494,6 +576,10 @@ const Mapping* mapping_of(const std::vector<Mapping>& maps, std::uint64_t a) {
 // COR_PRF_CACHED_FUNCTION_FOUND, under COR_PRF_MONITOR_CACHE_SEARCHES): EnumJITedFunctions2 lists only
 // JIT-compiled code, so without these the map has no FunctionID for CoreLib's precompiled frames.
 std::mutex g_cached_mutex;
+// Methods the JIT compiled since the code map last learned (JITCompilationFinished): learned before the next
+// sample of a --seed recovered capture.
+std::mutex g_jitted_mutex;
+std::vector<FunctionID>& g_jitted_pending = *new std::vector<FunctionID>();
 std::vector<FunctionID> g_cached_functions;
 
 std::string function_name(FunctionID fid) {
@@ -791,10 +877,6 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
 // ---------------------------------------------------------------------------------------------------
 // The recovered seed: the profiler thread's side (seed_recovery.h; docs/seeding.md)
 
-// The loaded modules' CFI tables, prepared on the profiler thread (at sampler start, then between samples
-// when the loader's count of added objects moved). Never destroyed.
-UnwindTables& g_unwind = *new UnwindTables();
-
 // The sampled thread's memory as the recovery reads it: the handler's stack copy where it holds the word,
 // else process_vm_readv (an unreadable address is an answer, never a fault).
 struct SampleMemory final : WordReader {
@@ -815,29 +897,107 @@ struct SampleMemory final : WordReader {
     }
 };
 
-// GetFunctionFromIP, on the profiler thread (never in the handler).
+// Every native code range of `fid` (each code version: GetNativeCodeStartAddresses + GetCodeInfo4, else
+// GetCodeInfo2) into the code map (committed before the next sample).
+void learn_function(FunctionID fid) {
+    ProbeState& s = state();
+    bool any = false;
+    if (auto* info9 = s.info_as<ICorProfilerInfo9>(9)) {
+        UINT_PTR starts[64];
+        ULONG32 n = 0;
+        if (!failed(info9->GetNativeCodeStartAddresses(fid, 0, 64, &n, starts))) {
+            for (ULONG32 i = 0; i < n && i < 64; ++i) {
+                COR_PRF_CODE_INFO infos[16];
+                ULONG32 m = 0;
+                if (failed(info9->GetCodeInfo4(starts[i], 16, &m, infos))) continue;
+                for (ULONG32 k = 0; k < m && k < 16; ++k) {
+                    g_code_map.add_method(infos[k].startAddress, infos[k].startAddress + infos[k].size, fid);
+                    any = true;
+                }
+            }
+        }
+    }
+    if (any) return;
+    if (auto* info2 = s.info_as<ICorProfilerInfo2>(2)) {
+        COR_PRF_CODE_INFO infos[16];
+        ULONG32 m = 0;
+        if (!failed(info2->GetCodeInfo2(fid, 16, &m, infos)))
+            for (ULONG32 k = 0; k < m && k < 16; ++k)
+                g_code_map.add_method(infos[k].startAddress, infos[k].startAddress + infos[k].size, fid);
+    }
+}
+
+// GetFunctionFromIP, on the profiler thread (never in the handler); every answer teaches the code map: a
+// method's code ranges, or an IP that is not managed code.
 struct RuntimeOracle final : ManagedOracle {
     std::uint64_t function_at(std::uint64_t ip) const override {
         FunctionID fid = 0;
         const HRESULT hr =
             state().info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(static_cast<std::uintptr_t>(ip)), &fid);
-        return failed(hr) ? 0 : static_cast<std::uint64_t>(fid);
+        const std::uint64_t got = failed(hr) ? 0 : static_cast<std::uint64_t>(fid);
+        if (got && g_code_map.function_at(ip) != got) {  // a new method, or a new code version of one
+            learn_function(static_cast<FunctionID>(got));
+            g_code_map.commit();
+            // code the runtime lists in no code version (an OSR method's, on 8.0): this IP alone
+            if (g_code_map.function_at(ip) != got) {
+                g_code_map.add_method(ip, ip + 1, got);
+                g_code_map.commit();
+            }
+        } else if (!got && g_code_map.unknown(ip)) {
+            g_code_map.add_not_managed(ip);
+        }
+        return got;
     }
 };
 
-// ucontext greg index of each DWARF register (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip).
-constexpr int kGregOfDwarf[kDwarfRegs] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
-                                          REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
-                                          REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
-const char* const kDwarfNames[kDwarfRegs] = {"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8",
-                                             "r9",  "r10", "r11", "r12", "r13", "r14", "r15", "rip"};
-constexpr std::size_t kContextOfDwarf[kDwarfRegs] = {
-    offsetof(AMD64Context, Rax), offsetof(AMD64Context, Rdx), offsetof(AMD64Context, Rcx),
-    offsetof(AMD64Context, Rbx), offsetof(AMD64Context, Rsi), offsetof(AMD64Context, Rdi),
-    offsetof(AMD64Context, Rbp), offsetof(AMD64Context, Rsp), offsetof(AMD64Context, R8),
-    offsetof(AMD64Context, R9),  offsetof(AMD64Context, R10), offsetof(AMD64Context, R11),
-    offsetof(AMD64Context, R12), offsetof(AMD64Context, R13), offsetof(AMD64Context, R14),
-    offsetof(AMD64Context, R15), offsetof(AMD64Context, Rip)};
+// After a sample: the methods (and code versions) the runtime's walks reported that the map lacks.
+void learn_from_walks(const Walk& naive, const Walk* recovered) {
+    for (const Walk* w : {&naive, recovered}) {
+        if (!w) continue;
+        for (const FrameSlot& f : w->frames())
+            if (f.funcId && g_code_map.function_at(f.ip ? f.ip - 1 : 0) != f.funcId) learn_function(f.funcId);
+    }
+    g_code_map.commit();
+}
+
+// The code map's mappings without code (readable, not executable; not "---p": reserved memory the runtime
+// may commit as code later) and, at the first call, the methods of the JIT map.
+void prepare_code_map(const std::vector<Mapping>& maps, bool first) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> data;
+    for (const Mapping& m : maps)
+        if (!m.exec && !m.none) data.emplace_back(m.start, m.end);
+    g_code_map.set_data_regions(std::move(data));
+    std::vector<FunctionID> jitted;
+    {
+        std::lock_guard<std::mutex> lock(g_jitted_mutex);
+        jitted.swap(g_jitted_pending);
+    }
+    for (FunctionID fid : jitted) learn_function(fid);
+    if (first) {
+        ProbeState& s = state();
+        if (auto* info4 = s.info_as<ICorProfilerInfo4>(4)) {
+            ICorProfilerFunctionEnum* raw = nullptr;
+            auto* fe = failed(info4->EnumJITedFunctions2(&raw)) ? nullptr : reinterpret_cast<CaptureFunctionEnum*>(raw);
+            if (fe) {
+                CapturePrfFunction batch[256];
+                ULONG got = 0;
+                while (fe->Next(256, batch, &got) == S_OK || got > 0) {
+                    for (ULONG i = 0; i < got; ++i) learn_function(batch[i].functionId);
+                    if (got < 256) break;
+                    got = 0;
+                }
+                fe->Release();
+            }
+        }
+        std::vector<FunctionID> cached;
+        {
+            std::lock_guard<std::mutex> lock(g_cached_mutex);
+            cached = g_cached_functions;
+        }
+        for (FunctionID fid : cached) learn_function(fid);
+    }
+    g_code_map.commit();
+}
 
 RecoveryResult& g_recovery = *new RecoveryResult();  // the profiler thread's, one sample at a time
 std::uint64_t g_recover_cpu_ns = 0;
@@ -859,10 +1019,12 @@ void serve_park(SampleBuffer& b, const CaptureThread& target, std::uint64_t give
     const RuntimeOracle oracle;
     recover_seed(g_unwind, oracle, mem, regs, target.stackLow, target.stackHigh, g_recovery);
     g_recovery_ran = true;
-    if (g_recovery.ok) {
-        std::memcpy(b.recSeed, b.seed, sizeof(AMD64Context));  // flags, SegCs, EFlags as the naive seed's
-        for (int r = 0; r < kDwarfRegs; ++r) std::memcpy(b.recSeed + kContextOfDwarf[r], &g_recovery.seed.r[r], 8);
-    }
+    // an interrupted IP in code the map could not tell and that is not managed: a stub, its page a stub page
+    const std::uint64_t top = regs.r[kDwarfRip];
+    if (g_handler_recovery.needsRuntime && g_handler_recovery.unknownIp == top && g_recovery.stepCount &&
+        !(g_recovery.ok && g_recovery.stepCount == 1))
+        g_code_map.add_stub_page(top);
+    if (g_recovery.ok) write_recovered_seed(b, g_recovery);
     g_recover_cpu_ns = thread_cpu_ns() - cpu0;
     int parked = kParked;
     if (b.park.compare_exchange_strong(parked, g_recovery.ok ? kSeedReady : kNoSeed, std::memory_order_acq_rel))
@@ -893,27 +1055,32 @@ Json recovered_json(const SampleBuffer& b) {
     const char* status = park == kSeedReady ? "walked" : park == kNoSeed ? "no-managed-frame"
                          : park == kParkAbandoned ? "park-timeout" : "not-parked";
     r.set("status", status);
-    r.set("reason", g_recovery_ran && !g_recovery.ok ? Json(g_recovery.reason) : Json());
+    r.set("path", b.fastPath ? "handler" : "profiler-thread");
+    const bool ran = b.fastPath || g_recovery_ran;
+    const RecoveryResult& g_rec = b.fastPath ? g_handler_recovery : g_recovery;
+    r.set("reason", ran && !g_rec.ok ? Json(g_rec.reason) : Json());
+    r.set("unknownIp", !b.fastPath && g_handler_recovery.needsRuntime ? Json(g_handler_recovery.unknownIp) : Json());
     Json steps = Json::array();
-    for (std::size_t i = 0; g_recovery_ran && i < g_recovery.stepCount; ++i) {
+    for (std::size_t i = 0; ran && i < g_rec.stepCount; ++i) {
         Json st = Json::object();
-        st.set("ip", Json(g_recovery.steps[i].ip)).set("sp", Json(g_recovery.steps[i].sp));
-        st.set("rule", step_rule_name(g_recovery.steps[i].rule));
+        st.set("ip", Json(g_rec.steps[i].ip)).set("sp", Json(g_rec.steps[i].sp));
+        st.set("rule", step_rule_name(g_rec.steps[i].rule));
         steps.push(std::move(st));
     }
     r.set("steps", std::move(steps));
-    if (g_recovery_ran && g_recovery.ok) {
+    if (ran && g_rec.ok) {
         Json seed = Json::object();
-        for (int k = 0; k < kDwarfRegs; ++k) seed.set(kDwarfNames[k], Json(g_recovery.seed.r[k]));
+        for (int k = 0; k < kDwarfRegs; ++k) seed.set(kDwarfNames[k], Json(g_rec.seed.r[k]));
         r.set("seed", std::move(seed));
-        r.set("functionId", Json(g_recovery.functionId));
+        r.set("functionId", Json(g_rec.functionId));
     } else {
         r.set("seed", Json());
         r.set("functionId", Json());
     }
     const Walk* w = b.recWalk.load(std::memory_order_acquire);
     r.set("walk", park == kSeedReady && w ? walk_json(*w, b.recHr) : Json());
-    r.set("recoverCpuNs", Json(g_recovery_ran ? g_recover_cpu_ns : 0));
+    r.set("recoverCpuNs", Json(!b.fastPath && g_recovery_ran ? g_recover_cpu_ns : 0));
+    r.set("codeMapMethods", Json(static_cast<std::uint64_t>(g_code_map.methods())));
     r.set("unwindModules", Json(static_cast<std::uint64_t>(g_unwind.modules())));
     return r;
 }
@@ -1038,8 +1205,10 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         g_sample.park.store(kNotParked, std::memory_order_release);
         g_sample.recHr = S_OK;
         g_sample.tParked = g_sample.tResumed = g_sample.tRecWalked = 0;
+        g_sample.fastPath = false;
         if (job->recover) {
             g_unwind.refresh();  // modules loaded since the last sample (a no-op when none were)
+            prepare_code_map(maps, i == 0);
             WalkRequest rreq = req;
             rreq.seed = g_sample.recSeed;
             g_sample.recWalk.store(new Walk(rreq), std::memory_order_release);  // freed with `walk`
@@ -1080,6 +1249,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
             break;
         }
         const bool managed = record_sample(*job, i, *walk, maps);
+        if (job->recover) learn_from_walks(*walk, g_sample.recWalk.load(std::memory_order_acquire));
         if ((job->recover && !job->naiveWalk ? g_sample.recHr : g_sample.hr) == S_OK) ++(managed ? managed_ok : unmanaged_ok);
         ++taken;
         delete walk;
@@ -1203,6 +1373,11 @@ const ExperimentEntry kRows[] = {
 
 void capture_set_phase_cell(const volatile std::int32_t* cell) {
     g_phase_cell.store(cell, std::memory_order_release);
+}
+
+void capture_note_jitted_function(FunctionID fid) {
+    std::lock_guard<std::mutex> lock(g_jitted_mutex);
+    if (g_jitted_pending.size() < (1u << 20)) g_jitted_pending.push_back(fid);
 }
 
 void capture_note_cached_function(FunctionID fid) {

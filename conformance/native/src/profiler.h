@@ -23,6 +23,8 @@ class Probe final : public CallbackBase {
     HRESULT STDMETHODCALLTYPE GarbageCollectionFinished() override;
     HRESULT STDMETHODCALLTYPE JITCachedFunctionSearchFinished(FunctionID functionId,
                                                               COR_PRF_JIT_CACHE result) override;
+    HRESULT STDMETHODCALLTYPE JITCompilationFinished(FunctionID functionId, HRESULT hrStatus,
+                                                     BOOL fIsSafeToBlock) override;
     HRESULT STDMETHODCALLTYPE MovedReferences(ULONG cMovedObjectIDRanges, ObjectID* oldObjectIDRangeStart,
                                               ObjectID* newObjectIDRangeStart,
                                               ULONG* cObjectIDRangeLength) override;

@@ -411,12 +411,17 @@ namespace {
 
 constexpr std::size_t kScanBytes = 1024;
 
-// A return address into code the walk can go on from: managed code, or a module with CFI, after a call.
-bool return_target(const UnwindTables& tables, const ManagedOracle& managed, const WordReader& mem,
-                   std::uint64_t w) {
-    if (w < 4096 || w >= (std::uint64_t{1} << 47)) return false;
-    if (!preceded_by_call(mem, w)) return false;
-    return managed.function_at(w) != 0 || tables.covers(w - 1);
+enum class Target { kNo, kYes, kUnknown };
+
+// Whether `w` is a return address into code the walk can go on from (managed code, or a module with CFI,
+// after a call); kUnknown for a return address into code the oracle cannot tell.
+Target return_target(const UnwindTables& tables, const ManagedOracle& managed, const WordReader& mem,
+                     std::uint64_t w) {
+    if (w < 4096 || w >= (std::uint64_t{1} << 47)) return Target::kNo;
+    if (managed.function_at(w - 1) != 0 || tables.covers(w - 1))
+        return preceded_by_call(mem, w) ? Target::kYes : Target::kNo;
+    if (managed.unknown(w - 1) && preceded_by_call(mem, w)) return Target::kUnknown;
+    return Target::kNo;
 }
 
 }  // namespace
@@ -427,6 +432,13 @@ void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, cons
     out.stepCount = 0;
     out.functionId = 0;
     out.reason = "";
+    out.needsRuntime = false;
+    out.unknownIp = 0;
+    auto need_runtime = [&](std::uint64_t ip) {
+        out.needsRuntime = true;
+        out.unknownIp = ip;
+        out.reason = "code the oracle cannot tell";
+    };
     UnwindRegs regs = start;
     StepRule how = StepRule::kContext;
     for (std::size_t n = 0; n < kMaxRecoverySteps; ++n) {
@@ -438,7 +450,12 @@ void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, cons
         }
         // A caller frame's IP is a return address: the call is at IP - 1 (the oracle is asked for IP - 1 too,
         // since a call may be a method's last instruction).
-        const std::uint64_t fid = managed.function_at(n == 0 ? ip : ip - 1);
+        const std::uint64_t q = n == 0 ? ip : ip - 1;
+        if (managed.unknown(q)) {
+            need_runtime(q);
+            return;
+        }
+        const std::uint64_t fid = managed.function_at(q);
         if (fid) {
             out.ok = true;
             out.seed = regs;
@@ -460,7 +477,12 @@ void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, cons
             bool found = false;
             for (std::uint64_t slot = sp; slot < sp + kScanBytes && slot + 8 <= stack_hi; slot += 8) {
                 if (!mem.read(slot, w)) break;
-                if (return_target(tables, managed, mem, w)) {
+                const Target t = return_target(tables, managed, mem, w);
+                if (t == Target::kUnknown) {
+                    need_runtime(w - 1);
+                    return;
+                }
+                if (t == Target::kYes) {
                     next.r[kDwarfRip] = w;
                     next.r[kDwarfRsp] = slot + 8;
                     how = slot == sp ? StepRule::kLeaf : StepRule::kScan;
@@ -471,7 +493,7 @@ void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, cons
             const std::uint64_t fp = regs.r[kDwarfRbp];
             std::uint64_t ret = 0, saved = 0;
             if (!found && fp >= sp && fp + 16 <= stack_hi && mem.read(fp + 8, ret) && mem.read(fp, saved) &&
-                return_target(tables, managed, mem, ret)) {
+                return_target(tables, managed, mem, ret) == Target::kYes) {
                 next.r[kDwarfRip] = ret;
                 next.r[kDwarfRsp] = fp + 16;
                 next.r[kDwarfRbp] = saved;
@@ -491,6 +513,72 @@ void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, cons
         regs = next;
     }
     out.reason = "no managed frame within the step limit";
+}
+
+}  // namespace profharness
+
+namespace profharness {
+
+std::uint64_t CodeMap::function_at(std::uint64_t ip) const {
+    auto it = std::upper_bound(methods_.begin(), methods_.end(), ip,
+                               [](std::uint64_t x, const Range& r) { return x < r.start; });
+    if (it == methods_.begin()) return 0;
+    --it;
+    return ip < it->end ? it->fid : 0;
+}
+
+bool CodeMap::unknown(std::uint64_t ip) const {
+    if (function_at(ip) || tables_.covers(ip)) return false;
+    if (std::binary_search(negatives_.begin(), negatives_.end(), ip)) return false;
+    if (std::binary_search(stub_pages_.begin(), stub_pages_.end(), ip & ~std::uint64_t{4095})) return false;
+    auto it = std::upper_bound(data_.begin(), data_.end(), ip,
+                               [](std::uint64_t x, const std::pair<std::uint64_t, std::uint64_t>& r) { return x < r.first; });
+    if (it != data_.begin() && ip < std::prev(it)->second) return false;
+    return true;
+}
+
+bool CodeMap::has_function(std::uint64_t fid) const { return std::binary_search(fids_.begin(), fids_.end(), fid); }
+
+void CodeMap::add_method(std::uint64_t start, std::uint64_t end, std::uint64_t fid) {
+    if (end <= start) return;
+    methods_.push_back(Range{start, end, fid});
+    fids_.push_back(fid);
+    dirty_ = true;
+}
+
+void CodeMap::add_not_managed(std::uint64_t ip) {
+    if (negatives_.size() >= (1u << 16)) return;
+    negatives_.push_back(ip);
+    dirty_ = true;
+}
+
+void CodeMap::add_stub_page(std::uint64_t ip) {
+    const std::uint64_t page = ip & ~std::uint64_t{4095};
+    for (const Range& r : methods_)
+        if (r.start < page + 4096 && page < r.end) return;
+    if (stub_pages_.size() >= (1u << 14)) return;
+    stub_pages_.push_back(page);
+    dirty_ = true;
+}
+
+void CodeMap::set_data_regions(std::vector<std::pair<std::uint64_t, std::uint64_t>> regions) {
+    data_ = std::move(regions);
+    std::sort(data_.begin(), data_.end());
+}
+
+void CodeMap::commit() {
+    if (!dirty_) return;
+    std::sort(methods_.begin(), methods_.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+    methods_.erase(std::unique(methods_.begin(), methods_.end(),
+                               [](const Range& a, const Range& b) { return a.start == b.start; }),
+                   methods_.end());
+    std::sort(negatives_.begin(), negatives_.end());
+    std::sort(stub_pages_.begin(), stub_pages_.end());
+    stub_pages_.erase(std::unique(stub_pages_.begin(), stub_pages_.end()), stub_pages_.end());
+    negatives_.erase(std::unique(negatives_.begin(), negatives_.end()), negatives_.end());
+    std::sort(fids_.begin(), fids_.end());
+    fids_.erase(std::unique(fids_.begin(), fids_.end()), fids_.end());
+    dirty_ = false;
 }
 
 }  // namespace profharness

@@ -44,9 +44,12 @@ protected:
     ~WordReader() = default;
 };
 
-// Whether an IP is managed code (non-zero FunctionID); the probe's is GetFunctionFromIP.
+// Whether an IP is managed code (non-zero FunctionID); the probe's is GetFunctionFromIP on the profiler
+// thread, or a CodeMap in the handler.
 struct ManagedOracle {
     virtual std::uint64_t function_at(std::uint64_t ip) const = 0;
+    // Whether the oracle cannot tell if `ip` is managed code: the recovery then stops with needsRuntime.
+    virtual bool unknown(std::uint64_t) const { return false; }
 
 protected:
     ~ManagedOracle() = default;
@@ -80,6 +83,40 @@ private:
     std::uint64_t adds_ = ~std::uint64_t{0};
 };
 
+// A map of managed code an async-signal-safe reader can use (sorted vectors, changed only between samples,
+// never while a handler reads it): method code ranges with their FunctionIDs, IPs known not to be managed
+// (GetFunctionFromIP said 0 for them), and the mappings known to hold no code. unknown(ip) is true for an
+// IP in none of them and in no module with CFI: code the runtime may have generated since the map learned.
+class CodeMap final : public ManagedOracle {
+public:
+    explicit CodeMap(const UnwindTables& tables) : tables_(tables) {}
+    std::uint64_t function_at(std::uint64_t ip) const override;
+    bool unknown(std::uint64_t ip) const override;
+    // Between samples only.
+    void add_method(std::uint64_t start, std::uint64_t end, std::uint64_t fid);
+    void add_not_managed(std::uint64_t ip);
+    // A 4 KiB page of runtime stubs: an interrupted IP there was not managed code and no method known
+    // overlaps it (the runtime's stub heaps and code heaps commit pages of their own).
+    void add_stub_page(std::uint64_t ip);
+    void set_data_regions(std::vector<std::pair<std::uint64_t, std::uint64_t>> regions);
+    void commit();  // sorts what was added
+    std::size_t methods() const { return methods_.size(); }
+    std::size_t not_managed() const { return negatives_.size(); }
+    bool has_function(std::uint64_t fid) const;
+
+private:
+    struct Range {
+        std::uint64_t start, end, fid;
+    };
+    const UnwindTables& tables_;
+    std::vector<Range> methods_;
+    std::vector<std::uint64_t> negatives_;
+    std::vector<std::uint64_t> stub_pages_;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> data_;
+    std::vector<std::uint64_t> fids_;
+    bool dirty_ = false;
+};
+
 struct RecoveryStep {
     std::uint64_t ip, sp;
     StepRule rule;  // how this frame was found
@@ -94,6 +131,8 @@ struct RecoveryResult {
     RecoveryStep steps[kMaxRecoverySteps];
     std::size_t stepCount = 0;       // frames visited, the managed one included
     const char* reason = "";         // why no managed frame was found
+    bool needsRuntime = false;       // stopped at code the oracle could not tell (unknownIp)
+    std::uint64_t unknownIp = 0;
 };
 
 // Walks from `regs` (the interrupted instant's) down to the first managed frame. `stack_lo`/`stack_hi`:
