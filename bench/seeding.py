@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conformance.adapters.capture import SAMPLE_CALL
-from conformance.cli.capture import JIT_EVENTS, sampling_plan
+from conformance.cli.capture import sampling_plan, with_jit_events
 from conformance.core import probe, runner, runtimes, scenarios
 from conformance.core.errors import HarnessError
 from conformance.core.runtimes import Runtime
@@ -69,8 +69,7 @@ def mode_plan(plan: Mapping[str, Any], samples: int, seed: str) -> dict[str, Any
     """The scenario's plan with ``samples`` samples seeded ``seed``; recovered without the naive walk."""
     out = sampling_plan(dict(plan), samples, f"{SCENARIO}/plan.json", seed=seed)
     out = copy.deepcopy(out)
-    if JIT_EVENTS not in out["event_mask"]:
-        out["event_mask"].append(JIT_EVENTS)  # the same events in both modes
+    with_jit_events(out)  # the same events in both modes
     for exp in out["experiments"]:
         if exp.get("run") == "capture_sample":
             exp["args"]["naiveWalk"] = seed == "naive"

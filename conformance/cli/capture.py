@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clr_model.flags import CorPrfMonitor
 from conformance.adapters.capture import write_captures
 from conformance.core import scenarios
 from conformance.core.errors import InputError
@@ -34,15 +35,23 @@ JIT_EVENTS = "COR_PRF_MONITOR_JIT_COMPILATION"
 SAMPLING_EXPERIMENT = "capture_sample"
 
 
+def with_jit_events(plan: dict[str, Any]) -> None:
+    """Adds COR_PRF_MONITOR_JIT_COMPILATION to the plan's event mask (a list of names or a number): the
+    recovered seed's code map learns each method as the JIT compiles it (docs/seeding.md)."""
+    mask = plan.setdefault("event_mask", [])
+    if isinstance(mask, list):
+        if JIT_EVENTS not in mask:
+            mask.append(JIT_EVENTS)
+    elif isinstance(mask, int) and not isinstance(mask, bool):
+        plan["event_mask"] = mask | int(CorPrfMonitor.COR_PRF_MONITOR_JIT_COMPILATION)
+
+
 def sampling_plan(plan: dict[str, Any], samples: int, where: str, seed: str | None = None) -> dict[str, Any]:
     """``plan`` with args.samples = ``samples`` (and args.seed = ``seed`` when given: "naive" or
     "recovered") on every capture_sample experiment (``where``: the plan's name for errors)."""
     out = copy.deepcopy(plan)
     if seed == "recovered":
-        # the handler's code map learns each method as the JIT compiles it (docs/seeding.md)
-        mask = out.setdefault("event_mask", [])
-        if isinstance(mask, list) and JIT_EVENTS not in mask:
-            mask.append(JIT_EVENTS)
+        with_jit_events(out)
     experiments = out.get("experiments")
     found = 0
     for exp in experiments if isinstance(experiments, list) else []:

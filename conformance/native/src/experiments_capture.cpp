@@ -1381,8 +1381,11 @@ void capture_note_jitted_function(FunctionID fid) {
 }
 
 void capture_note_cached_function(FunctionID fid) {
-    std::lock_guard<std::mutex> lock(g_cached_mutex);
-    g_cached_functions.push_back(fid);
+    {
+        std::lock_guard<std::mutex> lock(g_cached_mutex);
+        g_cached_functions.push_back(fid);
+    }
+    capture_note_jitted_function(fid);  // ReadyToRun code the runtime chose: the code map learns it too
 }
 
 const ExperimentTable kCaptureExperiments{kRows, sizeof kRows / sizeof kRows[0]};

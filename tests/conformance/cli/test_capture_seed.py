@@ -1,5 +1,5 @@
-"""``profharness capture --seed recovered`` (issue 24, docs/seeding.md): the recovered seed, live on every bundled
-runtime, judged by the emulator's replay of the same captures (the replay never reads what the probe's
+"""``profharness capture --seed recovered`` (issue 24, docs/seeding.md): the recovered seed, live on every
+bundled runtime, judged by the emulator's replay of the same captures (the replay never reads what the probe's
 recovery or its walk said: it unwinds the captured registers and stack itself)."""
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ def test_the_seed_mode_goes_into_every_sampling_experiment_of_the_plan() -> None
     out = capture.sampling_plan(plan, 5, "p", seed="recovered")
     assert out["experiments"][0]["args"] == {"samples": 5, "seed": "recovered"}
     assert capture.sampling_plan(plan, 5, "p")["experiments"][0]["args"] == {"samples": 5}
+    assert out["event_mask"] == ["COR_PRF_MONITOR_JIT_COMPILATION"]
+    numeric = capture.sampling_plan({**plan, "event_mask": 0x1}, 5, "p", seed="recovered")
+    assert numeric["event_mask"] == 0x21
 
 
 def test_an_unknown_seed_mode_is_refused_by_the_parser() -> None:
@@ -37,7 +40,8 @@ def test_an_unknown_seed_mode_is_refused_by_the_parser() -> None:
 @pytest.fixture(scope="module")
 def recovered_captures(runtimes: list[Runtime], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("seed")
-    argv = ("capture-sampling", "--runtime", "all", "--samples", "60", "--seed", "recovered", "--out", str(out))
+    argv = ("capture-sampling", "--runtime", "all", "--samples", "60", "--seed", "recovered",
+            "--out", str(out))  # fmt: skip
     assert capture.main(parse(*argv)) == 0
     return out
 
@@ -99,7 +103,8 @@ def test_DSS_19_a_seed_one_frame_off_is_seen_by_the_replay(
             moved = RecoveredSeed(ip=other.ip, sp=other.sp, fp=None, function_id=other.function_id or 0)
             walk = rec.walk.model_copy(update={"frames": rec.walk.frames[1:]})
             bad = LiveRecovery(status="walked", steps=rec.steps, seed=moved, walk=walk)
-            broken = replay(read_capture(rewrite(cap, tmp_path / f"{rt.version}-{f.name}", live_recovery=bad)))
+            path = rewrite(cap, tmp_path / f"{rt.version}-{f.name}", live_recovery=bad)
+            broken = replay(read_capture(path))
             check = broken.live_recovery
             assert check is not None
             assert check.seed_is_replay_seed is False
