@@ -54,6 +54,8 @@ class Mode:
     handler_ns: list[int] = field(default_factory=list)
     walks: int = 0
     walks_ok: int = 0
+    #: recovered mode: samples whose seed the profiler thread recovered (the thread parked)
+    parked: int = 0
 
 
 def percentile(values: list[int], q: float) -> float:
@@ -93,6 +95,7 @@ def measure(result: runner.RunResult, seed: str, into: Mode) -> None:
         walk = out.get("walk") if seed == "naive" else (out.get("recovered") or {}).get("walk")
         into.walks += 1
         into.walks_ok += isinstance(walk, dict) and walk.get("hr") == 0
+        into.parked += seed == "recovered" and (out.get("recovered") or {}).get("path") == "profiler-thread"
 
 
 def bench_runtime(rt: Runtime, rounds: int, samples: int) -> tuple[Mode, Mode]:
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, m in (("naive", naive), ("recovered", recovered)):
                 print(f"  {name:<9} handler p50 {_us(percentile(m.handler_ns, 0.5))}  "
                       f"p99 {_us(percentile(m.handler_ns, 0.99))}  over {len(m.handler_ns)} samples; "
-                      f"walks S_OK {m.walks_ok}/{m.walks} ({m.walks_ok / max(1, m.walks):.1%})")  # fmt: skip
+                      f"walks S_OK {m.walks_ok}/{m.walks} ({m.walks_ok / max(1, m.walks):.1%})"
+                      + (f"; parked for the profiler thread {m.parked}" if name == "recovered" else ""))  # fmt: skip
             print(f"  recovered p99 / naive p99 = {ratio:.2f} (target <= {TARGET_RATIO:.1f}): "
                   f"{'PASS' if passed else 'FAIL'}")  # fmt: skip
     except HarnessError as exc:
