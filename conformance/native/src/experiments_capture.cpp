@@ -579,6 +579,7 @@ std::mutex g_cached_mutex;
 // Methods the JIT compiled since the code map last learned (JITCompilationFinished): learned before the next
 // sample of a --seed recovered capture.
 std::mutex g_jitted_mutex;
+std::atomic<bool> g_learn_jitted{false};  // set when a --seed recovered sampler starts
 std::vector<FunctionID>& g_jitted_pending = *new std::vector<FunctionID>();
 std::vector<FunctionID> g_cached_functions;
 
@@ -1335,7 +1336,10 @@ void capture_sample(ExperimentContext& ctx) {
     job->recover = seed_mode == "recovered";
     job->naiveWalk = ctx.bool_arg("naiveWalk", true);
     job->parkTimeoutMs = ctx.int_arg("parkTimeoutMs", 200);
-    if (job->recover) g_unwind.refresh();  // the CFI tables, prepared before the first signal
+    if (job->recover) {
+        g_unwind.refresh();  // the CFI tables, prepared before the first signal
+        g_learn_jitted.store(true, std::memory_order_release);
+    }
     const std::int64_t budget_ms =
         ctx.int_arg("totalTimeoutMs", 20000 + job->maxSamples * (job->timeoutMs + job->intervalUs / 1000 + 20));
     std::thread worker;
@@ -1376,6 +1380,7 @@ void capture_set_phase_cell(const volatile std::int32_t* cell) {
 }
 
 void capture_note_jitted_function(FunctionID fid) {
+    if (!g_learn_jitted.load(std::memory_order_acquire)) return;  // no --seed recovered sampler
     std::lock_guard<std::mutex> lock(g_jitted_mutex);
     if (g_jitted_pending.size() < (1u << 20)) g_jitted_pending.push_back(fid);
 }
