@@ -264,8 +264,11 @@ int phdr_callback(struct dl_phdr_info* info, size_t, void* data) {
 }
 
 int adds_callback(struct dl_phdr_info* info, size_t size, void* data) {
-    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
-        *static_cast<std::uint64_t*>(data) = info->dlpi_adds;
+    auto* counts = static_cast<std::uint64_t*>(data);
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        counts[0] = info->dlpi_adds;
+        counts[1] = info->dlpi_subs;
+    }
     return 1;  // the first object is enough: the counters are global
 }
 
@@ -295,9 +298,15 @@ std::uint64_t reg_value(const UnwindRegs& regs, int r) { return regs.r[r]; }
 }  // namespace
 
 void UnwindTables::refresh() {
-    std::uint64_t adds = 0;
-    dl_iterate_phdr(&adds_callback, &adds);
-    if (adds == adds_) return;
+    std::uint64_t counts[2] = {0, 0};
+    dl_iterate_phdr(&adds_callback, counts);
+    const std::uint64_t adds = counts[0];
+    if (adds == adds_ && counts[1] == subs_) return;
+    if (counts[1] != subs_) {  // an object was unloaded: its tables point into memory that is gone
+        modules_.clear();
+        fde_count_ = 0;
+        subs_ = counts[1];
+    }
     std::vector<Module> found;
     dl_iterate_phdr(&phdr_callback, &found);
     for (Module& m : found) {

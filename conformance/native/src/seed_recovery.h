@@ -81,6 +81,7 @@ private:
     std::vector<Module> modules_;  // sorted by exec_lo
     std::size_t fde_count_ = 0;
     std::uint64_t adds_ = ~std::uint64_t{0};
+    std::uint64_t subs_ = 0;
 };
 
 // A map of managed code an async-signal-safe reader can use (sorted vectors, changed only between samples,
