@@ -137,10 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{SCENARIO} on {rt.version}: {args.rounds} run(s) per mode, {args.samples} samples each; "
                   f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
             for name, m in (("naive", naive), ("recovered", recovered)):
+                parked = f"; parked for the profiler thread {m.parked}" if name == "recovered" else ""
                 print(f"  {name:<9} handler p50 {_us(percentile(m.handler_ns, 0.5))}  "
                       f"p99 {_us(percentile(m.handler_ns, 0.99))}  over {len(m.handler_ns)} samples; "
                       f"walks S_OK {m.walks_ok}/{m.walks} ({m.walks_ok / max(1, m.walks):.1%})"
-                      + (f"; parked for the profiler thread {m.parked}" if name == "recovered" else ""))  # fmt: skip
+                      f"{parked}")  # fmt: skip
             print(f"  recovered p99 / naive p99 = {ratio:.2f} (target <= {TARGET_RATIO:.1f}): "
                   f"{'PASS' if passed else 'FAIL'}")  # fmt: skip
     except HarnessError as exc:
