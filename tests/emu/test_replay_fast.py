@@ -166,3 +166,40 @@ def test_unwound_frame_built_in_one_step_equals_the_dataclass() -> None:
     assert [f.name for f in fields(fast)] == list(vars(fast))
     with pytest.raises(AttributeError):
         fast.ip = 0  # type: ignore[misc]  # still frozen
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.permutations([3, 6, 12, 13, 16]), st.lists(st.sampled_from([-8, -16, -24, -32, -48, -64, -72]),
+       min_size=5, max_size=5, unique=True), st.integers(0, 5), st.integers(0x1000, 0x1200),
+       st.booleans())  # fmt: skip
+def test_one_unpack_cfi_step_equals_cfi_step(
+    order: list[int], offsets: list[int], saved: int, rsp: int, written: bool
+) -> None:
+    """A row of "saved at CFA + offset" rules read by one unpack (emu.cfi._Plan.words) gives cfi_step's
+    registers in cfi_step's order, whichever order the rules come in and wherever the words lie (in the
+    segment read last, across its end, missing, or under an emulation's write)."""
+    nums = order[: saved + 1]
+    if 16 not in nums:
+        nums.append(16)  # the return address's rule, last
+    rules = {num: RegisterRule(RegisterRule.OFFSET, off) for num, off in zip(nums, offsets, strict=False)}
+    row = CfiRow(start=0, end=16, cfa=CFARule(reg=7, offset=0x40), rules=rules, ra_register=16)
+    memory = CaptureMemory([(0x1000, bytes(range(256)) * 2), (0x1200, bytes(range(64)))],
+                           [(0x1000, 0x1300)])  # fmt: skip
+    memory.read_u64(0x1000)  # the first segment is the one read last
+    if written:
+        memory.write(0x1100, b"\x01")
+    table = CfiTable(b"", 0)
+    regs = {"rsp": rsp, "rbx": 5, "rbp": 6, "r12": 7}
+    try:
+        want: dict[str, int] | str = cfi_step(row, regs, memory, X64)
+    except CfiError as exc:
+        want = str(exc)
+    try:
+        got: dict[str, int] | str = table.step(row, regs, memory)
+    except CfiError as exc:
+        got = str(exc)
+    assert got == want
+    if isinstance(got, dict) and isinstance(want, dict):
+        assert list(got) == list(want)
+    plan = cfi._compile(row, X64)
+    assert plan is not None and plan.words is not None  # every offset distinct, the return address among them
