@@ -589,13 +589,13 @@ def _run_plan(
         at = cfa + plan.lo
         if start <= at and at + plan.span <= end and not memory._written:
             values = words.unpack_from(data, at - start)
-            out = {arch.sp: cfa}
+            quick: dict[str, int] = {arch.sp: cfa}
             for name in arch.callee_saved:
                 if name in regs:
-                    out[name] = regs[name]
+                    quick[name] = regs[name]
             for name, k in plan.order:
-                out[name] = values[k]
-            return out
+                quick[name] = values[k]
+            return quick
     out: dict[str, int] = {arch.sp: cfa}
     for name in arch.callee_saved:
         if name in regs:
