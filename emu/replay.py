@@ -9,6 +9,11 @@ The seed follows the documented procedure (DSS-19): GetFunctionFromIP on the con
 0, walk the native frames; seed from the registers of the first managed frame. The result holds no time,
 path or other per-run value, so one capture always replays to byte-identical JSON.
 
+:func:`replay_light` gives the same replay with its frames and the model's callbacks as tuples
+(:class:`LightReplay`): a replay's cost is mostly the Python objects made per frame, so a caller that reads
+the results of many samples (:func:`recovery_table`) takes those, and :meth:`LightReplay.to_model` builds
+the :class:`ReplayResult` (:func:`replay` is ``replay_light(...).to_model()``).
+
 :func:`recovery_table` summarises a folder of captures per place kind: samples, the share where the
 replay recovers, leaf first, the managed frames the scenario knows (``known_managed``), and beside it the
 share where the live naive-seed walk did.
@@ -879,7 +884,7 @@ def recovery_table(paths: Iterable[str | os.PathLike[str]]) -> tuple[RecoveryRow
     acc: dict[str, list[int]] = {}
     for f in files:
         try:
-            res = replay_capture(f)
+            res = replay_light(read_capture(f))
         except EmuError:
             try:
                 place = read_capture(f).manifest.place
