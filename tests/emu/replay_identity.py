@@ -8,8 +8,9 @@ to the replay's speed changes none of its results (issue 23, part 5).
 ``emu`` package it imports) four ways: with and without disk access, to 64 and to 1024 frames; first
 cold (every cache emptied), then warm (the same capture object again, twice, and once more by
 ``replay_light(...).to_model()`` where the checkout has it); the warm JSON must equal the cold one.
-``compare`` says which results differ between two dumps (exit status 1 if any does). To check a change, dump with a checkout of the commit before it (``git archive REV | tar -x -C DIR``)
-and with this one, then compare.
+``compare`` says which results differ between two dumps (exit status 1 if any does). To check a change,
+dump with a checkout of the commit before it (``git archive REV | tar -x -C DIR``) and with this one, then
+compare.
 """
 
 from __future__ import annotations
