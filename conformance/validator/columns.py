@@ -30,6 +30,7 @@ quietly, as there. A record whose frame checks but whose body is never decoded i
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -368,9 +369,17 @@ class _Pass:
             version, flags = int.from_bytes(head[8:10], "little"), int.from_bytes(head[10:12], "little")
             if version != VERSION or flags != TRACE_FLAG:
                 raise _Fallback(0)
+            size = os.fstat(fh.fileno()).st_size
+            at = FILE_HEADER_SIZE  # the file offset of carry[0]
             carry = b""
             while True:
-                more = fh.read(CHUNK)
+                want = CHUNK
+                if len(carry) >= FRAME_HEADER_SIZE:  # a frame longer than what is left of the chunk
+                    need = FRAME_HEADER_SIZE + int.from_bytes(carry[:4], "little")
+                    if at + need > size:
+                        return  # it runs past the end of the file: torn, as the dict path says
+                    want = max(CHUNK, need - len(carry))
+                more = fh.read(want)
                 buf = carry + more
                 starts, stop = _frames(buf)
                 complete = stop == len(buf)
@@ -385,6 +394,7 @@ class _Pass:
                 if not complete and _complete_at(buf, stop):
                     raise _Fallback(self.done)  # a whole frame there that the chain did not take
                 carry = buf[stop:]
+                at += stop
 
     def _chunk(self, buf: bytes, starts: Ints) -> None:
         data = np.frombuffer(buf, np.uint8)
@@ -470,7 +480,7 @@ class _Pass:
         kind, need, name, thread = c["kind"], c["need"], c["name"], c["thread"]
         n = len(kind)
         threads = self.threads
-        os_of_pair = np.array([os for os, _tid in threads], np.int64)
+        os_of_pair = np.array([ot for ot, _tid in threads], np.int64)
         os_tid = os_of_pair[thread]
         events = np.flatnonzero(need | (kind == _CALLBACK) | (kind == _MARK))
         ev_list = events.tolist()
@@ -497,7 +507,7 @@ class _Pass:
         base = self.done
         skipped_notes: dict[str, int] = {}  # a proxy.* mark not decoded: its name -> the last one's index
         prev = -1
-        for e, needed, k, nm, os, ph, sh, rd in zip(ev_list, ev_need, ev_kind, ev_name, ev_os, ev_phase,
+        for e, needed, k, nm, ot, ph, sh, rd in zip(ev_list, ev_need, ev_kind, ev_name, ev_os, ev_phase,
                                                     ev_shape, ev_readers, strict=True):  # fmt: skip
             if e > prev + 1 and (any(busy) or any(hot)):
                 self._gap(buf, c, os_tid, calls, prev + 1, e, base)
@@ -505,7 +515,7 @@ class _Pass:
             if rd and not needed:
                 q = 0
                 while rd:
-                    if rd & 1 and (busy[q] or os in hot[q]):
+                    if rd & 1 and (busy[q] or ot in hot[q]):
                         needed = True
                         break
                     rd >>= 1
@@ -514,7 +524,7 @@ class _Pass:
                 self._take(buf, c, e, base)
                 self._update_busy()
                 if k == _CALLBACK:
-                    self._update_hot(os)
+                    self._update_hot(ot)
                 elif k == _MARK:
                     skipped_notes.pop(names[nm], None)
             elif k == _MARK:
@@ -522,17 +532,17 @@ class _Pass:
                     skipped_notes[names[nm]] = e
             elif ph == _ENTER:
                 frame = Frame(names[nm], shapes[sh].hook)
-                stack = stacks.get(os)
+                stack = stacks.get(ot)
                 if stack is None:
-                    stacks[os] = [frame]
+                    stacks[ot] = [frame]
                 else:
                     stack.append(frame)
                 if frame.name in hot_names:
-                    self._update_hot(os)
+                    self._update_hot(ot)
             elif ph == _RETURN:
-                stack = stacks.get(os)
+                stack = stacks.get(ot)
                 if stack and stack.pop().name in hot_names:
-                    self._update_hot(os)
+                    self._update_hot(ot)
         if n > prev + 1 and (any(busy) or any(hot)):
             self._gap(buf, c, os_tid, calls, prev + 1, n, base)
         for i in skipped_notes.values():  # what Judging.take keeps of the last of each
