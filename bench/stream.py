@@ -204,7 +204,7 @@ def _findings(found: dict[str, int]) -> str:
     return ", ".join(f"{clause} x{n}" for clause, n in found.items()) or "none"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--runtime", default="8.0", help="the runtime of the real run (default 8.0)")
@@ -212,7 +212,7 @@ def main() -> int:
     parser.add_argument("--baseline", type=int, default=1_000_000, help="records of the dict path's slice")
     parser.add_argument("--tmp", type=Path, default=None, help="where the recordings go (deleted after)")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         if args.child[0] not in MODES:
             parser.error(f"--child: a mode of {MODES}")
