@@ -179,3 +179,29 @@ def test_every_quiet_contract_names_a_rule_that_reads_what_it_covers() -> None:
     for rule, quiet in columns._contracts().items():
         kinds = {kind for kind, _name in rule.reads}
         assert set(quiet.kinds) <= kinds, rule.__name__
+
+
+def test_the_crc_of_a_chunk_is_checked_at_once_and_any_damaged_byte_fails_it() -> None:
+    """_crc_ok checks the short payloads by one equation (CRC-32 is affine): intact frames pass, a frame whose
+    any one byte (payload or stated CRC) is changed fails, short or long, at every length."""
+    import random
+
+    from conformance.core.frames import encode_frame
+
+    rng = random.Random(23)
+    sizes = [0, 1, 7, 8, 9, 15, 16, 17, 63, 255, 256, 257, 1000, *(rng.randrange(0, 300) for _ in range(40))]
+    buf = b"".join(encode_frame(5, rng.randbytes(n)) for n in sizes)
+    starts, stop = columns._frames(buf)
+    assert stop == len(buf) and len(starts) == len(sizes)
+
+    def ok(data: bytes) -> bool:
+        u32 = columns._u32(data)
+        return columns._crc_ok(data, starts, u32[starts].astype("int64"), u32[starts + 4].astype("int64"))
+
+    assert ok(buf)
+    for i, start in enumerate(starts.tolist()):
+        length = sizes[i]
+        for offset in {4, 5, 7, *(12 + k for k in (0, length // 2, length - 1) if 0 <= k < length)}:
+            damaged = bytearray(buf)
+            damaged[start + offset] ^= 1 << rng.randrange(8)
+            assert not ok(bytes(damaged)), (length, offset)
