@@ -224,7 +224,7 @@ def _varints(data: npt.NDArray[np.uint8], pos: Ints) -> tuple[Ints, Ints]:
     shift = 7
     while len(more):
         if shift > 63:
-            raise _Corrupt("a varint longer than 64 bits")
+            raise _Refused("a varint longer than 64 bits")
         b = data[after[more]].astype(np.int64)
         value[more] |= (b & 0x7F) << shift
         after[more] += 1
@@ -233,7 +233,7 @@ def _varints(data: npt.NDArray[np.uint8], pos: Ints) -> tuple[Ints, Ints]:
     return value, after
 
 
-class _Corrupt(Exception):
+class _Refused(Exception):
     """A chunk the columns do not take (the dict path reads it)."""
 
 
@@ -262,7 +262,7 @@ def _shape(kind: str, fields: tuple[Any, ...]) -> _Shape:
     return _Shape(code, named, phased, force, hook, frozenset(keys))
 
 
-class _Plan:
+class _Reading:
     """What the live rules read, as lookups by string id and shape id (grown as the trace defines them)."""
 
     def __init__(self, judging: Judging, live: list[StreamRule]) -> None:
@@ -351,7 +351,7 @@ class _Pass:
     def __init__(self, judging: Judging, path: Path, live: list[StreamRule]) -> None:
         self.j = judging
         self.path = path
-        self.plan = _Plan(judging, live)
+        self.plan = _Reading(judging, live)
         self.strings: list[str] = []
         self.shapes: list[tuple[str, Any]] = []
         self.threads: list[tuple[int, Any]] = []
@@ -448,7 +448,7 @@ class _Pass:
                 e = s + int(lengths[i])
                 if first + i == 0:
                     if types[i] != _INFO or buf[s:e] != VERSION_TEXT:
-                        raise _Corrupt("the version frame")
+                        raise _Refused("the version frame")
                     continue
                 _define(int(types[i]), buf, s, e, self.strings, self.shapes, self.threads, self.decoders)
         except Exception:  # the dict path says what is wrong, naming the record
@@ -462,7 +462,7 @@ class _Pass:
         self.plan.grow(self.strings, self.shapes)
         try:
             cols = self._columns(data, starts, lengths, types, recs, defs, counts_before)
-        except (_Corrupt, IndexError):
+        except (_Refused, IndexError):
             raise _Fallback(self.done) from None
         self._judge(buf, cols)
 
@@ -476,12 +476,12 @@ class _Pass:
         delta, pos = _varints(data, pos)
         thread, body = _varints(data, pos)
         if (body > stop).any():
-            raise _Corrupt("a record's head runs past its frame")
+            raise _Refused("a record's head runs past its frame")
         for table, ids, have in ((_SHAPE, shape, len(self.shapes)), (_THREAD, thread, len(self.threads))):
             mine = defs[types[defs] == table]
             limit = before[table] + np.searchsorted(mine, recs)
             if (ids >= limit).any() or ids.max() >= have:
-                raise _Corrupt("a record before its definition")
+                raise _Refused("a record before its definition")
         plan = self.plan
         named = np.array([s.named for s in plan.shapes], np.bool_)[shape]
         phased = np.array([s.phased for s in plan.shapes], np.bool_)[shape]
@@ -496,7 +496,7 @@ class _Pass:
         mine = defs[types[defs] == _STRING]
         limit = before[_STRING] + np.searchsorted(mine, recs)
         if (name >= limit).any() or (phase_id >= limit).any() or (after > stop[at]).any():
-            raise _Corrupt("a string before its definition")
+            raise _Refused("a string before its definition")
         phase = np.where(phase_id >= 0, plan.phase[np.maximum(phase_id, 0)], _WHOLE).astype(np.int64)
         seq = self.last_seq + np.cumsum(1 + ((delta >> 1) ^ -(delta & 1)))
         kind = plan.kind[shape].astype(np.int64)
@@ -627,7 +627,7 @@ class _Pass:
         try:
             r, end = self.decoders[shape](buf, int(c["body"][i]), self.strings, int(c["seq"][i]), os_tid, tid)
             if end != int(c["stop"][i]):
-                raise _Corrupt("bytes left over")
+                raise _Refused("bytes left over")
         except Exception:  # the dict path says what is wrong, naming the record
             raise _Fallback(base + i) from None
         return r  # type: ignore[no-any-return]
