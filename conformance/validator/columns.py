@@ -64,6 +64,8 @@ _MODULE = "proxy.module"
 _NOTE = "proxy."
 _ENTER, _RETURN, _WHOLE, _BAD = 1, 2, 0, 3
 _PHASE_CODES = {"enter": _ENTER, "return": _RETURN, "whole": _WHOLE}
+#: a record's columns that its decoder takes
+_HEAD = ("shape", "thread", "body", "seq", "stop")
 #: the callback that maps a ThreadID to an OS thread (Judging.take keeps it)
 _ASSIGNED = "ThreadAssignedToOSThread"
 
@@ -290,6 +292,9 @@ class _Reading:
         self.always = {code: np.zeros(0, np.bool_) for code in range(len(_KINDS))}
         # by string id, per kind and contract: the rule reads it
         self.reads = {code: [np.zeros(0, np.bool_) for _ in self.quiet] for code in range(len(_KINDS))}
+        # by string id, per kind: the contracts (bits) with a busy state whose rules read it (their state may
+        # change when it is handed to them)
+        self.busy_readers = {code: np.zeros(0, np.int64) for code in range(len(_KINDS))}
         self.phase = np.zeros(0, np.int8)
         self.shapes: list[_Shape] = []
         self.force = np.zeros(0, np.bool_)
@@ -305,6 +310,7 @@ class _Reading:
             new = strings[self.strings :]
             for code in range(len(_KINDS)):
                 always = []
+                busy_bits = []
                 reads: list[list[bool]] = [[] for _ in self.quiet]
                 for s in new:
                     rules = [*self.readers.get((code, s), ()), *self.any[code]]
@@ -313,9 +319,15 @@ class _Reading:
                         q = self._reader_quiet(rule, code)
                         keep = keep or q is None or s in q.names
                     always.append(keep)
-                    for k, (rule, _q) in enumerate(self.quiet):
+                    bits = 0
+                    for k, (rule, contract) in enumerate(self.quiet):
                         reads[k].append(rule in rules)
+                        if rule in rules and contract.busy is not None:
+                            bits |= 1 << k
+                    busy_bits.append(bits)
                 self.always[code] = np.concatenate([self.always[code], np.array(always, np.bool_)])
+                more = np.array(busy_bits, np.int64)
+                self.busy_readers[code] = np.concatenate([self.busy_readers[code], more])
                 for k in range(len(self.quiet)):
                     self.reads[code][k] = np.concatenate([self.reads[code][k], np.array(reads[k], np.bool_)])
             phase = [_PHASE_CODES.get(s, _BAD) for s in new]
@@ -365,20 +377,40 @@ class _Pass:
         self.busy: list[bool] = [False] * len(self.plan.quiet)
         #: the callbacks whose frames some contract asks about
         self.hot_names = frozenset().union(*(q.frames for _r, q in self.plan.quiet))
-        self._update_busy()
+        #: a callback's name -> the contracts that ask whether it is open
+        self.frames_of: dict[str, tuple[int, ...]] = {
+            name: tuple(k for k, (_r, q) in enumerate(self.plan.quiet) if name in q.frames)
+            for name in self.hot_names
+        }
+        # contract k: OS thread -> how many of its frames are open there
+        self.hot_count: list[dict[int, int]] = [{} for _ in self.plan.quiet]
+        self._update_busy(-1)
 
-    def _update_busy(self) -> None:
-        for k, (rule, q) in enumerate(self.plan.quiet):
-            self.busy[k] = q.busy is not None and q.busy(rule)
+    def _update_busy(self, bits: int) -> None:
+        """The busy state of the contracts ``bits`` (those whose rules were just handed a record)."""
+        k = 0
+        quiet = self.plan.quiet
+        while bits and k < len(quiet):
+            if bits & 1:
+                rule, q = quiet[k]
+                self.busy[k] = q.busy is not None and q.busy(rule)
+            bits >>= 1
+            k += 1
 
-    def _update_hot(self, thread: int) -> None:
-        stack = self.j.stacks.get(thread) or ()
-        for k, (_rule, q) in enumerate(self.plan.quiet):
-            if not q.frames:
-                continue
-            if any(f.name in q.frames for f in stack):
-                self.hot[k].add(thread)
+    def _pushed(self, thread: int, name: str) -> None:
+        for k in self.frames_of.get(name, ()):
+            count = self.hot_count[k]
+            count[thread] = count.get(thread, 0) + 1
+            self.hot[k].add(thread)
+
+    def _popped(self, thread: int, name: str) -> None:
+        for k in self.frames_of.get(name, ()):
+            count = self.hot_count[k]
+            left = count.get(thread, 0) - 1
+            if left > 0:
+                count[thread] = left
             else:
+                count.pop(thread, None)
                 self.hot[k].discard(thread)
 
     def run(self) -> int:
@@ -533,6 +565,25 @@ class _Pass:
                 at = np.flatnonzero((ev_k == code) & ~need[events])
                 readers[at] |= plan.reads[code][q][ev_n[at]].astype(np.int64) << q
         ev_readers = readers.tolist()
+        busy_readers = np.full(len(events), -1, np.int64)  # other kinds: every contract asked again
+        for code in range(len(_KINDS)):
+            at = np.flatnonzero(ev_k == code)
+            busy_readers[at] = plan.busy_readers[code][ev_n[at]]
+        ev_busy = busy_readers.tolist()
+        # by call: the contracts whose rules read it (asked of the calls between events, when any rule is busy
+        # or any thread hot)
+        call_readers = np.zeros(n, np.int64)
+        loose = np.flatnonzero((kind == _CALL) & ~need)
+        for q, (_rule, contract) in enumerate(plan.quiet):
+            if "call" in contract.kinds:
+                call_readers[loose] |= plan.reads[_CALL][q][name[loose]].astype(np.int64) << q
+        c["readers"] = call_readers
+        c["busy_readers"] = plan.busy_readers[_CALL][np.maximum(name, 0)]
+        c["os"] = os_tid
+        c["gap_lists"] = None
+        c["lists"] = None
+        if int(np.count_nonzero(need)) > n // 50:  # many to decode: their fields as Python ints at once
+            c["lists"] = [c[k].tolist() for k in _HEAD]
         shapes = plan.shapes
         names = plan.names
         stacks = j.stacks
@@ -542,8 +593,9 @@ class _Pass:
         base = self.done
         skipped_notes: dict[str, int] = {}  # a proxy.* mark not decoded: its name -> the last one's index
         prev = -1
-        for e, needed, k, nm, ot, ph, sh, rd in zip(ev_list, ev_need, ev_kind, ev_name, ev_os, ev_phase,
-                                                    ev_shape, ev_readers, strict=True):  # fmt: skip
+        for e, needed, k, nm, ot, ph, sh, rd, br in zip(ev_list, ev_need, ev_kind, ev_name, ev_os,
+                                                        ev_phase, ev_shape, ev_readers, ev_busy,
+                                                        strict=True):  # fmt: skip
             if e > prev + 1 and (any(busy) or any(hot)):
                 self._gap(buf, c, os_tid, calls, prev + 1, e, base)
             prev = e
@@ -556,10 +608,18 @@ class _Pass:
                     rd >>= 1
                     q += 1
             if needed:
+                top = None
+                if k == _CALLBACK and ph == _RETURN:
+                    stack = stacks.get(ot)
+                    top = stack[-1].name if stack else None
                 self._take(buf, c, e, base)
-                self._update_busy()
+                if br:
+                    self._update_busy(br)
                 if k == _CALLBACK:
-                    self._update_hot(ot)
+                    if top is not None and top in hot_names:
+                        self._popped(ot, top)
+                    elif ph == _ENTER and names[nm] in hot_names:
+                        self._pushed(ot, stacks[ot][-1].name)
                 elif k == _MARK:
                     skipped_notes.pop(names[nm], None)
             elif k == _MARK:
@@ -573,11 +633,13 @@ class _Pass:
                 else:
                     stack.append(frame)
                 if frame.name in hot_names:
-                    self._update_hot(ot)
+                    self._pushed(ot, frame.name)
             elif ph == _RETURN:
                 stack = stacks.get(ot)
-                if stack and stack.pop().name in hot_names:
-                    self._update_hot(ot)
+                if stack:
+                    popped = stack.pop().name
+                    if popped in hot_names:
+                        self._popped(ot, popped)
         if n > prev + 1 and (any(busy) or any(hot)):
             self._gap(buf, c, os_tid, calls, prev + 1, n, base)
         for i in skipped_notes.values():  # what Judging.take keeps of the last of each
@@ -590,6 +652,22 @@ class _Pass:
              base: int) -> None:  # fmt: skip
         """The calls between two events some contract wants now (its rule busy, its frames open)."""
         plan = self.plan
+        busy, hot = self.busy, self.hot
+        if hi - lo <= 64:  # a few: one by one (numpy's calls cost more)
+            if c["gap_lists"] is None:
+                c["gap_lists"] = (c["readers"].tolist(), c["os"].tolist(), c["busy_readers"].tolist())
+            readers, threads, busy_readers = c["gap_lists"]
+            for i in range(lo, hi):
+                rd = readers[i]
+                q = 0
+                while rd:
+                    if rd & 1 and (busy[q] or threads[i] in hot[q]):
+                        self._take(buf, c, i, base)
+                        self._update_busy(busy_readers[i])
+                        break
+                    rd >>= 1
+                    q += 1
+            return
         at = lo
         while at < hi:
             want = np.zeros(hi - at, np.bool_)
@@ -609,7 +687,7 @@ class _Pass:
             state = (list(self.busy), [set(h) for h in self.hot])
             for i in (picked + at).tolist():
                 self._take(buf, c, i, base)
-                self._update_busy()
+                self._update_busy(int(c["busy_readers"][i]))
                 if (self.busy, self.hot) != state:
                     at = i + 1
                     break
@@ -622,11 +700,15 @@ class _Pass:
 
     def _decode(self, buf: bytes, c: dict[str, Any], i: int, base: int) -> dict[str, Any]:
         """Record ``i`` of the chunk as its dict (what does not decode goes to the dict path)."""
-        shape = int(c["shape"][i])
-        os_tid, tid = self.threads[int(c["thread"][i])]
+        lists = c["lists"]
+        if lists is not None:
+            shape, thread, body, seq, stop = (col[i] for col in lists)
+        else:
+            shape, thread, body, seq, stop = (int(c[k][i]) for k in _HEAD)
+        os_tid, tid = self.threads[thread]
         try:
-            r, end = self.decoders[shape](buf, int(c["body"][i]), self.strings, int(c["seq"][i]), os_tid, tid)
-            if end != int(c["stop"][i]):
+            r, end = self.decoders[shape](buf, body, self.strings, seq, os_tid, tid)
+            if end != stop:
                 raise _Refused("bytes left over")
         except Exception:  # the dict path says what is wrong, naming the record
             raise _Fallback(base + i) from None
