@@ -2,30 +2,32 @@
 decoded.
 
 The binary trace (:mod:`conformance.core.binary_trace`) is read in chunks of :data:`CHUNK` bytes. Each chunk's
-frames are found and checked with numpy (every frame's header, its CRC-32, the chain of lengths from the first
-frame to the last complete one), its definitions (strings, shapes, threads) read in order, and each record's
-head decoded into columns: shape, seq, thread, and the ``name`` and ``phase`` the shapes of calls and
-callbacks begin with. From the columns and what the rules read (:attr:`StreamRule.reads`) follows which
-records must be decoded into the dict :meth:`Judging.take` hands the rules, in file order:
+frames are found and checked with numpy (every frame's header; the chain of lengths from the first frame to
+the last complete one; the CRC-32s of its short payloads by one equation, :func:`_crc_ok`, longer ones one by
+one), its definitions (strings, shapes, threads) read in order, and each record's head decoded into columns:
+shape, seq, thread, and the ``name`` and ``phase`` the shapes of calls, callbacks and marks begin with. From
+the columns and what the rules read (:attr:`StreamRule.reads`) follows which records must be decoded into the
+dict :meth:`Judging.take` hands the rules, in file order:
 
-- every record of a kind other than call and callback (few: marks, the header, the counts);
+- every record of a kind other than call, callback and mark (few: the header, the counts, the end);
 - the first record of each (os_tid, tid) pair (the ThreadID map), a record whose shape or phase looks wrong
-  (:meth:`Judging.take` refuses it as the dict path does);
-- a call or callback some rule reads, unless every rule that reads it has a :class:`Quiet` contract
+  (:meth:`Judging.take` refuses it as the dict path does), a ``proxy.module`` mark, ThreadAssignedToOSThread;
+- a call, callback or mark some rule reads, unless every rule that reads it has a :class:`Quiet` contract
   (:data:`QUIET`) saying it does nothing with it now: an inspection that carries no shadow-heap verdict, a
   call from no enter/leave hook, ...; the contract's conditions on the moment (a rule's state, the callbacks
   open on the record's thread) are asked between the records decoded, so a run of calls no rule acts on is
   skipped as a whole;
 - a callback nobody acts on is not decoded either, only pushed or popped on its thread's stack (what the rules
-  see of it: :meth:`Judging.callback_of` names it for a record inside it).
+  see of it: :meth:`Judging.callback_of` names it for a record inside it); of the ``proxy.*`` marks nobody
+  acts on, the last of each name in a chunk is decoded for :attr:`Judging.notes`.
 
 A rule with no contract gets every record it reads, as from the dict path; so a new rule is judged right
 before it is judged fast. Anything the chunk's checks do not accept (a CRC-32 that does not match, a frame
 that does not chain, a definition out of order, a record that does not decode) hands the rest of the file,
-from the chunk's first record, to the dict path (:func:`conformance.validator.stream.read_records`), which
-refuses it with the same ``file:number`` as before. A torn last frame (a killed writer) ends the recording
-quietly, as there. A record whose frame checks but whose body is never decoded is not checked beyond its head
-(only a writer's bug can make such a record; the CRC-32 covers damage).
+from the chunk's first record, to the dict path (every record decoded, as ``judge_run(columnar=False)``),
+which refuses it with the same ``file:number`` as before. A torn last frame (a killed writer) ends the
+recording quietly, as there. A record whose frame checks but whose body is never decoded is not checked
+beyond its head (only a writer's bug can make such a record; the CRC-32 covers damage).
 """
 
 from __future__ import annotations
