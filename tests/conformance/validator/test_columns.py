@@ -205,3 +205,16 @@ def test_the_crc_of_a_chunk_is_checked_at_once_and_any_damaged_byte_fails_it() -
             damaged = bytearray(buf)
             damaged[start + offset] ^= 1 << rng.randrange(8)
             assert not ok(bytes(damaged)), (length, offset)
+
+
+def test_every_busy_state_can_be_asked_of_a_fresh_rule(tmp_path: Path) -> None:
+    """A contract's busy state reads its rule's attributes: a rule renamed under it fails here, not in a
+    user's validate."""
+    from conformance.validator.stream import Judging
+
+    run = RunResult(scenario="t", runtime="t", runtime_source="t", outcome=RunOutcome.OK, seconds=0.0,
+                    run_dir=tmp_path, trace_path=tmp_path / "t.bin")  # fmt: skip
+    judging = Judging(run=run, sink=lambda f: None)
+    for rule, quiet in columns._contracts().items():
+        if quiet.busy is not None:
+            assert isinstance(quiet.busy(rule(judging)), bool), rule.__name__
