@@ -1213,15 +1213,18 @@ def judge_run(
     profiler: Path | None = None,
     symbolizer: Symbolizer | None = None,
     ground_truth: tuple[tuple[str, tuple[str, ...], str], ...] = (),
+    columnar: bool = True,
 ) -> JudgedRun:
     """Every validator rule over ``run``'s recording (its trace file), findings into ``sink``; then what the
     run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit).
     ``profiler``: the profiler's file, for sites before the recording names it; ``symbolizer``: one shared by
     every run of a validation (each module's symbols and lines read once); ``ground_truth``: the workload's
-    marked points (:meth:`conformance.validator.workload.Workload.points`)."""
+    marked points (:meth:`conformance.validator.workload.Workload.points`); ``columnar`` False: a binary trace
+    decoded record by record (:attr:`Judging.columnar`)."""
     registry.load_all((Layer.VALIDATOR,))
     judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "",
-                      symbolizer=symbolizer or Symbolizer(), ground_truth=ground_truth)  # fmt: skip
+                      symbolizer=symbolizer or Symbolizer(), ground_truth=ground_truth,
+                      columnar=columnar)  # fmt: skip
     rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
     rules += [_Hooks, _InitializeSeen, CountRun]
     live = judging.judge(run.trace_path, rules)
