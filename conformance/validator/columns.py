@@ -13,10 +13,10 @@ dict :meth:`Judging.take` hands the rules, in file order:
 - the first record of each (os_tid, tid) pair (the ThreadID map), a record whose shape or phase looks wrong
   (:meth:`Judging.take` refuses it as the dict path does), a ``proxy.module`` mark, ThreadAssignedToOSThread;
 - a call, callback or mark some rule reads, unless every rule that reads it has a :class:`Quiet` contract
-  (:data:`QUIET`) saying it does nothing with it now: an inspection that carries no shadow-heap verdict, a
-  call from no enter/leave hook, ...; the contract's conditions on the moment (a rule's state, the callbacks
-  open on the record's thread) are asked between the records decoded, so a run of calls no rule acts on is
-  skipped as a whole;
+  (:attr:`StreamRule.quiet`, set beside the rule) saying it does nothing with it now: an inspection that
+  carries no shadow-heap verdict, a call from no enter/leave hook, ...; the contract's conditions on the
+  moment (a rule's state, the callbacks open on the record's thread) are asked between the records decoded,
+  so a run of calls no rule acts on is skipped as a whole;
 - a callback nobody acts on is not decoded either, only pushed or popped on its thread's stack (what the rules
   see of it: :meth:`Judging.callback_of` names it for a record inside it); of the ``proxy.*`` marks nobody
   acts on, the last of each name in a chunk is decoded for :attr:`Judging.notes`.
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -47,12 +46,12 @@ from conformance.core import interrupt
 from conformance.core.binary_trace import TRACE_FLAG, VERSION_TEXT, _define
 from conformance.core.errors import HarnessError
 from conformance.core.frames import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAGIC, VERSION
-from conformance.validator.stream import ELT_HOOKS, Frame, _binary_records
+from conformance.validator.stream import Frame, Quiet, _binary_records
 
 if TYPE_CHECKING:
     from conformance.validator.stream import Judging, StreamRule
 
-__all__ = ["CHUNK", "QUIET", "Quiet", "judge_columns"]
+__all__ = ["CHUNK", "judge_columns"]
 
 #: the bytes read at a time (a chunk's columns are a few times this)
 CHUNK = 8 << 20
@@ -73,52 +72,6 @@ _ASSIGNED = "ThreadAssignedToOSThread"
 
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True)
-class Quiet:
-    """When a rule does nothing with a record of ``kinds`` it reads (what :meth:`StreamRule.on` returns from
-    without a finding, a change of its state or of what it marks exercised): unless the record is one of
-    ``names``, its shape has one of ``keys`` (a top-level field), one of ``frames`` is open on its thread, or
-    ``busy`` says the rule's state makes every record it reads count."""
-
-    kinds: tuple[str, ...] = ("call",)
-    names: frozenset[str] = frozenset()
-    keys: frozenset[str] = frozenset()
-    frames: frozenset[str] = frozenset()
-    busy: Callable[[Any], bool] | None = None
-
-
-def _contracts() -> dict[type[StreamRule], Quiet]:
-    from conformance.validator import rules as r
-
-    return {
-        # FE2-10/11: a call judged only inside an enter/leave hook
-        r.CallsFromHooks: Quiet(frames=ELT_HOOKS),
-        # DET-01/03: afterDetach, or a call inside ProfilerDetachSucceeded
-        r.Detach: Quiet(keys=frozenset({"afterDetach"}), frames=frozenset({"ProfilerDetachSucceeded"})),
-        # SHD-01, VAL-RELEASED-INFO: Release, QueryInterface, afterShutdown, the call after a last Release
-        r.AfterShutdownAndRelease: Quiet(
-            names=frozenset({"Release", "QueryInterface"}),
-            keys=frozenset({"afterShutdown"}),
-            busy=lambda rule: rule.released_at is not None and not rule.reported_release,
-        ),
-        # MR2-17/08 with the shadow heap: an inspection carrying its verdict (heap); without the shadow heap
-        # (before the proxy.mask mark says so) every inspection and GC callback is kept for the model
-        r.RemappedIds: Quiet(kinds=("call", "callback", "mark"), keys=frozenset({"heap"}),
-                             names=frozenset({"proxy.mask"}),
-                             busy=lambda rule: not (rule.shadow and rule.seen)),
-        # MR2-09, ORF-01, RRF-01, GCS-01: inside a callback whose ObjectIDs are invalid, inGc, or in a GC
-        r.InspectionWhileInvalid: Quiet(keys=frozenset({"inGc"}), frames=r._INVALID_INSIDE,
-                                        busy=lambda rule: not rule.seen or rule.in_gc),
-        # DSS-03: the names of FunctionIDs (proxy.functions), the workload's marked points while any
-        r.GroundTruthWalks: Quiet(kinds=("mark",), names=frozenset({"proxy.functions"}),
-                                  busy=lambda rule: bool(rule.points or rule.ending)),
-    }
-
-
-#: the rules that may be skipped a record they read (see the module's docstring), filled on first use
-QUIET: dict[type[StreamRule], Quiet] = {}
 
 
 class _Fallback(Exception):
@@ -270,8 +223,6 @@ class _Reading:
     """What the live rules read, as lookups by string id and shape id (grown as the trace defines them)."""
 
     def __init__(self, judging: Judging, live: list[StreamRule]) -> None:
-        if not QUIET:
-            QUIET.update(_contracts())
         self.readers: dict[tuple[int, str], list[StreamRule]] = {}
         self.any: dict[int, list[StreamRule]] = {code: [] for code in range(len(_KINDS))}
         for rule in live:
@@ -284,9 +235,7 @@ class _Reading:
                 else:
                     self.readers.setdefault((code, name), []).append(rule)
         #: the rules with a contract for a kind: (rule, contract)
-        self.quiet: list[tuple[StreamRule, Quiet]] = [
-            (rule, QUIET[type(rule)]) for rule in live if type(rule) in QUIET
-        ]
+        self.quiet: list[tuple[StreamRule, Quiet]] = [(rule, rule.quiet) for rule in live if rule.quiet]
         self.judging = judging
         self.strings = 0
         self.names: list[str] = []
@@ -304,7 +253,7 @@ class _Reading:
         self.keyed: list[Bools] = [np.zeros(0, np.bool_) for _ in self.quiet]  # by shape, per contract
 
     def _reader_quiet(self, rule: StreamRule, code: int) -> Quiet | None:
-        q = QUIET.get(type(rule))
+        q = rule.quiet
         return q if q is not None and _KINDS[code] in q.kinds else None
 
     def grow(self, strings: list[str], shapes: list[tuple[str, Any]]) -> None:

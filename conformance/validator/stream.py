@@ -35,7 +35,7 @@ from conformance.core.frames import MAGIC as FRAMES_MAGIC
 from conformance.core.runner import RunResult
 from conformance.core.symbols import Site, Symbolizer
 
-__all__ = ["ELT_HOOKS", "Judging", "StreamRule", "read_records"]
+__all__ = ["ELT_HOOKS", "Judging", "Quiet", "StreamRule", "read_records"]
 
 Record = dict[str, Any]
 Sink = Callable[[Finding], None]
@@ -147,6 +147,21 @@ class Frame:
     hook: bool
 
 
+@dataclass(frozen=True)
+class Quiet:
+    """A rule's contract with the columnar path (:mod:`conformance.validator.columns`): when the rule does
+    nothing with a record of ``kinds`` it reads (what :meth:`StreamRule.on` returns from without a finding, a
+    change of its state or of what it marks exercised): unless the record is one of ``names``, its shape has
+    one of ``keys`` (a top-level field), one of ``frames`` is open on its thread, or ``busy`` says the rule's
+    state makes every record it reads count. A rule without one is handed every record it reads."""
+
+    kinds: tuple[str, ...] = ("call",)
+    names: frozenset[str] = frozenset()
+    keys: frozenset[str] = frozenset()
+    frames: frozenset[str] = frozenset()
+    busy: Callable[[Any], bool] | None = None
+
+
 class StreamRule:
     """A validator rule over the records it reads (see the module's docstring). Subclasses set
     :attr:`reads` and override :meth:`on` and :meth:`end`; :meth:`exercise` says a clause saw what it
@@ -154,6 +169,8 @@ class StreamRule:
 
     #: the records the rule reads: (kind, name), name None for every record of that kind
     reads: ClassVar[tuple[tuple[str, str | None], ...]] = ()
+    #: when it may be skipped a record it reads (the columnar path); None: never
+    quiet: ClassVar[Quiet | None] = None
 
     def __init__(self, judging: Judging) -> None:
         self.j = judging
