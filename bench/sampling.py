@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clr_model.hresults import HResult
 from conformance.adapters.capture import SAMPLE_CALL
+from conformance.adapters.capture_records import sample_records
 from conformance.cli.capture import sampling_plan
 from conformance.core import probe, runner, runtimes, scenarios
 from conformance.core.errors import HarnessError
@@ -248,7 +249,9 @@ def read_samples(trace: Trace, asked: int) -> tuple[tuple[Sample, ...], int]:
 
 def _read_samples(trace: Trace, asked: int) -> tuple[tuple[Sample, ...], int, int | None, tuple[int, ...]]:
     """:func:`read_samples`, with the profiler thread's CPU time: in all, and per record."""
-    calls = trace.calls(SAMPLE_CALL)
+    calls, lost = sample_records(trace)
+    if lost:
+        raise BenchError(f"{trace.path}: {lost[0]}")
     done = trace.calls(DONE_CALL)
     if len(done) != 1 or done[0].out.get("timedOut") != 0 or len(calls) != asked:
         raise BenchError(
@@ -264,7 +267,7 @@ def _read_samples(trace: Trace, asked: int) -> tuple[tuple[Sample, ...], int, in
             record_cpu.append(timing_any["recordCpuNs"])
         if call.out.get("phase") != PHASE_WORK:
             continue
-        where = f"{trace.path}: {SAMPLE_CALL} record {call.seq}"
+        where = f"{trace.path}: {SAMPLE_CALL} {call.label}"
         timing = call.out.get("timing")
         walk = call.out.get("walk")
         if not isinstance(timing, dict) or not isinstance(walk, dict):
@@ -291,7 +294,7 @@ def measure(result: runner.RunResult, asked: int) -> Run:
         raise BenchError(f"{trace.path}: probe_error: {errors[0].what}")
     work = read_work(trace)
     if asked == 0:
-        if trace.calls(SAMPLE_CALL):
+        if sample_records(trace)[0]:
             raise BenchError(f"{trace.path}: samples in an unsampled run")
         return Run(work=work, samples=(), taken=0)
     samples, taken, profiler, record_cpu = _read_samples(trace, asked)

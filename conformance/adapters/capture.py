@@ -38,9 +38,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from clr_model.context import runtime_context_layout
+from conformance.adapters.capture_records import SAMPLE_CALL, SampleRecord, sample_records
 from conformance.core.errors import HarnessError
 from conformance.core.frames import FrameReader, FramesError
-from conformance.core.trace import CallRecord, Trace
+from conformance.core.trace import Trace
 from emu.capture import (
     STACK_CAPTURE_BYTES,
     CaptureManifest,
@@ -74,7 +75,6 @@ __all__ = [
 ]
 
 #: The probe's record names (experiments_capture.cpp).
-SAMPLE_CALL = "capture_sample"
 MAPS_CALL = "capture_maps"
 JIT_MAP_CALL = "capture_jit_map"
 REGISTER_CALL = "capture_register_thread"
@@ -133,12 +133,12 @@ class _Sidecars:
         self._trace = trace
         self._files: dict[str, FrameReader | FramesError] = {}
 
-    def payload(self, record: CallRecord, field: str, ref: Mapping[str, Any]) -> bytes:
+    def payload(self, record: SampleRecord, field: str, ref: Mapping[str, Any]) -> bytes:
         trace = self._trace
         name = record.out.get("framesFile")
         if not isinstance(name, str) or not name or "/" in name or "\0" in name or name in (".", ".."):
             raise HarnessError(
-                _where(trace, f"seq {record.seq}: {field}: a frame reference without out.framesFile (a file "
+                _where(trace, f"{record.label}: {field}: a frame reference without out.framesFile (a file "
                               "name beside the trace)")
             )  # fmt: skip
         offset = _int(trace, record, f"{field}.offset", ref.get("offset"))
@@ -167,23 +167,25 @@ class _Sidecars:
 
 
 def _bytes(
-    trace: Trace, record: CallRecord, field: str, value: object, sidecars: _Sidecars | None = None
+    trace: Trace, record: SampleRecord, field: str, value: object, sidecars: _Sidecars | None = None
 ) -> bytes:
     """A byte buffer of a record: a frame reference (resolved in the sidecar) or a base64 string."""
+    if isinstance(value, bytes):
+        return value  # a sample record of the sidecar (conformance.adapters.capture_records)
     if isinstance(value, dict) and sidecars is not None:
         return sidecars.payload(record, field, value)
     if value is None and sidecars is not None and record.out.get("framesFile") is not None:
         raise _MissingFrame(f"{field}: the probe could not write its frame (a null reference)")
     if not isinstance(value, str):
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not a base64 string"))
+        raise HarnessError(_where(trace, f"{record.label}: {field} is not a base64 string"))
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not valid base64")) from None
+        raise HarnessError(_where(trace, f"{record.label}: {field} is not valid base64")) from None
 
 
 def _candidate_windows(
-    trace: Trace, record: CallRecord, value: object, sidecars: _Sidecars
+    trace: Trace, record: SampleRecord, value: object, sidecars: _Sidecars
 ) -> list[tuple[int, bytes]]:
     """``out.candidateCode``: a reference to a run of windows in the sample's frame, or a list of {address,
     bytes}."""
@@ -217,15 +219,15 @@ def _candidate_windows(
     return windows
 
 
-def _int(trace: Trace, record: CallRecord, field: str, value: object) -> int:
+def _int(trace: Trace, record: SampleRecord, field: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not an integer"))
+        raise HarnessError(_where(trace, f"{record.label}: {field} is not an integer"))
     return value
 
 
-def _obj(trace: Trace, record: CallRecord, field: str, value: object) -> Mapping[str, Any]:
+def _obj(trace: Trace, record: SampleRecord, field: str, value: object) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not an object"))
+        raise HarnessError(_where(trace, f"{record.label}: {field} is not an object"))
     return value
 
 
@@ -302,10 +304,10 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
     calls = trace.calls(JIT_MAP_CALL)
     if not calls:
         return JitMap(), {}, _Prologues()
-    record = calls[-1]
+    record = SampleRecord.of(calls[-1])
     methods_raw = record.out.get("methods")
     if not isinstance(methods_raw, list):
-        raise HarnessError(_where(trace, f"seq {record.seq}: out.methods is not a list"))
+        raise HarnessError(_where(trace, f"{record.label}: out.methods is not a list"))
     by_fid: dict[int, tuple[str | None, list[tuple[int, int]]]] = {}
     precompiled: set[int] = set()
     heads: dict[int, tuple[int, bytes]] = {}
@@ -318,7 +320,7 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
         slot = by_fid.setdefault(fid, (name, []))
         versions = m.get("versions")
         if not isinstance(versions, list):
-            raise HarnessError(_where(trace, f"seq {record.seq}: out.methods[{i}].versions is not a list"))
+            raise HarnessError(_where(trace, f"{record.label}: out.methods[{i}].versions is not a list"))
         for j, v in enumerate(versions):
             ranges = _obj(trace, record, f"out.methods[{i}].versions[{j}]", v).get("ranges")
             for k, r in enumerate(ranges if isinstance(ranges, list) else []):
@@ -348,7 +350,7 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
     try:
         jit = JitMap(methods=tuple(methods))
     except ValueError as exc:
-        raise HarnessError(_where(trace, f"seq {record.seq}: JIT map: {_first(exc)}")) from None
+        raise HarnessError(_where(trace, f"{record.label}: JIT map: {_first(exc)}")) from None
     unique = {n: fids[0] for n, fids in names.items() if len(fids) == 1}
     order = sorted(heads)
     prologues = _Prologues(
@@ -422,7 +424,7 @@ def _known_frames(
 
 
 def _registers(
-    trace: Trace, record: CallRecord, regs: Mapping[str, Any], fs_fallback: int | None
+    trace: Trace, record: SampleRecord, regs: Mapping[str, Any], fs_fallback: int | None
 ) -> X64Registers:
     values: dict[str, int] = {}
     for name in X64Registers.model_fields:
@@ -435,7 +437,7 @@ def _registers(
     try:
         return X64Registers(**values)
     except ValueError as exc:
-        raise HarnessError(_where(trace, f"seq {record.seq}: out.registers: {_first(exc)}")) from None
+        raise HarnessError(_where(trace, f"{record.label}: out.registers: {_first(exc)}")) from None
 
 
 def captures_from_trace(
@@ -465,7 +467,9 @@ def captures_from_trace(
     skipped: list[str] = []
     known_cache: dict[str, tuple[tuple[KnownFrame, ...] | None, dict[int, _Phase]]] = {}
     sidecars = _Sidecars(trace)
-    for record in trace.calls(SAMPLE_CALL):
+    records, lost = sample_records(trace)
+    skipped.extend(lost)
+    for record in records:
         sample = _int(trace, record, "args.sample", record.args.get("sample"))
         try:
             spec = _capture_of(trace, record, sample, sidecars, layout, runtime, scenario, modules, jit,
@@ -481,7 +485,7 @@ def captures_from_trace(
 
 
 def _capture_of(
-    trace: Trace, record: CallRecord, sample: int, sidecars: _Sidecars, layout: Any, runtime: str | None,
+    trace: Trace, record: SampleRecord, sample: int, sidecars: _Sidecars, layout: Any, runtime: str | None,
     scenario: str | None, modules: tuple[ModuleEntry, ...], jit: JitMap, fid_by_name: dict[str, int],
     prologues: _Prologues, fs_by_tid: dict[int, int],
     known_cache: dict[str, tuple[tuple[KnownFrame, ...] | None, dict[int, _Phase]]],
@@ -569,7 +573,7 @@ def _capture_of(
         phase = phases.get(phase_no)
         if phase is None:
             raise HarnessError(
-                _where(trace, f"seq {record.seq}: phase {phase_no} is not one the scenario declares")
+                _where(trace, f"{record.label}: phase {phase_no} is not one the scenario declares")
             )
         callees = KnownCallees(phase=phase.place[:64], names=phase.callees, prefixes=phase.prefixes)
         # the scenario's account of what the thread was doing names the helper kind, unless the IP is

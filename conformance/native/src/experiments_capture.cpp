@@ -95,10 +95,15 @@ constexpr std::size_t kRedZone = 128;                  // System V AMD64: leaf c
 constexpr std::size_t kPrologueBytes = 32;             // first bytes of each JIT-compiled code range
 constexpr int kSampleSignal = SIGPROF;
 
-// The capture sidecar (conformance/adapters/capture.py reads it): its name is the trace's + this suffix; the
-// frame types of a sample's bytes.
+// The capture sidecar (conformance/adapters/capture.py reads it): its name is the trace's + this suffix; its
+// frame types. kFrameSample (one sample's bytes, referred to by a JSON record) is an earlier probe's; this
+// one writes kFrameSampleRecord (one sample, record and bytes: SampleHead below), kFrameCodePage (one page of
+// code, read once: u64 address, 4096 bytes) and kFrameString (an interned string: u32 id, UTF-8 bytes).
 constexpr const char* kFramesSuffix = ".capture.frames";
-constexpr std::uint16_t kFrameSample = 1;
+constexpr std::uint16_t kFrameSampleRecord = 2;
+constexpr std::uint16_t kFrameCodePage = 3;
+constexpr std::uint16_t kFrameString = 4;
+constexpr std::uint64_t kPage = 4096;
 constexpr std::uint64_t kUserSpaceEnd = std::uint64_t{1} << 47;
 
 std::uint64_t now_ns() {
@@ -191,16 +196,6 @@ bool open_capture_frames(std::string& error) {
     const std::size_t slash = path.rfind('/');
     g_frames_name = slash == std::string::npos ? path : path.substr(slash + 1);
     return true;
-}
-
-// The record's reference to `n` bytes at `pos` in the payload of the sample's frame at file offset `frame`
-// ({"offset", "at", "length"}); null when the frame was not written (frame < 0).
-Json frame_ref(std::int64_t frame, std::size_t pos, std::size_t n) {
-    if (frame < 0) return Json();
-    Json r = Json::object();
-    r.set("offset", Json(static_cast<std::uint64_t>(frame))).set("at", Json(static_cast<std::uint64_t>(pos)));
-    r.set("length", Json(static_cast<std::uint64_t>(n)));
-    return r;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -588,102 +583,150 @@ struct SamplingJob {
     std::int64_t minManagedOk = 0, minUnmanagedOk = 0, maxSamples = 20;
     ULONG32 infoFlags = 0;
     bool jitMap = true;
+    std::uint32_t job = 0;  // the capture_sampling record's out.job, in each of its samples' records
     std::atomic<bool> done{false};
 };
 
-Json where_of(std::uint64_t ip, std::vector<Mapping>& maps) {
+// ---------------------------------------------------------------------------------------------------
+// A sample's record in the sidecar (kFrameSampleRecord; conformance/adapters/capture.py decodes it)
+//
+// Payload, little-endian: SampleHead (headSize bytes; a reader skips what it does not know), then
+// framesListed walk frames (SampleFrame), then `windows` candidate code windows (SampleWindow: the address
+// and length of the bytes read; the bytes are those of the kFrameCodePage frames written before, one per
+// page), then the stack copy (stackLen), the red zone (redZoneLen), the code around the IP (codeLen) and the
+// seed CONTEXT (seedLen). Everything the JSON record of an earlier probe held per sample is here; what is
+// the same for every sample of a job (target thread, signal, seed kind, stack bounds, the sidecar's name) is
+// in the job's one `capture_sampling` call record.
+
+// SampleHead.kind: where the IP was (the JSON record's out.where.kind)
+enum class WhereKind : std::uint32_t { kManaged = 1, kUnmapped = 2, kAnonymousExecutable = 3, kAnonymous = 4,
+                                       kModule = 5 };
+constexpr std::uint32_t kHeadFsOk = 1, kHeadInRange = 2;           // SampleHead.flags
+constexpr std::uint32_t kFrameSpKnown = 1, kFrameInCall = 2;        // SampleFrame.flags
+
+struct SampleHead {
+    std::uint32_t headSize;  // sizeof(SampleHead)
+    std::uint32_t job;
+    std::int64_t sample;
+    std::int64_t walk;  // the walk's number (as a DoStackSnapshot record's)
+    std::int64_t handlerOsTid;
+    std::int64_t phase;  // the scenario's phase cell; -1 without one
+    std::uint64_t gregs[NGREG];  // ucontext order (kGregNames)
+    std::uint64_t fsBase;
+    std::uint64_t sp, capturedEnd;
+    std::uint64_t codeAddress;
+    std::uint64_t copyNs, walkNs, candidatesCpuNs, recordCpuNs;
+    std::uint64_t functionId;  // GetFunctionFromIP's (0 when it failed)
+    std::uint32_t functionFromIpHr, walkHr;
+    std::uint32_t flags;      // kHeadFsOk, kHeadInRange
+    std::uint32_t kind;       // WhereKind
+    std::uint32_t module;     // the mapping's path as a kFrameString id; 0: none
+    std::uint32_t frameCount;  // frames the walk delivered
+    std::uint32_t framesListed, stackLen, redZoneLen, codeLen, windows, seedLen;
+};
+static_assert(NGREG == 23 && sizeof(SampleHead) == 344, "SampleHead is a file layout");
+
+struct SampleFrame {
+    std::uint64_t funcId, ip, sp;
+    std::uint32_t flags;  // kFrameSpKnown, kFrameInCall
+    std::uint32_t reserved;
+};
+static_assert(sizeof(SampleFrame) == 32, "SampleFrame is a file layout");
+
+struct SampleWindow {
+    std::uint64_t address;
+    std::uint32_t length;
+    std::uint32_t reserved;
+};
+static_assert(sizeof(SampleWindow) == 16, "SampleWindow is a file layout");
+
+// Interned strings (the profiler thread's, never destroyed): each written once as a kFrameString frame before
+// the first record that names it; 0 when it could not be written (the record then names no module).
+std::uint32_t intern_string(const std::string& text) {
+    static std::vector<std::string>& known = *new std::vector<std::string>();
+    static std::vector<std::uint32_t>& ids = *new std::vector<std::uint32_t>();
+    static std::uint32_t next = 1;
+    for (std::size_t i = 0; i < known.size(); ++i)
+        if (known[i] == text) return ids[i];
+    const std::uint32_t id = next;
+    const FrameWriter::Part parts[] = {{&id, 4}, {text.data(), text.size()}};
+    if (g_frames.append(kFrameString, parts, 2) < 0) return 0;
+    ++next;
+    known.push_back(text);
+    ids.push_back(id);
+    return id;
+}
+
+// Where the IP is: GetFunctionFromIP, else the mapping that holds it.
+WhereKind where_of(std::uint64_t ip, std::vector<Mapping>& maps, SampleHead& head) {
     ProbeState& s = state();
-    Json w = Json::object();
     FunctionID fid = 0;
     HRESULT fh = s.info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(static_cast<std::uintptr_t>(ip)), &fid);
-    w.set("functionFromIpHr", Json(static_cast<std::uint32_t>(fh)));
-    w.set("functionId", Json(static_cast<std::uint64_t>(failed(fh) ? 0 : fid)));
+    head.functionFromIpHr = static_cast<std::uint32_t>(fh);
+    head.functionId = failed(fh) ? 0 : static_cast<std::uint64_t>(fid);
     const Mapping* m = mapping_of(maps, ip);
     if (!m) {
         refresh_maps(maps);  // new code regions appear as the runtime runs
         m = mapping_of(maps, ip);
     }
-    if (!failed(fh) && fid) {
-        w.set("kind", "managed");
-    } else if (!m) {
-        w.set("kind", "unmapped");
-    } else if (m->path.empty() || m->path[0] == '[') {
-        w.set("kind", m->exec ? "anonymous-executable" : "anonymous");
-    } else {
-        w.set("kind", "module");
-    }
-    w.set("module", m && !m->path.empty() ? Json(m->path) : Json());
-    return w;
+    head.module = m && !m->path.empty() ? intern_string(m->path) : 0;
+    if (!failed(fh) && fid) return WhereKind::kManaged;
+    if (!m) return WhereKind::kUnmapped;
+    if (m->path.empty() || m->path[0] == '[') return m->exec ? WhereKind::kAnonymousExecutable : WhereKind::kAnonymous;
+    return WhereKind::kModule;
 }
 
-void put_le(std::vector<unsigned char>& out, std::uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<unsigned char>(v >> (8 * i)));
+// The code pages written so far (the profiler thread's, never destroyed): code is read once per page, when a
+// candidate window first needs it, and written as one kFrameCodePage frame; later windows in that page refer
+// to it. Code rarely changes (the JIT never rewrites a method's code in place), and candidate code was always
+// read after the instant; a page that could not be read is tried again by the next sample that needs it.
+std::vector<std::uint64_t>& g_code_pages = *new std::vector<std::uint64_t>();  // sorted
+std::uint64_t g_code_pages_read = 0;  // pages read while sampling (capture_done out.codePagesRead)
+
+bool code_page_known(std::uint64_t page) {
+    return std::binary_search(g_code_pages.begin(), g_code_pages.end(), page);
 }
 
-// Reads windows [addr, addr + len) of this process (len <= kCodeWindow) into out (kCodeWindow bytes each);
-// got[i] is what read_own(addr, ..., len) would give for window i (the bytes up to its first unreadable
-// page). The cost of process_vm_readv is in pinning pages, so each distinct page the windows touch is read
-// once, whole (one iovec per page: a transfer stops only between iovec elements, so a short count names the
-// page that failed), in as few calls as the failures allow; the windows are then cut from those pages.
-void read_windows(const std::vector<std::pair<std::uint64_t, std::size_t>>& windows, unsigned char* out,
-                  std::size_t* got) {
-    // the profiler thread's, never destroyed (a thread left running at exit() never sees them freed)
-    static std::vector<std::uint64_t>& pages = *new std::vector<std::uint64_t>();
-    static std::vector<unsigned char>& data = *new std::vector<unsigned char>();  // 4096 bytes per page
-    static std::vector<char>& readable = *new std::vector<char>();
-    pages.clear();
-    for (const auto& [addr, len] : windows)
-        if (len) {
-            for (std::uint64_t p = addr & ~std::uint64_t{4095}; p < addr + len; p += 4096) pages.push_back(p);
-        }
-    std::sort(pages.begin(), pages.end());
-    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
-    data.resize(pages.size() * 4096);
-    readable.assign(pages.size(), 0);
-    constexpr std::size_t kBatch = 512;  // <= IOV_MAX
+// Reads the pages of `pages` (sorted, unique, none known) not yet written, one iovec per page (a transfer
+// stops only between iovec elements, so a short count names the page that failed), in as few calls as the
+// failures allow, and writes each page read whole as a frame.
+void read_code_pages(const std::vector<std::uint64_t>& pages) {
+    static std::vector<unsigned char>& data = *new std::vector<unsigned char>();  // kPage bytes per page
+    constexpr std::size_t kBatch = 64;  // <= IOV_MAX
+    if (data.size() < kBatch * kPage) data.resize(kBatch * kPage);
     struct iovec local[kBatch], remote[kBatch];
     std::size_t c = 0;
     while (c < pages.size()) {
         const std::size_t n = std::min(kBatch, pages.size() - c);
         for (std::size_t i = 0; i < n; ++i) {
-            local[i] = {data.data() + (c + i) * 4096, 4096};
-            remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(pages[c + i])), 4096};
+            local[i] = {data.data() + i * kPage, kPage};
+            remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(pages[c + i])), kPage};
         }
         const ssize_t r = ::syscall(SYS_process_vm_readv, ::getpid(), local, static_cast<unsigned long>(n), remote,
                                     static_cast<unsigned long>(n), 0UL);
-        const std::size_t whole = r > 0 ? static_cast<std::size_t>(r) / 4096 : 0;
-        for (std::size_t i = 0; i < whole; ++i) readable[c + i] = 1;
-        c += whole < n ? whole + 1 : n;  // page c + whole failed (unreadable); go on after it
-    }
-    for (std::size_t w = 0; w < windows.size(); ++w) {
-        const auto [addr, len] = windows[w];
-        std::size_t done = 0;
-        while (done < len) {  // page by page, as read_own reads: stop at the first unreadable page
-            const std::uint64_t a = addr + done;
-            const std::uint64_t page = a & ~std::uint64_t{4095};
-            const std::size_t k = static_cast<std::size_t>(std::lower_bound(pages.begin(), pages.end(), page) - pages.begin());
-            if (!readable[k]) break;
-            std::size_t chunk = std::min<std::size_t>(len - done, static_cast<std::size_t>(page + 4096 - a));
-            std::memcpy(out + w * kCodeWindow + done, data.data() + k * 4096 + (a - page), chunk);
-            done += chunk;
+        const std::size_t whole = r > 0 ? static_cast<std::size_t>(r) / kPage : 0;
+        for (std::size_t i = 0; i < whole; ++i) {
+            const std::uint64_t page = pages[c + i];
+            const FrameWriter::Part parts[] = {{&page, 8}, {data.data() + i * kPage, kPage}};
+            if (g_frames.append(kFrameCodePage, parts, 2) < 0) continue;  // not written: not known
+            g_code_pages.insert(std::upper_bound(g_code_pages.begin(), g_code_pages.end(), page), page);
         }
-        got[w] = done;
+        g_code_pages_read += whole;
+        c += whole < n ? whole + 1 : n;  // page c + whole failed (unreadable); go on after it
     }
 }
 
-// Code around stack words that point into executable mappings (candidate return addresses), packed into
-// `packed` as windows (u64 address, u32 length, the bytes; little-endian), at most `cap` bytes; returns the
-// number of windows.
-std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
-                             std::vector<unsigned char>& packed, std::size_t cap) {
-    using Wanted = std::vector<std::pair<std::uint64_t, std::size_t>>;
-    static Wanted& wanted = *new Wanted();  // the profiler thread's, never destroyed
-    static std::vector<unsigned char>& bytes = *new std::vector<unsigned char>();
-    static std::vector<std::size_t>& got = *new std::vector<std::size_t>();
-    packed.clear();
+// Code around stack words that point into executable mappings (candidate return addresses): the windows
+// (address, length of the bytes readable from it, up to its first unreadable page) into `out`, at most
+// `cap`; their pages read and written first where no earlier sample did.
+void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
+                    std::vector<SampleWindow>& out, std::size_t cap) {
+    static std::vector<std::pair<std::uint64_t, std::uint64_t>>& wanted =
+        *new std::vector<std::pair<std::uint64_t, std::uint64_t>>();  // the profiler thread's, never destroyed
+    static std::vector<std::uint64_t>& missing = *new std::vector<std::uint64_t>();
+    out.clear();
     wanted.clear();
-    std::uint64_t count = 0;
-    std::set<std::uint64_t> windows;
+    missing.clear();
     bool refreshed = false;
     // The maps are read again (once per sample, as soon as a word needs it) when a word lies in no mapping
     // read earlier but is mapped now (mincore: new mappings, e.g. .NET 8's double-mapped code), or lies in
@@ -696,7 +739,7 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
     std::size_t n_unchanged = 0;
     auto changed_since = [&](std::uint64_t word, bool reserved) {
         if (word >= kUserSpaceEnd) return false;
-        const std::uint64_t page = word & ~std::uint64_t{4095};
+        const std::uint64_t page = word & ~(kPage - 1);
         for (std::size_t i = 0; i < n_unchanged; ++i)
             if (unchanged[i] == page) return false;
         unsigned char byte;
@@ -717,107 +760,130 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
         }
         if (!m || !m->exec) continue;
         const std::uint64_t lo = std::max<std::uint64_t>(m->start, word >= half ? word - half : 0);
-        if (windows.count(lo)) continue;
-        if (static_cast<std::int64_t>(windows.size()) >= max_candidates) break;
-        windows.insert(lo);
+        bool seen = false;
+        for (const auto& w : wanted)
+            if (w.first == lo) {
+                seen = true;
+                break;
+            }
+        if (seen) continue;
+        if (static_cast<std::int64_t>(wanted.size()) >= max_candidates) break;
         const std::uint64_t hi = std::min<std::uint64_t>(m->end, word + half);
-        wanted.emplace_back(lo, static_cast<std::size_t>(hi - lo));
+        wanted.emplace_back(lo, hi);
+        for (std::uint64_t p = lo & ~(kPage - 1); p < hi; p += kPage)
+            if (!code_page_known(p)) missing.push_back(p);
     }
-    bytes.resize(wanted.size() * kCodeWindow);
-    got.resize(wanted.size());
-    read_windows(wanted, bytes.data(), got.data());
-    for (std::size_t w = 0; w < wanted.size(); ++w) {
-        if (!got[w]) continue;
-        if (packed.size() + 12 + got[w] > cap) break;
-        put_le(packed, wanted[w].first, 8);
-        put_le(packed, got[w], 4);
-        const unsigned char* p = bytes.data() + w * kCodeWindow;
-        packed.insert(packed.end(), p, p + got[w]);
-        ++count;
+    if (!missing.empty()) {
+        std::sort(missing.begin(), missing.end());
+        missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+        read_code_pages(missing);
     }
-    return count;
+    for (const auto& [lo, hi] : wanted) {
+        std::uint64_t end = lo;  // up to the first page not known (as a page-by-page read would stop)
+        while (end < hi && code_page_known(end & ~(kPage - 1))) end = std::min(hi, (end & ~(kPage - 1)) + kPage);
+        if (end == lo) continue;
+        if (out.size() >= cap) break;
+        out.push_back(SampleWindow{lo, static_cast<std::uint32_t>(end - lo), 0});
+    }
 }
 
-// Records one sample; returns whether its IP was managed code (GetFunctionFromIP gave a FunctionID).
+// PROFHARNESS_FAULT=sample:<N>:<KILL|SEGV|ABRT> (tests/robustness): the process dies half way through writing
+// sample N's record frame. -1: no fault.
+std::int64_t g_fault_sample = -1;
+int g_fault_signal = 0;
+
+void parse_sample_fault() {
+    const char* text = std::getenv("PROFHARNESS_FAULT");
+    if (text == nullptr || std::strncmp(text, "sample:", 7) != 0) return;
+    char* end = nullptr;
+    const long long n = std::strtoll(text + 7, &end, 10);
+    if (end == text + 7 || *end != ':' || n < 0) return;
+    const std::string name(end + 1);
+    const int sig = name == "KILL" ? SIGKILL : name == "SEGV" ? SIGSEGV : name == "ABRT" ? SIGABRT : 0;
+    if (sig == 0) return;
+    g_fault_sample = n;
+    g_fault_signal = sig;
+}
+
+// Writes the first half of the frame of `parts` to the sidecar (bypassing the writer), then dies.
+[[noreturn]] void die_in_frame(std::uint16_t type, const FrameWriter::Part* parts, std::size_t count) {
+    std::vector<unsigned char> frame(kFrameHeaderSize);
+    std::uint32_t crc = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        crc = frames_crc32(parts[i].data, parts[i].size, crc);
+        const auto* p = static_cast<const unsigned char*>(parts[i].data);
+        frame.insert(frame.end(), p, p + parts[i].size);
+    }
+    const std::uint32_t n = static_cast<std::uint32_t>(frame.size() - kFrameHeaderSize);
+    std::memcpy(frame.data(), &n, 4);
+    std::memcpy(frame.data() + 4, &crc, 4);
+    std::memcpy(frame.data() + 8, &type, 2);
+    const std::string path = std::string(std::getenv("PROFHARNESS_TRACE")) + kFramesSuffix;
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0 && ::write(fd, frame.data(), frame.size() / 2) < 0) ::raise(g_fault_signal);
+    ::raise(g_fault_signal);
+    ::_exit(99);
+}
+
+// Records one sample as one kFrameSampleRecord frame; returns whether its IP was managed code
+// (GetFunctionFromIP gave a FunctionID). No JSON, no allocation once its buffers have grown.
 bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::vector<Mapping>& maps) {
     const std::uint64_t cpu_start = thread_cpu_ns();
-    ProbeState& s = state();
     const SampleBuffer& b = g_sample;
-    Json args = Json::object();
-    Json target = Json::object();
-    target.set("name", job.target.name).set("threadId", Json(static_cast<std::uint64_t>(job.target.threadId)));
-    target.set("osTid", Json(static_cast<std::int64_t>(job.target.osTid)));
-    args.set("sample", Json(index)).set("target", std::move(target)).set("signal", "SIGPROF").set("seed", "naive");
-    args.set("infoFlags", Json(static_cast<std::uint64_t>(job.infoFlags)));
-    args.set("walk", Json(walk.number()));
-
-    Json out = Json::object();
-    out.set("handlerOsTid", Json(static_cast<std::int64_t>(b.handlerOsTid)));
-    out.set("phase", b.phase >= 0 ? Json(b.phase) : Json());
-    Json regs = Json::object();
-    for (int i = 0; i < NGREG; ++i) regs.set(kGregNames[i], Json(b.gregs[i]));
-    regs.set("fs_base", b.fsOk ? Json(b.fsBase) : Json());
-    out.set("registers", std::move(regs));
-    Json stack = Json::object();
-    stack.set("sp", Json(b.sp)).set("inRange", Json(b.stackInRange));
-    stack.set("stackLow", job.target.stackHigh ? Json(job.target.stackLow) : Json());
-    stack.set("stackHigh", job.target.stackHigh ? Json(job.target.stackHigh) : Json());
-    stack.set("capturedEnd", Json(b.sp + b.stackCopied));
-    // The sample's bytes: one frame, one write: stack, red zone, code around the IP, candidate code, seed.
     // the profiler thread's, never destroyed
-    static std::vector<unsigned char>& packed = *new std::vector<unsigned char>();
-    const std::size_t stack_n = static_cast<std::size_t>(b.stackCopied), seed_n = sizeof(AMD64Context);
-    const std::size_t fixed = stack_n + b.redZoneCopied + b.codeLen + seed_n;
-    const std::uint64_t cpu_candidates = thread_cpu_ns();
-    const std::uint64_t windows = candidate_code(b, maps, job.maxCandidates, packed, g_frames.max_payload() - fixed);
-    const std::uint64_t cpu_candidates_end = thread_cpu_ns();
-    const FrameWriter::Part parts[] = {{b.stack, stack_n}, {b.redZone, b.redZoneCopied}, {b.code, b.codeLen},
-                                       {packed.data(), packed.size()}, {b.seed, seed_n}};
-    const std::int64_t frame = g_frames.append(kFrameSample, parts, sizeof parts / sizeof parts[0]);
-    std::size_t pos = 0;
-    auto next_ref = [&](std::size_t n) {
-        Json r = frame_ref(frame, pos, n);
-        pos += n;
-        return r;
-    };
-    stack.set("bytes", next_ref(stack_n));
-    stack.set("redZone", next_ref(b.redZoneCopied));
-    out.set("stack", std::move(stack));
-    Json code = Json::object();
-    code.set("address", Json(b.codeAddr)).set("bytes", next_ref(b.codeLen));
-    out.set("code", std::move(code));
-    Json candidates = next_ref(packed.size());
-    if (candidates.is_object()) candidates.set("count", Json(windows));
-    out.set("candidateCode", std::move(candidates));
-    out.set("candidateCodeTaken", "after-handler");
-    out.set("seedContext", next_ref(seed_n));
-    out.set("framesFile", g_frames_name);
-    Json w = Json::object();
-    w.set("hr", Json(static_cast<std::uint32_t>(b.hr)));
-    w.set("frameCount", Json(static_cast<std::uint64_t>(walk.delivered())));
-    Json frames = Json::array();
+    static std::vector<SampleFrame>& frames = *new std::vector<SampleFrame>();
+    static std::vector<SampleWindow>& windows = *new std::vector<SampleWindow>();
+    SampleHead head{};
+    head.headSize = sizeof(SampleHead);
+    head.job = job.job;
+    head.sample = index;
+    head.walk = walk.number();
+    head.handlerOsTid = b.handlerOsTid;
+    head.phase = b.phase;
+    std::memcpy(head.gregs, b.gregs, sizeof head.gregs);
+    head.fsBase = b.fsOk ? b.fsBase : 0;
+    head.flags = (b.fsOk ? kHeadFsOk : 0) | (b.stackInRange ? kHeadInRange : 0);
+    head.sp = b.sp;
+    head.capturedEnd = b.sp + b.stackCopied;
+    head.codeAddress = b.codeAddr;
+    head.copyNs = b.tCopied - b.tEnter;
+    head.walkNs = b.tWalked - b.tCopied;
+    head.walkHr = static_cast<std::uint32_t>(b.hr);
+    head.frameCount = static_cast<std::uint32_t>(walk.delivered());
+    frames.clear();
     for (const FrameSlot& f : walk.frames()) {
-        Json fr = Json::object();
-        fr.set("funcId", Json(static_cast<std::uint64_t>(f.funcId)));
-        fr.set("ip", Json(static_cast<std::uint64_t>(f.ip)));
-        fr.set("sp", f.hasContext && f.contextSize >= kContextRipOffset + 8 ? Json(f.rsp) : Json());
-        fr.set("inCall", Json(f.inCall));
-        frames.push(std::move(fr));
+        const bool sp_known = f.hasContext && f.contextSize >= kContextRipOffset + 8;
+        frames.push_back(SampleFrame{static_cast<std::uint64_t>(f.funcId), static_cast<std::uint64_t>(f.ip),
+                                     sp_known ? f.rsp : 0,
+                                     (sp_known ? kFrameSpKnown : 0) | (f.inCall ? kFrameInCall : 0), 0});
     }
-    w.set("frames", std::move(frames));
-    out.set("walk", std::move(w));
-    Json where = where_of(b.gregs[REG_RIP], maps);
-    const Json* kind = where.get("kind");
-    const bool managed = kind && kind->is_string() && kind->as_string() == "managed";
-    out.set("where", std::move(where));
-    Json timing = Json::object();
-    timing.set("copyNs", Json(b.tCopied - b.tEnter)).set("walkNs", Json(b.tWalked - b.tCopied));
-    // the profiler thread's CPU time for this record (up to its write) and for its candidate code
-    timing.set("candidatesCpuNs", Json(cpu_candidates_end - cpu_candidates));
-    timing.set("recordCpuNs", Json(thread_cpu_ns() - cpu_start));
-    out.set("timing", std::move(timing));
-    s.call("capture_sample", job.planned->id.c_str(), std::move(args), std::move(out), S_OK);
-    return managed;
+    head.framesListed = static_cast<std::uint32_t>(frames.size());
+    const WhereKind kind = where_of(b.gregs[REG_RIP], maps, head);
+    head.kind = static_cast<std::uint32_t>(kind);
+    const std::size_t seed_n = sizeof(AMD64Context);
+    const std::size_t fixed = sizeof head + frames.size() * sizeof(SampleFrame) + b.stackCopied + b.redZoneCopied +
+                              b.codeLen + seed_n;
+    const std::size_t room = g_frames.max_payload() > fixed ? (g_frames.max_payload() - fixed) / sizeof(SampleWindow) : 0;
+    const std::uint64_t cpu_candidates = thread_cpu_ns();
+    candidate_code(b, maps, job.maxCandidates, windows, room);
+    const std::uint64_t cpu_candidates_end = thread_cpu_ns();
+    head.candidatesCpuNs = cpu_candidates_end - cpu_candidates;
+    head.stackLen = static_cast<std::uint32_t>(b.stackCopied);
+    head.redZoneLen = static_cast<std::uint32_t>(b.redZoneCopied);
+    head.codeLen = static_cast<std::uint32_t>(b.codeLen);
+    head.windows = static_cast<std::uint32_t>(windows.size());
+    head.seedLen = static_cast<std::uint32_t>(seed_n);
+    head.recordCpuNs = thread_cpu_ns() - cpu_start;  // building the record, before its write
+    const FrameWriter::Part parts[] = {{&head, sizeof head},
+                                       {frames.data(), frames.size() * sizeof(SampleFrame)},
+                                       {windows.data(), windows.size() * sizeof(SampleWindow)},
+                                       {b.stack, b.stackCopied},
+                                       {b.redZone, b.redZoneCopied},
+                                       {b.code, b.codeLen},
+                                       {b.seed, seed_n}};
+    if (index == g_fault_sample) die_in_frame(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
+    g_frames.append(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
+    return kind == WhereKind::kManaged;
 }
 
 void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
@@ -830,8 +896,26 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     refresh_maps(maps);
     std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
     auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
-    std::uint64_t deadline_ns = now_ns();
     const std::uint64_t refused_before = g_frames.refused();
+    const std::uint64_t pages_before = g_code_pages_read;
+    {
+        // The job's one record: what every sample of it shares; each sample is a frame of the sidecar.
+        static std::atomic<std::uint32_t> jobs{0};
+        job->job = ++jobs;
+        Json args = Json::object();
+        Json target = Json::object();
+        target.set("name", job->target.name).set("threadId", Json(static_cast<std::uint64_t>(job->target.threadId)));
+        target.set("osTid", Json(static_cast<std::int64_t>(job->target.osTid)));
+        args.set("target", std::move(target)).set("signal", "SIGPROF").set("seed", "naive");
+        args.set("infoFlags", Json(static_cast<std::uint64_t>(job->infoFlags)));
+        Json out = Json::object();
+        out.set("job", Json(static_cast<std::uint64_t>(job->job))).set("framesFile", g_frames_name);
+        out.set("stackLow", job->target.stackHigh ? Json(job->target.stackLow) : Json());
+        out.set("stackHigh", job->target.stackHigh ? Json(job->target.stackHigh) : Json());
+        out.set("candidateCodeTaken", "first-needed");
+        s.call("capture_sampling", exp, std::move(args), std::move(out), S_OK);
+    }
+    std::uint64_t deadline_ns = now_ns();
     for (std::int64_t i = 0; i < job->maxSamples && (i < job->samples || !enough()); ++i) {
         if (i > 0 && job->intervalUs > 0) {
             deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
@@ -885,7 +969,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     }
     if (const std::uint64_t refused = g_frames.refused() - refused_before)
         s.probe_error("capture_sample: " + std::to_string(refused) + " frames could not be written to the sidecar " +
-                          g_frames_name + " (their references are null)",
+                          g_frames_name + " (those samples or code pages are missing from it)",
                       job->planned->id);
     {
         Json out = Json::object();
@@ -903,6 +987,8 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         out.set("enough", Json(enough()));
         out.set("profilerCpuNs", Json(thread_cpu_ns() - cpu_begin));  // the profiler thread's CPU time
         out.set("mapsReads", Json(g_maps_reads - maps_reads_before));  // /proc/self/maps read while sampling
+        out.set("codePagesRead", Json(g_code_pages_read - pages_before));  // code pages written while sampling
+        out.set("job", Json(static_cast<std::uint64_t>(job->job))).set("framesFile", g_frames_name);
         s.call("capture_done", exp, args, out, timed_out ? E_FAIL : S_OK);
     }
     job->done.store(true, std::memory_order_release);
@@ -932,6 +1018,7 @@ void capture_sample(ExperimentContext& ctx) {
         return;
     }
     std::string frames_error;
+    parse_sample_fault();
     if (!open_capture_frames(frames_error)) {
         s.probe_error("capture_sample: " + frames_error, ctx.planned.id);
         return;
