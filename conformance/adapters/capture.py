@@ -541,7 +541,7 @@ def _capture_of(
         )
     context: RuntimeContext | None = None
     seed_ref = out.get("seedContext")
-    if layout is not None and runtime is not None and isinstance(seed_ref, (str, dict)):
+    if layout is not None and runtime is not None and isinstance(seed_ref, (str, dict, bytes)):
         seed = _bytes(trace, record, "out.seedContext", seed_ref, sidecars)[: layout.size]
         blob = seed + bytes(layout.size - len(seed))
         payloads.append(SegmentPayload(name="context", kind="blob", role="context", data=blob))

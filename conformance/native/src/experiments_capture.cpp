@@ -433,6 +433,34 @@ const Mapping* mapping_of(const std::vector<Mapping>& maps, std::uint64_t a) {
     return a < it->end ? &*it : nullptr;
 }
 
+// mapping_of for the many stack words a sample scans, through a direct-mapped cache of pages (the profiler
+// thread's): a stack's words fall in few pages (the stack's own, the heap's, code), so most cost one
+// compare instead of a binary search over hundreds of mappings. An entry holds for the maps it was computed
+// from (g_maps_reads counts their reads); a mapping never spans a page partly, so a page has one answer.
+// A page number's slot in a table of 2^bits (Fibonacci hashing: the high bits of the product, so pages whose
+// low bits agree, e.g. one every 1 MiB, spread).
+std::size_t page_slot(std::uint64_t page, unsigned bits) {
+    return static_cast<std::size_t>((page * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
+struct MappingCacheSlot {
+    std::uint64_t page = ~std::uint64_t{0};
+    std::uint64_t reads = 0;
+    const Mapping* mapping = nullptr;
+};
+
+const Mapping* mapping_of_cached(const std::vector<Mapping>& maps, std::uint64_t a, std::uint64_t reads) {
+    static MappingCacheSlot* const slots = new MappingCacheSlot[4096];  // never destroyed
+    const std::uint64_t page = a >> 12;
+    MappingCacheSlot& slot = slots[page_slot(page, 12)];
+    if (slot.page != page || slot.reads != reads) {
+        slot.page = page;
+        slot.reads = reads;
+        slot.mapping = mapping_of(maps, a);
+    }
+    return slot.mapping;
+}
+
 
 // ---------------------------------------------------------------------------------------------------
 // The JIT code map
@@ -716,11 +744,23 @@ void read_code_pages(const std::vector<std::uint64_t>& pages) {
     }
 }
 
+// Pages a sample found unchanged since the maps were read (the profiler thread's; see candidate_code).
+struct UnchangedSlot {
+    std::uint64_t page = ~std::uint64_t{0};
+    std::uint64_t reads = 0;
+    std::int64_t sample = 0;
+    bool reserved = false;
+};
+constexpr unsigned kUnchangedBits = 10;
+constexpr std::size_t kUnchangedSlots = std::size_t{1} << kUnchangedBits;
+constexpr std::int64_t kRecheckSamples = 16;
+UnchangedSlot* const g_unchanged = new UnchangedSlot[kUnchangedSlots];  // never destroyed
+
 // Code around stack words that point into executable mappings (candidate return addresses): the windows
 // (address, length of the bytes readable from it, up to its first unreadable page) into `out`, at most
 // `cap`; their pages read and written first where no earlier sample did.
 void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
-                    std::vector<SampleWindow>& out, std::size_t cap) {
+                    std::vector<SampleWindow>& out, std::size_t cap, std::int64_t sample) {
     static std::vector<std::pair<std::uint64_t, std::uint64_t>>& wanted =
         *new std::vector<std::pair<std::uint64_t, std::uint64_t>>();  // the profiler thread's, never destroyed
     static std::vector<std::uint64_t>& missing = *new std::vector<std::uint64_t>();
@@ -732,19 +772,22 @@ void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
     // read earlier but is mapped now (mincore: new mappings, e.g. .NET 8's double-mapped code), or lies in
     // a reservation without access then ("---p") that is readable now (process_vm_readv of one byte: memory
     // the runtime committed since, executable on .NET Core 3.1's code heaps; a guard page stays unreadable).
-    // A page found unchanged costs no second system call in this sample; x86-64 user space ends below 2^47
-    // (the kernel maps higher only for an mmap hint above it, which the runtime does not give:
-    // Documentation/arch/x86/x86_64/5level-paging.rst), so higher words need none.
-    std::uint64_t unchanged[64];
-    std::size_t n_unchanged = 0;
+    // x86-64 user space ends below 2^47 (the kernel maps higher only for an mmap hint above it, which the
+    // runtime does not give: Documentation/arch/x86/x86_64/5level-paging.rst), so higher words need none.
+    // A page found unchanged is not asked again for kRecheckSamples samples (g_unchanged, while the maps
+    // stay those it was checked against): a thread's stack holds the same stale words sample after sample,
+    // and a word into code mapped since lies in a page no sample found unchanged, unless that page was
+    // unmapped less than kRecheckSamples samples ago.
     auto changed_since = [&](std::uint64_t word, bool reserved) {
         if (word >= kUserSpaceEnd) return false;
-        const std::uint64_t page = word & ~(kPage - 1);
-        for (std::size_t i = 0; i < n_unchanged; ++i)
-            if (unchanged[i] == page) return false;
+        const std::uint64_t page = word >> 12;
+        UnchangedSlot& slot = g_unchanged[page_slot(page, kUnchangedBits)];
+        if (slot.page == page && slot.reads == g_maps_reads && sample - slot.sample < kRecheckSamples &&
+            slot.reserved == reserved)
+            return false;
         unsigned char byte;
         if (reserved ? read_own(word, &byte, 1) == 1 : mapped_now(word)) return true;
-        if (n_unchanged < 64) unchanged[n_unchanged++] = page;
+        slot = UnchangedSlot{page, g_maps_reads, sample, reserved};
         return false;
     };
     const std::size_t half = kCodeWindow / 2;
@@ -752,11 +795,11 @@ void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
         std::uint64_t word;
         std::memcpy(&word, b.stack + off, 8);
         if (word < 4096) continue;
-        const Mapping* m = mapping_of(maps, word);
+        const Mapping* m = mapping_of_cached(maps, word, g_maps_reads);
         if (!refreshed && (!m || m->none) && changed_since(word, m != nullptr)) {
             refresh_maps(maps);  // code the runtime mapped or committed since the last read
             refreshed = true;
-            m = mapping_of(maps, word);
+            m = mapping_of_cached(maps, word, g_maps_reads);
         }
         if (!m || !m->exec) continue;
         const std::uint64_t lo = std::max<std::uint64_t>(m->start, word >= half ? word - half : 0);
@@ -786,6 +829,11 @@ void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
         out.push_back(SampleWindow{lo, static_cast<std::uint32_t>(end - lo), 0});
     }
 }
+
+// The profiler thread's CPU time building sample records and writing them (capture_done out.recordCpuNs,
+// out.writeCpuNs).
+std::uint64_t g_record_cpu_ns = 0, g_write_cpu_ns = 0;
+std::int64_t g_samples_recorded = 0;  // in this process, every job (the clock of g_unchanged)
 
 // PROFHARNESS_FAULT=sample:<N>:<KILL|SEGV|ABRT> (tests/robustness): the process dies half way through writing
 // sample N's record frame. -1: no fault.
@@ -865,7 +913,7 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
                               b.codeLen + seed_n;
     const std::size_t room = g_frames.max_payload() > fixed ? (g_frames.max_payload() - fixed) / sizeof(SampleWindow) : 0;
     const std::uint64_t cpu_candidates = thread_cpu_ns();
-    candidate_code(b, maps, job.maxCandidates, windows, room);
+    candidate_code(b, maps, job.maxCandidates, windows, room, g_samples_recorded++);
     const std::uint64_t cpu_candidates_end = thread_cpu_ns();
     head.candidatesCpuNs = cpu_candidates_end - cpu_candidates;
     head.stackLen = static_cast<std::uint32_t>(b.stackCopied);
@@ -882,7 +930,10 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
                                        {b.code, b.codeLen},
                                        {b.seed, seed_n}};
     if (index == g_fault_sample) die_in_frame(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
+    const std::uint64_t cpu_write = thread_cpu_ns();
     g_frames.append(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
+    g_record_cpu_ns += cpu_write - cpu_start;
+    g_write_cpu_ns += thread_cpu_ns() - cpu_write;
     return kind == WhereKind::kManaged;
 }
 
@@ -898,6 +949,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
     const std::uint64_t refused_before = g_frames.refused();
     const std::uint64_t pages_before = g_code_pages_read;
+    const std::uint64_t record_before = g_record_cpu_ns, write_before = g_write_cpu_ns;
     {
         // The job's one record: what every sample of it shares; each sample is a frame of the sidecar.
         static std::atomic<std::uint32_t> jobs{0};
@@ -988,6 +1040,8 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         out.set("profilerCpuNs", Json(thread_cpu_ns() - cpu_begin));  // the profiler thread's CPU time
         out.set("mapsReads", Json(g_maps_reads - maps_reads_before));  // /proc/self/maps read while sampling
         out.set("codePagesRead", Json(g_code_pages_read - pages_before));  // code pages written while sampling
+        out.set("recordCpuNs", Json(g_record_cpu_ns - record_before));  // building the samples' records
+        out.set("writeCpuNs", Json(g_write_cpu_ns - write_before));     // writing them (one frame each)
         out.set("job", Json(static_cast<std::uint64_t>(job->job))).set("framesFile", g_frames_name);
         s.call("capture_done", exp, args, out, timed_out ? E_FAIL : S_OK);
     }
