@@ -967,31 +967,17 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         out.set("candidateCodeTaken", "first-needed");
         s.call("capture_sampling", exp, std::move(args), std::move(out), S_OK);
     }
-    std::uint64_t deadline_ns = now_ns();
-    for (std::int64_t i = 0; i < job->maxSamples && (i < job->samples || !enough()); ++i) {
-        if (i > 0 && job->intervalUs > 0) {
-            deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
-            sleep_until_ns(deadline_ns);
-        }
-        WalkRequest req;
-        req.thread = 0;
-        req.infoFlags = job->infoFlags;
-        req.resolve = false;
-        req.seed = g_sample.seed;
-        req.contextSize = static_cast<ULONG32>(kContextBufferSize);
-        auto* walk = new Walk(req);  // freed after recording; leaked if its handler never finishes
-        g_sample.walk.store(walk, std::memory_order_release);
-        g_sample.targetOsTid = job->target.osTid;
-        g_sample.stackLow = job->target.stackLow;
-        g_sample.stackHigh = job->target.stackHigh;
-        g_sample.handlerOsTid = 0;
-        g_sample.hr = S_OK;
-        while (sem_trywait(&g_sample_done) == 0) {
-        }  // a post left by a handler that finished after its sample was abandoned
-        g_sample.state.store(kRequested, std::memory_order_release);
-        const int rc = pthread_kill(job->target.pthread, kSampleSignal);
+    // One wake-up per sample: at each deadline the thread records the sample it sent at the one before
+    // (its handler long done: no wait, and the handler's sem_post finds no waiter to wake), then sends the
+    // next. The buffers are one, so a sample is recorded before the next is sent; whether to send it is
+    // decided after the samples before it are counted, as before.
+    Walk* pending = nullptr;  // the walk of the sample sent last, not yet recorded
+    std::uint64_t give_up = 0;
+    int rc = 0;
+    auto finish = [&](std::int64_t index) {  // waits for sample `index`'s handler, records it; false: stop
+        Walk* walk = pending;
+        pending = nullptr;
         if (rc == 0) {
-            const std::uint64_t give_up = now_ns() + static_cast<std::uint64_t>(job->timeoutMs) * 1000000ull;
             const timespec until{static_cast<time_t>(give_up / 1000000000ull), static_cast<long>(give_up % 1000000000ull)};
             while (g_sample.state.load(std::memory_order_acquire) != kDone) {
                 if (sem_clockwait(&g_sample_done, CLOCK_MONOTONIC, &until) != 0 && errno == ETIMEDOUT) break;
@@ -1001,7 +987,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
             int requested = kRequested;
             const bool never_started = g_sample.state.compare_exchange_strong(requested, kAbandoned);
             ++timed_out;
-            s.probe_error("capture_sample: sample " + std::to_string(i) + (rc ? ": pthread_kill failed" : "") +
+            s.probe_error("capture_sample: sample " + std::to_string(index) + (rc ? ": pthread_kill failed" : "") +
                               (never_started ? ": the handler never ran" : ": the handler did not finish") +
                               " within " + std::to_string(job->timeoutMs) + " ms; sampling stops",
                           job->planned->id);
@@ -1010,14 +996,46 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
                 g_sample.walk.store(nullptr);
                 g_sample.state.store(kIdle);
             }
-            break;
+            return false;
         }
-        const bool managed = record_sample(*job, i, *walk, maps);
+        while (sem_trywait(&g_sample_done) == 0) {
+        }  // this sample's post (when nobody waited for it)
+        const bool managed = record_sample(*job, index, *walk, maps);
         if (g_sample.hr == S_OK) ++(managed ? managed_ok : unmanaged_ok);
         ++taken;
         delete walk;
         g_sample.walk.store(nullptr);
         g_sample.state.store(kIdle, std::memory_order_release);
+        return true;
+    };
+    std::uint64_t deadline_ns = now_ns();
+    for (std::int64_t i = 0;; ++i) {
+        if (pending) {
+            if (i < job->maxSamples && job->intervalUs > 0) {  // no wait when no sample can follow
+                deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
+                sleep_until_ns(deadline_ns);
+            }
+            if (!finish(i - 1)) break;
+        }
+        if (!(i < job->maxSamples && (i < job->samples || !enough()))) break;
+        WalkRequest req;
+        req.thread = 0;
+        req.infoFlags = job->infoFlags;
+        req.resolve = false;
+        req.seed = g_sample.seed;
+        req.contextSize = static_cast<ULONG32>(kContextBufferSize);
+        pending = new Walk(req);  // freed after recording; leaked if its handler never finishes
+        g_sample.walk.store(pending, std::memory_order_release);
+        g_sample.targetOsTid = job->target.osTid;
+        g_sample.stackLow = job->target.stackLow;
+        g_sample.stackHigh = job->target.stackHigh;
+        g_sample.handlerOsTid = 0;
+        g_sample.hr = S_OK;
+        while (sem_trywait(&g_sample_done) == 0) {
+        }  // a post left by a handler that finished after its sample was abandoned
+        g_sample.state.store(kRequested, std::memory_order_release);
+        rc = pthread_kill(job->target.pthread, kSampleSignal);
+        give_up = now_ns() + static_cast<std::uint64_t>(job->timeoutMs) * 1000000ull;
     }
     if (const std::uint64_t refused = g_frames.refused() - refused_before)
         s.probe_error("capture_sample: " + std::to_string(refused) + " frames could not be written to the sidecar " +
