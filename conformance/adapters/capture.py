@@ -1,21 +1,20 @@
 """Trace -> emu captures: the probe's sampling records (``capture_sample``) as :mod:`emu.capture` files.
 
-The probe's ``capture_sample`` experiment (``conformance/native/src/experiments_capture.cpp``) writes one
-``call`` record per sample (registers, fs_base, the stack from SP to min(SP + 64 KiB, stack end), code around
-the IP, code around candidate return addresses read after the handler, the naive-seed CONTEXT it passed and
-the live DoStackSnapshot result), then ``capture_maps`` (``/proc/self/maps``) and ``capture_jit_map``
+The probe's ``capture_sample`` experiment (``conformance/native/src/experiments_capture.cpp``) takes samples
+(registers, fs_base, the stack from SP to min(SP + 64 KiB, stack end), code around the IP, code around
+candidate return addresses read after the handler, the naive-seed CONTEXT it passed and the live
+DoStackSnapshot result), then writes ``capture_maps`` (``/proc/self/maps``) and ``capture_jit_map``
 (FunctionID -> every native code version's ranges). The scenario's ``capture.stack`` mark names the managed
 frames it knows are on the sampled thread's stack. :func:`captures_from_trace` turns each sample into a
 manifest and its segments; :func:`write_captures` writes them with emu's writer, one file per sample.
 
-A sample's bytes (stack, red zone, code around the IP, candidate code windows, seed CONTEXT) are not in its
-record: the probe writes them raw, as one frame per sample, into a frames v1 sidecar beside the trace
-(:mod:`conformance.core.frames`, named by the record's ``out.framesFile``), and the record refers to each
-part as ``{"offset", "at", "length"}`` (the frame's file offset, the part's position in its payload, its
-length; candidate code is a run of windows, each u64 address, u32 length and the bytes, with ``"count"``).
-A base64 string in its place (a trace of an earlier probe, a test's synthetic record) is read as before. A
-sample whose frame is missing or damaged (a torn sidecar) is left out with the reader's note; the others are
-kept.
+Samples are read by :func:`conformance.adapters.capture_records.sample_records`: the probe writes each as one
+binary frame of the capture sidecar (no JSON per sample), which it turns back into what the JSON record of
+an earlier probe held, the byte buffers as ``bytes``. Those earlier records are read too: their bytes were
+in a frame per sample, referred to as ``{"offset", "at", "length"}`` (the frame's file offset, the part's
+position in its payload, its length; candidate code a run of windows, each u64 address, u32 length and the
+bytes, with ``"count"``), or base64 strings (a test's synthetic record). A sample whose bytes are missing or
+damaged (a torn sidecar) is left out with the reader's note; the others are kept.
 
 Both maps are taken once per run, after the last sample: the module map and the JIT map hold every mapping
 and method of the instant (the runtime never frees code of a non-collectible method) and perhaps some

@@ -18,21 +18,23 @@
 // seeded with a CONTEXT built from the ucontext as it is (the naive seed; the Walk of walk.h, prepared by the
 // profiler thread); last it posts a semaphore (sem_post: async-signal-safe) the profiler thread sleeps on
 // (sem_clockwait, up to args.timeoutMs). After the handler is done the profiler thread reads code around every stack word that
-// points into executable memory (after the instant: code rarely changes, the record says so), classifies
-// the IP (GetFunctionFromIP, else the mapping that holds it) and writes one `call` record `capture_sample`
-// per sample. After the last sample it writes `capture_maps` (/proc/self/maps) and `capture_jit_map`
+// points into executable memory (after the instant, once per code page: code rarely changes, the job's
+// record says so), classifies the IP (GetFunctionFromIP, else the mapping that holds it) and writes the
+// sample as one binary record (below). After the last sample it writes `capture_maps` (/proc/self/maps) and `capture_jit_map`
 // (EnumJITedFunctions2; every native code version through GetNativeCodeStartAddresses + GetCodeInfo4, else
 // GetCodeInfo2; names from metadata).
 //
-// A sample's bytes (the stack copy, the red zone, the code around the IP, the candidate code windows, the
-// seed CONTEXT) do not go into the JSON record: the profiler thread appends them raw, as one frame (type
-// kFrameSample, one write) to a frames v1 sidecar beside the trace (profharness/frames.h; the trace's path +
-// kFramesSuffix, named in the record's out.framesFile), before it writes the record, which refers to each
-// part as {"offset", "at", "length"}: the frame's file offset, the part's position in the frame's payload
-// and its length (null when the frame could not be written). The candidate code part is a run of windows,
-// each u64 address, u32 length, the bytes (little-endian); its reference adds "count". Only the profiler
-// thread writes frames; the handler only fills its preallocated buffers, as before. The JIT map's prologue
-// bytes (once per run) stay base64 (RFC 4648) strings.
+// No JSON per sample (issue 23 part 4): the profiler thread writes one `capture_sampling` call record per
+// job (what every sample shares: target, signal, seed kind, stack bounds, the sidecar's name, the job's
+// number), then each sample as one frame (kFrameSampleRecord, one write) of a frames v1 sidecar beside the
+// trace (profharness/frames.h; the trace's path + kFramesSuffix): a fixed head, the walk's frames, the
+// candidate windows' addresses and lengths, then the stack copy, the red zone, the code around the IP and
+// the seed CONTEXT, raw (SampleHead below; conformance/adapters/capture_records.py reads it). A candidate
+// window's bytes are those of kFrameCodePage frames, each page read and written once, when a window first
+// needs it; module paths are interned (kFrameString). Once the buffers have grown, a sample costs no
+// allocation but its Walk. `capture_done` ends the job. Only the profiler thread writes frames; the handler
+// only fills its preallocated buffers, as before. The JIT map's prologue bytes (once per run) stay base64
+// (RFC 4648) strings.
 //
 // Bounds: each sample waits at most args.timeoutMs for the handler; a handler that does not finish is
 // abandoned (probe_error), and sampling stops, since its buffers are still in use.
@@ -1135,8 +1137,8 @@ const ExperimentEntry kRows[] = {
      "stack end)) and 256 code bytes around the IP into preallocated buffers, then calls DoStackSnapshot seeded "
      "from the ucontext (args.infoFlags, 0). Past args.samples, sampling goes on (up to args.maxSamples, "
      "default args.samples) until args.minManagedOk (0) samples had managed code on top and "
-     "args.minUnmanagedOk (0) other code, each with a live walk that returned S_OK. One capture_sample call "
-     "record per sample, then capture_maps, capture_jit_map (args.jitMap true) and capture_done (taken, "
+     "args.minUnmanagedOk (0) other code, each with a live walk that returned S_OK. One capture_sampling call "
+     "record, one sidecar frame per sample, then capture_maps, capture_jit_map (args.jitMap true) and capture_done (taken, "
      "managedOk, unmanagedOk, enough). args: timeoutMs (2000, per sample), maxCandidates (256, code windows "
      "around stack words pointing into executable memory), totalTimeoutMs."},
 };
