@@ -175,7 +175,7 @@ class RuntimeResult:
     @property
     def process_overhead_at_cpu_rate_pct(self) -> float:
         """The process's CPU overhead scaled to RATE_HZ samples per second of the work thread's CPU time
-        (the same as :attr:`process_overhead_at_rate_pct` on an idle machine; printed beside it, not judged)."""
+        (as :attr:`process_overhead_at_rate_pct` on an idle machine; printed beside it, not judged)."""
         return self.overhead_pct("process_cpu_ns") * RATE_HZ / self.cpu_rate_hz
 
     @property
