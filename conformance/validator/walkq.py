@@ -32,9 +32,9 @@ from conformance.adapters.capture import CAPTURE_SUFFIX, captures_from_trace
 from conformance.core.errors import HarnessError
 from conformance.core.trace import CallRecord, HeaderRecord, MarkRecord, Record, Trace, read_trace
 from conformance.validator.result import WalkQuality, WalkQualityRow
-from emu.capture import read_capture, write_capture
+from emu.capture import LiveWalk, read_capture, write_capture
 from emu.errors import EmuError
-from emu.replay import replay
+from emu.replay import ReplayResult, replay
 
 __all__ = [
     "ENV",
@@ -44,6 +44,7 @@ __all__ = [
     "compare",
     "measure",
     "quality_table",
+    "walk_of",
 ]
 
 #: the proxy's switch (walkq.cpp)
@@ -85,6 +86,15 @@ def compare(place: str, hresult: int, got: Sequence[int], truth: Sequence[int]) 
                           missing=sum((want - have).values()), extra=sum((have - want).values()))  # fmt: skip
 
 
+def walk_of(result: ReplayResult, live: LiveWalk | None, place: str | None = None) -> ProfilerWalk:
+    """The live walk of a capture against its replay's truth: the managed frames the model delivers from the
+    replay's seed (the first managed frame), none when the replay found no managed frame. ``place``: the
+    place to count it in (default: the capture's)."""
+    truth = [c.func_id for c in result.model.callbacks if c.func_id] if result.seed is not None else []
+    got = [f.function_id for f in live.frames] if live is not None else []
+    return compare(place or result.place, live.hresult if live is not None else 0, got, truth)
+
+
 def quality_table(walks: Sequence[ProfilerWalk]) -> tuple[WalkQualityRow, ...]:
     """Per place, sorted by place."""
     acc: dict[str, list[int]] = {}
@@ -119,7 +129,10 @@ def _capture_trace(trace: Trace) -> Trace:
     records: list[Record] = [r for r in trace.records if isinstance(r, HeaderRecord)]
     for mark in trace.marks(SAMPLE_MARK):
         extra = mark.model_extra or {}
-        records.append(_as_call(mark, "capture_sample", extra.get("args"), extra.get("out")))
+        args, out = extra.get("args"), extra.get("out")
+        if isinstance(args, dict) and isinstance(out, dict) and args.get("seed") != "given":
+            out = {**out, "seedContext": None}  # a walk without a seed: the capture carries no CONTEXT
+        records.append(_as_call(mark, "capture_sample", args, out))
     maps = trace.marks(MAP_MARK)
     if maps:
         extra = maps[-1].model_extra or {}
@@ -164,8 +177,6 @@ def measure(trace_path: Path, runtime: str) -> WalkQuality:
             failed += 1
             skipped.append(f"sample {spec.sample}: {exc}")
             continue
-        truth = [c.func_id for c in result.model.callbacks if c.func_id] if result.seed is not None else []
-        got = [f.function_id for f in live.frames] if live is not None else []
-        walks.append(compare(result.place, live.hresult if live is not None else 0, got, truth))
+        walks.append(walk_of(result, live))
     return WalkQuality(rows=quality_table(walks), **counts, skipped=tuple(skipped), replay_failed=failed,
                        captures=str(out_dir) if specs else "")  # fmt: skip
