@@ -90,3 +90,20 @@ def test_walks_of_threads_not_parked_in_a_handler_are_counted_not_captured(runti
     (run,) = result.runs
     quality = run.walk_quality
     assert quality is not None and quality.rows == () and quality.captured == 0 and quality.not_parked > 0
+
+
+@pytest.mark.live
+def test_walks_of_another_thread_held_in_the_handler_are_captured(runtimes: list[Runtime]) -> None:
+    """Live: with WALKQ_CROSS=1 the fixture's own thread walks the interrupted thread while the handler holds
+    it; the proxy finds that thread's ucontext through the preload and captures it. Observed on both bundled
+    runtimes: such a walk returns E_NOTIMPL (0x80004001) on Linux (no runtime suspension), so every one
+    fails, and DSS-13 is found."""
+    so = build_profiler(PROFILERS / "walkq_naive.cpp", "validator-fixtures", includes=[PROFILERS])
+    result = api.validate(so, FIXTURE_CLSID, runtime="8.0", workload="sampling", duration_s=2.0,
+                          walk_quality=True, env={"WALKQ_CROSS": "1"})  # fmt: skip
+    (run,) = result.runs
+    quality = run.walk_quality
+    assert quality is not None and quality.captured > 10, quality
+    assert sum(r.walks for r in quality.rows) > 5
+    assert all(r.failed == r.walks for r in quality.rows), quality.rows
+    assert any(g.clause == "DSS-13" for g in result.findings)

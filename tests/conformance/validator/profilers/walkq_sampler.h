@@ -10,6 +10,10 @@
 //   * setitimer(ITIMER_PROF, 10 ms): SIGPROF every 10 ms of the process's CPU time, delivered to a running
 //     thread. The handler builds the seed (the Seeder policy), walks (frames counted), and counts the result
 //     per outcome in atomics; Shutdown disarms the timer, ignores SIGPROF and prints the tally.
+// With WALKQ_CROSS=1 the walk is made by the fixture's own sampler thread instead, of the interrupted thread
+// held in the handler meanwhile (the documented "snapshot of another thread"): the handler publishes its
+// ThreadID (GetCurrentThreadID) and seed, posts a semaphore and waits (at most 200 ms) until the sampler
+// thread's DoStackSnapshot(thatThread, ...) returned.
 // The seed policy is the only difference between the two fixtures: Seeder::seed(uc, ctx) fills the CONTEXT and
 // returns false when it found no managed frame to seed from (then the fixture walks with no seed, as a
 // profiler that gives up on the seed would).
@@ -22,7 +26,12 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <semaphore.h>
+#include <time.h>
+
 #include <atomic>
+#include <cstdlib>
+#include <thread>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +50,15 @@ inline constexpr ULONG32 kRegisterContext = 1;  // COR_PRF_SNAPSHOT_REGISTER_CON
 inline ICorProfilerInfo10* g_info = nullptr;
 inline std::atomic<unsigned long> g_samples{0}, g_ok{0}, g_failed{0}, g_unseeded{0};
 inline volatile sig_atomic_t g_on = 0;
+inline bool g_cross = false;
+// the cross-thread hand-over (one walk in flight: SIGPROF is blocked in its own handler, and the sampler
+// thread takes one request at a time; a second handler finds g_busy set and skips)
+inline sem_t g_request;
+inline std::atomic<int> g_busy{0}, g_walked{0};
+inline ThreadID g_target = 0;
+inline BYTE* g_seed = nullptr;
+inline ULONG32 g_seed_size = 0;
+inline std::atomic<bool> g_stop{false};
 
 // Reads one word of this process without faulting (process_vm_readv: a system call, async-signal-safe).
 inline bool read_word(std::uint64_t addr, std::uint64_t& out) {
@@ -90,6 +108,27 @@ void on_sigprof(int, siginfo_t*, void* ucv) {
     g_samples.fetch_add(1, std::memory_order_relaxed);
     const bool seeded = Seeder::seed(static_cast<const ucontext_t*>(ucv), ctx);
     if (!seeded) g_unseeded.fetch_add(1, std::memory_order_relaxed);
+    if (g_cross) {
+        ThreadID self = 0;
+        int idle = 0;
+        if (g_info->GetCurrentThreadID(&self) == S_OK && self && g_busy.compare_exchange_strong(idle, 1)) {
+            g_target = self;
+            g_seed = seeded ? ctx : nullptr;
+            g_seed_size = seeded ? static_cast<ULONG32>(sizeof(AMD64Context)) : 0;
+            g_walked.store(0, std::memory_order_release);
+            sem_post(&g_request);
+            timespec start, now;
+            clock_gettime(CLOCK_MONOTONIC, &start);
+            do {  // held here until the sampler thread's walk returned
+                clock_gettime(CLOCK_MONOTONIC, &now);
+            } while (!g_walked.load(std::memory_order_acquire) &&
+                     (now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < 200000000L);
+            int none = 0;  // abandoned (the walk may still run: the sampler thread frees the hand-over), or done
+            if (!g_walked.compare_exchange_strong(none, 2)) g_busy.store(0, std::memory_order_release);
+        }
+        errno = saved;
+        return;
+    }
     unsigned long frames = 0;
     const HRESULT hr = g_info->DoStackSnapshot(0, &count_frame, kRegisterContext, &frames, seeded ? ctx : nullptr,
                                                seeded ? static_cast<ULONG32>(sizeof(AMD64Context)) : 0);
@@ -104,6 +143,30 @@ class SignalWalker : public Profiler<Callbacks11, 11> {
         HRESULT hr = take_info(unk, COR_PRF_ENABLE_STACK_SNAPSHOT);
         if (hr != S_OK) return hr;
         g_info = info;
+        const char* cross = std::getenv("WALKQ_CROSS");
+        g_cross = cross && cross[0] == '1';
+        if (g_cross) {
+            sem_init(&g_request, 0, 0);
+            sampler_ = std::thread([] {
+                sigset_t block;
+                sigemptyset(&block);
+                sigaddset(&block, SIGPROF);
+                pthread_sigmask(SIG_BLOCK, &block, nullptr);
+                while (!g_stop.load()) {
+                    timespec until;
+                    clock_gettime(CLOCK_REALTIME, &until);
+                    until.tv_nsec += 50000000L;
+                    if (until.tv_nsec >= 1000000000L) until.tv_sec += 1, until.tv_nsec -= 1000000000L;
+                    if (sem_timedwait(&g_request, &until) != 0) continue;
+                    unsigned long frames = 0;
+                    const HRESULT hr = g_info->DoStackSnapshot(g_target, &count_frame, kRegisterContext, &frames,
+                                                               g_seed, g_seed_size);
+                    (hr == S_OK ? g_ok : g_failed).fetch_add(1, std::memory_order_relaxed);
+                    if (g_walked.exchange(1) == 2) g_busy.store(0);  // the handler gave up waiting
+                    if (hr != S_OK && g_failed.load() <= 3) std::fprintf(stderr, "walk of another thread: 0x%08x\n", static_cast<unsigned>(hr));
+                }
+            });
+        }
         struct sigaction sa;
         std::memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = &on_sigprof<Seeder>;
@@ -123,6 +186,8 @@ class SignalWalker : public Profiler<Callbacks11, 11> {
         std::memset(&off, 0, sizeof off);
         setitimer(ITIMER_PROF, &off, nullptr);
         g_on = 0;
+        g_stop.store(true);
+        if (sampler_.joinable()) sampler_.join();
         struct sigaction ign;
         std::memset(&ign, 0, sizeof ign);
         ign.sa_handler = SIG_IGN;
@@ -132,6 +197,9 @@ class SignalWalker : public Profiler<Callbacks11, 11> {
                      g_ok.load(), g_failed.load(), g_unseeded.load());
         return S_OK;
     }
+
+ private:
+    std::thread sampler_;
 };
 
 }  // namespace walkq
