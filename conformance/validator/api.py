@@ -134,7 +134,7 @@ def validate(
         environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s,
                                                inject_deadlock=inject_deadlock)  # fmt: skip
         if walk_quality:
-            environment[walkq.ENV] = "1"
+            environment.update(walkq.ENVIRONMENT)
         plan = _plan(app, workload, duration_s)
         selected = runtimes.select(runtime, dotnet)
         checks = HookChecks()

@@ -38,6 +38,7 @@ from emu.replay import ReplayResult, replay
 
 __all__ = [
     "ENV",
+    "ENVIRONMENT",
     "MAP_MARK",
     "SAMPLE_MARK",
     "ProfilerWalk",
@@ -49,6 +50,11 @@ __all__ = [
 
 #: the proxy's switch (walkq.cpp)
 ENV = "PROFHARNESS_PROXY_WALK_QUALITY"
+#: what a --walk-quality run sets: the switch, and the shadow heap off (PROFHARNESS_PROXY_HEAP=0): its
+#: ObjectAllocated events send every allocation through the runtime's slow path and a callback into the
+#: proxy, which would move where the sampled threads spend their time (and where the walks land) away from
+#: the profiler's own run; the heap's verdicts on inspected ObjectIDs are not made in such a run
+ENVIRONMENT = {ENV: "1", "PROFHARNESS_PROXY_HEAP": "0"}
 SAMPLE_MARK = "proxy.walkq.sample"
 MAP_MARK = "proxy.walkq.map"
 #: the folder beside the trace the captures are written to
