@@ -88,8 +88,10 @@ def probe_rows(rt: str, samples: int, out: Path, *, run: bool = True) -> tuple[W
 
 def validator_rows(fixture: str, rt: str, duration: float) -> tuple[WalkQualityRow, ...]:
     so = build_profiler(PROFILERS / f"{fixture}.cpp", "validator-fixtures", includes=[PROFILERS])
+    # bounded: a walk from a signal handler can deadlock the runtime (a thread interrupted while it changes
+    # GC mode); the proxy writes what the replay needs as it goes, so a hung run is still measured
     result = api.validate(so, FIXTURE_CLSID, runtime=rt, workload="sampling", duration_s=duration,
-                          walk_quality=True)  # fmt: skip
+                          walk_quality=True, timeout_s=duration + 60)  # fmt: skip
     (run,) = result.runs
     if run.walk_quality is None:
         return ()

@@ -56,7 +56,10 @@ ENV = "PROFHARNESS_PROXY_WALK_QUALITY"
 #: the profiler's own run; the heap's verdicts on inspected ObjectIDs are not made in such a run
 ENVIRONMENT = {ENV: "1", "PROFHARNESS_PROXY_HEAP": "0"}
 SAMPLE_MARK = "proxy.walkq.sample"
+#: the end's counts; the methods' code as it was noted; the maps when they changed
 MAP_MARK = "proxy.walkq.map"
+METHODS_MARK = "proxy.walkq.methods"
+MAPS_MARK = "proxy.walkq.maps"
 #: the folder beside the trace the captures are written to
 CAPTURES_DIR = "walkq"
 
@@ -139,11 +142,16 @@ def _capture_trace(trace: Trace) -> Trace:
         if isinstance(args, dict) and isinstance(out, dict) and args.get("seed") != "given":
             out = {**out, "seedContext": None}  # a walk without a seed: the capture carries no CONTEXT
         records.append(_as_call(mark, "capture_sample", args, out))
-    maps = trace.marks(MAP_MARK)
+    maps = trace.marks(MAPS_MARK)
     if maps:
-        extra = maps[-1].model_extra or {}
-        records.append(_as_call(maps[-1], "capture_maps", {}, {"maps": extra.get("maps")}))
-        records.append(_as_call(maps[-1], "capture_jit_map", {}, {"methods": extra.get("methods", [])}))
+        text = (maps[-1].model_extra or {}).get("maps")
+        records.append(_as_call(maps[-1], "capture_maps", {}, {"maps": text}))
+    methods: list[object] = []
+    for mark in trace.marks(METHODS_MARK):
+        listed = (mark.model_extra or {}).get("methods")
+        methods.extend(listed if isinstance(listed, list) else [])
+    if methods:
+        records.append(_as_call(trace.marks(METHODS_MARK)[-1], "capture_jit_map", {}, {"methods": methods}))
     return Trace(path=trace.path, records=records)
 
 
@@ -162,8 +170,9 @@ def measure(trace_path: Path, runtime: str) -> WalkQuality:
         return WalkQuality(**counts)
     skipped: list[str] = []
     if not maps:
-        skipped.append(f"no {MAP_MARK} mark (the run ended before Shutdown): no JIT map, the replay sees no "
-                       "managed code")  # fmt: skip
+        skipped.append(f"no {MAP_MARK} mark: the run ended before Shutdown (the counts are those of the "
+                       "samples written)")  # fmt: skip
+        counts["captured"] = len(trace.marks(SAMPLE_MARK))
     try:
         specs, left_out = captures_from_trace(_capture_trace(trace), runtime=runtime)
     except HarnessError as exc:

@@ -21,9 +21,11 @@
 // capture_sample record shape ("args", "out"), so conformance/adapters/capture.py turns it into an emu capture.
 // Read after the instant, as the probe's are: the code windows around stack words that point into executable
 // memory, the place of the IP (GetFunctionFromIP, else the mapping) and, for every such word that is managed
-// code, its method's code ranges (GetCodeInfo2: JIT-compiled and ReadyToRun alike), written with
-// /proc/self/maps at the end (proxy.walkq.map, walkq_drain(true) before proxy.shutdown) with the counts
-// (captured, dropped for want of a free slot, walks of threads not parked).
+// code, its method's code versions (GetNativeCodeStartAddresses + GetCodeInfo4, else GetCodeInfo2:
+// JIT-compiled and ReadyToRun alike), written as they are noted (proxy.walkq.methods) with /proc/self/maps when
+// it changed (proxy.walkq.maps), so a run that hangs or crashes keeps what its samples need; at the end
+// (walkq_drain(true) before proxy.shutdown) the counts (proxy.walkq.map: captured, dropped for want of a
+// free slot, walks of threads not parked).
 #include <asm/prctl.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -112,6 +114,8 @@ std::string* g_frames_error = nullptr;
 // FunctionID -> its code ranges as the JIT map's methods[] entry (written once, at the end)
 struct Method;
 std::map<std::uint64_t, Method>* g_methods = nullptr;
+std::set<std::uint64_t>* g_unwritten = nullptr;  // methods noted (or noted again) since the last write
+std::string* g_maps_written = nullptr;            // the /proc/self/maps text last written
 
 long gettid_() { return static_cast<long>(::syscall(SYS_gettid)); }
 
@@ -275,6 +279,7 @@ std::uint64_t note_function(std::uint64_t ip) {
     Method m;
     m.json = method_json(fid, m.spans);
     (*g_methods)[fid] = std::move(m);
+    g_unwritten->insert(fid);
     return fid;
 }
 
@@ -398,6 +403,8 @@ void walkq_init(const char* trace_path) {
     if (mem == MAP_FAILED) return;
     g_slots = new (mem) WalkqSlot[kSlots];
     g_methods = new std::map<std::uint64_t, Method>();
+    g_unwritten = new std::set<std::uint64_t>();
+    g_maps_written = new std::string();
     g_frames_error = new std::string();
     if (trace_path && *trace_path) {
         const std::string path = std::string(trace_path) + kFramesSuffix;
@@ -513,13 +520,31 @@ void walkq_drain(bool final) {
         write_slot(s, maps);
         s.state.store(kFree, std::memory_order_release);
     }
+    // What the replay needs besides the samples, as it grows (a run that hangs or crashes keeps what was
+    // written): the code of the methods noted since the last write, and the maps when they changed.
+    if (!g_unwritten->empty()) {
+        Json methods = Json::array();
+        for (std::uint64_t fid : *g_unwritten) {
+            auto it = g_methods->find(fid);
+            if (it != g_methods->end() && !it->second.spans.empty()) methods.push(it->second.json);
+        }
+        g_unwritten->clear();
+        Json rec = Json::object();
+        rec.set("name", "proxy.walkq.methods").set("payload", Json()).set("methods", std::move(methods));
+        trace().write("mark", rec);
+    }
+    if (have_maps || final) {
+        std::string text = read_maps_text();
+        if (text != *g_maps_written) {
+            Json rec = Json::object();
+            rec.set("name", "proxy.walkq.maps").set("payload", Json()).set("maps", text);
+            trace().write("mark", rec);
+            *g_maps_written = std::move(text);
+        }
+    }
     if (!final) return;
-    Json methods = Json::array();
-    for (auto& [fid, m] : *g_methods)
-        if (!m.spans.empty()) methods.push(m.json);
     Json rec = Json::object();
     rec.set("name", "proxy.walkq.map").set("payload", Json());
-    rec.set("maps", read_maps_text()).set("methods", std::move(methods));
     rec.set("captured", Json(g_captured.load())).set("written", Json(g_written.load()));
     rec.set("dropped", Json(g_dropped.load())).set("notParked", Json(g_not_parked.load()));
     rec.set("preload", g_parked != nullptr);

@@ -4,8 +4,10 @@
 // with process_vm_readv (a bad pointer costs a failed read, never a fault):
 //   1. rip is managed code (GetFunctionFromIP): the registers as they are.
 //   2. a leaf without a frame (stubs: write barrier, precode, dispatch stubs, allocation fast paths; they
-//      push nothing): the return address at [rsp], when it is managed code right after a call instruction;
-//      seed rip = [rsp], rsp + 8, rbp unchanged (the stub did not touch it).
+//      push at most a few words and never set up rbp): the first of [rsp] .. [rsp + 24] that is managed code
+//      right after a call instruction; seed rip = it, rsp = its slot + 8, rbp unchanged (the stub did not
+//      touch it). (A first version read [rsp] alone; `validate --walk-quality` showed the walks of samples
+//      in a dispatch stub that had pushed one word missing their dispatching method.)
 //   3. frame pointers (the runtime's native code and the JIT's frames keep rbp chains on System V x64): from
 //      rbp, each frame's return address at [fp + 8], the caller's rbp at [fp], the caller's rsp fp + 16; the
 //      first managed return address seeds (rip = it, rsp = fp + 16, rbp = [fp]).
@@ -62,6 +64,8 @@ bool after_call(std::uint64_t ret) {
     return false;
 }
 
+constexpr int kStubPushes = 4;  // the words a frameless stub may have pushed above its return address
+
 bool managed_return(std::uint64_t ret) { return walkq::managed(ret) && after_call(ret); }
 
 void seed_at(profharness::BYTE* ctx, std::uint64_t rip, std::uint64_t rsp, std::uint64_t rbp) {
@@ -71,10 +75,15 @@ void seed_at(profharness::BYTE* ctx, std::uint64_t rip, std::uint64_t rsp, std::
 }
 
 bool leaf(std::uint64_t rsp, std::uint64_t rbp, profharness::BYTE* ctx) {
-    std::uint64_t ret = 0;
-    if (!walkq::read_word(rsp, ret) || !managed_return(ret)) return false;
-    seed_at(ctx, ret, rsp + 8, rbp);
-    return true;
+    for (std::uint64_t at = rsp; at < rsp + 8 * kStubPushes; at += 8) {
+        std::uint64_t ret = 0;
+        if (!walkq::read_word(at, ret)) return false;
+        if (managed_return(ret)) {
+            seed_at(ctx, ret, at + 8, rbp);
+            return true;
+        }
+    }
+    return false;
 }
 
 bool chain(std::uint64_t rsp, std::uint64_t rbp, profharness::BYTE* ctx) {
