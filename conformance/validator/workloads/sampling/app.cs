@@ -1,7 +1,8 @@
 // sampling: the workload of `validate --walk-quality` (issue 24 part 4): one busy thread ("sampled") that
 // cycles, below a 70-frame managed recursion (Run -> Deep x70 -> Work), through the places of the probe's
 // capture-sampling scenario: managed code, native code (libc strlen over 64 KiB of unmanaged memory), small
-// allocations, reference stores (the write barrier), a Monitor a second thread keeps taking, a new
+// allocations, reference stores (the write barrier), a Monitor a second thread keeps taking (waiting in a
+// managed loop, so that its own samples land in managed code), a new
 // DynamicMethod JIT-compiled every 8 rounds, interface dispatch over five implementations, and a gen-0 GC every
 // 32 rounds. It runs PROFHARNESS_APP_SECONDS seconds (3 when unset), then stops and joins both threads.
 // Marks: "workload.begin", "workload.end" (payload: rounds). Exit code 0 when both threads ended.
@@ -63,18 +64,31 @@ namespace ProfHarness.Workloads
             return ended ? 0 : 1;
         }
 
-        // The other side of the contended Monitor: holds the lock for a while, again and again.
+        // The other side of the contended Monitor: holds the lock for a while, again and again. It waits in
+        // managed code (Busy), not in Thread.SpinWait: a sampler's timer lands on this thread too, and the
+        // places of its samples should be those of the busy thread's work, not the runtime's spin loop.
         [MethodImpl(MethodImplOptions.NoInlining)]
         static void Hold()
         {
+            long sink = 0;
             while (Volatile.Read(ref stop) == 0)
             {
                 lock (gate)
                 {
-                    Thread.SpinWait(100);
+                    sink += Busy(300);
                 }
-                Thread.SpinWait(100);
+                sink += Busy(300);
             }
+            keep = sink;
+        }
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static long Busy(int iterations)
+        {
+            long x = 1;
+            for (int i = 0; i < iterations; i++)
+                x = x * 31 + i;
+            return x;
         }
 
         [MethodImpl(MethodImplOptions.NoInlining)]

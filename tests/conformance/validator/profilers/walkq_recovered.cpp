@@ -13,8 +13,10 @@
 //      first managed return address seeds (rip = it, rsp = fp + 16, rbp = [fp]).
 //   4. a bounded scan (4 KiB above rsp) for a managed return address after a call instruction: rip = it,
 //      rsp = its slot + 8, rbp = the interrupted rbp.
-// Stub-looking code (step 2) is tried before the frame chain only when the IP is outside the runtime's own
-// modules' text (found once, in Initialize, with dl_iterate_phdr); inside them the chain comes first.
+// Inside the runtime's own modules' text (found once, in Initialize, with dl_iterate_phdr) step 2 reads [rsp]
+// alone before the frame chain (the runtime's assembly helpers called from managed code, the write barrier of
+// .NET Core 3.1 among them, push nothing: the chain from the caller's rbp would skip the caller; `validate
+// --walk-quality` showed it), then the other words after the chain; elsewhere all four words come first.
 #include <link.h>
 
 #include "walkq_sampler.h"
@@ -74,8 +76,8 @@ void seed_at(profharness::BYTE* ctx, std::uint64_t rip, std::uint64_t rsp, std::
     walkq::put(ctx, offsetof(profharness::AMD64Context, Rbp), rbp);
 }
 
-bool leaf(std::uint64_t rsp, std::uint64_t rbp, profharness::BYTE* ctx) {
-    for (std::uint64_t at = rsp; at < rsp + 8 * kStubPushes; at += 8) {
+bool leaf(std::uint64_t rsp, std::uint64_t rbp, profharness::BYTE* ctx, int words = kStubPushes) {
+    for (std::uint64_t at = rsp; at < rsp + 8 * static_cast<std::uint64_t>(words); at += 8) {
         std::uint64_t ret = 0;
         if (!walkq::read_word(at, ret)) return false;
         if (managed_return(ret)) {
@@ -123,7 +125,8 @@ struct RecoveredSeed {
         const auto rsp = static_cast<std::uint64_t>(g[REG_RSP]);
         const auto rbp = static_cast<std::uint64_t>(g[REG_RBP]);
         if (walkq::managed(rip)) return true;
-        if (in_runtime(rip)) return chain(rsp, rbp, ctx) || leaf(rsp, rbp, ctx) || scan(rsp, rbp, ctx);
+        if (in_runtime(rip))
+            return leaf(rsp, rbp, ctx, 1) || chain(rsp, rbp, ctx) || leaf(rsp, rbp, ctx) || scan(rsp, rbp, ctx);
         return leaf(rsp, rbp, ctx) || chain(rsp, rbp, ctx) || scan(rsp, rbp, ctx);
     }
 };
