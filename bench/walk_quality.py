@@ -45,9 +45,16 @@ from conformance.validator import api, walkq  # noqa: E402
 from conformance.validator.result import WalkQualityRow  # noqa: E402
 from emu.capture import Capture, names_a_file, read_capture  # noqa: E402
 from emu.errors import EmuError  # noqa: E402
-from emu.replay import replay  # noqa: E402
+from emu.replay import ReplayResult, replay  # noqa: E402
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_profiler  # noqa: E402
 
+#: the workloads' own methods (capture-sampling's and the validator's sampling workload share them) -> the
+#: place the scenario's phase names for the work it does (capture-sampling's Phases table)
+PHASE_OF_METHOD = {
+    "BusyManaged": "managed", "Native": "native", "Allocate": "helper:alloc",
+    "StoreReferences": "helper:write-barrier", "Contend": "helper:monitor", "JitNewMethod": "helper:jit",
+    "Dispatch": "helper:dispatch", "Area": "helper:dispatch", "Collect": "helper:gc",
+}
 NAIVE_TOLERANCE = 0.10
 RECOVERED_TARGET = 0.99
 
@@ -66,7 +73,35 @@ def ip_place(capture: Capture) -> str:
     return "unknown"
 
 
-def probe_rows(rt: str, samples: int, out: Path, *, run: bool = True) -> tuple[WalkQualityRow, ...]:
+def phase_of(result: ReplayResult, capture: Capture) -> str:
+    """The work the thread was doing, by the innermost of the workload's own methods on its stack (the
+    scenario's phase cell where the probe recorded one); "other" when none is."""
+    if capture.manifest.known_callees is not None:
+        return capture.manifest.known_callees.phase or "other"
+    for f in result.frames:
+        name = (f.function or "").rsplit("::", 1)[-1]
+        if f.function_id and name in PHASE_OF_METHOD:
+            return PHASE_OF_METHOD[name]
+    return "other"
+
+
+def phase_rows(folder: Path) -> tuple[WalkQualityRow, ...]:
+    """The captures of ``folder`` (a probe capture run's, or a validate run's ``walkq/``), by phase."""
+    walks = []
+    for path in sorted(folder.rglob("*.phcap")):
+        try:
+            capture = read_capture(path)
+            result = replay(capture)
+        except EmuError:
+            continue
+        walks.append(walkq.walk_of(result, capture.manifest.live, phase_of(result, capture)))
+    return walkq.quality_table(walks)
+
+
+Rows = tuple[WalkQualityRow, ...]
+
+
+def probe_rows(rt: str, samples: int, out: Path, *, run: bool = True) -> tuple[Rows, Rows]:
     if run:
         cmd = [sys.executable, "-m", "conformance", "capture", "capture-sampling", "--runtime", rt,
                "--samples", str(samples), "--out", str(out)]  # fmt: skip
@@ -83,10 +118,10 @@ def probe_rows(rt: str, samples: int, out: Path, *, run: bool = True) -> tuple[W
             print(f"  {path.name}: {exc}")
             continue
         walks.append(walkq.walk_of(result, capture.manifest.live, ip_place(capture)))
-    return walkq.quality_table(walks)
+    return walkq.quality_table(walks), phase_rows(out)
 
 
-def validator_rows(fixture: str, rt: str, duration: float) -> tuple[WalkQualityRow, ...]:
+def validator_rows(fixture: str, rt: str, duration: float) -> tuple[Rows, Rows]:
     so = build_profiler(PROFILERS / f"{fixture}.cpp", "validator-fixtures", includes=[PROFILERS])
     # bounded: a walk from a signal handler can deadlock the runtime (a thread interrupted while it changes
     # GC mode); the proxy writes what the replay needs as it goes, so a hung run is still measured
@@ -94,17 +129,39 @@ def validator_rows(fixture: str, rt: str, duration: float) -> tuple[WalkQualityR
                           walk_quality=True, timeout_s=duration + 60)  # fmt: skip
     (run,) = result.runs
     if run.walk_quality is None:
-        return ()
+        return (), ()
     q = run.walk_quality
     print(f"  {fixture}: {run.outcome}, captured {q.captured}, dropped {q.dropped}, replays failed "
           f"{q.replay_failed}")  # fmt: skip
-    return q.rows
+    return q.rows, phase_rows(Path(q.captures)) if q.captures else ()
 
 
 def _share(row: WalkQualityRow | None) -> str:
     if row is None or row.failure_share is None:
         return "-"
     return f"{row.walks:>4} {row.failure_share:6.1%}"
+
+
+def table(probe: dict[str, WalkQualityRow], naive: dict[str, WalkQualityRow],
+          recovered: dict[str, WalkQualityRow], min_walks: int, *, judge: bool) -> bool:
+    """One table; ``judge``: its rows decide PASS (the phase table: the same work on both sides)."""
+    ok = True
+    print(f"    {'place':<30} {'probe naive':>11} {'validate naive':>14} {'diff':>6} {'recovered':>11}")
+    for place in sorted(set(probe) | set(naive) | set(recovered)):
+        p, n, r = probe.get(place), naive.get(place), recovered.get(place)
+        diff = ""
+        verdict = ""
+        if p and n and p.failure_share is not None and n.failure_share is not None and \
+                p.walks >= min_walks and n.walks >= min_walks:  # fmt: skip
+            d = n.failure_share - p.failure_share
+            diff = f"{d * 100:+.1f}"
+            if abs(d) > NAIVE_TOLERANCE:
+                verdict = "  naive rates differ by more than 10 points"
+        if r and r.walks >= min_walks and r.complete / r.walks < RECOVERED_TARGET:
+            verdict += "  recovered below 99%"
+        ok = ok and not (judge and verdict)
+        print(f"    {place:<30} {_share(p):>11} {_share(n):>14} {diff:>6} {_share(r):>11}{verdict}")
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,26 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     for rt in runtimes.select(args.runtime, None):
         print(f"{rt.version}: load {os.getloadavg()[0]:.2f}")
         if args.captures is not None:
-            probe = {r.place: r for r in probe_rows(rt.version, args.samples, args.captures, run=False)}
+            probe = probe_rows(rt.version, args.samples, args.captures, run=False)
         else:
             with tempfile.TemporaryDirectory(prefix="walkq-bench-") as tmp:
-                probe = {r.place: r for r in probe_rows(rt.version, args.samples, Path(tmp))}
-        naive = {r.place: r for r in validator_rows("walkq_naive", rt.version, args.duration)}
-        recovered = {r.place: r for r in validator_rows("walkq_recovered", rt.version, args.duration)}
-        print(f"  {'place':<30} {'probe naive':>11} {'validate naive':>14} {'diff':>6} {'recovered':>11}")
-        for place in sorted(set(probe) | set(naive) | set(recovered)):
-            p, n, r = probe.get(place), naive.get(place), recovered.get(place)
-            diff = ""
-            verdict = ""
-            if p and n and p.failure_share is not None and n.failure_share is not None and \
-                    p.walks >= args.min_walks and n.walks >= args.min_walks:  # fmt: skip
-                d = n.failure_share - p.failure_share
-                diff = f"{d * 100:+.1f}"
-                if abs(d) > NAIVE_TOLERANCE:
-                    ok, verdict = False, "  naive rates differ by more than 10 points"
-            if r and r.walks >= args.min_walks and r.complete / r.walks < RECOVERED_TARGET:
-                ok, verdict = False, verdict + "  recovered below 99%"
-            print(f"  {place:<30} {_share(p):>11} {_share(n):>14} {diff:>6} {_share(r):>11}{verdict}")
+                probe = probe_rows(rt.version, args.samples, Path(tmp))
+        naive = validator_rows("walkq_naive", rt.version, args.duration)
+        recovered = validator_rows("walkq_recovered", rt.version, args.duration)
+        for k, title in ((0, "by the place of the IP"), (1, "by the work the thread was doing (its phase)")):
+            print(f"  {title}")
+            ok = table({r.place: r for r in probe[k]}, {r.place: r for r in naive[k]},
+                       {r.place: r for r in recovered[k]}, args.min_walks, judge=k == 1) and ok  # fmt: skip
         print(f"  load after {os.getloadavg()[0]:.2f}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "profharness/frames.h"
+#include "profharness/metadata.h"
 #include "proxy.h"
 #include "walkq.h"
 
@@ -253,6 +254,18 @@ Json method_json(std::uint64_t fid, std::vector<std::pair<std::uint64_t, std::ui
     }
     Json method = Json::object();
     method.set("functionId", Json(fid)).set("reJitId", Json(std::uint64_t{0})).set("versions", std::move(versions));
+    // its name ("Type::Method", as the probe's map names methods), from metadata on the watchdog's thread
+    if (auto* info = static_cast<ICorProfilerInfo*>(runtime_info_of(1))) {
+        ComHolder<IMetaDataImport> md;
+        mdToken token = 0;
+        if (function_metadata(info, static_cast<FunctionID>(fid), md, token) == S_OK && md.get()) {
+            const MethodProps m = method_props(md.get(), token);
+            if (!failed(m.hr)) {
+                const TypeDefProps t = type_def_props(md.get(), m.owner);
+                method.set("name", (failed(t.hr) ? std::string("?") : t.name) + "::" + m.name);
+            }
+        }
+    }
     return method;
 }
 

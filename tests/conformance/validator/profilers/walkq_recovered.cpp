@@ -13,10 +13,12 @@
 //      first managed return address seeds (rip = it, rsp = fp + 16, rbp = [fp]).
 //   4. a bounded scan (4 KiB above rsp) for a managed return address after a call instruction: rip = it,
 //      rsp = its slot + 8, rbp = the interrupted rbp.
-// Inside the runtime's own modules' text (found once, in Initialize, with dl_iterate_phdr) step 2 reads [rsp]
-// alone before the frame chain (the runtime's assembly helpers called from managed code, the write barrier of
-// .NET Core 3.1 among them, push nothing: the chain from the caller's rbp would skip the caller; `validate
-// --walk-quality` showed it), then the other words after the chain; elsewhere all four words come first.
+// Stub-looking code (step 2) is tried before the frame chain only when the IP is outside the runtime's own
+// modules' text (found once, in Initialize, with dl_iterate_phdr); inside them the chain comes first. Known
+// limit (`validate --walk-quality` shows it): the runtime's frameless assembly helpers called from managed
+// code (.NET Core 3.1's write barrier in libcoreclr) leave rbp to their caller, so the chain skips that
+// caller; trying [rsp] first inside the runtime was worse (C++ frames' stale words), the cure is the modules'
+// unwind tables (.eh_frame), which this fixture does not read.
 #include <link.h>
 
 #include "walkq_sampler.h"
@@ -125,8 +127,7 @@ struct RecoveredSeed {
         const auto rsp = static_cast<std::uint64_t>(g[REG_RSP]);
         const auto rbp = static_cast<std::uint64_t>(g[REG_RBP]);
         if (walkq::managed(rip)) return true;
-        if (in_runtime(rip))
-            return leaf(rsp, rbp, ctx, 1) || chain(rsp, rbp, ctx) || leaf(rsp, rbp, ctx) || scan(rsp, rbp, ctx);
+        if (in_runtime(rip)) return chain(rsp, rbp, ctx) || leaf(rsp, rbp, ctx) || scan(rsp, rbp, ctx);
         return leaf(rsp, rbp, ctx) || chain(rsp, rbp, ctx) || scan(rsp, rbp, ctx);
     }
 };
