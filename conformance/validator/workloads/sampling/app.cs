@@ -1,8 +1,7 @@
 // sampling: the workload of `validate --walk-quality` (issue 24 part 4): one busy thread ("sampled") that
 // cycles, below a 70-frame managed recursion (Run -> Deep x70 -> Work), through the places of the probe's
 // capture-sampling scenario: managed code, native code (libc strlen over 64 KiB of unmanaged memory), small
-// allocations, reference stores (the write barrier), a Monitor a second thread keeps taking (waiting in a
-// managed loop, so that its own samples land in managed code), a new
+// allocations, reference stores (the write barrier), a Monitor a second thread keeps taking, a new
 // DynamicMethod JIT-compiled every 8 rounds, interface dispatch over five implementations, and a gen-0 GC every
 // 32 rounds. It runs PROFHARNESS_APP_SECONDS seconds (3 when unset), then stops and joins both threads.
 // Marks: "workload.begin", "workload.end" (payload: rounds). Exit code 0 when both threads ended.
@@ -64,31 +63,21 @@ namespace ProfHarness.Workloads
             return ended ? 0 : 1;
         }
 
-        // The other side of the contended Monitor: holds the lock for a while, again and again. It waits in
-        // managed code (Busy), not in Thread.SpinWait: a sampler's timer lands on this thread too, and the
-        // places of its samples should be those of the busy thread's work, not the runtime's spin loop.
+        // The other side of the contended Monitor: holds the lock for a while, again and again (waiting in
+        // Thread.SpinWait, the runtime's spin loop, as capture-sampling's holder does: a sampler's timer lands
+        // here too; its samples have none of Work's methods on the stack, which tells them apart. A version
+        // that waited in managed code made the holder contend for the lock most of its time instead).
         [MethodImpl(MethodImplOptions.NoInlining)]
         static void Hold()
         {
-            long sink = 0;
             while (Volatile.Read(ref stop) == 0)
             {
                 lock (gate)
                 {
-                    sink += Busy(300);
+                    Thread.SpinWait(100);
                 }
-                sink += Busy(300);
+                Thread.SpinWait(100);
             }
-            keep = sink;
-        }
-
-        [MethodImpl(MethodImplOptions.NoInlining)]
-        static long Busy(int iterations)
-        {
-            long x = 1;
-            for (int i = 0; i < iterations; i++)
-                x = x * 31 + i;
-            return x;
         }
 
         [MethodImpl(MethodImplOptions.NoInlining)]
