@@ -11,7 +11,8 @@ order flips every round), ``--rounds`` times each, ``--samples`` samples per run
 * recovered: args.seed "recovered", args.naiveWalk false: the handler copies the same, parks until the
   profiler thread has recovered the seed (docs/seeding.md), then calls DoStackSnapshot with it.
 
-Each sample's ``capture_sample`` record holds ``out.timing.handlerNs``: the handler from its claim of the
+Each sample's ``capture_seed`` record (the probe writes one per sample when the plan gives args.seed) holds
+``out.timing.handlerNs``: the handler from its claim of the
 signal to its end (the copy, the walk or walks, the park). Printed per mode: p50 and p99 over every sample
 of every round, the walk's success rate (S_OK), and the ratio of the p99s. The target (issue 24): the
 recovered handler's p99 at most 2x the naive handler's p99 (PASS/FAIL per runtime; exit status 1 on FAIL).
@@ -33,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conformance.adapters.capture import SAMPLE_CALL
+from conformance.adapters.capture import SEED_CALL
 from conformance.cli.capture import sampling_plan, with_jit_events
 from conformance.core import probe, runner, runtimes, scenarios
 from conformance.core.errors import HarnessError
@@ -86,15 +87,22 @@ def measure(result: runner.RunResult, seed: str, into: Mode) -> None:
     errors = trace.of_kind(ProbeErrorRecord)
     if errors:
         raise BenchError(f"{trace.path}: probe_error: {errors[0].what}")
-    for rec in trace.calls(SAMPLE_CALL):
+    seeds = trace.calls(SEED_CALL)
+    if not seeds:
+        raise BenchError(f"{trace.path}: no {SEED_CALL} record (a probe without the per-sample seed record)")
+    for rec in seeds:
         out = rec.out
         timing = out.get("timing") if isinstance(out, dict) else None
         if not isinstance(timing, dict) or not isinstance(timing.get("handlerNs"), int):
-            raise BenchError(f"{trace.path}: seq {rec.seq}: no out.timing.handlerNs (a probe without it)")
+            raise BenchError(f"{trace.path}: seq {rec.seq}: no out.timing.handlerNs")
         into.handler_ns.append(timing["handlerNs"])
-        walk = out.get("walk") if seed == "naive" else (out.get("recovered") or {}).get("walk")
+        if seed == "naive":
+            ok = out.get("naiveHr") == 0
+        else:
+            walk = (out.get("recovered") or {}).get("walk")
+            ok = isinstance(walk, dict) and walk.get("hr") == 0
         into.walks += 1
-        into.walks_ok += isinstance(walk, dict) and walk.get("hr") == 0
+        into.walks_ok += ok
         into.parked += seed == "recovered" and (out.get("recovered") or {}).get("path") == "profiler-thread"
 
 

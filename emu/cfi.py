@@ -513,6 +513,13 @@ class _Plan:
     ops: tuple[tuple[int, str, Any, int], ...]
     ra_register: int
     has_ra_rule: bool
+    #: the common row of 64-bit code, every rule "saved at CFA + offset" and the return address among them:
+    #: the saved words read by one unpack (``words``, from CFA + ``lo``, ``span`` bytes), each register's
+    #: word by its place in that unpack, in the order of ``ops`` (``order``); None for any other row
+    words: struct.Struct | None = None
+    lo: int = 0
+    span: int = 0
+    order: tuple[tuple[str, int], ...] = ()
 
 
 def _compile(row: CfiRow, arch: CfiArch) -> _Plan | None:
@@ -542,7 +549,27 @@ def _compile(row: CfiRow, arch: CfiArch) -> _Plan | None:
             ops.append((_UNDEFINED, name, None, num))
         else:
             return None
-    return _Plan(cfa_reg, int(row.cfa.offset or 0), tuple(ops), row.ra_register, row.ra_register in row.rules)
+    plan = _Plan(cfa_reg, int(row.cfa.offset or 0), tuple(ops), row.ra_register, row.ra_register in row.rules)
+    return _with_words(plan, arch)
+
+
+def _with_words(plan: _Plan, arch: CfiArch) -> _Plan:
+    """``plan`` with its one-unpack read (see :class:`_Plan`) where the row allows one: 64-bit, every rule
+    an offset from the CFA, at distinct offsets, one of them the return address's."""
+    if arch.address_size != 8 or not plan.ops or any(kind != _OFFSET for kind, *_ in plan.ops):
+        return plan
+    if arch.ip not in {name for _k, name, _a, _n in plan.ops}:
+        return plan
+    offsets = sorted({arg for _k, _name, arg, _n in plan.ops})
+    if len(offsets) != len(plan.ops):
+        return plan
+    fmt, at = "<", offsets[0]
+    for off in offsets:
+        fmt += f"{off - at}xQ" if off > at else "Q"
+        at = off + 8
+    order = tuple((name, offsets.index(arg)) for _k, name, arg, _n in plan.ops)
+    return _Plan(plan.cfa_reg, plan.cfa_offset, plan.ops, plan.ra_register, plan.has_ra_rule,
+                 struct.Struct(fmt), offsets[0], at - offsets[0], order)  # fmt: skip
 
 
 def _run_plan(
@@ -554,6 +581,21 @@ def _run_plan(
         return None
     mask = arch.mask
     cfa = (base + plan.cfa_offset) & mask
+    words = plan.words
+    if words is not None:
+        # the saved words by one unpack, where the segment the memory read last holds them all and no
+        # emulation wrote over it (else read one by one below, which says where a word is missing)
+        start, end, data = memory._hot
+        at = cfa + plan.lo
+        if start <= at and at + plan.span <= end and not memory._written:
+            values = words.unpack_from(data, at - start)
+            quick: dict[str, int] = {arch.sp: cfa}
+            for name in arch.callee_saved:
+                if name in regs:
+                    quick[name] = regs[name]
+            for name, k in plan.order:
+                quick[name] = values[k]
+            return quick
     out: dict[str, int] = {arch.sp: cfa}
     for name in arch.callee_saved:
         if name in regs:

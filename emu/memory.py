@@ -22,6 +22,7 @@ __all__ = ["PAGE_SIZE", "CaptureMemory", "PageImage", "page_base"]
 
 PAGE_SIZE = 4096
 _U64 = struct.Struct("<Q")
+_U64_PAIR = struct.Struct("<QQ")
 
 
 def page_base(address: int) -> int:
@@ -126,6 +127,15 @@ class CaptureMemory:
             self._hot = (self._starts[k], self._ends[k], self._data[k])
             return int(_U64.unpack_from(self._data[k], address - self._starts[k])[0])
         return int.from_bytes(self.read(address, 8), "little")
+
+    def read_u64_pair(self, address: int) -> tuple[int, int]:
+        """The little-endian words at ``address`` and ``address + 8`` (:meth:`read_u64` of each, by one
+        unpack where the segment read last holds both)."""
+        start, end, data = self._hot
+        if start <= address and address + 16 <= end and not self._written:
+            first, second = _U64_PAIR.unpack_from(data, address - start)
+            return first, second
+        return self.read_u64(address), self.read_u64(address + 8)
 
     def write(self, address: int, data: bytes) -> None:
         """Store ``data`` in the overlay: those bytes exist from now on (an emulation's stores)."""

@@ -9,6 +9,11 @@ The seed follows the documented procedure (DSS-19): GetFunctionFromIP on the con
 0, walk the native frames; seed from the registers of the first managed frame. The result holds no time,
 path or other per-run value, so one capture always replays to byte-identical JSON.
 
+:func:`replay_light` gives the same replay with its frames and the model's callbacks as tuples
+(:class:`LightReplay`): a replay's cost is mostly the Python objects made per frame, so a caller that reads
+the results of many samples (:func:`recovery_table`) takes those, and :meth:`LightReplay.to_model` builds
+the :class:`ReplayResult` (:func:`replay` is ``replay_light(...).to_model()``).
+
 :func:`recovery_table` summarises a folder of captures per place kind: samples, the share where the
 replay recovers, leaf first, the managed frames the scenario knows (``known_managed``), and beside it the
 share where the live naive-seed walk did.
@@ -19,8 +24,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
@@ -76,6 +82,9 @@ from emu.unwind import (
 )
 
 __all__ = [
+    "LightCallback",
+    "LightFrame",
+    "LightReplay",
     "ModelWalk",
     "RecoveredSeedCheck",
     "RecoveryRow",
@@ -89,6 +98,7 @@ __all__ = [
     "render_text",
     "replay",
     "replay_capture",
+    "replay_light",
     "seed_context",
 ]
 
@@ -195,6 +205,100 @@ class ReplayResult(BaseModel):
     live_recovery: RecoveredSeedCheck | None = None
 
 
+#: a replayed frame's kind ("ready_to_run": ReadyToRun code whose method the JIT map does not list)
+FrameKind = Literal["managed", "ready_to_run", "native", "stub"]
+
+
+class LightFrame(NamedTuple):
+    """A :class:`ReplayFrame`'s fields as a plain tuple, in its order (what :func:`replay_light` gives: one
+    per frame, the cheapest object to make; :meth:`LightReplay.to_model` makes the models), but for its
+    ``index``, the tuple's place in :attr:`LightReplay.frames`."""
+
+    ip: int
+    sp: int
+    trust: Trust
+    kind: FrameKind
+    function_id: int | None
+    function: str | None
+    module: str | None
+    module_offset: int | None
+    reported_ip: int | None
+
+
+class LightCallback(NamedTuple):
+    """One StackSnapshotCallback of the model's exact outcome for the replay's seed, as :class:`ModelWalk`
+    holds it: ``func_id`` (0 for a run of unmanaged frames), ``ip`` (the IP reported, the recorded one
+    where the frame has ``reported_ip``), and the frame's own IP and SP (its FrameContext). The other
+    fields of every such callback are the same (clientData 0, the seed's contextSize, S_OK returned,
+    the clauses of :mod:`clr_model.stacksnapshot`)."""
+
+    func_id: int
+    ip: int
+    frame_ip: int
+    sp: int
+
+
+@dataclass(frozen=True, slots=True)
+class LightReplay:
+    """What :func:`replay` gives, with the frames and the model's callbacks as tuples
+    (:class:`LightFrame`, :class:`LightCallback`) rather than pydantic models: for a caller that reads
+    them (a table over many samples), not one that renders or serialises them. :meth:`to_model` gives
+    the :class:`ReplayResult` :func:`replay` gives, byte for byte (its model walk asked of
+    :mod:`clr_model.stacksnapshot` itself)."""
+
+    capture: str
+    place: str
+    arch: str
+    frames: tuple[LightFrame, ...]
+    seed: ReplaySeed | None
+    #: the model's exact outcome for the seed (DSS-19): its HRESULT's name, its callbacks, its notes
+    hresult: str
+    callbacks: tuple[LightCallback, ...]
+    notes: tuple[str, ...]
+    stop: StopKind
+    stop_detail: str
+    emulated_instructions: int
+    known_managed: tuple[int | str, ...] | None
+    phase: str | None
+    recovered: bool | None
+    live_hresult: str | None
+    live_recovered: bool | None
+    live_matches: bool | None
+    #: the model's input beyond the frames and seed: the seed's contextSize and the architecture
+    context_size: int
+    model_arch: Arch
+    live: LiveWalk | None
+    #: the probe's recovered-seed attempt, judged in to_model (None without one)
+    live_recovery: LiveRecovery | None = None
+    names: Mapping[int, str] | None = None
+    callees: KnownCallees | None = None
+
+    def to_model(self) -> ReplayResult:
+        """The :class:`ReplayResult` of this replay (frames, seed and the model's walk as models)."""
+        frames = _frame_models(self.frames)
+        model = _model_walk(frames, self.seed, self.place, self.context_size, self.model_arch)
+        return ReplayResult(
+            capture=self.capture,
+            place=self.place,
+            arch=self.arch,
+            frames=tuple(frames),
+            seed=self.seed,
+            model=model,
+            stop=ReplayStop(kind=self.stop, detail=self.stop_detail),
+            emulated_instructions=self.emulated_instructions,
+            known_managed=self.known_managed,
+            phase=self.phase,
+            recovered=self.recovered,
+            live_hresult=self.live_hresult,
+            live_recovered=self.live_recovered,
+            live_matches=_live_matches(self.live, model) if self.live is not None else None,
+            live_recovery=_check_recovery(
+                self.live_recovery, frames, self.seed, model, self.place, self.context_size,
+                self.model_arch is Arch.X86, self.known_managed, self.names or {}, self.callees,
+            ) if self.live_recovery is not None else None,
+        )  # fmt: skip
+
+
 _U64_END = 2**64
 
 
@@ -252,18 +356,16 @@ def _replay_frame(
     )  # fmt: skip
 
 
-def _replay_frames(result: RawUnwind) -> list[ReplayFrame]:
-    """The result's frames: ``_replay_frame`` of each unwound frame, the loop written out (one per frame:
-    what a long replay does most). A frame whose numbers are not u64 ints goes through
-    :func:`_replay_frame` (validation, which fails as it would)."""
+def _light_frames(result: RawUnwind) -> list[LightFrame]:
+    """The result's frames as :class:`LightFrame` tuples (no ``reported_ip`` yet: see :func:`_reported_ips`),
+    the loop written out (one per frame: what a long replay does most)."""
     code = result.code
     names = code.names
     # per module of the map: whether it names a file, the file's base name, the IP's offset from it
     files: dict[int, tuple[bool, str | None, int]] = {}
-    new, setattr_ = _object_new, _object_setattr
-    fields_set = _REPLAY_FRAME_SET
-    out: list[ReplayFrame] = []
-    for i, (ip, sp, trust, _registers, fid, mod, r2r) in enumerate(result.frames):
+    make = tuple.__new__
+    out: list[LightFrame] = []
+    for ip, sp, trust, _registers, fid, mod, r2r in result.frames:
         if mod is None:
             is_file, file_name, offset = False, None, None
         else:
@@ -274,7 +376,7 @@ def _replay_frames(result: RawUnwind) -> list[ReplayFrame]:
                                         mod.offset - mod.start)  # fmt: skip
             is_file, file_name, delta = got
             offset = ip + delta if is_file else None
-        kind: Literal["managed", "ready_to_run", "native", "stub"]
+        kind: FrameKind
         if fid:
             kind = "managed"
         elif r2r:
@@ -283,24 +385,37 @@ def _replay_frames(result: RawUnwind) -> list[ReplayFrame]:
             kind = "stub"
         else:
             kind = "native"
+        out.append(make(LightFrame, (ip, sp, trust, kind, fid, names.get(fid) if fid else None, file_name,
+                                     offset, None)))  # fmt: skip
+    return out
+
+
+def _frame_models(frames: Sequence[LightFrame]) -> list[ReplayFrame]:
+    """Each light frame as its :class:`ReplayFrame`: ``_replay_frame`` of it, the loop written out, then
+    ``model_copy(update={"reported_ip": ...})`` where it has one. A frame whose numbers are not u64 ints
+    goes through :func:`_replay_frame` (validation, which fails as it would)."""
+    new, setattr_ = _object_new, _object_setattr
+    fields_set = _REPLAY_FRAME_SET
+    out: list[ReplayFrame] = []
+    for i, (ip, sp, trust, kind, fid, function, file_name, offset, reported) in enumerate(frames):
         if (
-            type(ip) is int and type(sp) is int and 0 <= ip < _U64_END and 0 <= sp < _U64_END
-            and (fid is None or (type(fid) is int and 0 <= fid < _U64_END))
+            type(i) is int and type(ip) is int and type(sp) is int and 0 <= ip < _U64_END
+            and 0 <= sp < _U64_END and (fid is None or (type(fid) is int and 0 <= fid < _U64_END))
             and (offset is None or (type(offset) is int and 0 <= offset < _U64_END))
         ):  # fmt: skip
             frame = new(ReplayFrame)
             setattr_(frame, "__dict__", {
                 "index": i, "ip": ip, "sp": sp, "trust": trust, "kind": kind, "function_id": fid,
-                "function": names.get(fid) if fid else None, "module": file_name, "module_offset": offset,
-                "reported_ip": None,
+                "function": function, "module": file_name, "module_offset": offset, "reported_ip": None,
             })  # fmt: skip
             setattr_(frame, "__pydantic_fields_set__", fields_set)
             setattr_(frame, "__pydantic_extra__", None)
             setattr_(frame, "__pydantic_private__", None)
-            out.append(frame)
         else:
-            out.append(_replay_frame(i, ip, sp, trust, kind, fid, names.get(fid) if fid else None,
-                                     file_name, offset))  # fmt: skip
+            frame = _replay_frame(i, ip, sp, trust, kind, fid, function, file_name, offset)
+        if reported is not None:
+            frame = frame.model_copy(update={"reported_ip": reported})
+        out.append(frame)
     return out
 
 
@@ -353,51 +468,81 @@ def _live_recovered(
 
 def replay(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024) -> ReplayResult:
     """Replay a capture already read (see the module docstring)."""
+    return replay_light(capture, allow_disk=allow_disk, max_frames=max_frames).to_model()
+
+
+def _layout_size(capture: Capture) -> int:
+    """The runtime's sizeof(CONTEXT) the seed is built for (read from the manifest once per capture)."""
+    got = capture.cache.get("replay:context_size")
+    if type(got) is int:
+        return got
     man = capture.manifest
-    result = walk_frames(capture, allow_disk=allow_disk, max_frames=max_frames)
-    code = result.code
-    frames = _replay_frames(result)
-    x86 = man.arch is CaptureArch.X86
-    frames = _reported_ips(frames, result, x86=x86)
     layout = AMD64_CONTEXT
-    if x86:
+    if man.arch is CaptureArch.X86:
         layout = X86_CONTEXT  # the x86 CONTEXT: 716 bytes whatever the runtime
     elif man.context is not None:
         layout = runtime_context_layout(man.context.runtime) or amd64_layout_for_size(man.context.size)
+    capture.cache["replay:context_size"] = layout.size
+    return layout.size
+
+
+_S_OK_NAME = format_hresult(int(HResult.S_OK))
+
+
+def replay_light(capture: Capture, *, allow_disk: bool = True, max_frames: int = 1024) -> LightReplay:
+    """:func:`replay`, its frames and the model's callbacks as tuples (see :class:`LightReplay`)."""
+    man = capture.manifest
+    result = walk_frames(capture, allow_disk=allow_disk, max_frames=max_frames)
+    code = result.code
+    x86 = man.arch is CaptureArch.X86
+    frames = _reported_ips(_light_frames(result), result, x86=x86)
+    context_size = _layout_size(capture)
     seed: ReplaySeed | None = None
     for i, (ip, sp, _trust, registers, fid, _module, _r2r) in enumerate(result.frames):
         if fid:  # DSS-19: GetFunctionFromIP != 0: the first managed frame seeds the walk
             seed = ReplaySeed(
                 frame_index=i, function_id=fid, ip=ip, sp=sp, fp=registers.get("ebp" if x86 else "rbp"),
-                context_size=layout.size, native_frames_skipped=i,
+                context_size=context_size, native_frames_skipped=i,
             )  # fmt: skip
             break
-    model = _model_walk(frames, seed, man.place, layout.size, Arch.X86 if x86 else Arch.AMD64)
+    callbacks = _light_model_walk(frames, seed.frame_index if seed is not None else None)
     known = _known_ids(man.known_managed, code.ids_by_name()) if man.known_managed is not None else None
-    managed_ids = [f.function_id for f in frames if f.function_id]
-    return ReplayResult(
+    managed_ids = [f[4] for f in frames if f[4]]
+    live = man.live
+    live_matches: bool | None = None
+    if live is not None and live.hresult == int(HResult.S_OK):
+        live_matches = [(f.function_id, f.ip) for f in live.frames if f.function_id] == [
+            (c.func_id, c.ip) for c in callbacks if c.func_id
+        ]
+    return LightReplay(
         capture=os.path.basename(capture.path or "<memory>"),
         place=man.place,
         arch=man.arch.value,
         frames=tuple(frames),
         seed=seed,
-        model=model,
-        stop=ReplayStop(kind=result.stop, detail=result.detail),
+        hresult=_S_OK_NAME,
+        callbacks=callbacks,
+        notes=_model_notes(sum(1 for f in frames if f[3] == "ready_to_run")),
+        stop=result.stop,
+        stop_detail=result.detail,
         emulated_instructions=result.emulated_instructions,
         known_managed=tuple(known) if known is not None else None,
         phase=man.known_callees.phase if man.known_callees is not None else None,
         recovered=recovered_leaf_first(known, managed_ids, code.names, man.known_callees)
         if known is not None
         else None,
-        live_hresult=format_hresult(man.live.hresult) if man.live is not None else None,
-        live_recovered=_live_recovered(man.live, known, code.names, man.known_callees)
-        if man.live is not None and known is not None
+        live_hresult=format_hresult(live.hresult) if live is not None else None,
+        live_recovered=_live_recovered(live, known, code.names, man.known_callees)
+        if live is not None and known is not None
         else None,
-        live_matches=_live_matches(man.live, model) if man.live is not None else None,
-        live_recovery=_check_recovery(man.live_recovery, frames, seed, model, man.place, layout.size, x86,
-                                      known, code.names, man.known_callees)
-        if man.live_recovery is not None else None,
-    )  # fmt: skip
+        live_matches=live_matches,
+        context_size=context_size,
+        model_arch=Arch.X86 if x86 else Arch.AMD64,
+        live=live,
+        live_recovery=man.live_recovery,
+        names=code.names if man.live_recovery is not None else None,
+        callees=man.known_callees,
+    )
 
 
 def _check_recovery(
@@ -459,11 +604,69 @@ def _check_recovery(
     )  # fmt: skip
 
 
+def _recovered_agrees(
+    walk: LiveWalk, model: ModelWalk, replay_seed: ReplaySeed | None, same: bool | None
+) -> bool:
+    """The recovered-seed walk's managed frames (FunctionIDs and IPs, leaf first) equal the replay's, from
+    the replay's seed. The seed's own frame may carry either of two IPs, both from the replay: the seed's
+    (the walk started from the seed's registers, DSS-08) or the return address the runtime's Frame recorded
+    for it (the replay's reported IP: the runtime walked from its Frame chain, the seed ignored, DSS-07/29;
+    observed when the thread was in preemptive mode, e.g. waiting for a GC)."""
+    expected = [(c.func_id, c.ip) for c in model.callbacks if c.func_id]
+    got = [(f.function_id, f.ip) for f in walk.frames if f.function_id]
+    if got == expected:
+        return True
+    if same and replay_seed is not None and expected and expected[0][0] == replay_seed.function_id:
+        expected[0] = (replay_seed.function_id, replay_seed.ip)
+    return got == expected
+
+
+def _light_model_walk(frames: Sequence[LightFrame], first_managed: int | None) -> tuple[LightCallback, ...]:
+    """The callbacks of the model's exact outcome (:func:`clr_model.stacksnapshot.snapshot`) for the input
+    :func:`_model_walk` gives it, which is always the same kind of input: the current thread interrupted
+    by a signal (asynchronous), Unix, COR_PRF_SNAPSHOT_REGISTER_CONTEXT, contextSize the runtime's own,
+    the profiler's callback returning S_OK, and the seed (when there is one) the first managed frame. For
+    that input every path of the model gives S_OK and one callback per managed frame and one per run of
+    unmanaged frames (DSS-03, DSS-15, DSS-16), from the first managed frame on: seeded with a helper on
+    top, the walk starts at the seed's frame, the first managed one (DSS-08); otherwise the exact outcome
+    starts at the first managed frame too (DSS-07: the seed is ignored; the alternatives DSS-20 and DSS-30
+    allow are not the exact outcome). A frame with a ``reported_ip`` gives that IP (as in
+    :func:`_model_walk`). tests/emu/test_replay_light.py holds this equal to the model's on every committed
+    capture and on generated frame sequences."""
+    if first_managed is None:
+        return ()
+    reported = {(f[4], f[0]): f[8] for f in frames if f[8] is not None}
+    make = tuple.__new__
+    out: list[LightCallback] = []
+    in_run = False
+    for k in range(first_managed, len(frames)):
+        f = frames[k]
+        fid, ip = f[4], f[0]
+        if fid:
+            shown = reported.get((fid, ip), ip) if reported else ip
+            out.append(make(LightCallback, (fid, shown, ip, f[1])))
+            in_run = False
+        elif not in_run:
+            out.append(make(LightCallback, (0, ip, ip, f[1])))
+            in_run = True
+    return tuple(out)
+
+
+def _model_notes(ready_to_run: int) -> tuple[str, ...]:
+    """Where the model's input is an approximation of the replayed thread (:attr:`ModelWalk.notes`)."""
+    if not ready_to_run:
+        return ()
+    return (
+        f"{ready_to_run} ReadyToRun frame(s) without a FunctionID in the JIT map were given to the model "
+        "as unmanaged",
+    )
+
+
 #: how far before a frame's return address the runtime's recorded P/Invoke return address may lie
 _PINVOKE_BEGIN_WINDOW = 64
 
 
-def _frame_words(frames: Sequence[ReplayFrame], i: int, memory: CaptureMemory) -> Iterator[int]:
+def _frame_words(frames: Sequence[LightFrame], i: int, memory: CaptureMemory) -> Iterator[int]:
     """The words of frame ``i``'s own stack area, from its SP up to the next frame's (512 bytes for the
     last frame), up to the first that cannot be read."""
     end = frames[i + 1].sp if i + 1 < len(frames) else frames[i].sp + 512
@@ -475,8 +678,8 @@ def _frame_words(frames: Sequence[ReplayFrame], i: int, memory: CaptureMemory) -
 
 
 def _reported_ips(
-    frames: list[ReplayFrame], result: UnwindResult | RawUnwind, *, x86: bool = False
-) -> list[ReplayFrame]:
+    frames: list[LightFrame], result: UnwindResult | RawUnwind, *, x86: bool = False
+) -> list[LightFrame]:
     """The IP the runtime reports for a frame whose InlinedCallFrame is active: a ReadyToRun frame that
     called native code (a P/Invoke or QCall), and (x64) a top frame interrupted in managed code inside its
     inlined P/Invoke's preemptive-mode window (:func:`_top_in_pinvoke_transition`).
@@ -493,7 +696,7 @@ def _reported_ips(
     if not x86 and frames:
         recorded = _top_in_pinvoke_transition(frames, result)
         if recorded is not None:
-            out[0] = frames[0].model_copy(update={"reported_ip": recorded})
+            out[0] = frames[0]._replace(reported_ip=recorded)
     for i in range(1, len(frames)):
         f, callee = frames[i], frames[i - 1]
         if not f.function_id or callee.function_id or f.trust is Trust.CONTEXT:
@@ -507,7 +710,7 @@ def _reported_ips(
                 and code.method_range(word - 1) == rng
                 and looks_like_return_address(memory, word)
             ):
-                out[i] = f.model_copy(update={"reported_ip": word})
+                out[i] = f._replace(reported_ip=word)
                 break
     return out
 
@@ -612,7 +815,7 @@ def _helper_pair_ips(memory: CaptureMemory, ret: int) -> frozenset[int]:
     return frozenset()
 
 
-def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResult | RawUnwind) -> int | None:
+def _top_in_pinvoke_transition(frames: Sequence[LightFrame], result: UnwindResult | RawUnwind) -> int | None:
     """The return address the top frame's InlinedCallFrame recorded, when the thread was interrupted in
     managed code while in an inlined P/Invoke's preemptive mode (:func:`_inline_switch_ips`,
     :func:`_helper_pair_ips`). Its IP is managed code, but the runtime sees a thread in preemptive mode: it
@@ -636,23 +839,6 @@ def _top_in_pinvoke_transition(frames: Sequence[ReplayFrame], result: UnwindResu
         ):
             return word
     return None
-
-
-def _recovered_agrees(
-    walk: LiveWalk, model: ModelWalk, replay_seed: ReplaySeed | None, same: bool | None
-) -> bool:
-    """The recovered-seed walk's managed frames (FunctionIDs and IPs, leaf first) equal the replay's, from
-    the replay's seed. The seed's own frame may carry either of two IPs, both from the replay: the seed's
-    (the walk started from the seed's registers, DSS-08) or the return address the runtime's Frame recorded
-    for it (the replay's reported IP: the runtime walked from its Frame chain, the seed ignored, DSS-07/29;
-    observed when the thread was in preemptive mode, e.g. waiting for a GC)."""
-    expected = [(c.func_id, c.ip) for c in model.callbacks if c.func_id]
-    got = [(f.function_id, f.ip) for f in walk.frames if f.function_id]
-    if got == expected:
-        return True
-    if same and replay_seed is not None and expected and expected[0][0] == replay_seed.function_id:
-        expected[0] = (replay_seed.function_id, replay_seed.ip)
-    return got == expected
 
 
 def _live_matches(live: LiveWalk, model: ModelWalk) -> bool | None:
@@ -684,7 +870,8 @@ def _model_walk(
     context_size: int,
     arch: Arch = Arch.AMD64,
 ) -> ModelWalk:
-    snap = snapshot(_model_input(frames, seed, place, context_size, arch))
+    inp = _model_input(frames, seed, place, context_size, arch)
+    snap = snapshot(inp)
     # the IP the runtime reports for a frame is the one its InlinedCallFrame recorded, where there is one
     reported = {(f.function_id, f.ip): f.reported_ip for f in frames if f.reported_ip is not None}
     callbacks = snap.callbacks
@@ -693,16 +880,10 @@ def _model_walk(
             c.model_copy(update={"ip": reported[(c.func_id, c.ip)]}) if (c.func_id, c.ip) in reported else c
             for c in callbacks
         )
-    r2r = sum(1 for f in frames if f.kind == "ready_to_run")
-    notes = (
-        (
-            f"{r2r} ReadyToRun frame(s) without a FunctionID in the JIT map were given to the model "
-            "as unmanaged",
-        )
-        if r2r
-        else ()
-    )
+    notes = _model_notes(sum(1 for f in frames if f.kind == "ready_to_run"))
     return ModelWalk(hresult=format_hresult(snap.hresult), callbacks=callbacks, notes=notes)
+
+
 
 
 def _model_input(
@@ -814,6 +995,7 @@ def render_text(result: ReplayResult) -> str:
     return "\n".join(lines)
 
 
+
 class RecoveryRow(BaseModel):
     model_config = _FROZEN
     place: str
@@ -849,7 +1031,9 @@ def recovery_table(paths: Iterable[str | os.PathLike[str]]) -> tuple[RecoveryRow
     zero = [0, 0, 0, 0, 0, 0, 0, 0, 0]
     for f in files:
         try:
-            res = replay_capture(f)
+            res = replay_light(read_capture(f))
+            # the recovered seed is judged against the model (to_model); the light path has no model
+            check = res.to_model().live_recovery if res.live_recovery is not None else None
         except EmuError:
             try:
                 place = read_capture(f).manifest.place
@@ -865,11 +1049,11 @@ def recovery_table(paths: Iterable[str | os.PathLike[str]]) -> tuple[RecoveryRow
         if res.live_recovered is not None:
             row[2] += 1
             row[3] += res.live_recovered
-        if res.live_recovery is not None:
+        if check is not None:
             row[5] += 1
-            row[6] += bool(res.live_recovery.recovered)
-            row[7] += bool(res.live_recovery.agrees)
-            row[8] += bool(res.live_recovery.violations)
+            row[6] += bool(check.recovered)
+            row[7] += bool(check.agrees)
+            row[8] += bool(check.violations)
     out = []
     for place in sorted(acc):
         n, rec, ln, lrec, failed, rn, rrec, agree, bad = acc[place]

@@ -257,6 +257,15 @@ class _Stop(Exception):
         self.detail = detail
 
 
+#: what an address is (:meth:`CodeMap.places`): its FunctionID (0: none), module (None: none), whether it is
+#: ReadyToRun code, the start of its JIT range (None: none), the path whose CFI covers it (None: none)
+Place = tuple[int, "ModuleEntry | None", bool, "int | None", "str | None"]
+
+
+def _same_place(a: Place, b: Place) -> bool:
+    return a[0] == b[0] and a[1] is b[1] and a[2] == b[2] and a[3] == b[3] and a[4] == b[4]
+
+
 #: markers of the prologue cache
 _UNREAD, _NOT_CAPTURED = object(), object()
 
@@ -312,6 +321,39 @@ class CodeMap:
             for m in self.modules
         }
         self._ids_by_name: dict[str, int] | None = None
+        self._places: tuple[list[int], list[Place]] | None = None
+
+    def places(self) -> tuple[list[int], list[Place]]:
+        """The address space cut where any JIT range, module or ReadyToRun range starts or ends: the
+        piece starts (the first 0) and, for each piece, what :meth:`function_from_ip`, :meth:`module_at`
+        and :meth:`in_ready_to_run` give anywhere in it, the start of the JIT range it lies in (None
+        outside one) and the path whose CFI covers it (None outside a module file): a walk finds all of
+        them for an address by one bisection (pieces that give the same are joined). Built once per map."""
+        if self._places is None:
+            points = {0}
+            for s, e, _fid in self._jit:
+                points.update((s, e))
+            for m in self.modules:
+                points.update((m.start, m.end))
+            points.update(self._r2r_merged_starts)
+            points.update(self._r2r_merged_ends)
+            starts: list[int] = []
+            values: list[Place] = []
+            for at in sorted(points):
+                k = bisect.bisect_right(self._jit_starts, at) - 1
+                in_jit = k >= 0 and at < self._jit[k][1]
+                module = self.module_at(at)
+                value = (
+                    self._jit[k][2] if in_jit else 0, module, self.in_ready_to_run(at),
+                    self._jit[k][0] if in_jit else None,
+                    (module.path or "") if module is not None and self.is_file(module) else None,
+                )  # fmt: skip
+                if values and _same_place(values[-1], value):
+                    continue
+                starts.append(at)
+                values.append(value)
+            self._places = (starts, values)
+        return self._places
 
     def function_from_ip(self, ip: int) -> int:
         """GetFunctionFromIP over the capture's JIT map: the FunctionID, 0 for code that is not managed."""
@@ -800,16 +842,15 @@ def _initial_registers(capture: Capture) -> dict[str, int]:
 
 
 def _quick_frame_pointer(
-    code: CodeMap, memory: CaptureMemory, regs: Mapping[str, int], pc: int, ip: int, sp: int
+    code: CodeMap, memory: CaptureMemory, regs: Mapping[str, int], start: int | None, ip: int, sp: int
 ) -> dict[str, int] | None:
     """What :meth:`_Walker.managed` gives for a frame above the top (x64) when it follows the frame-pointer
-    chain: a JIT-compiled method whose prologue and OSR check are cached and say the chain applies, RBP
-    above SP, both words captured and the return address in executable code. None in every other case,
-    which the walker then decides (prologue frames, OSR frames, scans, stops)."""
-    k = bisect.bisect_right(code._jit_starts, pc) - 1
-    if k < 0 or pc >= code._jit[k][1]:
+    chain: a JIT-compiled method (``start``: the start of the JIT range its IP - 1 lies in, None when it
+    lies in none) whose prologue and OSR check are cached and say the chain applies, RBP above SP, both
+    words captured and the return address in executable code. None in every other case, which the walker
+    then decides (prologue frames, OSR frames, scans, stops)."""
+    if start is None:
         return None  # ReadyToRun code the JIT map has no method for
-    start = code._jit[k][0]
     prologue = code.prologues.get(start, _UNREAD)
     if prologue is _UNREAD:
         return None
@@ -821,16 +862,15 @@ def _quick_frame_pointer(
     if rbp is None or rbp < sp or rbp > _MASK64 - 23:
         return None
     try:
-        caller = {"rip": memory.read_u64(rbp + 8), "rsp": rbp + 16, "rbp": memory.read_u64(rbp)}
+        saved, ret = memory.read_u64_pair(rbp)
     except MemoryFault:
         return None
-    ret = caller["rip"]
-    k = bisect.bisect_right(code._jit_starts, ret) - 1
-    if k >= 0 and ret < code._jit[k][1] and code._jit[k][2]:
-        return caller  # (code.executable, its managed-code half inline)
-    if not code.executable(ret):
+    # code.executable(ret), by the map's pieces
+    starts, places = code.places()
+    fid, module, _r2r, _start, _cfi = places[bisect.bisect_right(starts, ret) - 1]
+    if not fid and (module is None or "x" not in module.perms):
         return None
-    return caller
+    return {"rip": ret, "rsp": rbp + 16, "rbp": saved}
 
 
 def unwind(
@@ -921,9 +961,8 @@ def walk_frames(
     stop, detail = StopKind.FRAME_LIMIT, f"{max_frames} frames"
     ip_name, sp_name = isa.ip, isa.sp
     bisect_right = bisect.bisect_right
-    jit_starts, jit, mod_starts, modules = code._jit_starts, code._jit, code._mod_starts, code.modules
-    r2r_starts, r2r_ends = code._r2r_merged_starts, code._r2r_merged_ends
-    module_info, tables = code._module_info, code._tables
+    place_starts, places = code.places()
+    tables = code._tables
     quick_managed = isa.machine == "x64"
     while True:
         ip, sp = regs[ip_name], regs[sp_name]
@@ -931,13 +970,8 @@ def walk_frames(
             stop, detail = StopKind.IP_ZERO, f"frame {len(frames)}: IP is 0"
             break
         pc = ip if not frames else ip - 1
-        # function_from_ip, module_at and in_ready_to_run, inline (once per frame)
-        k = bisect_right(jit_starts, pc) - 1
-        fid = jit[k][2] if k >= 0 and pc < jit[k][1] else 0
-        k = bisect_right(mod_starts, pc) - 1
-        module = modules[k] if k >= 0 and pc < modules[k].end else None
-        k = bisect_right(r2r_starts, pc) - 1
-        r2r = k >= 0 and pc < r2r_ends[k]
+        # function_from_ip, module_at and in_ready_to_run by one bisection (once per frame)
+        fid, module, r2r, method_start, cfi_path = places[bisect_right(place_starts, pc) - 1]
         # ``regs`` is a dict of this walk's own, which nothing changes after this
         frames.append((ip, sp, trust, regs, fid or None, module, r2r))
         if len(frames) >= max_frames:
@@ -949,18 +983,16 @@ def walk_frames(
         caller: dict[str, int] | None = None
         if fid or r2r:
             if quick_managed and not exact:
-                caller = _quick_frame_pointer(code, memory, regs, pc, ip, sp)
+                caller = _quick_frame_pointer(code, memory, regs, method_start, ip, sp)
                 trust = Trust.FRAME_POINTER
-        elif module is not None:
-            info = module_info.get(id(module))
-            if info is not None and info[0] is module and info[1]:
-                got = tables.get(module.path or "")
-                if type(got) is tuple:
-                    table, bias = got
-                    caller = table.quick_step((pc - bias) & _MASK64, regs, memory)
-                    if caller is not None and caller.get(ip_name) == 0:
-                        caller = None  # (the end of the stack: the walker says so)
-                    trust = Trust.CFI
+        elif cfi_path is not None:
+            got = tables.get(cfi_path)
+            if type(got) is tuple:
+                table, bias = got
+                caller = table.quick_step((pc - bias) & _MASK64, regs, memory)
+                if caller is not None and caller.get(ip_name) == 0:
+                    caller = None  # (the end of the stack: the walker says so)
+                trust = Trust.CFI
         if caller is None:
             try:
                 caller, trust = walker.caller(regs, exact=exact, index=len(frames) - 1,

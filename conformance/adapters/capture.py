@@ -1,21 +1,20 @@
 """Trace -> emu captures: the probe's sampling records (``capture_sample``) as :mod:`emu.capture` files.
 
-The probe's ``capture_sample`` experiment (``conformance/native/src/experiments_capture.cpp``) writes one
-``call`` record per sample (registers, fs_base, the stack from SP to min(SP + 64 KiB, stack end), code around
-the IP, code around candidate return addresses read after the handler, the naive-seed CONTEXT it passed and
-the live DoStackSnapshot result), then ``capture_maps`` (``/proc/self/maps``) and ``capture_jit_map``
+The probe's ``capture_sample`` experiment (``conformance/native/src/experiments_capture.cpp``) takes samples
+(registers, fs_base, the stack from SP to min(SP + 64 KiB, stack end), code around the IP, code around
+candidate return addresses read after the handler, the naive-seed CONTEXT it passed and the live
+DoStackSnapshot result), then writes ``capture_maps`` (``/proc/self/maps``) and ``capture_jit_map``
 (FunctionID -> every native code version's ranges). The scenario's ``capture.stack`` mark names the managed
 frames it knows are on the sampled thread's stack. :func:`captures_from_trace` turns each sample into a
 manifest and its segments; :func:`write_captures` writes them with emu's writer, one file per sample.
 
-A sample's bytes (stack, red zone, code around the IP, candidate code windows, seed CONTEXT) are not in its
-record: the probe writes them raw, as one frame per sample, into a frames v1 sidecar beside the trace
-(:mod:`conformance.core.frames`, named by the record's ``out.framesFile``), and the record refers to each
-part as ``{"offset", "at", "length"}`` (the frame's file offset, the part's position in its payload, its
-length; candidate code is a run of windows, each u64 address, u32 length and the bytes, with ``"count"``).
-A base64 string in its place (a trace of an earlier probe, a test's synthetic record) is read as before. A
-sample whose frame is missing or damaged (a torn sidecar) is left out with the reader's note; the others are
-kept.
+Samples are read by :func:`conformance.adapters.capture_records.sample_records`: the probe writes each as one
+binary frame of the capture sidecar (no JSON per sample), which it turns back into what the JSON record of
+an earlier probe held, the byte buffers as ``bytes``. Those earlier records are read too: their bytes were
+in a frame per sample, referred to as ``{"offset", "at", "length"}`` (the frame's file offset, the part's
+position in its payload, its length; candidate code a run of windows, each u64 address, u32 length and the
+bytes, with ``"count"``), or base64 strings (a test's synthetic record). A sample whose bytes are missing or
+damaged (a torn sidecar) is left out with the reader's note; the others are kept.
 
 Both maps are taken once per run, after the last sample: the module map and the JIT map hold every mapping
 and method of the instant (the runtime never frees code of a non-collectible method) and perhaps some
@@ -38,6 +37,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from clr_model.context import runtime_context_layout
+from conformance.adapters.capture_records import SAMPLE_CALL, SampleRecord, sample_records
 from conformance.core.errors import HarnessError
 from conformance.core.frames import FrameReader, FramesError
 from conformance.core.trace import CallRecord, Trace
@@ -77,7 +77,6 @@ __all__ = [
 ]
 
 #: The probe's record names (experiments_capture.cpp).
-SAMPLE_CALL = "capture_sample"
 MAPS_CALL = "capture_maps"
 JIT_MAP_CALL = "capture_jit_map"
 REGISTER_CALL = "capture_register_thread"
@@ -113,6 +112,10 @@ class WrittenCaptures:
     recovered_successes: int = 0
 
 
+#: the probe's per-sample record of the seed mode and the recovered seed (experiments_capture.cpp record_seed)
+SEED_CALL = "capture_seed"
+
+
 def _first(exc: ValueError) -> str:
     """The first error of a pydantic validation error as one line (``field: message``)."""
     if isinstance(exc, ValidationError):
@@ -139,12 +142,12 @@ class _Sidecars:
         self._trace = trace
         self._files: dict[str, FrameReader | FramesError] = {}
 
-    def payload(self, record: CallRecord, field: str, ref: Mapping[str, Any]) -> bytes:
+    def payload(self, record: SampleRecord, field: str, ref: Mapping[str, Any]) -> bytes:
         trace = self._trace
         name = record.out.get("framesFile")
         if not isinstance(name, str) or not name or "/" in name or "\0" in name or name in (".", ".."):
             raise HarnessError(
-                _where(trace, f"seq {record.seq}: {field}: a frame reference without out.framesFile (a file "
+                _where(trace, f"{record.label}: {field}: a frame reference without out.framesFile (a file "
                               "name beside the trace)")
             )  # fmt: skip
         offset = _int(trace, record, f"{field}.offset", ref.get("offset"))
@@ -173,23 +176,25 @@ class _Sidecars:
 
 
 def _bytes(
-    trace: Trace, record: CallRecord, field: str, value: object, sidecars: _Sidecars | None = None
+    trace: Trace, record: SampleRecord, field: str, value: object, sidecars: _Sidecars | None = None
 ) -> bytes:
     """A byte buffer of a record: a frame reference (resolved in the sidecar) or a base64 string."""
+    if isinstance(value, bytes):
+        return value  # a sample record of the sidecar (conformance.adapters.capture_records)
     if isinstance(value, dict) and sidecars is not None:
         return sidecars.payload(record, field, value)
     if value is None and sidecars is not None and record.out.get("framesFile") is not None:
         raise _MissingFrame(f"{field}: the probe could not write its frame (a null reference)")
     if not isinstance(value, str):
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not a base64 string"))
+        raise HarnessError(_where(trace, f"{record.label}: {field} is not a base64 string"))
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not valid base64")) from None
+        raise HarnessError(_where(trace, f"{record.label}: {field} is not valid base64")) from None
 
 
 def _candidate_windows(
-    trace: Trace, record: CallRecord, value: object, sidecars: _Sidecars
+    trace: Trace, record: SampleRecord, value: object, sidecars: _Sidecars
 ) -> list[tuple[int, bytes]]:
     """``out.candidateCode``: a reference to a run of windows in the sample's frame, or a list of {address,
     bytes}."""
@@ -223,15 +228,15 @@ def _candidate_windows(
     return windows
 
 
-def _int(trace: Trace, record: CallRecord, field: str, value: object) -> int:
+def _int(trace: Trace, record: SampleRecord, field: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not an integer"))
+        raise HarnessError(_where(trace, f"{record.label}: {field} is not an integer"))
     return value
 
 
-def _obj(trace: Trace, record: CallRecord, field: str, value: object) -> Mapping[str, Any]:
+def _obj(trace: Trace, record: SampleRecord, field: str, value: object) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise HarnessError(_where(trace, f"seq {record.seq}: {field} is not an object"))
+        raise HarnessError(_where(trace, f"{record.label}: {field} is not an object"))
     return value
 
 
@@ -308,10 +313,10 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
     calls = trace.calls(JIT_MAP_CALL)
     if not calls:
         return JitMap(), {}, _Prologues()
-    record = calls[-1]
+    record = SampleRecord.of(calls[-1])
     methods_raw = record.out.get("methods")
     if not isinstance(methods_raw, list):
-        raise HarnessError(_where(trace, f"seq {record.seq}: out.methods is not a list"))
+        raise HarnessError(_where(trace, f"{record.label}: out.methods is not a list"))
     by_fid: dict[int, tuple[str | None, list[tuple[int, int]]]] = {}
     precompiled: set[int] = set()
     heads: dict[int, tuple[int, bytes]] = {}
@@ -324,7 +329,7 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
         slot = by_fid.setdefault(fid, (name, []))
         versions = m.get("versions")
         if not isinstance(versions, list):
-            raise HarnessError(_where(trace, f"seq {record.seq}: out.methods[{i}].versions is not a list"))
+            raise HarnessError(_where(trace, f"{record.label}: out.methods[{i}].versions is not a list"))
         for j, v in enumerate(versions):
             ranges = _obj(trace, record, f"out.methods[{i}].versions[{j}]", v).get("ranges")
             for k, r in enumerate(ranges if isinstance(ranges, list) else []):
@@ -354,7 +359,7 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
     try:
         jit = JitMap(methods=tuple(methods))
     except ValueError as exc:
-        raise HarnessError(_where(trace, f"seq {record.seq}: JIT map: {_first(exc)}")) from None
+        raise HarnessError(_where(trace, f"{record.label}: JIT map: {_first(exc)}")) from None
     unique = {n: fids[0] for n, fids in names.items() if len(fids) == 1}
     order = sorted(heads)
     prologues = _Prologues(
@@ -428,7 +433,7 @@ def _known_frames(
 
 
 def _registers(
-    trace: Trace, record: CallRecord, regs: Mapping[str, Any], fs_fallback: int | None
+    trace: Trace, record: SampleRecord, regs: Mapping[str, Any], fs_fallback: int | None
 ) -> X64Registers:
     values: dict[str, int] = {}
     for name in X64Registers.model_fields:
@@ -441,7 +446,7 @@ def _registers(
     try:
         return X64Registers(**values)
     except ValueError as exc:
-        raise HarnessError(_where(trace, f"seq {record.seq}: out.registers: {_first(exc)}")) from None
+        raise HarnessError(_where(trace, f"{record.label}: out.registers: {_first(exc)}")) from None
 
 
 def captures_from_trace(
@@ -471,11 +476,15 @@ def captures_from_trace(
     skipped: list[str] = []
     known_cache: dict[str, tuple[tuple[KnownFrame, ...] | None, dict[int, _Phase]]] = {}
     sidecars = _Sidecars(trace)
-    for record in trace.calls(SAMPLE_CALL):
+    records, lost = sample_records(trace)
+    skipped.extend(lost)
+    # the probe's capture_seed record of each sample (a job given args.seed: docs/seeding.md), by sample
+    seeds = {c.args["sample"]: c for c in trace.calls(SEED_CALL) if isinstance(c.args.get("sample"), int)}
+    for record in records:
         sample = _int(trace, record, "args.sample", record.args.get("sample"))
         try:
             spec = _capture_of(trace, record, sample, sidecars, layout, runtime, scenario, modules, jit,
-                               fid_by_name, prologues, fs_by_tid, known_cache)  # fmt: skip
+                               fid_by_name, prologues, fs_by_tid, known_cache, seeds.get(sample))  # fmt: skip
         except _MissingFrame as exc:
             skipped.append(f"sample {sample}: {exc.message}")
             continue
@@ -487,10 +496,11 @@ def captures_from_trace(
 
 
 def _capture_of(
-    trace: Trace, record: CallRecord, sample: int, sidecars: _Sidecars, layout: Any, runtime: str | None,
+    trace: Trace, record: SampleRecord, sample: int, sidecars: _Sidecars, layout: Any, runtime: str | None,
     scenario: str | None, modules: tuple[ModuleEntry, ...], jit: JitMap, fid_by_name: dict[str, int],
     prologues: _Prologues, fs_by_tid: dict[int, int],
     known_cache: dict[str, tuple[tuple[KnownFrame, ...] | None, dict[int, _Phase]]],
+    seed_call: CallRecord | None = None,
 ) -> CaptureSpec | str:  # fmt: skip
     """One sample as a capture, or the line saying why it is left out."""
     header = trace.header
@@ -543,15 +553,17 @@ def _capture_of(
         )
     context: RuntimeContext | None = None
     seed_ref = out.get("seedContext")
-    if layout is not None and runtime is not None and isinstance(seed_ref, (str, dict)):
+    if layout is not None and runtime is not None and isinstance(seed_ref, (str, dict, bytes)):
         seed = _bytes(trace, record, "out.seedContext", seed_ref, sidecars)[: layout.size]
         blob = seed + bytes(layout.size - len(seed))
         payloads.append(SegmentPayload(name="context", kind="blob", role="context", data=blob))
         context = RuntimeContext(runtime=runtime, size=layout.size, segment="context")
     walk = _obj(trace, record, "out.walk", out.get("walk"))
-    naive_walked = record.args.get("naiveWalk", True) is not False
+    seed_args: Mapping[str, Any] = seed_call.args if seed_call is not None else record.args
+    seed_out: Mapping[str, Any] = seed_call.out if seed_call is not None else {}
+    naive_walked = seed_args.get("naiveWalk", True) is not False
     live = _live_walk(trace, record, "out.walk", walk, "naive") if naive_walked else None
-    rec_raw = out.get("recovered")
+    rec_raw = out.get("recovered", seed_out.get("recovered"))
     recovery = _live_recovery(trace, record, rec_raw) if rec_raw is not None else None
     if target_name not in known_cache:
         known_cache[target_name] = _known_frames(trace, target_name, fid_by_name)
@@ -565,7 +577,7 @@ def _capture_of(
         phase = phases.get(phase_no)
         if phase is None:
             raise HarnessError(
-                _where(trace, f"seq {record.seq}: phase {phase_no} is not one the scenario declares")
+                _where(trace, f"{record.label}: phase {phase_no} is not one the scenario declares")
             )
         callees = KnownCallees(phase=phase.place[:64], names=phase.callees, prefixes=phase.prefixes)
         # the scenario's account of what the thread was doing names the helper kind, unless the IP is
@@ -593,8 +605,9 @@ def _capture_of(
 
 
 def _live_walk(
-    trace: Trace, record: CallRecord, field: str, walk: Mapping[str, Any], seed: Literal["naive", "recovered"]
-) -> LiveWalk:
+    trace: Trace, record: SampleRecord, field: str, walk: Mapping[str, Any],
+    seed: Literal["naive", "recovered"],
+) -> LiveWalk:  # fmt: skip
     frames_raw = walk.get("frames")
     return LiveWalk(
         seed=seed,
@@ -611,16 +624,16 @@ def _live_walk(
     )
 
 
-def _live_recovery(trace: Trace, record: CallRecord, raw: object) -> LiveRecovery:
+def _live_recovery(trace: Trace, record: SampleRecord, raw: object) -> LiveRecovery:
     """The record's out.recovered (``--seed recovered``) as the manifest's ``live_recovery``."""
     rec = _obj(trace, record, "out.recovered", raw)
     try:
         return _recovery_of(trace, record, rec)
     except ValueError as exc:
-        raise HarnessError(_where(trace, f"seq {record.seq}: out.recovered: {_first(exc)}")) from exc
+        raise HarnessError(_where(trace, f"{record.label}: out.recovered: {_first(exc)}")) from exc
 
 
-def _recovery_of(trace: Trace, record: CallRecord, rec: Mapping[str, Any]) -> LiveRecovery:
+def _recovery_of(trace: Trace, record: SampleRecord, rec: Mapping[str, Any]) -> LiveRecovery:
     seed_raw = rec.get("seed")
     seed: RecoveredSeed | None = None
     if seed_raw is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from clr_model.flags import CorPrfMonitor
 from conformance.adapters.capture import write_captures
+from conformance.adapters.capture_records import sample_records
 from conformance.core import scenarios
 from conformance.core.errors import InputError
 from conformance.core.runner import DEFAULT_TIMEOUT_S, RunOutcome, RunResult, run_scenario
@@ -72,7 +73,7 @@ def _taken(result: RunResult) -> int:
     trace = result.trace
     if trace is None:
         return 0
-    return len(trace.calls(SAMPLING_EXPERIMENT))
+    return len(sample_records(trace)[0])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,6 +18,10 @@ replays exactly the schedule of SEED. ``--compare`` adds N unperturbed runs to t
 group then says in how many runs it appeared, per runtime: ``in 10/10 perturbed runs (seeds 7-16) and 2/10
 unperturbed runs on 8.0.4``; the runs table gives each run's seed and the delays applied.
 
+``--walk-quality`` (issue 24): each DoStackSnapshot the profiler makes of a thread parked in its own signal
+handler is captured by the proxy and replayed under the emulator; each run then prints, per place, the
+profiler's walks against the replay's truth (:mod:`conformance.validator.walkq`).
+
 ``--attach [--attach-after S] [--attach-data TEXT]`` (:mod:`conformance.cli.attach_options`): the app starts
 without the profiler, which is attached while it runs through the runtime's diagnostics IPC.
 
@@ -108,6 +112,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", action="store_true",
                         help="with --perturb: also make N unperturbed runs, to show how often a finding "
                         "appears without perturbation")  # fmt: skip
+    parser.add_argument("--walk-quality", action="store_true",
+                        help="capture each DoStackSnapshot of a thread parked in the profiler's signal "
+                        "handler (its registers and stack at the call), replay it, and print per place how "
+                        "the profiler's walks compare with the replay's truth: frames got, frames the truth "
+                        "has, missing and extra frames, failed walks (the JSON carries it)")  # fmt: skip
     attach_options.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also print each group's documented sentence, fix and occurrences")  # fmt: skip
@@ -192,6 +201,7 @@ def main(args: argparse.Namespace) -> int:
         **workload_options(args),  # type: ignore[arg-type]
         attach=attach,
         inject_deadlock=args.inject_deadlock,
+        walk_quality=args.walk_quality,
     )
     with interrupt.deferred():  # the result is whole: a signal now does not cut the reports short
         print(report.render_text(result, verbose=args.verbose), flush=True)

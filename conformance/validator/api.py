@@ -23,7 +23,7 @@ from clr_model.clauses import Layer
 from conformance.core import interrupt, registry, runner, runtimes, scenarios
 from conformance.core.findings import Finding
 from conformance.core.symbols import Symbolizer
-from conformance.validator import launch
+from conformance.validator import launch, walkq
 from conformance.validator import perturb as perturbation
 from conformance.validator import workload as workloads
 from conformance.validator.groups import Grouper
@@ -102,6 +102,7 @@ def validate(
     duration_s: float | None = None,
     attach: launch.AttachPlan | None = None,
     inject_deadlock: bool = False,
+    walk_quality: bool = False,
 ) -> ValidationResult:
     """Run the profiler behind the proxy and judge every run. Bad input raises ValidatorInputError; a
     signal (see the module's docstring) returns what was judged before it, ``interrupted`` set.
@@ -114,7 +115,9 @@ def validate(
     (:mod:`conformance.validator.perturb`); ``compare``: with ``perturb``, ``repeat`` unperturbed runs too.
     ``attach``: start each app without the profiler and attach it through the diagnostics IPC while it runs
     (a note per run says what the runtime answered and when). ``inject_deadlock``: raise the profiler's
-    signal once while the thread holds the allocator lock (ASYNC-07)."""
+    signal once while the thread holds the allocator lock (ASYNC-07). ``walk_quality``: the proxy captures
+    each walk of a thread parked in the profiler's signal handler and each run says how the profiler's
+    walks compare with the replay's truth, per place (:mod:`conformance.validator.walkq`)."""
     runs: list[RunSummary] = []
     exercised: dict[str, set[str]] = {}
     judge_seconds = 0.0
@@ -130,6 +133,8 @@ def validate(
         companions = launch.check_preloads(preload)
         environment = launch.proxy_environment(target, guid, extra_env=env, preload=companions, hang_s=hang_s,
                                                inject_deadlock=inject_deadlock)  # fmt: skip
+        if walk_quality:
+            environment.update(walkq.ENVIRONMENT)
         plan = _plan(app, workload, duration_s)
         selected = runtimes.select(runtime, dotnet)
         checks = HookChecks()
@@ -181,6 +186,9 @@ def validate(
                     summary = summary.model_copy(update={"records": judged.records, "judged": judged.records,
                                                          "delays": delays, "counts": counts})
                     seconds, note = judged.seconds, judged.note
+                    if walk_quality:
+                        quality = walkq.measure(result.trace_path, rt.version)
+                        summary = summary.model_copy(update={"walk_quality": quality})
                     if attached is not None:
                         notes[-1] = attach_timing(attached, result, judged.marks.get("proxy.attach"))
                 with interrupt.deferred():  # a run is in the result whole, with its findings, or not at all

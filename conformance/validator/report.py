@@ -34,6 +34,7 @@ from conformance.validator.result import (
     RuleStatus,
     RunSummary,
     ValidationResult,
+    WalkQuality,
 )
 
 __all__ = [
@@ -213,10 +214,36 @@ def render_text(result: ValidationResult, *, verbose: bool = False) -> str:
             for row, r in zip(runs[1:], result.runs, strict=True):
                 row.append("-" if r.seed is None else f"{r.seed} ({sum(r.delays.values())})")
         lines.extend(_table(runs, right=frozenset({4, 5, 6})))
+        for r in result.runs:
+            if r.walk_quality is not None:
+                lines.append("")
+                lines.append(f"walk quality on {r.runtime} ({r.scenario}): the profiler's DoStackSnapshot "
+                             "walks of threads parked in its signal handler against the replay of each one's "
+                             "capture")  # fmt: skip
+                lines.extend(walk_quality_text(r.walk_quality))
     else:
         lines.append("no run was judged")
     lines.append(summary_line(result))
     return "\n".join(lines)
+
+
+def walk_quality_text(quality: WalkQuality) -> list[str]:
+    """``--walk-quality``'s table of one run (failure: walks that did not deliver exactly the truth's managed
+    frames; missing and extra: frames, against the replay's truth)."""
+    rows = [["place", "walks", "failed", "complete", "failure", "got", "truth", "missing", "extra",
+             "no truth"]]  # fmt: skip
+    for q in quality.rows:
+        share = f"{q.failure_share:.1%}" if q.failure_share is not None else "n/a"
+        rows.append([q.place, str(q.walks), str(q.failed), str(q.complete), share, str(q.frames_got),
+                     str(q.frames_truth), str(q.missing), str(q.extra), str(q.no_truth)])  # fmt: skip
+    lines = _table(rows, right=frozenset(range(1, 10))) if quality.rows else ["no walk of a parked thread"]
+    lines.append(f"captured {quality.captured}, dropped {quality.dropped} (no free slot), "
+                 f"{quality.not_parked} walk(s) of threads not parked in a signal handler (not captured), "
+                 f"{quality.replay_failed} replay(s) failed")  # fmt: skip
+    lines.extend(f"left out: {s}" for s in quality.skipped[:5])
+    if len(quality.skipped) > 5:
+        lines.append(f"left out: ... and {len(quality.skipped) - 5} more")
+    return lines
 
 
 def _explanation(group: Group) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from conformance.core.findings import Finding
 from conformance.core.symbols import Site
@@ -62,6 +62,47 @@ class RunCounts(BaseModel):
     not_applicable: dict[str, str] = Field(default_factory=dict)
 
 
+class WalkQualityRow(BaseModel):
+    """One place of ``--walk-quality`` (:mod:`conformance.validator.walkq` says how it is measured)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    place: str
+    #: walks whose truth has a managed frame
+    walks: int
+    failed: int
+    complete: int
+    frames_got: int
+    frames_truth: int
+    missing: int
+    extra: int
+    #: walks whose truth has no managed frame (not in the counts above)
+    no_truth: int
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def failure_share(self) -> float | None:
+        """Walks that did not deliver exactly the truth's managed frames, of ``walks`` (None: no walk)."""
+        return (self.walks - self.complete) / self.walks if self.walks else None
+
+
+class WalkQuality(BaseModel):
+    """One run's walk quality: the table and what the proxy and the replay could not give."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    rows: tuple[WalkQualityRow, ...] = ()
+    #: walks the proxy captured, dropped (no free slot), and walks of threads not parked in a handler (not
+    #: captured: the proxy has no instant of them)
+    captured: int = 0
+    dropped: int = 0
+    not_parked: int = 0
+    #: samples left out (no capture could be made of them), one line each
+    skipped: tuple[str, ...] = ()
+    #: captures the replay could not read or unwind
+    replay_failed: int = 0
+    #: the folder of the captures (empty: none written)
+    captures: str = ""
+
+
 class RunSummary(BaseModel):
     """One run of the app under the profiler on one runtime."""
 
@@ -85,6 +126,8 @@ class RunSummary(BaseModel):
     delays: dict[str, int] = Field(default_factory=dict)
     #: what the run exercised, from its recording (None: not judged, e.g. no recording)
     counts: RunCounts | None = None
+    #: ``--walk-quality``: the profiler's walks against the replay's truth (None: not asked for)
+    walk_quality: WalkQuality | None = None
 
 
 class Occurrence(BaseModel):

@@ -49,7 +49,7 @@ from conformance.core.symbols import Symbolizer, demangle
 from conformance.validator.counts import CountRun
 from conformance.validator.hooks import CHECKED_KINDS, HookChecks, RegisteredHook, fault_line
 from conformance.validator.recording import Recording
-from conformance.validator.stream import ELT_HOOKS, Judging, Record, StreamRule
+from conformance.validator.stream import ELT_HOOKS, Judging, Quiet, Record, StreamRule
 
 RuleClass = type[StreamRule]
 
@@ -285,6 +285,9 @@ _HANDS_OUT_OBJECTS = frozenset(
 class InspectionWhileInvalid(StreamRule):
     reads = (*_calls(set(_INSPECTS)), ("callback", "GarbageCollectionStarted"),
              ("callback", "GarbageCollectionFinished"))  # fmt: skip
+    #: MR2-09, ORF-01, RRF-01, GCS-01: inside a callback whose ObjectIDs are invalid, inGc, or in a GC
+    quiet = Quiet(keys=frozenset({"inGc"}), frames=_INVALID_INSIDE,
+                  busy=lambda rule: not rule.seen or rule.in_gc)
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
@@ -341,6 +344,10 @@ class RemappedIds(StreamRule):
     shadow heap (no ``proxy.mask`` mark with ``heap`` true at Initialize: an older proxy, a proxy that could
     not widen the event mask, the fake runtime) is judged by the model's
     :func:`clr_model.moved_refs.check_gc_events`, fed the GC callbacks and inspections it reads."""
+    #: MR2-17/08 with the shadow heap: an inspection carrying its verdict (heap); without the shadow heap
+    #: (before the proxy.mask mark says so) every inspection and GC callback is kept for the model
+    quiet = Quiet(kinds=("call", "callback", "mark"), keys=frozenset({"heap"}),
+                  names=frozenset({"proxy.mask"}), busy=lambda rule: not (rule.shadow and rule.seen))
 
     reads = (*_calls(set(_INSPECTS)), ("mark", "proxy.ranges"), ("mark", "proxy.mask"),
              *(("callback", n) for n in sorted(_GC_BOUND_OR_MOVES | _HANDS_OUT_OBJECTS)))  # fmt: skip
@@ -485,6 +492,8 @@ _TRIGGERS_GC = api.names_with(Fact.TRIGGERS_GC)
 @rule("FE2-10", "FE2-11", what="an enter/leave hook calls nothing that blocks or triggers a GC")
 class CallsFromHooks(StreamRule):
     reads = (("call", None), ("counts", None))
+    #: FE2-10/11: a call judged only inside an enter/leave hook
+    quiet = Quiet(frames=ELT_HOOKS)
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
@@ -708,6 +717,8 @@ class Detach(StreamRule):
     """DET-01: a call through the wrapper after ProfilerDetachSucceeded returned (the proxy marks it
     ``afterDetach`` and answers it itself), from any thread. DET-02: a profiler thread alive when it returned
     (the proxy.detached mark). DET-03: a call made inside ProfilerDetachSucceeded."""
+    #: DET-01/03: afterDetach, or a call inside ProfilerDetachSucceeded
+    quiet = Quiet(keys=frozenset({"afterDetach"}), frames=frozenset({"ProfilerDetachSucceeded"}))
 
     reads = (("call", None), ("callback", "ProfilerDetachSucceeded"), ("mark", "proxy.detached"))
 
@@ -776,6 +787,9 @@ class AfterShutdownAndRelease(StreamRule):
     callback the runtime still makes or not. VAL-RELEASED-INFO: a call through the wrapper after its last
     reference was released. VAL-THREAD-AT-SHUTDOWN: a thread alive when Shutdown returned is a finding when
     it called the runtime afterwards, a note naming its start routine otherwise."""
+    #: SHD-01, VAL-RELEASED-INFO: Release, QueryInterface, afterShutdown, the call after a last Release
+    quiet = Quiet(names=frozenset({"Release", "QueryInterface"}), keys=frozenset({"afterShutdown"}),
+                  busy=lambda rule: rule.released_at is not None and not rule.reported_release)
 
     reads = (("call", None), ("callback", "Shutdown"), ("mark", "proxy.shutdown"))
 
@@ -1213,15 +1227,18 @@ def judge_run(
     profiler: Path | None = None,
     symbolizer: Symbolizer | None = None,
     ground_truth: tuple[tuple[str, tuple[str, ...], str], ...] = (),
+    columnar: bool = True,
 ) -> JudgedRun:
     """Every validator rule over ``run``'s recording (its trace file), findings into ``sink``; then what the
     run's outcome says (a crash or hang the proxy did not see, a run stopped at its time limit).
     ``profiler``: the profiler's file, for sites before the recording names it; ``symbolizer``: one shared by
     every run of a validation (each module's symbols and lines read once); ``ground_truth``: the workload's
-    marked points (:meth:`conformance.validator.workload.Workload.points`)."""
+    marked points (:meth:`conformance.validator.workload.Workload.points`); ``columnar`` False: a binary trace
+    decoded record by record (:attr:`Judging.columnar`)."""
     registry.load_all((Layer.VALIDATOR,))
     judging = Judging(run=run, sink=sink, profiler=str(profiler) if profiler else "",
-                      symbolizer=symbolizer or Symbolizer(), ground_truth=ground_truth)  # fmt: skip
+                      symbolizer=symbolizer or Symbolizer(), ground_truth=ground_truth,
+                      columnar=columnar)  # fmt: skip
     rules = [cast("type[StreamRule]", fn) for fn in registry.functions(Layer.VALIDATOR)]
     rules += [_Hooks, _InitializeSeen, CountRun]
     live = judging.judge(run.trace_path, rules)
@@ -1345,6 +1362,9 @@ class GroundTruthWalks(StreamRule):
     Only a note: what a walk delivers is the runtime's doing (the profiler chooses the thread and the seed,
     and a seed is ignored where the top of the stack is not the runtime's helper code, as for a thread
     parked in a wait); a profiler that drops or reorders the frames it was given does so out of sight."""
+    #: DSS-03: the names of FunctionIDs (proxy.functions), the workload's marked points while any
+    quiet = Quiet(kinds=("mark",), names=frozenset({"proxy.functions"}),
+                  busy=lambda rule: bool(rule.points or rule.ending))
 
     reads = (("mark", None), ("call", "DoStackSnapshot"))
 

@@ -35,7 +35,7 @@ from conformance.core.frames import MAGIC as FRAMES_MAGIC
 from conformance.core.runner import RunResult
 from conformance.core.symbols import Site, Symbolizer
 
-__all__ = ["ELT_HOOKS", "Judging", "StreamRule", "read_records"]
+__all__ = ["ELT_HOOKS", "Judging", "Quiet", "StreamRule", "read_records"]
 
 Record = dict[str, Any]
 Sink = Callable[[Finding], None]
@@ -85,6 +85,9 @@ def _malformed(r: Record) -> str:
             value = r.get(field_name)
             return f"a {r.get('kind')} record with a bad {field_name} ({value!r}): the recording is damaged"
     return "a malformed record; the recording is damaged there"
+
+
+_NONE: list[Callable[[Record], None]] = []
 
 
 def _refuse(path: Path, number: int, problem: str) -> HarnessError:
@@ -144,6 +147,21 @@ class Frame:
     hook: bool
 
 
+@dataclass(frozen=True)
+class Quiet:
+    """A rule's contract with the columnar path (:mod:`conformance.validator.columns`): when the rule does
+    nothing with a record of ``kinds`` it reads (what :meth:`StreamRule.on` returns from without a finding, a
+    change of its state or of what it marks exercised): unless the record is one of ``names``, its shape has
+    one of ``keys`` (a top-level field), one of ``frames`` is open on its thread, or ``busy`` says the rule's
+    state makes every record it reads count. A rule without one is handed every record it reads."""
+
+    kinds: tuple[str, ...] = ("call",)
+    names: frozenset[str] = frozenset()
+    keys: frozenset[str] = frozenset()
+    frames: frozenset[str] = frozenset()
+    busy: Callable[[Any], bool] | None = None
+
+
 class StreamRule:
     """A validator rule over the records it reads (see the module's docstring). Subclasses set
     :attr:`reads` and override :meth:`on` and :meth:`end`; :meth:`exercise` says a clause saw what it
@@ -151,6 +169,8 @@ class StreamRule:
 
     #: the records the rule reads: (kind, name), name None for every record of that kind
     reads: ClassVar[tuple[tuple[str, str | None], ...]] = ()
+    #: when it may be skipped a record it reads (the columnar path); None: never
+    quiet: ClassVar[Quiet | None] = None
 
     def __init__(self, judging: Judging) -> None:
         self.j = judging
@@ -192,9 +212,14 @@ class Judging:
     #: the workload's marked points (issue 21): (mark, frames innermost first, the mark that ends it or "")
     ground_truth: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     seconds: float = 0.0
+    #: a binary trace read as columns (:mod:`conformance.validator.columns`); False: each record as a dict
+    columnar: bool = True
     #: the profiler's modules: (base, path) sorted by base, from the header and proxy.module marks
     _modules: list[tuple[int, str]] = field(default_factory=list)
     _sites: dict[int, Site | None] = field(default_factory=dict)
+    #: (kind, name) -> the handlers of the rules that read it; kind -> those of the rules that read every name
+    _handlers: dict[tuple[str, str | None], list[Callable[[Record], None]]] = field(default_factory=dict)
+    _anyname: dict[str, list[Callable[[Record], None]]] = field(default_factory=dict)
 
     # -- what rules ask ------------------------------------------------------------------------------------
     @property
@@ -291,7 +316,10 @@ class Judging:
 
     # -- the pass --------------------------------------------------------------------------------------------
     def judge(self, path: Path, rules: Iterable[type[StreamRule]]) -> list[StreamRule]:
-        """Read ``path`` once, feeding each rule the records it reads; returns the rules (ended)."""
+        """Read ``path`` once, feeding each rule the records it reads; returns the rules (ended). A binary
+        trace is read by :func:`conformance.validator.columns.judge_columns` (a record no rule acts on is
+        never decoded), JSON Lines here, line by line; both hand every record a rule acts on to
+        :meth:`take`."""
         started = time.perf_counter()
         live = [cls(self) for cls in rules]
         exact: dict[tuple[str, str], list[Callable[[Record], None]]] = {}
@@ -306,95 +334,99 @@ class Judging:
         handlers: dict[tuple[str, str | None], list[Callable[[Record], None]]] = {}
         for key, fns in exact.items():
             handlers[key] = [*fns, *anyname.get(key[0], [])]
-        stacks = self.stacks
-        os_of = self.os_of
-        managed = self.managed
-        none: list[Callable[[Record], None]] = []
+        self._handlers, self._anyname = handlers, anyname
         count = 0
         with _open(path) as fh:
-            # read_records inlined (a generator's hand-over per record is a good part of a light rule's cost);
-            # a binary trace's records come decoded
-            source: Iterable[tuple[int, Any]] = (
-                _binary_records(path) if fh.read(len(FRAMES_MAGIC)) == FRAMES_MAGIC else enumerate(fh, 1)
-            )
+            binary = fh.read(len(FRAMES_MAGIC)) == FRAMES_MAGIC
             fh.seek(0)
-            r: Any = None
-            for number, line in source:
-                if line.__class__ is dict:
-                    r = line
-                else:
+            if binary and self.columnar:
+                from conformance.validator.columns import judge_columns  # it imports this module
+
+                count = judge_columns(self, path, live)
+            elif binary:  # every record decoded into its dict (what the columns are held equal to)
+                for number, r in _binary_records(path):
+                    count += 1
+                    self.take(path, number, r)
+            else:
+                # read_records inlined (a generator's hand-over per record is a good part of a light rule's
+                # cost)
+                take = self.take
+                for number, line in enumerate(fh, 1):
                     if not line.endswith(b"\n"):
                         break  # the writer died mid-record: every complete record before it counts
                     try:
                         r = loads(line)
                     except JSONDecodeError:
                         r = None
-                kind = r.get("kind") if r.__class__ is dict else None
-                if kind.__class__ is not str:
-                    r = _record(path, number, line) if line.__class__ is not dict else None
-                    if r is None:
-                        if line.__class__ is dict:
-                            raise _refuse(path, number, "a record must be a JSON object with a kind")
-                        continue
-                    kind = r["kind"]
-                count += 1
-                name = r.get("name")
-                thread = r.get("os_tid", 0)
-                tid = r.get("tid")
-                if (
-                    (name.__class__ is not str and (name is not None or kind in _NAMED))
-                    or thread.__class__ is not int
-                    or (tid is not None and tid.__class__ is not int)
-                    or (kind in _NAMED and r.get("phase", "whole") not in _PHASES)
-                ):
-                    raise _refuse(path, number, _malformed(r))
-                if tid and tid not in os_of:
-                    os_of[tid] = thread
-                    managed.add(thread)
-                pushed: Frame | None = None
-                if kind == "callback":
-                    phase = r.get("phase")
-                    if phase == "return":
-                        stack = stacks.get(thread)
-                        if stack:
-                            stack.pop()
-                    elif phase == "enter":
-                        pushed = Frame(name or "?", r.get("hook") is True)
-                    if name == "ThreadAssignedToOSThread":
-                        args = r.get("args") or {}
-                        managed_id, os_id = args.get("managedThreadId"), args.get("osThreadId")
-                        if isinstance(managed_id, int) and isinstance(os_id, int) and managed_id and os_id:
-                            os_of[managed_id] = os_id
-                elif kind == "call":
-                    pass  # most records: nothing of the moment to keep
-                elif kind == "mark":
-                    if isinstance(name, str) and name.startswith(NOTE_PREFIX):
-                        self.notes[name] = r
-                        if name == "proxy.module":
-                            self._add_module(r.get("base"), r.get("path"))
-                elif kind == "header":
-                    self.header = r
-                    info = self.proxy
-                    self._add_module(info.get("targetBase"), info.get("target"))
-                elif kind == "counts":
-                    counts, hooks = r.get("counts"), r.get("hooks")
-                    self.counts = counts if isinstance(counts, dict) else {}
-                    self.hook_counts = hooks if isinstance(hooks, dict) else {}
-                for handler in handlers.get((kind, name)) or anyname.get(kind, none):
-                    handler(r)
-                if pushed is not None:
-                    stack = stacks.get(thread)
-                    if stack is None:
-                        stacks[thread] = [pushed]
-                    else:
-                        stack.append(pushed)
-                if tid:
-                    managed.add(thread)
+                    if r.__class__ is not dict or r.get("kind").__class__ is not str:
+                        r = _record(path, number, line)
+                        if r is None:
+                            continue
+                    count += 1
+                    take(path, number, r)
         self.records = count
         for rule in live:
             rule.end()
         self.seconds = time.perf_counter() - started
         return live
+
+    def take(self, path: Path, number: int, r: Record) -> None:
+        """One record (number ``number`` of ``path``, a dict with a str kind): checked (a malformed one raises
+        :class:`HarnessError` naming ``file:number``), the moment's state kept (the callbacks open on each
+        thread, the ThreadIDs, the proxy's notes), handed to every rule that reads it."""
+        kind = r["kind"]
+        name = r.get("name")
+        thread = r.get("os_tid", 0)
+        tid = r.get("tid")
+        if (
+            (name.__class__ is not str and (name is not None or kind in _NAMED))
+            or thread.__class__ is not int
+            or (tid is not None and tid.__class__ is not int)
+            or (kind in _NAMED and r.get("phase", "whole") not in _PHASES)
+        ):
+            raise _refuse(path, number, _malformed(r))
+        if tid and tid not in self.os_of:
+            self.os_of[tid] = thread
+            self.managed.add(thread)
+        pushed: Frame | None = None
+        if kind == "callback":
+            phase = r.get("phase")
+            if phase == "return":
+                stack = self.stacks.get(thread)
+                if stack:
+                    stack.pop()
+            elif phase == "enter":
+                pushed = Frame(name or "?", r.get("hook") is True)
+            if name == "ThreadAssignedToOSThread":
+                args = r.get("args") or {}
+                managed_id, os_id = args.get("managedThreadId"), args.get("osThreadId")
+                if isinstance(managed_id, int) and isinstance(os_id, int) and managed_id and os_id:
+                    self.os_of[managed_id] = os_id
+        elif kind == "call":
+            pass  # most records: nothing of the moment to keep
+        elif kind == "mark":
+            if isinstance(name, str) and name.startswith(NOTE_PREFIX):
+                self.notes[name] = r
+                if name == "proxy.module":
+                    self._add_module(r.get("base"), r.get("path"))
+        elif kind == "header":
+            self.header = r
+            info = self.proxy
+            self._add_module(info.get("targetBase"), info.get("target"))
+        elif kind == "counts":
+            counts, hooks = r.get("counts"), r.get("hooks")
+            self.counts = counts if isinstance(counts, dict) else {}
+            self.hook_counts = hooks if isinstance(hooks, dict) else {}
+        for handler in self._handlers.get((kind, name)) or self._anyname.get(kind, _NONE):
+            handler(r)
+        if pushed is not None:
+            stack = self.stacks.get(thread)
+            if stack is None:
+                self.stacks[thread] = [pushed]
+            else:
+                stack.append(pushed)
+        if tid:
+            self.managed.add(thread)
 
     def _add_module(self, base: object, path: object) -> None:
         if isinstance(base, int) and isinstance(path, str) and base and path:

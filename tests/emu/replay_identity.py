@@ -6,10 +6,11 @@ to the replay's speed changes none of its results (issue 23, part 5).
 
 ``dump`` replays each ``*.phcap`` under tests/data/captures of ``--root`` (default: this checkout, whose
 ``emu`` package it imports) four ways: with and without disk access, to 64 and to 1024 frames; first
-cold (every cache emptied), then warm (the same capture object again, twice); the warm JSON must equal
-the cold one. ``compare`` says which results differ between two dumps (exit status 1 if any does).
-To check a change, dump with a checkout of the commit before it (``git archive REV | tar -x -C DIR``)
-and with this one, then compare.
+cold (every cache emptied), then warm (the same capture object again, twice, and once more by
+``replay_light(...).to_model()`` where the checkout has it); the warm JSON must equal the cold one.
+``compare`` says which results differ between two dumps (exit status 1 if any does). To check a change,
+dump with a checkout of the commit before it (``git archive REV | tar -x -C DIR``) and with this one, then
+compare.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ HERE = Path(__file__).resolve().parent
 
 def dump(root: Path) -> dict[str, str]:
     sys.path.insert(0, str(root))
+    import emu.replay
     from emu import cfi
     from emu.capture import read_capture
     from emu.errors import EmuError
     from emu.replay import replay
+
+    # the light path (where the checkout has one) must give the same result through its to_model()
+    light = getattr(emu.replay, "replay_light", None)
 
     out: dict[str, str] = {}
     data = root / "tests" / "data" / "captures"
@@ -41,6 +46,9 @@ def dump(root: Path) -> dict[str, str]:
                     cold = replay(cap, allow_disk=allow_disk, max_frames=max_frames).model_dump_json()
                     warm = [replay(cap, allow_disk=allow_disk, max_frames=max_frames).model_dump_json()
                             for _ in range(2)]
+                    if light is not None:
+                        warm.append(light(cap, allow_disk=allow_disk, max_frames=max_frames).to_model()
+                                    .model_dump_json())  # fmt: skip
                 except EmuError as exc:
                     cold, warm = f"error: {exc}", []
                 if any(w != cold for w in warm):

@@ -166,3 +166,85 @@ def test_unwound_frame_built_in_one_step_equals_the_dataclass() -> None:
     assert [f.name for f in fields(fast)] == list(vars(fast))
     with pytest.raises(AttributeError):
         fast.ip = 0  # type: ignore[misc]  # still frozen
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.permutations([3, 6, 12, 13, 16]), st.lists(st.sampled_from([-8, -16, -24, -32, -48, -64, -72]),
+       min_size=5, max_size=5, unique=True), st.integers(0, 5), st.integers(0x1000, 0x1200),
+       st.booleans())  # fmt: skip
+def test_one_unpack_cfi_step_equals_cfi_step(
+    order: list[int], offsets: list[int], saved: int, rsp: int, written: bool
+) -> None:
+    """A row of "saved at CFA + offset" rules read by one unpack (emu.cfi._Plan.words) gives cfi_step's
+    registers in cfi_step's order, whichever order the rules come in and wherever the words lie (in the
+    segment read last, across its end, missing, or under an emulation's write)."""
+    nums = order[: saved + 1]
+    if 16 not in nums:
+        nums.append(16)  # the return address's rule, last
+    rules = {num: RegisterRule(RegisterRule.OFFSET, off) for num, off in zip(nums, offsets, strict=False)}
+    row = CfiRow(start=0, end=16, cfa=CFARule(reg=7, offset=0x40), rules=rules, ra_register=16)
+    memory = CaptureMemory([(0x1000, bytes(range(256)) * 2), (0x1200, bytes(range(64)))],
+                           [(0x1000, 0x1300)])  # fmt: skip
+    memory.read_u64(0x1000)  # the first segment is the one read last
+    if written:
+        memory.write(0x1100, b"\x01")
+    table = CfiTable(b"", 0)
+    regs = {"rsp": rsp, "rbx": 5, "rbp": 6, "r12": 7}
+    try:
+        want: dict[str, int] | str = cfi_step(row, regs, memory, X64)
+    except CfiError as exc:
+        want = str(exc)
+    try:
+        got: dict[str, int] | str = table.step(row, regs, memory)
+    except CfiError as exc:
+        got = str(exc)
+    assert got == want
+    if isinstance(got, dict) and isinstance(want, dict):
+        assert list(got) == list(want)
+    plan = cfi._compile(row, X64)
+    assert plan is not None and plan.words is not None  # every offset distinct, the return address among them
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_code_map_places_equal_the_lookups(path: Path) -> None:
+    """One bisection over CodeMap.places() gives what function_from_ip, module_at, in_ready_to_run,
+    method_range and the CFI path a walk uses give, at every edge of every range (and a byte either
+    side) and at random addresses."""
+    import bisect
+    import random
+
+    from emu.unwind import CodeMap
+
+    code = CodeMap(read_capture(path), allow_disk=False)
+    starts, places = code.places()
+    edges = [a for s, e, _ in code._jit for a in (s, e)] + [a for m in code.modules for a in (m.start, m.end)]
+    edges += code._r2r_merged_starts + code._r2r_merged_ends
+    rng = random.Random(23)  # seeded: the same addresses every run
+    addresses = {a + d for a in edges for d in (-1, 0, 1) if a + d >= 0}
+    addresses |= {rng.randrange(0, 2**64) for _ in range(500)} | {0, 2**64 - 1}
+    for at in sorted(addresses):
+        fid, module, r2r, start, cfi_path = places[bisect.bisect_right(starts, at) - 1]
+        rng_ = code.method_range(at)
+        assert fid == code.function_from_ip(at), hex(at)
+        assert module is code.module_at(at), hex(at)
+        assert r2r == code.in_ready_to_run(at), hex(at)
+        assert start == (rng_[0] if rng_ is not None else None), hex(at)
+        assert cfi_path == ((module.path or "") if module is not None and code.is_file(module) else None)
+
+
+@given(st.integers(0xFF0, 0x1110), st.booleans())
+def test_read_u64_pair_equals_two_reads(address: int, written: bool) -> None:
+    memory = CaptureMemory([(0x1000, bytes(range(256))), (0x1100, bytes(range(8)))], [(0x1000, 0x1200)])
+    memory.read_u64(0x1000)  # the first segment is the one read last
+    if written:
+        memory.write(0x1010, b"\xff")
+    try:
+        want: tuple[int, int] | str = (memory.read_u64(address), memory.read_u64(address + 8))
+    except EmuError as exc:
+        want = str(exc)
+    memory.read_u64(0x1000)
+    try:
+        got: tuple[int, int] | str = memory.read_u64_pair(address)
+    except EmuError as exc:
+        got = str(exc)
+    assert got == want

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.adapters.capture import SAMPLE_CALL as SAMPLING_CALL
 from conformance.adapters.capture import write_captures
+from conformance.adapters.capture_records import sample_records
 from conformance.cli.capture import sampling_plan
 from conformance.core import probe, scenarios
 from conformance.core.runner import RunOutcome, RunResult, execute, reference_runtime
@@ -109,24 +109,25 @@ def test_kill_at_a_random_instant_is_reported_and_loses_no_record(
 def test_death_in_the_middle_of_a_capture_keeps_every_complete_sample(
     runtimes: list[Runtime], tmp_path: Path
 ) -> None:
-    """The sampling scenario dies while the probe writes a capture sample (half of the record, then
-    SIGKILL): every sample recorded before it becomes a capture that reads back; the torn one is left out."""
+    """The sampling scenario dies while the probe writes a sample (half of its frame in the capture sidecar,
+    then SIGKILL): every sample written before it becomes a capture that reads back; the torn one is left
+    out, with one line."""
     scenario = scenarios.load_scenario("capture-sampling")
     plan = sampling_plan(dict(scenario.plan), 6, "capture-sampling/plan.json")
     app = scenarios.compile_scenario(scenario, reference_runtime())
     for runtime in runtimes:
         clean = execute(scenario, app, runtime, probe.build_probe(), plan=plan)
         assert clean.outcome is RunOutcome.OK and clean.trace is not None
-        samples = [c.seq for c in clean.trace.calls(SAMPLING_CALL)]
-        assert len(samples) == 6, samples
-        n = samples[3]  # die writing the fourth sample
+        records, lost = sample_records(clean.trace)
+        assert (len(records), lost) == (6, []), lost
         result = execute(scenario, app, runtime, probe.build_probe(), plan=plan,
-                         env={"PROFHARNESS_FAULT": f"record:{n}:KILL"})  # fmt: skip
-        where = f"{runtime.version} record {n}"
+                         env={"PROFHARNESS_FAULT": "sample:3:KILL"})  # fmt: skip  # die writing the fourth
+        where = f"{runtime.version} sample 3"
         assert result.outcome is RunOutcome.KILLED and result.trace is not None, where
-        assert [r.seq for r in result.trace.records] == list(range(n)) and result.trace.torn_tail, where
         written = write_captures(result.trace, tmp_path / runtime.version, runtime=runtime.version)
-        assert len(written.paths) + len(written.skipped) == 3, where
+        assert [p.name for p in written.paths] == [f"sample-000{i}.phcap" for i in range(3)], where
+        (note,) = written.skipped
+        assert ": torn: " in note and note.endswith("payload bytes, then the end"), (where, note)
         for path in written.paths:
             read_capture(path)
         OUTCOMES[("process faults", "death mid-capture: every complete sample a capture")] += 1

@@ -453,6 +453,36 @@ void* inject_malloc(std::size_t n) {
     return p;
 }
 
+// --- threads parked in a wrapped handler (issue 24 part 4, proxy/walkq.cpp): the ucontext each was
+// interrupted with, by thread id, while its outermost wrapped handler runs. A slot is claimed with one CAS on
+// entry and freed on return (atomics only: async-signal-safe); a full table leaves the thread out.
+constexpr int kParkedSlots = 256;
+struct Parked {
+    std::atomic<long> tid{0};
+    std::atomic<void*> uc{nullptr};
+};
+Parked g_parked[kParkedSlots];
+
+int park(long tid, void* uc) {
+    for (int k = 0; k < kParkedSlots; ++k) {
+        long free_tid = 0;
+        if (g_parked[k].tid.load(std::memory_order_relaxed) == 0 &&
+            g_parked[k].tid.compare_exchange_strong(free_tid, -1, std::memory_order_acquire)) {
+            g_parked[k].uc.store(uc, std::memory_order_relaxed);
+            g_parked[k].tid.store(tid, std::memory_order_release);
+            return k;
+        }
+    }
+    return -1;
+}
+
+void unpark(int k) {
+    if (k < 0) return;
+    g_parked[k].tid.store(-1, std::memory_order_relaxed);
+    g_parked[k].uc.store(nullptr, std::memory_order_relaxed);
+    g_parked[k].tid.store(0, std::memory_order_release);
+}
+
 // --- the handler wrapper ----------------------------------------------------------------------------------
 
 using ActionFn = void (*)(int, siginfo_t*, void*);
@@ -488,8 +518,10 @@ void wrapped(int sig, siginfo_t* si, void* uc) {
     if (UNLIKELY(g_lock_owner.load(std::memory_order_relaxed) != 0) && g_lock_owner.load() == gettid_())
         g_shared.injection.state.store(4);  // the injected signal arrived while this thread holds the lock
     profharness_preload_depth = prev_depth + 1;
+    const int parked = prev_depth == 0 ? park(gettid_(), uc) : -1;
     if (h.siginfo.load(std::memory_order_relaxed)) reinterpret_cast<ActionFn>(fn)(sig, si, uc);
     else reinterpret_cast<HandlerFn>(fn)(sig);
+    unpark(parked);
     profharness_preload_depth = prev_depth;
     const bool errno_changed = errno != saved_errno;
     if (errno_changed && !tl_quiet) note_site(kErrno, fn + 1, fn + 1);  // +1: a "return address" in it
@@ -596,6 +628,15 @@ PRELOAD_EXPORT void profharness_preload_note_info(int id, const void* caller) {
     if (tl_quiet || !handler_live()) return;
     const auto c = reinterpret_cast<std::uintptr_t>(caller);
     note_site(kInfoBase + id, c, c);
+}
+// The ucontext thread `tid` was interrupted with while it runs the profiler's (outermost wrapped) signal
+// handler; null when it runs none. Valid only while that handler runs: the caller keeps it parked there
+// (the thread is inside the call that asks, or the profiler holds it in its handler).
+PRELOAD_EXPORT void* profharness_preload_parked_context(long tid) {
+    if (tid <= 0) return nullptr;
+    for (int k = 0; k < kParkedSlots; ++k)
+        if (g_parked[k].tid.load(std::memory_order_acquire) == tid) return g_parked[k].uc.load(std::memory_order_relaxed);
+    return nullptr;
 }
 PRELOAD_EXPORT int profharness_preload_set_quiet(int quiet) {
     const int old = tl_quiet;

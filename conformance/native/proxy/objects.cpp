@@ -25,6 +25,7 @@
 #include "profharness/flags.h"
 #include "profharness/native_stack.h"
 #include "proxy.h"
+#include "walkq.h"
 
 #define PROXY_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -261,6 +262,7 @@ struct WalkRelay {
     ULONG frames;
     std::vector<std::uint64_t>* ids;  // a marked thread's walk: the FunctionIDs delivered (truth.cpp)
     bool muted;                       // inside the profiler's signal handler: no frame recorded (ASYNC)
+    WalkqSlot* walkq = nullptr;       // the walked thread's captured state (walkq.cpp), or null
 };
 
 // At most this many FunctionIDs of one walk are recorded (innermost first); "frameIdsCut" says more came.
@@ -269,6 +271,7 @@ constexpr std::size_t kMaxWalkIds = 256;
 HRESULT walk_relay(FunctionID f, UINT_PTR ip, COR_PRF_FRAME_INFO fi, ULONG32 cs, BYTE ctx[], void* data) {
     auto* relay = static_cast<WalkRelay*>(data);
     ++relay->frames;
+    walkq_frame(relay->walkq, f, ip);
     if (relay->ids && relay->ids->size() < kMaxWalkIds) relay->ids->push_back(f);
     if (relay->muted) {
         const int quiet = async_set_quiet(0);
@@ -418,8 +421,10 @@ class InfoWrapper final : public InfoRecorderBase {
             marked = target && truth_thread(target);
         }
         WalkRelay relay{callback, clientData, 0, marked ? &ids : nullptr, s.muted()};
+        relay.walkq = walkq_begin(thread, infoFlags, context, contextSize, __builtin_return_address(0));
         HRESULT hr = static_cast<ICorProfilerInfo2*>(real_[2])->DoStackSnapshot(thread, &walk_relay, infoFlags,
                                                                                  &relay, context, contextSize);
+        walkq_end(relay.walkq, hr);
         s.out_value("frameCount", Json(relay.frames));
         if (marked) {
             Json arr = Json::array();
@@ -752,6 +757,7 @@ void watchdog_loop() {
     for (;;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         async_poll();  // what the signal-safety preload noted; an injected deadlock
+        walkq_drain(false);  // walks captured for --walk-quality
         ThreadRegistry& reg = registry();
         const int n = reg.size();
         const std::int64_t now = now_ns();
@@ -1078,6 +1084,7 @@ class ProxyCallback final : public CallbackForwarderBase {
             for (const void* e : *g_live_enums) leaks.push(Json::pointer(e));
         }
         truth_name_pending();  // the FunctionIDs marked threads' walks delivered, named
+        walkq_drain(true);
         Json rec = Json::object();
         rec.set("name", "proxy.shutdown").set("payload", Json());
         rec.set("profilerThreadsAlive", alive).set("threads", threads).set("liveEnumerators", leaks);
@@ -1181,6 +1188,7 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
             dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     }
     async_init();
+    walkq_init(trace_path);
     if (cfg.target.empty()) {
         probe_error("PROFHARNESS_PROXY_TARGET is not set: no profiler to load", "DllGetClassObject");
         return E_FAIL;

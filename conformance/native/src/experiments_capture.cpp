@@ -18,21 +18,23 @@
 // seeded with a CONTEXT built from the ucontext as it is (the naive seed; the Walk of walk.h, prepared by the
 // profiler thread); last it posts a semaphore (sem_post: async-signal-safe) the profiler thread sleeps on
 // (sem_clockwait, up to args.timeoutMs). After the handler is done the profiler thread reads code around every stack word that
-// points into executable memory (after the instant: code rarely changes, the record says so), classifies
-// the IP (GetFunctionFromIP, else the mapping that holds it) and writes one `call` record `capture_sample`
-// per sample. After the last sample it writes `capture_maps` (/proc/self/maps) and `capture_jit_map`
+// points into executable memory (after the instant, once per code page: code rarely changes, the job's
+// record says so), classifies the IP (GetFunctionFromIP, else the mapping that holds it) and writes the
+// sample as one binary record (below). After the last sample it writes `capture_maps` (/proc/self/maps) and `capture_jit_map`
 // (EnumJITedFunctions2; every native code version through GetNativeCodeStartAddresses + GetCodeInfo4, else
 // GetCodeInfo2; names from metadata).
 //
-// A sample's bytes (the stack copy, the red zone, the code around the IP, the candidate code windows, the
-// seed CONTEXT) do not go into the JSON record: the profiler thread appends them raw, as one frame (type
-// kFrameSample, one write) to a frames v1 sidecar beside the trace (profharness/frames.h; the trace's path +
-// kFramesSuffix, named in the record's out.framesFile), before it writes the record, which refers to each
-// part as {"offset", "at", "length"}: the frame's file offset, the part's position in the frame's payload
-// and its length (null when the frame could not be written). The candidate code part is a run of windows,
-// each u64 address, u32 length, the bytes (little-endian); its reference adds "count". Only the profiler
-// thread writes frames; the handler only fills its preallocated buffers, as before. The JIT map's prologue
-// bytes (once per run) stay base64 (RFC 4648) strings.
+// No JSON per sample (issue 23 part 4): the profiler thread writes one `capture_sampling` call record per
+// job (what every sample shares: target, signal, seed kind, stack bounds, the sidecar's name, the job's
+// number), then each sample as one frame (kFrameSampleRecord, one write) of a frames v1 sidecar beside the
+// trace (profharness/frames.h; the trace's path + kFramesSuffix): a fixed head, the walk's frames, the
+// candidate windows' addresses and lengths, then the stack copy, the red zone, the code around the IP and
+// the seed CONTEXT, raw (SampleHead below; conformance/adapters/capture_records.py reads it). A candidate
+// window's bytes are those of kFrameCodePage frames, each page read and written once, when a window first
+// needs it; module paths are interned (kFrameString). Once the buffers have grown, a sample costs no
+// allocation but its Walk. `capture_done` ends the job. Only the profiler thread writes frames; the handler
+// only fills its preallocated buffers, as before. The JIT map's prologue bytes (once per run) stay base64
+// (RFC 4648) strings.
 //
 // Bounds: each sample waits at most args.timeoutMs for the handler; a handler that does not finish is
 // abandoned (probe_error), and sampling stops, since its buffers are still in use.
@@ -97,10 +99,15 @@ constexpr std::size_t kRedZone = 128;                  // System V AMD64: leaf c
 constexpr std::size_t kPrologueBytes = 32;             // first bytes of each JIT-compiled code range
 constexpr int kSampleSignal = SIGPROF;
 
-// The capture sidecar (conformance/adapters/capture.py reads it): its name is the trace's + this suffix; the
-// frame types of a sample's bytes.
+// The capture sidecar (conformance/adapters/capture.py reads it): its name is the trace's + this suffix; its
+// frame types. kFrameSample (one sample's bytes, referred to by a JSON record) is an earlier probe's; this
+// one writes kFrameSampleRecord (one sample, record and bytes: SampleHead below), kFrameCodePage (one page of
+// code, read once: u64 address, 4096 bytes) and kFrameString (an interned string: u32 id, UTF-8 bytes).
 constexpr const char* kFramesSuffix = ".capture.frames";
-constexpr std::uint16_t kFrameSample = 1;
+constexpr std::uint16_t kFrameSampleRecord = 2;
+constexpr std::uint16_t kFrameCodePage = 3;
+constexpr std::uint16_t kFrameString = 4;
+constexpr std::uint64_t kPage = 4096;
 constexpr std::uint64_t kUserSpaceEnd = std::uint64_t{1} << 47;
 
 std::uint64_t now_ns() {
@@ -195,16 +202,6 @@ bool open_capture_frames(std::string& error) {
     return true;
 }
 
-// The record's reference to `n` bytes at `pos` in the payload of the sample's frame at file offset `frame`
-// ({"offset", "at", "length"}); null when the frame was not written (frame < 0).
-Json frame_ref(std::int64_t frame, std::size_t pos, std::size_t n) {
-    if (frame < 0) return Json();
-    Json r = Json::object();
-    r.set("offset", Json(static_cast<std::uint64_t>(frame))).set("at", Json(static_cast<std::uint64_t>(pos)));
-    r.set("length", Json(static_cast<std::uint64_t>(n)));
-    return r;
-}
-
 // ---------------------------------------------------------------------------------------------------
 // The thread registry (threads that can be sampled)
 
@@ -296,7 +293,7 @@ SampleBuffer g_sample;
 // Posted by the handler when it is done (sem_post is async-signal-safe): the profiler thread sleeps on it
 // instead of polling (each poll costs a wake-up, many of them when the machine is loaded).
 sem_t g_sample_done;
-// Posted by the handler when it parks for the recovered seed.
+// Posted by the handler when it parks for the recovered seed (and, in recovered mode, when it is done).
 sem_t g_sample_parked;
 std::once_flag g_sample_done_once;
 // The scenario's phase cell (profharness_capture_phase_cell): an int32 it writes before each phase; the
@@ -568,6 +565,34 @@ const Mapping* mapping_of(const std::vector<Mapping>& maps, std::uint64_t a) {
     return a < it->end ? &*it : nullptr;
 }
 
+// mapping_of for the many stack words a sample scans, through a direct-mapped cache of pages (the profiler
+// thread's): a stack's words fall in few pages (the stack's own, the heap's, code), so most cost one
+// compare instead of a binary search over hundreds of mappings. An entry holds for the maps it was computed
+// from (g_maps_reads counts their reads); a mapping never spans a page partly, so a page has one answer.
+// A page number's slot in a table of 2^bits (Fibonacci hashing: the high bits of the product, so pages whose
+// low bits agree, e.g. one every 1 MiB, spread).
+std::size_t page_slot(std::uint64_t page, unsigned bits) {
+    return static_cast<std::size_t>((page * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
+struct MappingCacheSlot {
+    std::uint64_t page = ~std::uint64_t{0};
+    std::uint64_t reads = 0;
+    const Mapping* mapping = nullptr;
+};
+
+const Mapping* mapping_of_cached(const std::vector<Mapping>& maps, std::uint64_t a, std::uint64_t reads) {
+    static MappingCacheSlot* const slots = new MappingCacheSlot[4096];  // never destroyed
+    const std::uint64_t page = a >> 12;
+    MappingCacheSlot& slot = slots[page_slot(page, 12)];
+    if (slot.page != page || slot.reads != reads) {
+        slot.page = page;
+        slot.reads = reads;
+        slot.mapping = mapping_of(maps, a);
+    }
+    return slot.mapping;
+}
+
 
 // ---------------------------------------------------------------------------------------------------
 // The JIT code map
@@ -581,6 +606,7 @@ std::mutex g_cached_mutex;
 std::mutex g_jitted_mutex;
 std::atomic<bool> g_learn_jitted{false};  // set when a --seed recovered sampler starts
 std::vector<FunctionID>& g_jitted_pending = *new std::vector<FunctionID>();
+
 std::vector<FunctionID> g_cached_functions;
 
 std::string function_name(FunctionID fid) {
@@ -724,121 +750,185 @@ struct SamplingJob {
     ULONG32 infoFlags = 0;
     bool jitMap = true;
     bool recover = false, naiveWalk = true;  // args.seed "recovered"; args.naiveWalk
+    bool seedRecord = false;                  // args.seed given: one capture_seed record per sample
     std::int64_t parkTimeoutMs = 200;
+    std::uint32_t job = 0;  // the capture_sampling record's out.job, in each of its samples' records
     std::atomic<bool> done{false};
 };
 
-Json where_of(std::uint64_t ip, std::vector<Mapping>& maps) {
+// ---------------------------------------------------------------------------------------------------
+// A sample's record in the sidecar (kFrameSampleRecord; conformance/adapters/capture.py decodes it)
+//
+// Payload, little-endian: SampleHead (headSize bytes; a reader skips what it does not know), then
+// framesListed walk frames (SampleFrame), then `windows` candidate code windows (SampleWindow: the address
+// and length of the bytes read; the bytes are those of the kFrameCodePage frames written before, one per
+// page), then the stack copy (stackLen), the red zone (redZoneLen), the code around the IP (codeLen) and the
+// seed CONTEXT (seedLen). Everything the JSON record of an earlier probe held per sample is here; what is
+// the same for every sample of a job (target thread, signal, seed kind, stack bounds, the sidecar's name) is
+// in the job's one `capture_sampling` call record.
+
+// SampleHead.kind: where the IP was (the JSON record's out.where.kind)
+enum class WhereKind : std::uint32_t { kManaged = 1, kUnmapped = 2, kAnonymousExecutable = 3, kAnonymous = 4,
+                                       kModule = 5 };
+constexpr std::uint32_t kHeadFsOk = 1, kHeadInRange = 2;           // SampleHead.flags
+constexpr std::uint32_t kFrameSpKnown = 1, kFrameInCall = 2;        // SampleFrame.flags
+
+struct SampleHead {
+    std::uint32_t headSize;  // sizeof(SampleHead)
+    std::uint32_t job;
+    std::int64_t sample;
+    std::int64_t walk;  // the walk's number (as a DoStackSnapshot record's)
+    std::int64_t handlerOsTid;
+    std::int64_t phase;  // the scenario's phase cell; -1 without one
+    std::uint64_t gregs[NGREG];  // ucontext order (kGregNames)
+    std::uint64_t fsBase;
+    std::uint64_t sp, capturedEnd;
+    std::uint64_t codeAddress;
+    std::uint64_t copyNs, walkNs, candidatesCpuNs, recordCpuNs;
+    std::uint64_t functionId;  // GetFunctionFromIP's (0 when it failed)
+    std::uint32_t functionFromIpHr, walkHr;
+    std::uint32_t flags;      // kHeadFsOk, kHeadInRange
+    std::uint32_t kind;       // WhereKind
+    std::uint32_t module;     // the mapping's path as a kFrameString id; 0: none
+    std::uint32_t frameCount;  // frames the walk delivered
+    std::uint32_t framesListed, stackLen, redZoneLen, codeLen, windows, seedLen;
+};
+static_assert(NGREG == 23 && sizeof(SampleHead) == 344, "SampleHead is a file layout");
+
+struct SampleFrame {
+    std::uint64_t funcId, ip, sp;
+    std::uint32_t flags;  // kFrameSpKnown, kFrameInCall
+    std::uint32_t reserved;
+};
+static_assert(sizeof(SampleFrame) == 32, "SampleFrame is a file layout");
+
+struct SampleWindow {
+    std::uint64_t address;
+    std::uint32_t length;
+    std::uint32_t reserved;
+};
+static_assert(sizeof(SampleWindow) == 16, "SampleWindow is a file layout");
+
+// Interned strings (the profiler thread's, never destroyed): each written once as a kFrameString frame before
+// the first record that names it; 0 when it could not be written (the record then names no module).
+std::uint32_t intern_string(const std::string& text) {
+    static std::vector<std::string>& known = *new std::vector<std::string>();
+    static std::vector<std::uint32_t>& ids = *new std::vector<std::uint32_t>();
+    static std::uint32_t next = 1;
+    for (std::size_t i = 0; i < known.size(); ++i)
+        if (known[i] == text) return ids[i];
+    const std::uint32_t id = next;
+    const FrameWriter::Part parts[] = {{&id, 4}, {text.data(), text.size()}};
+    if (g_frames.append(kFrameString, parts, 2) < 0) return 0;
+    ++next;
+    known.push_back(text);
+    ids.push_back(id);
+    return id;
+}
+
+// Where the IP is: GetFunctionFromIP, else the mapping that holds it.
+WhereKind where_of(std::uint64_t ip, std::vector<Mapping>& maps, SampleHead& head) {
     ProbeState& s = state();
-    Json w = Json::object();
     FunctionID fid = 0;
     HRESULT fh = s.info->GetFunctionFromIP(reinterpret_cast<LPCBYTE>(static_cast<std::uintptr_t>(ip)), &fid);
-    w.set("functionFromIpHr", Json(static_cast<std::uint32_t>(fh)));
-    w.set("functionId", Json(static_cast<std::uint64_t>(failed(fh) ? 0 : fid)));
+    head.functionFromIpHr = static_cast<std::uint32_t>(fh);
+    head.functionId = failed(fh) ? 0 : static_cast<std::uint64_t>(fid);
     const Mapping* m = mapping_of(maps, ip);
     if (!m) {
         refresh_maps(maps);  // new code regions appear as the runtime runs
         m = mapping_of(maps, ip);
     }
-    if (!failed(fh) && fid) {
-        w.set("kind", "managed");
-    } else if (!m) {
-        w.set("kind", "unmapped");
-    } else if (m->path.empty() || m->path[0] == '[') {
-        w.set("kind", m->exec ? "anonymous-executable" : "anonymous");
-    } else {
-        w.set("kind", "module");
-    }
-    w.set("module", m && !m->path.empty() ? Json(m->path) : Json());
-    return w;
+    head.module = m && !m->path.empty() ? intern_string(m->path) : 0;
+    if (!failed(fh) && fid) return WhereKind::kManaged;
+    if (!m) return WhereKind::kUnmapped;
+    if (m->path.empty() || m->path[0] == '[') return m->exec ? WhereKind::kAnonymousExecutable : WhereKind::kAnonymous;
+    return WhereKind::kModule;
 }
 
-void put_le(std::vector<unsigned char>& out, std::uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<unsigned char>(v >> (8 * i)));
+// The code pages written so far (the profiler thread's, never destroyed): code is read once per page, when a
+// candidate window first needs it, and written as one kFrameCodePage frame; later windows in that page refer
+// to it. Code rarely changes (the JIT never rewrites a method's code in place), and candidate code was always
+// read after the instant; a page that could not be read is tried again by the next sample that needs it.
+std::vector<std::uint64_t>& g_code_pages = *new std::vector<std::uint64_t>();  // sorted
+std::uint64_t g_code_pages_read = 0;  // pages read while sampling (capture_done out.codePagesRead)
+
+bool code_page_known(std::uint64_t page) {
+    return std::binary_search(g_code_pages.begin(), g_code_pages.end(), page);
 }
 
-// Reads windows [addr, addr + len) of this process (len <= kCodeWindow) into out (kCodeWindow bytes each);
-// got[i] is what read_own(addr, ..., len) would give for window i (the bytes up to its first unreadable
-// page). The cost of process_vm_readv is in pinning pages, so each distinct page the windows touch is read
-// once, whole (one iovec per page: a transfer stops only between iovec elements, so a short count names the
-// page that failed), in as few calls as the failures allow; the windows are then cut from those pages.
-void read_windows(const std::vector<std::pair<std::uint64_t, std::size_t>>& windows, unsigned char* out,
-                  std::size_t* got) {
-    // the profiler thread's, never destroyed (a thread left running at exit() never sees them freed)
-    static std::vector<std::uint64_t>& pages = *new std::vector<std::uint64_t>();
-    static std::vector<unsigned char>& data = *new std::vector<unsigned char>();  // 4096 bytes per page
-    static std::vector<char>& readable = *new std::vector<char>();
-    pages.clear();
-    for (const auto& [addr, len] : windows)
-        if (len) {
-            for (std::uint64_t p = addr & ~std::uint64_t{4095}; p < addr + len; p += 4096) pages.push_back(p);
-        }
-    std::sort(pages.begin(), pages.end());
-    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
-    data.resize(pages.size() * 4096);
-    readable.assign(pages.size(), 0);
-    constexpr std::size_t kBatch = 512;  // <= IOV_MAX
+// Reads the pages of `pages` (sorted, unique, none known) not yet written, one iovec per page (a transfer
+// stops only between iovec elements, so a short count names the page that failed), in as few calls as the
+// failures allow, and writes each page read whole as a frame.
+void read_code_pages(const std::vector<std::uint64_t>& pages) {
+    static std::vector<unsigned char>& data = *new std::vector<unsigned char>();  // kPage bytes per page
+    constexpr std::size_t kBatch = 64;  // <= IOV_MAX
+    if (data.size() < kBatch * kPage) data.resize(kBatch * kPage);
     struct iovec local[kBatch], remote[kBatch];
     std::size_t c = 0;
     while (c < pages.size()) {
         const std::size_t n = std::min(kBatch, pages.size() - c);
         for (std::size_t i = 0; i < n; ++i) {
-            local[i] = {data.data() + (c + i) * 4096, 4096};
-            remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(pages[c + i])), 4096};
+            local[i] = {data.data() + i * kPage, kPage};
+            remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(pages[c + i])), kPage};
         }
         const ssize_t r = ::syscall(SYS_process_vm_readv, ::getpid(), local, static_cast<unsigned long>(n), remote,
                                     static_cast<unsigned long>(n), 0UL);
-        const std::size_t whole = r > 0 ? static_cast<std::size_t>(r) / 4096 : 0;
-        for (std::size_t i = 0; i < whole; ++i) readable[c + i] = 1;
-        c += whole < n ? whole + 1 : n;  // page c + whole failed (unreadable); go on after it
-    }
-    for (std::size_t w = 0; w < windows.size(); ++w) {
-        const auto [addr, len] = windows[w];
-        std::size_t done = 0;
-        while (done < len) {  // page by page, as read_own reads: stop at the first unreadable page
-            const std::uint64_t a = addr + done;
-            const std::uint64_t page = a & ~std::uint64_t{4095};
-            const std::size_t k = static_cast<std::size_t>(std::lower_bound(pages.begin(), pages.end(), page) - pages.begin());
-            if (!readable[k]) break;
-            std::size_t chunk = std::min<std::size_t>(len - done, static_cast<std::size_t>(page + 4096 - a));
-            std::memcpy(out + w * kCodeWindow + done, data.data() + k * 4096 + (a - page), chunk);
-            done += chunk;
+        const std::size_t whole = r > 0 ? static_cast<std::size_t>(r) / kPage : 0;
+        for (std::size_t i = 0; i < whole; ++i) {
+            const std::uint64_t page = pages[c + i];
+            const FrameWriter::Part parts[] = {{&page, 8}, {data.data() + i * kPage, kPage}};
+            if (g_frames.append(kFrameCodePage, parts, 2) < 0) continue;  // not written: not known
+            g_code_pages.insert(std::upper_bound(g_code_pages.begin(), g_code_pages.end(), page), page);
         }
-        got[w] = done;
+        g_code_pages_read += whole;
+        c += whole < n ? whole + 1 : n;  // page c + whole failed (unreadable); go on after it
     }
 }
 
-// Code around stack words that point into executable mappings (candidate return addresses), packed into
-// `packed` as windows (u64 address, u32 length, the bytes; little-endian), at most `cap` bytes; returns the
-// number of windows.
-std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
-                             std::vector<unsigned char>& packed, std::size_t cap) {
-    using Wanted = std::vector<std::pair<std::uint64_t, std::size_t>>;
-    static Wanted& wanted = *new Wanted();  // the profiler thread's, never destroyed
-    static std::vector<unsigned char>& bytes = *new std::vector<unsigned char>();
-    static std::vector<std::size_t>& got = *new std::vector<std::size_t>();
-    packed.clear();
+// Pages a sample found unchanged since the maps were read (the profiler thread's; see candidate_code).
+struct UnchangedSlot {
+    std::uint64_t page = ~std::uint64_t{0};
+    std::uint64_t reads = 0;
+    std::int64_t sample = 0;
+    bool reserved = false;
+};
+constexpr unsigned kUnchangedBits = 10;
+constexpr std::size_t kUnchangedSlots = std::size_t{1} << kUnchangedBits;
+constexpr std::int64_t kRecheckSamples = 16;
+UnchangedSlot* const g_unchanged = new UnchangedSlot[kUnchangedSlots];  // never destroyed
+
+// Code around stack words that point into executable mappings (candidate return addresses): the windows
+// (address, length of the bytes readable from it, up to its first unreadable page) into `out`, at most
+// `cap`; their pages read and written first where no earlier sample did.
+void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
+                    std::vector<SampleWindow>& out, std::size_t cap, std::int64_t sample) {
+    static std::vector<std::pair<std::uint64_t, std::uint64_t>>& wanted =
+        *new std::vector<std::pair<std::uint64_t, std::uint64_t>>();  // the profiler thread's, never destroyed
+    static std::vector<std::uint64_t>& missing = *new std::vector<std::uint64_t>();
+    out.clear();
     wanted.clear();
-    std::uint64_t count = 0;
-    std::set<std::uint64_t> windows;
+    missing.clear();
     bool refreshed = false;
     // The maps are read again (once per sample, as soon as a word needs it) when a word lies in no mapping
     // read earlier but is mapped now (mincore: new mappings, e.g. .NET 8's double-mapped code), or lies in
     // a reservation without access then ("---p") that is readable now (process_vm_readv of one byte: memory
     // the runtime committed since, executable on .NET Core 3.1's code heaps; a guard page stays unreadable).
-    // A page found unchanged costs no second system call in this sample; x86-64 user space ends below 2^47
-    // (the kernel maps higher only for an mmap hint above it, which the runtime does not give:
-    // Documentation/arch/x86/x86_64/5level-paging.rst), so higher words need none.
-    std::uint64_t unchanged[64];
-    std::size_t n_unchanged = 0;
+    // x86-64 user space ends below 2^47 (the kernel maps higher only for an mmap hint above it, which the
+    // runtime does not give: Documentation/arch/x86/x86_64/5level-paging.rst), so higher words need none.
+    // A page found unchanged is not asked again for kRecheckSamples samples (g_unchanged, while the maps
+    // stay those it was checked against): a thread's stack holds the same stale words sample after sample,
+    // and a word into code mapped since lies in a page no sample found unchanged, unless that page was
+    // unmapped less than kRecheckSamples samples ago.
     auto changed_since = [&](std::uint64_t word, bool reserved) {
         if (word >= kUserSpaceEnd) return false;
-        const std::uint64_t page = word & ~std::uint64_t{4095};
-        for (std::size_t i = 0; i < n_unchanged; ++i)
-            if (unchanged[i] == page) return false;
+        const std::uint64_t page = word >> 12;
+        UnchangedSlot& slot = g_unchanged[page_slot(page, kUnchangedBits)];
+        if (slot.page == page && slot.reads == g_maps_reads && sample - slot.sample < kRecheckSamples &&
+            slot.reserved == reserved)
+            return false;
         unsigned char byte;
         if (reserved ? read_own(word, &byte, 1) == 1 : mapped_now(word)) return true;
-        if (n_unchanged < 64) unchanged[n_unchanged++] = page;
+        slot = UnchangedSlot{page, g_maps_reads, sample, reserved};
         return false;
     };
     const std::size_t half = kCodeWindow / 2;
@@ -846,33 +936,39 @@ std::uint64_t candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, 
         std::uint64_t word;
         std::memcpy(&word, b.stack + off, 8);
         if (word < 4096) continue;
-        const Mapping* m = mapping_of(maps, word);
+        const Mapping* m = mapping_of_cached(maps, word, g_maps_reads);
         if (!refreshed && (!m || m->none) && changed_since(word, m != nullptr)) {
             refresh_maps(maps);  // code the runtime mapped or committed since the last read
             refreshed = true;
-            m = mapping_of(maps, word);
+            m = mapping_of_cached(maps, word, g_maps_reads);
         }
         if (!m || !m->exec) continue;
         const std::uint64_t lo = std::max<std::uint64_t>(m->start, word >= half ? word - half : 0);
-        if (windows.count(lo)) continue;
-        if (static_cast<std::int64_t>(windows.size()) >= max_candidates) break;
-        windows.insert(lo);
+        bool seen = false;
+        for (const auto& w : wanted)
+            if (w.first == lo) {
+                seen = true;
+                break;
+            }
+        if (seen) continue;
+        if (static_cast<std::int64_t>(wanted.size()) >= max_candidates) break;
         const std::uint64_t hi = std::min<std::uint64_t>(m->end, word + half);
-        wanted.emplace_back(lo, static_cast<std::size_t>(hi - lo));
+        wanted.emplace_back(lo, hi);
+        for (std::uint64_t p = lo & ~(kPage - 1); p < hi; p += kPage)
+            if (!code_page_known(p)) missing.push_back(p);
     }
-    bytes.resize(wanted.size() * kCodeWindow);
-    got.resize(wanted.size());
-    read_windows(wanted, bytes.data(), got.data());
-    for (std::size_t w = 0; w < wanted.size(); ++w) {
-        if (!got[w]) continue;
-        if (packed.size() + 12 + got[w] > cap) break;
-        put_le(packed, wanted[w].first, 8);
-        put_le(packed, got[w], 4);
-        const unsigned char* p = bytes.data() + w * kCodeWindow;
-        packed.insert(packed.end(), p, p + got[w]);
-        ++count;
+    if (!missing.empty()) {
+        std::sort(missing.begin(), missing.end());
+        missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+        read_code_pages(missing);
     }
-    return count;
+    for (const auto& [lo, hi] : wanted) {
+        std::uint64_t end = lo;  // up to the first page not known (as a page-by-page read would stop)
+        while (end < hi && code_page_known(end & ~(kPage - 1))) end = std::min(hi, (end & ~(kPage - 1)) + kPage);
+        if (end == lo) continue;
+        if (out.size() >= cap) break;
+        out.push_back(SampleWindow{lo, static_cast<std::uint32_t>(end - lo), 0});
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1086,80 +1182,17 @@ Json recovered_json(const SampleBuffer& b) {
     return r;
 }
 
-// Records one sample; returns whether its IP was managed code (GetFunctionFromIP gave a FunctionID).
-bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::vector<Mapping>& maps) {
-    const std::uint64_t cpu_start = thread_cpu_ns();
-    ProbeState& s = state();
+// One `capture_seed` call record per sample of a job given args.seed (docs/seeding.md): the seed mode, the
+// handler's whole time, and with --seed recovered what the recovery found and the walk seeded with it
+// (conformance/adapters/capture.py joins it to the sample by args.job and args.sample).
+void record_seed(const SamplingJob& job, std::int64_t index) {
     const SampleBuffer& b = g_sample;
     Json args = Json::object();
-    Json target = Json::object();
-    target.set("name", job.target.name).set("threadId", Json(static_cast<std::uint64_t>(job.target.threadId)));
-    target.set("osTid", Json(static_cast<std::int64_t>(job.target.osTid)));
-    args.set("sample", Json(index)).set("target", std::move(target)).set("signal", "SIGPROF");
+    args.set("sample", Json(index)).set("job", Json(static_cast<std::uint64_t>(job.job)));
     args.set("seed", b.recover ? "recovered" : "naive").set("naiveWalk", Json(b.naiveWalk));
-    args.set("infoFlags", Json(static_cast<std::uint64_t>(job.infoFlags)));
-    args.set("walk", Json(walk.number()));
-
     Json out = Json::object();
-    out.set("handlerOsTid", Json(static_cast<std::int64_t>(b.handlerOsTid)));
-    out.set("phase", b.phase >= 0 ? Json(b.phase) : Json());
-    Json regs = Json::object();
-    for (int i = 0; i < NGREG; ++i) regs.set(kGregNames[i], Json(b.gregs[i]));
-    regs.set("fs_base", b.fsOk ? Json(b.fsBase) : Json());
-    out.set("registers", std::move(regs));
-    Json stack = Json::object();
-    stack.set("sp", Json(b.sp)).set("inRange", Json(b.stackInRange));
-    stack.set("stackLow", job.target.stackHigh ? Json(job.target.stackLow) : Json());
-    stack.set("stackHigh", job.target.stackHigh ? Json(job.target.stackHigh) : Json());
-    stack.set("capturedEnd", Json(b.sp + b.stackCopied));
-    // The sample's bytes: one frame, one write: stack, red zone, code around the IP, candidate code, seed.
-    // the profiler thread's, never destroyed
-    static std::vector<unsigned char>& packed = *new std::vector<unsigned char>();
-    const std::size_t stack_n = static_cast<std::size_t>(b.stackCopied), seed_n = sizeof(AMD64Context);
-    const std::size_t fixed = stack_n + b.redZoneCopied + b.codeLen + seed_n;
-    const std::uint64_t cpu_candidates = thread_cpu_ns();
-    const std::uint64_t windows = candidate_code(b, maps, job.maxCandidates, packed, g_frames.max_payload() - fixed);
-    const std::uint64_t cpu_candidates_end = thread_cpu_ns();
-    const FrameWriter::Part parts[] = {{b.stack, stack_n}, {b.redZone, b.redZoneCopied}, {b.code, b.codeLen},
-                                       {packed.data(), packed.size()}, {b.seed, seed_n}};
-    const std::int64_t frame = g_frames.append(kFrameSample, parts, sizeof parts / sizeof parts[0]);
-    std::size_t pos = 0;
-    auto next_ref = [&](std::size_t n) {
-        Json r = frame_ref(frame, pos, n);
-        pos += n;
-        return r;
-    };
-    stack.set("bytes", next_ref(stack_n));
-    stack.set("redZone", next_ref(b.redZoneCopied));
-    out.set("stack", std::move(stack));
-    Json code = Json::object();
-    code.set("address", Json(b.codeAddr)).set("bytes", next_ref(b.codeLen));
-    out.set("code", std::move(code));
-    Json candidates = next_ref(packed.size());
-    if (candidates.is_object()) candidates.set("count", Json(windows));
-    out.set("candidateCode", std::move(candidates));
-    out.set("candidateCodeTaken", "after-handler");
-    out.set("seedContext", next_ref(seed_n));
-    out.set("framesFile", g_frames_name);
-    Json w = Json::object();
-    w.set("hr", Json(static_cast<std::uint32_t>(b.hr)));
-    w.set("frameCount", Json(static_cast<std::uint64_t>(walk.delivered())));
-    Json frames = Json::array();
-    for (const FrameSlot& f : walk.frames()) {
-        Json fr = Json::object();
-        fr.set("funcId", Json(static_cast<std::uint64_t>(f.funcId)));
-        fr.set("ip", Json(static_cast<std::uint64_t>(f.ip)));
-        fr.set("sp", f.hasContext && f.contextSize >= kContextRipOffset + 8 ? Json(f.rsp) : Json());
-        fr.set("inCall", Json(f.inCall));
-        frames.push(std::move(fr));
-    }
-    w.set("frames", std::move(frames));
-    out.set("walk", std::move(w));
     if (b.recover) out.set("recovered", recovered_json(b));
-    Json where = where_of(b.gregs[REG_RIP], maps);
-    const Json* kind = where.get("kind");
-    const bool managed = kind && kind->is_string() && kind->as_string() == "managed";
-    out.set("where", std::move(where));
+    if (b.naiveWalk) out.set("naiveHr", Json(static_cast<std::uint32_t>(b.hr)));  // the naive walk's HRESULT
     Json timing = Json::object();
     timing.set("copyNs", Json(b.tCopied - b.tEnter)).set("walkNs", Json(b.tWalked - b.tCopied));
     timing.set("handlerNs", Json(b.tLeft - b.tEnter));  // the whole handler after its claim
@@ -1167,12 +1200,115 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
         timing.set("parkNs", Json(b.tResumed - b.tParked));
         timing.set("recoveredWalkNs", Json(b.tRecWalked - b.tResumed));
     }
-    // the profiler thread's CPU time for this record (up to its write) and for its candidate code
-    timing.set("candidatesCpuNs", Json(cpu_candidates_end - cpu_candidates));
-    timing.set("recordCpuNs", Json(thread_cpu_ns() - cpu_start));
     out.set("timing", std::move(timing));
-    s.call("capture_sample", job.planned->id.c_str(), std::move(args), std::move(out), S_OK);
-    return managed;
+    state().call("capture_seed", job.planned->id.c_str(), std::move(args), std::move(out), S_OK);
+}
+
+// The profiler thread's CPU time building sample records and writing them (capture_done out.recordCpuNs,
+// out.writeCpuNs).
+std::uint64_t g_record_cpu_ns = 0, g_write_cpu_ns = 0;
+std::int64_t g_samples_recorded = 0;  // in this process, every job (the clock of g_unchanged)
+
+// PROFHARNESS_FAULT=sample:<N>:<KILL|SEGV|ABRT> (tests/robustness): the process dies half way through writing
+// sample N's record frame. -1: no fault.
+std::int64_t g_fault_sample = -1;
+int g_fault_signal = 0;
+
+void parse_sample_fault() {
+    const char* text = std::getenv("PROFHARNESS_FAULT");
+    if (text == nullptr || std::strncmp(text, "sample:", 7) != 0) return;
+    char* end = nullptr;
+    const long long n = std::strtoll(text + 7, &end, 10);
+    if (end == text + 7 || *end != ':' || n < 0) return;
+    const std::string name(end + 1);
+    const int sig = name == "KILL" ? SIGKILL : name == "SEGV" ? SIGSEGV : name == "ABRT" ? SIGABRT : 0;
+    if (sig == 0) return;
+    g_fault_sample = n;
+    g_fault_signal = sig;
+}
+
+// Writes the first half of the frame of `parts` to the sidecar (bypassing the writer), then dies.
+[[noreturn]] void die_in_frame(std::uint16_t type, const FrameWriter::Part* parts, std::size_t count) {
+    std::vector<unsigned char> frame(kFrameHeaderSize);
+    std::uint32_t crc = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        crc = frames_crc32(parts[i].data, parts[i].size, crc);
+        const auto* p = static_cast<const unsigned char*>(parts[i].data);
+        frame.insert(frame.end(), p, p + parts[i].size);
+    }
+    const std::uint32_t n = static_cast<std::uint32_t>(frame.size() - kFrameHeaderSize);
+    std::memcpy(frame.data(), &n, 4);
+    std::memcpy(frame.data() + 4, &crc, 4);
+    std::memcpy(frame.data() + 8, &type, 2);
+    const std::string path = std::string(std::getenv("PROFHARNESS_TRACE")) + kFramesSuffix;
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0 && ::write(fd, frame.data(), frame.size() / 2) < 0) ::raise(g_fault_signal);
+    ::raise(g_fault_signal);
+    ::_exit(99);
+}
+
+// Records one sample as one kFrameSampleRecord frame; returns whether its IP was managed code
+// (GetFunctionFromIP gave a FunctionID). No JSON, no allocation once its buffers have grown.
+bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::vector<Mapping>& maps) {
+    const std::uint64_t cpu_start = thread_cpu_ns();
+    const SampleBuffer& b = g_sample;
+    // the profiler thread's, never destroyed
+    static std::vector<SampleFrame>& frames = *new std::vector<SampleFrame>();
+    static std::vector<SampleWindow>& windows = *new std::vector<SampleWindow>();
+    SampleHead head{};
+    head.headSize = sizeof(SampleHead);
+    head.job = job.job;
+    head.sample = index;
+    head.walk = walk.number();
+    head.handlerOsTid = b.handlerOsTid;
+    head.phase = b.phase;
+    std::memcpy(head.gregs, b.gregs, sizeof head.gregs);
+    head.fsBase = b.fsOk ? b.fsBase : 0;
+    head.flags = (b.fsOk ? kHeadFsOk : 0) | (b.stackInRange ? kHeadInRange : 0);
+    head.sp = b.sp;
+    head.capturedEnd = b.sp + b.stackCopied;
+    head.codeAddress = b.codeAddr;
+    head.copyNs = b.tCopied - b.tEnter;
+    head.walkNs = b.tWalked - b.tCopied;
+    head.walkHr = static_cast<std::uint32_t>(b.hr);
+    head.frameCount = static_cast<std::uint32_t>(walk.delivered());
+    frames.clear();
+    for (const FrameSlot& f : walk.frames()) {
+        const bool sp_known = f.hasContext && f.contextSize >= kContextRipOffset + 8;
+        frames.push_back(SampleFrame{static_cast<std::uint64_t>(f.funcId), static_cast<std::uint64_t>(f.ip),
+                                     sp_known ? f.rsp : 0,
+                                     (sp_known ? kFrameSpKnown : 0) | (f.inCall ? kFrameInCall : 0), 0});
+    }
+    head.framesListed = static_cast<std::uint32_t>(frames.size());
+    const WhereKind kind = where_of(b.gregs[REG_RIP], maps, head);
+    head.kind = static_cast<std::uint32_t>(kind);
+    const std::size_t seed_n = sizeof(AMD64Context);
+    const std::size_t fixed = sizeof head + frames.size() * sizeof(SampleFrame) + b.stackCopied + b.redZoneCopied +
+                              b.codeLen + seed_n;
+    const std::size_t room = g_frames.max_payload() > fixed ? (g_frames.max_payload() - fixed) / sizeof(SampleWindow) : 0;
+    const std::uint64_t cpu_candidates = thread_cpu_ns();
+    candidate_code(b, maps, job.maxCandidates, windows, room, g_samples_recorded++);
+    const std::uint64_t cpu_candidates_end = thread_cpu_ns();
+    head.candidatesCpuNs = cpu_candidates_end - cpu_candidates;
+    head.stackLen = static_cast<std::uint32_t>(b.stackCopied);
+    head.redZoneLen = static_cast<std::uint32_t>(b.redZoneCopied);
+    head.codeLen = static_cast<std::uint32_t>(b.codeLen);
+    head.windows = static_cast<std::uint32_t>(windows.size());
+    head.seedLen = static_cast<std::uint32_t>(seed_n);
+    head.recordCpuNs = thread_cpu_ns() - cpu_start;  // building the record, before its write
+    const FrameWriter::Part parts[] = {{&head, sizeof head},
+                                       {frames.data(), frames.size() * sizeof(SampleFrame)},
+                                       {windows.data(), windows.size() * sizeof(SampleWindow)},
+                                       {b.stack, b.stackCopied},
+                                       {b.redZone, b.redZoneCopied},
+                                       {b.code, b.codeLen},
+                                       {b.seed, seed_n}};
+    if (index == g_fault_sample) die_in_frame(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
+    const std::uint64_t cpu_write = thread_cpu_ns();
+    g_frames.append(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
+    g_record_cpu_ns += cpu_write - cpu_start;
+    g_write_cpu_ns += thread_cpu_ns() - cpu_write;
+    return kind == WhereKind::kManaged;
 }
 
 void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
@@ -1185,21 +1321,90 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     refresh_maps(maps);
     std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
     auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
-    std::uint64_t deadline_ns = now_ns();
     const std::uint64_t refused_before = g_frames.refused();
-    for (std::int64_t i = 0; i < job->maxSamples && (i < job->samples || !enough()); ++i) {
-        if (i > 0 && job->intervalUs > 0) {
-            deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
-            sleep_until_ns(deadline_ns);
+    const std::uint64_t pages_before = g_code_pages_read;
+    const std::uint64_t record_before = g_record_cpu_ns, write_before = g_write_cpu_ns;
+    {
+        // The job's one record: what every sample of it shares; each sample is a frame of the sidecar.
+        static std::atomic<std::uint32_t> jobs{0};
+        job->job = ++jobs;
+        Json args = Json::object();
+        Json target = Json::object();
+        target.set("name", job->target.name).set("threadId", Json(static_cast<std::uint64_t>(job->target.threadId)));
+        target.set("osTid", Json(static_cast<std::int64_t>(job->target.osTid)));
+        args.set("target", std::move(target)).set("signal", "SIGPROF");
+        args.set("seed", job->recover ? "recovered" : "naive").set("naiveWalk", Json(job->naiveWalk));
+        args.set("infoFlags", Json(static_cast<std::uint64_t>(job->infoFlags)));
+        Json out = Json::object();
+        out.set("job", Json(static_cast<std::uint64_t>(job->job))).set("framesFile", g_frames_name);
+        out.set("stackLow", job->target.stackHigh ? Json(job->target.stackLow) : Json());
+        out.set("stackHigh", job->target.stackHigh ? Json(job->target.stackHigh) : Json());
+        out.set("candidateCodeTaken", "first-needed");
+        s.call("capture_sampling", exp, std::move(args), std::move(out), S_OK);
+    }
+    // One wake-up per sample: at each deadline the thread records the sample it sent at the one before
+    // (its handler long done: no wait, and the handler's sem_post finds no waiter to wake), then sends the
+    // next. The buffers are one, so a sample is recorded before the next is sent; whether to send it is
+    // decided after the samples before it are counted, as before.
+    Walk* pending = nullptr;  // the walk of the sample sent last, not yet recorded
+    std::uint64_t give_up = 0;
+    int rc = 0;
+    auto finish = [&](std::int64_t index) {  // waits for sample `index`'s handler, records it; false: stop
+        Walk* walk = pending;
+        pending = nullptr;
+        if (rc == 0) {
+            const timespec until{static_cast<time_t>(give_up / 1000000000ull), static_cast<long>(give_up % 1000000000ull)};
+            while (g_sample.state.load(std::memory_order_acquire) != kDone) {
+                if (sem_clockwait(&g_sample_done, CLOCK_MONOTONIC, &until) != 0 && errno == ETIMEDOUT) break;
+            }
         }
+        if (g_sample.state.load(std::memory_order_acquire) != kDone) {
+            int requested = kRequested;
+            const bool never_started = g_sample.state.compare_exchange_strong(requested, kAbandoned);
+            ++timed_out;
+            s.probe_error("capture_sample: sample " + std::to_string(index) + (rc ? ": pthread_kill failed" : "") +
+                              (never_started ? ": the handler never ran" : ": the handler did not finish") +
+                              " within " + std::to_string(job->timeoutMs) + " ms; sampling stops",
+                          job->planned->id);
+            if (never_started) {
+                delete g_sample.recWalk.exchange(nullptr);
+                delete walk;
+                g_sample.walk.store(nullptr);
+                g_sample.state.store(kIdle);
+            }
+            return false;
+        }
+        while (sem_trywait(&g_sample_done) == 0) {
+        }  // this sample's post (when nobody waited for it)
+        const bool managed = record_sample(*job, index, *walk, maps);
+        if (job->seedRecord) record_seed(*job, index);
+        if (job->recover) learn_from_walks(*walk, g_sample.recWalk.load(std::memory_order_acquire));
+        if ((job->recover && !job->naiveWalk ? g_sample.recHr : g_sample.hr) == S_OK) ++(managed ? managed_ok : unmanaged_ok);
+        ++taken;
+        delete walk;
+        g_sample.walk.store(nullptr);
+        delete g_sample.recWalk.exchange(nullptr);
+        g_sample.state.store(kIdle, std::memory_order_release);
+        return true;
+    };
+    std::uint64_t deadline_ns = now_ns();
+    for (std::int64_t i = 0;; ++i) {
+        if (pending) {
+            if (i < job->maxSamples && job->intervalUs > 0) {  // no wait when no sample can follow
+                deadline_ns += static_cast<std::uint64_t>(job->intervalUs) * 1000ull;
+                sleep_until_ns(deadline_ns);
+            }
+            if (!finish(i - 1)) break;
+        }
+        if (!(i < job->maxSamples && (i < job->samples || !enough()))) break;
         WalkRequest req;
         req.thread = 0;
         req.infoFlags = job->infoFlags;
         req.resolve = false;
         req.seed = g_sample.seed;
         req.contextSize = static_cast<ULONG32>(kContextBufferSize);
-        auto* walk = new Walk(req);  // freed after recording; leaked if its handler never finishes
-        g_sample.walk.store(walk, std::memory_order_release);
+        pending = new Walk(req);  // freed after recording; leaked if its handler never finishes
+        g_sample.walk.store(pending, std::memory_order_release);
         g_sample.recover = job->recover;
         g_sample.naiveWalk = job->naiveWalk || !job->recover;
         g_sample.parkTimeoutNs = job->parkTimeoutMs * 1000000;
@@ -1212,7 +1417,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
             prepare_code_map(maps, i == 0);
             WalkRequest rreq = req;
             rreq.seed = g_sample.recSeed;
-            g_sample.recWalk.store(new Walk(rreq), std::memory_order_release);  // freed with `walk`
+            g_sample.recWalk.store(new Walk(rreq), std::memory_order_release);  // freed with `pending`
             while (sem_trywait(&g_sample_parked) == 0) {
             }
         }
@@ -1224,43 +1429,14 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         while (sem_trywait(&g_sample_done) == 0) {
         }  // a post left by a handler that finished after its sample was abandoned
         g_sample.state.store(kRequested, std::memory_order_release);
-        const int rc = pthread_kill(job->target.pthread, kSampleSignal);
-        if (rc == 0) {
-            const std::uint64_t give_up = now_ns() + static_cast<std::uint64_t>(job->timeoutMs) * 1000000ull;
-            const timespec until{static_cast<time_t>(give_up / 1000000000ull), static_cast<long>(give_up % 1000000000ull)};
-            if (job->recover) serve_park(g_sample, job->target, give_up);
-            while (g_sample.state.load(std::memory_order_acquire) != kDone) {
-                if (sem_clockwait(&g_sample_done, CLOCK_MONOTONIC, &until) != 0 && errno == ETIMEDOUT) break;
-            }
-        }
-        if (g_sample.state.load(std::memory_order_acquire) != kDone) {
-            int requested = kRequested;
-            const bool never_started = g_sample.state.compare_exchange_strong(requested, kAbandoned);
-            ++timed_out;
-            s.probe_error("capture_sample: sample " + std::to_string(i) + (rc ? ": pthread_kill failed" : "") +
-                              (never_started ? ": the handler never ran" : ": the handler did not finish") +
-                              " within " + std::to_string(job->timeoutMs) + " ms; sampling stops",
-                          job->planned->id);
-            if (never_started) {
-                delete g_sample.recWalk.exchange(nullptr);
-                delete walk;
-                g_sample.walk.store(nullptr);
-                g_sample.state.store(kIdle);
-            }
-            break;
-        }
-        const bool managed = record_sample(*job, i, *walk, maps);
-        if (job->recover) learn_from_walks(*walk, g_sample.recWalk.load(std::memory_order_acquire));
-        if ((job->recover && !job->naiveWalk ? g_sample.recHr : g_sample.hr) == S_OK) ++(managed ? managed_ok : unmanaged_ok);
-        ++taken;
-        delete walk;
-        g_sample.walk.store(nullptr);
-        delete g_sample.recWalk.exchange(nullptr);
-        g_sample.state.store(kIdle, std::memory_order_release);
+        rc = pthread_kill(job->target.pthread, kSampleSignal);
+        give_up = now_ns() + static_cast<std::uint64_t>(job->timeoutMs) * 1000000ull;
+        // --seed recovered: serve a park at once (the handler waits for it), then sleep as before
+        if (rc == 0 && job->recover) serve_park(g_sample, job->target, give_up);
     }
     if (const std::uint64_t refused = g_frames.refused() - refused_before)
         s.probe_error("capture_sample: " + std::to_string(refused) + " frames could not be written to the sidecar " +
-                          g_frames_name + " (their references are null)",
+                          g_frames_name + " (those samples or code pages are missing from it)",
                       job->planned->id);
     {
         Json out = Json::object();
@@ -1278,6 +1454,10 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         out.set("enough", Json(enough()));
         out.set("profilerCpuNs", Json(thread_cpu_ns() - cpu_begin));  // the profiler thread's CPU time
         out.set("mapsReads", Json(g_maps_reads - maps_reads_before));  // /proc/self/maps read while sampling
+        out.set("codePagesRead", Json(g_code_pages_read - pages_before));  // code pages written while sampling
+        out.set("recordCpuNs", Json(g_record_cpu_ns - record_before));  // building the samples' records
+        out.set("writeCpuNs", Json(g_write_cpu_ns - write_before));     // writing them (one frame each)
+        out.set("job", Json(static_cast<std::uint64_t>(job->job))).set("framesFile", g_frames_name);
         s.call("capture_done", exp, args, out, timed_out ? E_FAIL : S_OK);
     }
     job->done.store(true, std::memory_order_release);
@@ -1310,6 +1490,7 @@ void capture_sample(ExperimentContext& ctx) {
         return;
     }
     std::string frames_error;
+    parse_sample_fault();
     if (!open_capture_frames(frames_error)) {
         s.probe_error("capture_sample: " + frames_error, ctx.planned.id);
         return;
@@ -1334,6 +1515,7 @@ void capture_sample(ExperimentContext& ctx) {
         return;
     }
     job->recover = seed_mode == "recovered";
+    job->seedRecord = ctx.args().is_object() && ctx.args().get("seed") != nullptr;
     job->naiveWalk = ctx.bool_arg("naiveWalk", true);
     job->parkTimeoutMs = ctx.int_arg("parkTimeoutMs", 200);
     if (job->recover) {
@@ -1367,8 +1549,8 @@ const ExperimentEntry kRows[] = {
      "stack end)) and 256 code bytes around the IP into preallocated buffers, then calls DoStackSnapshot seeded "
      "from the ucontext (args.infoFlags, 0). Past args.samples, sampling goes on (up to args.maxSamples, "
      "default args.samples) until args.minManagedOk (0) samples had managed code on top and "
-     "args.minUnmanagedOk (0) other code, each with a live walk that returned S_OK. One capture_sample call "
-     "record per sample, then capture_maps, capture_jit_map (args.jitMap true) and capture_done (taken, "
+     "args.minUnmanagedOk (0) other code, each with a live walk that returned S_OK. One capture_sampling call "
+     "record, one sidecar frame per sample, then capture_maps, capture_jit_map (args.jitMap true) and capture_done (taken, "
      "managedOk, unmanagedOk, enough). args: timeoutMs (2000, per sample), maxCandidates (256, code windows "
      "around stack words pointing into executable memory), totalTimeoutMs."},
 };

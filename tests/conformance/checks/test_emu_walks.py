@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.adapters.capture_records import sample_records
 from conformance.checks.emu_walks import (
     CAPTURES,
     DONE_CALL,
@@ -185,7 +186,9 @@ def _counts_as_sampled(trace: Trace) -> list[tuple[int, int]]:
     """(managed, other) samples with a successful live walk after each sample, in the order taken."""
     managed = other = 0
     out = []
-    for rec in trace.calls("capture_sample"):
+    records, lost = sample_records(trace)
+    assert lost == []
+    for rec in records:
         if rec.out["walk"]["hr"] == 0:
             if rec.out["where"]["kind"] == "managed":
                 managed += 1
@@ -222,7 +225,7 @@ def test_sampling_stops_at_its_bound_and_a_verdict_with_nothing_to_judge_says_so
     rt = runtimes[0]
     trace = _sampling_run(rt, samples=2, minManagedOk=10**6, minUnmanagedOk=0, maxSamples=5)
     (done,) = trace.calls(DONE_CALL)
-    assert (done.out["taken"], done.out["enough"], len(trace.calls("capture_sample"))) == (5, False, 5)
+    assert (done.out["taken"], done.out["enough"], len(sample_records(trace)[0])) == (5, False, 5)
     ev = Evidence(trace=trace, runtime=rt, plan={})
     assert _sampled(ev) == " in 5 sample(s), the most the plan allows"
     assert dss07_emu([], sampled=_sampled(ev)).observed == (

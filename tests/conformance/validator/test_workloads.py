@@ -56,7 +56,7 @@ def test_workloads_lists_every_workload_with_duration_exercises_and_ground_truth
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--workload", "nope"], "--workload 'nope': no such workload (known: basic, standard"),
+        (["--workload", "nope"], "--workload 'nope': no such workload (known: basic, sampling, standard"),
         (["--duration", "0"], "--duration 0: must be a number of seconds above 0"),
         (["--duration", "-2"], "--duration -2: must be a number of seconds above 0"),
         (["--duration", "nan"], "--duration nan: must be a number of seconds above 0"),

@@ -1,0 +1,273 @@
+"""Streaming judges (issue 23 part 2): a 50M-record binary recording judged by every validator rule in
+constant memory, records per second and peak RSS, against the record-by-record dict path in the same run.
+
+A real recording first, made in this run: ``validate`` of the document-written ``object_tracker`` on
+tests/conformance/validator/apps/heapchurn with the binary trace (PROFHARNESS_TRACE_FORMAT=binary; ~650k
+records: Info calls inspecting objects, allocations, compacting GCs). From it, a recording of about
+``--records`` records (50,000,000 by default), written frame by frame: its frames up to Initialize's return,
+the record frames of its body (up to Shutdown) over and over (a record's seq is stored as the difference from
+the one before, so each copy has fresh seqs; the definitions of strings, shapes and threads are written once,
+in the first copy), the last copy cut where nothing is open on any thread (nearest the count), then its tail
+(Shutdown, the counts, the proxy's shutdown mark, the end record). It goes to a temporary folder (``--tmp``,
+default the system's) and is deleted afterwards.
+
+Judged in child processes, each by :func:`conformance.validator.rules.judge_run` (what ``validate`` calls):
+the columns (:mod:`conformance.validator.columns`, the binary trace's path) over the whole recording; the
+baseline, the same rules fed every record decoded into its dict (``columnar=False``, the path before) over a
+slice of ``--baseline`` records (1,000,000 by default) made the same way, its rate applied to the whole; and
+the floor, reading the file's bytes in chunks with a CRC-32 over each and nothing else. For each: CPU and wall
+seconds, records per second of each, the child's peak RSS (VmHWM) and the findings by clause (the columns'
+findings on the slice are compared with the baseline's).
+
+Targets: >= 1,000,000 records judged per CPU second by the columns, peak RSS <= 500 MB.
+
+    python bench/stream.py [--runtime 8.0] [--records 50000000] [--baseline 1000000] [--tmp DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGET_RATE = 1_000_000
+TARGET_PEAK_MB = 500
+MODES = ("columns", "dict", "read")
+_RECORD = 5
+
+
+# --- the child: one measurement, its result as one JSON line -----------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise SystemExit(f"/proc/self/status has no {field}")
+
+
+def child(mode: str, path: Path) -> None:
+    """``columns`` / ``dict``: every validator rule over ``path`` (judge_run); ``read``: the file's bytes and
+    a CRC-32 of each chunk. Prints CPU and wall seconds, records, findings by clause, RSS before and peak."""
+    from conformance.core.findings import Finding
+    from conformance.core.runner import RunOutcome, RunResult
+    from conformance.validator.columns import CHUNK
+    from conformance.validator.rules import judge_run
+
+    found: list[Finding] = []
+    run = RunResult(scenario="bench", runtime="bench", runtime_source="bench", outcome=RunOutcome.OK,
+                    seconds=0.0, run_dir=path.parent, trace_path=path)  # fmt: skip
+    before = _status_kib("VmRSS")
+    cpu, wall = time.process_time(), time.perf_counter()
+    records = 0
+    if mode == "read":
+        with path.open("rb") as fh:
+            while chunk := fh.read(CHUNK):
+                zlib.crc32(chunk)
+    else:
+        records = judge_run(run, found.append, columnar=mode == "columns").records
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    clauses = collections.Counter(f.clause for f in found)
+    print(json.dumps({"cpu": cpu, "wall": wall, "records": records, "findings": dict(sorted(clauses.items())),
+                      "rss_before_kib": before, "peak_kib": _status_kib("VmHWM")}))  # fmt: skip
+
+
+def measure(mode: str, path: Path) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], stdout=subprocess.PIPE,
+                          check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the {mode} child over {path} failed (exit status {done.returncode})")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+# --- the recordings --------------------------------------------------------------------------------------
+
+
+def real_recording(runtime: str) -> tuple[Path, dict[str, Any]]:
+    """``validate`` of object_tracker on heapchurn, binary trace: its trace and what the run took."""
+    from conformance.core import runner, scenarios
+    from conformance.validator import api
+    from tests.conformance.validator.fixtures import FIXTURE_CLSID, build_profiler
+    from tests.conformance.validator.test_proxy_records import APPS, DOCS
+
+    so = build_profiler(DOCS / "object_tracker.cpp", "validator-docs", [DOCS])
+    folder = APPS / "heapchurn"
+    scenario = scenarios.Scenario(name="heapchurn", folder=folder, sources=[folder / "app.cs"],
+                                  plan={"version": 1}, description="heapchurn")  # fmt: skip
+    dll = scenarios.compile_scenario(scenario, runner.reference_runtime())
+    started = time.perf_counter()
+    binary = {"PROFHARNESS_TRACE_FORMAT": "binary"}
+    result = api.validate(so, FIXTURE_CLSID, runtime=runtime, app=dll, env=binary)
+    wall = time.perf_counter() - started
+    (run,) = result.runs
+    if run.outcome != "ok":
+        raise SystemExit(f"the real run did not end normally: {run.outcome} ({run.trace})")
+    trace = Path(run.trace)
+    if trace.read_bytes()[:8] != b"PHFRAMES":
+        raise SystemExit(f"{trace}: not a binary trace")
+    return trace, {"runtime": run.runtime, "wall": wall, "records": run.records}
+
+
+def synthesize(real: Path, out: Path, records: int) -> int:
+    """``out``: ``real``'s frames up to Initialize's return, the record frames of its body (up to Shutdown's
+    enter) over and over (definitions only in the first copy), the last copy cut where nothing is open on
+    any thread, nearest the count, then its tail. Returns how many records ``out`` holds."""
+    from conformance.core.binary_trace import raw_records
+    from conformance.core.frames import FILE_HEADER_SIZE, FRAME_HEADER_SIZE
+
+    data = real.read_bytes()
+    # every frame: (offset, end, type)
+    frames: list[tuple[int, int, int]] = []
+    at = FILE_HEADER_SIZE
+    while at + FRAME_HEADER_SIZE <= len(data):
+        length = int.from_bytes(data[at : at + 4], "little")
+        end = at + FRAME_HEADER_SIZE + length
+        if end > len(data):
+            break
+        frames.append((at, end, int.from_bytes(data[at + 8 : at + 10], "little")))
+        at = end
+    of_record = [i for i, f in enumerate(frames) if f[2] == _RECORD]  # record ordinal -> frame index
+    start = end_at = -1
+    depth: collections.Counter[int] = collections.Counter()
+    cuts = [0]  # body lengths (in records) after which nothing is open
+    total = 0
+    for k, (_number, r, what) in enumerate(raw_records(real)):
+        if r is None:
+            if what is not None:
+                raise SystemExit(f"{real}: {what}")
+            break
+        total += 1
+        if start < 0:
+            if r.get("name") == "Initialize" and r.get("phase") == "return":
+                start = k
+            continue
+        if end_at < 0:
+            if r.get("name") == "Shutdown" and r.get("phase") == "enter":
+                end_at = k
+                continue
+            phase = r.get("phase")
+            if phase in ("enter", "return"):
+                depth[r.get("os_tid", 0)] += 1 if phase == "enter" else -1
+            if not +depth:
+                cuts.append(k - start)
+    if start < 0 or end_at <= start + 1:
+        raise SystemExit(f"{real}: no records between Initialize's return and Shutdown to repeat")
+    body = end_at - start - 1
+    room = max(0, records - (start + 1) - (total - end_at))
+    copies, rest = divmod(room, body)
+    cut = min(cuts, key=lambda c: (abs(c - rest), c))
+    first_body, tail = of_record[start] + 1, of_record[end_at]
+    written = 0
+    with out.open("wb") as fh:
+        fh.write(data[:FILE_HEADER_SIZE])
+        head_end = frames[first_body - 1][1]
+        fh.write(data[FILE_HEADER_SIZE:head_end])
+        written += start + 1
+        whole = data[head_end : frames[tail - 1][1]]  # the first copy, definitions and all
+        records_only = b"".join(data[o:e] for o, e, t in frames[first_body:tail] if t == _RECORD)
+        for copy in range(copies + 1):
+            if copy == copies:  # the last, cut
+                last = of_record[start + cut] + 1 if cut else first_body
+                # the first copy's definitions all written (the tail may use them)
+                part = b"".join(data[o:e] for i, (o, e, t) in enumerate(frames[first_body:tail], first_body)
+                                if (t == _RECORD and i < last) or (t != _RECORD and copy == 0))  # fmt: skip
+                fh.write(part)
+                written += cut
+            else:
+                fh.write(whole if copy == 0 else records_only)
+                written += body
+        fh.write(data[frames[tail][0] :])
+        written += total - end_at
+    return written
+
+
+# --- the benchmark ---------------------------------------------------------------------------------------
+
+
+def _mb(kib: float) -> float:
+    return kib * 1024 / 1e6
+
+
+def _findings(found: dict[str, int]) -> str:
+    return ", ".join(f"{clause} x{n}" for clause, n in found.items()) or "none"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--runtime", default="8.0", help="the runtime of the real run (default 8.0)")
+    parser.add_argument("--records", type=int, default=50_000_000, help="records of the judged recording")
+    parser.add_argument("--baseline", type=int, default=1_000_000, help="records of the dict path's slice")
+    parser.add_argument("--tmp", type=Path, default=None, help="where the recordings go (deleted after)")
+    parser.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        if args.child[0] not in MODES:
+            parser.error(f"--child: a mode of {MODES}")
+        child(args.child[0], Path(args.child[1]))
+        return 0
+
+    trace, real = real_recording(args.runtime)
+    load = os.getloadavg()
+    print(f"the run: validate object_tracker on heapchurn, {real['runtime']}, binary trace: "
+          f"{real['wall']:.2f} s wall, {real['records']:,} records; load {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f}")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench-stream-", dir=args.tmp) as tmp:
+        big, small = Path(tmp) / "big.bin", Path(tmp) / "slice.bin"
+        started = time.perf_counter()
+        n = synthesize(trace, big, args.records)
+        m = synthesize(trace, small, min(args.baseline, args.records))
+        size, size_small = big.stat().st_size, small.stat().st_size
+        print(f"recordings from it: {n:,} records ({size / 1e6:,.0f} MB, {size / n:.1f} bytes/record) and "
+              f"the slice {m:,} ({size_small / 1e6:,.0f} MB), written in {time.perf_counter() - started:.1f} "
+              "s")  # fmt: skip
+        floor = measure("read", big)
+        base = measure("dict", small)
+        base_cols = measure("columns", small)
+        cols = measure("columns", big)
+    load = os.getloadavg()
+    for got, want in ((cols, n), (base, m), (base_cols, m)):
+        if got["records"] != want:
+            raise SystemExit(f"a child counted {got['records']:,} records of {want:,}")
+    rate, rate_wall = n / cols["cpu"], n / cols["wall"]
+    base_rate = m / base["cpu"]
+    peak = _mb(cols["peak_kib"])
+    before = _mb(cols["rss_before_kib"])
+    print(f"columns, {n:,} records: {cols['cpu']:.1f} s CPU = {rate:,.0f} records/s, {cols['wall']:.1f} s "
+          f"wall = {rate_wall:,.0f} records/s; peak RSS {peak:.0f} MB (before judging {before:.0f} MB); "
+          f"findings: {_findings(cols['findings'])}")  # fmt: skip
+    print(f"baseline, every record decoded into its dict (the path before), {m:,} records: {base['cpu']:.2f} "
+          f"s CPU = {base_rate:,.0f} records/s ({base['wall']:.2f} s wall), so {n / base_rate:,.0f} s CPU "
+          f"for {n:,}; peak RSS {_mb(base['peak_kib']):.0f} MB; columns / dict = {rate / base_rate:.1f}x "
+          "CPU")  # fmt: skip
+    same = base["findings"] == base_cols["findings"]
+    print(f"the slice judged by the columns: {base_cols['cpu']:.2f} s CPU = {m / base_cols['cpu']:,.0f} "
+          f"records/s; findings {'the same as' if same else 'DIFFERENT from'} the dict path's: "
+          f"{_findings(base_cols['findings'])} / {_findings(base['findings'])}")  # fmt: skip
+    print(f"floor, the file's bytes read and CRC-32'd in chunks: {floor['cpu']:.2f} s CPU "
+          f"({floor['wall']:.2f} s wall) = {n / floor['cpu']:,.0f} records/s; load after {load[0]:.2f} "
+          f"{load[1]:.2f} {load[2]:.2f}")  # fmt: skip
+    ok_rate = rate >= TARGET_RATE
+    ok_peak = peak <= TARGET_PEAK_MB
+    print(f"{'PASS' if ok_rate else 'FAIL'}: {rate:,.0f} records judged per CPU second (target >= "
+          f"{TARGET_RATE:,})")  # fmt: skip
+    print(f"{'PASS' if ok_peak else 'FAIL'}: peak RSS {peak:.0f} MB judging {n:,} records (target <= "
+          f"{TARGET_PEAK_MB} MB)")  # fmt: skip
+    print(f"{'PASS' if same else 'FAIL'}: the same findings as the dict path on the slice")
+    return 0 if ok_rate and ok_peak and same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
