@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from clr_model.context import (
     AMD64_CONTEXT,
@@ -203,6 +203,15 @@ class ReplayResult(BaseModel):
     live_matches: bool | None = None
     #: the recovered-seed attempt (captures taken with ``--seed recovered``)
     live_recovery: RecoveredSeedCheck | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_recovery(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The JSON of a replay without a recovered-seed attempt is what it was before the field existed
+        (the committed expected replays, byte-identical replays of older captures)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("live_recovery") is None:
+            data.pop("live_recovery", None)
+        return data
 
 
 #: a replayed frame's kind ("ready_to_run": ReadyToRun code whose method the JIT map does not list)
