@@ -1552,7 +1552,10 @@ const ExperimentEntry kRows[] = {
      "args.minUnmanagedOk (0) other code, each with a live walk that returned S_OK. One capture_sampling call "
      "record, one sidecar frame per sample, then capture_maps, capture_jit_map (args.jitMap true) and capture_done (taken, "
      "managedOk, unmanagedOk, enough). args: timeoutMs (2000, per sample), maxCandidates (256, code windows "
-     "around stack words pointing into executable memory), totalTimeoutMs."},
+     "around stack words pointing into executable memory), totalTimeoutMs. args.seed \"naive\" or \"recovered\" "
+     "(docs/seeding.md: the handler also walks from the first managed frame, recovered in the handler or, for "
+     "code its map cannot tell, by the profiler thread while it parks up to args.parkTimeoutMs, 200) writes a "
+     "capture_seed record per sample; args.naiveWalk (true) false skips the naive walk."},
 };
 
 }  // namespace
