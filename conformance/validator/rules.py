@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from clr_model import api
+from clr_model import api, rejit
 from clr_model.abi import KIND_OF_REGISTRATION
 from clr_model.api import Fact, HookKind
 from clr_model.async_safety import Checker as AsyncChecker
@@ -626,6 +626,116 @@ class ILBodyOfCompiledFunction(StreamRule):
                       f"JITCompilationStarted of a recompilation of FunctionID 0x{function:x} (compilation "
                       f"{before + 1}: a tier-up or on-stack-replacement version): the JIT has compiled this "
                       "function already")  # fmt: skip
+
+
+# --- the ReJIT protocol (REJIT-09, REJIT-21, VAL-REJIT-IN-CALLBACK, VAL-REJIT-AGAIN) ---------------------
+
+#: RequestReJIT and its kin, RequestRevert (the table's rejit-request and reverts facts)
+_REJIT_REQUESTS = api.names_with(Fact.REJIT_REQUEST)
+_REJIT_REVERTS = api.names_with(Fact.REVERTS)
+_PARAMETERS = rejit.PARAMETERS_CALLBACK
+
+
+@rule("REJIT-09", "REJIT-21", rejit.IN_CALLBACK, rejit.AGAIN,
+      what="RequestReJIT from a thread the profiler created; the function control inside GetReJITParameters; "
+      "requests again of functions already recompiled (notes)")  # fmt: skip
+class ReJITProtocol(StreamRule):
+    """The ReJIT calls judged with the model (:mod:`clr_model.rejit`): each request or revert against the
+    callback open on its thread (REJIT-09 for RequestReJIT, a note where the method's page is silent), each
+    function-control call against the GetReJITParameters open on its thread (REJIT-21, a note: the page does
+    not say how long the control is valid), and each GetReJITParameters of a (module, methodDef) asked
+    before: the profiler requested it again (a note at the last request before it, naming the function's
+    JIT compilations in between: tier-ups and on-stack replacement, which a rewriter reacting to every JIT
+    event requests again)."""
+
+    reads = (*_calls(_REJIT_REQUESTS | _REJIT_REVERTS), *_calls(set(rejit.function_control_methods())),
+             *_calls(set(_FUNCTION_TOKENS)), ("callback", _PARAMETERS),
+             ("callback", _JIT_STARTED))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.model = rejit.ReJITModel()
+        self.tokens: dict[int, tuple[int, int]] = {}  # FunctionID -> (ModuleID, methodDef)
+        #: the last request the profiler made (kept), and the JIT compilations of each key since then
+        self.last_request: Record | None = None
+        self.jitted: dict[tuple[int, int], int] = {}
+        self.recompiled: dict[tuple[int, int], int] = {}
+        self.asked: dict[tuple[int, int], int] = {}
+        self.open: dict[int, list[tuple[int, int]]] = {}  # OS thread -> the GetReJITParameters open on it
+        self.again: dict[tuple[int, int], tuple[Record, int, int, int]] = {}
+
+    def on(self, r: Record) -> None:
+        name = r["name"]
+        if r["kind"] == "callback":
+            self._callback(r, name)
+            return
+        if name in _FUNCTION_TOKENS:
+            function = _arg(r, "args", _FUNCTION_TOKENS[name])
+            module, token = _arg(r, "out", "pModuleId"), _arg(r, "out", "pToken")
+            if function is not None and module is not None and token is not None and _int(r.get("hr")) == 0:
+                self.tokens[function] = (module, token)
+            return
+        if not _begins(r):
+            return
+        callback = self.j.callback_of(r["os_tid"])
+        if rejit.is_function_control(name):
+            self.j.exercised.add("REJIT-21")
+            verdicts = self.model.function_control(name, callback=callback)
+        elif name in _REJIT_REVERTS:
+            verdicts = self.model.revert(name, None, callback=callback)
+        else:
+            self.j.exercised.update(("REJIT-09", rejit.AGAIN))
+            verdicts = self.model.request(name, None, callback=callback)
+            self.last_request = self.j.keep(r, name=name)
+            self.jitted.clear()
+            self.recompiled.clear()
+        for v in verdicts:
+            self.j.at(v.clause, r, v.message, note=v.note)
+
+    def _callback(self, r: Record, name: str) -> None:
+        thread = r["os_tid"]
+        if name == _JIT_STARTED:
+            if r.get("phase") == "return":
+                return
+            key = self.tokens.get(_arg(r, "args", "functionId") or 0)
+            if key is not None:
+                self.jitted[key] = self.jitted.get(key, 0) + 1
+                if _arg(r, "args", "compiledBefore"):
+                    self.recompiled[key] = self.recompiled.get(key, 0) + 1
+            return
+        open_ = self.open.setdefault(thread, [])
+        if r.get("phase") == "return":
+            if open_:
+                self.model.parameters_finished(open_.pop())
+            return
+        module, token = _arg(r, "args", "moduleId"), _arg(r, "args", "methodId")
+        if module is None or token is None:
+            return
+        key = (module, token)
+        self.model.parameters_started(key)
+        if r.get("phase") == "enter":
+            open_.append(key)
+        else:
+            self.model.parameters_finished(key)
+        self.asked[key] = self.asked.get(key, 0) + 1
+        if self.asked[key] > 1 and self.last_request is not None and key not in self.again:
+            self.again[key] = (self.last_request, self.asked[key], self.jitted.get(key, 0),
+                               self.recompiled.get(key, 0))  # fmt: skip
+
+    def end(self) -> None:
+        for (module, token), (req, asked, jitted, recompiled) in self.again.items():
+            self.j.at(rejit.AGAIN, req, f"GetReJITParameters asked for method 0x{token:08X} of module "
+                      f"0x{module:x} a {_ordinal(asked)} time: {req['name']} requested it again while its "
+                      f"earlier request was active ({jitted} JIT compilation(s) of it since the last "
+                      f"request, {recompiled} of them recompilations: tier-up or on-stack replacement); "
+                      "allowed (REJIT-07: a revert and a new recompilation), but a rewrite stacked on every "
+                      "JIT event is what crashed a public IL-rewriting sample on .NET 8 with on-stack "
+                      "replacement on",
+                      note=True)  # fmt: skip
+
+
+def _ordinal(n: int) -> str:
+    return {2: "second", 3: "third"}.get(n, f"{n}th")
 
 
 # --- attach and detach (ATT-01, DET-01, DET-02, DET-03, VAL-ATTACH-ONLY) ---------------------------------

@@ -102,6 +102,10 @@ BEFORE: dict[api.Fact, set[str]] = {
     # the two methods the DoStackSnapshot page's Asynchronous Stack Walk section names (issue 21, ASYNC-05)
     api.Fact.ASYNC_WALK: {"GetFunctionFromIP", "DoStackSnapshot"},
     api.Fact.FUNCTION_TOKEN: {"GetFunctionInfo", "GetFunctionInfo2"},
+    # issue 25: the ReJIT protocol's requests (clr_model.rejit); own-thread: RequestReJIT's page (REJIT-09)
+    api.Fact.REJIT_REQUEST: {"RequestReJIT", "RequestReJITWithInliners"},
+    api.Fact.REVERTS: {"RequestRevert"},
+    api.Fact.OWN_THREAD: {"RequestReJIT"},
     api.Fact.PROXY_BY_HAND: {
         "Initialize", "InitializeForAttach", "Shutdown", "MovedReferences", "MovedReferences2",
         "DoStackSnapshot", "SetEnterLeaveFunctionHooks", "SetEnterLeaveFunctionHooks2",

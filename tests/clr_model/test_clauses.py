@@ -81,7 +81,6 @@ UNCHECKED_AUTHOR_RULES: dict[str, str] = {
     "FE2-05": "needs frame handles tracked past their hook's return; no rule yet",
     # issue 25: the ReJIT protocol's author rules, until the validator records ReJIT calls and callbacks
     "REJIT-02": "needs RequestReJIT/RequestRevert's HRESULT and the event mask tied together; no rule yet",
-    "REJIT-09": "needs RequestReJIT's thread held against the open callbacks; no rule yet (issue 25 part 5)",
     "REJIT-10": "needs ReJITError recorded beside RequestReJIT; no rule yet (issue 25 part 5)",
     "REJIT-12": "needs JITInlining decisions held against later ReJIT requests; no rule yet",
     "REJIT-17": "whether a profiler reads RequestRevert's status array is invisible to the recording proxy",
