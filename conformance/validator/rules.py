@@ -634,6 +634,7 @@ class ILBodyOfCompiledFunction(StreamRule):
 _REJIT_REQUESTS = api.names_with(Fact.REJIT_REQUEST)
 _REJIT_REVERTS = api.names_with(Fact.REVERTS)
 _PARAMETERS = rejit.PARAMETERS_CALLBACK
+_REJIT_STARTED = "ReJITCompilationStarted"
 
 
 @rule("REJIT-09", "REJIT-21", rejit.IN_CALLBACK, rejit.AGAIN,
@@ -645,23 +646,26 @@ class ReJITProtocol(StreamRule):
     function-control call against the GetReJITParameters open on its thread (REJIT-21, a note: the page does
     not say how long the control is valid), and each GetReJITParameters of a (module, methodDef) asked
     before: the profiler requested it again (a note at the last request before it, naming the function's
-    JIT compilations in between: tier-ups and on-stack replacement, which a rewriter reacting to every JIT
-    event requests again)."""
+    JIT compilations since its previous parameters: first compilations, tier-ups and on-stack replacement of
+    the original (JITCompilationStarted) or of a recompiled version (ReJITCompilationStarted), which a
+    rewriter reacting to every JIT event requests again)."""
 
     reads = (*_calls(_REJIT_REQUESTS | _REJIT_REVERTS), *_calls(set(rejit.function_control_methods())),
-             *_calls(set(_FUNCTION_TOKENS)), ("callback", _PARAMETERS),
-             ("callback", _JIT_STARTED))  # fmt: skip
+             *_calls(set(_FUNCTION_TOKENS)), ("callback", _PARAMETERS), ("callback", _JIT_STARTED),
+             ("callback", _REJIT_STARTED))  # fmt: skip
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
         self.model = rejit.ReJITModel()
         self.tokens: dict[int, tuple[int, int]] = {}  # FunctionID -> (ModuleID, methodDef)
-        #: the last request the profiler made (kept), and the JIT compilations of each key since then
+        #: the last request the profiler made (kept)
         self.last_request: Record | None = None
-        self.jitted: dict[tuple[int, int], int] = {}
-        self.recompiled: dict[tuple[int, int], int] = {}
-        self.asked: dict[tuple[int, int], int] = {}
+        #: FunctionID -> its latest JIT events (seq, a recompilation: tier-up, OSR or a ReJIT version)
+        self.events: dict[int, list[tuple[int, bool]]] = {}
+        #: (module, methodDef) -> (times asked, seq of the last GetReJITParameters)
+        self.asked: dict[tuple[int, int], tuple[int, int]] = {}
         self.open: dict[int, list[tuple[int, int]]] = {}  # OS thread -> the GetReJITParameters open on it
+        #: (module, methodDef) -> the first re-ask: (request kept, times asked, JIT events, recompilations)
         self.again: dict[tuple[int, int], tuple[Record, int, int, int]] = {}
 
     def on(self, r: Record) -> None:
@@ -687,21 +691,18 @@ class ReJITProtocol(StreamRule):
             self.j.exercised.update(("REJIT-09", rejit.AGAIN))
             verdicts = self.model.request(name, None, callback=callback)
             self.last_request = self.j.keep(r, name=name)
-            self.jitted.clear()
-            self.recompiled.clear()
         for v in verdicts:
             self.j.at(v.clause, r, v.message, note=v.note)
 
     def _callback(self, r: Record, name: str) -> None:
         thread = r["os_tid"]
-        if name == _JIT_STARTED:
-            if r.get("phase") == "return":
-                return
-            key = self.tokens.get(_arg(r, "args", "functionId") or 0)
-            if key is not None:
-                self.jitted[key] = self.jitted.get(key, 0) + 1
-                if _arg(r, "args", "compiledBefore"):
-                    self.recompiled[key] = self.recompiled.get(key, 0) + 1
+        if name != _PARAMETERS:  # a JIT compilation of the original or of a recompiled version
+            function = _arg(r, "args", "functionId")
+            if r.get("phase") != "return" and function is not None:
+                again = name == _REJIT_STARTED or bool(_arg(r, "args", "compiledBefore"))
+                kept = self.events.setdefault(function, [])
+                kept.append((r["seq"], again))
+                del kept[:-64]
             return
         open_ = self.open.setdefault(thread, [])
         if r.get("phase") == "return":
@@ -717,21 +718,22 @@ class ReJITProtocol(StreamRule):
             open_.append(key)
         else:
             self.model.parameters_finished(key)
-        self.asked[key] = self.asked.get(key, 0) + 1
-        if self.asked[key] > 1 and self.last_request is not None and key not in self.again:
-            self.again[key] = (self.last_request, self.asked[key], self.jitted.get(key, 0),
-                               self.recompiled.get(key, 0))  # fmt: skip
+        times, since = self.asked.get(key, (0, -1))
+        self.asked[key] = (times + 1, r["seq"])
+        if times and self.last_request is not None and key not in self.again:
+            events = [e for f, kept in self.events.items() if self.tokens.get(f) == key for e in kept
+                      if e[0] > since]  # fmt: skip
+            self.again[key] = (self.last_request, times + 1, len(events), sum(1 for _, a in events if a))
 
     def end(self) -> None:
         for (module, token), (req, asked, jitted, recompiled) in self.again.items():
             self.j.at(rejit.AGAIN, req, f"GetReJITParameters asked for method 0x{token:08X} of module "
                       f"0x{module:x} a {_ordinal(asked)} time: {req['name']} requested it again while its "
-                      f"earlier request was active ({jitted} JIT compilation(s) of it since the last "
-                      f"request, {recompiled} of them recompilations: tier-up or on-stack replacement); "
-                      "allowed (REJIT-07: a revert and a new recompilation), but a rewrite stacked on every "
-                      "JIT event is what crashed a public IL-rewriting sample on .NET 8 with on-stack "
-                      "replacement on",
-                      note=True)  # fmt: skip
+                      f"earlier request was active ({jitted} JIT compilation(s) of it since its previous "
+                      f"parameters, {recompiled} of them recompilations: tier-up, on-stack replacement or a "
+                      "recompiled version's); allowed (REJIT-07: a revert and a new recompilation), but a "
+                      "rewrite stacked on every JIT event is what crashed a public IL-rewriting sample on "
+                      ".NET 8 with on-stack replacement on", note=True)  # fmt: skip
 
 
 def _ordinal(n: int) -> str:

@@ -57,7 +57,8 @@ def test_REJIT_21_function_control_outside_get_rejit_parameters_is_a_note(tmp_pa
     inside = [*_request(), *_params(_call(FC_SET_BODY, args={"cbNewILMethodHeader": 4}))]
     assert of(_findings(tmp_path / "in", inside), "REJIT-21") == []
     late = [*_request(), *_params(), _callback("ReJITCompilationStarted", "enter"),
-            _call(FC_SET_BODY, args={"cbNewILMethodHeader": 4}), _callback("ReJITCompilationStarted", "return", 0)]
+            _call(FC_SET_BODY, args={"cbNewILMethodHeader": 4}),
+            _callback("ReJITCompilationStarted", "return", 0)]  # fmt: skip
     [f] = of(_findings(tmp_path / "late", late), "REJIT-21")
     assert f.note and f.callback == "ReJITCompilationStarted"
 
