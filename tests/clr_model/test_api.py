@@ -120,6 +120,7 @@ BEFORE: dict[api.Fact, set[str]] = {
         "SetEnterLeaveFunctionHooks2", "SetEnterLeaveFunctionHooks3", "SetEnterLeaveFunctionHooks3WithInfo",
         "SetFunctionIDMapper",
         "SetFunctionIDMapper2",
+        "SetILFunctionBody",  # issue 25: the body recorded for the fuzz judge's IL checks
     },
     api.Fact.FAKE_ANSWERS: {
         "GetClassFromObject", "GetClassFromToken", "GetCodeInfo", "GetEventMask", "GetFunctionFromIP",
@@ -129,6 +130,7 @@ BEFORE: dict[api.Fact, set[str]] = {
         "GetRuntimeInformation", "GetModuleInfo2", "InitializeCurrentThread", "GetFunctionFromIP2",
         "GetObjectSize2", "GetEventMask2", "SetEventMask2", "SuspendRuntime", "ResumeRuntime",
         "GetScopeProps", "GetModuleFromScope", "GetTypeDefProps", "GetMethodProps",  # IMetaDataImport
+        "GetILFunctionBody", "GetILFunctionBodyAllocator",  # issue 25: IL bodies from a real assembly
     },
 }  # fmt: skip
 

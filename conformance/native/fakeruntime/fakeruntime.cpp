@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,7 @@ struct Function {
     UINT_PTR start = 0;
     SIZE_T size = 0;
     Names names;
+    std::vector<BYTE> il;  // its IL body (header, code, sections), what GetILFunctionBody answers
 };
 struct Object {
     ClassID cls = 0;
@@ -141,6 +143,7 @@ struct World {
     DWORD mask_low = 0;
     DWORD mask_high = 0;
     bool documented = false;  // the "world" command: the documented world's answers (docs/fake-runtime.md)
+    std::set<ModuleID> il_told;  // the modules whose IL bodies' assembly a fuzz.il.module mark named
 };
 
 World g_world;
@@ -183,6 +186,24 @@ std::u16string utf16(const std::string& s) {
         } else {
             out.push_back(static_cast<char16_t>(cp));
         }
+    }
+    return out;
+}
+
+// The bytes of a hex string (two digits a byte; a stray digit ends it).
+std::vector<BYTE> bytes_of_hex(const std::string& text) {
+    auto digit = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    std::vector<BYTE> out;
+    out.reserve(text.size() / 2);
+    for (std::size_t i = 0; i + 1 < text.size(); i += 2) {
+        const int hi = digit(text[i]), lo = digit(text[i + 1]);
+        if (hi < 0 || lo < 0) break;
+        out.push_back(static_cast<BYTE>(hi << 4 | lo));
     }
     return out;
 }
@@ -490,6 +511,82 @@ HRESULT MetaDataBase::answer_GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, W
 
 namespace {
 
+// --- IL bodies (issue 25): GetILFunctionBody, GetILFunctionBodyAllocator, SetILFunctionBody -------------
+
+// corprof.idl's IMethodMalloc: IUnknown, then Alloc (the shared headers only forward-declare it).
+struct MethodMalloc : public IUnknown {
+    virtual void* STDMETHODCALLTYPE Alloc(ULONG cb) = 0;
+};
+
+// Every block a method allocator handed out: [base, base + size). Kept for the process (the allocator's
+// page: "It allows you to allocate memory, but not to free it").
+std::mutex g_il_mu;
+std::vector<std::pair<const BYTE*, std::size_t>> g_il_blocks;
+
+// behaviour: il.allocator
+class FakeMethodMalloc final : public MethodMalloc {
+ public:
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        *ppv = nullptr;
+        if (!(riid == IID_IUnknown)) return E_NOINTERFACE;
+        *ppv = static_cast<IUnknown*>(this);
+        return S_OK;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return 2; }  // one static object, never freed
+    ULONG STDMETHODCALLTYPE Release() override { return 1; }
+    void* STDMETHODCALLTYPE Alloc(ULONG cb) override {
+        auto* p = static_cast<BYTE*>(std::calloc(cb ? cb : 1, 1));
+        if (p) {
+            std::lock_guard<std::mutex> g(g_il_mu);
+            g_il_blocks.emplace_back(p, cb);
+        }
+        return p;
+    }
+};
+FakeMethodMalloc g_method_malloc;
+
+// The bytes of a body handed over: the rest of the allocator block it lies in, else the length its header
+// announces (tiny: 1 + code; fat: header, code, and the sections its flags say follow), as the recording
+// proxy records them (proxy/il_bodies.h). `allocated`: whether it lies in a block the allocator gave.
+std::size_t il_extent(const BYTE* h, bool* allocated) {
+    {
+        std::lock_guard<std::mutex> g(g_il_mu);
+        for (const auto& [base, size] : g_il_blocks) {
+            if (h >= base && h < base + size) {
+                *allocated = true;
+                return static_cast<std::size_t>(base + size - h);
+            }
+        }
+    }
+    *allocated = false;
+    if ((h[0] & 3) == 2) return 1 + (h[0] >> 2);
+    if ((h[0] & 3) != 3) return 1;
+    const std::uint16_t word = static_cast<std::uint16_t>(h[0] | (h[1] << 8));
+    const std::uint32_t code = static_cast<std::uint32_t>(h[4] | (h[5] << 8) | (h[6] << 16) | (std::uint32_t(h[7]) << 24));
+    std::size_t end = 4u * (word >> 12) + code;
+    if ((word & 0x8) == 0 || code > (1u << 24)) return end;
+    for (int n = 0; n < 64; ++n) {  // the sections, on 4-byte boundaries, each saying whether more follow
+        end = (end + 3) & ~std::size_t{3};
+        const BYTE kind = h[end];
+        const std::size_t len = (kind & 0x40) ? (h[end + 1] | (h[end + 2] << 8) | (std::size_t(h[end + 3]) << 16))
+                                              : h[end + 1];
+        end += len < 4 ? 4 : len;
+        if ((kind & 0x80) == 0) break;
+    }
+    return end;
+}
+
+std::string hex_of(const BYTE* p, std::size_t n) {
+    static const char kDigits[] = "0123456789abcdef";
+    std::string out(2 * n, '0');
+    for (std::size_t i = 0; i < n; ++i) {
+        out[2 * i] = kDigits[p[i] >> 4];
+        out[2 * i + 1] = kDigits[p[i] & 15];
+    }
+    return out;
+}
+
 class Info final : public InfoBase {
  public:
     HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
@@ -518,6 +615,26 @@ class Info final : public InfoBase {
             record("call", rec);
         }
         return n < 0 ? 0 : static_cast<ULONG>(n);
+    }
+
+    // behaviour: il.set, answer.unknown-id
+    // The body is recorded (out "body", hex; "allocated"), as the recording proxy records it, for the IL
+    // checker in the judge.
+    HRESULT STDMETHODCALLTYPE SetILFunctionBody(ModuleID moduleId, mdMethodDef methodid,
+                                                LPCBYTE pbNewILMethodHeader) override {
+        CallScope s("SetILFunctionBody", false);
+        s.caller(__builtin_return_address(0));
+        s.arg("moduleId", moduleId);
+        s.arg("methodid", methodid);
+        s.arg("pbNewILMethodHeader", pbNewILMethodHeader);
+        s.begin();
+        if (!pbNewILMethodHeader) return s.finish(E_INVALIDARG);
+        bool allocated = false;
+        const std::size_t n = il_extent(pbNewILMethodHeader, &allocated);
+        s.out_value("body", Json(hex_of(pbNewILMethodHeader, n)));
+        s.out_value("allocated", Json(allocated));
+        if (!entry(g_world.modules, moduleId) || !function_by_token(moduleId, methodid)) return s.finish(E_INVALIDARG);
+        return s.finish(S_OK);
     }
 
     // behaviour: answer.snapshot, answer.not-managed-thread, stack.native-runs
@@ -765,6 +882,28 @@ HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassI
     put<ModuleID>(pModuleId, fi.moduleId);
     put<mdToken>(pToken, fi.token);
     return f ? S_OK : E_INVALIDARG;
+}
+// behaviour: il.body, answer.unknown-id
+HRESULT InfoBase::answer_GetILFunctionBody(ModuleID moduleId, mdMethodDef methodId, LPCBYTE* ppMethodHeader,
+                                           ULONG* pcbMethodSize) {
+    const Function* f = function_by_token(moduleId, methodId);
+    if (!f || f->il.empty()) {
+        put<LPCBYTE>(ppMethodHeader, nullptr);
+        put<ULONG>(pcbMethodSize, 0);
+        return E_INVALIDARG;
+    }
+    put<LPCBYTE>(ppMethodHeader, f->il.data());
+    put<ULONG>(pcbMethodSize, static_cast<ULONG>(f->il.size()));
+    return S_OK;
+}
+// behaviour: il.allocator, answer.unknown-id
+HRESULT InfoBase::answer_GetILFunctionBodyAllocator(ModuleID moduleId, IMethodMalloc** ppMalloc) {
+    if (!entry(g_world.modules, moduleId)) {
+        put<IMethodMalloc*>(ppMalloc, nullptr);
+        return E_INVALIDARG;
+    }
+    put<IMethodMalloc*>(ppMalloc, reinterpret_cast<IMethodMalloc*>(static_cast<MethodMalloc*>(&g_method_malloc)));
+    return S_OK;
 }
 // behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO, ClassID* pClassId,
@@ -1024,6 +1163,20 @@ void apply_state(const std::string& op, const Json& cmd) {
         f.start = arg_of<UINT_PTR>(cmd, "start");
         f.size = arg_of<SIZE_T>(cmd, "size");
         f.names = names_of(cmd);
+        const Json* il = cmd.get("il");
+        if (il && il->is_string()) {
+            f.il = bytes_of_hex(il->as_string());
+            // the assembly the body comes from, once per module: the judge's IL checker reads its metadata
+            const Json* from = cmd.get("il_from");
+            if (from && from->is_string() && g_world.il_told.insert(f.info.moduleId).second) {
+                Json rec = Json::object();
+                rec.set("name", "fuzz.il.module").set("payload", Json())
+                    .set("moduleId", Json(static_cast<std::uint64_t>(f.info.moduleId))).set("path", Json(from->as_string()));
+                record("mark", rec);
+            }
+        } else if (const Function* before = entry(g_world.functions, f.id)) {
+            f.il = before->il;  // the same function's code range, told after its JITCompilationStarted
+        }
         g_world.functions[f.id] = std::move(f);
     } else if (op == "thread") {
         const ThreadID id = arg_of<ThreadID>(cmd, "id");
