@@ -154,7 +154,11 @@ def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> 
         assembly = _il_resolver(path, cache) if path else None
         if assembly is None or not isinstance(token, int):
             continue  # a body of a method with no real IL: nothing to resolve its tokens against
-        length = len(data) if ev.out.get("allocated") is True else None
+        if ev.name.startswith(_CONTROL_PREFIX):  # the size handed over with it (REJIT-23)
+            declared = ev.args.get("cbNewILMethodHeader")
+            length = declared if isinstance(declared, int) else None
+        else:
+            length = len(data) if ev.out.get("allocated") is True else None
         for f in il.check_body(data, assembly, token, length=length):
             message = f"the body {ev.name} was given for method 0x{token:08X}: {f}"
             found.append(Finding.of(run, f.rule, message, [ev.seq], thread=ev.thread,

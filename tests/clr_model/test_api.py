@@ -131,6 +131,7 @@ BEFORE: dict[api.Fact, set[str]] = {
         "GetObjectSize2", "GetEventMask2", "SetEventMask2", "SuspendRuntime", "ResumeRuntime",
         "GetScopeProps", "GetModuleFromScope", "GetTypeDefProps", "GetMethodProps",  # IMetaDataImport
         "GetILFunctionBody", "GetILFunctionBodyAllocator",  # issue 25: IL bodies from a real assembly
+        "RequestReJIT",  # issue 25: the ReJIT protocol played at the next JITCompilationFinished
     },
 }  # fmt: skip
 

@@ -858,6 +858,7 @@ class InfoBase : public ICorProfilerInfo14 {
     HRESULT answer_GetRuntimeInformation(USHORT* pClrInstanceId, COR_PRF_RUNTIME_TYPE* pRuntimeType, USHORT* pMajorVersion, USHORT* pMinorVersion, USHORT* pBuildNumber, USHORT* pQFEVersion, ULONG cchVersionString, ULONG* pcchVersionString, WCHAR* szVersionString);
     HRESULT answer_GetModuleInfo2(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName, ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId, DWORD* pdwModuleFlags);
     HRESULT answer_InitializeCurrentThread();
+    HRESULT answer_RequestReJIT(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds);
     HRESULT answer_GetFunctionFromIP2(LPCBYTE ip, FunctionID* pFunctionId, ReJITID* pReJitId);
     HRESULT answer_GetObjectSize2(ObjectID objectId, SIZE_T* pcSize);
     HRESULT answer_GetEventMask2(DWORD* pdwEventsLow, DWORD* pdwEventsHigh);
@@ -1504,7 +1505,8 @@ class InfoBase : public ICorProfilerInfo14 {
         s_.arg("moduleIds", moduleIds);
         s_.arg("methodIds", methodIds);
         s_.begin();
-        return s_.finish(E_NOTIMPL);
+        HRESULT hr_ = answer_RequestReJIT(cFunctions, moduleIds, methodIds);
+        return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE RequestRevert(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds, HRESULT* status) override {
         CallScope s_("RequestRevert", true);
