@@ -114,20 +114,23 @@ def _il_resolver(path: str, cache: dict[str, Assembly | None]) -> Assembly | Non
     return cache[path]
 
 
-@registry.rule(*sorted(il.RULES), layer=Layer.FUZZ, what="every IL body the profiler hands the fake runtime "
-               "(SetILFunctionBody, ICorProfilerFunctionControl::SetILFunctionBody) is a valid ECMA-335 body "
-               "against the metadata of the assembly the method's original body came from")  # fmt: skip
+@registry.rule(*sorted(il.RULES), "REJIT-37", layer=Layer.FUZZ, what="every IL body the profiler hands "
+               "the fake runtime (SetILFunctionBody, ICorProfilerFunctionControl::SetILFunctionBody) is a "
+               "valid ECMA-335 body against the metadata of the assembly the method's original body came "
+               "from; SetILFunctionBody's body comes from the module's method allocator")  # fmt: skip
 def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> list[Finding]:
     """The IL checker (:func:`clr_model.il.check_body`) over every body handed over: the fake runtime records
     the bytes (out ``body``, hex; ``allocated``: in a block of the method allocator, whose end is then the
     body's known length), and names the assembly of each module's original bodies (a ``fuzz.il.module``
     mark): the body's tokens, locals and arguments resolve against it. Each finding is its own IL-* clause
     at the call, in the callback it was made in. Where the validator has an IL rule of its own (the recording
-    proxy's bodies, the same record shape), that rule judges the fake runtime's records and this one stays
-    silent, so no body is reported twice."""
+    proxy's bodies, the same record shape), that rule judges the fake runtime's records and this one leaves
+    the IL checks to it, so no body is reported twice. REJIT-37 (a body in no block the method allocator gave)
+    is this rule's alone: only the fake runtime knows every block its allocator handed out."""
     del heaps
-    if registry.rules(Layer.VALIDATOR, "IL-HEADER-FORMAT"):
-        return []  # the validator's own IL rule (issue 25 part 5) judges these records in check_recording
+    # the validator's own IL rule (issue 25 part 5), where it is registered, judges these records in
+    # check_recording: the IL checker is not run twice on a body
+    checked_by_validator = bool(registry.rules(Layer.VALIDATOR, "IL-HEADER-FORMAT"))
     paths: dict[int, str] = {}
     cache: dict[str, Assembly | None] = {}
     found: list[Finding] = []
@@ -141,8 +144,12 @@ def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> 
             continue
         if ev.name != _SET_IL and not ev.name.startswith(_CONTROL_PREFIX):
             continue
+        if ev.name == _SET_IL and ev.out.get("allocated") is False:  # REJIT-37: the fake runtime's blocks
+            found.append(Finding.of(run, "REJIT-37", "the body handed to SetILFunctionBody lies in no block "
+                                    "the module's method allocator (GetILFunctionBodyAllocator) handed out",
+                                    [ev.seq], thread=ev.thread, callback=rec.callback_at(i)))  # fmt: skip
         text = ev.out.get("body")
-        if not isinstance(text, str):
+        if not isinstance(text, str) or checked_by_validator:
             continue
         try:
             data = bytes.fromhex(text)

@@ -85,7 +85,6 @@ UNCHECKED_AUTHOR_RULES: dict[str, str] = {
     "REJIT-17": "whether a profiler reads RequestRevert's status array is invisible to the recording proxy",
     "REJIT-23": "needs the function control's bodies recorded with their size (issue 25 part 5)",
     "REJIT-27": "a profiler's own locking is invisible to the recording proxy",
-    "REJIT-37": "needs the module allocator's blocks recorded to tell them from the profiler's heap",
 }
 
 

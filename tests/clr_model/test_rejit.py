@@ -259,3 +259,22 @@ def test_set_il_function_body_after_compilation_is_REJIT_01() -> None:
     assert model.set_il_function_body(KEY) == []
     model.jit_finished(KEY)
     assert [v.clause for v in model.set_il_function_body(KEY)] == ["REJIT-01"]
+
+
+# --- REJIT-37: ICorProfilerInfo::SetILFunctionBody's body from the module's allocator ------------------
+
+
+def test_REJIT_37_a_body_not_from_the_allocator_example() -> None:
+    body = bytes([0x01 << 2 | 0x2, 0x2A])  # tiny: ret
+    assert check_handed_body(body, _NO_METADATA, from_allocator=True) == []
+    [v] = check_handed_body(body, _NO_METADATA, from_allocator=False)
+    assert v.clause == "REJIT-37" and not v.note
+
+
+@settings(max_examples=100, deadline=None)
+@given(straight_bodies(), st.sampled_from((True, False, None)))
+def test_REJIT_37_exactly_when_the_allocator_did_not_give_it_property(
+    body: bytes, allocated: bool | None
+) -> None:
+    clauses = [v.clause for v in check_handed_body(body, _NO_METADATA, from_allocator=allocated)]
+    assert clauses == (["REJIT-37"] if allocated is False else [])  # None: not known, nothing said

@@ -10,6 +10,7 @@ import pytest
 
 from conformance.fuzz.ilpool import default_pool
 from conformance.fuzz.machine import FuzzReport, fuzz
+from tests.conformance.fuzz.fixtures import CLSID, build
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, build_profiler
 from tests.conformance.validator.test_docs_fixtures import DOCS
 
@@ -57,3 +58,17 @@ def test_REJIT_09_rejit_in_callback_is_found_by_fuzz_too() -> None:
     assert report.first_failure is not None and report.first_failure <= 500
     assert {f.clause for f in report.findings} == {"REJIT-09"}
     assert all(f.callback == "JITCompilationFinished" for f in report.findings)
+
+
+def test_REJIT_37_a_body_from_the_profilers_own_heap_is_found_and_one_from_the_allocator_is_not() -> None:
+    """il_own_buffer copies each original body into its own heap and hands that to SetILFunctionBody: only
+    the fake runtime knows every block its method allocator gave, so the judge says REJIT-37 (the IL itself
+    is valid: nothing else); with PROFHARNESS_FIXTURE_ALLOCATOR=1 it allocates with the allocator: clean."""
+    if not default_pool():
+        pytest.skip("no bundled runtime installed: the fake runtime's methods have no IL bodies")
+    so = build("il_own_buffer")
+    own = fuzz(so, CLSID, max_examples=500, seed=SEED, shrink=False)
+    assert own.first_failure is not None and {f.clause for f in own.findings} == {"REJIT-37"}
+    allocated = fuzz(so, CLSID, max_examples=500, seed=SEED, shrink=False,
+                     env={"PROFHARNESS_FIXTURE_ALLOCATOR": "1"})
+    assert allocated.findings == [] and allocated.reached.get("SetILFunctionBody", (0, 0))[1] > 0
