@@ -859,9 +859,15 @@ HRESULT InfoBase::answer_GetFunctionFromToken(ModuleID moduleId, mdToken token, 
     put<FunctionID>(pFunctionId, f ? f->id : 0);
     return f ? S_OK : E_INVALIDARG;
 }
+// A function told before its JITCompilationStarted (its IL, behaviour il.body) has no code until its
+// JITCompilationFinished: its code range is answered as before it was told (answer.unknown-id).
+const Function* compiled(FunctionID id) {
+    const Function* f = entry(g_world.functions, id);
+    return f && f->size ? f : nullptr;
+}
 // behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULONG* pcSize) {
-    const Function* f = entry(g_world.functions, functionId);
+    const Function* f = compiled(functionId);
     put<LPCBYTE>(pStart, f ? reinterpret_cast<LPCBYTE>(f->start) : nullptr);
     put<ULONG>(pcSize, f ? static_cast<ULONG>(f->size) : 0);
     return f ? S_OK : E_INVALIDARG;
@@ -869,7 +875,7 @@ HRESULT InfoBase::answer_GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULO
 // behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetCodeInfo2(FunctionID functionID, ULONG32 cCodeInfos, ULONG32* pcCodeInfos,
                                       COR_PRF_CODE_INFO* codeInfos) {
-    const Function* f = entry(g_world.functions, functionID);
+    const Function* f = compiled(functionID);
     put<ULONG32>(pcCodeInfos, f ? 1 : 0);
     if (!f) return E_INVALIDARG;
     if (codeInfos && cCodeInfos >= 1) codeInfos[0] = COR_PRF_CODE_INFO{f->start, f->size};
