@@ -57,7 +57,7 @@ RULE_MODULES: dict[Layer, tuple[str, ...]] = {
     ),
     Layer.EMU: ("conformance.checks.emu_walks",),
     Layer.HOOK: ("emu.hookcheck.rules", "conformance.checks.hook_abi"),
-    Layer.VALIDATOR: ("conformance.validator.rules",),
+    Layer.VALIDATOR: ("conformance.validator.rules", "conformance.validator.il_rules"),
     Layer.FUZZ: ("conformance.fuzz.judge",),
 }
 
