@@ -54,6 +54,7 @@ RULE_MODULES: dict[Layer, tuple[str, ...]] = {
         "conformance.checks.buffers",
         "conformance.checks.gc",
         "conformance.checks.hooks",
+        "conformance.checks.rejit",
     ),
     Layer.EMU: ("conformance.checks.emu_walks",),
     Layer.HOOK: ("emu.hookcheck.rules", "conformance.checks.hook_abi"),
