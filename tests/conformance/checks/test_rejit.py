@@ -1,5 +1,5 @@
-"""The ReJIT judges (conformance/checks/rejit.py) on synthetic probe traces shaped like the ``rejit`` scenario's
-runs: a lawful run conforms on every clause, and each clause goes red when its own part of the run is broken
+"""The ReJIT judges (conformance/checks/rejit.py) on synthetic probe traces shaped like the ``rejit``
+scenario's runs: a lawful run conforms on every clause, and each clause goes red when its own part of the run is broken
 (a copy of the lawful records with one thing changed). Live: the suite on both bundled runtimes, every verdict
 as documented or as the expectation files say (REJIT-16 on both, REJIT-26 on 8.0.4)."""
 
@@ -49,7 +49,8 @@ def _lawful() -> Records:
         ids = {"moduleId": MODULE, "methodId": TOKENS[method]}
         if params:
             add("callback", name="GetReJITParameters", args={**ids, "pFunctionControl": 1})
-        add("callback", name="ReJITCompilationStarted", args={"functionId": function, "rejitId": rejit_id, **ids})
+        add("callback", name="ReJITCompilationStarted",
+            args={"functionId": function, "rejitId": rejit_id, **ids})
         add("callback", name="ReJITCompilationFinished",
             args={"functionId": function, "rejitId": rejit_id, "hrStatus": 0, **ids})
 
