@@ -1,7 +1,7 @@
 """The ReJIT judges (conformance/checks/rejit.py) on synthetic probe traces shaped like the ``rejit``
-scenario's runs: a lawful run conforms on every clause, and each clause goes red when its own part of the run is broken
-(a copy of the lawful records with one thing changed). Live: the suite on both bundled runtimes, every verdict
-as documented or as the expectation files say (REJIT-16 on both, REJIT-26 on 8.0.4)."""
+scenario's runs: a lawful run conforms on every clause, and each clause goes red when its own part of the run
+is broken (a copy of the lawful records with one thing changed). Live: the suite on both bundled runtimes,
+every verdict as documented or as the expectation files say (REJIT-16 on both, REJIT-26 on 8.0.4)."""
 
 from __future__ import annotations
 
