@@ -24,12 +24,15 @@ import pytest
 from clr_model import il
 from clr_model.il_asm import Ins, Label, assemble, encode_body
 from clr_model.il_metadata import Assembly
+from conformance.core import runner, scenarios
 from conformance.core.runtimes import Runtime
+from conformance.validator import api as validator
 from conformance.validator.il_rules import CONTROL_SET_IL, MODULE_MARK, SET_IL, TIE
 from conformance.validator.report import render_text
 from conformance.validator.result import ValidationResult
 from conformance.validator.rules import check_recording
-from tests.conformance.validator.test_docs_fixtures import DOCS, apps, validate, versions
+from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_fixture
+from tests.conformance.validator.test_docs_fixtures import APPS, DOCS, apps, validate, versions
 from tests.conformance.validator.test_proxy_records import records
 from tests.conformance.validator.test_rules import _recording
 
@@ -208,3 +211,37 @@ def test_the_body_a_fixture_builds_is_as_its_header_comment_says() -> None:
     instructions, _ = il.decode(guard + b"\x2a")
     starts = {i.offset for i in instructions}
     assert 7 + 3 not in starts and 7 < 7 + 3 < 12
+
+
+# --- ReJIT: the function control's bodies ------------------------------------------------------------------
+
+_CONTROL_SET = "control->SetILFunctionBody(static_cast<ULONG>(fresh.size()), block);"
+
+
+@pytest.mark.live
+def test_the_function_control_body_is_recorded_and_checked(runtimes: list[Runtime]) -> None:
+    """rejit_control_body (profilers/) recompiles rejitloop's methods from its own thread and hands each a
+    prologue through the function control: every ICorProfilerFunctionControl::SetILFunctionBody record
+    carries the cbNewILMethodHeader bytes it was given, beside its ReJIT's method; the run is clean. With
+    REJIT_CONTROL_BAD=1 the prologue's branch lands inside an instruction: IL-BRANCH-MID-INSTRUCTION at its
+    call on both runtimes."""
+    folder = APPS / "rejitloop"
+    scenario = scenarios.Scenario(name="rejitloop", folder=folder, sources=[folder / "app.cs"],
+                                  plan={"version": 1}, description="rejitloop")  # fmt: skip
+    app = scenarios.compile_scenario(scenario, runner.reference_runtime())
+    so = build_fixture("rejit_control_body")
+    good = validator.validate(so, FIXTURE_CLSID, app=app)
+    text = render_text(good)
+    assert all(r.outcome == "ok" for r in good.runs) and good.findings == [], text
+    for run in good.runs:
+        sets = [r for r in records(run.trace) if r["kind"] == "call" and r["name"] == CONTROL_SET_IL]
+        assert sets, run.runtime
+        for r in sets:
+            assert len(bytes.fromhex(r["out"]["body"])) == r["args"]["cbNewILMethodHeader"]
+            assert r["args"]["methodId"] >> 24 == 0x06 and r["out"]["allocated"] is False
+    bad = validator.validate(so, FIXTURE_CLSID, app=app, env={"REJIT_CONTROL_BAD": "1"})
+    lines = (PROFILERS / "rejit_control_body.cpp").read_text().splitlines()
+    (line,) = [n for n, text_line in enumerate(lines, 1) if _CONTROL_SET in text_line]
+    found = [g for g in bad.findings if g.clause == "IL-BRANCH-MID-INSTRUCTION"]
+    assert found and found[0].site is not None and found[0].site.line == line, render_text(bad)
+    assert found[0].runtimes == versions(runtimes)
