@@ -114,6 +114,8 @@ BEFORE: dict[api.Fact, set[str]] = {
         # the shadow heap's inputs and the event mask the proxy adds its own bits to (issue 19)
         "ObjectAllocated", "GarbageCollectionStarted", "SurvivingReferences", "GarbageCollectionFinished",
         "SurvivingReferences2", "GetEventMask", "SetEventMask", "GetEventMask2", "SetEventMask2",
+        # the bodies a profiler reads and hands over, and the function control it is given (issue 25)
+        "GetILFunctionBody", "GetILFunctionBodyAllocator", "SetILFunctionBody", "GetReJITParameters",
     },
     api.Fact.FAKE_BY_HAND: {
         "Initialize", "Shutdown", "DoStackSnapshot", "SetEnterLeaveFunctionHooks",

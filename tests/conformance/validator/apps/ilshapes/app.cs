@@ -22,6 +22,8 @@ static class Program
         int r;
         try
         {
+            // thrown, not trapped: a hardware divide-by-zero (SIGFPE) is not what the app is about
+            if (n == 0) throw new DivideByZeroException();
             r = 100 / n;
         }
         catch (DivideByZeroException)
