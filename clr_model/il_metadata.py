@@ -299,6 +299,7 @@ class Assembly:
         if tables is None:
             raise MetadataError("metadata without a #~ tables stream")
         self._blob = streams.get("#Blob", (0, 0))
+        self._strings = streams.get("#Strings", (0, 0))
         self._user_strings = streams.get("#US", (0, 0))
         self._read_tables(tables[0])
 
@@ -371,6 +372,35 @@ class Assembly:
             raise MetadataError(f"blob index 0x{index:X} beyond the #Blob heap")
         length, at = _compressed(self.data, start + index)
         return self.data[at:at + length]
+
+    def string(self, index: int) -> str:
+        """The #Strings heap item at ``index`` (UTF-8, up to its NUL)."""
+        start, size = self._strings
+        if index >= size:
+            raise MetadataError(f"string index 0x{index:X} beyond the #Strings heap")
+        end = self.data.find(b"\0", start + index, start + size)
+        return self.data[start + index:end if end >= 0 else start + size].decode("utf-8", "replace")
+
+    def method_name(self, token: int) -> str | None:
+        """``Namespace.Type.Method`` of a methodDef token (the type: the TypeDef whose method list holds the
+        row), None when the token names no MethodDef row."""
+        row = token & 0xFFFFFF
+        if token >> 24 != 0x06 or not 1 <= row <= self.rows(0x06):
+            return None
+        try:
+            method = self.string(self.cell(0x06, row, 3))
+            owner = 0
+            for type_row in range(1, self.rows(0x02) + 1):
+                if self.cell(0x02, type_row, 5) <= row:
+                    owner = type_row
+                else:
+                    break
+            if not owner:
+                return method
+            namespace, name = self.string(self.cell(0x02, owner, 2)), self.string(self.cell(0x02, owner, 1))
+        except MetadataError:
+            return None
+        return ".".join(part for part in (namespace, name, method) if part)
 
     # -- method bodies ----------------------------------------------------------------------------------
     def method_bodies(self) -> Iterator[tuple[int, memoryview]]:

@@ -108,6 +108,14 @@ class Fact(StrEnum):
     #: named by the DoStackSnapshot page's Asynchronous Stack Walk section (a walk of the current thread made
     #: by hijacking its instruction pointer): the validator's ASYNC-05 allows it inside a signal handler
     ASYNC_WALK = "async-walk"
+    #: asks the runtime to recompile (module, methodDef) pairs (``moduleIds``/``methodIds``): the ReJIT
+    #: protocol's request (clr_model.rejit)
+    REJIT_REQUEST = "rejit-request"
+    #: asks the runtime to revert recompiled (module, methodDef) pairs to their original versions
+    REVERTS = "reverts"
+    #: its page says to call it from a thread the profiler created, not from a runtime thread executing a
+    #: profiler callback (RequestReJIT, REJIT-09)
+    OWN_THREAD = "own-thread"
     # --- how the harness's native parts treat a method (the generators leave these to hand-written code)
     #: the recording proxy implements it by hand (proxy/objects.cpp), not the generated forwarding
     PROXY_BY_HAND = "proxy-by-hand"
@@ -136,6 +144,9 @@ _APPLIES: Mapping[Fact, frozenset[str | None]] = {
     Fact.SETS_EVENT_MASK: _INFO_ONLY,
     Fact.FUNCTION_TOKEN: _INFO_ONLY,
     Fact.ASYNC_WALK: _INFO_ONLY,
+    Fact.REJIT_REQUEST: _INFO_ONLY,
+    Fact.REVERTS: _INFO_ONLY,
+    Fact.OWN_THREAD: _INFO_ONLY,
     Fact.PROXY_BY_HAND: frozenset({CALLBACK, INFO}),
     Fact.FAKE_BY_HAND: frozenset({CALLBACK, INFO}),
     Fact.FAKE_ANSWERS: frozenset({INFO, None}),

@@ -7,7 +7,7 @@ re-exports them, so ``from clr_model.strategies import valid_tables`` and
 
 from __future__ import annotations
 
-from clr_model.strategies import buffers, context, events, function_enter, moved_refs, stacks
+from clr_model.strategies import buffers, context, events, function_enter, moved_refs, rejit, stacks
 from clr_model.strategies.buffers import (
     GrowingImpl,
     ModelImpl,
@@ -50,6 +50,7 @@ from clr_model.strategies.moved_refs import (
     object_ids_for,
     valid_tables,
 )
+from clr_model.strategies.rejit import ProtocolStep, protocol_runs, straight_bodies
 from clr_model.strategies.stacks import (
     callback_behaviours,
     frames_kinds,
@@ -66,6 +67,7 @@ __all__ = [
     "Arrays",
     "GrowingImpl",
     "ModelImpl",
+    "ProtocolStep",
     "RuntimeLikeImpl",
     "any_events",
     "any_requests",
@@ -94,6 +96,8 @@ __all__ = [
     "object_ids_for",
     "observed_calls",
     "platforms",
+    "protocol_runs",
+    "rejit",
     "requests",
     "safe_sequences",
     "scalar_fields",
@@ -101,6 +105,7 @@ __all__ = [
     "sizes_around",
     "snapshot_inputs",
     "stacks",
+    "straight_bodies",
     "string_requests",
     "strings",
     "thread_models",

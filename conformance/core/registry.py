@@ -54,10 +54,11 @@ RULE_MODULES: dict[Layer, tuple[str, ...]] = {
         "conformance.checks.buffers",
         "conformance.checks.gc",
         "conformance.checks.hooks",
+        "conformance.checks.rejit",
     ),
     Layer.EMU: ("conformance.checks.emu_walks",),
     Layer.HOOK: ("emu.hookcheck.rules", "conformance.checks.hook_abi"),
-    Layer.VALIDATOR: ("conformance.validator.rules",),
+    Layer.VALIDATOR: ("conformance.validator.rules", "conformance.validator.il_rules"),
     Layer.FUZZ: ("conformance.fuzz.judge",),
 }
 

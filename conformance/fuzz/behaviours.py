@@ -69,6 +69,12 @@ _PROBE = ("3.1.23 and 8.0.4: the probe with the fuzz plan (conformance/fuzz/prob
 _VALIDATE_FUZZ_CORRECT = ("3.1.23 and 8.0.4: validate of tests/conformance/fuzz/profilers/correct.cpp (the "
                           "validate-basic scenario; its calls in the callbacks have the proxy record them)")
 
+_IL_ONCE = ("3.1.23 and 8.0.4: validate of tests/conformance/validator/profilers/docs/il_rewriter_once.cpp "
+            "on the standard workload")
+
+_REJIT = ("3.1.23 and 8.0.4: validate of tests/conformance/validator/profilers/docs/rejit_rewriter.cpp on "
+          "the standard workload")
+
 BEHAVIOURS: tuple[Behaviour, ...] = (
     # --- callbacks and their order (conformance/fuzz/world.py) ----------------------------------------
     Behaviour("thread.create", "ThreadCreated, then ThreadAssignedToOSThread, on the new thread",
@@ -213,6 +219,35 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               quote="it calls your `StackSnapshotCallback` several times, once for each managed frame "
               "(or run "
               "of unmanaged frames) on the stack"),
+    # --- IL bodies (issue 25; conformance/fuzz/ilpool.py, the fake runtime's IL answers) ---------------
+    Behaviour("il.body", "a method has a real IL body (System.Private.CoreLib's, with its MethodDef token: "
+              "tiny and fat headers, locals, exception-handling sections), known from its "
+              "JITCompilationStarted on: GetFunctionInfo answers its token there, GetILFunctionBody its "
+              "header and size",
+              Basis.OBSERVED, observed=_IL_ONCE + " (GetFunctionInfo and GetILFunctionBody S_OK inside "
+              "JITCompilationStarted); tests/clr_model/test_il_corelib.py (every CoreLib body is a valid "
+              "body)"),
+    Behaviour("il.allocator", "GetILFunctionBodyAllocator answers an IMethodMalloc whose Alloc hands out "
+              "zeroed memory that is never freed", Basis.OBSERVED, observed=_IL_ONCE + " (GetILFunctionBody"
+              "Allocator S_OK, Alloc non-NULL)"),
+    Behaviour("il.set", "SetILFunctionBody of a known method answers S_OK and keeps nothing the profiler "
+              "could see (the body is recorded for the judge's IL checker)", Basis.OBSERVED,
+              observed=_IL_ONCE + " (SetILFunctionBody S_OK for each first compilation)"),
+    Behaviour("rejit.request", "RequestReJIT with COR_PRF_ENABLE_REJIT set answers S_OK and keeps the "
+              "(module, methodDef) pairs for recompilation", Basis.OBSERVED,
+              observed=_REJIT + " (RequestReJIT S_OK from the profiler's own thread)"),
+    Behaviour("rejit.compile", "at the next JITCompilationFinished on a thread, per requested (module, "
+              "methodDef) with compiled functions: GetReJITParameters once with an "
+              "ICorProfilerFunctionControl (never freed), then ReJITCompilationStarted and "
+              "ReJITCompilationFinished (S_OK) of each of its functions with a new ReJITID; a pair with no "
+              "compiled function waits; none of this without ICorProfilerCallback4 or "
+              "COR_PRF_MONITOR_JIT_COMPILATION", Basis.OBSERVED,
+              observed=_REJIT + " (GetReJITParameters on an application thread, then the Started/Finished "
+              "pairs of the recompiled methods)"),
+    Behaviour("rejit.not-enabled", "RequestReJIT without COR_PRF_ENABLE_REJIT: CORPROF_E_REJIT_NOT_ENABLED "
+              "(0x8013137C)", Basis.LIMITATION,
+              observed="not observed here and in no page of ../shared/spec: RequestReJIT's own page names "
+              "the HRESULT (REJIT-05); the value is corerror.h's"),
     Behaviour("answer.mask", "callbacks made only for the event mask's bits; none of an interface the "
               "profiler does not implement", Basis.OBSERVED,
               observed="3.1.23 and 8.0.4: every validator run (a callback outside the mask is never "

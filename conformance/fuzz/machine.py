@@ -46,6 +46,7 @@ from conformance.core.findings import Finding
 from conformance.fuzz.behaviours import DEFAULT_WORLD, WORLDS
 from conformance.fuzz.child import DEFAULT_HANG_S, FakeRuntime
 from conformance.fuzz.database import hypothesis_storage, open_database
+from conformance.fuzz.ilpool import default_pool
 from conformance.fuzz.judge import judge
 from conformance.fuzz.names import Dictionary, profiler_strings, read_app
 from conformance.fuzz.program import RULES, Reader, StepRule, decode, without_step
@@ -433,6 +434,8 @@ def fuzz(
     dictionary = read_app(app) if app is not None else Dictionary()
     if strings:
         dictionary = replace(dictionary, strings=profiler_strings(profiler))
+    pool = default_pool()  # the methods' IL bodies (behaviour il.body): an installed runtime's CoreLib's
+    dictionary = replace(dictionary, il=pool.bodies, il_from=pool.path)
     db: ExampleDatabase | None = None
     if database is not None:
         db = ProfilerDatabase(open_database(database), file_digest(profiler))

@@ -65,9 +65,13 @@ class Dictionary:
     app_types: tuple[AppType, ...] = ()
     #: where the app came from (for the summary; not part of an example's meaning)
     app_path: str = field(default="", compare=False)
+    #: the IL bodies the world's methods have (:mod:`conformance.fuzz.ilpool`): (MethodDef token, body),
+    #: and the assembly they come from
+    il: tuple[tuple[int, bytes], ...] = ()
+    il_from: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.strings or self.app_types)
+        return bool(self.strings or self.app_types or self.il)
 
     @cached_property
     def module_names(self) -> tuple[str, ...]:
@@ -92,6 +96,8 @@ class Dictionary:
             "app_module": self.app_module,
             "app_types": [{"name": t.name, "token": t.token, "arity": t.arity,
                            "methods": [[m.name, m.token] for m in t.methods]} for t in self.app_types],
+            "il": [[token, body.hex()] for token, body in self.il],
+            "il_from": self.il_from,
         }
 
     @classmethod
@@ -105,9 +111,11 @@ class Dictionary:
                         tuple(AppMethod(str(m[0]), int(m[1])) for m in t.get("methods", [])))
                 for t in data.get("app_types", [])
             )
+            il = tuple((int(b[0]), bytes.fromhex(str(b[1]))) for b in data.get("il", []))
+            il_from = str(data.get("il_from", ""))
         except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
             raise InputError(f"{where}: not a name dictionary ({type(exc).__name__}: {exc})") from None
-        return cls(strings, module, types)
+        return cls(strings, module, types, il=il, il_from=il_from)
 
 
 def declarable(text: str) -> bool:

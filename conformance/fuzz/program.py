@@ -230,7 +230,9 @@ def _jit(world: World, r: Reader) -> None:
         return
     if picked is not None:
         world.does("names.strings")
-    world.jit(tid, cls, given, code_size)
+    bodies = world.dictionary.il
+    # the body: one of the pool's, picked by the code size already read (a step reads no more for it)
+    world.jit(tid, cls, given, code_size, il=bodies[code_size % len(bodies)] if bodies else None)
 
 
 def _allocate(world: World, r: Reader) -> None:

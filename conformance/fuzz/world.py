@@ -190,8 +190,11 @@ class World:
         self.event(thread, "ClassLoadFinished", classId=cid, hrStatus=0)
         return cid
 
-    def jit(self, thread: int, cls: int, names: list[str], size: int, token: int | None = None) -> int:
-        """A method of ``cls`` JIT-compiled; ``token``: an app method's MethodDef token (once each)."""
+    def jit(self, thread: int, cls: int, names: list[str], size: int, token: int | None = None,
+            il: tuple[int, bytes] | None = None) -> int:
+        """A method of ``cls`` JIT-compiled; ``token``: an app method's MethodDef token (once each); ``il``:
+        a real method body and its MethodDef token (:mod:`conformance.fuzz.ilpool`, behaviour ``il.body``),
+        told before JITCompilationStarted, as a runtime knows the method it compiles (its token, its IL)."""
         self.does("jit")
         self._names(names, token is not None)
         k = self._id()
@@ -203,8 +206,14 @@ class World:
                 raise ValueError(f"method {token:#x}: not of an app class, or compiled already")
             self.does("names.app")
             self.app_methods.add(token)
+        elif il is not None:
+            token = il[0]
         else:
             token = 0x0600_0000 + k
+        if il is not None:
+            self.does("il.body")
+            self.state("function", id=fid, **{"class": cls}, module=module, token=token, start=0, size=0,
+                       names=names, il=il[1].hex(), il_from=self.dictionary.il_from)
         self.event(thread, "JITCompilationStarted", functionId=fid, fIsSafeToBlock=1)
         self.functions[fid] = FunctionInfo(fid, cls, module, token, start, size, names)
         self.state("function", id=fid, **{"class": cls}, module=module, token=token, start=start, size=size,

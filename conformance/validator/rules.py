@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from clr_model import api
+from clr_model import api, rejit
 from clr_model.abi import KIND_OF_REGISTRATION
 from clr_model.api import Fact, HookKind
 from clr_model.async_safety import Checker as AsyncChecker
@@ -635,6 +635,118 @@ class ILBodyOfCompiledFunction(StreamRule):
                       f"JITCompilationStarted of a recompilation of FunctionID 0x{function:x} (compilation "
                       f"{before + 1}: a tier-up or on-stack-replacement version): the JIT has compiled this "
                       "function already")  # fmt: skip
+
+
+# --- the ReJIT protocol (REJIT-09, REJIT-21, VAL-REJIT-IN-CALLBACK, VAL-REJIT-AGAIN) ---------------------
+
+#: RequestReJIT and its kin, RequestRevert (the table's rejit-request and reverts facts)
+_REJIT_REQUESTS = api.names_with(Fact.REJIT_REQUEST)
+_REJIT_REVERTS = api.names_with(Fact.REVERTS)
+_PARAMETERS = rejit.PARAMETERS_CALLBACK
+_REJIT_STARTED = "ReJITCompilationStarted"
+
+
+@rule("REJIT-09", "REJIT-21", rejit.IN_CALLBACK, rejit.AGAIN,
+      what="RequestReJIT from a thread the profiler created; the function control inside GetReJITParameters; "
+      "requests again of functions already recompiled (notes)")  # fmt: skip
+class ReJITProtocol(StreamRule):
+    """The ReJIT calls judged with the model (:mod:`clr_model.rejit`): each request or revert against the
+    callback open on its thread (REJIT-09 for RequestReJIT, a note where the method's page is silent), each
+    function-control call against the GetReJITParameters open on its thread (REJIT-21, a note: the page does
+    not say how long the control is valid), and each GetReJITParameters of a (module, methodDef) asked
+    before: the profiler requested it again (a note at the last request before it, naming the function's
+    JIT compilations since its previous parameters: first compilations, tier-ups and on-stack replacement of
+    the original (JITCompilationStarted) or of a recompiled version (ReJITCompilationStarted), which a
+    rewriter reacting to every JIT event requests again)."""
+
+    reads = (*_calls(_REJIT_REQUESTS | _REJIT_REVERTS), *_calls(set(rejit.function_control_methods())),
+             *_calls(set(_FUNCTION_TOKENS)), ("callback", _PARAMETERS), ("callback", _JIT_STARTED),
+             ("callback", _REJIT_STARTED))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.model = rejit.ReJITModel()
+        self.tokens: dict[int, tuple[int, int]] = {}  # FunctionID -> (ModuleID, methodDef)
+        #: the last request the profiler made (kept)
+        self.last_request: Record | None = None
+        #: FunctionID -> its latest JIT events (seq, a recompilation: tier-up, OSR or a ReJIT version)
+        self.events: dict[int, list[tuple[int, bool]]] = {}
+        #: (module, methodDef) -> (times asked, seq of the last GetReJITParameters)
+        self.asked: dict[tuple[int, int], tuple[int, int]] = {}
+        self.open: dict[int, list[tuple[int, int]]] = {}  # OS thread -> the GetReJITParameters open on it
+        #: (module, methodDef) -> the first re-ask: (request kept, times asked, JIT events, recompilations)
+        self.again: dict[tuple[int, int], tuple[Record, int, int, int]] = {}
+
+    def on(self, r: Record) -> None:
+        name = r["name"]
+        if r["kind"] == "callback":
+            self._callback(r, name)
+            return
+        if name in _FUNCTION_TOKENS:
+            function = _arg(r, "args", _FUNCTION_TOKENS[name])
+            module, token = _arg(r, "out", "pModuleId"), _arg(r, "out", "pToken")
+            if function is not None and module is not None and token is not None and _int(r.get("hr")) == 0:
+                self.tokens[function] = (module, token)
+            return
+        if not _begins(r):
+            return
+        callback = self.j.callback_of(r["os_tid"])
+        if rejit.is_function_control(name):
+            self.j.exercised.add("REJIT-21")
+            verdicts = self.model.function_control(name, callback=callback)
+        elif name in _REJIT_REVERTS:
+            verdicts = self.model.revert(name, None, callback=callback)
+        else:
+            self.j.exercised.update(("REJIT-09", rejit.AGAIN))
+            verdicts = self.model.request(name, None, callback=callback)
+            self.last_request = self.j.keep(r, name=name)
+        for v in verdicts:
+            self.j.at(v.clause, r, v.message, note=v.note)
+
+    def _callback(self, r: Record, name: str) -> None:
+        thread = r["os_tid"]
+        if name != _PARAMETERS:  # a JIT compilation of the original or of a recompiled version
+            function = _arg(r, "args", "functionId")
+            if r.get("phase") != "return" and function is not None:
+                again = name == _REJIT_STARTED or bool(_arg(r, "args", "compiledBefore"))
+                kept = self.events.setdefault(function, [])
+                kept.append((r["seq"], again))
+                del kept[:-64]
+            return
+        open_ = self.open.setdefault(thread, [])
+        if r.get("phase") == "return":
+            if open_:
+                self.model.parameters_finished(open_.pop())
+            return
+        module, token = _arg(r, "args", "moduleId"), _arg(r, "args", "methodId")
+        if module is None or token is None:
+            return
+        key = (module, token)
+        self.model.parameters_started(key)
+        if r.get("phase") == "enter":
+            open_.append(key)
+        else:
+            self.model.parameters_finished(key)
+        times, since = self.asked.get(key, (0, -1))
+        self.asked[key] = (times + 1, r["seq"])
+        if times and self.last_request is not None and key not in self.again:
+            events = [e for f, kept in self.events.items() if self.tokens.get(f) == key for e in kept
+                      if e[0] > since]  # fmt: skip
+            self.again[key] = (self.last_request, times + 1, len(events), sum(1 for _, a in events if a))
+
+    def end(self) -> None:
+        for (module, token), (req, asked, jitted, recompiled) in self.again.items():
+            self.j.at(rejit.AGAIN, req, f"GetReJITParameters asked for method 0x{token:08X} of module "
+                      f"0x{module:x} a {_ordinal(asked)} time: {req['name']} requested it again while its "
+                      f"earlier request was active ({jitted} JIT compilation(s) of it since its previous "
+                      f"parameters, {recompiled} of them recompilations: tier-up, on-stack replacement or a "
+                      "recompiled version's); allowed (REJIT-07: a revert and a new recompilation), but a "
+                      "rewrite stacked on every JIT event is what crashed a public IL-rewriting sample on "
+                      ".NET 8 with on-stack replacement on", note=True)  # fmt: skip
+
+
+def _ordinal(n: int) -> str:
+    return {2: "second", 3: "third"}.get(n, f"{n}th")
 
 
 # --- attach and detach (ATT-01, DET-01, DET-02, DET-03, VAL-ATTACH-ONLY) ---------------------------------

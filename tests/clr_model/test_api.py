@@ -102,6 +102,10 @@ BEFORE: dict[api.Fact, set[str]] = {
     # the two methods the DoStackSnapshot page's Asynchronous Stack Walk section names (issue 21, ASYNC-05)
     api.Fact.ASYNC_WALK: {"GetFunctionFromIP", "DoStackSnapshot"},
     api.Fact.FUNCTION_TOKEN: {"GetFunctionInfo", "GetFunctionInfo2"},
+    # issue 25: the ReJIT protocol's requests (clr_model.rejit); own-thread: RequestReJIT's page (REJIT-09)
+    api.Fact.REJIT_REQUEST: {"RequestReJIT", "RequestReJITWithInliners"},
+    api.Fact.REVERTS: {"RequestRevert"},
+    api.Fact.OWN_THREAD: {"RequestReJIT"},
     api.Fact.PROXY_BY_HAND: {
         "Initialize", "InitializeForAttach", "Shutdown", "MovedReferences", "MovedReferences2",
         "DoStackSnapshot", "SetEnterLeaveFunctionHooks", "SetEnterLeaveFunctionHooks2",
@@ -110,12 +114,15 @@ BEFORE: dict[api.Fact, set[str]] = {
         # the shadow heap's inputs and the event mask the proxy adds its own bits to (issue 19)
         "ObjectAllocated", "GarbageCollectionStarted", "SurvivingReferences", "GarbageCollectionFinished",
         "SurvivingReferences2", "GetEventMask", "SetEventMask", "GetEventMask2", "SetEventMask2",
+        # the bodies a profiler reads and hands over, and the function control it is given (issue 25)
+        "GetILFunctionBody", "GetILFunctionBodyAllocator", "SetILFunctionBody", "GetReJITParameters",
     },
     api.Fact.FAKE_BY_HAND: {
         "Initialize", "Shutdown", "DoStackSnapshot", "SetEnterLeaveFunctionHooks",
         "SetEnterLeaveFunctionHooks2", "SetEnterLeaveFunctionHooks3", "SetEnterLeaveFunctionHooks3WithInfo",
         "SetFunctionIDMapper",
         "SetFunctionIDMapper2",
+        "SetILFunctionBody",  # issue 25: the body recorded for the fuzz judge's IL checks
     },
     api.Fact.FAKE_ANSWERS: {
         "GetClassFromObject", "GetClassFromToken", "GetCodeInfo", "GetEventMask", "GetFunctionFromIP",
@@ -125,6 +132,8 @@ BEFORE: dict[api.Fact, set[str]] = {
         "GetRuntimeInformation", "GetModuleInfo2", "InitializeCurrentThread", "GetFunctionFromIP2",
         "GetObjectSize2", "GetEventMask2", "SetEventMask2", "SuspendRuntime", "ResumeRuntime",
         "GetScopeProps", "GetModuleFromScope", "GetTypeDefProps", "GetMethodProps",  # IMetaDataImport
+        "GetILFunctionBody", "GetILFunctionBodyAllocator",  # issue 25: IL bodies from a real assembly
+        "RequestReJIT",  # issue 25: the ReJIT protocol played at the next JITCompilationFinished
     },
 }  # fmt: skip
 

@@ -18,7 +18,7 @@ from clr_model.catalog.base import PREFIXES
 from clr_model.clauses import CATALOG, Layer
 
 HERE = Path(__file__).parent
-ID_IN_NAME = re.compile(r"(DSS|FE2|MR2|BUF)_(\d{2})")
+ID_IN_NAME = re.compile(r"(DSS|FE2|MR2|BUF|REJIT)_(\d{2})")
 #: an IL checker rule in a test's name (``test_IL_HEADER_FAT_SIZE_and_IL_HEADER_FLAGS``): upper case runs
 IL_IN_NAME = re.compile(r"(?<![A-Za-z0-9])IL(?:_[A-Z0-9]+)+")
 

@@ -11,7 +11,6 @@ from clr_model.catalog import load
 from clr_model.catalog.base import PREFIXES, Clause, Document, Kind, Layer
 from clr_model.clauses import CATALOG, UnknownClause, _assemble, clause, with_layer
 from clr_model.errors import ModelError
-from clr_model.il import RULES
 
 DESIGN_DSS_IDS = [f"DSS-{n:02d}" for n in range(1, 28)]
 
@@ -81,16 +80,11 @@ UNCHECKED_AUTHOR_RULES: dict[str, str] = {
     "FE2-05": "needs frame handles tracked past their hook's return; no rule yet",
     # issue 25: the ReJIT protocol's author rules, until the validator records ReJIT calls and callbacks
     "REJIT-02": "needs RequestReJIT/RequestRevert's HRESULT and the event mask tied together; no rule yet",
-    "REJIT-09": "needs RequestReJIT's thread held against the open callbacks; no rule yet (issue 25 part 5)",
     "REJIT-10": "needs ReJITError recorded beside RequestReJIT; no rule yet (issue 25 part 5)",
     "REJIT-12": "needs JITInlining decisions held against later ReJIT requests; no rule yet",
     "REJIT-17": "whether a profiler reads RequestRevert's status array is invisible to the recording proxy",
     "REJIT-23": "needs the function control's bodies recorded with their size (issue 25 part 5)",
     "REJIT-27": "a profiler's own locking is invisible to the recording proxy",
-    "REJIT-37": "needs the module allocator's blocks recorded to tell them from the profiler's heap",
-    # the IL checker (model) holds method bodies to these; validate does not hand it the bodies a profiler
-    # sets yet (issue 25 part 5)
-    **dict.fromkeys(RULES, "checked by the IL checker (model) only; validate does not feed it bodies yet"),
 }
 
 

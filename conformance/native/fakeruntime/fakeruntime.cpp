@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,7 @@ struct Function {
     UINT_PTR start = 0;
     SIZE_T size = 0;
     Names names;
+    std::vector<BYTE> il;  // its IL body (header, code, sections), what GetILFunctionBody answers
 };
 struct Object {
     ClassID cls = 0;
@@ -141,6 +143,7 @@ struct World {
     DWORD mask_low = 0;
     DWORD mask_high = 0;
     bool documented = false;  // the "world" command: the documented world's answers (docs/fake-runtime.md)
+    std::set<ModuleID> il_told;  // the modules whose IL bodies' assembly a fuzz.il.module mark named
 };
 
 World g_world;
@@ -183,6 +186,24 @@ std::u16string utf16(const std::string& s) {
         } else {
             out.push_back(static_cast<char16_t>(cp));
         }
+    }
+    return out;
+}
+
+// The bytes of a hex string (two digits a byte; a stray digit ends it).
+std::vector<BYTE> bytes_of_hex(const std::string& text) {
+    auto digit = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    std::vector<BYTE> out;
+    out.reserve(text.size() / 2);
+    for (std::size_t i = 0; i + 1 < text.size(); i += 2) {
+        const int hi = digit(text[i]), lo = digit(text[i + 1]);
+        if (hi < 0 || lo < 0) break;
+        out.push_back(static_cast<BYTE>(hi << 4 | lo));
     }
     return out;
 }
@@ -490,6 +511,155 @@ HRESULT MetaDataBase::answer_GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, W
 
 namespace {
 
+// --- IL bodies (issue 25): GetILFunctionBody, GetILFunctionBodyAllocator, SetILFunctionBody -------------
+
+// corprof.idl's IMethodMalloc: IUnknown, then Alloc (the shared headers only forward-declare it).
+struct MethodMalloc : public IUnknown {
+    virtual void* STDMETHODCALLTYPE Alloc(ULONG cb) = 0;
+};
+
+// Every block a method allocator handed out: [base, base + size). Kept for the process (the allocator's
+// page: "It allows you to allocate memory, but not to free it").
+std::mutex g_il_mu;
+std::vector<std::pair<const BYTE*, std::size_t>> g_il_blocks;
+
+// behaviour: il.allocator
+class FakeMethodMalloc final : public MethodMalloc {
+ public:
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        *ppv = nullptr;
+        if (!(riid == IID_IUnknown)) return E_NOINTERFACE;
+        *ppv = static_cast<IUnknown*>(this);
+        return S_OK;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return 2; }  // one static object, never freed
+    ULONG STDMETHODCALLTYPE Release() override { return 1; }
+    void* STDMETHODCALLTYPE Alloc(ULONG cb) override {
+        auto* p = static_cast<BYTE*>(std::calloc(cb ? cb : 1, 1));
+        if (p) {
+            std::lock_guard<std::mutex> g(g_il_mu);
+            g_il_blocks.emplace_back(p, cb);
+        }
+        return p;
+    }
+};
+FakeMethodMalloc g_method_malloc;
+
+// The bytes of a body handed over: the rest of the allocator block it lies in, else the length its header
+// announces (tiny: 1 + code; fat: header, code, and the sections its flags say follow), as the recording
+// proxy records them (proxy/il_bodies.h). `allocated`: whether it lies in a block the allocator gave.
+std::size_t il_extent(const BYTE* h, bool* allocated) {
+    {
+        std::lock_guard<std::mutex> g(g_il_mu);
+        for (const auto& [base, size] : g_il_blocks) {
+            if (h >= base && h < base + size) {
+                *allocated = true;
+                return static_cast<std::size_t>(base + size - h);
+            }
+        }
+    }
+    *allocated = false;
+    if ((h[0] & 3) == 2) return 1 + (h[0] >> 2);
+    if ((h[0] & 3) != 3) return 1;
+    const std::uint16_t word = static_cast<std::uint16_t>(h[0] | (h[1] << 8));
+    const std::uint32_t code = static_cast<std::uint32_t>(h[4] | (h[5] << 8) | (h[6] << 16) | (std::uint32_t(h[7]) << 24));
+    std::size_t end = 4u * (word >> 12) + code;
+    if ((word & 0x8) == 0 || code > (1u << 24)) return end;
+    for (int n = 0; n < 64; ++n) {  // the sections, on 4-byte boundaries, each saying whether more follow
+        end = (end + 3) & ~std::size_t{3};
+        const BYTE kind = h[end];
+        const std::size_t len = (kind & 0x40) ? (h[end + 1] | (h[end + 2] << 8) | (std::size_t(h[end + 3]) << 16))
+                                              : h[end + 1];
+        end += len < 4 ? 4 : len;
+        if ((kind & 0x80) == 0) break;
+    }
+    return end;
+}
+
+// --- ReJIT (issue 25): RequestReJIT's requests, played at the next JITCompilationFinished ---------------
+
+// The (module, methodDef) pairs RequestReJIT took and the runtime has not recompiled yet.
+std::vector<std::pair<ModuleID, mdMethodDef>> g_rejit_pending;
+ReJITID g_next_rejit = 0;
+
+std::string hex_of(const BYTE* p, std::size_t n);
+
+// corprof.idl's ICorProfilerFunctionControl: IUnknown, then SetCodegenFlags, SetILFunctionBody,
+// SetILInstrumentedCodeMap (the shared headers only forward-declare it).
+struct FunctionControlVtbl : public IUnknown {
+    virtual HRESULT STDMETHODCALLTYPE SetCodegenFlags(DWORD flags) = 0;
+    virtual HRESULT STDMETHODCALLTYPE SetILFunctionBody(ULONG cbNewILMethodHeader, LPCBYTE pbNewILMethodHeader) = 0;
+    virtual HRESULT STDMETHODCALLTYPE SetILInstrumentedCodeMap(ULONG cILMapEntries, COR_IL_MAP* rgILMapEntries) = 0;
+};
+
+// The function control GetReJITParameters hands over, for one (module, methodDef). Its calls are recorded as
+// the recording proxy records its wrapper's ("ICorProfilerFunctionControl::<Method>", with the ReJIT's
+// moduleId and methodId); SetILFunctionBody's body (its cbNewILMethodHeader bytes) as out "body". Never
+// freed: a profiler that keeps it past the callback (REJIT-21: the page does not say it may not) still
+// reaches a live object.
+// behaviour: rejit.compile
+class FakeFunctionControl final : public FunctionControlVtbl {
+ public:
+    FakeFunctionControl(ModuleID module, mdMethodDef method) : module_(module), method_(method) {}
+    HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
+        if (!ppv) return E_POINTER;
+        *ppv = nullptr;
+        if (!(riid == IID_IUnknown)) return E_NOINTERFACE;
+        *ppv = static_cast<IUnknown*>(this);
+        return S_OK;
+    }
+    ULONG STDMETHODCALLTYPE AddRef() override { return 2; }
+    ULONG STDMETHODCALLTYPE Release() override { return 1; }
+    HRESULT STDMETHODCALLTYPE SetCodegenFlags(DWORD flags) override {
+        CallScope s("ICorProfilerFunctionControl::SetCodegenFlags", false);
+        s.caller(__builtin_return_address(0));
+        ids(s);
+        s.arg("flags", flags);
+        s.begin();
+        return s.finish(S_OK);
+    }
+    HRESULT STDMETHODCALLTYPE SetILFunctionBody(ULONG cbNewILMethodHeader, LPCBYTE pbNewILMethodHeader) override {
+        CallScope s("ICorProfilerFunctionControl::SetILFunctionBody", false);
+        s.caller(__builtin_return_address(0));
+        ids(s);
+        s.arg("cbNewILMethodHeader", cbNewILMethodHeader);
+        s.arg("pbNewILMethodHeader", pbNewILMethodHeader);
+        s.begin();
+        if (!pbNewILMethodHeader || cbNewILMethodHeader == 0) return s.finish(E_INVALIDARG);
+        const std::size_t n = std::min<std::size_t>(cbNewILMethodHeader, std::size_t{1} << 20);
+        s.out_value("body", Json(hex_of(pbNewILMethodHeader, n)));
+        return s.finish(S_OK);
+    }
+    HRESULT STDMETHODCALLTYPE SetILInstrumentedCodeMap(ULONG cILMapEntries, COR_IL_MAP* rgILMapEntries) override {
+        CallScope s("ICorProfilerFunctionControl::SetILInstrumentedCodeMap", false);
+        s.caller(__builtin_return_address(0));
+        ids(s);
+        s.arg("cILMapEntries", cILMapEntries);
+        s.arg("rgILMapEntries", rgILMapEntries);
+        s.begin();
+        return s.finish(S_OK);
+    }
+
+ private:
+    void ids(CallScope& s) const {
+        s.arg("moduleId", module_);
+        s.arg("methodId", method_);
+    }
+    ModuleID module_;
+    mdMethodDef method_;
+};
+
+std::string hex_of(const BYTE* p, std::size_t n) {
+    static const char kDigits[] = "0123456789abcdef";
+    std::string out(2 * n, '0');
+    for (std::size_t i = 0; i < n; ++i) {
+        out[2 * i] = kDigits[p[i] >> 4];
+        out[2 * i + 1] = kDigits[p[i] & 15];
+    }
+    return out;
+}
+
 class Info final : public InfoBase {
  public:
     HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppv) override {
@@ -518,6 +688,26 @@ class Info final : public InfoBase {
             record("call", rec);
         }
         return n < 0 ? 0 : static_cast<ULONG>(n);
+    }
+
+    // behaviour: il.set, answer.unknown-id
+    // The body is recorded (out "body", hex; "allocated"), as the recording proxy records it, for the IL
+    // checker in the judge.
+    HRESULT STDMETHODCALLTYPE SetILFunctionBody(ModuleID moduleId, mdMethodDef methodid,
+                                                LPCBYTE pbNewILMethodHeader) override {
+        CallScope s("SetILFunctionBody", false);
+        s.caller(__builtin_return_address(0));
+        s.arg("moduleId", moduleId);
+        s.arg("methodid", methodid);
+        s.arg("pbNewILMethodHeader", pbNewILMethodHeader);
+        s.begin();
+        if (!pbNewILMethodHeader) return s.finish(E_INVALIDARG);
+        bool allocated = false;
+        const std::size_t n = il_extent(pbNewILMethodHeader, &allocated);
+        s.out_value("body", Json(hex_of(pbNewILMethodHeader, n)));
+        s.out_value("allocated", Json(allocated));
+        if (!entry(g_world.modules, moduleId) || !function_by_token(moduleId, methodid)) return s.finish(E_INVALIDARG);
+        return s.finish(S_OK);
     }
 
     // behaviour: answer.snapshot, answer.not-managed-thread, stack.native-runs
@@ -669,9 +859,15 @@ HRESULT InfoBase::answer_GetFunctionFromToken(ModuleID moduleId, mdToken token, 
     put<FunctionID>(pFunctionId, f ? f->id : 0);
     return f ? S_OK : E_INVALIDARG;
 }
+// A function told before its JITCompilationStarted (its IL, behaviour il.body) has no code until its
+// JITCompilationFinished: its code range is answered as before it was told (answer.unknown-id).
+const Function* compiled(FunctionID id) {
+    const Function* f = entry(g_world.functions, id);
+    return f && f->size ? f : nullptr;
+}
 // behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULONG* pcSize) {
-    const Function* f = entry(g_world.functions, functionId);
+    const Function* f = compiled(functionId);
     put<LPCBYTE>(pStart, f ? reinterpret_cast<LPCBYTE>(f->start) : nullptr);
     put<ULONG>(pcSize, f ? static_cast<ULONG>(f->size) : 0);
     return f ? S_OK : E_INVALIDARG;
@@ -679,7 +875,7 @@ HRESULT InfoBase::answer_GetCodeInfo(FunctionID functionId, LPCBYTE* pStart, ULO
 // behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetCodeInfo2(FunctionID functionID, ULONG32 cCodeInfos, ULONG32* pcCodeInfos,
                                       COR_PRF_CODE_INFO* codeInfos) {
-    const Function* f = entry(g_world.functions, functionID);
+    const Function* f = compiled(functionID);
     put<ULONG32>(pcCodeInfos, f ? 1 : 0);
     if (!f) return E_INVALIDARG;
     if (codeInfos && cCodeInfos >= 1) codeInfos[0] = COR_PRF_CODE_INFO{f->start, f->size};
@@ -765,6 +961,36 @@ HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassI
     put<ModuleID>(pModuleId, fi.moduleId);
     put<mdToken>(pToken, fi.token);
     return f ? S_OK : E_INVALIDARG;
+}
+// behaviour: rejit.request, rejit.not-enabled
+HRESULT InfoBase::answer_RequestReJIT(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds) {
+    if (!(g_world.mask_low & COR_PRF_ENABLE_REJIT)) return static_cast<HRESULT>(0x8013137C);
+    if (cFunctions == 0 || !moduleIds || !methodIds) return E_INVALIDARG;
+    std::lock_guard<std::mutex> g(g_il_mu);
+    for (ULONG i = 0; i < cFunctions; ++i) g_rejit_pending.emplace_back(moduleIds[i], methodIds[i]);
+    return S_OK;
+}
+// behaviour: il.body, answer.unknown-id
+HRESULT InfoBase::answer_GetILFunctionBody(ModuleID moduleId, mdMethodDef methodId, LPCBYTE* ppMethodHeader,
+                                           ULONG* pcbMethodSize) {
+    const Function* f = function_by_token(moduleId, methodId);
+    if (!f || f->il.empty()) {
+        put<LPCBYTE>(ppMethodHeader, nullptr);
+        put<ULONG>(pcbMethodSize, 0);
+        return E_INVALIDARG;
+    }
+    put<LPCBYTE>(ppMethodHeader, f->il.data());
+    put<ULONG>(pcbMethodSize, static_cast<ULONG>(f->il.size()));
+    return S_OK;
+}
+// behaviour: il.allocator, answer.unknown-id
+HRESULT InfoBase::answer_GetILFunctionBodyAllocator(ModuleID moduleId, IMethodMalloc** ppMalloc) {
+    if (!entry(g_world.modules, moduleId)) {
+        put<IMethodMalloc*>(ppMalloc, nullptr);
+        return E_INVALIDARG;
+    }
+    put<IMethodMalloc*>(ppMalloc, reinterpret_cast<IMethodMalloc*>(static_cast<MethodMalloc*>(&g_method_malloc)));
+    return S_OK;
 }
 // behaviour: answer.world, answer.unknown-id
 HRESULT InfoBase::answer_GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO, ClassID* pClassId,
@@ -918,6 +1144,56 @@ std::vector<T> array_of(const Json& args, const char* name) {
     return v;
 }
 
+// The recompilations RequestReJIT asked for, made on the calling thread (at a JITCompilationFinished, as a
+// runtime recompiles at the next call of the method): per requested (module, methodDef) that has compiled
+// functions, GetReJITParameters once with its function control, then ReJITCompilationStarted and
+// ReJITCompilationFinished (S_OK) of each of its functions with a new ReJITID. A pair with no compiled
+// function waits.
+// behaviour: rejit.compile
+void play_rejits() {
+    auto* cb4 = static_cast<ICorProfilerCallback4*>(g_session.levels[4]);
+    if (!cb4) return;
+    std::vector<std::pair<ModuleID, mdMethodDef>> todo;
+    {
+        std::lock_guard<std::mutex> g(g_il_mu);
+        todo.swap(g_rejit_pending);
+    }
+    std::vector<std::pair<ModuleID, mdMethodDef>> later;
+    std::set<std::pair<ModuleID, mdMethodDef>> done;
+    for (const auto& [module, method] : todo) {
+        std::vector<FunctionID> fns;
+        for (const auto& [fid, f] : g_world.functions)
+            if (f.info.moduleId == module && f.info.token == method) fns.push_back(fid);
+        if (fns.empty()) {
+            later.emplace_back(module, method);
+            continue;
+        }
+        if (!done.insert({module, method}).second) continue;  // asked twice in one batch: one recompilation
+        std::sort(fns.begin(), fns.end());
+        auto* control = new FakeFunctionControl(module, method);
+        push_callback("GetReJITParameters", Json::object()
+                          .set("moduleId", Json(static_cast<std::uint64_t>(module)))
+                          .set("methodId", Json(static_cast<std::uint64_t>(method)))
+                          .set("pFunctionControl", Json::pointer(control)), false);
+        pop_callback(cb4->GetReJITParameters(module, method, reinterpret_cast<ICorProfilerFunctionControl*>(
+                                                                 static_cast<FunctionControlVtbl*>(control))));
+        const ReJITID rejit = ++g_next_rejit;
+        for (FunctionID fid : fns) {
+            Json started = Json::object().set("functionId", Json(static_cast<std::uint64_t>(fid)))
+                               .set("rejitId", Json(static_cast<std::uint64_t>(rejit))).set("fIsSafeToBlock", Json(1));
+            push_callback("ReJITCompilationStarted", std::move(started), false);
+            pop_callback(cb4->ReJITCompilationStarted(fid, rejit, 1));
+            Json finished = Json::object().set("functionId", Json(static_cast<std::uint64_t>(fid)))
+                                .set("rejitId", Json(static_cast<std::uint64_t>(rejit))).set("hrStatus", Json(0))
+                                .set("fIsSafeToBlock", Json(1));
+            push_callback("ReJITCompilationFinished", std::move(finished), false);
+            pop_callback(cb4->ReJITCompilationFinished(fid, rejit, S_OK, 1));
+        }
+    }
+    std::lock_guard<std::mutex> g(g_il_mu);
+    g_rejit_pending.insert(g_rejit_pending.begin(), later.begin(), later.end());
+}
+
 // Makes one callback on the calling thread, recorded; the callbacks with arrays are made here by hand.
 // behaviour: answer.mask, gc.mr2-failed
 void deliver(int id, const Json& args) {
@@ -989,6 +1265,7 @@ void deliver(int id, const Json& args) {
     push_callback(name, Json(args), kCbLazy[id] && which != Cb::ObjectAllocated);
     if (!deliver_scalar(g_session.levels, id, args, hr)) g_errors.push_back(callback_error(name));
     pop_callback(hr);
+    if (which == Cb::JITCompilationFinished) play_rejits();
 }
 
 // The heap's version in force from here on (conformance/fuzz/world.py HEAP_MARK): a judge reads which
@@ -1024,6 +1301,20 @@ void apply_state(const std::string& op, const Json& cmd) {
         f.start = arg_of<UINT_PTR>(cmd, "start");
         f.size = arg_of<SIZE_T>(cmd, "size");
         f.names = names_of(cmd);
+        const Json* il = cmd.get("il");
+        if (il && il->is_string()) {
+            f.il = bytes_of_hex(il->as_string());
+            // the assembly the body comes from, once per module: the judge's IL checker reads its metadata
+            const Json* from = cmd.get("il_from");
+            if (from && from->is_string() && g_world.il_told.insert(f.info.moduleId).second) {
+                Json rec = Json::object();
+                rec.set("name", "fuzz.il.module").set("payload", Json())
+                    .set("moduleId", Json(static_cast<std::uint64_t>(f.info.moduleId))).set("path", Json(from->as_string()));
+                record("mark", rec);
+            }
+        } else if (const Function* before = entry(g_world.functions, f.id)) {
+            f.il = before->il;  // the same function's code range, told after its JITCompilationStarted
+        }
         g_world.functions[f.id] = std::move(f);
     } else if (op == "thread") {
         const ThreadID id = arg_of<ThreadID>(cmd, "id");
@@ -1191,6 +1482,10 @@ void start(const Json& cmd) {
     Json out = Json::object().set("op", "started");
     g_errors.clear();
     g_world = World{};
+    {
+        std::lock_guard<std::mutex> g(g_il_mu);
+        g_rejit_pending.clear();
+    }
     g_shutdown_returned.store(false);
     {
         std::lock_guard<std::mutex> lock(g_trace_mu);

@@ -849,6 +849,8 @@ class InfoBase : public ICorProfilerInfo14 {
     HRESULT answer_GetTokenAndMetaDataFromFunction(FunctionID functionId, REFIID riid, IUnknown** ppImport, mdToken* pToken);
     HRESULT answer_GetModuleInfo(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName, ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId);
     HRESULT answer_GetModuleMetaData(ModuleID moduleId, DWORD dwOpenFlags, REFIID riid, IUnknown** ppOut);
+    HRESULT answer_GetILFunctionBody(ModuleID moduleId, mdMethodDef methodId, LPCBYTE* ppMethodHeader, ULONG* pcbMethodSize);
+    HRESULT answer_GetILFunctionBodyAllocator(ModuleID moduleId, IMethodMalloc** ppMalloc);
     HRESULT answer_ForceGC();
     HRESULT answer_GetFunctionInfo2(FunctionID funcId, COR_PRF_FRAME_INFO frameInfo, ClassID* pClassId, ModuleID* pModuleId, mdToken* pToken, ULONG32 cTypeArgs, ULONG32* pcTypeArgs, ClassID* typeArgs);
     HRESULT answer_GetClassIDInfo2(ClassID classId, ModuleID* pModuleId, mdTypeDef* pTypeDefToken, ClassID* pParentClassId, ULONG32 cNumTypeArgs, ULONG32* pcNumTypeArgs, ClassID* typeArgs);
@@ -856,6 +858,7 @@ class InfoBase : public ICorProfilerInfo14 {
     HRESULT answer_GetRuntimeInformation(USHORT* pClrInstanceId, COR_PRF_RUNTIME_TYPE* pRuntimeType, USHORT* pMajorVersion, USHORT* pMinorVersion, USHORT* pBuildNumber, USHORT* pQFEVersion, ULONG cchVersionString, ULONG* pcchVersionString, WCHAR* szVersionString);
     HRESULT answer_GetModuleInfo2(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName, ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId, DWORD* pdwModuleFlags);
     HRESULT answer_InitializeCurrentThread();
+    HRESULT answer_RequestReJIT(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds);
     HRESULT answer_GetFunctionFromIP2(LPCBYTE ip, FunctionID* pFunctionId, ReJITID* pReJitId);
     HRESULT answer_GetObjectSize2(ObjectID objectId, SIZE_T* pcSize);
     HRESULT answer_GetEventMask2(DWORD* pdwEventsLow, DWORD* pdwEventsHigh);
@@ -1053,7 +1056,10 @@ class InfoBase : public ICorProfilerInfo14 {
         s_.arg("ppMethodHeader", ppMethodHeader);
         s_.arg("pcbMethodSize", pcbMethodSize);
         s_.begin();
-        return s_.finish(E_NOTIMPL);
+        HRESULT hr_ = answer_GetILFunctionBody(moduleId, methodId, ppMethodHeader, pcbMethodSize);
+        s_.out("ppMethodHeader", ppMethodHeader);
+        s_.out("pcbMethodSize", pcbMethodSize);
+        return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetILFunctionBodyAllocator(ModuleID moduleId, IMethodMalloc** ppMalloc) override {
         CallScope s_("GetILFunctionBodyAllocator", false);
@@ -1061,16 +1067,8 @@ class InfoBase : public ICorProfilerInfo14 {
         s_.arg("moduleId", moduleId);
         s_.arg("ppMalloc", ppMalloc);
         s_.begin();
-        return s_.finish(E_NOTIMPL);
-    }
-    HRESULT STDMETHODCALLTYPE SetILFunctionBody(ModuleID moduleId, mdMethodDef methodid, LPCBYTE pbNewILMethodHeader) override {
-        CallScope s_("SetILFunctionBody", false);
-        s_.caller(__builtin_return_address(0));
-        s_.arg("moduleId", moduleId);
-        s_.arg("methodid", methodid);
-        s_.arg("pbNewILMethodHeader", pbNewILMethodHeader);
-        s_.begin();
-        return s_.finish(E_NOTIMPL);
+        HRESULT hr_ = answer_GetILFunctionBodyAllocator(moduleId, ppMalloc);
+        return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetAppDomainInfo(AppDomainID appDomainId, ULONG cchName, ULONG* pcchName, WCHAR* szName, ProcessID* pProcessId) override {
         CallScope s_("GetAppDomainInfo", false);
@@ -1507,7 +1505,8 @@ class InfoBase : public ICorProfilerInfo14 {
         s_.arg("moduleIds", moduleIds);
         s_.arg("methodIds", methodIds);
         s_.begin();
-        return s_.finish(E_NOTIMPL);
+        HRESULT hr_ = answer_RequestReJIT(cFunctions, moduleIds, methodIds);
+        return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE RequestRevert(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds, HRESULT* status) override {
         CallScope s_("RequestRevert", true);

@@ -1312,16 +1312,6 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
         if (!target_[4]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback4*>(target_[4])->ReJITCompilationStarted(functionId, rejitId, fIsSafeToBlock));
     }
-    HRESULT STDMETHODCALLTYPE GetReJITParameters(ModuleID moduleId, mdMethodDef methodId, ICorProfilerFunctionControl* pFunctionControl) override {
-        CallbackScope s_(static_cast<int>(ProxyCb::GetReJITParameters), 4, target_[4] != nullptr);
-        if (s_.hidden()) return s_.hide();
-        s_.arg("moduleId", moduleId);
-        s_.arg("methodId", methodId);
-        s_.arg("pFunctionControl", pFunctionControl);
-        s_.begin();
-        if (!target_[4]) return s_.finish(S_OK);
-        return s_.finish(static_cast<ICorProfilerCallback4*>(target_[4])->GetReJITParameters(moduleId, methodId, pFunctionControl));
-    }
     HRESULT STDMETHODCALLTYPE ReJITCompilationFinished(FunctionID functionId, ReJITID rejitId, HRESULT hrStatus, BOOL fIsSafeToBlock) override {
         CallbackScope s_(static_cast<int>(ProxyCb::ReJITCompilationFinished), 4, target_[4] != nullptr);
         if (s_.hidden()) return s_.hide();
@@ -1615,38 +1605,6 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         s_.begin();
         if (!real_[1]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->GetModuleMetaData(moduleId, dwOpenFlags, riid, ppOut);
-        return s_.finish(hr_);
-    }
-    HRESULT STDMETHODCALLTYPE GetILFunctionBody(ModuleID moduleId, mdMethodDef methodId, LPCBYTE* ppMethodHeader, ULONG* pcbMethodSize) override {
-        InfoScope s_(static_cast<int>(InfoM::GetILFunctionBody), false, __builtin_return_address(0));
-        s_.arg("moduleId", moduleId);
-        s_.arg("methodId", methodId);
-        s_.arg("ppMethodHeader", ppMethodHeader);
-        s_.arg("pcbMethodSize", pcbMethodSize);
-        s_.begin();
-        if (!real_[1]) return s_.finish(E_NOINTERFACE);
-        HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->GetILFunctionBody(moduleId, methodId, ppMethodHeader, pcbMethodSize);
-        s_.out("ppMethodHeader", ppMethodHeader);
-        s_.out("pcbMethodSize", pcbMethodSize);
-        return s_.finish(hr_);
-    }
-    HRESULT STDMETHODCALLTYPE GetILFunctionBodyAllocator(ModuleID moduleId, IMethodMalloc** ppMalloc) override {
-        InfoScope s_(static_cast<int>(InfoM::GetILFunctionBodyAllocator), false, __builtin_return_address(0));
-        s_.arg("moduleId", moduleId);
-        s_.arg("ppMalloc", ppMalloc);
-        s_.begin();
-        if (!real_[1]) return s_.finish(E_NOINTERFACE);
-        HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->GetILFunctionBodyAllocator(moduleId, ppMalloc);
-        return s_.finish(hr_);
-    }
-    HRESULT STDMETHODCALLTYPE SetILFunctionBody(ModuleID moduleId, mdMethodDef methodid, LPCBYTE pbNewILMethodHeader) override {
-        InfoScope s_(static_cast<int>(InfoM::SetILFunctionBody), false, __builtin_return_address(0));
-        s_.arg("moduleId", moduleId);
-        s_.arg("methodid", methodid);
-        s_.arg("pbNewILMethodHeader", pbNewILMethodHeader);
-        s_.begin();
-        if (!real_[1]) return s_.finish(E_NOINTERFACE);
-        HRESULT hr_ = static_cast<ICorProfilerInfo*>(real_[1])->SetILFunctionBody(moduleId, methodid, pbNewILMethodHeader);
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetAppDomainInfo(AppDomainID appDomainId, ULONG cchName, ULONG* pcchName, WCHAR* szName, ProcessID* pProcessId) override {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "generated.h"
+#include "il_bodies.h"
 #include "profharness/class_factory.h"
 #include "profharness/com.h"
 #include "profharness/flags.h"
@@ -575,6 +576,16 @@ class InfoWrapper final : public InfoRecorderBase {
         s.out_value("enumerator", Json::pointer(handed));
         return s.finish(hr);
     }
+    // The bodies a profiler reads and hands over (il_bodies.h, issue 25).
+    HRESULT STDMETHODCALLTYPE GetILFunctionBody(ModuleID m, mdMethodDef d, LPCBYTE* header, ULONG* size) override {
+        return il_get_body(static_cast<ICorProfilerInfo*>(real_[1]), m, d, header, size, __builtin_return_address(0));
+    }
+    HRESULT STDMETHODCALLTYPE GetILFunctionBodyAllocator(ModuleID m, IMethodMalloc** malloc) override {
+        return il_get_allocator(static_cast<ICorProfilerInfo*>(real_[1]), m, malloc, __builtin_return_address(0));
+    }
+    HRESULT STDMETHODCALLTYPE SetILFunctionBody(ModuleID m, mdMethodDef d, LPCBYTE header) override {
+        return il_set_body(static_cast<ICorProfilerInfo*>(real_[1]), m, d, header, __builtin_return_address(0));
+    }
 
  private:
     int level_ = 0;
@@ -934,6 +945,19 @@ class ProxyCallback final : public CallbackForwarderBase {
         s.begin();
         if (!target_[1]) return s.finish(S_OK);
         return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->JITCompilationStarted(functionId, fIsSafeToBlock));
+    }
+    // The profiler is given the proxy's function control (il_bodies.h, issue 25): its calls are recorded.
+    HRESULT STDMETHODCALLTYPE GetReJITParameters(ModuleID moduleId, mdMethodDef methodId,
+                                                 ICorProfilerFunctionControl* pFunctionControl) override {
+        CallbackScope s(static_cast<int>(ProxyCb::GetReJITParameters), 4, target_[4] != nullptr);
+        if (s.hidden()) return s.hide();
+        s.arg("moduleId", moduleId);
+        s.arg("methodId", methodId);
+        s.arg("pFunctionControl", pFunctionControl);
+        s.begin();
+        if (!target_[4]) return s.finish(S_OK);
+        ICorProfilerFunctionControl* control = il_wrap_control(pFunctionControl, moduleId, methodId);
+        return s.finish(static_cast<ICorProfilerCallback4*>(target_[4])->GetReJITParameters(moduleId, methodId, control));
     }
     HRESULT STDMETHODCALLTYPE GarbageCollectionStarted(int cGenerations, BOOL* generationCollected,
                                                        COR_PRF_GC_REASON reason) override {

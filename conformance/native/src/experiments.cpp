@@ -169,7 +169,7 @@ const ExperimentTable kCoreExperiments{kExperiments, sizeof kExperiments / sizeo
 const ExperimentEntry* find_experiment(const std::string& name) {
     static const ExperimentTable* const tables[] = {&kCoreExperiments,   &kStackExperiments, &kAsyncExperiments,
                                                     &kBufferExperiments, &kGcExperiments,    &kHookExperiments,
-                                                    &kCaptureExperiments, &kFaultExperiments};
+                                                    &kCaptureExperiments, &kFaultExperiments, &kRejitExperiments};
     for (const ExperimentTable* table : tables)
         for (std::size_t i = 0; i < table->count; ++i)
             if (name == table->rows[i].name) return &table->rows[i];

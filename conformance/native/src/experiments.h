@@ -110,6 +110,7 @@ extern const ExperimentTable kGcExperiments;      // experiments_gc.cpp: MovedRe
 extern const ExperimentTable kHookExperiments;    // experiments_hooks.cpp: FunctionEnter2 hooks
 extern const ExperimentTable kCaptureExperiments; // experiments_capture.cpp: sampling captures (emu)
 extern const ExperimentTable kFaultExperiments;   // experiments_faults.cpp: planted hangs (tests/robustness)
+extern const ExperimentTable kRejitExperiments;   // experiments_rejit.cpp: the ReJIT protocol (issue 25)
 
 // The capture side's JIT map notes every FunctionID whose ReadyToRun code the runtime chose
 // (JITCachedFunctionSearchFinished, COR_PRF_CACHED_FUNCTION_FOUND); experiments_capture.cpp.

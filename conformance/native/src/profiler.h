@@ -33,6 +33,13 @@ class Probe final : public CallbackBase {
                                                SIZE_T* cObjectIDRangeLength) override;
     HRESULT STDMETHODCALLTYPE SurvivingReferences2(ULONG cSurvivingObjectIDRanges, ObjectID* objectIDRangeStart,
                                                    SIZE_T* cObjectIDRangeLength) override;
+    // experiments_rejit.cpp: the function control for rejit_parameters; the recompiled method's token
+    HRESULT STDMETHODCALLTYPE GetReJITParameters(ModuleID moduleId, mdMethodDef methodId,
+                                                 ICorProfilerFunctionControl* pFunctionControl) override;
+    HRESULT STDMETHODCALLTYPE ReJITCompilationStarted(FunctionID functionId, ReJITID rejitId,
+                                                      BOOL fIsSafeToBlock) override;
+    HRESULT STDMETHODCALLTYPE ReJITCompilationFinished(FunctionID functionId, ReJITID rejitId, HRESULT hrStatus,
+                                                       BOOL fIsSafeToBlock) override;
 
  private:
     std::atomic<ULONG> refs_{1};

@@ -1,0 +1,176 @@
+"""The ReJIT judges (conformance/checks/rejit.py) on synthetic probe traces shaped like the ``rejit``
+scenario's runs: a lawful run conforms on every clause, and each clause goes red when its own part of the run
+is broken (a copy of the lawful records with one thing changed). Live: the suite on both bundled runtimes,
+every verdict as documented or as the expectation files say (REJIT-16 on both, REJIT-26 on 8.0.4)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clr_model.hresults import HResult
+from conformance.checks import rejit
+from conformance.core.runtimes import Runtime
+from conformance.core.scenarios import load_scenario
+from conformance.core.trace import read_trace
+from conformance.suite.orchestrate import effective_plan
+from conformance.suite.verdicts import Evidence, Judgement, Status
+from tests.conformance.live import assert_area_as_documented_or_expected
+
+REJIT_CLAUSES = ("REJIT-05", "REJIT-06", "REJIT-07", "REJIT-16", "REJIT-18", "REJIT-26", "REJIT-28")
+MODULE = 0x7000
+TOKENS = {"Normal": 0x06000001, "Generic": 0x06000002, "Inlinee": 0x06000003, "Loop": 0x06000005,
+          "Late": 0x06000006, "Never": 0x06000007}  # fmt: skip
+NOT_FOUND = 0x8013137D  # any failure will do: the judge wants "a failure"
+Records = list[dict[str, Any]]
+
+
+def _lawful() -> Records:
+    """The records of a run that does what the pages say, in the scenario's order."""
+    out: Records = []
+
+    def add(kind: str, **fields: Any) -> None:
+        out.append({"seq": len(out), "kind": kind, "os_tid": 1, "tid": 2, **fields})
+
+    def request(entry: str, methods: list[str], *, revert: bool = False, statuses: list[int] | None = None,
+                hr: int = 0) -> None:  # fmt: skip
+        result: dict[str, Any] = {"elapsedMs": 1.0}
+        if statuses is not None:
+            result["statuses"] = statuses
+        add("call", name="RequestRevert" if revert else "RequestReJIT", experiment=entry,
+            args={"methods": methods, "tokens": [TOKENS[m] for m in methods], "moduleId": MODULE,
+                  "thread": "own", "point": "mark:x"}, out=result, hr=hr)  # fmt: skip
+
+    def recompile(method: str, function: int, rejit_id: int, *, params: bool = True) -> None:
+        ids = {"moduleId": MODULE, "methodId": TOKENS[method]}
+        if params:
+            add("callback", name="GetReJITParameters", args={**ids, "pFunctionControl": 1})
+        add("callback", name="ReJITCompilationStarted",
+            args={"functionId": function, "rejitId": rejit_id, **ids})
+        add("callback", name="ReJITCompilationFinished",
+            args={"functionId": function, "rejitId": rejit_id, "hrStatus": 0, **ids})
+
+    add("header", probe="0.1.0", pid=1)
+    add("mark", name="rejit.warm", payload=None)
+    add("mark", name="rejit.request", payload=None)
+    request(rejit.REQUEST, ["Normal", "Generic", "Inlinee", "Loop", "Late"])
+    recompile("Normal", 0x100, 2)
+    recompile("Generic", 0x200, 3)
+    recompile("Generic", 0x201, 3, params=False)  # the second instantiation: no second GetReJITParameters
+    recompile("Inlinee", 0x300, 4)
+    recompile("Loop", 0x500, 5)
+    recompile("Late", 0x600, 6)
+    add("mark", name="rejit.called", payload=None)
+    add("mark", name="rejit.again", payload=None)
+    request(rejit.AGAIN, ["Normal"])
+    recompile("Normal", 0x100, 7)
+    add("mark", name="rejit.called-again", payload=None)
+    add("mark", name="rejit.revert", payload=None)
+    request(rejit.REVERT, ["Normal", "Never"], revert=True, statuses=[0, NOT_FOUND])
+    add("mark", name="rejit.done", payload=None)
+    add("end")
+    return out
+
+
+def _evidence(tmp_path: Path, records: Records, experiment: Any = rejit.PROTOCOL) -> Evidence:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    runtime = Runtime(version="9.9.9", host=tmp_path / "dotnet", framework_dir=tmp_path, source="synthetic")
+    plan = effective_plan(experiment.build(), load_scenario(rejit.SCENARIO))
+    return Evidence(trace=read_trace(path, strict=True), runtime=runtime, plan=plan)
+
+
+JUDGES: dict[str, Callable[[Evidence], Judgement]] = {
+    "REJIT-06": rejit.judge_rejit06, "REJIT-07": rejit.judge_rejit07, "REJIT-16": rejit.judge_rejit16,
+    "REJIT-18": rejit.judge_rejit18, "REJIT-26": rejit.judge_rejit26, "REJIT-28": rejit.judge_rejit28,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("clause", sorted(JUDGES))
+def test_a_lawful_run_conforms(clause: str, tmp_path: Path) -> None:
+    verdict = JUDGES[clause](_evidence(tmp_path, _lawful()))
+    assert verdict.status is Status.CONFORMS, verdict
+
+
+def _without(records: Records, drop: Callable[[dict[str, Any]], bool]) -> Records:
+    return [r for r in records if not drop(r)]
+
+
+def _is(r: dict[str, Any], name: str, method: str) -> bool:
+    return r.get("name") == name and r.get("args", {}).get("methodId") == TOKENS[method]
+
+
+def test_REJIT_06_a_late_method_never_recompiled_diverges(tmp_path: Path) -> None:
+    records = _without(_lawful(), lambda r: r.get("args", {}).get("methodId") == TOKENS["Late"])
+    verdict = rejit.judge_rejit06(_evidence(tmp_path, records))
+    assert verdict.status is Status.DIVERGES
+    assert verdict.disagreements == ("Late: no GetReJITParameters before rejit.called",
+                                     "Late: no ReJITCompilationStarted before rejit.called")  # fmt: skip
+
+
+def test_REJIT_07_a_second_request_under_the_old_rejit_id_diverges(tmp_path: Path) -> None:
+    records = _lawful()
+    for r in records:
+        if r.get("args", {}).get("rejitId") == 7:
+            r["args"]["rejitId"] = 2
+    verdict = rejit.judge_rejit07(_evidence(tmp_path, records))
+    assert verdict.disagreements == ("Normal: recompiled after the second request under an earlier ReJITID",)
+
+
+def test_REJIT_16_a_never_requested_method_reverted_with_S_OK_diverges(tmp_path: Path) -> None:
+    """What both bundled runtimes do (common.toml)."""
+    records = _lawful()
+    revert = next(r for r in records if r.get("name") == "RequestRevert")
+    revert["out"]["statuses"] = [0, 0]
+    verdict = rejit.judge_rejit16(_evidence(tmp_path, records))
+    assert verdict.disagreements == ("Never (never requested): status 0x00000000 S_OK, expected a failure "
+                                     "(CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND)",)  # fmt: skip
+
+
+def test_REJIT_18_a_second_GetReJITParameters_for_the_generic_diverges(tmp_path: Path) -> None:
+    records = _lawful()
+    at = next(k for k, r in enumerate(records) if _is(r, "ReJITCompilationStarted", "Generic")
+              and r["args"]["functionId"] == 0x201)  # fmt: skip
+    records.insert(at, {**records[at], "name": "GetReJITParameters"})
+    for k, r in enumerate(records):
+        r["seq"] = k
+    verdict = rejit.judge_rejit18(_evidence(tmp_path, records))
+    assert verdict.disagreements == ("Generic: 2 GetReJITParameters for 2 recompiled function(s)",)
+
+
+def test_REJIT_26_and_28_a_repeated_pair_and_an_unmatched_finish(tmp_path: Path) -> None:
+    records = _lawful()
+    loop = [r for r in records if _is(r, "ReJITCompilationStarted", "Loop")
+            or _is(r, "ReJITCompilationFinished", "Loop")]  # fmt: skip
+    end = records.index(loop[-1]) + 1
+    records[end:end] = [dict(r) for r in loop]  # the OSR-like second pair on 8.0.4
+    for k, r in enumerate(records):
+        r["seq"] = k
+    assert rejit.judge_rejit26(_evidence(tmp_path, records)).disagreements == (
+        "Loop: 2 ReJITCompilationStarted for one FunctionID and ReJITID",)
+    assert rejit.judge_rejit28(_evidence(tmp_path, records)).status is Status.CONFORMS
+    unmatched = _without(records, lambda r: _is(r, "ReJITCompilationStarted", "Late"))
+    assert rejit.judge_rejit28(_evidence(tmp_path, unmatched)).disagreements == (
+        "a ReJITCompilationFinished without its ReJITCompilationStarted on its thread",)
+
+
+def test_REJIT_05_the_not_enabled_answer(tmp_path: Path) -> None:
+    records = _lawful()
+    request = next(r for r in records if r.get("experiment") == rejit.REQUEST)
+    request["hr"] = int(HResult.CORPROF_E_REJIT_NOT_ENABLED)
+    lawful = _without(records, lambda r: str(r.get("name", "")).startswith(("ReJIT", "GetReJIT")))
+    assert rejit.judge_rejit05(_evidence(tmp_path, lawful, rejit.NOT_ENABLED)).status is Status.CONFORMS
+    request["hr"] = 0
+    verdict = rejit.judge_rejit05(_evidence(tmp_path, records, rejit.NOT_ENABLED))
+    assert verdict.status is Status.DIVERGES and len(verdict.disagreements) == 2, verdict
+    assert rejit.judge_rejit05(_evidence(tmp_path, records)).status is Status.ERROR  # the flag was set
+
+
+@pytest.mark.live
+@pytest.mark.clause(*REJIT_CLAUSES)
+def test_REJIT_live_suite_on_every_runtime(runtimes: list[Runtime]) -> None:
+    assert_area_as_documented_or_expected(REJIT_CLAUSES, runtimes)

@@ -1,0 +1,118 @@
+// il_branch_mid.cpp -- IL instrumentation engine: puts a guarded probe at the top of every method
+// of the application's own modules, once per method, in JITCompilationStarted.
+//
+// What it does:
+//   * Set-up (il_rewrite_common.h): ICorProfilerInfo3, mask COR_PRF_MONITOR_JIT_COMPILATION |
+//     COR_PRF_MONITOR_MODULE_LOADS | COR_PRF_DISABLE_INLINING; only non-framework modules; each
+//     (ModuleID, mdMethodDef) rewritten the first time its JITCompilationStarted comes.
+//   * JITCompilationStarted: GetILFunctionBody -> read the header (tiny or fat) and the EH
+//     clauses; build a fat body
+//         [fat header][guard: ldc.i4 <enabled>; brfalse.s skip; ldc.i4 <probe id>; pop; skip:]
+//         [original IL][pad][fat EH section, offsets shifted by the guard's length]
+//     allocated with GetILFunctionBodyAllocator(module)->Alloc, installed with SetILFunctionBody.
+//     The guard is the shape of a product's "if (tracing enabled) probe(id);" prologue.
+//   believed: faulty (deliberately): the guard's skip distance is a constant from an earlier version
+//   of the prologue, when the probe id was pushed with ldc.i4.s (2 bytes) and the skip was
+//   "ldc.i4.s id; pop" = 3 bytes.  The probe id is now pushed with ldc.i4 (5 bytes), so brfalse.s
+//   lands 3 bytes past its end: inside the ldc.i4's 4-byte operand, not on an instruction (ECMA-335
+//   III.3.15 / III.1.7.2: a branch target must be the start of an instruction).
+//
+// Documentation followed (learn.microsoft.com/dotnet/framework/unmanaged-api/profiling/...):
+//   * ICorProfilerCallback::JITCompilationStarted: "If the profiler is going to replace common
+//     intermediate language (CIL) code for method A by calling the ICorProfilerInfo::SetILFunctionBody
+//     method, it must do so for both JITCompilationStarted events, but it may use the same CIL block
+//     for both."
+//   * ICorProfilerInfo::GetILFunctionBody: "Gets a pointer to the body of a method in common
+//     intermediate language (CIL) code, starting at its header."
+//   * ICorProfilerInfo::GetILFunctionBodyAllocator / IMethodMalloc::Alloc: the new body is
+//     allocated with the module's allocator ("ensures that memory is allocated within that range").
+//   * ICorProfilerInfo::SetILFunctionBody: "replaces the relative virtual address of the function in
+//     the metadata so that it points to the new function body".
+//   * ECMA-335 II.25.4 (method headers, EH sections) and III.3.18 (brfalse.s: "short form ... target
+//     is an offset of one signed byte from the beginning of the instruction following").
+#include "il_rewrite_common.h"
+
+using namespace docfix;
+using namespace ilshape;
+
+namespace {
+
+constexpr BYTE kLdcI4 = 0x20, kPop = 0x26, kBrfalseS = 0x2C;
+// ldc.i4 <enabled> (5) + brfalse.s (2) + ldc.i4 <id> (5) + pop (1)
+constexpr std::uint32_t kGuardSize = 13;
+// "ldc.i4.s id; pop": what the guard skipped when ids fit in a byte
+constexpr BYTE kSkipProbe = 3;
+
+class GuardRewriter : public RewriterBase {
+public:
+    GuardRewriter() : RewriterBase("il_branch_mid") {}
+
+    HRESULT STDMETHODCALLTYPE JITCompilationStarted(FunctionID functionId, BOOL) override {
+        ModuleID module = 0;
+        mdToken token = 0;
+        if (FirstTime(functionId, &module, &token)) Rewrite(module, token);
+        return S_OK;
+    }
+
+private:
+    void Rewrite(ModuleID module, mdToken token) {
+        LPCBYTE header = nullptr;
+        ULONG size = 0;
+        if (failed(info_->GetILFunctionBody(module, token, &header, &size))) return;
+        Body old;
+        if (!Read(header, size, &old) || old.otherSections) {
+            ++skipped_;
+            return;
+        }
+        std::uint32_t codeSize = kGuardSize + old.codeSize;
+        std::uint32_t total = kFatHeaderSize + codeSize;
+        std::uint32_t ehAt = (total + 3) & ~3u;
+        if (!old.clauses.empty()) total = ehAt + FatEHSectionSize(old);
+
+        IMethodMalloc* malloc = nullptr;
+        if (failed(info_->GetILFunctionBodyAllocator(module, &malloc)) || malloc == nullptr) return;
+        auto* body = static_cast<BYTE*>(malloc->Alloc(total));
+        malloc->Release();
+        if (body == nullptr) return;
+        std::memset(body, 0, total);
+
+        std::uint16_t flags = kFat | (old.fat ? (old.flags & kInitLocals) : 0) | (old.clauses.empty() ? 0 : kMoreSects);
+        Put16(body, std::uint16_t(flags | (3u << 12)));
+        Put16(body + 2, old.fat ? (old.maxStack < 1 ? 1 : old.maxStack) : 8);
+        Put32(body + 4, codeSize);
+        Put32(body + 8, old.fat ? old.localSig : 0);
+        BYTE* guard = body + kFatHeaderSize;
+        guard[0] = kLdcI4;
+        Put32(guard + 1, 1);  // tracing enabled
+        guard[5] = kBrfalseS;
+        guard[6] = kSkipProbe;
+        guard[7] = kLdcI4;
+        Put32(guard + 8, 0x7E570000u | (std::uint32_t(++probes_) & 0xFFFFu));
+        guard[12] = kPop;
+        std::memcpy(guard + kGuardSize, old.code, old.codeSize);
+        if (!old.clauses.empty()) {
+            BYTE* sect = body + ehAt;
+            std::uint32_t dataSize = FatEHSectionSize(old);
+            sect[0] = kSectEH | kSectFat;
+            sect[1] = BYTE(dataSize);
+            sect[2] = BYTE(dataSize >> 8);
+            sect[3] = BYTE(dataSize >> 16);
+            for (size_t i = 0; i < old.clauses.size(); ++i) {
+                const Clause& c = old.clauses[i];
+                BYTE* d = sect + 4 + 24 * i;
+                Put32(d, c.flags);
+                Put32(d + 4, c.tryOffset + kGuardSize);
+                Put32(d + 8, c.tryLength);
+                Put32(d + 12, c.handlerOffset + kGuardSize);
+                Put32(d + 16, c.handlerLength);
+                Put32(d + 20, (c.flags & 0x1) ? c.classOrFilter + kGuardSize : c.classOrFilter);
+            }
+        }
+        HRESULT hr = info_->SetILFunctionBody(module, token, body);
+        Rewritten(hr, token, old.codeSize, codeSize);
+    }
+};
+
+}  // namespace
+
+DOCFIX_DEFINE_PROFILER(GuardRewriter)

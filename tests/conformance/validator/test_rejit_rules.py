@@ -1,0 +1,73 @@
+"""The validator's ReJIT protocol rule (rules.ReJITProtocol, judged with clr_model.rejit) on synthetic proxy
+recordings: each clause found where its sequence breaks the model and quiet on the lawful sequence next to
+it. The function-control calls are recorded as ``ICorProfilerFunctionControl::<method>`` calls, the shape
+the proxy's wrapping of GetReJITParameters' pFunctionControl writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conformance.core.findings import Finding
+from conformance.validator.rules import check_recording
+from tests.conformance.validator.test_rules import _call, _callback, _recording
+
+MODULE, METHOD = 0x7000, 0x06000002
+FC_SET_BODY = "ICorProfilerFunctionControl::SetILFunctionBody"
+
+
+def _findings(tmp_path: Path, records: list[dict[str, Any]]) -> list[Finding]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rec, run = _recording(tmp_path, [_callback("Initialize", "enter"), _callback("Initialize", "return", 0),
+                                     *records])  # fmt: skip
+    return check_recording(rec, run)
+
+
+def _params(*inside: dict[str, Any]) -> list[dict[str, Any]]:
+    args = {"moduleId": MODULE, "methodId": METHOD, "pFunctionControl": 0x5000}
+    return [_callback("GetReJITParameters", "enter", args=args), *inside,
+            _callback("GetReJITParameters", "return", 0, args=args)]  # fmt: skip
+
+
+def _request(name: str = "RequestReJIT") -> list[dict[str, Any]]:
+    return [_call(name, phase="enter", caller=0), _call(name, phase="return", caller=0)]
+
+
+def of(found: list[Finding], clause: str) -> list[Finding]:
+    return [f for f in found if f.clause == clause]
+
+
+def test_REJIT_09_request_inside_module_load_finished_and_not_from_its_own_thread(tmp_path: Path) -> None:
+    inside = [_callback("ModuleLoadFinished", "enter", args={"moduleId": MODULE}), *_request(),
+              _callback("ModuleLoadFinished", "return", 0)]  # fmt: skip
+    found = _findings(tmp_path / "in", inside)
+    [f] = of(found, "REJIT-09")
+    assert not f.note and f.callback == "ModuleLoadFinished" and "RequestReJIT" in f.message
+    assert of(_findings(tmp_path / "own", _request()), "REJIT-09") == []  # the profiler's own thread
+
+
+def test_VAL_REJIT_IN_CALLBACK_revert_inside_a_callback_is_a_note(tmp_path: Path) -> None:
+    records = [_callback("JITCompilationFinished", "enter"), *_request("RequestRevert"),
+               _callback("JITCompilationFinished", "return", 0)]  # fmt: skip
+    [f] = of(_findings(tmp_path, records), "VAL-REJIT-IN-CALLBACK")
+    assert f.note and "RequestRevert" in f.message
+
+
+def test_REJIT_21_function_control_outside_get_rejit_parameters_is_a_note(tmp_path: Path) -> None:
+    inside = [*_request(), *_params(_call(FC_SET_BODY, args={"cbNewILMethodHeader": 4}))]
+    assert of(_findings(tmp_path / "in", inside), "REJIT-21") == []
+    late = [*_request(), *_params(), _callback("ReJITCompilationStarted", "enter"),
+            _call(FC_SET_BODY, args={"cbNewILMethodHeader": 4}),
+            _callback("ReJITCompilationStarted", "return", 0)]  # fmt: skip
+    [f] = of(_findings(tmp_path / "late", late), "REJIT-21")
+    assert f.note and f.callback == "ReJITCompilationStarted"
+
+
+def test_VAL_REJIT_AGAIN_parameters_asked_again_after_a_second_request(tmp_path: Path) -> None:
+    once = [*_request(), *_params()]
+    assert of(_findings(tmp_path / "once", once), "VAL-REJIT-AGAIN") == []
+    twice = [*once, *_request(), *_params()]
+    [f] = of(_findings(tmp_path / "twice", twice), "VAL-REJIT-AGAIN")
+    assert f.note and "second time" in f.message
+    # the note stands at the last request before the second GetReJITParameters (seq of its enter record)
+    assert f.records[0] == 2 + len(once) + 1
