@@ -8,9 +8,9 @@ Two callback-heavy workloads, each run in interleaved rounds (every round runs e
 order rotated from round to round, so that a burst of the machine's other load falls on all of them):
 
 - ``loop`` (the verdict's): bench/proxy_loop.cs, the course of the validator's basic workload (threads,
-  exceptions, 8,000 survivors among garbage moved by two compacting GCs, a chain of small methods) run
-  ``--courses`` times (20) in one process: most of a run is callbacks, not the runtime's start-up, which is
-  what the target is about (the proxy's cost per callback);
+  exceptions, 4,000 survivors (8,000 objects) among garbage moved by two compacting GCs, a chain of small
+  methods) run ``--courses`` times (20) in one process: most of a run is callbacks, not the runtime's
+  start-up, which is what the target is about (the proxy's cost per callback);
 - ``basic`` (reported): the validator's own basic workload (validate-basic), one course; its ~45 ms of
   runtime start-up is most of each run.
 
