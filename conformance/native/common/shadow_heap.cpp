@@ -231,10 +231,14 @@ void ShadowHeap::gc_finished() {
     // then every moved object at its new start (a later one wins a tie, as the model's dict assignment)
     std::vector<std::uint64_t> targets;
     targets.reserve(placed.size());
+    // a moved block's objects go to rising addresses: each inserted just after the previous one when it fits
+    // there (the hint), else by a search
+    auto hint = size_.end();
     for (Node& node : placed) {
         targets.push_back(node.key());
-        auto r = size_.insert(std::move(node));
-        if (!r.inserted) r.position->second = r.node.mapped();
+        auto at = size_.insert(hint, std::move(node));
+        if (!node.empty()) at->second = node.mapped();  // the key was there: a later one wins the tie
+        hint = std::next(at);
     }
     // runs of rising addresses (a moved block's objects): a merge sort, not introsort (which fell to its heap
     // sort on them)

@@ -82,18 +82,19 @@ void heap_gc_started(int n, const BOOL* collected) {
 
 void heap_gc_started_returned() { g_in_gc.store(true, std::memory_order_release); }
 
+// ObjectID is a 64-bit address: the runtime's arrays are handed to the heap as they are (no copy)
+static_assert(sizeof(ObjectID) == sizeof(std::uint64_t));
+
 void heap_moved(ULONG n, const ObjectID* olds, const ObjectID* news, const std::uint64_t* lens) {
     if (!heap_enabled() || !olds || !news || !lens) return;
-    std::vector<std::uint64_t> o(olds, olds + n), w(news, news + n);
     std::lock_guard<std::mutex> lock(g_mu);
-    g_heap->moved(n, o.data(), w.data(), lens);
+    g_heap->moved(n, reinterpret_cast<const std::uint64_t*>(olds), reinterpret_cast<const std::uint64_t*>(news), lens);
 }
 
 void heap_surviving(ULONG n, const ObjectID* starts, const std::uint64_t* lens) {
     if (!heap_enabled() || !starts || !lens) return;
-    std::vector<std::uint64_t> s(starts, starts + n);
     std::lock_guard<std::mutex> lock(g_mu);
-    g_heap->surviving(n, s.data(), lens);
+    g_heap->surviving(n, reinterpret_cast<const std::uint64_t*>(starts), lens);
 }
 
 void heap_gc_finished() {
