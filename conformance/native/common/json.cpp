@@ -1,10 +1,12 @@
 #include "profharness/json.h"
 
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace profharness {
 
@@ -34,6 +36,25 @@ Json& Json::set(const std::string& key, Json value) {
         if (m.first == key) { m.second = std::move(value); return *this; }
     }
     members_.emplace_back(key, std::move(value));
+    return *this;
+}
+
+Json Json::uints(const std::uint64_t* values, std::size_t n) {
+    Json j;
+    j.kind_ = Kind::UInts;
+    if (n) j.s_.assign(reinterpret_cast<const char*>(values), n * sizeof(std::uint64_t));
+    return j;
+}
+
+std::uint64_t Json::uint_at(std::size_t k) const {
+    std::uint64_t v = 0;
+    std::memcpy(&v, s_.data() + k * sizeof v, sizeof v);
+    return v;
+}
+
+Json& Json::reserve(std::size_t n) {
+    if (kind_ != Kind::Array) { *this = array(); }
+    items_.reserve(n);
     return *this;
 }
 
@@ -77,8 +98,10 @@ void Json::dump(std::string& out) const {
     switch (kind_) {
         case Kind::Null: out += "null"; break;
         case Kind::Bool: out += b_ ? "true" : "false"; break;
-        case Kind::Int: std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(i_)); out += buf; break;
-        case Kind::UInt: std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(u_)); out += buf; break;
+        // integers by to_chars: the digits %lld / %llu print, without printf's machinery (issue 23: a
+        // MovedReferences2 batch is thousands of them)
+        case Kind::Int: out.append(buf, std::to_chars(buf, buf + sizeof buf, i_).ptr); break;
+        case Kind::UInt: out.append(buf, std::to_chars(buf, buf + sizeof buf, u_).ptr); break;
         case Kind::Double:
             if (std::isfinite(d_)) { std::snprintf(buf, sizeof buf, "%.17g", d_); out += buf; }
             else out += "null";
@@ -89,6 +112,14 @@ void Json::dump(std::string& out) const {
             for (std::size_t i = 0; i < items_.size(); ++i) {
                 if (i) out.push_back(',');
                 items_[i].dump(out);
+            }
+            out.push_back(']');
+            break;
+        case Kind::UInts:
+            out.push_back('[');
+            for (std::size_t i = 0, n = uint_count(); i < n; ++i) {
+                if (i) out.push_back(',');
+                out.append(buf, std::to_chars(buf, buf + sizeof buf, uint_at(i)).ptr);
             }
             out.push_back(']');
             break;

@@ -63,12 +63,28 @@ void ShadowHeap::drop_overlapping(std::uint64_t lo, std::uint64_t hi) {
 
 void ShadowHeap::allocate(std::uint64_t id, std::uint64_t size) {
     if (size < 1) size = 1;
-    drop_overlapping(id, id + size);
-    size_[id] = size;
-    auto it = std::lower_bound(left_.begin(), left_.end(), id,
-                               [](const Left& l, std::uint64_t a) { return l.addr < a; });
-    if (it != left_.end() && it->addr == id && it->gc != 0) {
-        it->gc = 0;  // forgotten; removed at the next GC
+    const std::uint64_t hi = id + size;
+    // the first object starting above id, found once (drop and insert share it): usually the one after the
+    // previous allocation (a bump allocator hands out rising addresses), else a search
+    ObjectMap::iterator it;
+    if (cursor_valid_ && cursor_->first < id && (std::next(cursor_) == size_.end() || std::next(cursor_)->first > id))
+        it = std::next(cursor_);
+    else
+        it = size_.upper_bound(id);
+    // drop_overlapping(id, hi) from that position: the object at or below id when its bytes reach id, every
+    // object starting in (id, hi)
+    if (it != size_.begin()) {
+        auto below = std::prev(it);
+        if (below->first + below->second > id) size_.erase(below);
+    }
+    while (it != size_.end() && it->first < hi) it = size_.erase(it);
+    cursor_ = size_.emplace_hint(it, id, size);
+    cursor_valid_ = true;
+    if (left_live_ == 0) return;  // no address is left (or every one is forgotten)
+    auto l = std::lower_bound(left_.begin(), left_.end(), id,
+                              [](const Left& x, std::uint64_t a) { return x.addr < a; });
+    if (l != left_.end() && l->addr == id && l->gc != 0) {
+        l->gc = 0;  // forgotten; removed at the next GC
         --left_live_;
     }
 }
@@ -123,12 +139,49 @@ const M* block_of(const std::vector<M>& moved, std::uint64_t address) {
 
 }  // namespace
 
+namespace {
+
+// upper_bound / lower_bound of a rising sequence of keys: from the previous answer a few steps forward (the
+// keys asked for rise by little: the objects of a moved block, the blocks in address order), else a search.
+// The same answers as the map's own searches.
+template <typename Map, bool Upper>
+class RisingBound {
+ public:
+    explicit RisingBound(const Map& map) : map_(map) {}
+    typename Map::const_iterator operator()(std::uint64_t key) {
+        if (have_ && key >= last_) {
+            for (int k = 0; k < 8; ++k) {
+                if (at_ == map_.end() || !below(at_->first, key)) return remember(key);
+                ++at_;
+            }
+        }
+        at_ = Upper ? map_.upper_bound(key) : map_.lower_bound(key);
+        return remember(key);
+    }
+
+ private:
+    static bool below(std::uint64_t k, std::uint64_t key) { return Upper ? k <= key : k < key; }
+    typename Map::const_iterator remember(std::uint64_t key) {
+        have_ = true;
+        last_ = key;
+        return at_;
+    }
+    const Map& map_;
+    typename Map::const_iterator at_;
+    std::uint64_t last_ = 0;
+    bool have_ = false;
+};
+
+}  // namespace
+
 bool ShadowHeap::moves_onto_others() const {
+    RisingBound<ObjectMap, false> first_in(size_);
+    RisingBound<ObjectMap, true> above(size_);
     for (const Move& m : moved_) {
         if (m.new_start == m.old_start) continue;
-        for (auto it = size_.lower_bound(m.old_start); it != size_.end() && it->first < m.old_start + m.length; ++it) {
+        for (auto it = first_in(m.old_start); it != size_.end() && it->first < m.old_start + m.length; ++it) {
             const std::uint64_t target = m.new_start + (it->first - m.old_start);
-            auto p = size_.upper_bound(target);  // the object at or below the target, before this GC
+            auto p = above(target);  // the object at or below the target, before this GC
             if (p == size_.begin()) continue;
             --p;
             if (p->first != it->first && target < p->first + p->second) return true;
@@ -138,8 +191,10 @@ bool ShadowHeap::moves_onto_others() const {
 }
 
 void ShadowHeap::gc_finished() {
-    std::sort(moved_.begin(), moved_.end());
-    std::sort(surviving_.begin(), surviving_.end());
+    cursor_valid_ = false;  // objects move and die here
+    // the runtime reports its blocks in address order: sorted already, mostly
+    if (!std::is_sorted(moved_.begin(), moved_.end())) std::sort(moved_.begin(), moved_.end());
+    if (!std::is_sorted(surviving_.begin(), surviving_.end())) std::sort(surviving_.begin(), surviving_.end());
     ++gcs_;
     if (std::any_of(moved_.begin(), moved_.end(), [](const Move& m) { return m.new_start != m.old_start; })) {
         ++compacting_gcs_;
@@ -176,12 +231,18 @@ void ShadowHeap::gc_finished() {
     // then every moved object at its new start (a later one wins a tie, as the model's dict assignment)
     std::vector<std::uint64_t> targets;
     targets.reserve(placed.size());
+    // a moved block's objects go to rising addresses: each inserted just after the previous one when it fits
+    // there (the hint), else by a search
+    auto hint = size_.end();
     for (Node& node : placed) {
         targets.push_back(node.key());
-        auto r = size_.insert(std::move(node));
-        if (!r.inserted) r.position->second = r.node.mapped();
+        auto at = size_.insert(hint, std::move(node));
+        if (!node.empty()) at->second = node.mapped();  // the key was there: a later one wins the tie
+        hint = std::next(at);
     }
-    std::sort(targets.begin(), targets.end());
+    // runs of rising addresses (a moved block's objects): a merge sort, not introsort (which fell to its heap
+    // sort on them)
+    if (!std::is_sorted(targets.begin(), targets.end())) std::stable_sort(targets.begin(), targets.end());
     // addresses objects left: the earlier ones follow their objects, the new ones (this GC) replace them
     std::vector<Left> carried;
     carried.reserve(left_live_ + left.size());
@@ -191,7 +252,7 @@ void ShadowHeap::gc_finished() {
         if (const Move* m = block_of(moved_, c.now)) c.now = m->new_start + (c.now - m->old_start);
         carried.push_back(c);
     }
-    std::sort(left.begin(), left.end());
+    if (!std::is_sorted(left.begin(), left.end())) std::sort(left.begin(), left.end());
     std::vector<Left> merged;
     merged.reserve(carried.size() + left.size());
     {

@@ -186,7 +186,8 @@ void TraceWriter::describe(const Json& v, std::string& desc, std::string& defs) 
             break;
         }
         case Json::Kind::String: desc.push_back('s'); break;
-        case Json::Kind::Array: desc.push_back('a'); break;
+        case Json::Kind::Array:
+        case Json::Kind::UInts: desc.push_back('a'); break;
         case Json::Kind::Object:
             desc.push_back('o');
             put_varint(desc, v.members().size());
@@ -224,6 +225,13 @@ void TraceWriter::values(const Json& v, std::string& out, std::string& defs) {
             for (const Json& item : v.items()) {
                 describe(item, out, defs);
                 values(item, out, defs);
+            }
+            break;
+        case Json::Kind::UInts:  // as an array of UInt elements
+            put_varint(out, v.uint_count());
+            for (std::size_t k = 0, n = v.uint_count(); k < n; ++k) {
+                out.push_back('u');
+                put_varint(out, v.uint_at(k));
             }
             break;
         case Json::Kind::Object:

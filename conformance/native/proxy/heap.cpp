@@ -3,6 +3,13 @@
 // that instant, every MovedReferences(2)/SurvivingReferences(2) batch, GarbageCollectionFinished), asked
 // about every ObjectID a profiler hands to an `inspects` method. One mutex around it: allocations come from
 // every thread, a GC's callbacks from the thread doing it while the runtime is suspended.
+//
+// An allocation takes no lock (issue 23): it goes into its thread's allocation log (a ring of kLogSize
+// entries, one writer: the thread; read under the mutex), and every log is folded into the heap, in each
+// thread's order, before the heap is read or a GC touches it (and when a log is full). Folding thread by
+// thread rather than in time order gives the same heap: between two GCs live objects never overlap, so
+// allocations on different threads never touch each other's objects.
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -21,6 +28,42 @@ std::atomic<bool> g_in_gc{false};
 std::atomic<std::int64_t> g_allocations{0}, g_size_failures{0}, g_gcs{0}, g_bounds_failures{0};
 std::atomic<std::int64_t> g_verdicts[4];
 std::atomic<std::int64_t> g_in_gc_inspections{0};
+
+constexpr std::uint32_t kLogSize = 512;
+
+// One thread's allocations not yet in the heap: entries [tail, head) of the ring (indexes grow without end,
+// the slot is the index mod kLogSize). The thread writes a slot, then publishes head; the holder of g_mu
+// reads up to head and publishes tail.
+struct AllocLog {
+    std::atomic<std::uint32_t> head{0};
+    std::atomic<std::uint32_t> tail{0};
+    std::uint64_t ids[kLogSize];
+    std::uint64_t sizes[kLogSize];
+};
+
+std::vector<AllocLog*>* g_logs = nullptr;  // every thread's log (never freed), under g_mu
+__attribute__((tls_model("initial-exec"))) thread_local AllocLog* tl_log = nullptr;
+
+// g_mu held: every log's entries into the heap.
+void fold_locked() {
+    if (!g_logs) return;
+    for (AllocLog* log : *g_logs) {
+        std::uint32_t t = log->tail.load(std::memory_order_relaxed);
+        const std::uint32_t h = log->head.load(std::memory_order_acquire);
+        for (; t != h; ++t) g_heap->allocate(log->ids[t % kLogSize], log->sizes[t % kLogSize]);
+        log->tail.store(h, std::memory_order_release);
+    }
+}
+
+AllocLog& my_log() {
+    if (AllocLog* log = tl_log) return *log;
+    auto* log = new AllocLog();
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_logs) g_logs = new std::vector<AllocLog*>();
+    g_logs->push_back(log);
+    tl_log = log;
+    return *log;
+}
 
 }  // namespace
 
@@ -41,8 +84,15 @@ std::uint64_t heap_allocated(std::uint64_t id) {
         size = 0;
     }
     g_allocations.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_heap->allocate(id, size);
+    AllocLog& log = my_log();
+    const std::uint32_t h = log.head.load(std::memory_order_relaxed);
+    if (h - log.tail.load(std::memory_order_acquire) >= kLogSize) {  // full: fold (the only lock taken)
+        std::lock_guard<std::mutex> lock(g_mu);
+        fold_locked();
+    }
+    log.ids[h % kLogSize] = id;
+    log.sizes[h % kLogSize] = size;
+    log.head.store(h + 1, std::memory_order_release);
     return size;
 }
 
@@ -77,23 +127,27 @@ void heap_gc_started(int n, const BOOL* collected) {
         g_bounds_failures.fetch_add(1, std::memory_order_relaxed);  // no ranges: every generation collected
     }
     std::lock_guard<std::mutex> lock(g_mu);
+    fold_locked();
     g_heap->gc_started(mask, std::move(ranges));
 }
 
 void heap_gc_started_returned() { g_in_gc.store(true, std::memory_order_release); }
 
+// ObjectID is a 64-bit address: the runtime's arrays are handed to the heap as they are (no copy)
+static_assert(sizeof(ObjectID) == sizeof(std::uint64_t));
+
 void heap_moved(ULONG n, const ObjectID* olds, const ObjectID* news, const std::uint64_t* lens) {
     if (!heap_enabled() || !olds || !news || !lens) return;
-    std::vector<std::uint64_t> o(olds, olds + n), w(news, news + n);
     std::lock_guard<std::mutex> lock(g_mu);
-    g_heap->moved(n, o.data(), w.data(), lens);
+    fold_locked();
+    g_heap->moved(n, reinterpret_cast<const std::uint64_t*>(olds), reinterpret_cast<const std::uint64_t*>(news), lens);
 }
 
 void heap_surviving(ULONG n, const ObjectID* starts, const std::uint64_t* lens) {
     if (!heap_enabled() || !starts || !lens) return;
-    std::vector<std::uint64_t> s(starts, starts + n);
     std::lock_guard<std::mutex> lock(g_mu);
-    g_heap->surviving(n, s.data(), lens);
+    fold_locked();
+    g_heap->surviving(n, reinterpret_cast<const std::uint64_t*>(starts), lens);
 }
 
 void heap_gc_finished() {
@@ -101,6 +155,7 @@ void heap_gc_finished() {
     if (!heap_enabled()) return;
     g_gcs.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(g_mu);
+    fold_locked();
     g_heap->gc_finished();
 }
 
@@ -112,6 +167,7 @@ HeapClassification heap_classify(std::uint64_t id, bool in_gc) {
     if (!heap_enabled()) return c;
     {
         std::lock_guard<std::mutex> lock(g_mu);
+        fold_locked();
         c = g_heap->classify(id);
     }
     g_verdicts[static_cast<int>(c.verdict)].fetch_add(1, std::memory_order_relaxed);
@@ -128,6 +184,7 @@ Json heap_json() {
         verdicts.set(heap_verdict_name(v), Json(g_verdicts[static_cast<int>(v)].load()));
     h.set("verdicts", verdicts).set("inGcInspections", Json(g_in_gc_inspections.load()));
     std::lock_guard<std::mutex> lock(g_mu);
+    if (g_heap) fold_locked();
     if (g_heap) {
         h.set("objects", Json(static_cast<std::uint64_t>(g_heap->objects())));
         h.set("compactingGcs", Json(g_heap->compacting_gcs())).set("reuseGcs", Json(g_heap->reuse_gcs()));

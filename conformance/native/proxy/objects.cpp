@@ -739,9 +739,9 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
         th.set("call", t->current_call ? Json(t->current_call) : Json());
         th.set("lastCallback", t->last_callback ? Json(t->last_callback) : Json());
         std::int64_t since = t->busy_since.load();
-        th.set("busyMs", since ? Json((now_ns() - since) / 1000000) : Json());
+        th.set("busyMs", since ? Json((now_coarse_ns() - since) / 1000000) : Json());
         std::int64_t call_since = t->call_since.load();
-        th.set("callBusyMs", call_since ? Json((now_ns() - call_since) / 1000000) : Json());
+        th.set("callBusyMs", call_since ? Json((now_coarse_ns() - call_since) / 1000000) : Json());
         const bool ready = t->stack_ready.load(std::memory_order_acquire);
         th.set("stack", ready ? native_stack_json(t->stack, t->stack_n) : Json());
         threads.push(th);
@@ -771,7 +771,7 @@ void watchdog_loop() {
         walkq_drain(false);  // walks captured for --walk-quality
         ThreadRegistry& reg = registry();
         const int n = reg.size();
-        const std::int64_t now = now_ns();
+        const std::int64_t now = now_coarse_ns();
         // the thread open longest (a callback's frame, or an ICorProfilerInfo call made outside any callback:
         // on one thread the one that opened first, the outermost)
         ThreadState* worst = nullptr;
@@ -1047,21 +1047,17 @@ class ProxyCallback final : public CallbackForwarderBase {
     template <typename L>
     void ranges_record(const char* name, ULONG n, ObjectID* olds, ObjectID* news, L* lens) {
         if (!g_trace_open.load()) return;
-        // the calling thread (inside a GC) copies the three arrays; the writer thread builds the record
-        std::vector<std::uint64_t> o(olds, olds + n), w(news, news + n), l(lens, lens + n);
-        trace().write_deferred("mark", [name, o = std::move(o), w = std::move(w), l = std::move(l)] {
-            Json oj = Json::array(), wj = Json::array(), lj = Json::array();
-            for (std::size_t i = 0; i < o.size(); ++i) {
-                oj.push(Json(o[i]));
-                wj.push(Json(w[i]));
-                lj.push(Json(l[i]));
-            }
-            Json rec = Json::object();
-            rec.set("name", "proxy.ranges").set("payload", name).set("callback", name)
-                .set("oldObjectIDRangeStart", std::move(oj)).set("newObjectIDRangeStart", std::move(wj))
-                .set("cObjectIDRangeLength", std::move(lj));
-            return rec;
-        });
+        // the calling thread (inside a GC) copies the three arrays packed (Json::uints: a memcpy each, no
+        // Json per number); the writer thread formats them
+        static_assert(sizeof(ObjectID) == sizeof(std::uint64_t));
+        std::vector<std::uint64_t> l;
+        if (lens) l.assign(lens, lens + n);
+        Json rec = Json::object();
+        rec.set("name", "proxy.ranges").set("payload", name).set("callback", name)
+            .set("oldObjectIDRangeStart", Json::uints(reinterpret_cast<const std::uint64_t*>(olds), olds ? n : 0))
+            .set("newObjectIDRangeStart", Json::uints(reinterpret_cast<const std::uint64_t*>(news), news ? n : 0))
+            .set("cObjectIDRangeLength", Json::uints(l.data(), l.size()));
+        trace().write("mark", std::move(rec));
     }
 
     void write_header(IUnknown* unk) {

@@ -83,6 +83,12 @@ std::int64_t now_ns() {
     return static_cast<std::int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
+std::int64_t now_coarse_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
 TraceWriter& trace() {
     static TraceWriter* w = new TraceWriter(&managed_thread_json);
     return *w;
@@ -109,7 +115,7 @@ void flush_frames(ThreadState& t) {
 
 Frame* push_frame(ThreadState& t, const char* name, int count_id, bool lazy) {
     int d = t.depth++;
-    if (d == 0) t.busy_since.store(now_ns(), std::memory_order_relaxed);
+    if (d == 0) t.busy_since.store(now_coarse_ns(), std::memory_order_relaxed);
     if (count_id >= 0 && !t.tid_known) t.tid_asked = false;  // a callback: the thread may be managed now
     if (count_id != -2) t.called_by_runtime = true;  // not a StackSnapshotCallback (the walker's own thread)
     if (d >= kMaxFrames) return nullptr;
@@ -203,7 +209,7 @@ InfoScope::InfoScope(const char* name, bool two_phase, const void* return_addres
     ++t_->in_runtime;
     if (outermost_call_) {  // a call outside any callback: the hang watchdog times it
         t_->outer_call.store(name, std::memory_order_relaxed);
-        t_->call_since.store(now_ns(), std::memory_order_relaxed);
+        t_->call_since.store(now_coarse_ns(), std::memory_order_relaxed);
     }
     if (shutdown_returned()) t_->calls_after_shutdown.fetch_add(1, std::memory_order_relaxed);
     if (detached()) {

@@ -108,6 +108,9 @@ struct ThreadState {
 ThreadState& me();
 ThreadState* me_if_known();  // null when this thread never touched the proxy
 std::int64_t now_ns();
+// CLOCK_MONOTONIC_COARSE (a few ms of resolution, a fraction of now_ns's cost): the hang watchdog's clock
+// (busy_since, call_since), read once per outermost callback or call
+std::int64_t now_coarse_ns();
 TraceWriter& trace();
 bool recording_enabled();      // the trace is open
 bool shutdown_returned();      // the profiler's Shutdown has returned

@@ -1,6 +1,7 @@
 // A small JSON value: parse the plan, build trace records. Objects keep insertion order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,7 +13,9 @@ namespace profharness {
 
 class Json {
  public:
-    enum class Kind { Null, Bool, Int, UInt, Double, String, Array, Object };
+    // UInts: an array of unsigned integers kept packed (8 bytes each, not a Json each: a MovedReferences2
+    // batch's thousands of ranges, issue 23); it dumps and encodes as that array of numbers, items() is empty.
+    enum class Kind { Null, Bool, Int, UInt, Double, String, Array, Object, UInts };
 
     Json() = default;
     Json(std::nullptr_t) {}
@@ -31,6 +34,7 @@ class Json {
 
     static Json object() { Json j; j.kind_ = Kind::Object; return j; }
     static Json array() { Json j; j.kind_ = Kind::Array; return j; }
+    static Json uints(const std::uint64_t* values, std::size_t n);
     static Json pointer(const void* p) { return Json(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p))); }
 
     Kind kind() const { return kind_; }
@@ -49,11 +53,16 @@ class Json {
     const std::string& as_string() const { return s_; }
     const std::vector<Json>& items() const { return items_; }
     const std::vector<std::pair<std::string, Json>>& members() const { return members_; }
+    // UInts: how many, and the k-th
+    std::size_t uint_count() const { return kind_ == Kind::UInts ? s_.size() / sizeof(std::uint64_t) : 0; }
+    std::uint64_t uint_at(std::size_t k) const;
 
     // Object: append (or replace) a member; returns *this for chaining.
     Json& set(const std::string& key, Json value);
     // Array: append an element.
     Json& push(Json value);
+    // Array: room for n elements (an array whose length is known before it is built).
+    Json& reserve(std::size_t n);
     // Object lookup; nullptr when absent or not an object.
     const Json* get(const std::string& key) const;
 

@@ -130,6 +130,9 @@ class ShadowHeap {
     std::uint64_t compacting_gcs_ = 0;
     std::uint64_t reuse_gcs_ = 0;
     std::uint64_t left_dropped_ = 0;
+    // the last object allocate() placed (valid until gc_finished: only it and allocate() erase objects)
+    ObjectMap::iterator cursor_;
+    bool cursor_valid_ = false;
 };
 
 }  // namespace profharness
