@@ -38,6 +38,8 @@ NUMERIC: dict[str, dict[str, Any]] = {
     "gc-compact": {"event_mask": 128, "event_mask_hi": 0},
     "gc-moves": {"event_mask": 128, "event_mask_hi": 0},
     "hooks-enter": {"event_mask": 167776256, "event_mask_hi": 0},
+    # COR_PRF_ENABLE_REJIT 0x40000 | COR_PRF_MONITOR_JIT_COMPILATION 0x20 (corprof.idl)
+    "rejit": {"event_mask": 262176, "event_mask_hi": 0},
     "stack-basic": {
         "event_mask": 268435520,
         "event_mask_hi": 0,
