@@ -365,6 +365,11 @@ class Assembly:
         """How many rows ``table`` has (0 when absent)."""
         return self._counts.get(table, 0)
 
+    @property
+    def user_strings_size(self) -> int:
+        """The size in bytes of the #US heap on disk (a ``0x70`` token's offset is below it)."""
+        return self._user_strings[1]
+
     def blob(self, index: int) -> bytes:
         """The #Blob heap item at ``index``."""
         start, size = self._blob

@@ -263,9 +263,10 @@ class ReJITModel:
     def jit_started(self, key: Key | None) -> None:
         """A JITCompilationStarted of a function of ``key`` (its first or a recompilation)."""
 
-    def jit_finished(self, key: Key | None) -> None:
-        """A JITCompilationFinished: from now on the function has been compiled (REJIT-01)."""
-        if key is not None:
+    def jit_finished(self, key: Key | None, hr_status: int = 0) -> None:
+        """A JITCompilationFinished: when ``hr_status`` says it succeeded, the function has been compiled from
+        now on (REJIT-01; a compilation that failed, or one a class constructor halted, compiled nothing)."""
+        if key is not None and hr_status & 0x80000000 == 0:
             self.compiled.add(key)
 
     def parameters_started(self, key: Key) -> list[ReJITVerdict]:

@@ -107,8 +107,11 @@ def _requests(trace: Trace) -> dict[str, Request]:
             continue
         names = c.args.get("methods") or []
         tokens = c.args.get("tokens") or []
+        raw_statuses = c.out.get("statuses") or []
+        if not all(isinstance(v, int) for v in [*tokens, *raw_statuses]):
+            continue  # a damaged record (a token or status not a number): no request to judge by
         methods = {str(n): int(t) for n, t in zip(names, tokens, strict=False)}
-        statuses = tuple(int(s) for s in c.out.get("statuses") or [])
+        statuses = tuple(int(s) for s in raw_statuses)
         found.setdefault(c.experiment, Request(c.experiment, c.seq, c.name == "RequestRevert", methods,
                                                int(c.hr), statuses, str(c.args.get("point", "")),
                                                str(c.args.get("thread", ""))))  # fmt: skip

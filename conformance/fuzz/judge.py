@@ -28,6 +28,7 @@ from conformance.core.runner import RunResult
 from conformance.core.trace import read_trace_whole
 from conformance.fuzz.child import ExampleOutcome
 from conformance.fuzz.world import HEAP_MARK
+from conformance.validator.il_rules import FUZZ_MODULE_MARK
 from conformance.validator.recording import Recording, read_recording
 from conformance.validator.rules import check_recording
 
@@ -98,9 +99,9 @@ def heap_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -
     return found
 
 
-#: the fake runtime's mark naming the assembly a module's IL bodies come from (fakeruntime.cpp; the recording
-#: proxy's own marks, ``proxy.*``, are its notes, not events of the recording)
-IL_MODULE_MARK = "fuzz.il.module"
+#: the fake runtime's mark naming the assembly a module's IL bodies come from (fakeruntime.cpp), which the
+#: validator's IL rule reads as well
+IL_MODULE_MARK = FUZZ_MODULE_MARK
 _SET_IL = "SetILFunctionBody"
 _CONTROL_PREFIX = "ICorProfilerFunctionControl::"
 

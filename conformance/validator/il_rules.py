@@ -33,11 +33,14 @@ __all__ = ["ILBodies"]
 SET_IL = "SetILFunctionBody"
 CONTROL_SET_IL = "ICorProfilerFunctionControl::SetILFunctionBody"
 MODULE_MARK = "proxy.il.module"
+#: the fake runtime's mark naming the assembly a module's IL bodies come from (fakeruntime.cpp), the same
+#: shape: fuzz traces are judged by this rule too, tokens and locals against that assembly
+FUZZ_MODULE_MARK = "fuzz.il.module"
 TIE = "VAL-IL-INVALID-PROGRAM"
 #: the checks that need the module's metadata (left out without it)
 _METADATA_RULES = frozenset({"IL-TOKEN", "IL-HEADER-LOCALS", "IL-ARG-INDEX", "IL-LOCAL-INDEX"})
 #: the innermost managed frame of an unhandled exception's report: "at Namespace.Type.Method("
-_FRAME = re.compile(r"\bat ([\w.`+<>|]+)\(")
+_FRAME = re.compile(r"\bat ([\w.`+<>|\[\],]+)\(")
 
 
 class _OnDisk:
@@ -50,9 +53,10 @@ class _OnDisk:
 
     def _beyond(self, token: int) -> bool:
         table, row = token >> 24, token & 0xFFFFFF
-        if table == 0x70:
-            return False
-        beyond = row > self.assembly.rows(table) and row > 0
+        if table == 0x70:  # a user string at or past the file's #US heap: IMetaDataEmit::DefineUserString
+            beyond = row >= self.assembly.user_strings_size
+        else:
+            beyond = row > self.assembly.rows(table) and row > 0
         if beyond:
             self.emitted.add(token)
         return beyond
@@ -103,7 +107,8 @@ def _part(r: Record, part: str) -> dict[str, object]:
           "SetILFunctionBody) is a valid ECMA-335 method body against its module's metadata; an "
           "InvalidProgramException or crash tied to the body that caused it")  # fmt: skip
 class ILBodies(StreamRule):
-    reads = (("mark", MODULE_MARK), ("mark", "proxy.crash"), ("call", SET_IL), ("call", CONTROL_SET_IL))
+    reads = (("mark", MODULE_MARK), ("mark", FUZZ_MODULE_MARK), ("mark", "proxy.crash"), ("call", SET_IL),
+             ("call", CONTROL_SET_IL))  # fmt: skip
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
@@ -116,7 +121,7 @@ class ILBodies(StreamRule):
 
     def on(self, r: Record) -> None:
         if r["kind"] == "mark":
-            if r["name"] == MODULE_MARK:
+            if r["name"] in (MODULE_MARK, FUZZ_MODULE_MARK):
                 module, path = _int(r.get("moduleId")), r.get("path")
                 if module is not None and isinstance(path, str):
                     self.paths[module] = path

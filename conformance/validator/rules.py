@@ -587,33 +587,48 @@ class HooksOutsideInitialize(StreamRule):
 #: the methods answering a FunctionID's (module, methodDef) -> the name of their FunctionID (first) parameter
 _FUNCTION_TOKENS = {name: api.method(name).params[0].name for name in api.names_with(Fact.FUNCTION_TOKEN)}
 _JIT_STARTED = "JITCompilationStarted"
+_JIT_FINISHED = "JITCompilationFinished"
 _SET_IL = "SetILFunctionBody"
 
 
 @rule("REJIT-01", what="SetILFunctionBody only on a function the JIT has never compiled")
 class ILBodyOfCompiledFunction(StreamRule):
-    """REJIT-01: SetILFunctionBody, inside a JITCompilationStarted the proxy marked a recompilation
-    (``compiledBefore``: a compilation of the same FunctionID started before, a tier-up or an on-stack-
+    """REJIT-01: SetILFunctionBody, inside a JITCompilationStarted of a FunctionID the JIT has compiled
+    already (a JITCompilationFinished with a success hrStatus came for it before: a tier-up or an on-stack-
     replacement version), for that function's own (module, methodDef): the pair the profiler's own
     GetFunctionInfo(2) calls answered for the FunctionID. A call for another method, or inside the
-    compilation of a FunctionID the profiler never asked about, is left alone."""
+    compilation of a FunctionID the profiler never asked about, is left alone. A compilation started
+    again without a successful one before it (the JITCompilationStarted page: a class constructor halts
+    the first compilation, and "it must do so for both JITCompilationStarted events"; or a first
+    compilation that failed) is not a recompilation: the proxy's ``compiledBefore`` counts starts, so it is
+    only the number the message gives."""
 
-    reads = (*_calls(set(_FUNCTION_TOKENS)), ("call", _SET_IL), ("callback", _JIT_STARTED))
+    reads = (*_calls(set(_FUNCTION_TOKENS)), ("call", _SET_IL), ("callback", _JIT_STARTED),
+             ("callback", _JIT_FINISHED))  # fmt: skip
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
         self.tokens: dict[int, tuple[int, int]] = {}  # FunctionID -> (ModuleID, methodDef)
-        # OS thread -> the JITCompilationStarted callbacks open on it: (FunctionID, compilations before it)
-        self.compiling: dict[int, list[tuple[int | None, int]]] = {}
+        # OS thread -> the JITCompilationStarted callbacks open on it: (FunctionID, compilations before it,
+        # whether one of them succeeded)
+        self.compiling: dict[int, list[tuple[int | None, int, bool]]] = {}
+        #: the FunctionIDs a JITCompilationFinished with a success hrStatus has come for
+        self.compiled: set[int] = set()
 
     def on(self, r: Record) -> None:
+        if r["kind"] == "callback" and r["name"] == _JIT_FINISHED:
+            function, status = _arg(r, "args", "functionId"), _arg(r, "args", "hrStatus")
+            if _begins(r) and function is not None and status is not None and status & 0x80000000 == 0:
+                self.compiled.add(function)
+            return
         if r["kind"] == "callback":
             open_ = self.compiling.setdefault(r["os_tid"], [])
             if r.get("phase") == "return":
                 if open_:
                     open_.pop()
             else:
-                open_.append((_arg(r, "args", "functionId"), _arg(r, "args", "compiledBefore") or 0))
+                function = _arg(r, "args", "functionId")
+                open_.append((function, _arg(r, "args", "compiledBefore") or 0, function in self.compiled))
             return
         if r["name"] != _SET_IL:
             function = _arg(r, "args", _FUNCTION_TOKENS[r["name"]])
@@ -626,11 +641,11 @@ class ILBodyOfCompiledFunction(StreamRule):
         compiling = self.compiling.get(r["os_tid"])
         if not compiling:
             return
-        function, before = compiling[-1]
+        function, before, compiled = compiling[-1]
         self.j.exercised.add("REJIT-01")
         mine = self.tokens.get(function) if function is not None else None
         asked = (_arg(r, "args", "moduleId"), _arg(r, "args", "methodid"))
-        if before and mine is not None and asked == mine:
+        if compiled and mine is not None and asked == mine:
             self.j.at("REJIT-01", r, f"SetILFunctionBody for method 0x{mine[1]:08X} inside the "
                       f"JITCompilationStarted of a recompilation of FunctionID 0x{function:x} (compilation "
                       f"{before + 1}: a tier-up or on-stack-replacement version): the JIT has compiled this "
@@ -737,8 +752,9 @@ class ReJITProtocol(StreamRule):
     def end(self) -> None:
         for (module, token), (req, asked, jitted, recompiled) in self.again.items():
             self.j.at(rejit.AGAIN, req, f"GetReJITParameters asked for method 0x{token:08X} of module "
-                      f"0x{module:x} a {_ordinal(asked)} time: {req['name']} requested it again while its "
-                      f"earlier request was active ({jitted} JIT compilation(s) of it since its previous "
+                      f"0x{module:x} a {_ordinal(asked)} time: {req['name']} requested it again (over an "
+                      f"active request, or after a revert: the two are not told apart) ({jitted} JIT "
+                      f"compilation(s) of it since its previous "
                       f"parameters, {recompiled} of them recompilations: tier-up, on-stack replacement or a "
                       "recompiled version's); allowed (REJIT-07: a revert and a new recompilation), but a "
                       "rewrite stacked on every JIT event is what crashed a public IL-rewriting sample on "

@@ -27,7 +27,7 @@ from clr_model.il_metadata import Assembly
 from conformance.core import runner, scenarios
 from conformance.core.runtimes import Runtime
 from conformance.validator import api as validator
-from conformance.validator.il_rules import CONTROL_SET_IL, MODULE_MARK, SET_IL, TIE
+from conformance.validator.il_rules import CONTROL_SET_IL, FUZZ_MODULE_MARK, MODULE_MARK, SET_IL, TIE
 from conformance.validator.report import render_text
 from conformance.validator.result import ValidationResult
 from conformance.validator.rules import check_recording
@@ -49,8 +49,8 @@ def _body_call(name: str, body: bytes, token: int = 0x06000001, *, allocated: bo
             "out": {"body": body.hex(), "allocated": allocated}}  # fmt: skip
 
 
-def _module(path: str) -> dict[str, Any]:
-    return {"kind": "mark", "name": MODULE_MARK, "payload": None, "moduleId": MODULE, "path": path}
+def _module(path: str, mark: str = MODULE_MARK) -> dict[str, Any]:
+    return {"kind": "mark", "name": mark, "payload": None, "moduleId": MODULE, "path": path}
 
 
 # ldc.i4 1; brfalse.s <into the next ldc.i4's operand>; ldc.i4 7; pop; ret  (il_branch_mid's guard)
@@ -111,19 +111,28 @@ _SET = "HRESULT hr = info_->SetILFunctionBody(module, token, body);"
 def test_emitted_tokens_are_left_alone_and_file_tokens_resolved(
     apps: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    """Against the app's own file: a call through a MemberRef row beyond the file's table (defined at run
-    time) is no IL-TOKEN; a call through a TypeDef token (a table call does not take) is one, and the finding
+    """Against the app's own file: a call through a MemberRef row beyond the file's table, and an ldstr of an
+    offset past the file's #US heap (both defined at run time: IMetaDataEmit) are no IL-TOKEN; a call
+    through a TypeDef token (a table call does not take) is one, and the finding
     names the method by the file's metadata."""
     dll = apps("ilshapes")
     assembly = Assembly(dll.read_bytes())
     beyond = 0x0A000000 | (assembly.rows(0x0A) + 5)
     emitted = encode_body(assemble([Ins("call", beyond), Ins("ret")])[0])
     wrong_table = encode_body(assemble([Ins("call", 0x02000001), Ins("ret")])[0])
+    string = 0x70000000 | (assembly.user_strings_size + 8)
+    defined_string = encode_body(assemble([Ins("ldstr", string), Ins("pop"), Ins("ldc.i4.0"), Ins("ret")])[0])
     rec, run = _recording(tmp_path, [_module(str(dll)), _body_call(SET_IL, emitted, 0x06000005),
-                                     _body_call(SET_IL, wrong_table, 0x06000005)])  # fmt: skip
+                                     _body_call(SET_IL, wrong_table, 0x06000005),
+                                     _body_call(SET_IL, defined_string, 0x06000005)])  # fmt: skip
     found = check_recording(rec, run)
     assert [(f.clause, f.records) for f in found] == [("IL-TOKEN", [3])], found
     assert "Program.Main (0x06000005)" in found[0].message
+    # the fake runtime names the assembly with its own mark (fuzz.il.module): the same metadata checks
+    (tmp_path / "fuzz").mkdir()
+    rec, run = _recording(tmp_path / "fuzz", [_module(str(dll), FUZZ_MODULE_MARK),
+                                              _body_call(SET_IL, wrong_table, 0x06000005)])  # fmt: skip
+    assert [(f.clause, f.records) for f in check_recording(rec, run)] == [("IL-TOKEN", [2])]
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,30 @@ def test_VAL_REJIT_AGAIN_parameters_asked_again_after_a_second_request(tmp_path:
     assert f.note and "second time" in f.message
     # the note stands at the last request before the second GetReJITParameters (seq of its enter record)
     assert f.records[0] == 2 + len(once) + 1
+
+
+def _compilation(function: int, *inside: dict[str, Any], status: int = 0,
+                 before: int = 0) -> list[dict[str, Any]]:  # fmt: skip
+    """A JITCompilationStarted of ``function`` (the proxy's start count ``before``) with ``inside`` in it,
+    then its JITCompilationFinished with ``status``."""
+    started = {"functionId": function, "compiledBefore": before}
+    return [_callback("JITCompilationStarted", "enter", args=started), *inside,
+            _callback("JITCompilationStarted", "return", 0),
+            _callback("JITCompilationFinished", "enter", args={"functionId": function, "hrStatus": status}),
+            _callback("JITCompilationFinished", "return", 0)]  # fmt: skip
+
+
+def test_REJIT_01_only_after_a_compilation_that_succeeded(tmp_path: Path) -> None:
+    """REJIT-01 fails SetILFunctionBody in the JITCompilationStarted of a function compiled already; a start
+    again after a halted or failed first compilation (the JITCompilationStarted page: a class constructor
+    halts it, and the profiler "must do so for both JITCompilationStarted events") is not one."""
+    function = 0x7F10
+    tokens = _call("GetFunctionInfo", args={"functionId": function},
+                   out={"pModuleId": MODULE, "pToken": METHOD})  # fmt: skip
+    set_il = _call("SetILFunctionBody", args={"moduleId": MODULE, "methodid": METHOD}, caller=0)
+    halted = [*_compilation(function, tokens, set_il, status=-2147467259),  # E_FAIL: nothing compiled
+              *_compilation(function, set_il, before=1)]  # fmt: skip
+    assert of(_findings(tmp_path / "halted", halted), "REJIT-01") == []
+    again = [*_compilation(function, tokens, set_il), *_compilation(function, set_il, before=1)]
+    [f] = of(_findings(tmp_path / "again", again), "REJIT-01")
+    assert not f.note and "0x06000002" in f.message
