@@ -66,13 +66,21 @@ def test_IL_BRANCH_MID_INSTRUCTION_a_broken_body_handed_over_is_found_at_its_cal
     assert found[0].records == [2] and "IL_000A" in found[0].message
 
 
+def _in_parameters(*inside: dict[str, Any]) -> list[dict[str, Any]]:
+    """``inside`` within a GetReJITParameters callback, where the function control is used (REJIT-21)."""
+    args = {"moduleId": MODULE, "methodId": 0x06000002, "pFunctionControl": 0x5000}
+    return [{"kind": "callback", "name": "GetReJITParameters", "phase": "enter", "args": args}, *inside,
+            {"kind": "callback", "name": "GetReJITParameters", "phase": "return", "args": args, "hr": 0}]
+
+
 def test_a_valid_body_is_clean_through_either_interface(tmp_path: Path) -> None:
-    rec, run = _recording(tmp_path, [_body_call(SET_IL, _VALID), _body_call(CONTROL_SET_IL, _VALID)])
+    control = _in_parameters(_body_call(CONTROL_SET_IL, _VALID, 0x06000002))
+    rec, run = _recording(tmp_path, [_body_call(SET_IL, _VALID), *control])
     assert check_recording(rec, run) == []
 
 
 def test_the_function_control_body_is_checked_too(tmp_path: Path) -> None:
-    rec, run = _recording(tmp_path, [_body_call(CONTROL_SET_IL, _MID_BRANCH, 0x06000002)])
+    rec, run = _recording(tmp_path, _in_parameters(_body_call(CONTROL_SET_IL, _MID_BRANCH, 0x06000002)))
     (found,) = check_recording(rec, run)
     assert found.clause == "IL-BRANCH-MID-INSTRUCTION" and CONTROL_SET_IL in found.message
 

@@ -121,7 +121,7 @@ FIXTURES: dict[str, set[str]] = {
     "suspend_managed": {"DSS-22"},
     "destroyed_walk": {"DSS-23"},
     "bad_hook": {"FE2-08"},
-    "elt_block": {"FE2-10"},
+    "elt_block": {"FE2-10", "REJIT-09"},  # its blocking call is RequestReJIT, on a runtime thread
     "elt_gc": {"FE2-11"},
     "fast_hook_gc": {"FE2-11"},  # the same fault in a fast-path hook (seen through the proxy's trampolines)
     "inspect_in_mr2": {"MR2-09"},
