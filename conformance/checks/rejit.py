@@ -89,6 +89,8 @@ class Request:
     statuses: tuple[int, ...]
     point: str = ""
     thread: str = ""
+    #: what the probe put in each status entry before RequestRevert (an entry still holding it: not written)
+    fill: int | None = None
 
 
 def _planned(plan: Mapping[str, Any], entry: str) -> list[str]:
@@ -112,9 +114,11 @@ def _requests(trace: Trace) -> dict[str, Request]:
             continue  # a damaged record (a token or status not a number): no request to judge by
         methods = {str(n): int(t) for n, t in zip(names, tokens, strict=False)}
         statuses = tuple(int(s) for s in raw_statuses)
+        fill = c.out.get("statusFill")
         found.setdefault(c.experiment, Request(c.experiment, c.seq, c.name == "RequestRevert", methods,
                                                int(c.hr), statuses, str(c.args.get("point", "")),
-                                               str(c.args.get("thread", ""))))  # fmt: skip
+                                               str(c.args.get("thread", "")),
+                                               fill if isinstance(fill, int) else None))  # fmt: skip
     return found
 
 
@@ -239,6 +243,13 @@ def judge_rejit16(ev: Evidence) -> Judgement:
                          expected=expected, evidence=(revert.seq,))  # fmt: skip
     lines, shown = [], []
     for method, status in zip(asked, revert.statuses, strict=True):
+        if status == revert.fill:  # the runtime left the entry as the probe filled it
+            shown.append(f"{method} not written")
+            wanted = "S_OK" if method in requested else "a failure (CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND)"
+            lines.append(f"{method} ({'requested' if method in requested else 'never requested'}): status "
+                         f"entry not written by the runtime (still the probe's fill {_hr(status)}), expected "
+                         f"{wanted}")
+            continue
         shown.append(f"{method} {_hr(status)}")
         if method in requested and hresult_failed(status):
             lines.append(f"{method} (requested): status {_hr(status)}, expected S_OK")

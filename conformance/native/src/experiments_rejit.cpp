@@ -6,7 +6,7 @@
 //                     joins (args.thread "own", the documented way) or on the calling thread ("here": a
 //                     callback's, when planned at one). Records a `call` record named after the method it
 //                     called: args {methods, tokens, moduleId, thread, point}, out {statuses (revert),
-//                     elapsedMs}, hr. A method the metadata does not name gets token 0 and is left out of the
+//                     statusFill: what each entry held before the call, elapsedMs}, hr. A method the metadata does not name gets token 0 and is left out of the
 //                     request. Planned at a callback with args.untilModule, it does nothing (and does not count
 //                     as done) until the module is loaded, then runs once.
 //   rejit_parameters  planned at GetReJITParameters: with args.body "prologue", hands the runtime, through the
@@ -38,6 +38,9 @@
 namespace profharness {
 
 namespace {
+
+// what the status array holds before RequestRevert: a success code no runtime answers with
+constexpr HRESULT kStatusUnwritten = 0x0DEFACED;
 
 struct CurrentParameters {
     ICorProfilerFunctionControl* control = nullptr;
@@ -136,7 +139,8 @@ void rejit_request(ExperimentContext& ctx) {
                 methods.push_back(token);
             }
         }
-        statuses.assign(methods.size(), S_OK);
+        // a value no HRESULT the runtime returns: an entry still holding it was never written (REJIT-16)
+        statuses.assign(methods.size(), kStatusUnwritten);
         const auto n = static_cast<ULONG>(methods.size());
         if (n == 0) {
             hr = E_INVALIDARG;  // not asked: nothing to name
@@ -162,6 +166,7 @@ void rejit_request(ExperimentContext& ctx) {
         Json st = Json::array();
         for (HRESULT h : statuses) st.push(Json(static_cast<std::uint32_t>(h)));
         out.set("statuses", std::move(st));
+        out.set("statusFill", Json(static_cast<std::uint32_t>(kStatusUnwritten)));
     }
     out.set("elapsedMs", Json(ms));
     s.call(name, ctx.planned.id.c_str(), std::move(args), std::move(out), hr);

@@ -131,6 +131,19 @@ def test_REJIT_16_a_never_requested_method_reverted_with_S_OK_diverges(tmp_path:
                                      "(CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND)",)  # fmt: skip
 
 
+def test_REJIT_16_an_entry_the_runtime_never_wrote_is_told_from_its_S_OK(tmp_path: Path) -> None:
+    """The probe fills the status array before RequestRevert (out statusFill): an entry still holding the
+    fill was not written, for a requested method as for the other, never read as the fill's own value."""
+    records = _lawful()
+    revert = next(r for r in records if r.get("name") == "RequestRevert")
+    revert["out"]["statusFill"] = 0x0DEFACED
+    revert["out"]["statuses"] = [0x0DEFACED, 0x0DEFACED]
+    verdict = rejit.judge_rejit16(_evidence(tmp_path, records))
+    heads = [line.split(":")[0] for line in verdict.disagreements]
+    assert heads == ["Normal (requested)", "Never (never requested)"]
+    assert all("not written by the runtime" in line for line in verdict.disagreements)
+
+
 def test_REJIT_18_a_second_GetReJITParameters_for_the_generic_diverges(tmp_path: Path) -> None:
     records = _lawful()
     at = next(k for k, r in enumerate(records) if _is(r, "ReJITCompilationStarted", "Generic")
