@@ -591,6 +591,15 @@ _JIT_FINISHED = "JITCompilationFinished"
 _SET_IL = "SetILFunctionBody"
 
 
+def _function_tokens(r: Record) -> tuple[int, tuple[int, int]] | None:
+    """A GetFunctionInfo(2) call's answer: (FunctionID, (ModuleID, methodDef)), None when it failed."""
+    function = _arg(r, "args", _FUNCTION_TOKENS[r["name"]])
+    module, token = _arg(r, "out", "pModuleId"), _arg(r, "out", "pToken")
+    if function is None or module is None or token is None or _int(r.get("hr")) != 0:
+        return None
+    return function, (module, token)
+
+
 @rule("REJIT-01", what="SetILFunctionBody only on a function the JIT has never compiled")
 class ILBodyOfCompiledFunction(StreamRule):
     """REJIT-01: SetILFunctionBody, inside a JITCompilationStarted of a FunctionID the JIT has compiled
@@ -631,10 +640,8 @@ class ILBodyOfCompiledFunction(StreamRule):
                 open_.append((function, _arg(r, "args", "compiledBefore") or 0, function in self.compiled))
             return
         if r["name"] != _SET_IL:
-            function = _arg(r, "args", _FUNCTION_TOKENS[r["name"]])
-            module, token = _arg(r, "out", "pModuleId"), _arg(r, "out", "pToken")
-            if function is not None and module is not None and token is not None and _int(r.get("hr")) == 0:
-                self.tokens[function] = (module, token)
+            if (answer := _function_tokens(r)) is not None:
+                self.tokens[answer[0]] = answer[1]
             return
         if not _begins(r):
             return
@@ -698,10 +705,8 @@ class ReJITProtocol(StreamRule):
             self._callback(r, name)
             return
         if name in _FUNCTION_TOKENS:
-            function = _arg(r, "args", _FUNCTION_TOKENS[name])
-            module, token = _arg(r, "out", "pModuleId"), _arg(r, "out", "pToken")
-            if function is not None and module is not None and token is not None and _int(r.get("hr")) == 0:
-                self.tokens[function] = (module, token)
+            if (answer := _function_tokens(r)) is not None:
+                self.tokens[answer[0]] = answer[1]
             return
         if not _begins(r):
             return
