@@ -587,7 +587,6 @@ class HooksOutsideInitialize(StreamRule):
 #: the methods answering a FunctionID's (module, methodDef) -> the name of their FunctionID (first) parameter
 _FUNCTION_TOKENS = {name: api.method(name).params[0].name for name in api.names_with(Fact.FUNCTION_TOKEN)}
 _JIT_STARTED = "JITCompilationStarted"
-_JIT_FINISHED = "JITCompilationFinished"
 _SET_IL = "SetILFunctionBody"
 
 
@@ -603,17 +602,16 @@ def _function_tokens(r: Record) -> tuple[int, tuple[int, int]] | None:
 @rule("REJIT-01", what="SetILFunctionBody only on a function the JIT has never compiled")
 class ILBodyOfCompiledFunction(StreamRule):
     """REJIT-01: SetILFunctionBody, inside a JITCompilationStarted of a FunctionID the JIT has compiled
-    already (a JITCompilationFinished with a success hrStatus came for it before: a tier-up or an on-stack-
-    replacement version), for that function's own (module, methodDef): the pair the profiler's own
-    GetFunctionInfo(2) calls answered for the FunctionID. A call for another method, or inside the
-    compilation of a FunctionID the profiler never asked about, is left alone. A compilation started
-    again without a successful one before it (the JITCompilationStarted page: a class constructor halts
-    the first compilation, and "it must do so for both JITCompilationStarted events"; or a first
-    compilation that failed) is not a recompilation: the proxy's ``compiledBefore`` counts starts, so it is
-    only the number the message gives."""
+    already (the proxy's ``compiledOk``: compilations of it that finished with a success hrStatus, counted
+    whether or not the profiler asked for JITCompilationFinished; a tier-up or an on-stack-replacement
+    version), for that function's own (module, methodDef): the pair the profiler's own GetFunctionInfo(2)
+    calls answered for the FunctionID. A call for another method, or inside the compilation of a FunctionID
+    the profiler never asked about, is left alone. A compilation started again without a successful one
+    before it (the JITCompilationStarted page: a class constructor halts the first compilation, and "it must
+    do so for both JITCompilationStarted events"; or a first compilation that failed) is not a
+    recompilation (``compiledBefore`` counts starts; a recording without ``compiledOk`` is judged by it)."""
 
-    reads = (*_calls(set(_FUNCTION_TOKENS)), ("call", _SET_IL), ("callback", _JIT_STARTED),
-             ("callback", _JIT_FINISHED))  # fmt: skip
+    reads = (*_calls(set(_FUNCTION_TOKENS)), ("call", _SET_IL), ("callback", _JIT_STARTED))
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
@@ -621,23 +619,17 @@ class ILBodyOfCompiledFunction(StreamRule):
         # OS thread -> the JITCompilationStarted callbacks open on it: (FunctionID, compilations before it,
         # whether one of them succeeded)
         self.compiling: dict[int, list[tuple[int | None, int, bool]]] = {}
-        #: the FunctionIDs a JITCompilationFinished with a success hrStatus has come for
-        self.compiled: set[int] = set()
 
     def on(self, r: Record) -> None:
-        if r["kind"] == "callback" and r["name"] == _JIT_FINISHED:
-            function, status = _arg(r, "args", "functionId"), _arg(r, "args", "hrStatus")
-            if _begins(r) and function is not None and status is not None and status & 0x80000000 == 0:
-                self.compiled.add(function)
-            return
         if r["kind"] == "callback":
             open_ = self.compiling.setdefault(r["os_tid"], [])
             if r.get("phase") == "return":
                 if open_:
                     open_.pop()
             else:
-                function = _arg(r, "args", "functionId")
-                open_.append((function, _arg(r, "args", "compiledBefore") or 0, function in self.compiled))
+                before = _arg(r, "args", "compiledBefore") or 0
+                ok = _arg(r, "args", "compiledOk")  # a recording before it: every start counts
+                open_.append((_arg(r, "args", "functionId"), before, bool(before if ok is None else ok)))
             return
         if r["name"] != _SET_IL:
             if (answer := _function_tokens(r)) is not None:

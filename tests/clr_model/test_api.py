@@ -116,6 +116,8 @@ BEFORE: dict[api.Fact, set[str]] = {
         "SurvivingReferences2", "GetEventMask", "SetEventMask", "GetEventMask2", "SetEventMask2",
         # the bodies a profiler reads and hands over, and the function control it is given (issue 25)
         "GetILFunctionBody", "GetILFunctionBodyAllocator", "SetILFunctionBody", "GetReJITParameters",
+        # counted whether or not the profiler asked for it: REJIT-01's compilations that succeeded
+        "JITCompilationFinished",
     },
     api.Fact.FAKE_BY_HAND: {
         "Initialize", "Shutdown", "DoStackSnapshot", "SetEnterLeaveFunctionHooks",

@@ -862,16 +862,6 @@ class CallbackForwarderBase : public ICorProfilerCallback11 {
         if (!target_[1]) return s_.finish(S_OK);
         return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->JITCompilationStarted(functionId, fIsSafeToBlock));
     }
-    HRESULT STDMETHODCALLTYPE JITCompilationFinished(FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) override {
-        CallbackScope s_(static_cast<int>(ProxyCb::JITCompilationFinished), 1, target_[1] != nullptr);
-        if (s_.hidden()) return s_.hide();
-        s_.arg("functionId", functionId);
-        s_.arg("hrStatus", hrStatus);
-        s_.arg("fIsSafeToBlock", fIsSafeToBlock);
-        s_.begin();
-        if (!target_[1]) return s_.finish(S_OK);
-        return s_.finish(static_cast<ICorProfilerCallback*>(target_[1])->JITCompilationFinished(functionId, hrStatus, fIsSafeToBlock));
-    }
     HRESULT STDMETHODCALLTYPE JITCachedFunctionSearchStarted(FunctionID functionId, BOOL* pbUseCachedFunction) override {
         CallbackScope s_(static_cast<int>(ProxyCb::JITCachedFunctionSearchStarted), 1, target_[1] != nullptr);
         if (s_.hidden()) return s_.hide();

@@ -28,6 +28,7 @@ std::mutex g_mu;
 // not a recompilation)
 struct Starts {
     std::uint32_t count = 0;
+    std::uint32_t succeeded = 0;  // JITCompilationFinished with a success hrStatus (jit_finished)
     std::uint64_t module = 0;
     std::uint32_t token = 0;
 };
@@ -61,6 +62,19 @@ bool on_my_stack(std::uint64_t function) {
 
 }  // namespace
 
+std::uint32_t jit_compiled(std::uint64_t function) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    const auto it = g_starts->find(function);
+    return it == g_starts->end() ? 0 : it->second.succeeded;
+}
+
+void jit_finished(std::uint64_t function, HRESULT status) {
+    if (status < 0) return;  // a failure HRESULT: halted (a class constructor ran first) or failed: nothing was compiled
+    std::lock_guard<std::mutex> lock(g_mu);
+    const auto it = g_starts->find(function);
+    if (it != g_starts->end()) ++it->second.succeeded;
+}
+
 std::uint32_t jit_started(std::uint64_t function) {
     g_compilations.fetch_add(1, std::memory_order_relaxed);
     const auto method = method_of(function);
@@ -69,7 +83,7 @@ std::uint32_t jit_started(std::uint64_t function) {
         std::lock_guard<std::mutex> lock(g_mu);
         Starts& starts = (*g_starts)[function];
         if (starts.count && (starts.module != method.first || starts.token != method.second))
-            starts.count = 0;  // the FunctionID names another method now
+            starts.count = starts.succeeded = 0;  // the FunctionID names another method now
         starts.module = method.first;
         starts.token = method.second;
         before = starts.count++;

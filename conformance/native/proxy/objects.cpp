@@ -935,16 +935,33 @@ class ProxyCallback final : public CallbackForwarderBase {
     // The compilation tally's input (jit.cpp): counted whether or not the profiler asked for it. A
     // recompilation (tier-up, OSR) carries `compiledBefore`, the compilations of this FunctionID started
     // before it (REJIT-01: SetILFunctionBody on a function the JIT has compiled).
+    // `compiledOk`: how many of them finished with success (jit_finished).
     HRESULT STDMETHODCALLTYPE JITCompilationStarted(FunctionID functionId, BOOL fIsSafeToBlock) override {
         const std::uint32_t before = jit_started(functionId);
+        const std::uint32_t compiled = before ? jit_compiled(functionId) : 0;
         CallbackScope s(static_cast<int>(ProxyCb::JITCompilationStarted), 1, target_[1] != nullptr);
         if (s.hidden()) return s.hide();
         s.arg("functionId", functionId);
         s.arg("fIsSafeToBlock", fIsSafeToBlock);
-        if (before) s.arg("compiledBefore", before);
+        if (before) {
+            s.arg("compiledBefore", before);
+            s.arg("compiledOk", compiled);
+        }
         s.begin();
         if (!target_[1]) return s.finish(S_OK);
         return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->JITCompilationStarted(functionId, fIsSafeToBlock));
+    }
+    HRESULT STDMETHODCALLTYPE JITCompilationFinished(FunctionID functionId, HRESULT hrStatus,
+                                                     BOOL fIsSafeToBlock) override {
+        jit_finished(functionId, hrStatus);
+        CallbackScope s(static_cast<int>(ProxyCb::JITCompilationFinished), 1, target_[1] != nullptr);
+        if (s.hidden()) return s.hide();
+        s.arg("functionId", functionId);
+        s.arg("hrStatus", hrStatus);
+        s.arg("fIsSafeToBlock", fIsSafeToBlock);
+        s.begin();
+        if (!target_[1]) return s.finish(S_OK);
+        return s.finish(static_cast<ICorProfilerCallback*>(target_[1])->JITCompilationFinished(functionId, hrStatus, fIsSafeToBlock));
     }
     // The profiler is given the proxy's function control (il_bodies.h, issue 25): its calls are recorded.
     HRESULT STDMETHODCALLTYPE GetReJITParameters(ModuleID moduleId, mdMethodDef methodId,

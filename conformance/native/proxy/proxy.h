@@ -188,6 +188,11 @@ Json heap_json();  // the proxy.shutdown mark's "heap"
 // made with the method on this thread's stack is an OSR transition (a proxy.osr mark).
 // Returns how many compilations of `function` started before this one (0: its first).
 std::uint32_t jit_started(std::uint64_t function);
+// JITCompilationFinished: a success hrStatus counts a compiled version of `function` (REJIT-01: a start after a
+// halted or failed one is no recompilation, the JITCompilationStarted page's class-constructor case).
+void jit_finished(std::uint64_t function, HRESULT status);
+// How many compilations of `function` finished with success so far.
+std::uint32_t jit_compiled(std::uint64_t function);
 Json jit_json();  // the proxy.shutdown mark's "jit"
 
 // --- ground truth (truth.cpp) -------------------------------------------------------------------------------

@@ -73,15 +73,13 @@ def test_VAL_REJIT_AGAIN_parameters_asked_again_after_a_second_request(tmp_path:
     assert f.records[0] == 2 + len(once) + 1
 
 
-def _compilation(function: int, *inside: dict[str, Any], status: int = 0,
-                 before: int = 0) -> list[dict[str, Any]]:  # fmt: skip
-    """A JITCompilationStarted of ``function`` (the proxy's start count ``before``) with ``inside`` in it,
-    then its JITCompilationFinished with ``status``."""
-    started = {"functionId": function, "compiledBefore": before}
+def _compilation(function: int, *inside: dict[str, Any], before: int = 0,
+                 ok: int = 0) -> list[dict[str, Any]]:  # fmt: skip
+    """A JITCompilationStarted of ``function`` as the proxy records it (``compiledBefore``: starts before it,
+    ``compiledOk``: those that finished with success) with ``inside`` in it."""
+    started = {"functionId": function, **({"compiledBefore": before, "compiledOk": ok} if before else {})}
     return [_callback("JITCompilationStarted", "enter", args=started), *inside,
-            _callback("JITCompilationStarted", "return", 0),
-            _callback("JITCompilationFinished", "enter", args={"functionId": function, "hrStatus": status}),
-            _callback("JITCompilationFinished", "return", 0)]  # fmt: skip
+            _callback("JITCompilationStarted", "return", 0)]  # fmt: skip
 
 
 def test_REJIT_01_only_after_a_compilation_that_succeeded(tmp_path: Path) -> None:
@@ -92,9 +90,8 @@ def test_REJIT_01_only_after_a_compilation_that_succeeded(tmp_path: Path) -> Non
     tokens = _call("GetFunctionInfo", args={"functionId": function},
                    out={"pModuleId": MODULE, "pToken": METHOD})  # fmt: skip
     set_il = _call("SetILFunctionBody", args={"moduleId": MODULE, "methodid": METHOD}, caller=0)
-    halted = [*_compilation(function, tokens, set_il, status=-2147467259),  # E_FAIL: nothing compiled
-              *_compilation(function, set_il, before=1)]  # fmt: skip
+    halted = [*_compilation(function, tokens, set_il), *_compilation(function, set_il, before=1, ok=0)]
     assert of(_findings(tmp_path / "halted", halted), "REJIT-01") == []
-    again = [*_compilation(function, tokens, set_il), *_compilation(function, set_il, before=1)]
+    again = [*_compilation(function, tokens, set_il), *_compilation(function, set_il, before=1, ok=1)]
     [f] = of(_findings(tmp_path / "again", again), "REJIT-01")
     assert not f.note and "0x06000002" in f.message
