@@ -57,6 +57,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -609,6 +610,32 @@ std::vector<FunctionID>& g_jitted_pending = *new std::vector<FunctionID>();
 
 std::vector<FunctionID> g_cached_functions;
 
+// Every function EnumJITedFunctions2 lists, in its batches (`each` called once per entry); its HRESULT
+// (E_NOINTERFACE without ICorProfilerInfo4).
+HRESULT for_each_jitted(const std::function<void(const CapturePrfFunction&)>& each) {
+    auto* info4 = state().info_as<ICorProfilerInfo4>(4);
+    if (!info4) return E_NOINTERFACE;
+    ICorProfilerFunctionEnum* raw = nullptr;
+    const HRESULT hr = info4->EnumJITedFunctions2(&raw);
+    auto* fe = reinterpret_cast<CaptureFunctionEnum*>(raw);
+    if (failed(hr) || !fe) return hr;
+    CapturePrfFunction batch[256];
+    ULONG got = 0;
+    while (fe->Next(256, batch, &got) == S_OK || got > 0) {
+        for (ULONG i = 0; i < got; ++i) each(batch[i]);
+        if (got < 256) break;
+        got = 0;
+    }
+    fe->Release();
+    return hr;
+}
+
+// A copy of g_cached_functions, taken under its lock.
+std::vector<FunctionID> cached_functions() {
+    std::lock_guard<std::mutex> lock(g_cached_mutex);
+    return g_cached_functions;
+}
+
 std::string function_name(FunctionID fid) {
     ProbeState& s = state();
     ComHolder<IMetaDataImport> md;
@@ -672,47 +699,26 @@ Json code_ranges(FunctionID fid, ReJITID rejit, HRESULT& hr_out) {
 
 void record_jit_map(const char* exp) {
     ProbeState& s = state();
-    auto* info4 = s.info_as<ICorProfilerInfo4>(4);
     Json methods = Json::array();
-    HRESULT hr = E_NOINTERFACE;
     std::size_t failures = 0;
     std::set<FunctionID> listed;
-    if (info4) {
-        ICorProfilerFunctionEnum* raw = nullptr;
-        hr = info4->EnumJITedFunctions2(&raw);
-        auto* fe = reinterpret_cast<CaptureFunctionEnum*>(raw);
-        if (!failed(hr) && fe) {
-            CapturePrfFunction batch[256];
-            ULONG got = 0;
-            while (fe->Next(256, batch, &got) == S_OK || got > 0) {
-                for (ULONG i = 0; i < got; ++i) {
-                    HRESULT chr = S_OK;
-                    Json versions = code_ranges(batch[i].functionId, batch[i].reJitId, chr);
-                    if (versions.items().empty()) {
-                        ++failures;
-                        continue;
-                    }
-                    listed.insert(batch[i].functionId);
-                    Json m = Json::object();
-                    m.set("functionId", Json(static_cast<std::uint64_t>(batch[i].functionId)));
-                    m.set("reJitId", Json(static_cast<std::uint64_t>(batch[i].reJitId)));
-                    m.set("name", function_name(batch[i].functionId));
-                    m.set("versions", versions);
-                    methods.push(m);
-                }
-                if (got < 256) break;
-                got = 0;
-            }
-            fe->Release();
+    const HRESULT hr = for_each_jitted([&](const CapturePrfFunction& f) {
+        HRESULT chr = S_OK;
+        Json versions = code_ranges(f.functionId, f.reJitId, chr);
+        if (versions.items().empty()) {
+            ++failures;
+            return;
         }
-    }
-    std::vector<FunctionID> cached;
-    {
-        std::lock_guard<std::mutex> lock(g_cached_mutex);
-        cached = g_cached_functions;
-    }
+        listed.insert(f.functionId);
+        Json m = Json::object();
+        m.set("functionId", Json(static_cast<std::uint64_t>(f.functionId)));
+        m.set("reJitId", Json(static_cast<std::uint64_t>(f.reJitId)));
+        m.set("name", function_name(f.functionId));
+        m.set("versions", versions);
+        methods.push(m);
+    });
     std::size_t precompiled = 0;
-    for (FunctionID fid : cached) {
+    for (FunctionID fid : cached_functions()) {
         if (!listed.insert(fid).second) continue;
         HRESULT chr = S_OK;
         Json versions = code_ranges(fid, 0, chr);
@@ -1071,27 +1077,8 @@ void prepare_code_map(const std::vector<Mapping>& maps, bool first) {
     }
     for (FunctionID fid : jitted) learn_function(fid);
     if (first) {
-        ProbeState& s = state();
-        if (auto* info4 = s.info_as<ICorProfilerInfo4>(4)) {
-            ICorProfilerFunctionEnum* raw = nullptr;
-            auto* fe = failed(info4->EnumJITedFunctions2(&raw)) ? nullptr : reinterpret_cast<CaptureFunctionEnum*>(raw);
-            if (fe) {
-                CapturePrfFunction batch[256];
-                ULONG got = 0;
-                while (fe->Next(256, batch, &got) == S_OK || got > 0) {
-                    for (ULONG i = 0; i < got; ++i) learn_function(batch[i].functionId);
-                    if (got < 256) break;
-                    got = 0;
-                }
-                fe->Release();
-            }
-        }
-        std::vector<FunctionID> cached;
-        {
-            std::lock_guard<std::mutex> lock(g_cached_mutex);
-            cached = g_cached_functions;
-        }
-        for (FunctionID fid : cached) learn_function(fid);
+        for_each_jitted([](const CapturePrfFunction& f) { learn_function(f.functionId); });
+        for (FunctionID fid : cached_functions()) learn_function(fid);
     }
     g_code_map.commit();
 }
