@@ -590,13 +590,13 @@ _JIT_STARTED = "JITCompilationStarted"
 _SET_IL = "SetILFunctionBody"
 
 
-def _function_tokens(r: Record) -> tuple[int, tuple[int, int]] | None:
-    """A GetFunctionInfo(2) call's answer: (FunctionID, (ModuleID, methodDef)), None when it failed."""
+def _keep_function_tokens(tokens: dict[int, tuple[int, int]], r: Record) -> None:
+    """Keeps a GetFunctionInfo(2) call's answer in ``tokens``: FunctionID -> (ModuleID, methodDef); nothing
+    when it failed."""
     function = _arg(r, "args", _FUNCTION_TOKENS[r["name"]])
     module, token = _arg(r, "out", "pModuleId"), _arg(r, "out", "pToken")
-    if function is None or module is None or token is None or _int(r.get("hr")) != 0:
-        return None
-    return function, (module, token)
+    if function is not None and module is not None and token is not None and _int(r.get("hr")) == 0:
+        tokens[function] = (module, token)
 
 
 @rule("REJIT-01", what="SetILFunctionBody only on a function the JIT has never compiled")
@@ -632,8 +632,7 @@ class ILBodyOfCompiledFunction(StreamRule):
                 open_.append((_arg(r, "args", "functionId"), before, bool(before if ok is None else ok)))
             return
         if r["name"] != _SET_IL:
-            if (answer := _function_tokens(r)) is not None:
-                self.tokens[answer[0]] = answer[1]
+            _keep_function_tokens(self.tokens, r)
             return
         if not _begins(r):
             return
@@ -697,8 +696,7 @@ class ReJITProtocol(StreamRule):
             self._callback(r, name)
             return
         if name in _FUNCTION_TOKENS:
-            if (answer := _function_tokens(r)) is not None:
-                self.tokens[answer[0]] = answer[1]
+            _keep_function_tokens(self.tokens, r)
             return
         if not _begins(r):
             return
