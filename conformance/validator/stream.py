@@ -109,6 +109,18 @@ def _record(path: Path, number: int, line: bytes) -> Record | None:
     return record
 
 
+def _line_record(path: Path, number: int, line: bytes) -> Record | None:
+    """The record of a complete line of a JSON-lines trace (None: a blank line): parsed first, and handed to
+    :func:`_record` only when it is not a JSON object with a kind."""
+    try:
+        record = loads(line)
+    except JSONDecodeError:
+        record = None
+    if record.__class__ is not dict or record.get("kind").__class__ is not str:
+        return _record(path, number, line)
+    return record
+
+
 def _binary_records(path: Path) -> Iterator[tuple[int, Record]]:
     """(record number, record) of a binary trace (:mod:`conformance.core.binary_trace`); a torn last record
     ends it quietly; a corrupt one raises :class:`HarnessError` naming ``file:number``."""
@@ -130,15 +142,9 @@ def read_records(path: Path) -> Iterator[tuple[int, Record]]:
         for number, line in enumerate(fh, 1):
             if not line.endswith(b"\n"):
                 return  # the writer died mid-record: every complete record before it counts
-            try:
-                record = loads(line)
-            except JSONDecodeError:
-                record = None
-            if record.__class__ is not dict or record.get("kind").__class__ is not str:
-                record = _record(path, number, line)
-                if record is None:
-                    continue
-            yield number, record
+            record = _line_record(path, number, line)
+            if record is not None:
+                yield number, record
 
 
 @dataclass(slots=True)
@@ -348,22 +354,16 @@ class Judging:
                     count += 1
                     self.take(path, number, r)
             else:
-                # read_records inlined (a generator's hand-over per record is a good part of a light rule's
-                # cost)
+                # read_records' loop, not the generator (a generator's hand-over per record is a good part of
+                # a light rule's cost)
                 take = self.take
                 for number, line in enumerate(fh, 1):
                     if not line.endswith(b"\n"):
                         break  # the writer died mid-record: every complete record before it counts
-                    try:
-                        r = loads(line)
-                    except JSONDecodeError:
-                        r = None
-                    if r.__class__ is not dict or r.get("kind").__class__ is not str:
-                        r = _record(path, number, line)
-                        if r is None:
-                            continue
-                    count += 1
-                    take(path, number, r)
+                    record = _line_record(path, number, line)
+                    if record is not None:
+                        count += 1
+                        take(path, number, record)
         self.records = count
         for rule in live:
             rule.end()
