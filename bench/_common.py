@@ -5,12 +5,13 @@ from it; the check that a probe run can be measured and the exit status of a run
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -19,6 +20,7 @@ from conformance.core.errors import HarnessError
 if TYPE_CHECKING:
     from conformance.core.findings import Finding
     from conformance.core.runner import RunResult
+    from conformance.core.runtimes import Runtime
     from conformance.core.trace import Trace
     from conformance.validator.result import RunSummary, ValidationResult
 
@@ -171,11 +173,34 @@ def checked_trace(result: RunResult) -> Trace:
     return trace
 
 
-def exit_status(script: str, passed: Callable[[], bool]) -> int:
-    """Runs ``passed`` (it prints its own lines); then PASS and 0, or FAIL and 1; a run that went wrong
-    (HarnessError) is one line on stderr and 1."""
+def parse_runtime_counts(
+    doc: str | None, argv: list[str] | None, counts: Mapping[str, tuple[int, str]]
+) -> argparse.Namespace:
+    """The command line of a bench over the bundled runtimes (its description: ``doc``'s first line):
+    ``--runtime`` and, for each name of ``counts``, a count that must be positive (its default, its help)."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("--runtime", default="all", help="runtime version, prefix (8.0) or 'all' (default)")
+    for name, (default, what) in counts.items():
+        ap.add_argument(f"--{name}", type=int, default=default, help=what)
+    args = ap.parse_args(argv)
+    if any(getattr(args, name) < 1 for name in counts):
+        ap.error(" and ".join(f"--{name}" for name in counts) + " must be positive")
+    return args
+
+
+def bench_runtimes(script: str, runtime: str, bench_one: Callable[[Runtime], bool], header: str = "") -> int:
+    """``bench_one`` on each runtime ``runtime`` selects (it prints its own lines and says whether the runtime
+    passed), after ``header`` if any; then PASS and exit status 0 if every runtime passed, else FAIL and 1. A
+    run that went wrong (HarnessError) is one line on stderr, naming ``script``, and exit status 1."""
+    from conformance.core import runtimes
+
     try:
-        ok = passed()
+        selected = runtimes.select(runtime)
+        if header:
+            print(header)
+        ok = True
+        for rt in selected:
+            ok = bench_one(rt) and ok
     except HarnessError as exc:
         print(f"{script}: {exc.message}", file=sys.stderr)
         return 1
