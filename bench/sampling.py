@@ -32,7 +32,6 @@ Exit status 0 on PASS on every runtime, 1 on FAIL; a run that goes wrong is one 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
@@ -48,14 +47,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import BenchError, bench_runtimes, checked_trace, parse_runtime_counts
 from clr_model.hresults import HResult
 from conformance.adapters.capture import SAMPLE_CALL
 from conformance.adapters.capture_records import sample_records
 from conformance.cli.capture import sampling_plan
-from conformance.core import probe, runner, runtimes, scenarios
+from conformance.core import probe, runner, scenarios
 from conformance.core.errors import HarnessError
 from conformance.core.runtimes import Runtime
-from conformance.core.trace import ProbeErrorRecord, Trace
+from conformance.core.trace import Trace
 
 SCENARIO = "capture-cpu"
 TARGET_PCT = 2.0
@@ -72,10 +72,6 @@ DONE_CALL = "capture_done"
 #: loaded machine a later run's work can take twice the first one's wall time: the sampling must outlast it).
 SAMPLE_MARGIN = 3.0
 SAMPLE_SLACK = 40
-
-
-class BenchError(HarnessError):
-    """A run that cannot be measured (one line naming the run and its trace)."""
 
 
 @dataclass(frozen=True)
@@ -313,12 +309,7 @@ def _read_samples(
 
 def measure(result: runner.RunResult, asked: int) -> Run:
     """One run's measurement (``asked``: the samples its plan asked for, 0 unsampled)."""
-    trace = result.trace
-    if result.outcome is not runner.RunOutcome.OK or trace is None:
-        raise BenchError(result.describe_failure())
-    errors = trace.of_kind(ProbeErrorRecord)
-    if errors:
-        raise BenchError(f"{trace.path}: probe_error: {errors[0].what}")
+    trace = checked_trace(result)
     work = read_work(trace)
     if asked == 0:
         if sample_records(trace)[0]:
@@ -431,29 +422,19 @@ def format_result(res: RuntimeResult) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--runtime", default="all", help="runtime version, prefix (8.0) or 'all' (default)")
-    ap.add_argument("--rounds", type=int, default=5, help="sampled and unsampled runs each (default 5)")
-    ap.add_argument("--chunks", type=int, default=800, help="work: chunks of 1,000,000 steps (default 800)")
-    args = ap.parse_args(argv)
-    if args.rounds < 1 or args.chunks < 1:
-        ap.error("--rounds and --chunks must be positive")
-    try:
-        selected = runtimes.select(args.runtime)
-        print(
-            f"{SCENARIO}: {args.chunks} chunks of 1,000,000 xorshift steps per run; sampled and unsampled "
-            f"runs alternating, {args.rounds} each per runtime"
-        )
-        ok = True
-        for rt in selected:
-            res = bench_runtime(rt, args.rounds, args.chunks)
-            print("\n".join(format_result(res)), flush=True)
-            ok = ok and res.passed
-    except HarnessError as exc:
-        print(f"bench/sampling.py: {exc.message}", file=sys.stderr)
-        return 1
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    args = parse_runtime_counts(__doc__, argv, {
+        "rounds": (5, "sampled and unsampled runs each (default 5)"),
+        "chunks": (800, "work: chunks of 1,000,000 steps (default 800)"),
+    })  # fmt: skip
+
+    def bench_one(rt: Runtime) -> bool:
+        res = bench_runtime(rt, args.rounds, args.chunks)
+        print("\n".join(format_result(res)), flush=True)
+        return res.passed
+
+    header = (f"{SCENARIO}: {args.chunks} chunks of 1,000,000 xorshift steps per run; sampled and unsampled "
+              f"runs alternating, {args.rounds} each per runtime")  # fmt: skip
+    return bench_runtimes("bench/sampling.py", args.runtime, bench_one, header)
 
 
 if __name__ == "__main__":

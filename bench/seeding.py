@@ -22,7 +22,6 @@ which a loaded machine delays.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import sys
@@ -34,20 +33,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import BenchError, bench_runtimes, checked_trace, parse_runtime_counts
 from conformance.adapters.capture import SEED_CALL
 from conformance.cli.capture import sampling_plan, with_jit_events
-from conformance.core import probe, runner, runtimes, scenarios
-from conformance.core.errors import HarnessError
+from conformance.core import probe, runner, scenarios
 from conformance.core.runtimes import Runtime
-from conformance.core.trace import ProbeErrorRecord
 
 SCENARIO = "capture-sampling"
 #: the recovered handler's p99 over the naive handler's p99 may be at most this (issue 24)
 TARGET_RATIO = 2.0
-
-
-class BenchError(HarnessError):
-    pass
 
 
 @dataclass
@@ -81,12 +75,7 @@ def mode_plan(plan: Mapping[str, Any], samples: int, seed: str) -> dict[str, Any
 
 
 def measure(result: runner.RunResult, seed: str, into: Mode) -> None:
-    trace = result.trace
-    if result.outcome is not runner.RunOutcome.OK or trace is None:
-        raise BenchError(result.describe_failure())
-    errors = trace.of_kind(ProbeErrorRecord)
-    if errors:
-        raise BenchError(f"{trace.path}: probe_error: {errors[0].what}")
+    trace = checked_trace(result)
     seeds = trace.calls(SEED_CALL)
     if not seeds:
         raise BenchError(f"{trace.path}: no {SEED_CALL} record (a probe without the per-sample seed record)")
@@ -127,36 +116,29 @@ def _us(ns: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--runtime", default="all", help="runtime version, prefix (8.0) or 'all' (default)")
-    ap.add_argument("--rounds", type=int, default=3, help="runs per mode (default 3)")
-    ap.add_argument("--samples", type=int, default=200, help="samples per run (default 200)")
-    args = ap.parse_args(argv)
-    if args.rounds < 1 or args.samples < 1:
-        ap.error("--rounds and --samples must be positive")
-    ok = True
-    try:
-        for rt in runtimes.select(args.runtime):
-            naive, recovered = bench_runtime(rt, args.rounds, args.samples)
-            p99n, p99r = percentile(naive.handler_ns, 0.99), percentile(recovered.handler_ns, 0.99)
-            ratio = p99r / p99n
-            passed = ratio <= TARGET_RATIO
-            ok = ok and passed
-            print(f"{SCENARIO} on {rt.version}: {args.rounds} run(s) per mode, {args.samples} samples each; "
-                  f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-            for name, m in (("naive", naive), ("recovered", recovered)):
-                parked = f"; parked for the profiler thread {m.parked}" if name == "recovered" else ""
-                print(f"  {name:<9} handler p50 {_us(percentile(m.handler_ns, 0.5))}  "
-                      f"p99 {_us(percentile(m.handler_ns, 0.99))}  over {len(m.handler_ns)} samples; "
-                      f"walks S_OK {m.walks_ok}/{m.walks} ({m.walks_ok / max(1, m.walks):.1%})"
-                      f"{parked}")  # fmt: skip
-            print(f"  recovered p99 / naive p99 = {ratio:.2f} (target <= {TARGET_RATIO:.1f}): "
-                  f"{'PASS' if passed else 'FAIL'}")  # fmt: skip
-    except HarnessError as exc:
-        print(f"bench/seeding.py: {exc.message}", file=sys.stderr)
-        return 1
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    args = parse_runtime_counts(__doc__, argv, {
+        "rounds": (3, "runs per mode (default 3)"),
+        "samples": (200, "samples per run (default 200)"),
+    })  # fmt: skip
+
+    def bench_one(rt: Runtime) -> bool:
+        naive, recovered = bench_runtime(rt, args.rounds, args.samples)
+        p99n, p99r = percentile(naive.handler_ns, 0.99), percentile(recovered.handler_ns, 0.99)
+        ratio = p99r / p99n
+        passed = ratio <= TARGET_RATIO
+        print(f"{SCENARIO} on {rt.version}: {args.rounds} run(s) per mode, {args.samples} samples each; "
+              f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+        for name, m in (("naive", naive), ("recovered", recovered)):
+            parked = f"; parked for the profiler thread {m.parked}" if name == "recovered" else ""
+            print(f"  {name:<9} handler p50 {_us(percentile(m.handler_ns, 0.5))}  "
+                  f"p99 {_us(percentile(m.handler_ns, 0.99))}  over {len(m.handler_ns)} samples; "
+                  f"walks S_OK {m.walks_ok}/{m.walks} ({m.walks_ok / max(1, m.walks):.1%})"
+                  f"{parked}")  # fmt: skip
+        print(f"  recovered p99 / naive p99 = {ratio:.2f} (target <= {TARGET_RATIO:.1f}): "
+              f"{'PASS' if passed else 'FAIL'}")  # fmt: skip
+        return passed
+
+    return bench_runtimes("bench/seeding.py", args.runtime, bench_one)
 
 
 if __name__ == "__main__":

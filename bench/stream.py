@@ -27,19 +27,21 @@ Targets: >= 1,000,000 records judged per CPU second by the columns, peak RSS <= 
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench import _common as common  # noqa: E402
+from conformance.core.findings import Finding  # noqa: E402
+from conformance.core.runner import RunResult  # noqa: E402
 
 TARGET_RATE = 1_000_000
 TARGET_PEAK_MB = 500
@@ -50,46 +52,21 @@ _RECORD = 5
 # --- the child: one measurement, its result as one JSON line -----------------------------------------------
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise SystemExit(f"/proc/self/status has no {field}")
-
-
 def child(mode: str, path: Path) -> None:
     """``columns`` / ``dict``: every validator rule over ``path`` (judge_run); ``read``: the file's bytes and
     a CRC-32 of each chunk. Prints CPU and wall seconds, records, findings by clause, RSS before and peak."""
-    from conformance.core.findings import Finding
-    from conformance.core.runner import RunOutcome, RunResult
     from conformance.validator.columns import CHUNK
     from conformance.validator.rules import judge_run
 
-    found: list[Finding] = []
-    run = RunResult(scenario="bench", runtime="bench", runtime_source="bench", outcome=RunOutcome.OK,
-                    seconds=0.0, run_dir=path.parent, trace_path=path)  # fmt: skip
-    before = _status_kib("VmRSS")
-    cpu, wall = time.process_time(), time.perf_counter()
-    records = 0
-    if mode == "read":
+    def work(run: RunResult, found: list[Finding]) -> int:
+        if mode != "read":
+            return judge_run(run, found.append, columnar=mode == "columns").records
         with path.open("rb") as fh:
             while chunk := fh.read(CHUNK):
                 zlib.crc32(chunk)
-    else:
-        records = judge_run(run, found.append, columnar=mode == "columns").records
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    clauses = collections.Counter(f.clause for f in found)
-    print(json.dumps({"cpu": cpu, "wall": wall, "records": records, "findings": dict(sorted(clauses.items())),
-                      "rss_before_kib": before, "peak_kib": _status_kib("VmHWM")}))  # fmt: skip
+        return 0
 
-
-def measure(mode: str, path: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], stdout=subprocess.PIPE,
-                          check=False)  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"the {mode} child over {path} failed (exit status {done.returncode})")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    common.timed_child(path, work)
 
 
 # --- the recordings --------------------------------------------------------------------------------------
@@ -97,34 +74,30 @@ def measure(mode: str, path: Path) -> dict[str, Any]:
 
 def real_recording(runtime: str) -> tuple[Path, dict[str, Any]]:
     """``validate`` of object_tracker on heapchurn, binary trace: its trace and what the run took."""
-    from conformance.core import runner, scenarios
-    from conformance.validator import api
-    from tests.conformance.validator.fixtures import FIXTURE_CLSID, build_profiler
-    from tests.conformance.validator.test_proxy_records import APPS, DOCS
-
-    so = build_profiler(DOCS / "object_tracker.cpp", "validator-docs", [DOCS])
-    folder = APPS / "heapchurn"
-    scenario = scenarios.Scenario(name="heapchurn", folder=folder, sources=[folder / "app.cs"],
-                                  plan={"version": 1}, description="heapchurn")  # fmt: skip
-    dll = scenarios.compile_scenario(scenario, runner.reference_runtime())
-    started = time.perf_counter()
     binary = {"PROFHARNESS_TRACE_FORMAT": "binary"}
-    result = api.validate(so, FIXTURE_CLSID, runtime=runtime, app=dll, env=binary)
-    wall = time.perf_counter() - started
-    (run,) = result.runs
-    if run.outcome != "ok":
-        raise SystemExit(f"the real run did not end normally: {run.outcome} ({run.trace})")
+    _result, run, wall = common.heapchurn_run("object_tracker", runtime, binary)
     trace = Path(run.trace)
     if trace.read_bytes()[:8] != b"PHFRAMES":
         raise SystemExit(f"{trace}: not a binary trace")
     return trace, {"runtime": run.runtime, "wall": wall, "records": run.records}
 
 
+def _records(real: Path) -> Iterator[dict[str, Any]]:
+    """Every record of the binary trace ``real``; one it cannot decode stops the bench."""
+    from conformance.core.binary_trace import raw_records
+
+    for _number, r, what in raw_records(real):
+        if r is None:
+            if what is not None:
+                raise SystemExit(f"{real}: {what}")
+            return
+        yield r
+
+
 def synthesize(real: Path, out: Path, records: int) -> int:
     """``out``: ``real``'s frames up to Initialize's return, the record frames of its body (up to Shutdown's
     enter) over and over (definitions only in the first copy), the last copy cut where nothing is open on
     any thread, nearest the count, then its tail. Returns how many records ``out`` holds."""
-    from conformance.core.binary_trace import raw_records
     from conformance.core.frames import FILE_HEADER_SIZE, FRAME_HEADER_SIZE
 
     data = real.read_bytes()
@@ -139,35 +112,7 @@ def synthesize(real: Path, out: Path, records: int) -> int:
         frames.append((at, end, int.from_bytes(data[at + 8 : at + 10], "little")))
         at = end
     of_record = [i for i, f in enumerate(frames) if f[2] == _RECORD]  # record ordinal -> frame index
-    start = end_at = -1
-    depth: collections.Counter[int] = collections.Counter()
-    cuts = [0]  # body lengths (in records) after which nothing is open
-    total = 0
-    for k, (_number, r, what) in enumerate(raw_records(real)):
-        if r is None:
-            if what is not None:
-                raise SystemExit(f"{real}: {what}")
-            break
-        total += 1
-        if start < 0:
-            if r.get("name") == "Initialize" and r.get("phase") == "return":
-                start = k
-            continue
-        if end_at < 0:
-            if r.get("name") == "Shutdown" and r.get("phase") == "enter":
-                end_at = k
-                continue
-            phase = r.get("phase")
-            if phase in ("enter", "return"):
-                depth[r.get("os_tid", 0)] += 1 if phase == "enter" else -1
-            if not +depth:
-                cuts.append(k - start)
-    if start < 0 or end_at <= start + 1:
-        raise SystemExit(f"{real}: no records between Initialize's return and Shutdown to repeat")
-    body = end_at - start - 1
-    room = max(0, records - (start + 1) - (total - end_at))
-    copies, rest = divmod(room, body)
-    cut = min(cuts, key=lambda c: (abs(c - rest), c))
+    start, end_at, total, body, copies, cut = common.repeat_plan(_records(real), real, records)
     first_body, tail = of_record[start] + 1, of_record[end_at]
     written = 0
     with out.open("wb") as fh:
@@ -200,10 +145,6 @@ def _mb(kib: float) -> float:
     return kib * 1024 / 1e6
 
 
-def _findings(found: dict[str, int]) -> str:
-    return ", ".join(f"{clause} x{n}" for clause, n in found.items()) or "none"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -233,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recordings from it: {n:,} records ({size / 1e6:,.0f} MB, {size / n:.1f} bytes/record) and "
               f"the slice {m:,} ({size_small / 1e6:,.0f} MB), written in {time.perf_counter() - started:.1f} "
               "s")  # fmt: skip
-        floor = measure("read", big)
-        base = measure("dict", small)
-        base_cols = measure("columns", small)
-        cols = measure("columns", big)
+        floor = common.measure(__file__, "read", big)
+        base = common.measure(__file__, "dict", small)
+        base_cols = common.measure(__file__, "columns", small)
+        cols = common.measure(__file__, "columns", big)
     load = os.getloadavg()
     for got, want in ((cols, n), (base, m), (base_cols, m)):
         if got["records"] != want:
@@ -247,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     before = _mb(cols["rss_before_kib"])
     print(f"columns, {n:,} records: {cols['cpu']:.1f} s CPU = {rate:,.0f} records/s, {cols['wall']:.1f} s "
           f"wall = {rate_wall:,.0f} records/s; peak RSS {peak:.0f} MB (before judging {before:.0f} MB); "
-          f"findings: {_findings(cols['findings'])}")  # fmt: skip
+          f"findings: {common.findings_text(cols['findings'])}")  # fmt: skip
     print(f"baseline, every record decoded into its dict (the path before), {m:,} records: {base['cpu']:.2f} "
           f"s CPU = {base_rate:,.0f} records/s ({base['wall']:.2f} s wall), so {n / base_rate:,.0f} s CPU "
           f"for {n:,}; peak RSS {_mb(base['peak_kib']):.0f} MB; columns / dict = {rate / base_rate:.1f}x "
@@ -255,18 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     same = base["findings"] == base_cols["findings"]
     print(f"the slice judged by the columns: {base_cols['cpu']:.2f} s CPU = {m / base_cols['cpu']:,.0f} "
           f"records/s; findings {'the same as' if same else 'DIFFERENT from'} the dict path's: "
-          f"{_findings(base_cols['findings'])} / {_findings(base['findings'])}")  # fmt: skip
+          f"{common.findings_text(base_cols['findings'])} / "
+          f"{common.findings_text(base['findings'])}")  # fmt: skip
     print(f"floor, the file's bytes read and CRC-32'd in chunks: {floor['cpu']:.2f} s CPU "
           f"({floor['wall']:.2f} s wall) = {n / floor['cpu']:,.0f} records/s; load after {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f}")  # fmt: skip
-    ok_rate = rate >= TARGET_RATE
-    ok_peak = peak <= TARGET_PEAK_MB
-    print(f"{'PASS' if ok_rate else 'FAIL'}: {rate:,.0f} records judged per CPU second (target >= "
-          f"{TARGET_RATE:,})")  # fmt: skip
-    print(f"{'PASS' if ok_peak else 'FAIL'}: peak RSS {peak:.0f} MB judging {n:,} records (target <= "
-          f"{TARGET_PEAK_MB} MB)")  # fmt: skip
-    print(f"{'PASS' if same else 'FAIL'}: the same findings as the dict path on the slice")
-    return 0 if ok_rate and ok_peak and same else 1
+    return common.print_verdicts(
+        common.rate_verdict(rate, TARGET_RATE),
+        (peak <= TARGET_PEAK_MB,
+         f"peak RSS {peak:.0f} MB judging {n:,} records (target <= {TARGET_PEAK_MB} MB)"),
+        (same, "the same findings as the dict path on the slice"),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -28,12 +28,9 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +39,10 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench import _common as common  # noqa: E402
+from conformance.core.findings import Finding  # noqa: E402
+from conformance.core.runner import RunResult  # noqa: E402
 
 TARGET_RATE = 300_000
 TARGET_MEMORY_GROWTH = 1.5
@@ -52,53 +53,27 @@ MODES = ("judge", "read", "parse")
 # --- the child: one measurement, its result as one JSON line -----------------------------------------------
 
 
-def _status_kib(field: str) -> int:
-    """A memory line of /proc/self/status (``VmRSS``: now, ``VmHWM``: the peak), in KiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise SystemExit(f"/proc/self/status has no {field}")
-
-
 def child(mode: str, path: Path) -> None:
     """``judge``: every validator rule over ``path`` (judge_run, as validate calls it); ``read``: the
     stream's reader alone; ``parse``: orjson over every line and nothing else. Prints its CPU and wall
     seconds, the records, the findings by clause, the RSS before it (the interpreter and the imports) and the
     peak."""
-    from conformance.core.findings import Finding
-    from conformance.core.runner import RunOutcome, RunResult
     from conformance.validator.rules import judge_run
     from conformance.validator.stream import read_records
 
-    found: list[Finding] = []
-    run = RunResult(scenario="bench", runtime="bench", runtime_source="bench", outcome=RunOutcome.OK,
-                    seconds=0.0, run_dir=path.parent, trace_path=path)  # fmt: skip
-    before = _status_kib("VmRSS")
-    cpu, wall = time.process_time(), time.perf_counter()
-    if mode == "judge":
-        records = judge_run(run, found.append).records
-    elif mode == "read":
-        records = sum(1 for _ in read_records(path))
-    else:
+    def work(run: RunResult, found: list[Finding]) -> int:
+        if mode == "judge":
+            return judge_run(run, found.append).records
+        if mode == "read":
+            return sum(1 for _ in read_records(path))
         records = 0
         with path.open("rb") as fh:
             for line in fh:
                 orjson.loads(line)
                 records += 1
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    clauses = collections.Counter(f.clause for f in found)
-    print(json.dumps({"cpu": cpu, "wall": wall, "records": records, "findings": dict(sorted(clauses.items())),
-                      "rss_before_kib": before, "peak_kib": _status_kib("VmHWM")}))  # fmt: skip
+        return records
 
-
-def measure(mode: str, path: Path) -> dict[str, Any]:
-    """One child of ``mode`` over ``path``: what it printed."""
-    done = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], stdout=subprocess.PIPE,
-                          check=False)  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"the {mode} child over {path} failed (exit status {done.returncode})")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    common.timed_child(path, work)
 
 
 # --- the recordings --------------------------------------------------------------------------------------
@@ -106,22 +81,7 @@ def measure(mode: str, path: Path) -> dict[str, Any]:
 
 def real_recording(profiler: str, runtime: str) -> tuple[Path, dict[str, Any]]:
     """``validate`` of ``profiler`` on heapchurn: its trace and what the run took."""
-    from conformance.core import runner, scenarios
-    from conformance.validator import api
-    from tests.conformance.validator.fixtures import FIXTURE_CLSID, build_profiler
-    from tests.conformance.validator.test_proxy_records import APPS, DOCS
-
-    so = build_profiler(DOCS / f"{profiler}.cpp", "validator-docs", [DOCS])
-    folder = APPS / "heapchurn"
-    scenario = scenarios.Scenario(name="heapchurn", folder=folder, sources=[folder / "app.cs"],
-                                  plan={"version": 1}, description="heapchurn")  # fmt: skip
-    dll = scenarios.compile_scenario(scenario, runner.reference_runtime())
-    started = time.perf_counter()
-    result = api.validate(so, FIXTURE_CLSID, runtime=runtime, app=dll)
-    wall = time.perf_counter() - started
-    (run,) = result.runs
-    if run.outcome != "ok":
-        raise SystemExit(f"the real run did not end normally: {run.outcome} ({run.trace})")
+    result, run, wall = common.heapchurn_run(profiler, runtime)
     clauses: collections.Counter[str] = collections.Counter()
     for g in result.groups:
         clauses[g.clause] += g.count
@@ -142,28 +102,7 @@ def synthesize(real: Path, out: Path, records: int) -> int:
                 if line.strip():
                     yield orjson.loads(line)
 
-    start = end = -1
-    depth: collections.Counter[int] = collections.Counter()  # thread -> callbacks and calls open on it
-    cuts = [0]  # body lengths after which nothing is open
-    for i, r in enumerate(lines()):
-        if start < 0:
-            if r.get("name") == "Initialize" and r.get("phase") == "return":
-                start = i
-            continue
-        if r.get("name") == "Shutdown" and r.get("phase") == "enter":
-            end = i
-            break
-        phase = r.get("phase")
-        if phase in ("enter", "return"):
-            depth[r.get("os_tid", 0)] += 1 if phase == "enter" else -1
-        if not +depth:
-            cuts.append(i - start)
-    if start < 0 or end <= start + 1:
-        raise SystemExit(f"{real}: no records between Initialize's return and Shutdown to repeat")
-    body = end - start - 1
-    room = max(0, records - (start + 1) - (sum(1 for _ in lines()) - end))
-    copies, rest = divmod(room, body)
-    cut = min(cuts, key=lambda c: (abs(c - rest), c))
+    start, end, _total, body, copies, cut = common.repeat_plan(lines(), real, records)
     seq = 0
     with out.open("wb") as fh:
 
@@ -196,10 +135,6 @@ def _mib(kib: float) -> str:
     return f"{kib / 1024:.1f} MiB"
 
 
-def _findings(found: dict[str, int]) -> str:
-    return ", ".join(f"{clause} x{n}" for clause, n in found.items()) or "none"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -220,7 +155,7 @@ def main() -> int:
     print(f"the run: validate {args.profiler} on heapchurn, {real['runtime']}: {real['wall']:.2f} s wall "
           f"(the app under the proxy {real['app']:.2f} s), {real['records']:,} records, judged in it in "
           f"{real['judge']:.2f} s wall ({real['records'] / max(real['judge'], 1e-9):,.0f} records/s); "
-          f"findings: {_findings(real['findings'])}")  # fmt: skip
+          f"findings: {common.findings_text(real['findings'])}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-validate-") as tmp:
         one, four = Path(tmp) / "x1.jsonl", Path(tmp) / "x4.jsonl"
         n1 = synthesize(trace, one, args.records)
@@ -230,8 +165,8 @@ def main() -> int:
         rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
         for _ in range(args.rounds):
             for mode in MODES:
-                rounds[mode].append(measure(mode, one))
-        at4 = measure("judge", four)
+                rounds[mode].append(common.measure(__file__, mode, one))
+        at4 = common.measure(__file__, "judge", four)
     for got in [*(m for ms in rounds.values() for m in ms), at4]:
         if got["records"] != (n4 if got is at4 else n1):
             raise SystemExit(f"a child counted {got['records']:,} records of {n1:,} (4x: {n4:,})")
@@ -242,7 +177,8 @@ def main() -> int:
     print(f"judged, median of {args.rounds}: {cpu['judge']:.3f} s CPU = {rate:,.0f} records/s "
           f"({wall['judge']:.3f} s wall = {n1 / wall['judge']:,.0f} records/s); at 4x: "
           f"{at4['cpu']:.3f} s CPU = {rate4:,.0f} records/s ({at4['wall']:.3f} s wall)")  # fmt: skip
-    print(f"findings: {_findings(judged[0]['findings'])} at 1x, {_findings(at4['findings'])} at 4x")
+    print(f"findings: {common.findings_text(judged[0]['findings'])} at 1x, "
+          f"{common.findings_text(at4['findings'])} at 4x")  # fmt: skip
     print(f"baseline, orjson over every line and nothing else: {cpu['parse']:.3f} s CPU = "
           f"{n1 / cpu['parse']:,.0f} records/s ({wall['parse']:.3f} s wall); "
           f"judge / parse = {cpu['judge'] / cpu['parse']:.2f}x CPU, "
@@ -256,13 +192,11 @@ def main() -> int:
     print(f"peak RSS of the judge: {_mib(peak1)} at {n1:,} records, {_mib(peak4)} at {n4:,} ({growth:.2f}x); "
           f"before judging (the interpreter and the imports) {_mib(base1)}, so the judging's own "
           f"{_mib(peak1 - base1)} and {_mib(peak4 - at4['rss_before_kib'])}")  # fmt: skip
-    ok_rate = rate >= TARGET_RATE
-    ok_memory = growth <= TARGET_MEMORY_GROWTH
-    print(f"{'PASS' if ok_rate else 'FAIL'}: {rate:,.0f} records judged per CPU second (target >= "
-          f"{TARGET_RATE:,})")  # fmt: skip
-    print(f"{'PASS' if ok_memory else 'FAIL'}: peak memory at 4x the records {growth:.2f}x the peak at 1x "
-          f"(target <= {TARGET_MEMORY_GROWTH})")  # fmt: skip
-    return 0 if ok_rate and ok_memory else 1
+    return common.print_verdicts(
+        common.rate_verdict(rate, TARGET_RATE),
+        (growth <= TARGET_MEMORY_GROWTH,
+         f"peak memory at 4x the records {growth:.2f}x the peak at 1x (target <= {TARGET_MEMORY_GROWTH})"),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

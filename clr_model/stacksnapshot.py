@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -247,6 +247,13 @@ class WalkOutcome(BaseModel):
     reason: str = ""
 
 
+class CompareOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Snapshot.closest` and :meth:`Snapshot.conforms` (defaults: closest's)."""
+
+    compare_addresses: bool
+    names: Mapping[int, str] | None
+
+
 class Snapshot(BaseModel):
     """The model's answer: the exact outcome and every outcome the document also allows."""
 
@@ -271,17 +278,11 @@ class Snapshot(BaseModel):
         return self.exact.callbacks
 
     def conforms(
-        self,
-        observed: Sequence[ObservedCallback],
-        observed_hr: int,
-        *,
-        compare_addresses: bool = True,
-        names: Mapping[int, str] | None = None,
+        self, observed: Sequence[ObservedCallback], observed_hr: int, **options: Unpack[CompareOptions]
     ) -> list[Violation]:
-        """Every violation of an observed walk against the closest allowed outcome; [] when it matches one.
-
-        ``names`` (FunctionID -> a name) makes the messages name functions instead of giving their ids."""
-        return self.closest(observed, observed_hr, compare_addresses=compare_addresses, names=names)[1]
+        """Every violation of an observed walk against the closest allowed outcome; [] when it matches one
+        (``options``: as :meth:`closest`'s)."""
+        return self.closest(observed, observed_hr, **options)[1]
 
     def closest(
         self,
@@ -293,7 +294,8 @@ class Snapshot(BaseModel):
     ) -> tuple[WalkOutcome, list[Violation]]:
         """The allowed outcome the observed walk matches (violations []), or else the closest one (the most
         callbacks in common, then the fewest violations, then the document's order) with all its
-        violations."""
+        violations. ``names`` (FunctionID -> a name) makes the messages name functions instead of giving
+        their ids."""
         observed = tuple(observed)
         hr = observed_hr & 0xFFFFFFFF
         found = [

@@ -319,16 +319,23 @@ def _unvalidated(cls: type[_Model], values: dict[str, Any], given: Iterable[str]
     ``given``: the fields passed rather than defaulted), built without running validation: for values the
     caller has checked to be of the fields' types already. (pydantic's own ``model_construct`` costs more
     than validation; tests/emu/test_replay_fast.py holds the two equal.)"""
-    obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(given))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
-    return obj
+    return _built(cls, values, set(given))
 
 
 _object_new = object.__new__
 _object_setattr = object.__setattr__
+
+
+def _built(cls: type[_Model], values: dict[str, Any], fields_set: set[str]) -> _Model:
+    """:func:`_unvalidated` with the set of the fields given made already (one per class, shared by its
+    instances built so: pydantic never changes a frozen model's set in place)."""
+    obj = _object_new(cls)
+    _object_setattr(obj, "__dict__", values)
+    _object_setattr(obj, "__pydantic_fields_set__", fields_set)
+    _object_setattr(obj, "__pydantic_extra__", None)
+    _object_setattr(obj, "__pydantic_private__", None)
+    return obj
+
 
 _REPLAY_FRAME_GIVEN = (
     "index", "ip", "sp", "trust", "kind", "function_id", "function", "module", "module_offset",
@@ -403,7 +410,7 @@ def _frame_models(frames: Sequence[LightFrame]) -> list[ReplayFrame]:
     """Each light frame as its :class:`ReplayFrame`: ``_replay_frame`` of it, the loop written out, then
     ``model_copy(update={"reported_ip": ...})`` where it has one. A frame whose numbers are not u64 ints
     goes through :func:`_replay_frame` (validation, which fails as it would)."""
-    new, setattr_ = _object_new, _object_setattr
+    built = _built
     fields_set = _REPLAY_FRAME_SET
     out: list[ReplayFrame] = []
     for i, (ip, sp, trust, kind, fid, function, file_name, offset, reported) in enumerate(frames):
@@ -412,14 +419,10 @@ def _frame_models(frames: Sequence[LightFrame]) -> list[ReplayFrame]:
             and 0 <= sp < _U64_END and (fid is None or (type(fid) is int and 0 <= fid < _U64_END))
             and (offset is None or (type(offset) is int and 0 <= offset < _U64_END))
         ):  # fmt: skip
-            frame = new(ReplayFrame)
-            setattr_(frame, "__dict__", {
+            frame = built(ReplayFrame, {
                 "index": i, "ip": ip, "sp": sp, "trust": trust, "kind": kind, "function_id": fid,
                 "function": function, "module": file_name, "module_offset": offset, "reported_ip": None,
-            })  # fmt: skip
-            setattr_(frame, "__pydantic_fields_set__", fields_set)
-            setattr_(frame, "__pydantic_extra__", None)
-            setattr_(frame, "__pydantic_private__", None)
+            }, fields_set)  # fmt: skip
         else:
             frame = _replay_frame(i, ip, sp, trust, kind, fid, function, file_name, offset)
         if reported is not None:
@@ -904,7 +907,7 @@ def _model_input(
 ) -> SnapshotInput:
     thread: list[ManagedFrame | UnmanagedFrame] = []
     top_run = True
-    new, setattr_ = _object_new, _object_setattr
+    built = _built
     helper_place = place.startswith("helper")
     # the model's input frames are built without validation where their numbers are u64 ints (the
     # unwinder's always are); anything else is validated, and fails, as it always did
@@ -913,13 +916,8 @@ def _model_input(
         valid = type(ip) is int and type(sp) is int and 0 <= ip < _U64_END and 0 <= sp < _U64_END
         if fid:
             if valid and type(fid) is int and 0 < fid < _U64_END:
-                frame: ManagedFrame | UnmanagedFrame = new(ManagedFrame)
-                setattr_(frame, "__dict__", {"kind": "managed", "function_id": fid, "ip": ip, "sp": sp,
-                                             "in_jit_code": True})  # fmt: skip
-                setattr_(frame, "__pydantic_fields_set__", _MANAGED_SET)
-                setattr_(frame, "__pydantic_extra__", None)
-                setattr_(frame, "__pydantic_private__", None)
-                thread.append(frame)
+                thread.append(built(ManagedFrame, {"kind": "managed", "function_id": fid, "ip": ip, "sp": sp,
+                                                   "in_jit_code": True}, _MANAGED_SET))  # fmt: skip
             else:
                 thread.append(ManagedFrame(function_id=fid, ip=ip, sp=sp))
             top_run = False
@@ -928,22 +926,12 @@ def _model_input(
         if top_run and (helper_place or f.kind == "stub" or is_runtime_module(f.module or "")):
             kind = "helper"
         if valid:
-            frame = new(UnmanagedFrame)
-            setattr_(frame, "__dict__", {"kind": kind, "ip": ip, "sp": sp})
-            setattr_(frame, "__pydantic_fields_set__", _UNMANAGED_SET)
-            setattr_(frame, "__pydantic_extra__", None)
-            setattr_(frame, "__pydantic_private__", None)
-            thread.append(frame)
+            thread.append(built(UnmanagedFrame, {"kind": kind, "ip": ip, "sp": sp}, _UNMANAGED_SET))
         else:
             thread.append(UnmanagedFrame(kind=kind, ip=ip, sp=sp))
     # ThreadModel(frames=...) gives these very frames back (instances are not validated again): built so
-    thread_model = new(ThreadModel)
-    setattr_(thread_model, "__dict__", {"frames": tuple(thread)})
-    setattr_(thread_model, "__pydantic_fields_set__", {"frames"})
-    setattr_(thread_model, "__pydantic_extra__", None)
-    setattr_(thread_model, "__pydantic_private__", None)
     return SnapshotInput(
-        thread=thread_model,
+        thread=built(ThreadModel, {"frames": tuple(thread)}, {"frames"}),
         state=ThreadState.CURRENT_SIGNAL_INTERRUPTED,
         info_flags=COR_PRF_SNAPSHOT_REGISTER_CONTEXT,
         seed=Seed(ip=seed.ip, sp=seed.sp, in_managed_code=True) if seed is not None else None,

@@ -38,7 +38,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypedDict, Unpack
 
 import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
@@ -873,16 +873,18 @@ def _quick_frame_pointer(
     return {"rip": ret, "rsp": rbp + 16, "rbp": saved}
 
 
-def unwind(
-    capture: Capture,
-    *,
-    code: CodeMap | None = None,
-    memory: CaptureMemory | None = None,
-    max_frames: int = MAX_FRAMES,
-    allow_disk: bool = True,
-    max_instructions: int = 10_000,
-    max_seconds: float | None = None,
-) -> UnwindResult:
+class WalkOptions(TypedDict, total=False):
+    """The keyword options of :func:`unwind` and :func:`walk_frames` (their defaults: walk_frames')."""
+
+    code: CodeMap | None
+    memory: CaptureMemory | None
+    max_frames: int
+    allow_disk: bool
+    max_instructions: int
+    max_seconds: float | None
+
+
+def unwind(capture: Capture, **options: Unpack[WalkOptions]) -> UnwindResult:
     """Unwind ``capture``'s thread from its registers (see the module docstring).
 
     Emulation is bounded by ``max_instructions``; by default no time budget is set (``max_seconds``), so a
@@ -890,10 +892,7 @@ def unwind(
 
     The code map, memory and CPU are kept in ``capture.cache`` for the next unwind of the same capture
     (they hold no result of a walk, so every unwind of a capture gives the same result)."""
-    raw = walk_frames(
-        capture, code=code, memory=memory, max_frames=max_frames, allow_disk=allow_disk,
-        max_instructions=max_instructions, max_seconds=max_seconds,
-    )  # fmt: skip
+    raw = walk_frames(capture, **options)
     new_frame = object.__new__
     frames: list[UnwoundFrame] = []
     for ip, sp, trust, regs, fid, module, r2r in raw.frames:

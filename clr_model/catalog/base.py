@@ -105,42 +105,24 @@ PREFIXES: dict[Document, str] = {
 }
 
 _PAGES = "https://learn.microsoft.com/dotnet/framework/unmanaged-api/profiling/"
-#: where each document is: a contract file in ``shared/spec``, or the Microsoft page (its quotes were read
-#: from the dotnet/docs sources of these pages)
-SOURCES: dict[Document, str] = {
+
+
+def _method_page(document: Document) -> str:
+    """The Microsoft page of an ``Interface::Method`` document: the two names in lower case, ``-method``
+    after them."""
+    interface, method = document.split("::")
+    return f"{_PAGES}{interface.lower()}-{method.lower()}-method"
+
+
+#: where each document that is not one Microsoft method page is
+_OWN_SOURCES: dict[Document, str] = {
     Document.DO_STACK_SNAPSHOT: "shared/spec/DoStackSnapshot.md",
     Document.FUNCTION_ENTER2: "shared/spec/FunctionEnter2.md",
     Document.MOVED_REFERENCES2: "shared/spec/MovedReferences2.md",
     Document.CALLER_ALLOCATED_BUFFERS: "shared/spec/caller-allocated-buffers.md",
-    Document.OBJECT_REFERENCES: _PAGES + "icorprofilercallback-objectreferences-method",
-    Document.ROOT_REFERENCES2: _PAGES + "icorprofilercallback2-rootreferences2-method",
-    Document.GARBAGE_COLLECTION_STARTED: _PAGES + "icorprofilercallback2-garbagecollectionstarted-method",
-    Document.SHUTDOWN: _PAGES + "icorprofilercallback-shutdown-method",
-    Document.SET_ENTER_LEAVE_HOOKS2: _PAGES + "icorprofilerinfo2-setenterleavefunctionhooks2-method",
     Document.COR_PRF_MONITOR: _PAGES + "cor-prf-monitor-enumeration",
-    Document.PROFILER_DETACH_SUCCEEDED: _PAGES + "icorprofilercallback3-profilerdetachsucceeded-method",
-    Document.SET_IL_FUNCTION_BODY: _PAGES + "icorprofilerinfo-setilfunctionbody-method",
     Document.ENABLE_REJIT: _PAGES + "cor-prf-monitor-enumeration#feature-enabling-flags",
-    Document.REQUEST_REJIT: _PAGES + "icorprofilerinfo4-requestrejit-method",
-    Document.REQUEST_REJIT_WITH_INLINERS: _PAGES + "icorprofilerinfo10-requestrejitwithinliners-method",
-    Document.REQUEST_REVERT: _PAGES + "icorprofilerinfo4-requestrevert-method",
-    Document.GET_REJIT_PARAMETERS: _PAGES + "icorprofilercallback4-getrejitparameters-method",
     Document.FUNCTION_CONTROL: _PAGES + "icorprofilerfunctioncontrol-interface",
-    Document.FUNCTION_CONTROL_SET_IL_FUNCTION_BODY: (
-        _PAGES + "icorprofilerfunctioncontrol-setilfunctionbody-method"
-    ),
-    Document.FUNCTION_CONTROL_SET_CODEGEN_FLAGS: (
-        _PAGES + "icorprofilerfunctioncontrol-setcodegenflags-method"
-    ),
-    Document.FUNCTION_CONTROL_SET_IL_INSTRUMENTED_CODE_MAP: (
-        _PAGES + "icorprofilerfunctioncontrol-setilinstrumentedcodemap-method"
-    ),
-    Document.REJIT_COMPILATION_STARTED: _PAGES + "icorprofilercallback4-rejitcompilationstarted-method",
-    Document.REJIT_COMPILATION_FINISHED: _PAGES + "icorprofilercallback4-rejitcompilationfinished-method",
-    Document.REJIT_ERROR: _PAGES + "icorprofilercallback4-rejiterror-method",
-    Document.GET_REJIT_IDS: _PAGES + "icorprofilerinfo4-getrejitids-method",
-    Document.GET_IL_FUNCTION_BODY: _PAGES + "icorprofilerinfo-getilfunctionbody-method",
-    Document.GET_IL_FUNCTION_BODY_ALLOCATOR: _PAGES + "icorprofilerinfo-getilfunctionbodyallocator-method",
     Document.ECMA_335: (
         "ECMA-335 6th edition (June 2012), https://www.ecma-international.org/publications-and-standards/"
         "standards/ecma-335/; quoted from the Markdown transcription github.com/stakx/ecma-335 (docs/*.md)"
@@ -148,6 +130,9 @@ SOURCES: dict[Document, str] = {
     Document.SIGNAL_SAFETY: "https://man7.org/linux/man-pages/man7/signal-safety.7.html (man-pages 6.03)",
     Document.HARNESS: "profharness (the harness's own rules)",
 }
+#: where each document is: a contract file in ``shared/spec``, or the Microsoft page (its quotes were read
+#: from the dotnet/docs sources of these pages; an ``Interface::Method`` document's page is named after it)
+SOURCES: dict[Document, str] = {d: _OWN_SOURCES.get(d) or _method_page(d) for d in Document}
 
 
 class Clause(BaseModel):
