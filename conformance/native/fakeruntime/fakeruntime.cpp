@@ -1276,22 +1276,28 @@ void mark_heap(const Json& cmd) {
     record("mark", rec);
 }
 
+// The world's entry a "module" or "class" command tells (its id and names), replacing any earlier one of
+// that id; the caller fills in the rest.
+template <class Entry, class Id>
+Entry& told(std::unordered_map<Id, Entry>& entries, const Json& cmd) {
+    const Id id = arg_of<Id>(cmd, "id");
+    Entry& e = entries[id];
+    e = Entry{};
+    e.id = id;
+    e.names = names_of(cmd);
+    return e;
+}
+
 void apply_state(const std::string& op, const Json& cmd) {
     if (op == "module") {
-        Module m;
-        m.id = arg_of<ModuleID>(cmd, "id");
+        Module& m = told(g_world.modules, cmd);
         m.base = arg_of<UINT_PTR>(cmd, "base");
         m.assembly = arg_of<AssemblyID>(cmd, "assembly");
-        m.names = names_of(cmd);
-        g_world.modules[m.id] = std::move(m);
     } else if (op == "class") {
-        Class c;
-        c.id = arg_of<ClassID>(cmd, "id");
+        Class& c = told(g_world.classes, cmd);
         c.module = arg_of<ModuleID>(cmd, "module");
         c.token = arg_of<mdTypeDef>(cmd, "token");
         c.parent = arg_of<ClassID>(cmd, "parent");
-        c.names = names_of(cmd);
-        g_world.classes[c.id] = std::move(c);
     } else if (op == "function") {
         Function f;
         f.id = arg_of<FunctionID>(cmd, "id");
@@ -1330,17 +1336,9 @@ void apply_state(const std::string& op, const Json& cmd) {
             g_idle.push_back(it->second.worker);
             g_world.threads.erase(it);
         }
-    } else if (op == "heap") {
+    } else if (op == "heap" || op == "objects") {  // the whole heap, or objects added to it
         mark_heap(cmd);
-        g_world.heap.clear();
-        if (const Json* objs = cmd.get("objects")) {
-            for (const Json& o : objs->items()) {
-                const auto& f = o.items();
-                if (f.size() == 3) g_world.heap[f[0].as_uint()] = Object{f[1].as_uint(), f[2].as_uint()};
-            }
-        }
-    } else if (op == "objects") {  // added to the heap
-        mark_heap(cmd);
+        if (op == "heap") g_world.heap.clear();
         if (const Json* objs = cmd.get("objects")) {
             for (const Json& o : objs->items()) {
                 const auto& f = o.items();
