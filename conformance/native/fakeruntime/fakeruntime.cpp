@@ -30,6 +30,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "generated.h"
@@ -55,25 +56,25 @@ struct Names {
     }
 };
 
-struct Module {
-    ModuleID id = 0;
-    UINT_PTR base = 0;
-    AssemblyID assembly = 0;
+// What the world tells of a module, a class or a function: its id (a ModuleID, ClassID or FunctionID) and
+// the names its calls answer, then each kind's own facts.
+struct Entry {
+    UINT_PTR id = 0;
     Names names;
 };
-struct Class {
-    ClassID id = 0;
+struct Module : Entry {
+    UINT_PTR base = 0;
+    AssemblyID assembly = 0;
+};
+struct Class : Entry {
     ModuleID module = 0;
     mdTypeDef token = 0;
     ClassID parent = 0;
-    Names names;
 };
-struct Function {
-    FunctionID id = 0;
+struct Function : Entry {
     FunctionInfo info;  // what GetFunctionInfo answers
     UINT_PTR start = 0;
     SIZE_T size = 0;
-    Names names;
     std::vector<BYTE> il;  // its IL body (header, code, sections), what GetILFunctionBody answers
 };
 struct Object {
@@ -757,38 +758,34 @@ class Info final : public InfoBase {
     }
 
     // behaviour: answer.world
-    HRESULT hooks(const char* name, const char* const* names, const void* e, const void* l, const void* t,
-                  const void* caller) {
+    // One of the SetEnterLeaveFunctionHooks* calls: its three hooks recorded as args pFuncEnter<suffix>,
+    // pFuncLeave<suffix>, pFuncTailcall<suffix> (the parameter names of the version `suffix` names).
+    template <class Enter, class Leave, class Tailcall>
+    HRESULT hooks(const char* name, const std::string& suffix, Enter* e, Leave* l, Tailcall* t, const void* caller) {
         CallScope s(name, false);
         s.caller(caller);
-        const void* fns[3] = {e, l, t};
-        for (int k = 0; k < 3; ++k)
-            s.args().set(names[k], Json::object().set("address", Json::pointer(fns[k])));
+        const std::pair<const char*, const void*> fns[3] = {{"pFuncEnter", reinterpret_cast<const void*>(e)},
+                                                            {"pFuncLeave", reinterpret_cast<const void*>(l)},
+                                                            {"pFuncTailcall", reinterpret_cast<const void*>(t)}};
+        for (const auto& [param, fn] : fns)
+            s.args().set(param + suffix, Json::object().set("address", Json::pointer(fn)));
         s.begin();
         return s.finish(S_OK);
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks(FunctionEnter* e, FunctionLeave* l, FunctionTailcall* t) override {
-        static const char* const n[] = {"pFuncEnter", "pFuncLeave", "pFuncTailcall"};
-        return hooks("SetEnterLeaveFunctionHooks", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t), __builtin_return_address(0));
+        return hooks("SetEnterLeaveFunctionHooks", "", e, l, t, __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks2(FunctionEnter2* e, FunctionLeave2* l,
                                                           FunctionTailcall2* t) override {
-        static const char* const n[] = {"pFuncEnter", "pFuncLeave", "pFuncTailcall"};
-        return hooks("SetEnterLeaveFunctionHooks2", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t), __builtin_return_address(0));
+        return hooks("SetEnterLeaveFunctionHooks2", "", e, l, t, __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3(FunctionEnter3* e, FunctionLeave3* l,
                                                           FunctionTailcall3* t) override {
-        static const char* const n[] = {"pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"};
-        return hooks("SetEnterLeaveFunctionHooks3", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t), __builtin_return_address(0));
+        return hooks("SetEnterLeaveFunctionHooks3", "3", e, l, t, __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3WithInfo(FunctionEnter3WithInfo* e, FunctionLeave3WithInfo* l,
                                                                   FunctionTailcall3WithInfo* t) override {
-        static const char* const n[] = {"pFuncEnter3WithInfo", "pFuncLeave3WithInfo", "pFuncTailcall3WithInfo"};
-        return hooks("SetEnterLeaveFunctionHooks3WithInfo", n, reinterpret_cast<void*>(e),
-                     reinterpret_cast<void*>(l), reinterpret_cast<void*>(t), __builtin_return_address(0));
+        return hooks("SetEnterLeaveFunctionHooks3WithInfo", "3WithInfo", e, l, t, __builtin_return_address(0));
     }
     // behaviour: answer.world
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper(FunctionIDMapper* f) override {
@@ -1278,11 +1275,11 @@ void mark_heap(const Json& cmd) {
 
 // The world's entry a "module" or "class" command tells (its id and names), replacing any earlier one of
 // that id; the caller fills in the rest.
-template <class Entry, class Id>
-Entry& told(std::unordered_map<Id, Entry>& entries, const Json& cmd) {
-    const Id id = arg_of<Id>(cmd, "id");
-    Entry& e = entries[id];
-    e = Entry{};
+template <class Kind>
+Kind& told(std::unordered_map<UINT_PTR, Kind>& entries, const Json& cmd) {
+    const UINT_PTR id = arg_of<UINT_PTR>(cmd, "id");
+    Kind& e = entries[id];
+    e = Kind{};
     e.id = id;
     e.names = names_of(cmd);
     return e;
