@@ -613,17 +613,13 @@ class FakeFunctionControl final : public FunctionControlVtbl {
     ULONG STDMETHODCALLTYPE AddRef() override { return 2; }
     ULONG STDMETHODCALLTYPE Release() override { return 1; }
     HRESULT STDMETHODCALLTYPE SetCodegenFlags(DWORD flags) override {
-        CallScope s("ICorProfilerFunctionControl::SetCodegenFlags", false);
-        s.caller(__builtin_return_address(0));
-        ids(s);
+        Call s(*this, "ICorProfilerFunctionControl::SetCodegenFlags", __builtin_return_address(0));
         s.arg("flags", flags);
         s.begin();
         return s.finish(S_OK);
     }
     HRESULT STDMETHODCALLTYPE SetILFunctionBody(ULONG cbNewILMethodHeader, LPCBYTE pbNewILMethodHeader) override {
-        CallScope s("ICorProfilerFunctionControl::SetILFunctionBody", false);
-        s.caller(__builtin_return_address(0));
-        ids(s);
+        Call s(*this, "ICorProfilerFunctionControl::SetILFunctionBody", __builtin_return_address(0));
         s.arg("cbNewILMethodHeader", cbNewILMethodHeader);
         s.arg("pbNewILMethodHeader", pbNewILMethodHeader);
         s.begin();
@@ -633,9 +629,7 @@ class FakeFunctionControl final : public FunctionControlVtbl {
         return s.finish(S_OK);
     }
     HRESULT STDMETHODCALLTYPE SetILInstrumentedCodeMap(ULONG cILMapEntries, COR_IL_MAP* rgILMapEntries) override {
-        CallScope s("ICorProfilerFunctionControl::SetILInstrumentedCodeMap", false);
-        s.caller(__builtin_return_address(0));
-        ids(s);
+        Call s(*this, "ICorProfilerFunctionControl::SetILInstrumentedCodeMap", __builtin_return_address(0));
         s.arg("cILMapEntries", cILMapEntries);
         s.arg("rgILMapEntries", rgILMapEntries);
         s.begin();
@@ -643,10 +637,15 @@ class FakeFunctionControl final : public FunctionControlVtbl {
     }
 
  private:
-    void ids(CallScope& s) const {
-        s.arg("moduleId", module_);
-        s.arg("methodId", method_);
-    }
+    // One call of this function control: its record with the caller's return address and the ReJIT's ids.
+    struct Call : CallScope {
+        Call(const FakeFunctionControl& control, const char* name, const void* return_address)
+            : CallScope(name, false) {
+            caller(return_address);
+            arg("moduleId", control.module_);
+            arg("methodId", control.method_);
+        }
+    };
     ModuleID module_;
     mdMethodDef method_;
 };
