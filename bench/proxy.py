@@ -7,10 +7,10 @@ event itself, issue 19), and behind the proxy with its trace written as before i
 Two callback-heavy workloads, each run in interleaved rounds (every round runs every arm once, the arms'
 order rotated from round to round, so that a burst of the machine's other load falls on all of them):
 
-- ``loop`` (the verdict's): bench/proxy_loop.cs, the course of the validator's basic workload (threads,
+- ``loop`` (the verdict's): the validator's basic workload run with ``--courses`` (20): its course (threads,
   exceptions, 4,000 survivors (8,000 objects) among garbage moved by two compacting GCs, a chain of small
-  methods) run ``--courses`` times (20) in one process: most of a run is callbacks, not the runtime's
-  start-up, which is what the target is about (the proxy's cost per callback);
+  methods) that many times in one process: most of a run is callbacks, not the runtime's start-up, which is
+  what the target is about (the proxy's cost per callback);
 - ``basic`` (reported): the validator's own basic workload (validate-basic), one course; its ~45 ms of
   runtime start-up is most of each run.
 
@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,17 +53,17 @@ from tests.conformance.validator.test_proxy_records import APPS, DOCS  # noqa: E
 TARGET = 1.3
 TIMEOUT_S = 120.0
 BOOTSTRAP_SAMPLES = 2000
-LOOP_SOURCE = ROOT / "bench" / "proxy_loop.cs"
 
 
-def _run(host: Path, app: Path, env: dict[str, str]) -> tuple[float, float]:
+def _run(host: Path, app: Path, env: dict[str, str], app_args: Sequence[str] = ()) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one run of the child alone.
 
     The child is reaped by wait4, which returns the moment it ends: subprocess.run(timeout=...) polls
     with sleeps up to 50 ms, which made every wall time a multiple of ~50 ms (the "bimodal" wall times
     seen before). The timeout is a timer that kills the child."""
     started = time.perf_counter()
-    proc = subprocess.Popen([str(host), str(app)], env=env, stdout=subprocess.DEVNULL)
+    command = [str(host), str(app), *app_args]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     killer = threading.Timer(TIMEOUT_S, proc.kill)
     killer.start()
     try:
@@ -72,7 +73,7 @@ def _run(host: Path, app: Path, env: dict[str, str]) -> tuple[float, float]:
     wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
     if proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, [str(host), str(app)])
+        raise subprocess.CalledProcessError(proc.returncode, command)
     return wall, usage.ru_utime + usage.ru_stime
 
 
@@ -86,20 +87,16 @@ def median_interval(ratios: list[float], seed: int,
 
 
 def _scenario(workload: str) -> scenarios.Scenario:
-    if workload == "basic":
+    if workload in ("basic", "loop"):
         return api.validator_scenarios()[0]
-    if workload == "loop":
-        return scenarios.Scenario(name="proxy-loop", folder=LOOP_SOURCE.parent, sources=[LOOP_SOURCE],
-                                  plan={"version": 1}, description="bench/proxy_loop.cs")  # fmt: skip
     folder = APPS / "heapchurn"
     return scenarios.Scenario(name="heapchurn", folder=folder, sources=[folder / "app.cs"],
                               plan={"version": 1}, description="heapchurn")  # fmt: skip
 
 
-def _arms(profiler: Path, folder: Path, courses: int) -> dict[str, dict[str, str]]:
+def _arms(profiler: Path, folder: Path) -> dict[str, dict[str, str]]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CORECLR_", "DOTNET_"))}
     base["CORECLR_ENABLE_PROFILING"] = "1"
-    base["PROFHARNESS_BENCH_ROUNDS"] = str(courses)
     direct = {**base, "CORECLR_PROFILER": FIXTURE_CLSID, "CORECLR_PROFILER_PATH": str(profiler)}
     proxied = {
         **base,
@@ -124,16 +121,17 @@ def measure(rt: runtimes.Runtime, workload: str, profiler: Path, rounds: int, co
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         app = scenarios.prepare_run_dir(dll, rt, folder)
-        arms = _arms(profiler, folder, courses)
+        arms = _arms(profiler, folder)
+        app_args = ["--courses", str(courses)] if workload == "loop" else []
         for env in arms.values():  # warm the page cache and every build
-            _run(rt.host, app, {**env, **rt.env()})
+            _run(rt.host, app, {**env, **rt.env()}, app_args)
         names = list(arms)
         times: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
         load_before = os.getloadavg()[0]
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
-                times[name].append(_run(rt.host, app, {**arms[name], **rt.env()}))
+                times[name].append(_run(rt.host, app, {**arms[name], **rt.env()}, app_args))
         load_after = os.getloadavg()[0]
     what = f"{workload} ({courses} courses)" if workload == "loop" else workload
     print(f"runtime {rt.version}, {what}, {rounds} interleaved rounds; load (1 min) {load_before:.2f} "

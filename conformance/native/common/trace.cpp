@@ -23,21 +23,6 @@ namespace profharness {
 
 namespace {
 
-// "record:<N>:<KILL|SEGV|ABRT>" -> (N, signal); anything else: no fault.
-void parse_fault(const char* text, std::int64_t& record, int& sig) {
-    record = -1;
-    sig = 0;
-    if (text == nullptr || std::strncmp(text, "record:", 7) != 0) return;
-    char* end = nullptr;
-    const long long n = std::strtoll(text + 7, &end, 10);
-    if (end == text + 7 || *end != ':' || n < 0) return;
-    const std::string name(end + 1);
-    const int s = name == "KILL" ? SIGKILL : name == "SEGV" ? SIGSEGV : name == "ABRT" ? SIGABRT : 0;
-    if (s == 0) return;
-    record = n;
-    sig = s;
-}
-
 // PROFHARNESS_TRACE_MAX_BYTES: unset or empty -> the default; a positive decimal -> it; else false.
 bool parse_max_bytes(const char* text, std::uint64_t& out) {
     out = TraceWriter::kDefaultMaxBytes;
@@ -113,7 +98,9 @@ bool TraceWriter::open(const char* path, std::string& error) {
         error = std::string("cannot create trace ") + path + ": " + std::strerror(errno);
         return false;
     }
-    parse_fault(std::getenv("PROFHARNESS_FAULT"), fault_record_, fault_signal_);
+    fault_record_ = -1;  // no fault unless PROFHARNESS_FAULT names one
+    fault_signal_ = 0;
+    parse_fault(std::getenv("PROFHARNESS_FAULT"), "record", fault_record_, fault_signal_);
     const char* format_text = std::getenv("PROFHARNESS_TRACE_FORMAT");
     const std::string format_name = format_text ? format_text : "";
     if (format_name.empty() || format_name == "jsonl") {
@@ -296,6 +283,21 @@ void finish_record_line(std::string& head, const std::string& tail) {
     head.push_back('\n');
 }
 
+bool parse_fault(const char* text, const char* what, std::int64_t& n, int& sig) {
+    const std::size_t len = std::strlen(what);
+    if (text == nullptr || std::strncmp(text, what, len) != 0 || text[len] != ':') return false;
+    const char* number = text + len + 1;
+    char* end = nullptr;
+    const long long at = std::strtoll(number, &end, 10);
+    if (end == number || *end != ':' || at < 0) return false;
+    const std::string name(end + 1);
+    const int s = name == "KILL" ? SIGKILL : name == "SEGV" ? SIGSEGV : name == "ABRT" ? SIGABRT : 0;
+    if (s == 0) return false;
+    n = at;
+    sig = s;
+    return true;
+}
+
 bool TraceWriter::write_all(const char* p, std::size_t left) {
     while (left > 0) {
         const ssize_t n = ::write(fd_, p, left);
@@ -354,6 +356,15 @@ bool TraceWriter::emit(std::int64_t seq, const char* kind, const Json& fields, l
     return true;
 }
 
+void TraceWriter::write_emitted(const char* kind, const Json& fields, long os_tid, const Json& tid) {
+    std::string out;
+    emit(next_seq_, kind, fields, os_tid, tid, out);
+    if (write_all(out.data(), out.size())) {
+        ++next_seq_;
+        written_.fetch_add(1);
+    }
+}
+
 void TraceWriter::write(const char* kind, const Json& fields) {
     if (fd_ < 0 || capped_.load(std::memory_order_relaxed)) return;
     if (buffered_.load(std::memory_order_relaxed)) {
@@ -365,12 +376,7 @@ void TraceWriter::write(const char* kind, const Json& fields) {
     if (binary_) {  // the interned tables: encoded under the lock
         std::lock_guard<std::timed_mutex> lock(mu_);
         if (capped_.load(std::memory_order_relaxed)) return;
-        std::string out;
-        emit(next_seq_, kind, fields, os_tid, tid, out);
-        if (write_all(out.data(), out.size())) {
-            ++next_seq_;
-            written_.fetch_add(1);
-        }
+        write_emitted(kind, fields, os_tid, tid);
         return;
     }
     std::string tail;
@@ -379,12 +385,7 @@ void TraceWriter::write(const char* kind, const Json& fields) {
     if (capped_.load(std::memory_order_relaxed)) return;
     const std::string head = line(next_seq_, kind, tail, os_tid, tid);
     if (bytes_ + head.size() > max_bytes_ || next_seq_ == fault_record_) {  // the cap's notice, or the fault
-        std::string out;
-        emit(next_seq_, kind, fields, os_tid, tid, out);
-        if (write_all(out.data(), out.size())) {
-            ++next_seq_;
-            written_.fetch_add(1);
-        }
+        write_emitted(kind, fields, os_tid, tid);
         return;
     }
     if (!write_all(head.data(), head.size())) return;

@@ -30,6 +30,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "generated.h"
@@ -55,25 +56,25 @@ struct Names {
     }
 };
 
-struct Module {
-    ModuleID id = 0;
-    UINT_PTR base = 0;
-    AssemblyID assembly = 0;
+// What the world tells of a module, a class or a function: its id (a ModuleID, ClassID or FunctionID) and
+// the names its calls answer, then each kind's own facts.
+struct Entry {
+    UINT_PTR id = 0;
     Names names;
 };
-struct Class {
-    ClassID id = 0;
+struct Module : Entry {
+    UINT_PTR base = 0;
+    AssemblyID assembly = 0;
+};
+struct Class : Entry {
     ModuleID module = 0;
     mdTypeDef token = 0;
     ClassID parent = 0;
-    Names names;
 };
-struct Function {
-    FunctionID id = 0;
+struct Function : Entry {
     FunctionInfo info;  // what GetFunctionInfo answers
     UINT_PTR start = 0;
     SIZE_T size = 0;
-    Names names;
     std::vector<BYTE> il;  // its IL body (header, code, sections), what GetILFunctionBody answers
 };
 struct Object {
@@ -612,17 +613,13 @@ class FakeFunctionControl final : public FunctionControlVtbl {
     ULONG STDMETHODCALLTYPE AddRef() override { return 2; }
     ULONG STDMETHODCALLTYPE Release() override { return 1; }
     HRESULT STDMETHODCALLTYPE SetCodegenFlags(DWORD flags) override {
-        CallScope s("ICorProfilerFunctionControl::SetCodegenFlags", false);
-        s.caller(__builtin_return_address(0));
-        ids(s);
+        Call s(*this, "ICorProfilerFunctionControl::SetCodegenFlags", __builtin_return_address(0));
         s.arg("flags", flags);
         s.begin();
         return s.finish(S_OK);
     }
     HRESULT STDMETHODCALLTYPE SetILFunctionBody(ULONG cbNewILMethodHeader, LPCBYTE pbNewILMethodHeader) override {
-        CallScope s("ICorProfilerFunctionControl::SetILFunctionBody", false);
-        s.caller(__builtin_return_address(0));
-        ids(s);
+        Call s(*this, "ICorProfilerFunctionControl::SetILFunctionBody", __builtin_return_address(0));
         s.arg("cbNewILMethodHeader", cbNewILMethodHeader);
         s.arg("pbNewILMethodHeader", pbNewILMethodHeader);
         s.begin();
@@ -632,9 +629,7 @@ class FakeFunctionControl final : public FunctionControlVtbl {
         return s.finish(S_OK);
     }
     HRESULT STDMETHODCALLTYPE SetILInstrumentedCodeMap(ULONG cILMapEntries, COR_IL_MAP* rgILMapEntries) override {
-        CallScope s("ICorProfilerFunctionControl::SetILInstrumentedCodeMap", false);
-        s.caller(__builtin_return_address(0));
-        ids(s);
+        Call s(*this, "ICorProfilerFunctionControl::SetILInstrumentedCodeMap", __builtin_return_address(0));
         s.arg("cILMapEntries", cILMapEntries);
         s.arg("rgILMapEntries", rgILMapEntries);
         s.begin();
@@ -642,10 +637,15 @@ class FakeFunctionControl final : public FunctionControlVtbl {
     }
 
  private:
-    void ids(CallScope& s) const {
-        s.arg("moduleId", module_);
-        s.arg("methodId", method_);
-    }
+    // One call of this function control: its record with the caller's return address and the ReJIT's ids.
+    struct Call : CallScope {
+        Call(const FakeFunctionControl& control, const char* name, const void* return_address)
+            : CallScope(name, false) {
+            caller(return_address);
+            arg("moduleId", control.module_);
+            arg("methodId", control.method_);
+        }
+    };
     ModuleID module_;
     mdMethodDef method_;
 };
@@ -757,38 +757,34 @@ class Info final : public InfoBase {
     }
 
     // behaviour: answer.world
-    HRESULT hooks(const char* name, const char* const* names, const void* e, const void* l, const void* t,
-                  const void* caller) {
+    // One of the SetEnterLeaveFunctionHooks* calls: its three hooks recorded as args pFuncEnter<suffix>,
+    // pFuncLeave<suffix>, pFuncTailcall<suffix> (the parameter names of the version `suffix` names).
+    template <class Enter, class Leave, class Tailcall>
+    HRESULT hooks(const char* name, const std::string& suffix, Enter* e, Leave* l, Tailcall* t, const void* caller) {
         CallScope s(name, false);
         s.caller(caller);
-        const void* fns[3] = {e, l, t};
-        for (int k = 0; k < 3; ++k)
-            s.args().set(names[k], Json::object().set("address", Json::pointer(fns[k])));
+        const std::pair<const char*, const void*> fns[3] = {{"pFuncEnter", reinterpret_cast<const void*>(e)},
+                                                            {"pFuncLeave", reinterpret_cast<const void*>(l)},
+                                                            {"pFuncTailcall", reinterpret_cast<const void*>(t)}};
+        for (const auto& [param, fn] : fns)
+            s.args().set(param + suffix, Json::object().set("address", Json::pointer(fn)));
         s.begin();
         return s.finish(S_OK);
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks(FunctionEnter* e, FunctionLeave* l, FunctionTailcall* t) override {
-        static const char* const n[] = {"pFuncEnter", "pFuncLeave", "pFuncTailcall"};
-        return hooks("SetEnterLeaveFunctionHooks", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t), __builtin_return_address(0));
+        return hooks("SetEnterLeaveFunctionHooks", "", e, l, t, __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks2(FunctionEnter2* e, FunctionLeave2* l,
                                                           FunctionTailcall2* t) override {
-        static const char* const n[] = {"pFuncEnter", "pFuncLeave", "pFuncTailcall"};
-        return hooks("SetEnterLeaveFunctionHooks2", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t), __builtin_return_address(0));
+        return hooks("SetEnterLeaveFunctionHooks2", "", e, l, t, __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3(FunctionEnter3* e, FunctionLeave3* l,
                                                           FunctionTailcall3* t) override {
-        static const char* const n[] = {"pFuncEnter3", "pFuncLeave3", "pFuncTailcall3"};
-        return hooks("SetEnterLeaveFunctionHooks3", n, reinterpret_cast<void*>(e), reinterpret_cast<void*>(l),
-                     reinterpret_cast<void*>(t), __builtin_return_address(0));
+        return hooks("SetEnterLeaveFunctionHooks3", "3", e, l, t, __builtin_return_address(0));
     }
     HRESULT STDMETHODCALLTYPE SetEnterLeaveFunctionHooks3WithInfo(FunctionEnter3WithInfo* e, FunctionLeave3WithInfo* l,
                                                                   FunctionTailcall3WithInfo* t) override {
-        static const char* const n[] = {"pFuncEnter3WithInfo", "pFuncLeave3WithInfo", "pFuncTailcall3WithInfo"};
-        return hooks("SetEnterLeaveFunctionHooks3WithInfo", n, reinterpret_cast<void*>(e),
-                     reinterpret_cast<void*>(l), reinterpret_cast<void*>(t), __builtin_return_address(0));
+        return hooks("SetEnterLeaveFunctionHooks3WithInfo", "3WithInfo", e, l, t, __builtin_return_address(0));
     }
     // behaviour: answer.world
     HRESULT STDMETHODCALLTYPE SetFunctionIDMapper(FunctionIDMapper* f) override {
@@ -1276,22 +1272,28 @@ void mark_heap(const Json& cmd) {
     record("mark", rec);
 }
 
+// The world's entry a "module" or "class" command tells (its id and names), replacing any earlier one of
+// that id; the caller fills in the rest.
+template <class Kind>
+Kind& told(std::unordered_map<UINT_PTR, Kind>& entries, const Json& cmd) {
+    const UINT_PTR id = arg_of<UINT_PTR>(cmd, "id");
+    Kind& e = entries[id];
+    e = Kind{};
+    e.id = id;
+    e.names = names_of(cmd);
+    return e;
+}
+
 void apply_state(const std::string& op, const Json& cmd) {
     if (op == "module") {
-        Module m;
-        m.id = arg_of<ModuleID>(cmd, "id");
+        Module& m = told(g_world.modules, cmd);
         m.base = arg_of<UINT_PTR>(cmd, "base");
         m.assembly = arg_of<AssemblyID>(cmd, "assembly");
-        m.names = names_of(cmd);
-        g_world.modules[m.id] = std::move(m);
     } else if (op == "class") {
-        Class c;
-        c.id = arg_of<ClassID>(cmd, "id");
+        Class& c = told(g_world.classes, cmd);
         c.module = arg_of<ModuleID>(cmd, "module");
         c.token = arg_of<mdTypeDef>(cmd, "token");
         c.parent = arg_of<ClassID>(cmd, "parent");
-        c.names = names_of(cmd);
-        g_world.classes[c.id] = std::move(c);
     } else if (op == "function") {
         Function f;
         f.id = arg_of<FunctionID>(cmd, "id");
@@ -1330,17 +1332,9 @@ void apply_state(const std::string& op, const Json& cmd) {
             g_idle.push_back(it->second.worker);
             g_world.threads.erase(it);
         }
-    } else if (op == "heap") {
+    } else if (op == "heap" || op == "objects") {  // the whole heap, or objects added to it
         mark_heap(cmd);
-        g_world.heap.clear();
-        if (const Json* objs = cmd.get("objects")) {
-            for (const Json& o : objs->items()) {
-                const auto& f = o.items();
-                if (f.size() == 3) g_world.heap[f[0].as_uint()] = Object{f[1].as_uint(), f[2].as_uint()};
-            }
-        }
-    } else if (op == "objects") {  // added to the heap
-        mark_heap(cmd);
+        if (op == "heap") g_world.heap.clear();
         if (const Json* objs = cmd.get("objects")) {
             for (const Json& o : objs->items()) {
                 const auto& f = o.items();

@@ -35,10 +35,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <utility>
 
 #include "profharness/preload.h"
 
@@ -61,32 +63,40 @@ HIDDEN void profharness_preload_note_asm(int fn, void* ra);
 
 namespace {
 
-const char* const kFunctionNames[kFunctionCount] = {
-    "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
-    "operator new", "operator new[]", "operator new(nothrow)", "operator new[](nothrow)", "operator delete",
-    "operator delete[]", "operator delete(sized)", "operator delete[](sized)",
-    "printf", "fprintf", "vprintf", "vfprintf", "sprintf", "snprintf", "vsnprintf", "puts", "fputs", "fputc",
-    "putchar", "fwrite", "fflush", "fopen", "fclose", "__printf_chk", "__fprintf_chk", "__vfprintf_chk",
-    "__snprintf_chk", "__vsnprintf_chk",
-    "pthread_mutex_lock", "pthread_mutex_trylock", "pthread_mutex_timedlock", "pthread_mutex_unlock",
-    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_signal", "pthread_cond_broadcast",
-    "pthread_rwlock_rdlock", "pthread_rwlock_wrlock", "pthread_rwlock_unlock",
-    "dlopen", "dlsym", "dladdr", "dlclose",
-    "errno",
+// The interposed functions, in the order of the Function enum (preload.h): each one's name (as the proxy reports
+// it) and the libc / libstdc++ symbol its wrapper forwards to (the printf family forwards to its v-variant;
+// errno is not a call and forwards to nothing).
+struct Interposed {
+    const char* name;
+    const char* real;
 };
-// the libc / libstdc++ symbol each wrapper forwards to (the printf family forwards to its v-variant)
-const char* const kRealNames[kFunctionCount] = {
-    "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
-    "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm",
-    "vprintf", "vfprintf", "vprintf", "vfprintf", "vsprintf", "vsnprintf", "vsnprintf", "puts", "fputs", "fputc",
-    "putchar", "fwrite", "fflush", "fopen", "fclose", "__vprintf_chk", "__vfprintf_chk", "__vfprintf_chk",
-    "__vsnprintf_chk", "__vsnprintf_chk",
-    "pthread_mutex_lock", "pthread_mutex_trylock", "pthread_mutex_timedlock", "pthread_mutex_unlock",
-    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_signal", "pthread_cond_broadcast",
-    "pthread_rwlock_rdlock", "pthread_rwlock_wrlock", "pthread_rwlock_unlock",
-    "dlopen", "dlsym", "dladdr", "dlclose",
-    nullptr,
+constexpr Interposed kFunctions[kFunctionCount] = {
+    {"malloc", "malloc"}, {"calloc", "calloc"}, {"realloc", "realloc"}, {"free", "free"},
+    {"posix_memalign", "posix_memalign"}, {"aligned_alloc", "aligned_alloc"}, {"memalign", "memalign"},
+    {"operator new", "_Znwm"}, {"operator new[]", "_Znam"}, {"operator new(nothrow)", "_ZnwmRKSt9nothrow_t"},
+    {"operator new[](nothrow)", "_ZnamRKSt9nothrow_t"}, {"operator delete", "_ZdlPv"},
+    {"operator delete[]", "_ZdaPv"}, {"operator delete(sized)", "_ZdlPvm"}, {"operator delete[](sized)", "_ZdaPvm"},
+    {"printf", "vprintf"}, {"fprintf", "vfprintf"}, {"vprintf", "vprintf"}, {"vfprintf", "vfprintf"},
+    {"sprintf", "vsprintf"}, {"snprintf", "vsnprintf"}, {"vsnprintf", "vsnprintf"}, {"puts", "puts"},
+    {"fputs", "fputs"}, {"fputc", "fputc"}, {"putchar", "putchar"}, {"fwrite", "fwrite"}, {"fflush", "fflush"},
+    {"fopen", "fopen"}, {"fclose", "fclose"}, {"__printf_chk", "__vprintf_chk"},
+    {"__fprintf_chk", "__vfprintf_chk"}, {"__vfprintf_chk", "__vfprintf_chk"},
+    {"__snprintf_chk", "__vsnprintf_chk"}, {"__vsnprintf_chk", "__vsnprintf_chk"},
+    {"pthread_mutex_lock", "pthread_mutex_lock"}, {"pthread_mutex_trylock", "pthread_mutex_trylock"},
+    {"pthread_mutex_timedlock", "pthread_mutex_timedlock"}, {"pthread_mutex_unlock", "pthread_mutex_unlock"},
+    {"pthread_cond_wait", "pthread_cond_wait"}, {"pthread_cond_timedwait", "pthread_cond_timedwait"},
+    {"pthread_cond_signal", "pthread_cond_signal"}, {"pthread_cond_broadcast", "pthread_cond_broadcast"},
+    {"pthread_rwlock_rdlock", "pthread_rwlock_rdlock"}, {"pthread_rwlock_wrlock", "pthread_rwlock_wrlock"},
+    {"pthread_rwlock_unlock", "pthread_rwlock_unlock"},
+    {"dlopen", "dlopen"}, {"dlsym", "dlsym"}, {"dladdr", "dladdr"}, {"dlclose", "dlclose"},
+    {"errno", nullptr},
 };
+// their names alone, the table the proxy reads through g_shared.function_names
+template <std::size_t... K>
+constexpr std::array<const char*, kFunctionCount> names_of(std::index_sequence<K...>) {
+    return {kFunctions[K].name...};
+}
+constexpr std::array<const char*, kFunctionCount> kFunctionNames = names_of(std::make_index_sequence<kFunctionCount>{});
 
 Shared g_shared;
 void* g_real[kFunctionCount];
@@ -346,11 +356,11 @@ void resolve_all() {
     profharness_preload_real_dlsym = ds;
     auto real_dlsym = reinterpret_cast<DlsymFn>(ds);
     for (int k = 0; k < kFunctionCount; ++k) {
-        if (!kRealNames[k]) continue;
+        if (!kFunctions[k].real) continue;
         void* f = nullptr;
         if (k == kCondWait || k == kCondTimedwait || k == kCondSignal || k == kCondBroadcast)
-            f = dlvsym(RTLD_NEXT, kRealNames[k], "GLIBC_2.3.2");
-        if (!f && real_dlsym) f = real_dlsym(RTLD_NEXT, kRealNames[k]);
+            f = dlvsym(RTLD_NEXT, kFunctions[k].real, "GLIBC_2.3.2");
+        if (!f && real_dlsym) f = real_dlsym(RTLD_NEXT, kFunctions[k].real);
         __atomic_store_n(&g_real[k], f, __ATOMIC_RELEASE);
     }
     profharness_preload_real_dlopen = g_real[kDlopen];
@@ -383,7 +393,8 @@ void resolve_cxx() {
     if (!lib) return;
     for (int k = kNew; k <= kDeleteArraySized; ++k)
         if (!__atomic_load_n(&g_real[k], __ATOMIC_ACQUIRE))
-            __atomic_store_n(&g_real[k], reinterpret_cast<DlsymFn>(profharness_preload_real_dlsym)(lib, kRealNames[k]),
+            __atomic_store_n(&g_real[k],
+                             reinterpret_cast<DlsymFn>(profharness_preload_real_dlsym)(lib, kFunctions[k].real),
                              __ATOMIC_RELEASE);
 }
 
@@ -601,7 +612,7 @@ HandlerFn install_simple(int sig, HandlerFn handler, int flags, const void* ra) 
 __attribute__((constructor(101))) void preload_init() {
     g_shared.version = 1;
     g_shared.function_count = kFunctionCount;
-    g_shared.function_names = kFunctionNames;
+    g_shared.function_names = kFunctionNames.data();
     read_profiler_files();
     if (const char* inj = getenv("PROFHARNESS_PRELOAD_INJECT"); inj && inj[0] == '1') {
         g_inject_enabled = true;

@@ -327,14 +327,24 @@ constexpr std::size_t kContextOfDwarf[kDwarfRegs] = {
 // The recovery the handler ran (its own buffer: no allocation in the handler).
 RecoveryResult& g_handler_recovery = *new RecoveryResult();
 
-// The sampled thread's own memory, read by its handler: the stack directly (it is this thread's, below the
-// handler's frame), anything else through process_vm_readv (never a fault).
-struct HandlerMemory final : WordReader {
-    const SampleBuffer& b;
-    explicit HandlerMemory(const SampleBuffer& buf) : b(buf) {}
+// The sampled thread's memory as a seed recovery reads it: the stack words in [lo, hi) from `at` (lo's bytes),
+// anything else through process_vm_readv (an unreadable address is an answer, never a fault).
+struct SampledMemory final : WordReader {
+    std::uint64_t lo, hi;
+    const unsigned char* at;
+
+    // Read by the thread's own handler: the stack in place (it is this thread's, below the handler's frame).
+    static SampledMemory in_handler(const SampleBuffer& b) {
+        const std::uint64_t lo = std::max(b.sp, b.stackLow);
+        return {lo, b.stackHigh, reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(lo))};
+    }
+    // Read by the profiler thread: the handler's copy of the stack from sp on.
+    static SampledMemory copied(const SampleBuffer& b) { return {b.sp, b.sp + b.stackCopied, b.stack}; }
+
+    SampledMemory(std::uint64_t l, std::uint64_t h, const unsigned char* a) : lo(l), hi(h), at(a) {}
     bool read(std::uint64_t addr, std::uint64_t& out) const override {
-        if (addr >= b.sp && addr >= b.stackLow && addr + 8 <= b.stackHigh) {
-            std::memcpy(&out, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(addr)), 8);
+        if (addr >= lo && addr + 8 <= hi) {
+            std::memcpy(&out, at + (addr - lo), 8);
             return true;
         }
         unsigned char w[8];
@@ -388,7 +398,7 @@ void park_for_seed(SampleBuffer& b) {
 void recover_in_handler(SampleBuffer& b) {
     UnwindRegs regs;
     for (int r = 0; r < kDwarfRegs; ++r) regs.r[r] = b.gregs[kGregOfDwarf[r]];
-    const HandlerMemory mem(b);
+    const SampledMemory mem = SampledMemory::in_handler(b);
     recover_seed(g_unwind, g_code_map, mem, regs, b.stackLow, b.stackHigh, g_handler_recovery);
     if (g_handler_recovery.needsRuntime) {
         b.fastPath = false;
@@ -980,26 +990,6 @@ void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
 // ---------------------------------------------------------------------------------------------------
 // The recovered seed: the profiler thread's side (seed_recovery.h; docs/seeding.md)
 
-// The sampled thread's memory as the recovery reads it: the handler's stack copy where it holds the word,
-// else process_vm_readv (an unreadable address is an answer, never a fault).
-struct SampleMemory final : WordReader {
-    const SampleBuffer& b;
-    explicit SampleMemory(const SampleBuffer& buf) : b(buf) {}
-    bool read(std::uint64_t addr, std::uint64_t& out) const override {
-        if (addr >= b.sp && addr + 8 <= b.sp + b.stackCopied) {
-            std::memcpy(&out, b.stack + (addr - b.sp), 8);
-            return true;
-        }
-        unsigned char w[8];
-        if (read_own(addr, w, 8) != 8) return false;
-        std::memcpy(&out, w, 8);
-        return true;
-    }
-    std::size_t read_bytes(std::uint64_t addr, unsigned char* out, std::size_t n) const override {
-        return read_own(addr, out, n);
-    }
-};
-
 // Every native code range of `fid` (each code version: GetNativeCodeStartAddresses + GetCodeInfo4, else
 // GetCodeInfo2) into the code map (committed before the next sample).
 void learn_function(FunctionID fid) {
@@ -1099,7 +1089,7 @@ void serve_park(SampleBuffer& b, const CaptureThread& target, std::uint64_t give
     const std::uint64_t cpu0 = thread_cpu_ns();
     UnwindRegs regs;
     for (int r = 0; r < kDwarfRegs; ++r) regs.r[r] = b.gregs[kGregOfDwarf[r]];
-    const SampleMemory mem(b);
+    const SampledMemory mem = SampledMemory::copied(b);
     const RuntimeOracle oracle;
     recover_seed(g_unwind, oracle, mem, regs, target.stackLow, target.stackHigh, g_recovery);
     g_recovery_ran = true;
@@ -1200,19 +1190,6 @@ std::int64_t g_samples_recorded = 0;  // in this process, every job (the clock o
 // sample N's record frame. -1: no fault.
 std::int64_t g_fault_sample = -1;
 int g_fault_signal = 0;
-
-void parse_sample_fault() {
-    const char* text = std::getenv("PROFHARNESS_FAULT");
-    if (text == nullptr || std::strncmp(text, "sample:", 7) != 0) return;
-    char* end = nullptr;
-    const long long n = std::strtoll(text + 7, &end, 10);
-    if (end == text + 7 || *end != ':' || n < 0) return;
-    const std::string name(end + 1);
-    const int sig = name == "KILL" ? SIGKILL : name == "SEGV" ? SIGSEGV : name == "ABRT" ? SIGABRT : 0;
-    if (sig == 0) return;
-    g_fault_sample = n;
-    g_fault_signal = sig;
-}
 
 // Writes the first half of the frame of `parts` to the sidecar (bypassing the writer), then dies.
 [[noreturn]] void die_in_frame(std::uint16_t type, const FrameWriter::Part* parts, std::size_t count) {
@@ -1477,7 +1454,7 @@ void capture_sample(ExperimentContext& ctx) {
         return;
     }
     std::string frames_error;
-    parse_sample_fault();
+    parse_fault(std::getenv("PROFHARNESS_FAULT"), "sample", g_fault_sample, g_fault_signal);
     if (!open_capture_frames(frames_error)) {
         s.probe_error("capture_sample: " + frames_error, ctx.planned.id);
         return;

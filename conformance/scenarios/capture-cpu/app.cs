@@ -2,8 +2,9 @@
 // bench/sampling.py (issue 8): the same work sampled at 100 Hz (capture_sample) and unsampled (the plan
 // without its capture_sample entry), so the difference is what sampling costs the sampled thread.
 //
-// The work thread ("sampled") runs Run -> Deep x32 -> Work. Work marks "capture.register" (the plan
-// registers the thread there), warms the work up, says it is ready and waits for Main's go. Main sets go and
+// The work thread ("sampled") runs Run -> Deep x32 (_common/Recursion.cs) -> Work. Work marks
+// "capture.register" (the plan registers the thread there), warms the work up, says it is ready and waits for
+// Main's go. Main sets go and
 // at once marks "capture.sample" (the plan's sampling runs there on a profiler thread and returns when it is
 // done; unsampled, nothing runs there). On go, Work writes 1 into the pinned phase cell the probe's handler
 // reads (profharness_capture_phase_cell), so a sample taken during the measured work says phase 1 and one
@@ -96,15 +97,7 @@ namespace ProfHarness.Scenarios
         }
 
         [MethodImpl(MethodImplOptions.NoInlining)]
-        static void Run() { Deep(Depth); }
-
-        [MethodImpl(MethodImplOptions.NoInlining)]
-        static long Deep(int n)
-        {
-            if (n == 0)
-                return Work();
-            return Deep(n - 1) + 1;
-        }
+        static void Run() { Recursion.Deep(Depth, Work); }
 
         static long Now(int clockId)
         {

@@ -14,7 +14,7 @@ inline constexpr int kHandlers = 65;     // one per signal number
 inline constexpr int kStackDepth = 32;
 inline constexpr int kInfoBase = 256;    // function ids from here on: ICorProfilerInfo methods (InfoM + base)
 
-// The interposed functions, in the order of kFunctionNames (preload.cpp).
+// The interposed functions, in the order of kFunctions (preload.cpp).
 enum Function : int {
     kMalloc, kCalloc, kRealloc, kFree, kPosixMemalign, kAlignedAlloc, kMemalign,
     kNew, kNewArray, kNewNothrow, kNewArrayNothrow, kDelete, kDeleteArray, kDeleteSized, kDeleteArraySized,

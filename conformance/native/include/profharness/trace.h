@@ -147,6 +147,8 @@ class TraceWriter {
     // Formats record `p` (seq p.seq) onto out, applying the cap and the fault; false: capped, stop.
     bool emit(Pending& p, std::string& out);
     bool emit(std::int64_t seq, const char* kind, const Json& fields, long os_tid, const Json& tid, std::string& out);
+    // Synchronous, mu_ held: emits the record as seq next_seq_ and writes it (next_seq_ moves on once written).
+    void write_emitted(const char* kind, const Json& fields, long os_tid, const Json& tid);
     void enqueue(const char* kind, Json&& fields, FieldsFn make);
     ThreadBuffer& my_buffer();
     // The writer thread's turn (mu_ held): drains the buffers, writes the records in seq order up to the
@@ -172,5 +174,10 @@ class TraceWriter {
 // Ends a record's line after its head ({"seq", "kind", "os_tid", "tid" written, the object still open):
 // the fields of `tail` (a JSON object) after a comma, the closing brace, the newline.
 void finish_record_line(std::string& head, const std::string& tail);
+
+// A fault to inject (PROFHARNESS_FAULT's value `text`, null when unset): "<what>:<N>:<KILL|SEGV|ABRT>" gives
+// true with n = N and sig = that signal (the trace writer's "record", capture_sample's "sample"); anything
+// else false, n and sig untouched.
+bool parse_fault(const char* text, const char* what, std::int64_t& n, int& sig);
 
 }  // namespace profharness
