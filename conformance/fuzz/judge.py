@@ -28,7 +28,7 @@ from conformance.core.runner import RunResult
 from conformance.core.trace import read_trace_whole
 from conformance.fuzz.child import ExampleOutcome
 from conformance.fuzz.world import HEAP_MARK
-from conformance.validator.il_rules import FUZZ_MODULE_MARK
+from conformance.validator.il_rules import FUZZ_MODULE_MARK, ILBodies
 from conformance.validator.recording import Recording, read_recording
 from conformance.validator.rules import check_recording
 
@@ -115,6 +115,16 @@ def _il_resolver(path: str, cache: dict[str, Assembly | None]) -> Assembly | Non
     return cache[path]
 
 
+def validator_checks_fuzz_bodies() -> bool:
+    """Whether the validator's IL rule (:class:`~conformance.validator.il_rules.ILBodies`, issue 25 part 5)
+    judges the fake runtime's bodies itself: it does when it reads the fake runtime's module mark, and
+    :func:`judge` runs it (``check_recording`` loads the validator's rules, il_rules among them, every time).
+    Read from the rule's own declaration, never from what the registry happens to hold when this runs (that
+    depended on which modules were imported first), so the IL checker runs once per body, always the same."""
+    return ("mark", FUZZ_MODULE_MARK) in ILBodies.reads and "conformance.validator.il_rules" in (
+        registry.RULE_MODULES[Layer.VALIDATOR])
+
+
 @registry.rule(*sorted(il.RULES), "REJIT-37", layer=Layer.FUZZ, what="every IL body the profiler hands "
                "the fake runtime (SetILFunctionBody, ICorProfilerFunctionControl::SetILFunctionBody) is a "
                "valid ECMA-335 body against the metadata of the assembly the method's original body came "
@@ -129,9 +139,7 @@ def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> 
     the IL checks to it, so no body is reported twice. REJIT-37 (a body in no block the method allocator gave)
     is this rule's alone: only the fake runtime knows every block its allocator handed out."""
     del heaps
-    # the validator's own IL rule (issue 25 part 5), where it is registered, judges these records in
-    # check_recording: the IL checker is not run twice on a body
-    checked_by_validator = bool(registry.rules(Layer.VALIDATOR, "IL-HEADER-FORMAT"))
+    checked_by_validator = validator_checks_fuzz_bodies()
     paths: dict[int, str] = {}
     cache: dict[str, Assembly | None] = {}
     found: list[Finding] = []
