@@ -125,10 +125,11 @@ def validator_checks_fuzz_bodies() -> bool:
         registry.RULE_MODULES[Layer.VALIDATOR])
 
 
-@registry.rule(*sorted(il.RULES), "REJIT-37", layer=Layer.FUZZ, what="every IL body the profiler hands "
-               "the fake runtime (SetILFunctionBody, ICorProfilerFunctionControl::SetILFunctionBody) is a "
-               "valid ECMA-335 body against the metadata of the assembly the method's original body came "
-               "from; SetILFunctionBody's body comes from the module's method allocator")  # fmt: skip
+@registry.rule(*sorted(il.RULES), *sorted(il.NOTES), "REJIT-37", layer=Layer.FUZZ,
+               what="every IL body the profiler hands the fake runtime (SetILFunctionBody, "
+               "ICorProfilerFunctionControl::SetILFunctionBody) is a valid ECMA-335 body against the "
+               "metadata of the assembly the method's original body came from; SetILFunctionBody's body "
+               "comes from the module's method allocator")  # fmt: skip
 def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> list[Finding]:
     """The IL checker (:func:`clr_model.il.check_body`) over every body handed over: the fake runtime records
     the bytes (out ``body``, hex; ``allocated``: in a block of the method allocator, whose end is then the
@@ -177,7 +178,7 @@ def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> 
             length = len(data) if ev.out.get("allocated") is True else None
         for f in il.check_body(data, assembly, token, length=length):
             message = f"the body {ev.name} was given for method 0x{token:08X}: {f}"
-            found.append(Finding.of(run, f.rule, message, [ev.seq], thread=ev.thread,
+            found.append(Finding.of(run, f.rule, message, [ev.seq], thread=ev.thread, note=f.note,
                                     callback=rec.callback_at(i)))
     return found
 
