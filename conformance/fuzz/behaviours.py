@@ -267,7 +267,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "both entries S_OK, written by the runtime over the probe's fill: REJIT-16's expectation in "
               "conformance/expectations/common.toml)"),
     Behaviour("rejit.revert-documented", "RequestRevert of a pair no active request names (documented "
-              "world): its status entry CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND (0x8013137D)",
+              "world): its status entry CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND, as 0x8013137D (dotnet/"
+              "runtime's corerror.xml defines no such HRESULT: 0x8013137D is the gap between "
+              "CORPROF_E_REJIT_NOT_ENABLED and CORPROF_E_FUNCTION_IS_COLLECTIBLE)",
               Basis.DOCUMENTED, doc=REQUEST_REVERT_PAGE, quote="The CLR could not revert the specified "
               "function, because a corresponding active recompilation request was not found."),
     Behaviour("rejit.revert-null", "RequestRevert of a pair with a NULL ModuleID or methodDef: E_INVALIDARG "

@@ -1010,7 +1010,9 @@ HRESULT InfoBase::answer_RequestRevert(ULONG cFunctions, ModuleID* moduleIds, md
             g_rejit_pending.erase(std::remove(g_rejit_pending.begin(), g_rejit_pending.end(), key),
                                   g_rejit_pending.end());
         } else if (g_world.documented) {
-            hr = static_cast<HRESULT>(0x8013137D);  // CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND
+            // CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND: the page's name; dotnet/runtime's corerror.xml
+            // defines none, 0x8013137D is the gap where it would stand
+            hr = static_cast<HRESULT>(0x8013137D);
         }
         if (status) status[i] = hr;
     }
