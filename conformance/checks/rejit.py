@@ -40,6 +40,7 @@ from conformance.suite.verdicts import Evidence, Judgement, Status
 
 __all__ = [
     "INLINED",
+    "INVALID_TOKEN",
     "IN_CALLBACK",
     "NOT_ENABLED",
     "PROTOCOL",
@@ -52,6 +53,7 @@ __all__ = [
     "judge_rejit18",
     "judge_rejit26",
     "judge_rejit28",
+    "judge_rejit29",
 ]
 
 SCENARIO = "rejit"
@@ -397,6 +399,54 @@ def judge_rejit05(ev: Evidence) -> Judgement:
     if started:
         lines.append(f"{len(started)} ReJITCompilationStarted without the flag")
     return Judgement.from_disagreements(lines, observed=f"RequestReJIT {_hr(request.hr)}", expected=expected,
+                                        evidence=(request.seq,))  # fmt: skip
+
+
+# --- an invalid methodDef token (rejit-invalid-token) ------------------------------------------------------
+
+#: what rejit-invalid-token asks for besides Normal: a NULL methodDef and a TypeDef token of the app (row 2:
+#: row 1 is <Module>), neither a method the runtime can mark
+INVALID_TOKENS = (0, 0x02000002)
+INVALID_TOKEN = experiment(
+    "rejit-invalid-token",
+    scenario=SCENARIO,
+    plan_overlay={
+        "experiments": [
+            {"id": REQUEST, "at": "mark:rejit.request", "run": "rejit_request",
+             "args": {"type": _TARGETS, "methods": ["Normal"], "rawTokens": list(INVALID_TOKENS),
+                      "thread": "own"}, "times": 1},
+            {"id": "rejit-parameters", "at": "GetReJITParameters", "run": "rejit_parameters",
+             "args": {"body": "prologue"}, "times": 0},
+        ],
+    },
+)  # fmt: skip
+
+
+@judge("REJIT-29", INVALID_TOKEN, what="RequestReJIT of an invalid methodDef token (NULL, a TypeDef): a "
+       "ReJITError for it with functionId NULL (a per-method failure)", uses=(REQUEST,))  # fmt: skip
+def judge_rejit29(ev: Evidence) -> Judgement:
+    expected = (f"RequestReJIT of Normal and of the tokens {', '.join(f'0x{t:08X}' for t in INVALID_TOKENS)} "
+                "(S_OK: an attempt for each): one ReJITError per invalid token, naming it, with functionId "
+                "NULL, before the app's next phase ends; Normal recompiled")
+    if (na := _missing(ev, REQUEST, expected)) is not None:
+        return na
+    request = _requests(ev.trace)[REQUEST]
+    lines = [f"RequestReJIT answered {_hr(request.hr)}"] if hresult_failed(request.hr) else []
+    errors = [c for c in ev.trace.callbacks("ReJITError") if c.seq > request.seq]
+    shown = []
+    for token in INVALID_TOKENS:
+        mine = [c for c in errors if c.args.get("methodId") == token]
+        if not mine:
+            lines.append(f"0x{token:08X}: no ReJITError")
+        elif any(c.args.get("functionId") not in (0, None) for c in mine):
+            lines.append(f"0x{token:08X}: a ReJITError with a functionId, expected NULL")
+        statuses = sorted({_hr(int(c.args.get("hrStatus", 0))) for c in mine})
+        shown.append(f"0x{token:08X}: {len(mine)} ReJITError ({', '.join(statuses) or 'none'})")
+    after = _after(ev.trace, request.seq, "rejit.called")
+    if not _of(after, "ReJITCompilationStarted", request.methods.get("Normal", 0)):
+        lines.append("Normal: not recompiled")
+    observed = f"RequestReJIT {_hr(request.hr)}; " + "; ".join(shown)
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected,
                                         evidence=(request.seq,))  # fmt: skip
 
 

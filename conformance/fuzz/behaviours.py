@@ -255,7 +255,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "of another table (documented world): S_OK, the pair not marked, and at the next recompilation "
               "point (a JITCompilationFinished, on its thread) ReJITError(moduleId, methodId, functionId "
               "NULL, E_INVALIDARG); the page's status table gives E_INVALIDARG for a NULL token and names "
-              "none for another invalid one, which gets the same", Basis.DOCUMENTED, doc=REJIT_ERROR_PAGE,
+              "none for another invalid one, which gets the same; 3.1.23 and 8.0.4 report none (S_OK and "
+              "silence: the live rejit-invalid-token experiment, REJIT-29's expectation), what the observed "
+              "world does (the pair waits, never recompiled)", Basis.DOCUMENTED, doc=REJIT_ERROR_PAGE,
               quote="This value may be NULL if the failure occurred on a per-method basis instead of a "
               "per-instantiation basis (for example, if the profiler specified an invalid metadata token for "
               "the method to be recompiled)."),

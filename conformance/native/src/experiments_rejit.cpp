@@ -8,7 +8,8 @@
 //                     callback's, when planned at one). Records a `call` record named after the method it
 //                     called: args {methods, tokens, moduleId, thread, point}, out {statuses (revert),
 //                     statusFill: what each entry held before the call, elapsedMs}, hr. A method the metadata does not name gets token 0 and is left out of the
-//                     request. Planned at a callback with args.untilModule, it does nothing (and does not count
+//                     request. args.rawTokens: methodDef values asked for as they are, after the named ones
+//                     (a NULL or another table's token: ReJITError's per-method failure), named "#raw<k>". Planned at a callback with args.untilModule, it does nothing (and does not count
 //                     as done) until the module is loaded, then runs once.
 //   rejit_parameters  planned at GetReJITParameters: with args.body "prologue", hands the runtime, through the
 //                     callback's ICorProfilerFunctionControl, the method's body with "ldc.i4 <id>; pop" put
@@ -140,6 +141,17 @@ void rejit_request(ExperimentContext& ctx) {
             names.push(Json(method));
             tokens.push(Json(static_cast<std::uint64_t>(token)));
             if (token) {
+                modules.push_back(module);
+                methods.push_back(token);
+            }
+        }
+        if (const Json* raw = ctx.args().get("rawTokens"); raw && raw->is_array() && module) {
+            int k = 0;
+            for (const Json& item : raw->items()) {
+                if (!item.is_integer()) continue;
+                const auto token = static_cast<mdMethodDef>(item.as_uint());
+                names.push(Json("#raw" + std::to_string(k++)));
+                tokens.push(Json(static_cast<std::uint64_t>(token)));
                 modules.push_back(module);
                 methods.push_back(token);
             }

@@ -22,7 +22,7 @@ from conformance.suite.verdicts import Evidence, Judgement, Status
 from tests.conformance.live import assert_area_as_documented_or_expected
 
 REJIT_CLAUSES = ("REJIT-05", "REJIT-06", "REJIT-07", "REJIT-12", "REJIT-13", "REJIT-16", "REJIT-18",
-                 "REJIT-26", "REJIT-28")
+                 "REJIT-26", "REJIT-28", "REJIT-29")
 MODULE = 0x7000
 TOKENS = {"Normal": 0x06000001, "Generic": 0x06000002, "Inlinee": 0x06000003, "Caller": 0x06000004,
           "Loop": 0x06000005, "Late": 0x06000006, "Never": 0x06000007}  # fmt: skip
@@ -250,6 +250,38 @@ def test_REJIT_12_and_13_without_a_proof_of_inlining_are_not_applicable(tmp_path
     ev = _evidence(tmp_path, _inlined_run(inlined=False), rejit.INLINED)
     assert rejit.judge_rejit12(ev).status is Status.NOT_APPLICABLE
     assert rejit.judge_rejit13(ev).status is Status.NOT_APPLICABLE
+
+
+def _invalid_token_run(*, errors: bool) -> Records:
+    """rejit-invalid-token's records: RequestReJIT of Normal and of the invalid tokens (named #raw<k>),
+    Normal recompiled, and (``errors``) one per-method ReJITError per invalid token."""
+    records = _lawful()[:3]  # header, rejit.warm, rejit.request
+    tokens = [TOKENS["Normal"], *rejit.INVALID_TOKENS]
+    names = ["Normal", *(f"#raw{k}" for k in range(len(rejit.INVALID_TOKENS)))]
+    args = {"methods": names, "tokens": tokens, "moduleId": MODULE, "thread": "own", "point": "mark:x"}
+    records.append({"kind": "call", "name": "RequestReJIT", "experiment": rejit.REQUEST, "hr": 0,
+                    "out": {"elapsedMs": 1.0}, "args": args})
+    if errors:
+        records += [{"kind": "callback", "name": "ReJITError", "args": {
+            "moduleId": MODULE, "methodId": t, "functionId": 0, "hrStatus": 0x80070057}}
+            for t in rejit.INVALID_TOKENS]
+    ids = {"moduleId": MODULE, "methodId": TOKENS["Normal"]}
+    records += [{"kind": "callback", "name": "GetReJITParameters", "args": {**ids, "pFunctionControl": 1}},
+                {"kind": "callback", "name": "ReJITCompilationStarted",
+                 "args": {"functionId": 0x100, "rejitId": 2, **ids}},
+                {"kind": "mark", "name": "rejit.called", "payload": None}, {"kind": "end"}]
+    return [{"os_tid": 1, "tid": 2, **r, "seq": k} for k, r in enumerate(records)]
+
+
+def test_REJIT_29_a_per_method_ReJITError_per_invalid_token_conforms(tmp_path: Path) -> None:
+    ev = _evidence(tmp_path, _invalid_token_run(errors=True), rejit.INVALID_TOKEN)
+    assert rejit.judge_rejit29(ev).status is Status.CONFORMS
+
+
+def test_REJIT_29_silence_for_the_invalid_tokens_diverges(tmp_path: Path) -> None:
+    """What both bundled runtimes do (common.toml): S_OK and no ReJITError."""
+    verdict = rejit.judge_rejit29(_evidence(tmp_path, _invalid_token_run(errors=False), rejit.INVALID_TOKEN))
+    assert verdict.disagreements == ("0x00000000: no ReJITError", "0x02000002: no ReJITError")
 
 
 @pytest.mark.live
