@@ -427,12 +427,14 @@ INVALID_TOKEN = experiment(
 def judge_rejit29(ev: Evidence) -> Judgement:
     expected = (f"RequestReJIT of Normal and of the tokens {', '.join(f'0x{t:08X}' for t in INVALID_TOKENS)} "
                 "(S_OK: an attempt for each): one ReJITError per invalid token, naming it, with functionId "
-                "NULL, before the app's next phase ends; Normal recompiled")
+                "NULL, after the request's mark (during the call or later); Normal recompiled")
     if (na := _missing(ev, REQUEST, expected)) is not None:
         return na
     request = _requests(ev.trace)[REQUEST]
     lines = [f"RequestReJIT answered {_hr(request.hr)}"] if hresult_failed(request.hr) else []
-    errors = [c for c in ev.trace.callbacks("ReJITError") if c.seq > request.seq]
+    # the probe writes its call record when the call returns: ReJITErrors made inside it come before it
+    marked = next((m.seq for m in ev.trace.marks("rejit.request")), -1)
+    errors = [c for c in ev.trace.callbacks("ReJITError") if c.seq > marked]
     shown = []
     for token in INVALID_TOKENS:
         mine = [c for c in errors if c.args.get("methodId") == token]

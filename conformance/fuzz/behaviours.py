@@ -251,13 +251,13 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "CORPROF_E_REJIT_NOT_ENABLED (0x8013137C)", Basis.LIMITATION,
               observed="not observed here and in no page of ../shared/spec: RequestReJIT's own page names "
               "the HRESULT (REJIT-05); the value is corerror.h's"),
-    Behaviour("rejit.error", "RequestReJIT of a pair with a NULL ModuleID or methodDef, or a methodDef "
-              "of another table (documented world): S_OK, the pair not marked, and at the next recompilation "
-              "point (a JITCompilationFinished, on its thread) ReJITError(moduleId, methodId, functionId "
-              "NULL, E_INVALIDARG); the page's status table gives E_INVALIDARG for a NULL token and names "
-              "none for another invalid one, which gets the same; 3.1.23 and 8.0.4 report none (S_OK and "
-              "silence: the live rejit-invalid-token experiment, REJIT-29's expectation), what the observed "
-              "world does (the pair waits, never recompiled)", Basis.DOCUMENTED, doc=REJIT_ERROR_PAGE,
+    Behaviour("rejit.error", "RequestReJIT of a pair with a NULL methodDef or a token of another "
+              "table (a TypeDef): S_OK, the pair not marked, and before RequestReJIT returns, on the calling "
+              "thread, ReJITError(moduleId, methodId, functionId NULL, E_INVALIDARG)", Basis.OBSERVED,
+              doc=REJIT_ERROR_PAGE,
+              observed="3.1.23 and 8.0.4: the live suite's rejit-invalid-token experiment (ReJITError for "
+              "methodDef 0 and 0x02000002, functionId 0, hrStatus 0x80070057, recorded on the requesting "
+              "thread before its RequestReJIT returned)",
               quote="This value may be NULL if the failure occurred on a per-method basis instead of a "
               "per-instantiation basis (for example, if the profiler specified an invalid metadata token for "
               "the method to be recompiled)."),

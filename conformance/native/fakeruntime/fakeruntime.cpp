@@ -583,17 +583,15 @@ std::size_t il_extent(const BYTE* h, bool* allocated) {
 std::vector<std::pair<ModuleID, mdMethodDef>> g_rejit_pending;
 // The pairs with an active request (taken, not reverted: pending or recompiled), what RequestRevert reverts.
 std::set<std::pair<ModuleID, mdMethodDef>> g_rejit_active;
-// The pairs RequestReJIT could not mark (a NULL ModuleID or methodDef, a token of another table): their
-// ReJITError (functionId NULL, E_INVALIDARG) comes at the next recompilation point, on that thread.
-std::vector<std::pair<ModuleID, mdMethodDef>> g_rejit_errors;
 ReJITID g_next_rejit = 0;
 
-// Whether RequestReJIT can mark (module, method): a per-method failure otherwise (ReJITError's page: the
+// Whether RequestReJIT can mark a methodDef: a per-method failure otherwise (ReJITError's page: the
 // functionId "may be NULL if the failure occurred on a per-method basis ... (for example, if the profiler
 // specified an invalid metadata token for the method to be recompiled)").
-bool rejit_markable(ModuleID module, mdMethodDef method) {
-    return module != 0 && method != 0 && (method >> 24) == 0x06;
-}
+bool rejit_markable(mdMethodDef method) { return method != 0 && (method >> 24) == 0x06; }
+// ReJITError(module, method, functionId NULL, E_INVALIDARG) for each pair, on the calling thread (after
+// the session, below).
+void report_rejit_errors(const std::vector<std::pair<ModuleID, mdMethodDef>>& errors);
 
 std::string hex_of(const BYTE* p, std::size_t n);
 
@@ -974,20 +972,26 @@ HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassI
     put<mdToken>(pToken, fi.token);
     return f ? S_OK : E_INVALIDARG;
 }
+// A pair RequestReJIT cannot mark (a NULL methodDef, a token of another table) gets its ReJITError
+// (functionId NULL, E_INVALIDARG) before RequestReJIT returns, on the calling thread, as 3.1.23 and 8.0.4 do.
 // behaviour: rejit.request, rejit.not-enabled, rejit.error
 HRESULT InfoBase::answer_RequestReJIT(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds) {
     if (!(g_world.mask_low & COR_PRF_ENABLE_REJIT)) return static_cast<HRESULT>(0x8013137C);
     if (cFunctions == 0 || !moduleIds || !methodIds) return E_INVALIDARG;
-    std::lock_guard<std::mutex> g(g_il_mu);
-    for (ULONG i = 0; i < cFunctions; ++i) {
-        const std::pair<ModuleID, mdMethodDef> key(moduleIds[i], methodIds[i]);
-        if (g_world.documented && !rejit_markable(key.first, key.second)) {
-            g_rejit_errors.push_back(key);  // the observed world keeps it waiting, as any pair (rejit.compile)
-            continue;
+    std::vector<std::pair<ModuleID, mdMethodDef>> errors;
+    {
+        std::lock_guard<std::mutex> g(g_il_mu);
+        for (ULONG i = 0; i < cFunctions; ++i) {
+            const std::pair<ModuleID, mdMethodDef> key(moduleIds[i], methodIds[i]);
+            if (!rejit_markable(key.second)) {
+                errors.push_back(key);
+                continue;
+            }
+            g_rejit_pending.push_back(key);
+            g_rejit_active.insert(key);
         }
-        g_rejit_pending.push_back(key);
-        g_rejit_active.insert(key);
     }
+    report_rejit_errors(errors);
     return S_OK;
 }
 // RequestRevert: the page's Status HRESULTs per pair. An active request is reverted (S_OK; a pending
@@ -1198,16 +1202,10 @@ std::vector<T> array_of(const Json& args, const char* name) {
 // ReJITCompilationFinished (S_OK) of each of its functions with a new ReJITID. A pair with no compiled
 // function waits.
 // behaviour: rejit.compile
-void play_rejits() {
+// behaviour: rejit.error
+void report_rejit_errors(const std::vector<std::pair<ModuleID, mdMethodDef>>& errors) {
     auto* cb4 = static_cast<ICorProfilerCallback4*>(g_session.levels[4]);
     if (!cb4) return;
-    std::vector<std::pair<ModuleID, mdMethodDef>> todo, errors;
-    {
-        std::lock_guard<std::mutex> g(g_il_mu);
-        todo.swap(g_rejit_pending);
-        errors.swap(g_rejit_errors);
-    }
-    // behaviour: rejit.error
     for (const auto& [module, method] : errors) {
         push_callback("ReJITError", Json::object()
                           .set("moduleId", Json(static_cast<std::uint64_t>(module)))
@@ -1215,6 +1213,16 @@ void play_rejits() {
                           .set("functionId", Json(std::uint64_t{0}))
                           .set("hrStatus", Json(static_cast<std::uint32_t>(E_INVALIDARG))), false);
         pop_callback(cb4->ReJITError(module, method, 0, E_INVALIDARG));
+    }
+}
+
+void play_rejits() {
+    auto* cb4 = static_cast<ICorProfilerCallback4*>(g_session.levels[4]);
+    if (!cb4) return;
+    std::vector<std::pair<ModuleID, mdMethodDef>> todo;
+    {
+        std::lock_guard<std::mutex> g(g_il_mu);
+        todo.swap(g_rejit_pending);
     }
     std::vector<std::pair<ModuleID, mdMethodDef>> later;
     std::set<std::pair<ModuleID, mdMethodDef>> done;
@@ -1544,7 +1552,6 @@ void start(const Json& cmd) {
         std::lock_guard<std::mutex> g(g_il_mu);
         g_rejit_pending.clear();
         g_rejit_active.clear();
-        g_rejit_errors.clear();
     }
     g_shutdown_returned.store(false);
     {

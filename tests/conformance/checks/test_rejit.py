@@ -254,17 +254,18 @@ def test_REJIT_12_and_13_without_a_proof_of_inlining_are_not_applicable(tmp_path
 
 def _invalid_token_run(*, errors: bool) -> Records:
     """rejit-invalid-token's records: RequestReJIT of Normal and of the invalid tokens (named #raw<k>),
-    Normal recompiled, and (``errors``) one per-method ReJITError per invalid token."""
+    Normal recompiled, and (``errors``) one per-method ReJITError per invalid token, made inside the call
+    (before the probe's call record, which it writes when the call returns: what both runtimes do)."""
     records = _lawful()[:3]  # header, rejit.warm, rejit.request
     tokens = [TOKENS["Normal"], *rejit.INVALID_TOKENS]
     names = ["Normal", *(f"#raw{k}" for k in range(len(rejit.INVALID_TOKENS)))]
-    args = {"methods": names, "tokens": tokens, "moduleId": MODULE, "thread": "own", "point": "mark:x"}
-    records.append({"kind": "call", "name": "RequestReJIT", "experiment": rejit.REQUEST, "hr": 0,
-                    "out": {"elapsedMs": 1.0}, "args": args})
     if errors:
         records += [{"kind": "callback", "name": "ReJITError", "args": {
             "moduleId": MODULE, "methodId": t, "functionId": 0, "hrStatus": 0x80070057}}
             for t in rejit.INVALID_TOKENS]
+    args = {"methods": names, "tokens": tokens, "moduleId": MODULE, "thread": "own", "point": "mark:x"}
+    records.append({"kind": "call", "name": "RequestReJIT", "experiment": rejit.REQUEST, "hr": 0,
+                    "out": {"elapsedMs": 1.0}, "args": args})
     ids = {"moduleId": MODULE, "methodId": TOKENS["Normal"]}
     records += [{"kind": "callback", "name": "GetReJITParameters", "args": {**ids, "pFunctionControl": 1}},
                 {"kind": "callback", "name": "ReJITCompilationStarted",
@@ -279,7 +280,7 @@ def test_REJIT_29_a_per_method_ReJITError_per_invalid_token_conforms(tmp_path: P
 
 
 def test_REJIT_29_silence_for_the_invalid_tokens_diverges(tmp_path: Path) -> None:
-    """What both bundled runtimes do (common.toml): S_OK and no ReJITError."""
+    """A runtime that answers S_OK and reports nothing for the invalid tokens (neither bundled one does)."""
     verdict = rejit.judge_rejit29(_evidence(tmp_path, _invalid_token_run(errors=False), rejit.INVALID_TOKEN))
     assert verdict.disagreements == ("0x00000000: no ReJITError", "0x02000002: no ReJITError")
 
