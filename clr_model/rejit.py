@@ -168,7 +168,7 @@ def check_handed_body(
     sections (REJIT-23); through ICorProfilerInfo::SetILFunctionBody (``from_allocator`` known) a buffer that
     the module's allocator did not hand out (REJIT-37)."""
     found = check_body(data, resolver, method_token, length=declared_size)
-    out = [ReJITVerdict(f.rule, str(f)) for f in found]
+    out = [ReJITVerdict(f.rule, str(f), note=f.note) for f in found]
     if declared_size is not None:
         body, _ = parse_body(data)
         if body is not None and body.size > declared_size:

@@ -9,7 +9,12 @@ ReJIT before the first call), a second RequestReJIT of Normal at ``rejit.again``
 of Never (never requested) at ``rejit.revert``, and hands a rewritten body through the function control in
 every GetReJITParameters. ``rejit-in-callback`` makes the first request from inside the JITCompilationStarted
 of the app's first method instead (on that callback's thread); ``rejit-not-enabled`` runs the plan without
-COR_PRF_ENABLE_REJIT.
+COR_PRF_ENABLE_REJIT. ``rejit-inlined`` runs with tiered compilation off (so Caller's first compilation is
+optimized and inlines Inlinee, which the probe's JITInlining records prove: caller and callee by methodDef),
+asks RequestReJIT of Inlinee alone at ``rejit.inline-request`` and RequestReJITWithInliners of Inlinee
+(COR_PRF_REJIT_BLOCK_INLINING | COR_PRF_REJIT_INLINING_CALLBACKS) at ``rejit.inliners``, the app calling
+Caller after each: REJIT-12 (a plain request does not reach the inlined copy: its inliner is not recompiled)
+and REJIT-13 (the inliner is recompiled after RequestReJITWithInliners; dotnet/runtime#87418).
 
 What each judge expects comes from the plan the harness wrote (which methods each request names, which the
 revert names, whether the flag was set) and the scenario's fixed course (which targets it calls after each
@@ -24,23 +29,31 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clr_model import api
+from clr_model.api import Fact
 from clr_model.flags import CorPrfMonitor
 from clr_model.hresults import HResult, format_hresult, hresult_failed
+from conformance.core.scenarios import load_scenario
 from conformance.core.trace import CallbackRecord, CallRecord, Trace
 from conformance.suite.registry import experiment, judge
 from conformance.suite.verdicts import Evidence, Judgement, Status
 
 __all__ = [
+    "INLINED",
+    "INVALID_TOKEN",
     "IN_CALLBACK",
     "NOT_ENABLED",
     "PROTOCOL",
     "judge_rejit05",
     "judge_rejit06",
     "judge_rejit07",
+    "judge_rejit12",
+    "judge_rejit13",
     "judge_rejit16",
     "judge_rejit18",
     "judge_rejit26",
     "judge_rejit28",
+    "judge_rejit29",
 ]
 
 SCENARIO = "rejit"
@@ -73,6 +86,33 @@ NOT_ENABLED = experiment(
     plan_overlay={"event_mask": ["COR_PRF_MONITOR_JIT_COMPILATION"]},
 )
 
+#: the inlining phases' plan entries, the inlined target and its caller
+INLINE_REQUEST, INLINERS = "rejit-inline-request", "rejit-inliners"
+INLINEE, INLINER = "Inlinee", "Caller"
+#: RequestReJITWithInliners' dwRejitFlags: COR_PRF_REJIT_BLOCK_INLINING (0x1) |
+#: COR_PRF_REJIT_INLINING_CALLBACKS (0x2) (the COR_PRF_REJIT_FLAGS page)
+INLINERS_FLAGS = 0x3
+_TARGETS = "ProfHarness.Scenarios.RejitTargets"
+INLINED = experiment(
+    "rejit-inlined",
+    scenario=SCENARIO,
+    # tiered compilation off (3.1 reads COMPlus_, 8.0 both): Caller is optimized at its first compilation
+    env={"DOTNET_TieredCompilation": "0", "COMPlus_TieredCompilation": "0"},
+    plan_overlay={
+        # what the scenario's plan records, and the inlining decisions (the proof that Inlinee was inlined)
+        "record": [*load_scenario(SCENARIO).plan.get("record", []), "JITInlining"],
+        "experiments": [
+            {"id": INLINE_REQUEST, "at": "mark:rejit.inline-request", "run": "rejit_request",
+             "args": {"type": _TARGETS, "methods": [INLINEE], "thread": "own"}, "times": 1},
+            {"id": "rejit-parameters", "at": "GetReJITParameters", "run": "rejit_parameters",
+             "args": {"body": "prologue"}, "times": 0},
+            {"id": INLINERS, "at": "mark:rejit.inliners", "run": "rejit_request",
+             "args": {"type": _TARGETS, "methods": [INLINEE], "thread": "own", "inliners": INLINERS_FLAGS},
+             "times": 1},
+        ],
+    },
+)  # fmt: skip
+
 
 # --- reading the run -------------------------------------------------------------------------------------
 
@@ -102,10 +142,14 @@ def _planned(plan: Mapping[str, Any], entry: str) -> list[str]:
     return []
 
 
+#: the calls rejit_request makes: the API table's recompilation requests and reverts
+_REQUESTS = api.names_with(Fact.REJIT_REQUEST, Fact.REVERTS)
+
+
 def _requests(trace: Trace) -> dict[str, Request]:
     found: dict[str, Request] = {}
     for c in trace.of_kind(CallRecord):
-        if c.experiment is None or not (c.name == "RequestReJIT" or c.name == "RequestRevert"):
+        if c.experiment is None or c.name not in _REQUESTS:
             continue
         names = c.args.get("methods") or []
         tokens = c.args.get("tokens") or []
@@ -355,4 +399,141 @@ def judge_rejit05(ev: Evidence) -> Judgement:
     if started:
         lines.append(f"{len(started)} ReJITCompilationStarted without the flag")
     return Judgement.from_disagreements(lines, observed=f"RequestReJIT {_hr(request.hr)}", expected=expected,
+                                        evidence=(request.seq,))  # fmt: skip
+
+
+# --- an invalid methodDef token (rejit-invalid-token) ------------------------------------------------------
+
+#: what rejit-invalid-token asks for besides Normal: a NULL methodDef and a TypeDef token of the app (row 2:
+#: row 1 is <Module>), neither a method the runtime can mark
+INVALID_TOKENS = (0, 0x02000002)
+INVALID_TOKEN = experiment(
+    "rejit-invalid-token",
+    scenario=SCENARIO,
+    plan_overlay={
+        "experiments": [
+            {"id": REQUEST, "at": "mark:rejit.request", "run": "rejit_request",
+             "args": {"type": _TARGETS, "methods": ["Normal"], "rawTokens": list(INVALID_TOKENS),
+                      "thread": "own"}, "times": 1},
+            {"id": "rejit-parameters", "at": "GetReJITParameters", "run": "rejit_parameters",
+             "args": {"body": "prologue"}, "times": 0},
+        ],
+    },
+)  # fmt: skip
+
+
+@judge("REJIT-29", INVALID_TOKEN, what="RequestReJIT of an invalid methodDef token (NULL, a TypeDef): a "
+       "ReJITError for it with functionId NULL (a per-method failure)", uses=(REQUEST,))  # fmt: skip
+def judge_rejit29(ev: Evidence) -> Judgement:
+    expected = (f"RequestReJIT of Normal and of the tokens {', '.join(f'0x{t:08X}' for t in INVALID_TOKENS)} "
+                "(S_OK: an attempt for each): one ReJITError per invalid token, naming it, with functionId "
+                "NULL, after the request's mark (during the call or later); Normal recompiled")
+    if (na := _missing(ev, REQUEST, expected)) is not None:
+        return na
+    request = _requests(ev.trace)[REQUEST]
+    lines = [f"RequestReJIT answered {_hr(request.hr)}"] if hresult_failed(request.hr) else []
+    # the probe writes its call record when the call returns: ReJITErrors made inside it come before it
+    marked = next((m.seq for m in ev.trace.marks("rejit.request")), -1)
+    errors = [c for c in ev.trace.callbacks("ReJITError") if c.seq > marked]
+    shown = []
+    for token in INVALID_TOKENS:
+        mine = [c for c in errors if c.args.get("methodId") == token]
+        if not mine:
+            lines.append(f"0x{token:08X}: no ReJITError")
+        elif any(c.args.get("functionId") not in (0, None) for c in mine):
+            lines.append(f"0x{token:08X}: a ReJITError with a functionId, expected NULL")
+        statuses = sorted({_hr(int(c.args.get("hrStatus", 0))) for c in mine})
+        shown.append(f"0x{token:08X}: {len(mine)} ReJITError ({', '.join(statuses) or 'none'})")
+    after = _after(ev.trace, request.seq, "rejit.called")
+    if not _of(after, "ReJITCompilationStarted", request.methods.get("Normal", 0)):
+        lines.append("Normal: not recompiled")
+    observed = f"RequestReJIT {_hr(request.hr)}; " + "; ".join(shown)
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected,
+                                        evidence=(request.seq,))  # fmt: skip
+
+
+# --- inlining (rejit-inlined) ----------------------------------------------------------------------------
+
+
+def _inlined(ev: Evidence, request: Request) -> tuple[int, int, list[CallbackRecord]]:
+    """Inlinee's and Caller's methodDefs (from the request's module: the metadata the probe read) and the
+    JITInlining records of Inlinee into Caller before ``request``."""
+    callee = request.methods.get(INLINEE, 0)
+    inliner = _inliner_token(ev.trace, request)
+    proofs = [c for c in ev.trace.callbacks("JITInlining") if c.seq < request.seq
+              and c.args.get("calleeMethodId") == callee and callee
+              and (inliner == 0 or c.args.get("callerMethodId") == inliner)]  # fmt: skip
+    return callee, inliner, proofs
+
+
+def _inliner_token(trace: Trace, request: Request) -> int:
+    """Caller's methodDef, read from the JITInlining records (the probe resolves tokens only for the methods
+    a request names): the one method of Inlinee's module that inlined it (0: none, or more than one; the
+    scenario calls Inlinee only from Caller)."""
+    callee = request.methods.get(INLINEE, 0)
+    callers = {c.args.get("callerMethodId") for c in trace.callbacks("JITInlining")
+               if callee and c.args.get("calleeMethodId") == callee
+               and c.args.get("calleeModuleId") == c.args.get("callerModuleId")}  # fmt: skip
+    only = next(iter(callers)) if len(callers) == 1 else None
+    return only if isinstance(only, int) else 0
+
+
+def _recompiled(callbacks: Sequence[CallbackRecord], token: int) -> str:
+    params = len(_of(callbacks, "GetReJITParameters", token))
+    started = len(_of(callbacks, "ReJITCompilationStarted", token))
+    return f"{params} GetReJITParameters, {started} ReJITCompilationStarted"
+
+
+@judge("REJIT-12", INLINED, what="RequestReJIT of a method its caller inlined does not recompile the inlined "
+       "copy: the caller keeps running its old code (the page: block inlining or request the inliners)",
+       uses=(INLINE_REQUEST,))  # fmt: skip
+def judge_rejit12(ev: Evidence) -> Judgement:
+    expected = (f"with {INLINER} compiled with {INLINEE} inlined (JITInlining), RequestReJIT of {INLINEE} "
+                f"alone and two more calls of {INLINER}: {INLINER} is not recompiled (no "
+                f"ReJITCompilationStarted of it), so the inlined copy of {INLINEE} keeps its original body")
+    if (na := _missing(ev, INLINE_REQUEST, expected)) is not None:
+        return na
+    request = _requests(ev.trace)[INLINE_REQUEST]
+    callee, inliner, proofs = _inlined(ev, request)
+    if not proofs or not inliner:
+        return Judgement(status=Status.NOT_APPLICABLE, observed=f"no JITInlining of {INLINEE} into {INLINER} "
+                         "before the request: nothing was inlined", expected=expected,
+                         evidence=(request.seq,))  # fmt: skip
+    lines = [f"RequestReJIT answered {_hr(request.hr)}"] if hresult_failed(request.hr) else []
+    after = _after(ev.trace, request.seq, "rejit.inline-called")
+    if _of(after, "ReJITCompilationStarted", inliner):
+        lines.append(f"{INLINER} (the inliner) recompiled after RequestReJIT of {INLINEE} alone")
+    observed = (f"{len(proofs)} JITInlining of {INLINEE} into {INLINER}; RequestReJIT of {INLINEE} "
+                f"({_hr(request.hr)}); then {INLINER}: {_recompiled(after, inliner)}; {INLINEE}: "
+                f"{_recompiled(after, callee)}")
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected,
+                                        evidence=(request.seq, *(c.seq for c in proofs[:1])))  # fmt: skip
+
+
+@judge("REJIT-13", INLINED, what="RequestReJITWithInliners of an inlined method recompiles its inliner "
+       "(COR_PRF_MONITOR_JIT_COMPILATION on, dotnet/runtime#87418)",
+       uses=(INLINE_REQUEST, INLINERS))  # fmt: skip
+def judge_rejit13(ev: Evidence) -> Judgement:
+    expected = (f"after RequestReJITWithInliners of {INLINEE} (flags 0x{INLINERS_FLAGS:X}: block inlining, "
+                f"inlining callbacks) and two more calls of {INLINER}, which inlined it: {INLINER} is "
+                "recompiled (ReJITCompilationStarted), with its own GetReJITParameters")
+    if (na := _missing(ev, INLINERS, expected)) is not None:
+        return na
+    requests = _requests(ev.trace)
+    request = requests[INLINERS]
+    first = requests.get(INLINE_REQUEST, request)
+    callee, inliner, proofs = _inlined(ev, first)
+    if not proofs or not inliner:
+        return Judgement(status=Status.NOT_APPLICABLE, observed=f"no JITInlining of {INLINEE} into "
+                         f"{INLINER}: nothing was inlined", expected=expected,
+                         evidence=(request.seq,))  # fmt: skip
+    lines = [f"RequestReJITWithInliners answered {_hr(request.hr)}"] if hresult_failed(request.hr) else []
+    after = _after(ev.trace, request.seq, "rejit.inliners-called")
+    if not _of(after, "ReJITCompilationStarted", inliner):
+        lines.append(f"{INLINER} (the inliner) not recompiled after RequestReJITWithInliners of {INLINEE}")
+    if not _of(after, "GetReJITParameters", inliner):
+        lines.append(f"no GetReJITParameters for {INLINER} (COR_PRF_REJIT_INLINING_CALLBACKS was set)")
+    observed = (f"RequestReJITWithInliners of {INLINEE} ({_hr(request.hr)}); then {INLINER}: "
+                f"{_recompiled(after, inliner)}; {INLINEE}: {_recompiled(after, callee)}")
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected,
                                         evidence=(request.seq,))  # fmt: skip

@@ -74,6 +74,9 @@ _IL_ONCE = ("3.1.23 and 8.0.4: validate of tests/conformance/validator/profilers
 
 _REJIT = ("3.1.23 and 8.0.4: validate of tests/conformance/validator/profilers/docs/rejit_rewriter.cpp on "
           "the standard workload")
+#: the ReJIT pages (clr_model/catalog/rejit*.toml quote them; not in ../shared/spec)
+REJIT_ERROR_PAGE = "ICorProfilerCallback4::ReJITError"
+REQUEST_REVERT_PAGE = "ICorProfilerInfo4::RequestRevert"
 
 BEHAVIOURS: tuple[Behaviour, ...] = (
     # --- callbacks and their order (conformance/fuzz/world.py) ----------------------------------------
@@ -244,10 +247,37 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "COR_PRF_MONITOR_JIT_COMPILATION", Basis.OBSERVED,
               observed=_REJIT + " (GetReJITParameters on an application thread, then the Started/Finished "
               "pairs of the recompiled methods)"),
-    Behaviour("rejit.not-enabled", "RequestReJIT without COR_PRF_ENABLE_REJIT: CORPROF_E_REJIT_NOT_ENABLED "
-              "(0x8013137C)", Basis.LIMITATION,
+    Behaviour("rejit.not-enabled", "RequestReJIT and RequestRevert without COR_PRF_ENABLE_REJIT: "
+              "CORPROF_E_REJIT_NOT_ENABLED (0x8013137C)", Basis.LIMITATION,
               observed="not observed here and in no page of ../shared/spec: RequestReJIT's own page names "
               "the HRESULT (REJIT-05); the value is corerror.h's"),
+    Behaviour("rejit.error", "RequestReJIT of a pair with a NULL methodDef or a token of another "
+              "table (a TypeDef): S_OK, the pair not marked, and before RequestReJIT returns, on the calling "
+              "thread, ReJITError(moduleId, methodId, functionId NULL, E_INVALIDARG)", Basis.OBSERVED,
+              doc=REJIT_ERROR_PAGE,
+              observed="3.1.23 and 8.0.4: the live suite's rejit-invalid-token experiment (ReJITError for "
+              "methodDef 0 and 0x02000002, functionId 0, hrStatus 0x80070057, recorded on the requesting "
+              "thread before its RequestReJIT returned)",
+              quote="This value may be NULL if the failure occurred on a per-method basis instead of a "
+              "per-instantiation basis (for example, if the profiler specified an invalid metadata token for "
+              "the method to be recompiled)."),
+    Behaviour("rejit.revert", "RequestRevert with COR_PRF_ENABLE_REJIT set: S_OK; the status entry S_OK "
+              "for a pair with an active request (reverted: a pending recompilation is dropped, a later "
+              "request recompiles anew) and, in the observed world, S_OK for a pair no request named too; a "
+              "NULL status array accepted (nothing written)", Basis.OBSERVED,
+              observed="3.1.23 and 8.0.4: the live suite's rejit-protocol experiment (RequestRevert S_OK, "
+              "both entries S_OK, written by the runtime over the probe's fill: REJIT-16's expectation in "
+              "conformance/expectations/common.toml)"),
+    Behaviour("rejit.revert-documented", "RequestRevert of a pair no active request names (documented "
+              "world): its status entry CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND, as 0x8013137D (dotnet/"
+              "runtime's corerror.xml defines no such HRESULT: 0x8013137D is the gap between "
+              "CORPROF_E_REJIT_NOT_ENABLED and CORPROF_E_FUNCTION_IS_COLLECTIBLE)",
+              Basis.DOCUMENTED, doc=REQUEST_REVERT_PAGE, quote="The CLR could not revert the specified "
+              "function, because a corresponding active recompilation request was not found."),
+    Behaviour("rejit.revert-null", "RequestRevert of a pair with a NULL ModuleID or methodDef: E_INVALIDARG "
+              "in its status entry", Basis.LIMITATION,
+              observed="not observed here: the status the page's table gives it (E_INVALIDARG, 'The moduleID "
+              "or methodDef parameter is NULL.'), in both worlds"),
     Behaviour("answer.mask", "callbacks made only for the event mask's bits; none of an interface the "
               "profiler does not implement", Basis.OBSERVED,
               observed="3.1.23 and 8.0.4: every validator run (a callback outside the mask is never "

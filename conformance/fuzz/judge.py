@@ -28,7 +28,7 @@ from conformance.core.runner import RunResult
 from conformance.core.trace import read_trace_whole
 from conformance.fuzz.child import ExampleOutcome
 from conformance.fuzz.world import HEAP_MARK
-from conformance.validator.il_rules import FUZZ_MODULE_MARK
+from conformance.validator.il_rules import FUZZ_MODULE_MARK, ILBodies
 from conformance.validator.recording import Recording, read_recording
 from conformance.validator.rules import check_recording
 
@@ -115,10 +115,21 @@ def _il_resolver(path: str, cache: dict[str, Assembly | None]) -> Assembly | Non
     return cache[path]
 
 
-@registry.rule(*sorted(il.RULES), "REJIT-37", layer=Layer.FUZZ, what="every IL body the profiler hands "
-               "the fake runtime (SetILFunctionBody, ICorProfilerFunctionControl::SetILFunctionBody) is a "
-               "valid ECMA-335 body against the metadata of the assembly the method's original body came "
-               "from; SetILFunctionBody's body comes from the module's method allocator")  # fmt: skip
+def validator_checks_fuzz_bodies() -> bool:
+    """Whether the validator's IL rule (:class:`~conformance.validator.il_rules.ILBodies`, issue 25 part 5)
+    judges the fake runtime's bodies itself: it does when it reads the fake runtime's module mark, and
+    :func:`judge` runs it (``check_recording`` loads the validator's rules, il_rules among them, every time).
+    Read from the rule's own declaration, never from what the registry happens to hold when this runs (that
+    depended on which modules were imported first), so the IL checker runs once per body, always the same."""
+    return ("mark", FUZZ_MODULE_MARK) in ILBodies.reads and "conformance.validator.il_rules" in (
+        registry.RULE_MODULES[Layer.VALIDATOR])
+
+
+@registry.rule(*sorted(il.RULES), *sorted(il.NOTES), "REJIT-37", layer=Layer.FUZZ,
+               what="every IL body the profiler hands the fake runtime (SetILFunctionBody, "
+               "ICorProfilerFunctionControl::SetILFunctionBody) is a valid ECMA-335 body against the "
+               "metadata of the assembly the method's original body came from; SetILFunctionBody's body "
+               "comes from the module's method allocator")  # fmt: skip
 def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> list[Finding]:
     """The IL checker (:func:`clr_model.il.check_body`) over every body handed over: the fake runtime records
     the bytes (out ``body``, hex; ``allocated``: in a block of the method allocator, whose end is then the
@@ -129,9 +140,7 @@ def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> 
     the IL checks to it, so no body is reported twice. REJIT-37 (a body in no block the method allocator gave)
     is this rule's alone: only the fake runtime knows every block its allocator handed out."""
     del heaps
-    # the validator's own IL rule (issue 25 part 5), where it is registered, judges these records in
-    # check_recording: the IL checker is not run twice on a body
-    checked_by_validator = bool(registry.rules(Layer.VALIDATOR, "IL-HEADER-FORMAT"))
+    checked_by_validator = validator_checks_fuzz_bodies()
     paths: dict[int, str] = {}
     cache: dict[str, Assembly | None] = {}
     found: list[Finding] = []
@@ -169,7 +178,7 @@ def il_findings(rec: Recording, heaps: list[frozenset[int]], run: RunResult) -> 
             length = len(data) if ev.out.get("allocated") is True else None
         for f in il.check_body(data, assembly, token, length=length):
             message = f"the body {ev.name} was given for method 0x{token:08X}: {f}"
-            found.append(Finding.of(run, f.rule, message, [ev.seq], thread=ev.thread,
+            found.append(Finding.of(run, f.rule, message, [ev.seq], thread=ev.thread, note=f.note,
                                     callback=rec.callback_at(i)))
     return found
 

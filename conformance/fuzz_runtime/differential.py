@@ -267,7 +267,7 @@ class Differential:
             run_dir = self.work_dir / "runs" / f"{rendered.id}-{experiment.id}-{runtime.version}"
             shutil.rmtree(run_dir, ignore_errors=True)  # the probe appends to an existing trace
             result = execute(scenario, app_dll, runtime, self.probe_so, plan=plan,
-                             timeout_s=experiment.timeout_s, run_dir=run_dir)  # fmt: skip
+                             timeout_s=experiment.timeout_s, run_dir=run_dir, env=experiment.env)  # fmt: skip
             stats.append(RunStats(experiment.id, runtime.version, result.outcome.value, result.seconds))
             judged = judge_run(experiment, runtime, result, plan)
             clauses = [j.clause for j in experiment.judges]

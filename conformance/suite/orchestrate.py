@@ -300,6 +300,7 @@ def _run_and_judge(
             probe_so,
             plan=plans[experiment.id],
             timeout_s=experiment.timeout_s,
+            env=experiment.env,
         )
         return experiment, runtime, result
 

@@ -73,11 +73,13 @@ class ExperimentSpec:
     only_on: tuple[str, ...] = ()
     judges: list[Judge] = field(default_factory=list)
     module: str = ""
+    #: extra environment variables of the run (runtime settings, e.g. tiered compilation off)
+    env: Mapping[str, str] | None = None
 
     def build(self) -> LiveExperiment:
         return LiveExperiment(id=self.id, scenario=self.scenario, judges=tuple(self.judges),
                               plan_overlay=self.plan_overlay, timeout_s=self.timeout_s,
-                              only_on=self.only_on)  # fmt: skip
+                              only_on=self.only_on, env=self.env)  # fmt: skip
 
 
 @dataclass
@@ -112,12 +114,14 @@ def experiment(
     plan_overlay: Mapping[str, Any] | None = None,
     timeout_s: float = 60.0,
     only_on: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> ExperimentSpec:
-    """Declare a live experiment (a scenario run with its plan, once per runtime)."""
+    """Declare a live experiment (a scenario run with its plan, once per runtime; ``env``: environment
+    variables its runs get on top of the probe's)."""
     if id in _EXPERIMENTS or id in _HOOK_EXPERIMENTS:
         raise ValueError(f"experiment id {id!r} is declared twice")
     spec = ExperimentSpec(id=id, scenario=scenario, plan_overlay=plan_overlay, timeout_s=timeout_s,
-                          only_on=tuple(only_on), module=_caller_module())  # fmt: skip
+                          only_on=tuple(only_on), module=_caller_module(), env=env)  # fmt: skip
     _EXPERIMENTS[id] = spec
     return spec
 

@@ -151,6 +151,8 @@ class LiveExperiment:
     timeout_s: float = 60.0
     #: runtimes (version prefixes) the experiment applies to; empty = all
     only_on: tuple[str, ...] = field(default=())
+    #: extra environment variables of its runs (None: the probe's environment as it is)
+    env: Mapping[str, str] | None = None
 
     def applies_to(self, runtime: Runtime) -> bool:
         return not self.only_on or any(runtime.version.startswith(p) for p in self.only_on)

@@ -102,7 +102,7 @@ def _part(r: Record, part: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-@register(*sorted(il.RULES), TIE, layer=Layer.VALIDATOR,
+@register(*sorted(il.RULES), *sorted(il.NOTES), TIE, layer=Layer.VALIDATOR,
           what="every IL body a profiler hands over (SetILFunctionBody, ICorProfilerFunctionControl::"
           "SetILFunctionBody) is a valid ECMA-335 method body against its module's metadata; an "
           "InvalidProgramException or crash tied to the body that caused it")  # fmt: skip
@@ -152,6 +152,7 @@ class ILBodies(StreamRule):
             emitted = {f"0x{t:08X}" for t in resolver.emitted}
             found = [f for f in found if not (f.rule == "IL-TOKEN" and any(t in f.message for t in emitted))]
         self.j.exercised.update(il.RULES)
+        self.j.exercised.update(il.NOTES)  # the checker's notes (observations: shown, never failures)
         self.j.exercised.add(TIE)
         hr = _int(r.get("hr"))
         refused = f" (the runtime refused it: 0x{hr & 0xFFFFFFFF:08X})" if hr else ""

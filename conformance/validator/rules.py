@@ -756,6 +756,51 @@ class ReJITProtocol(StreamRule):
                       ".NET 8 with on-stack replacement on", note=True)  # fmt: skip
 
 
+#: ICorProfilerInfo methods taking a FunctionID by value, and its parameter's name (REJIT-29)
+_FUNCTION_ARGS = {m.name: p.name for m in api.info_methods() for p in m.params[:1] if p.type == "FunctionID"}
+_REJIT_ERROR = "ReJITError"
+
+
+@rule("REJIT-17", "REJIT-29", what="RequestRevert given a status array; ReJITError's NULL functionId never "
+      "passed on as a FunctionID")  # fmt: skip
+class ReJITFailures(StreamRule):
+    """How a profiler takes the failures the ReJIT pages report: RequestRevert's S_OK says only that every
+    revert was tried, each function's own result is in the status array (REJIT-17: a NULL array leaves the
+    profiler blind), and ReJITError's functionId is NULL for a per-method failure such as an invalid token
+    (REJIT-29: a FunctionID call on it inside the callback names no function)."""
+
+    reads = (*_calls(_REJIT_REVERTS), *_calls(set(_FUNCTION_ARGS)), ("callback", _REJIT_ERROR))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.errors: dict[int, list[int | None]] = {}  # OS thread -> functionId of each ReJITError open on it
+
+    def on(self, r: Record) -> None:
+        thread, name = r["os_tid"], r["name"]
+        if r["kind"] == "callback":
+            stack = self.errors.setdefault(thread, [])
+            if _begins(r):
+                stack.append(_arg(r, "args", "functionId"))
+                self.j.exercised.add("REJIT-29")
+            elif stack:
+                stack.pop()
+            return
+        if not _begins(r):
+            return
+        if name in _REJIT_REVERTS:
+            self.j.exercised.add("REJIT-17")
+            if _arg(r, "args", "cFunctions") and _arg(r, "args", "status") == 0:
+                self.j.at("REJIT-17", r, f"{name} with a NULL status array: its S_OK says only that every "
+                          "revert was tried, and which functions were reverted is in that array")
+            return
+        open_errors = self.errors.get(thread)
+        if (open_errors and open_errors[-1] == 0 and self.j.callback_of(thread) == _REJIT_ERROR
+                and _arg(r, "args", _FUNCTION_ARGS[name]) == 0):  # fmt: skip
+            self.j.at("REJIT-29", r, f"{name} called with ReJITError's functionId, which is NULL: a "
+                      "per-method failure (an invalid methodDef token) names no function, only "
+                      f"(moduleId, methodId)")
+
+
 def _ordinal(n: int) -> str:
     return {2: "second", 3: "third"}.get(n, f"{n}th")
 

@@ -136,6 +136,7 @@ BEFORE: dict[api.Fact, set[str]] = {
         "GetScopeProps", "GetModuleFromScope", "GetTypeDefProps", "GetMethodProps",  # IMetaDataImport
         "GetILFunctionBody", "GetILFunctionBodyAllocator",  # issue 25: IL bodies from a real assembly
         "RequestReJIT",  # issue 25: the ReJIT protocol played at the next JITCompilationFinished
+        "RequestRevert",  # issue 25: each pair's status, as the runtimes and the page answer it
     },
 }  # fmt: skip
 

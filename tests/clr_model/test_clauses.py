@@ -82,7 +82,6 @@ UNCHECKED_AUTHOR_RULES: dict[str, str] = {
     "REJIT-02": "needs RequestReJIT/RequestRevert's HRESULT and the event mask tied together; no rule yet",
     "REJIT-10": "needs ReJITError recorded beside RequestReJIT; no rule yet (issue 25 part 5)",
     "REJIT-12": "needs JITInlining decisions held against later ReJIT requests; no rule yet",
-    "REJIT-17": "whether a profiler reads RequestRevert's status array is invisible to the recording proxy",
     "REJIT-23": "needs the function control's bodies recorded with their size (issue 25 part 5)",
     "REJIT-27": "a profiler's own locking is invisible to the recording proxy",
 }

@@ -281,7 +281,10 @@ def test_IL_EH_BOUNDARY_block_edges_inside_instructions() -> None:
     assert "IL-EH-BOUNDARY" in rules(data)
 
 
-def test_IL_EH_NESTING_overlap_and_order() -> None:
+@pytest.mark.clause("VAL-IL-EH-NESTING")
+def test_VAL_IL_EH_NESTING_overlap_and_order_are_notes() -> None:
+    """Partition I §12.4.2.7 could not be quoted: the checker still reports overlapping or misordered
+    blocks, as the harness's note (never a failure), and stops its region analysis there."""
     code, at = assemble([
         Label("t0"), Label("t1"), Ins("nop"), Ins("leave.s", "end"), Label("t1_end"),
         Label("h1"), Ins("pop"), Ins("leave.s", "end"), Label("h1_end"),
@@ -291,9 +294,24 @@ def test_IL_EH_NESTING_overlap_and_order() -> None:
     inner = EHClause(0, at["t1"], at["t1_end"], at["h1"], at["h1_end"] - at["h1"], TYPE)
     outer = EHClause(2, at["t0"], at["h1_end"], at["h0"], at["h0_end"] - at["h0"], 0)
     assert rules(encode_body(code, clauses=(inner, outer))) == []
-    assert rules(encode_body(code, clauses=(outer, inner))) == ["IL-EH-NESTING"]  # inner after outer
+    misordered = check_body(encode_body(code, clauses=(outer, inner)), RESOLVER, method=VOID)
+    assert [(f.rule, f.note) for f in misordered] == [("VAL-IL-EH-NESTING", True)]  # inner after outer
     overlapping = EHClause(2, at["t1_end"], at["h0"] - at["t1_end"] + 1, at["h0"], 1, 0)
-    assert "IL-EH-NESTING" in rules(encode_body(code, clauses=(inner, overlapping)))
+    assert "VAL-IL-EH-NESTING" in rules(encode_body(code, clauses=(inner, overlapping)))
+
+
+def test_IL_EH_HANDLER_START_two_handlers_at_one_address() -> None:
+    """Partition II §19: 'No two handlers (fault, filter, catch, or finally) can have the same starting
+    address.' Two catch clauses of one try sharing a handler: a failure, not a note."""
+    code, at = assemble([
+        Label("t"), Ins("nop"), Ins("leave.s", "end"), Label("t_end"),
+        Label("h"), Ins("pop"), Ins("leave.s", "end"), Label("h_end"),
+        Label("end"), Ins("ret"),
+    ])
+    first = EHClause(0, at["t"], at["t_end"] - at["t"], at["h"], at["h_end"] - at["h"], TYPE)
+    assert rules(encode_body(code, clauses=(first,))) == []
+    found = check_body(encode_body(code, clauses=(first, first)), RESOLVER, method=VOID)
+    assert [(f.rule, f.note) for f in found] == [("IL-EH-HANDLER-START", False)]
 
 
 def _finally_program() -> tuple[bytes, dict[str, int]]:
@@ -380,11 +398,13 @@ def test_IL_STACK_MERGE_different_depths_at_a_join() -> None:
     assert "IL-STACK-MERGE" in rules(body(*inconsistent))
 
 
-def test_IL_STACK_EMPTY_try_entry_and_jmp() -> None:
+@pytest.mark.clause("VAL-IL-TRY-STACK")
+def test_IL_STACK_EMPTY_at_jmp_and_VAL_IL_TRY_STACK_a_note_at_try_entry() -> None:
     code, at = assemble([Ins("ldnull"), Label("try"), Ins("pop"), Ins("leave.s", "end"), Label("h"),
                          Ins("endfinally"), Label("end"), Ins("ret")])
     clause = EHClause(2, at["try"], at["h"] - at["try"], at["h"], at["end"] - at["h"], 0)
-    assert "IL-STACK-EMPTY" in rules(encode_body(code, clauses=(clause,)))
+    entered = check_body(encode_body(code, clauses=(clause,)), RESOLVER, method=VOID)
+    assert [(f.rule, f.note) for f in entered] == [("VAL-IL-TRY-STACK", True)]
     assert rules(body(Ins("jmp", STATIC_VOID))) == []
     assert rules(body(Ins("ldnull"), Ins("jmp", STATIC_VOID))) == ["IL-STACK-EMPTY"]
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from clr_model.catalog.base import PREFIXES, SOURCES, Clause, Document, Kind, Layer
 from clr_model.clauses import CATALOG, clause
-from clr_model.il import RULES, check_body
+from clr_model.il import NOTES, RULES, ILFinding, check_body
 from clr_model.il_metadata import CallSignature, RecordedMetadata
 
 
@@ -92,3 +92,18 @@ def test_rejit_ambiguities_ask_a_question_and_claim_no_layer() -> None:
     for item in asked:
         assert item.question and item.question.endswith("?"), item.id
         assert not item.layers or item.model_choice, item.id
+
+
+def test_the_checker_s_notes_are_harness_observations_never_failures() -> None:
+    """What the checker reports without a sentence to quote (Partition I §12.4.2.7-8 is in no transcription
+    we could read) is the harness's observation: a VAL-IL-* clause of kind observation (the validator shows
+    it as a note), with the reason it is not a failure; a finding of it says so (``note``)."""
+    assert set(NOTES) == {"VAL-IL-EH-NESTING", "VAL-IL-TRY-STACK"}
+    assert not set(NOTES) & set(RULES)
+    for rule in NOTES:
+        item = CATALOG[rule]
+        assert item.document is Document.HARNESS and item.kind is Kind.OBSERVATION, rule
+        assert item.reason and "§12.4.2" in item.reason, rule
+        assert {Layer.MODEL, Layer.VALIDATOR, Layer.FUZZ} <= item.layers, rule
+        assert ILFinding(rule=rule, message="m").note
+    assert not ILFinding(rule="IL-STACK-EMPTY", message="m").note

@@ -303,6 +303,8 @@ def reference_valid(truth: list[Truth], size: int, max_stack: int, clauses: tupl
                     same = (sa, ea) == (sb, eb)
                     if same and not name_a == name_b == "try":
                         return False
+                    if sa == sb and name_a == name_b == "handler":
+                        return False  # two handlers starting at one address (Partition II §19)
                     a_in_b, b_in_a = sb <= sa and ea <= eb, sa <= sb and eb <= ea
                     if sa < eb and sb < ea and not (a_in_b or b_in_a):
                         return False
@@ -362,10 +364,11 @@ def _verdict(g: Generated, data: bytes) -> list[str]:
 @pytest.mark.clause("IL-HEADER-FORMAT", "IL-HEADER-TINY-SIZE", "IL-HEADER-FAT-SIZE", "IL-HEADER-FLAGS",
                     "IL-HEADER-CODE-SIZE", "IL-HEADER-LOCALS", "IL-OPCODE", "IL-CODE-TRUNCATED",
                     "IL-PREFIX", "IL-BRANCH-RANGE", "IL-BRANCH-MID-INSTRUCTION", "IL-EH-SECTION",
-                    "IL-EH-FLAGS", "IL-EH-RANGE", "IL-EH-BOUNDARY", "IL-EH-NESTING", "IL-EH-BRANCH",
-                    "IL-EH-RET", "IL-EH-INSTRUCTION", "IL-STACK-UNDERFLOW", "IL-MAXSTACK",
+                    "IL-EH-FLAGS", "IL-EH-RANGE", "IL-EH-BOUNDARY", "IL-EH-HANDLER-START",
+                    "IL-EH-BRANCH", "IL-EH-RET", "IL-EH-INSTRUCTION", "IL-STACK-UNDERFLOW", "IL-MAXSTACK",
                     "IL-STACK-MERGE", "IL-STACK-EMPTY", "IL-STACK-RET", "IL-STACK-ENDFILTER",
-                    "IL-FALLTHROUGH-END", "IL-TOKEN", "IL-ARG-INDEX", "IL-LOCAL-INDEX")
+                    "IL-FALLTHROUGH-END", "IL-TOKEN", "IL-ARG-INDEX", "IL-LOCAL-INDEX",
+                    "VAL-IL-EH-NESTING", "VAL-IL-TRY-STACK")
 def test_generated_valid_bodies_pass(long_profile: bool) -> None:
     def check(g: Generated) -> None:
         assert _verdict(g, g.data) == []
@@ -481,7 +484,8 @@ def eh_mutation(draw: st.DrawFn) -> tuple[Generated, int, int, int, int]:
     return g, index, field, at, value
 
 
-@pytest.mark.clause("IL-EH-RANGE", "IL-EH-BOUNDARY", "IL-EH-NESTING", "IL-EH-BRANCH")
+@pytest.mark.clause("IL-EH-RANGE", "IL-EH-BOUNDARY", "IL-EH-HANDLER-START", "VAL-IL-EH-NESTING",
+                    "IL-EH-BRANCH")
 def test_eh_offset_mutations_are_caught_or_shown_valid(long_profile: bool) -> None:
     run(long_profile, eh_mutation(), _eh_mutated)
 

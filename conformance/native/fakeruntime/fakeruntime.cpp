@@ -582,7 +582,17 @@ std::size_t il_extent(const BYTE* h, bool* allocated) {
 
 // The (module, methodDef) pairs RequestReJIT took and the runtime has not recompiled yet.
 std::vector<std::pair<ModuleID, mdMethodDef>> g_rejit_pending;
+// The pairs with an active request (taken, not reverted: pending or recompiled), what RequestRevert reverts.
+std::set<std::pair<ModuleID, mdMethodDef>> g_rejit_active;
 ReJITID g_next_rejit = 0;
+
+// Whether RequestReJIT can mark a methodDef: a per-method failure otherwise (ReJITError's page: the
+// functionId "may be NULL if the failure occurred on a per-method basis ... (for example, if the profiler
+// specified an invalid metadata token for the method to be recompiled)").
+bool rejit_markable(mdMethodDef method) { return method != 0 && (method >> 24) == 0x06; }
+// ReJITError(module, method, functionId NULL, E_INVALIDARG) for each pair, on the calling thread (after
+// the session, below).
+void report_rejit_errors(const std::vector<std::pair<ModuleID, mdMethodDef>>& errors);
 
 std::string hex_of(const BYTE* p, std::size_t n);
 
@@ -958,12 +968,54 @@ HRESULT InfoBase::answer_GetFunctionInfo(FunctionID functionId, ClassID* pClassI
     put<mdToken>(pToken, fi.token);
     return f ? S_OK : E_INVALIDARG;
 }
-// behaviour: rejit.request, rejit.not-enabled
+// A pair RequestReJIT cannot mark (a NULL methodDef, a token of another table) gets its ReJITError
+// (functionId NULL, E_INVALIDARG) before RequestReJIT returns, on the calling thread, as 3.1.23 and 8.0.4 do.
+// behaviour: rejit.request, rejit.not-enabled, rejit.error
 HRESULT InfoBase::answer_RequestReJIT(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds) {
     if (!(g_world.mask_low & COR_PRF_ENABLE_REJIT)) return static_cast<HRESULT>(0x8013137C);
     if (cFunctions == 0 || !moduleIds || !methodIds) return E_INVALIDARG;
+    std::vector<std::pair<ModuleID, mdMethodDef>> errors;
+    {
+        std::lock_guard<std::mutex> g(g_il_mu);
+        for (ULONG i = 0; i < cFunctions; ++i) {
+            const std::pair<ModuleID, mdMethodDef> key(moduleIds[i], methodIds[i]);
+            if (!rejit_markable(key.second)) {
+                errors.push_back(key);
+                continue;
+            }
+            g_rejit_pending.push_back(key);
+            g_rejit_active.insert(key);
+        }
+    }
+    report_rejit_errors(errors);
+    return S_OK;
+}
+// RequestRevert: the page's Status HRESULTs per pair. An active request is reverted (S_OK; a pending
+// recompilation dropped, the next request recompiles anew); a NULL ModuleID or methodDef: E_INVALIDARG; a
+// pair with no active request: S_OK in the observed world (3.1.23 and 8.0.4 write S_OK, REJIT-16's
+// expectation), CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND in the documented one. A NULL status array is
+// accepted (nothing written).
+// behaviour: rejit.revert, rejit.revert-documented, rejit.revert-null, rejit.not-enabled
+HRESULT InfoBase::answer_RequestRevert(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds,
+                                       HRESULT* status) {
+    if (!(g_world.mask_low & COR_PRF_ENABLE_REJIT)) return static_cast<HRESULT>(0x8013137C);
+    if (cFunctions == 0 || !moduleIds || !methodIds) return E_INVALIDARG;
     std::lock_guard<std::mutex> g(g_il_mu);
-    for (ULONG i = 0; i < cFunctions; ++i) g_rejit_pending.emplace_back(moduleIds[i], methodIds[i]);
+    for (ULONG i = 0; i < cFunctions; ++i) {
+        const std::pair<ModuleID, mdMethodDef> key(moduleIds[i], methodIds[i]);
+        HRESULT hr = S_OK;
+        if (key.first == 0 || key.second == 0) {
+            hr = E_INVALIDARG;  // behaviour: rejit.revert-null
+        } else if (g_rejit_active.erase(key)) {
+            g_rejit_pending.erase(std::remove(g_rejit_pending.begin(), g_rejit_pending.end(), key),
+                                  g_rejit_pending.end());
+        } else if (g_world.documented) {
+            // CORPROF_E_ACTIVE_REJIT_REQUEST_NOT_FOUND: the page's name; dotnet/runtime's corerror.xml
+            // defines none, 0x8013137D is the gap where it would stand
+            hr = static_cast<HRESULT>(0x8013137D);
+        }
+        if (status) status[i] = hr;
+    }
     return S_OK;
 }
 // behaviour: il.body, answer.unknown-id
@@ -1146,6 +1198,20 @@ std::vector<T> array_of(const Json& args, const char* name) {
 // ReJITCompilationFinished (S_OK) of each of its functions with a new ReJITID. A pair with no compiled
 // function waits.
 // behaviour: rejit.compile
+// behaviour: rejit.error
+void report_rejit_errors(const std::vector<std::pair<ModuleID, mdMethodDef>>& errors) {
+    auto* cb4 = static_cast<ICorProfilerCallback4*>(g_session.levels[4]);
+    if (!cb4) return;
+    for (const auto& [module, method] : errors) {
+        push_callback("ReJITError", Json::object()
+                          .set("moduleId", Json(static_cast<std::uint64_t>(module)))
+                          .set("methodId", Json(static_cast<std::uint64_t>(method)))
+                          .set("functionId", Json(std::uint64_t{0}))
+                          .set("hrStatus", Json(static_cast<std::uint32_t>(E_INVALIDARG))), false);
+        pop_callback(cb4->ReJITError(module, method, 0, E_INVALIDARG));
+    }
+}
+
 void play_rejits() {
     auto* cb4 = static_cast<ICorProfilerCallback4*>(g_session.levels[4]);
     if (!cb4) return;
@@ -1479,6 +1545,7 @@ void start(const Json& cmd) {
     {
         std::lock_guard<std::mutex> g(g_il_mu);
         g_rejit_pending.clear();
+        g_rejit_active.clear();
     }
     g_shutdown_returned.store(false);
     {

@@ -859,6 +859,7 @@ class InfoBase : public ICorProfilerInfo14 {
     HRESULT answer_GetModuleInfo2(ModuleID moduleId, LPCBYTE* ppBaseLoadAddress, ULONG cchName, ULONG* pcchName, WCHAR* szName, AssemblyID* pAssemblyId, DWORD* pdwModuleFlags);
     HRESULT answer_InitializeCurrentThread();
     HRESULT answer_RequestReJIT(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds);
+    HRESULT answer_RequestRevert(ULONG cFunctions, ModuleID* moduleIds, mdMethodDef* methodIds, HRESULT* status);
     HRESULT answer_GetFunctionFromIP2(LPCBYTE ip, FunctionID* pFunctionId, ReJITID* pReJitId);
     HRESULT answer_GetObjectSize2(ObjectID objectId, SIZE_T* pcSize);
     HRESULT answer_GetEventMask2(DWORD* pdwEventsLow, DWORD* pdwEventsHigh);
@@ -1516,7 +1517,8 @@ class InfoBase : public ICorProfilerInfo14 {
         s_.arg("methodIds", methodIds);
         s_.arg("status", status);
         s_.begin();
-        return s_.finish(E_NOTIMPL);
+        HRESULT hr_ = answer_RequestRevert(cFunctions, moduleIds, methodIds, status);
+        return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetCodeInfo3(FunctionID functionID, ReJITID reJitId, ULONG32 cCodeInfos, ULONG32* pcCodeInfos, COR_PRF_CODE_INFO* codeInfos) override {
         CallScope s_("GetCodeInfo3", false);

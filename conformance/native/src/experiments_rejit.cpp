@@ -1,13 +1,15 @@
 // Experiments: the ReJIT protocol (issue 25 part 4). Rows of this area's table; see experiments.h.
 //
-//   rejit_request     RequestReJIT (or, args.revert, RequestRevert with a status array) of the methods
+//   rejit_request     RequestReJIT (or, args.revert, RequestRevert with a status array; args.inliners N >= 0,
+//                     RequestReJITWithInliners with dwRejitFlags N, ICorProfilerInfo10) of the methods
 //                     args.methods of the type args.type in the module whose path ends with args.module
 //                     (default "app.dll", found through EnumModules), on a thread the experiment starts and
 //                     joins (args.thread "own", the documented way) or on the calling thread ("here": a
 //                     callback's, when planned at one). Records a `call` record named after the method it
 //                     called: args {methods, tokens, moduleId, thread, point}, out {statuses (revert),
 //                     statusFill: what each entry held before the call, elapsedMs}, hr. A method the metadata does not name gets token 0 and is left out of the
-//                     request. Planned at a callback with args.untilModule, it does nothing (and does not count
+//                     request. args.rawTokens: methodDef values asked for as they are, after the named ones
+//                     (a NULL or another table's token: ReJITError's per-method failure), named "#raw<k>". Planned at a callback with args.untilModule, it does nothing (and does not count
 //                     as done) until the module is loaded, then runs once.
 //   rejit_parameters  planned at GetReJITParameters: with args.body "prologue", hands the runtime, through the
 //                     callback's ICorProfilerFunctionControl, the method's body with "ldc.i4 <id>; pop" put
@@ -16,10 +18,11 @@
 //                     Records each function-control call as a `call` record named
 //                     "ICorProfilerFunctionControl::<Method>" (args moduleId, methodId, ...; hr).
 //
-// The probe's own GetReJITParameters, ReJITCompilationStarted and ReJITCompilationFinished are here too: the
-// first makes its function control available to rejit_parameters while it runs; the other two add the
-// method's `moduleId` and `methodId` (GetFunctionInfo) to their records, so that a judge can tell which
-// method a recompilation is of.
+// The probe's own GetReJITParameters, ReJITCompilationStarted, ReJITCompilationFinished and JITInlining are
+// here too: the first makes its function control available to rejit_parameters while it runs; the two
+// recompilation callbacks add the method's `moduleId` and `methodId` (GetFunctionInfo) to their records, so
+// that a judge can tell which method a recompilation is of; JITInlining adds `callerMethodId` and
+// `calleeMethodId` (the proof that a method was inlined, and where).
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -89,10 +92,13 @@ mdMethodDef find_method(ModuleID module, const std::string& type, const std::str
 void rejit_request(ExperimentContext& ctx) {
     ProbeState& s = state();
     const bool revert = ctx.bool_arg("revert", false);
-    const char* name = revert ? "RequestRevert" : "RequestReJIT";
+    const std::int64_t inliners = ctx.int_arg("inliners", -1);  // >= 0: RequestReJITWithInliners' flags
+    const char* name = revert ? "RequestRevert" : inliners >= 0 ? "RequestReJITWithInliners" : "RequestReJIT";
     auto* info = s.info_as<ICorProfilerInfo4>(4);
-    if (!info) {
-        s.probe_error(std::string(name) + " needs ICorProfilerInfo4", ctx.planned.id);
+    auto* info10 = s.info_as<ICorProfilerInfo10>(10);
+    if (!info || (inliners >= 0 && !info10)) {
+        s.probe_error(std::string(name) + (inliners >= 0 ? " needs ICorProfilerInfo10" : " needs ICorProfilerInfo4"),
+                      ctx.planned.id);
         return;
     }
     const bool until_module = ctx.bool_arg("untilModule", false);
@@ -139,6 +145,17 @@ void rejit_request(ExperimentContext& ctx) {
                 methods.push_back(token);
             }
         }
+        if (const Json* raw = ctx.args().get("rawTokens"); raw && raw->is_array() && module) {
+            int k = 0;
+            for (const Json& item : raw->items()) {
+                if (!item.is_integer()) continue;
+                const auto token = static_cast<mdMethodDef>(item.as_uint());
+                names.push(Json("#raw" + std::to_string(k++)));
+                tokens.push(Json(static_cast<std::uint64_t>(token)));
+                modules.push_back(module);
+                methods.push_back(token);
+            }
+        }
         // a value no HRESULT the runtime returns: an entry still holding it was never written (REJIT-16)
         statuses.assign(methods.size(), kStatusUnwritten);
         const auto n = static_cast<ULONG>(methods.size());
@@ -146,8 +163,12 @@ void rejit_request(ExperimentContext& ctx) {
             hr = E_INVALIDARG;  // not asked: nothing to name
             return;
         }
-        hr = revert ? info->RequestRevert(n, modules.data(), methods.data(), statuses.data())
-                    : info->RequestReJIT(n, modules.data(), methods.data());
+        if (revert)
+            hr = info->RequestRevert(n, modules.data(), methods.data(), statuses.data());
+        else if (inliners >= 0)
+            hr = info10->RequestReJITWithInliners(static_cast<DWORD>(inliners), n, modules.data(), methods.data());
+        else
+            hr = info->RequestReJIT(n, modules.data(), methods.data());
     };
     if (thread == "here") {
         work();
@@ -161,6 +182,7 @@ void rejit_request(ExperimentContext& ctx) {
     args.set("methods", std::move(names)).set("tokens", std::move(tokens));
     args.set("moduleId", Json(static_cast<std::uint64_t>(module))).set("thread", Json(thread));
     args.set("point", Json(ctx.point)).set("enumModulesHr", Json(static_cast<std::uint32_t>(enum_hr)));
+    if (inliners >= 0) args.set("dwRejitFlags", Json(inliners));
     Json out = Json::object();
     if (revert && !methods.empty()) {
         Json st = Json::array();
@@ -247,21 +269,25 @@ void rejit_parameters(ExperimentContext& ctx) {
     s.call("ICorProfilerFunctionControl::SetILFunctionBody", ctx.planned.id.c_str(), std::move(args), Json::object(), hr);
 }
 
-// The (module, methodDef) of a FunctionID for the recompilation records.
-void add_method(CallbackEvent& ev, FunctionID function) {
+// The (module, methodDef) of a FunctionID for the recompilation records (`prefix` names the fields:
+// "moduleId"/"methodId", or e.g. "callerModuleId"/"callerMethodId").
+void add_method(CallbackEvent& ev, FunctionID function, const std::string& prefix = "") {
     ProbeState& s = state();
     ClassID cls = 0;
     ModuleID module = 0;
     mdToken token = 0;
     if (s.info && !failed(s.info->GetFunctionInfo(function, &cls, &module, &token))) {
-        ev.args().set("moduleId", Json(static_cast<std::uint64_t>(module)));
-        ev.args().set("methodId", Json(static_cast<std::uint64_t>(token)));
+        ev.args().set(prefix.empty() ? std::string("moduleId") : prefix + "ModuleId",
+                      Json(static_cast<std::uint64_t>(module)));
+        ev.args().set(prefix.empty() ? std::string("methodId") : prefix + "MethodId",
+                      Json(static_cast<std::uint64_t>(token)));
     }
 }
 
 const ExperimentEntry kRows[] = {
     {"rejit_request", &rejit_request,
-     "RequestReJIT (args.revert: RequestRevert with a status array) of args.methods (names) of args.type in the "
+     "RequestReJIT (args.revert: RequestRevert with a status array; args.inliners N: RequestReJITWithInliners "
+     "with flags N) of args.methods (names) of args.type in the "
      "module ending with args.module (default app.dll); args.thread \"own\" (default: a thread it starts and "
      "joins) or \"here\"; args.untilModule: wait (without counting) until the module is loaded"},
     {"rejit_parameters", &rejit_parameters,
@@ -305,6 +331,18 @@ HRESULT Probe::ReJITCompilationFinished(FunctionID functionId, ReJITID rejitId, 
         ev.arg("hrStatus", hrStatus);
         ev.arg("fIsSafeToBlock", fIsSafeToBlock);
         add_method(ev, functionId);
+    }
+    return ev.finish();
+}
+
+HRESULT Probe::JITInlining(FunctionID callerId, FunctionID calleeId, BOOL* pfShouldInline) {
+    CallbackEvent ev(static_cast<int>(Cb::JITInlining));
+    if (ev.recording()) {
+        ev.arg("callerId", callerId);
+        ev.arg("calleeId", calleeId);
+        ev.arg("pfShouldInline", pfShouldInline);
+        add_method(ev, callerId, "caller");
+        add_method(ev, calleeId, "callee");
     }
     return ev.finish();
 }

@@ -40,6 +40,8 @@ class Probe final : public CallbackBase {
                                                       BOOL fIsSafeToBlock) override;
     HRESULT STDMETHODCALLTYPE ReJITCompilationFinished(FunctionID functionId, ReJITID rejitId, HRESULT hrStatus,
                                                        BOOL fIsSafeToBlock) override;
+    // experiments_rejit.cpp: the inliner's and the inlinee's tokens beside their FunctionIDs
+    HRESULT STDMETHODCALLTYPE JITInlining(FunctionID callerId, FunctionID calleeId, BOOL* pfShouldInline) override;
 
  private:
     std::atomic<ULONG> refs_{1};

@@ -6,8 +6,12 @@
 // Marks, in order: "rejit.warm" after the first round of calls (every target but Late and Never has run),
 // "rejit.request" (the plan's RequestReJIT), "rejit.called" after the second round (Late's first call
 // included), "rejit.again" (a second RequestReJIT of Normal), "rejit.called-again" after Normal ran again,
-// "rejit.revert" (RequestRevert of Normal and Never), "rejit.done" after Normal ran once more; the payloads
-// carry the calls' results (the same every round: the recompiled versions compute what the originals do).
+// "rejit.revert" (RequestRevert of Normal and Never), "rejit.done" after Normal ran once more; then the
+// inlining phases: "rejit.inline-request" (rejit-inlined's RequestReJIT of Inlinee alone), "rejit.inline-called"
+// after two more calls of Caller, "rejit.inliners" (its RequestReJITWithInliners of Inlinee),
+// "rejit.inliners-called" after two more. The payloads carry the calls' results (the same every round: the
+// recompiled versions compute what the originals do). Every target is called a few times only (under the 30
+// calls that start tiering up a method), so no tier-up comes between the phases.
 using System;
 using System.Runtime.CompilerServices;
 
@@ -32,7 +36,8 @@ namespace ProfHarness.Scenarios
             return x + 7;
         }
 
-        // Inlinee is inlined only where Caller is optimized (tier 1; mcs cannot write AggressiveOptimization)
+        // Inlinee is inlined only where Caller is optimized (tier 1; mcs cannot write AggressiveOptimization):
+        // rejit-inlined runs with tiered compilation off, so Caller's first compilation inlines it
         [MethodImpl(MethodImplOptions.NoInlining)]
         public static int Caller(int x)
         {
@@ -82,6 +87,10 @@ namespace ProfHarness.Scenarios
             Probe.Mark("rejit.called-again", RejitTargets.Normal(7).ToString());
             Probe.Mark("rejit.revert");
             Probe.Mark("rejit.done", RejitTargets.Normal(8) + "," + RejitTargets.Never(1));
+            Probe.Mark("rejit.inline-request");
+            Probe.Mark("rejit.inline-called", (RejitTargets.Caller(1) + RejitTargets.Caller(2)).ToString());
+            Probe.Mark("rejit.inliners");
+            Probe.Mark("rejit.inliners-called", (RejitTargets.Caller(3) + RejitTargets.Caller(4)).ToString());
             return second.StartsWith(first) ? 0 : 1;
         }
     }

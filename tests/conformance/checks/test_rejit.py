@@ -21,10 +21,11 @@ from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Judgement, Status
 from tests.conformance.live import assert_area_as_documented_or_expected
 
-REJIT_CLAUSES = ("REJIT-05", "REJIT-06", "REJIT-07", "REJIT-16", "REJIT-18", "REJIT-26", "REJIT-28")
+REJIT_CLAUSES = ("REJIT-05", "REJIT-06", "REJIT-07", "REJIT-12", "REJIT-13", "REJIT-16", "REJIT-18",
+                 "REJIT-26", "REJIT-28", "REJIT-29")
 MODULE = 0x7000
-TOKENS = {"Normal": 0x06000001, "Generic": 0x06000002, "Inlinee": 0x06000003, "Loop": 0x06000005,
-          "Late": 0x06000006, "Never": 0x06000007}  # fmt: skip
+TOKENS = {"Normal": 0x06000001, "Generic": 0x06000002, "Inlinee": 0x06000003, "Caller": 0x06000004,
+          "Loop": 0x06000005, "Late": 0x06000006, "Never": 0x06000007}  # fmt: skip
 NOT_FOUND = 0x8013137D  # any failure will do: the judge wants "a failure"
 Records = list[dict[str, Any]]
 
@@ -181,6 +182,107 @@ def test_REJIT_05_the_not_enabled_answer(tmp_path: Path) -> None:
     verdict = rejit.judge_rejit05(_evidence(tmp_path, records, rejit.NOT_ENABLED))
     assert verdict.status is Status.DIVERGES and len(verdict.disagreements) == 2, verdict
     assert rejit.judge_rejit05(_evidence(tmp_path, records)).status is Status.ERROR  # the flag was set
+
+
+def _inlined_run(*, inlined: bool = True, plain_reaches_caller: bool = False,
+                 inliners_reach_caller: bool = True) -> Records:
+    """The records of a rejit-inlined run: Caller inlines Inlinee (JITInlining, the probe's tokens), a plain
+    RequestReJIT of Inlinee, Caller called, RequestReJITWithInliners of Inlinee, Caller called."""
+    out: Records = []
+
+    def add(kind: str, **fields: Any) -> None:
+        out.append({"seq": len(out), "kind": kind, "os_tid": 1, "tid": 2, **fields})
+
+    def request(entry: str, name: str) -> None:
+        add("call", name=name, experiment=entry, hr=0, out={"elapsedMs": 1.0},
+            args={"methods": ["Inlinee"], "tokens": [TOKENS["Inlinee"]], "moduleId": MODULE, "thread": "own",
+                  "point": "mark:x"})  # fmt: skip
+
+    def recompile(method: str, function: int, rejit_id: int) -> None:
+        ids = {"moduleId": MODULE, "methodId": TOKENS[method]}
+        add("callback", name="GetReJITParameters", args={**ids, "pFunctionControl": 1})
+        pair = {"functionId": function, "rejitId": rejit_id, **ids}
+        add("callback", name="ReJITCompilationStarted", args=pair)
+        add("callback", name="ReJITCompilationFinished", args={**pair, "hrStatus": 0})
+
+    add("header", probe="0.1.0", pid=1)
+    if inlined:
+        add("callback", name="JITInlining", args={
+            "callerId": 0x400, "calleeId": 0x300, "pfShouldInline": 1, "callerModuleId": MODULE,
+            "callerMethodId": TOKENS["Caller"], "calleeModuleId": MODULE,
+            "calleeMethodId": TOKENS["Inlinee"]})
+    add("mark", name="rejit.inline-request", payload=None)
+    request(rejit.INLINE_REQUEST, "RequestReJIT")
+    if plain_reaches_caller:
+        recompile("Caller", 0x400, 2)
+    add("mark", name="rejit.inline-called", payload=None)
+    add("mark", name="rejit.inliners", payload=None)
+    request(rejit.INLINERS, "RequestReJITWithInliners")
+    if inliners_reach_caller:
+        recompile("Caller", 0x400, 3)
+        recompile("Inlinee", 0x300, 4)
+    add("mark", name="rejit.inliners-called", payload=None)
+    add("end")
+    return out
+
+
+def test_REJIT_12_and_13_a_lawful_inlined_run_conforms(tmp_path: Path) -> None:
+    ev = _evidence(tmp_path, _inlined_run(), rejit.INLINED)
+    for verdict in (rejit.judge_rejit12(ev), rejit.judge_rejit13(ev)):
+        assert verdict.status is Status.CONFORMS, verdict
+    assert rejit.INLINED.env == {"DOTNET_TieredCompilation": "0", "COMPlus_TieredCompilation": "0"}
+
+
+def test_REJIT_12_the_inliner_recompiled_by_a_plain_request_diverges(tmp_path: Path) -> None:
+    verdict = rejit.judge_rejit12(_evidence(tmp_path, _inlined_run(plain_reaches_caller=True), rejit.INLINED))
+    assert verdict.disagreements == ("Caller (the inliner) recompiled after RequestReJIT of Inlinee alone",)
+
+
+def test_REJIT_13_the_inliner_left_alone_by_RequestReJITWithInliners_diverges(tmp_path: Path) -> None:
+    records = _inlined_run(inliners_reach_caller=False)
+    verdict = rejit.judge_rejit13(_evidence(tmp_path, records, rejit.INLINED))
+    assert verdict.disagreements == (
+        "Caller (the inliner) not recompiled after RequestReJITWithInliners of Inlinee",
+        "no GetReJITParameters for Caller (COR_PRF_REJIT_INLINING_CALLBACKS was set)")
+
+
+def test_REJIT_12_and_13_without_a_proof_of_inlining_are_not_applicable(tmp_path: Path) -> None:
+    ev = _evidence(tmp_path, _inlined_run(inlined=False), rejit.INLINED)
+    assert rejit.judge_rejit12(ev).status is Status.NOT_APPLICABLE
+    assert rejit.judge_rejit13(ev).status is Status.NOT_APPLICABLE
+
+
+def _invalid_token_run(*, errors: bool) -> Records:
+    """rejit-invalid-token's records: RequestReJIT of Normal and of the invalid tokens (named #raw<k>),
+    Normal recompiled, and (``errors``) one per-method ReJITError per invalid token, made inside the call
+    (before the probe's call record, which it writes when the call returns: what both runtimes do)."""
+    records = _lawful()[:3]  # header, rejit.warm, rejit.request
+    tokens = [TOKENS["Normal"], *rejit.INVALID_TOKENS]
+    names = ["Normal", *(f"#raw{k}" for k in range(len(rejit.INVALID_TOKENS)))]
+    if errors:
+        records += [{"kind": "callback", "name": "ReJITError", "args": {
+            "moduleId": MODULE, "methodId": t, "functionId": 0, "hrStatus": 0x80070057}}
+            for t in rejit.INVALID_TOKENS]
+    args = {"methods": names, "tokens": tokens, "moduleId": MODULE, "thread": "own", "point": "mark:x"}
+    records.append({"kind": "call", "name": "RequestReJIT", "experiment": rejit.REQUEST, "hr": 0,
+                    "out": {"elapsedMs": 1.0}, "args": args})
+    ids = {"moduleId": MODULE, "methodId": TOKENS["Normal"]}
+    records += [{"kind": "callback", "name": "GetReJITParameters", "args": {**ids, "pFunctionControl": 1}},
+                {"kind": "callback", "name": "ReJITCompilationStarted",
+                 "args": {"functionId": 0x100, "rejitId": 2, **ids}},
+                {"kind": "mark", "name": "rejit.called", "payload": None}, {"kind": "end"}]
+    return [{"os_tid": 1, "tid": 2, **r, "seq": k} for k, r in enumerate(records)]
+
+
+def test_REJIT_29_a_per_method_ReJITError_per_invalid_token_conforms(tmp_path: Path) -> None:
+    ev = _evidence(tmp_path, _invalid_token_run(errors=True), rejit.INVALID_TOKEN)
+    assert rejit.judge_rejit29(ev).status is Status.CONFORMS
+
+
+def test_REJIT_29_silence_for_the_invalid_tokens_diverges(tmp_path: Path) -> None:
+    """A runtime that answers S_OK and reports nothing for the invalid tokens (neither bundled one does)."""
+    verdict = rejit.judge_rejit29(_evidence(tmp_path, _invalid_token_run(errors=False), rejit.INVALID_TOKEN))
+    assert verdict.disagreements == ("0x00000000: no ReJITError", "0x02000002: no ReJITError")
 
 
 @pytest.mark.live

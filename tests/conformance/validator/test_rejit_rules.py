@@ -95,3 +95,35 @@ def test_REJIT_01_only_after_a_compilation_that_succeeded(tmp_path: Path) -> Non
     again = [*_compilation(function, tokens, set_il), *_compilation(function, set_il, before=1, ok=1)]
     [f] = of(_findings(tmp_path / "again", again), "REJIT-01")
     assert not f.note and "0x06000002" in f.message
+
+
+def test_REJIT_17_a_revert_without_a_status_array(tmp_path: Path) -> None:
+    """RequestRevert's S_OK says only that every revert was tried: a NULL status array is a finding; an array
+    (any address) is not."""
+    def revert(status: int) -> list[dict[str, Any]]:
+        args = {"cFunctions": 1, "moduleIds": 0x100, "methodIds": 0x200, "status": status}
+        return [_call("RequestRevert", phase="enter", caller=0, args=args),
+                _call("RequestRevert", phase="return", caller=0, args=args)]  # fmt: skip
+
+    [f] = of(_findings(tmp_path / "null", revert(0)), "REJIT-17")
+    assert not f.note and "NULL status array" in f.message
+    assert of(_findings(tmp_path / "array", revert(0x300)), "REJIT-17") == []
+
+
+def test_REJIT_29_rejit_error_s_null_function_id_passed_on(tmp_path: Path) -> None:
+    """A per-method ReJITError (functionId NULL) whose handler asks GetFunctionInfo about that NULL: a
+    finding in the callback; the same call in a ReJITError that names its function, or one that tests for
+    NULL and makes no such call, is not."""
+    def error(function: int, *inside: dict[str, Any]) -> list[dict[str, Any]]:
+        args = {"moduleId": MODULE, "methodId": 0x02000003, "functionId": function, "hrStatus": 0x80070057}
+        return [_callback("ReJITError", "enter", args=args), *inside,
+                _callback("ReJITError", "return", 0, args=args)]  # fmt: skip
+
+    def info(function: int) -> dict[str, Any]:
+        return _call("GetFunctionInfo", args={"functionId": function}, hr=0x80070057)
+
+    [f] = of(_findings(tmp_path / "null", error(0, info(0))), "REJIT-29")
+    assert not f.note and f.callback == "ReJITError" and "NULL" in f.message
+    assert of(_findings(tmp_path / "named", error(0x4000, info(0x4000))), "REJIT-29") == []
+    assert of(_findings(tmp_path / "checked", error(0)), "REJIT-29") == []
+    assert of(_findings(tmp_path / "outside", [*error(0), info(0)]), "REJIT-29") == []
