@@ -13,7 +13,8 @@
 //      this order: leaf (the word at RSP is a return address: it follows a call instruction, into managed
 //      code or an object with CFI; caller RIP = it, RSP + 8), scan (the first such word within 1 KiB above
 //      RSP), frame pointer ([RBP + 8] such a return address: RSP = RBP + 16, RBP = [RBP]).
-//   4. stop (no seed: the fixture walks unseeded) at IP 0, an RSP that does not grow or runs 8 MiB past the
+//   4. a signal frame (the IP is the sigreturn trampoline): the registers from the ucontext at RSP.
+//   5. stop (no seed: the fixture walks unseeded) at IP 0, an RSP that does not grow or runs 8 MiB past the
 //      interrupted one, or 64 frames.
 // Stack words are read with process_vm_readv (a bad pointer costs a failed read, never a fault). The unwind
 // tables are found outside the handler: in Initialize and then every 20 ms on the fixture's own thread, rebuilt
@@ -85,6 +86,29 @@ bool stub_step(Regs& regs) {
 
 bool read_stack(std::uint64_t addr, std::uint64_t& out) { return walkq::read_word(addr, out); }
 
+// A signal frame: the IP is the kernel's sigreturn trampoline (`mov $15, %rax; syscall`, rt_sigreturn, where a
+// handler returns to; its CFI is a DWARF expression). The interrupted thread's registers are in the ucontext the
+// kernel put at RSP (the x86-64 rt_sigframe after the handler's `ret` popped its return address). Seen: a
+// SIGPROF landing in the runtime's own activation handler (GC suspension), which had interrupted managed code.
+bool signal_step(Regs& regs, const int* greg_of) {
+    static const unsigned char kSigreturn[9] = {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05};
+    const std::uint64_t ip = regs.r[walkq_cfi::kRa];
+    std::uint64_t w0 = 0, w1 = 0;
+    const std::uint64_t base = ip & ~std::uint64_t{7};
+    if (!walkq::read_word(base, w0) || !walkq::read_word(base + 8, w1)) return false;
+    unsigned char b[16];
+    std::memcpy(b, &w0, 8);
+    std::memcpy(b + 8, &w1, 8);
+    if ((ip & 7) + sizeof kSigreturn > sizeof b || std::memcmp(b + (ip & 7), kSigreturn, sizeof kSigreturn) != 0)
+        return false;
+    const std::uint64_t gregs = regs.r[walkq_cfi::kRsp] + offsetof(ucontext_t, uc_mcontext.gregs);
+    Regs next;
+    for (int k = 0; k < walkq_cfi::kRegs; ++k)
+        if (!walkq::read_word(gregs + 8 * static_cast<std::uint64_t>(greg_of[k]), next.r[k])) return false;
+    regs = next;
+    return true;
+}
+
 struct Slot {
     std::size_t offset;
     int reg;  // walkq_cfi register number
@@ -118,11 +142,17 @@ struct RecoveredSeed {
         Regs regs;
         for (int k = 0; k < walkq_cfi::kRegs; ++k) regs.r[k] = static_cast<std::uint64_t>(g[greg_of[k]]);
         const std::uint64_t rsp0 = regs.r[walkq_cfi::kRsp];
+        bool exact = true;  // the IP is where the thread was interrupted (not a return address)
         for (int frame = 0; frame < 64; ++frame) {
             const std::uint64_t ip = regs.r[walkq_cfi::kRa];
             if (ip < 4096) return false;
-            const std::uint64_t look = frame ? ip - 1 : ip;
+            const std::uint64_t look = exact ? ip : ip - 1;
             const std::uint64_t rsp = regs.r[walkq_cfi::kRsp];
+            if (signal_step(regs, greg_of)) {
+                exact = true;
+                if (regs.r[walkq_cfi::kRsp] <= rsp) return false;
+                continue;
+            }
             const walkq_cfi::Module* m = walkq_cfi::module_of(look);
             if (!m && walkq::managed(look)) {
                 for (const Slot& s : kSlots) walkq::put(ctx, s.offset, regs.r[s.reg]);
@@ -130,11 +160,12 @@ struct RecoveredSeed {
             }
             bool stepped = false;
             if (m) {
-                const walkq_cfi::Step st = walkq_cfi::step(regs, frame > 0, &read_stack);
+                const walkq_cfi::Step st = walkq_cfi::step(regs, !exact, &read_stack);
                 if (st == walkq_cfi::Step::kEnd) return false;
                 stepped = st == walkq_cfi::Step::kOk;
             }
             if (!stepped && !stub_step(regs)) return false;
+            exact = false;
             const std::uint64_t now = regs.r[walkq_cfi::kRsp];
             if (now <= rsp || now - rsp0 > (std::uint64_t{8} << 20)) return false;
         }
