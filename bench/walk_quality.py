@@ -20,9 +20,10 @@ Per runtime, in one run of this script:
    with ``--cpu`` also ``walkq_naive`` on its default CPU-time timer (ITIMER_PROF: whichever thread is on a
    CPU), to show what the sampler's clock does to the rates.
 
-Two tables per runtime: by the place of the interrupted IP (managed code, a runtime module, a stub), shown,
-and by the work the thread was doing (the innermost of the workload's own methods on the replay's stack; the
-probe's own phase cell, which agrees with that rule on its captures), which decides. Each rate is printed
+Two tables per runtime, each judged: by the place of the interrupted IP (managed code, a runtime module, a
+stub: the places ``validate --walk-quality`` prints), and by the work the thread was doing (the innermost of
+the workload's own methods on the replay's stack; the probe's own phase cell, which agrees with that rule on
+its captures). Each rate is printed
 with its walks and its 95% Wilson interval, the naive difference with its 95% interval (Newcombe's hybrid
 score). PASS when, in every place with at least ``--min-walks`` walks on both sides, the validator's naive
 failure rate is within 10 points of the probe's (the point estimate), and the recovered fixture completes at
@@ -113,7 +114,7 @@ def probe_rows(rt: str, samples: int, out: Path, *, run: bool = True) -> tuple[R
         print(f"  probe capture: {done.stdout.strip() or done.stderr.strip()}")
     else:
         out = out / rt
-    walks = []
+    walks, phases = [], []
     for path in sorted(out.rglob("*.phcap")):
         try:
             capture = read_capture(path)
@@ -122,7 +123,8 @@ def probe_rows(rt: str, samples: int, out: Path, *, run: bool = True) -> tuple[R
             print(f"  {path.name}: {exc}")
             continue
         walks.append(walkq.walk_of(result, capture.manifest.live, ip_place(capture)))
-    return walkq.quality_table(walks), phase_rows(out)
+        phases.append(walkq.walk_of(result, capture.manifest.live, phase_of(result, capture)))
+    return walkq.quality_table(walks), walkq.quality_table(phases)
 
 
 #: how the validator's fixtures sample (``--cpu`` adds the naive fixture on its CPU-time timer)
@@ -232,10 +234,13 @@ def main(argv: list[str] | None = None) -> int:
                    ("validate recovered", validator_rows("walkq_recovered", rt.version, wall, duration))]
         if args.cpu:
             columns.append(("naive, CPU clock", validator_rows("walkq_naive", rt.version, {}, duration)))
-        for k, title in ((0, "by the place of the IP"), (1, "by the work the thread was doing (decides)")):
+        for k, title in ((0, "by the place of the IP (validate's own places)"),
+                         (1, "by the work the thread was doing")):
             print(f"  {title}: failed/walks, failure share [95% interval]")
-            ok = table({name: {r.place: r for r in rows[k]} for name, rows in columns}, args.min_walks,
-                       judge=k == 1) and ok  # fmt: skip
+            passed = table({name: {r.place: r for r in rows[k]} for name, rows in columns}, args.min_walks,
+                           judge=True)  # fmt: skip
+            print(f"  {'PASS' if passed else 'FAIL'} {title}")
+            ok = passed and ok
         print(f"  load after {os.getloadavg()[0]:.2f}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
