@@ -7,11 +7,15 @@ Run from the repository root:  python bench/walk_quality.py  [--runtime all|3.1|
 
 Per runtime, in one run of this script:
 
-1. the probe: ``profharness capture capture-sampling --samples N`` (default 600: a profiler thread signals the
-   scenario's busy thread every millisecond of wall-clock time, whose handler walks it with DoStackSnapshot
-   seeded from the ucontext: the naive seed), or the captures of an earlier one (``--captures DIR``:
-   ``DIR/<runtime>/``); each capture replayed, and its live walk compared with the replay's truth exactly as
-   ``validate --walk-quality`` compares a profiler's walk (:func:`conformance.validator.walkq.walk_of`);
+1. the probe: ``profharness capture capture-sampling --samples N`` (default 2000: a profiler thread signals
+   the scenario's busy thread every millisecond of wall-clock time, whose handler walks it with
+   DoStackSnapshot seeded from the ucontext: the naive seed), or the captures of an earlier one (``--captures
+   DIR``: ``DIR/<runtime>/``); each capture replayed, and its live walk compared with the replay's truth
+   exactly as ``validate --walk-quality`` compares a profiler's walk
+   (:func:`conformance.validator.walkq.walk_of`);
+   2000 samples, not fewer: in the workload's first half second 3.1's GC.Collect waits mostly where the
+   naive seed succeeds, later mostly where it fails (docs/seeding.md), and the validator's runs below
+   sample mostly past that start;
 2. the validator: ``validate --walk-quality --workload sampling`` with the fixture ``walkq_naive``
    (DoStackSnapshot from its SIGPROF handler seeded with the ucontext) and ``walkq_recovered`` (seeded from
    the first managed frame: .eh_frame CFI, the stub rules), both sampling like the probe: by wall-clock time
@@ -208,7 +212,7 @@ def table(columns: dict[str, dict[str, WalkQualityRow]], min_walks: int, *, judg
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--runtime", default="all")
-    ap.add_argument("--samples", type=int, default=600, help="the probe's samples")
+    ap.add_argument("--samples", type=int, default=2000, help="the probe's samples")
     ap.add_argument("--walks", type=int, default=1200, help="the signals each validator fixture sends")
     ap.add_argument("--interval-us", type=int, default=4000, help="the fixtures' wall-clock interval")
     ap.add_argument("--min-walks", type=int, default=30)
