@@ -1,30 +1,39 @@
 """Acceptance bench of ``validate --walk-quality`` (issue 24 part 4): the validator's per-place failure rates
-of a naive signal sampler against the probe's own naive rates on the same workload, and a recovered-seed
-sampler.
+of a naive signal sampler against the probe's own naive rates on the same workload, measured in the same run,
+and a sampler that seeds by the method of docs/seeding.md.
 
 Run from the repository root:  python bench/walk_quality.py  [--runtime all|3.1|8.0] [--samples N]
-[--duration S] [--min-walks N] [--captures DIR]
+[--walks N] [--interval-us U] [--min-walks N] [--cpu] [--captures DIR]
 
 Per runtime, in one run of this script:
 
-1. the probe: ``profharness capture capture-sampling --samples N`` (a profiler thread signals the scenario's
-   busy thread, whose handler walks it with DoStackSnapshot seeded from the ucontext: the naive seed), or the
-   captures of an earlier one (``--captures DIR``: ``DIR/<runtime>/``); each capture replayed, and its live
-   walk compared with the replay's truth exactly as ``validate --walk-quality`` compares a profiler's walk
-   (:func:`conformance.validator.walkq.walk_of`), counted by the place of the interrupted IP (managed when
-   the capture's JIT map holds it, else the module that holds it:
-   :func:`conformance.adapters.capture.place_of`) as the validator counts it, not by the scenario's phase;
-2. the validator: ``validate --walk-quality --workload sampling --duration S`` with the fixture
-   ``walkq_naive`` (SIGPROF timer, DoStackSnapshot from its handler seeded with the ucontext) and with
-   ``walkq_recovered`` (the same, seeded from the first managed frame: leaf return address, frame pointers,
-   a bounded scan).
+1. the probe: ``profharness capture capture-sampling --samples N`` (default 2000: a profiler thread signals
+   the scenario's busy thread every millisecond of wall-clock time, whose handler walks it with
+   DoStackSnapshot seeded from the ucontext: the naive seed), or the captures of an earlier one (``--captures
+   DIR``: ``DIR/<runtime>/``); each capture replayed, and its live walk compared with the replay's truth
+   exactly as ``validate --walk-quality`` compares a profiler's walk
+   (:func:`conformance.validator.walkq.walk_of`);
+   2000 samples, not fewer: in the workload's first half second 3.1's GC.Collect waits mostly where the
+   naive seed succeeds, later mostly where it fails (docs/seeding.md), and the validator's runs below
+   sample mostly past that start;
+2. the validator: ``validate --walk-quality --workload sampling`` with the fixture ``walkq_naive``
+   (DoStackSnapshot from its SIGPROF handler seeded with the ucontext) and ``walkq_recovered`` (seeded from
+   the first managed frame: .eh_frame CFI, the stub rules), both sampling like the probe: by wall-clock time
+   (``WALKQ_CLOCK=wall``: the fixture's own thread sends SIGPROF every ``--interval-us``), only the workload's
+   busy thread (``WALKQ_THREADS=sampled``, the thread the probe samples), at most ``--walks`` signals;
+   with ``--cpu`` also ``walkq_naive`` on its default CPU-time timer (ITIMER_PROF: whichever thread is on a
+   CPU), to show what the sampler's clock does to the rates.
 
-Prints per place: walks and failure share (walks that did not deliver exactly the truth's managed frames) of
-the probe's naive walks, of the validator's naive fixture, their difference in points, and the recovered
-fixture's. PASS when, in every place with at least ``--min-walks`` walks on both sides, the two naive rates
-differ by at most 10 points, and the recovered fixture completes at least 99% of the walks in every place
-where it has at least ``--min-walks``. Exit 1 on FAIL. Prints the machine's load beside the numbers (the
-rates depend on where the threads spend their time, which shifts with load).
+Two tables per runtime, each judged: by the place of the interrupted IP (managed code, a runtime module, a
+stub: the places ``validate --walk-quality`` prints), and by the work the thread was doing (the innermost of
+the workload's own methods on the replay's stack; the probe's own phase cell, which agrees with that rule on
+its captures). Each rate is printed
+with its walks and its 95% Wilson interval, the naive difference with its 95% interval (Newcombe's hybrid
+score). PASS when, in every place with at least ``--min-walks`` walks on both sides, the validator's naive
+failure rate is within 10 points of the probe's (the point estimate), and the recovered fixture completes at
+least 99% of its walks in every place where it has at least ``--min-walks``. Exit 1 on FAIL. Prints the
+machine's load beside the numbers (the rates depend on where the threads spend their time, which shifts
+with load).
 """
 
 from __future__ import annotations
@@ -109,7 +118,7 @@ def probe_rows(rt: str, samples: int, out: Path, *, run: bool = True) -> tuple[R
         print(f"  probe capture: {done.stdout.strip() or done.stderr.strip()}")
     else:
         out = out / rt
-    walks = []
+    walks, phases = [], []
     for path in sorted(out.rglob("*.phcap")):
         try:
             capture = read_capture(path)
@@ -118,60 +127,104 @@ def probe_rows(rt: str, samples: int, out: Path, *, run: bool = True) -> tuple[R
             print(f"  {path.name}: {exc}")
             continue
         walks.append(walkq.walk_of(result, capture.manifest.live, ip_place(capture)))
-    return walkq.quality_table(walks), phase_rows(out)
+        phases.append(walkq.walk_of(result, capture.manifest.live, phase_of(result, capture)))
+    return walkq.quality_table(walks), walkq.quality_table(phases)
 
 
-def validator_rows(fixture: str, rt: str, duration: float) -> tuple[Rows, Rows]:
+#: how the validator's fixtures sample (``--cpu`` adds the naive fixture on its CPU-time timer)
+WALL = {"WALKQ_CLOCK": "wall", "WALKQ_THREADS": "sampled"}
+
+
+def validator_rows(fixture: str, rt: str, env: dict[str, str], duration: float) -> tuple[Rows, Rows]:
     so = build_profiler(PROFILERS / f"{fixture}.cpp", "validator-fixtures", includes=[PROFILERS])
     # bounded: a walk from a signal handler can deadlock the runtime (a thread interrupted while it changes
     # GC mode); the proxy writes what the replay needs as it goes, so a hung run is still measured
     result = api.validate(so, FIXTURE_CLSID, runtime=rt, workload="sampling", duration_s=duration,
-                          walk_quality=True, timeout_s=duration + 60)  # fmt: skip
+                          walk_quality=True, timeout_s=duration + 60, env=env)  # fmt: skip
     (run,) = result.runs
     if run.walk_quality is None:
         return (), ()
     q = run.walk_quality
-    print(f"  {fixture}: {run.outcome}, captured {q.captured}, dropped {q.dropped}, replays failed "
-          f"{q.replay_failed}")  # fmt: skip
+    clock = env.get("WALKQ_CLOCK", "cpu")
+    print(f"  {fixture} ({clock} clock): {run.outcome}, captured {q.captured}, dropped {q.dropped} (no free "
+          f"slot), replays failed {q.replay_failed}, load {os.getloadavg()[0]:.2f}")  # fmt: skip
     return q.rows, phase_rows(Path(q.captures)) if q.captures else ()
 
 
+Z95 = 1.959963984540054
+
+
+def wilson(failed: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a share ``failed / n`` (n > 0)."""
+    p = failed / n
+    denom = 1 + Z95 * Z95 / n
+    centre = (p + Z95 * Z95 / (2 * n)) / denom
+    half = Z95 * ((p * (1 - p) / n + Z95 * Z95 / (4 * n * n)) ** 0.5) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def difference(a: WalkQualityRow, b: WalkQualityRow) -> tuple[float, float, float]:
+    """``b``'s failure share minus ``a``'s, with its 95% interval (Newcombe's hybrid score method, from the
+    two Wilson intervals)."""
+    fa, fb = a.walks - a.complete, b.walks - b.complete
+    pa, pb = fa / a.walks, fb / b.walks
+    la, ua = wilson(fa, a.walks)
+    lb, ub = wilson(fb, b.walks)
+    d = pb - pa
+    return d, d - ((pb - lb) ** 2 + (ua - pa) ** 2) ** 0.5, d + ((ub - pb) ** 2 + (pa - la) ** 2) ** 0.5
+
+
 def _share(row: WalkQualityRow | None) -> str:
-    if row is None or row.failure_share is None:
+    if row is None or not row.walks:
         return "-"
-    return f"{row.walks:>4} {row.failure_share:6.1%}"
+    lo, hi = wilson(row.walks - row.complete, row.walks)
+    failed = row.walks - row.complete
+    return f"{failed}/{row.walks} {failed / row.walks:6.1%} [{lo:.0%}-{hi:.0%}]"
 
 
-def table(probe: dict[str, WalkQualityRow], naive: dict[str, WalkQualityRow],
-          recovered: dict[str, WalkQualityRow], min_walks: int, *, judge: bool) -> bool:
-    """One table; ``judge``: its rows decide PASS (the phase table: the same work on both sides)."""
+def table(columns: dict[str, dict[str, WalkQualityRow]], min_walks: int, *, judge: bool) -> bool:
+    """One table: failed/walks, the failure share and its 95% interval per column, the naive difference
+    (validator - probe, points, 95% interval); ``judge``: its rows decide PASS."""
     ok = True
-    print(f"    {'place':<30} {'probe naive':>11} {'validate naive':>14} {'diff':>6} {'recovered':>11}")
-    for place in sorted(set(probe) | set(naive) | set(recovered)):
+    probe, naive, recovered = columns["probe naive"], columns["validate naive"], columns["validate recovered"]
+    names = list(columns)
+    header = "".join(f" {n:>27}" for n in names)
+    print(f"    {'place':<26}{header} {'naive diff [95%]':>22}")
+    for place in sorted(set().union(*(set(c) for c in columns.values()))):
         p, n, r = probe.get(place), naive.get(place), recovered.get(place)
         diff = ""
         verdict = ""
-        if p and n and p.failure_share is not None and n.failure_share is not None and \
-                p.walks >= min_walks and n.walks >= min_walks:  # fmt: skip
-            d = n.failure_share - p.failure_share
-            diff = f"{d * 100:+.1f}"
+        if p and n and p.walks >= min_walks and n.walks >= min_walks:
+            d, lo, hi = difference(p, n)
+            diff = f"{d * 100:+.1f} [{lo * 100:+.0f},{hi * 100:+.0f}]"
             if abs(d) > NAIVE_TOLERANCE:
                 verdict = "  naive rates differ by more than 10 points"
+        elif p or n:
+            diff = f"(< {min_walks} walks)"
         if r and r.walks >= min_walks and r.complete / r.walks < RECOVERED_TARGET:
             verdict += "  recovered below 99%"
         ok = ok and not (judge and verdict)
-        print(f"    {place:<30} {_share(p):>11} {_share(n):>14} {diff:>6} {_share(r):>11}{verdict}")
+        cells = "".join(f" {_share(columns[c].get(place)):>27}" for c in names)
+        print(f"    {place:<26}{cells} {diff:>22}{verdict}")
     return ok
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--runtime", default="all")
-    ap.add_argument("--samples", type=int, default=200)
-    ap.add_argument("--duration", type=float, default=8.0)
-    ap.add_argument("--min-walks", type=int, default=20)
+    ap.add_argument("--samples", type=int, default=2000, help="the probe's samples")
+    ap.add_argument("--walks", type=int, default=1200, help="the signals each validator fixture sends")
+    ap.add_argument("--interval-us", type=int, default=4000, help="the fixtures' wall-clock interval")
+    ap.add_argument("--min-walks", type=int, default=30)
+    ap.add_argument("--cpu", action="store_true", help="also the naive fixture on its CPU-time timer")
     ap.add_argument("--captures", type=Path, help="the probe's captures of an earlier run (DIR/<runtime>/)")
     args = ap.parse_args(argv)
+    wall = {**WALL, "WALKQ_INTERVAL_US": str(args.interval_us), "WALKQ_MAX_SAMPLES": str(args.walks)}
+    # long enough for every signal, with room for the walks' own cost
+    duration = max(4.0, 2.0 * args.walks * args.interval_us / 1e6)
+    print("validate --walk-quality runs with the shadow heap off (PROFHARNESS_PROXY_HEAP=0); walks of "
+          "threads not parked in a signal handler are counted, not captured (none here: every walk is from a "
+          "handler)")  # fmt: skip
     ok = True
     for rt in runtimes.select(args.runtime, None):
         print(f"{rt.version}: load {os.getloadavg()[0]:.2f}")
@@ -180,12 +233,18 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with tempfile.TemporaryDirectory(prefix="walkq-bench-") as tmp:
                 probe = probe_rows(rt.version, args.samples, Path(tmp))
-        naive = validator_rows("walkq_naive", rt.version, args.duration)
-        recovered = validator_rows("walkq_recovered", rt.version, args.duration)
-        for k, title in ((0, "by the place of the IP"), (1, "by the work the thread was doing (its phase)")):
-            print(f"  {title}")
-            ok = table({r.place: r for r in probe[k]}, {r.place: r for r in naive[k]},
-                       {r.place: r for r in recovered[k]}, args.min_walks, judge=k == 1) and ok  # fmt: skip
+        columns = [("probe naive", probe),
+                   ("validate naive", validator_rows("walkq_naive", rt.version, wall, duration)),
+                   ("validate recovered", validator_rows("walkq_recovered", rt.version, wall, duration))]
+        if args.cpu:
+            columns.append(("naive, CPU clock", validator_rows("walkq_naive", rt.version, {}, duration)))
+        for k, title in ((0, "by the place of the IP (validate's own places)"),
+                         (1, "by the work the thread was doing")):
+            print(f"  {title}: failed/walks, failure share [95% interval]")
+            passed = table({name: {r.place: r for r in rows[k]} for name, rows in columns}, args.min_walks,
+                           judge=True)  # fmt: skip
+            print(f"  {'PASS' if passed else 'FAIL'} {title}")
+            ok = passed and ok
         print(f"  load after {os.getloadavg()[0]:.2f}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

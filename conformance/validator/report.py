@@ -240,6 +240,7 @@ def walk_quality_text(quality: WalkQuality) -> list[str]:
     lines.append(f"captured {quality.captured}, dropped {quality.dropped} (no free slot), "
                  f"{quality.not_parked} walk(s) of threads not parked in a signal handler (not captured), "
                  f"{quality.replay_failed} replay(s) failed")  # fmt: skip
+    lines.extend(f"note: {n}" for n in quality.notes)
     lines.extend(f"left out: {s}" for s in quality.skipped[:5])
     if len(quality.skipped) > 5:
         lines.append(f"left out: ... and {len(quality.skipped) - 5} more")

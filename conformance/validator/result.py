@@ -101,6 +101,9 @@ class WalkQuality(BaseModel):
     replay_failed: int = 0
     #: the folder of the captures (empty: none written)
     captures: str = ""
+    #: what the run did differently from a plain validate run, and what the table leaves out on purpose, one
+    #: sentence each (conformance.validator.walkq.NOTES)
+    notes: tuple[str, ...] = ()
 
 
 class RunSummary(BaseModel):

@@ -40,6 +40,7 @@ __all__ = [
     "ENV",
     "ENVIRONMENT",
     "MAP_MARK",
+    "NOTES",
     "SAMPLE_MARK",
     "ProfilerWalk",
     "compare",
@@ -55,6 +56,15 @@ ENV = "PROFHARNESS_PROXY_WALK_QUALITY"
 #: proxy, which would move where the sampled threads spend their time (and where the walks land) away from
 #: the profiler's own run; the heap's verdicts on inspected ObjectIDs are not made in such a run
 ENVIRONMENT = {ENV: "1", "PROFHARNESS_PROXY_HEAP": "0"}
+#: said with every table (WalkQuality.notes): the run's shadow heap, and the walks the table leaves out
+NOTES = (
+    "the shadow heap was off in this run (PROFHARNESS_PROXY_HEAP=0): its allocation callbacks would move "
+    "where the sampled threads spend their time; no verdict on ObjectIDs is made from it",
+    "walks of threads not parked in a signal handler (suspended by the runtime, e.g. after SuspendRuntime, "
+    "or running) are counted, not captured, and are left out of the table: the proxy has no instant of them "
+    "(no interrupted registers the replay could start from), and the runtime walks a suspended thread from "
+    "its own Frame chain whatever the seed",
+)
 SAMPLE_MARK = "proxy.walkq.sample"
 #: the end's counts; the methods' code as it was noted; the maps when they changed
 MAP_MARK = "proxy.walkq.map"
@@ -167,7 +177,7 @@ def measure(trace_path: Path, runtime: str) -> WalkQuality:
 
     counts = {"captured": count("captured"), "dropped": count("dropped"), "not_parked": count("notParked")}
     if not trace.marks(SAMPLE_MARK):
-        return WalkQuality(**counts)
+        return WalkQuality(**counts, notes=NOTES)
     skipped: list[str] = []
     if not maps:
         skipped.append(f"no {MAP_MARK} mark: the run ended before Shutdown (the counts are those of the "
@@ -176,7 +186,7 @@ def measure(trace_path: Path, runtime: str) -> WalkQuality:
     try:
         specs, left_out = captures_from_trace(_capture_trace(trace), runtime=runtime)
     except HarnessError as exc:
-        return WalkQuality(**counts, skipped=(*skipped, exc.message))
+        return WalkQuality(**counts, skipped=(*skipped, exc.message), notes=NOTES)
     skipped.extend(left_out)
     out_dir = trace_path.parent / CAPTURES_DIR
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -194,4 +204,4 @@ def measure(trace_path: Path, runtime: str) -> WalkQuality:
             continue
         walks.append(walk_of(result, live))
     return WalkQuality(rows=quality_table(walks), **counts, skipped=tuple(skipped), replay_failed=failed,
-                       captures=str(out_dir) if specs else "")  # fmt: skip
+                       captures=str(out_dir) if specs else "", notes=NOTES)  # fmt: skip

@@ -10,6 +10,17 @@
 //   * setitimer(ITIMER_PROF, 10 ms): SIGPROF every 10 ms of the process's CPU time, delivered to a running
 //     thread. The handler builds the seed (the Seeder policy), walks (frames counted), and counts the result
 //     per outcome in atomics; Shutdown disarms the timer, ignores SIGPROF and prints the tally.
+// With WALKQ_CLOCK=wall the fixture samples by wall-clock time instead of CPU time, as a wall-time profiler
+// does: its own sampler thread sends SIGPROF (tgkill) to one managed thread every WALKQ_INTERVAL_US
+// microseconds (default 1000), taking the threads in turn, whatever each is doing (running, or blocked in a
+// wait); the threads are the ones the runtime assigned to OS threads (ThreadAssignedToOSThread, with
+// COR_PRF_MONITOR_THREADS; ThreadDestroyed drops them). ITIMER_PROF only ever interrupts a thread that is on a
+// CPU, so a CPU-time sampler never sees a thread blocked in a wait: where the thread waits inside a runtime
+// call (GC.Collect waiting for the collection, in libc) the naive seed succeeds (the thread is in preemptive
+// mode), and a CPU-time sampler's failure rate there is higher than a wall-clock one's (`bench/walk_quality.py`).
+// WALKQ_THREADS=NAME[,NAME...] limits the wall-clock sampler to the managed threads of those names
+// (ThreadNameChanged), as a profiler's thread filter does; WALKQ_MAX_SAMPLES=N stops it after N signals (a
+// bounded profiling session).
 // With WALKQ_CROSS=1 the walk is made by the fixture's own sampler thread instead, of the interrupted thread
 // held in the handler meanwhile (the documented "snapshot of another thread"): the handler publishes its
 // ThreadID (GetCurrentThreadID) and seed, posts a semaphore and waits (at most 200 ms) until the sampler
@@ -29,6 +40,7 @@
 #include <semaphore.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -59,6 +71,46 @@ inline ThreadID g_target = 0;
 inline BYTE* g_seed = nullptr;
 inline ULONG32 g_seed_size = 0;
 inline std::atomic<bool> g_stop{false};
+// WALKQ_CLOCK=wall: the managed threads' OS ids (0: a free entry), by ThreadID
+inline constexpr int kThreads = 256;
+inline std::atomic<ThreadID> g_thread_ids[kThreads];
+inline std::atomic<long> g_os_tids[kThreads];
+inline std::atomic<bool> g_wanted[kThreads];
+inline bool g_wall = false;
+inline long g_interval_us = 1000;
+inline long g_max_samples = 0;
+inline const char* g_filter = nullptr;
+
+// The table entry of `thread` (a free one taken when it has none); -1 when the table is full.
+inline int entry_of(ThreadID thread) {
+    for (int k = 0; k < kThreads; ++k)
+        if (g_thread_ids[k].load() == thread) return k;
+    for (int k = 0; k < kThreads; ++k) {
+        ThreadID none = 0;
+        if (g_thread_ids[k].compare_exchange_strong(none, thread)) {
+            g_wanted[k].store(g_filter == nullptr);
+            return k;
+        }
+    }
+    return -1;
+}
+
+// Whether `name` (UTF-16, cch characters, NUL included or not) is one of the comma-separated ASCII names of
+// WALKQ_THREADS.
+inline bool filtered_in(const WCHAR* name, ULONG cch) {
+    if (!g_filter || !name) return false;
+    while (cch > 0 && name[cch - 1] == 0) --cch;
+    for (const char* at = g_filter; *at;) {
+        const char* end = std::strchr(at, ',');
+        const std::size_t n = end ? static_cast<std::size_t>(end - at) : std::strlen(at);
+        bool same = n == cch;
+        for (std::size_t i = 0; same && i < n; ++i) same = name[i] == static_cast<WCHAR>(at[i]);
+        if (same) return true;
+        if (!end) break;
+        at = end + 1;
+    }
+    return false;
+}
 
 // Reads one word of this process without faulting (process_vm_readv: a system call, async-signal-safe).
 inline bool read_word(std::uint64_t addr, std::uint64_t& out) {
@@ -140,7 +192,12 @@ template <typename Seeder>
 class SignalWalker : public Profiler<Callbacks11, 11> {
  public:
     HRESULT STDMETHODCALLTYPE Initialize(IUnknown* unk) override {
-        HRESULT hr = take_info(unk, COR_PRF_ENABLE_STACK_SNAPSHOT);
+        const char* clock = std::getenv("WALKQ_CLOCK");
+        g_wall = clock && std::strcmp(clock, "wall") == 0;
+        if (const char* every = std::getenv("WALKQ_INTERVAL_US")) g_interval_us = std::max(100L, std::atol(every));
+        if (const char* most = std::getenv("WALKQ_MAX_SAMPLES")) g_max_samples = std::max(0L, std::atol(most));
+        if (const char* names = std::getenv("WALKQ_THREADS"); names && *names) g_filter = names;
+        HRESULT hr = take_info(unk, COR_PRF_ENABLE_STACK_SNAPSHOT | (g_wall ? COR_PRF_MONITOR_THREADS : 0));
         if (hr != S_OK) return hr;
         g_info = info;
         const char* cross = std::getenv("WALKQ_CROSS");
@@ -174,11 +231,54 @@ class SignalWalker : public Profiler<Callbacks11, 11> {
         sigemptyset(&sa.sa_mask);
         if (sigaction(SIGPROF, &sa, nullptr) != 0) return E_FAIL;
         g_on = 1;
+        if (g_wall) {
+            ticker_ = std::thread([] {
+                sigset_t block;
+                sigemptyset(&block);
+                sigaddset(&block, SIGPROF);
+                pthread_sigmask(SIG_BLOCK, &block, nullptr);
+                const pid_t pid = ::getpid();
+                int next = 0;
+                long sent = 0;
+                while (!g_stop.load() && (g_max_samples == 0 || sent < g_max_samples)) {
+                    ::usleep(static_cast<useconds_t>(g_interval_us));
+                    for (int k = 0; k < kThreads; ++k) {  // the next live thread after the last one signalled
+                        const int at = (next + k) % kThreads;
+                        const long tid = g_os_tids[at].load(std::memory_order_acquire);
+                        if (tid <= 0 || !g_wanted[at].load()) continue;
+                        ::syscall(SYS_tgkill, pid, tid, SIGPROF);
+                        ++sent;
+                        next = at + 1;
+                        break;
+                    }
+                }
+            });
+            return S_OK;
+        }
         struct itimerval it;
         it.it_interval.tv_sec = 0;
         it.it_interval.tv_usec = 10000;
         it.it_value = it.it_interval;
         setitimer(ITIMER_PROF, &it, nullptr);
+        return S_OK;
+    }
+    HRESULT STDMETHODCALLTYPE ThreadAssignedToOSThread(ThreadID thread, DWORD os_tid) override {
+        const int k = entry_of(thread);
+        if (k >= 0) g_os_tids[k].store(static_cast<long>(os_tid), std::memory_order_release);
+        return S_OK;
+    }
+    HRESULT STDMETHODCALLTYPE ThreadNameChanged(ThreadID thread, ULONG cch, WCHAR name[]) override {
+        const int k = g_filter ? entry_of(thread) : -1;
+        if (k >= 0) g_wanted[k].store(filtered_in(name, cch));
+        return S_OK;
+    }
+    HRESULT STDMETHODCALLTYPE ThreadDestroyed(ThreadID thread) override {
+        for (int k = 0; k < kThreads; ++k) {
+            if (g_thread_ids[k].load() != thread) continue;
+            g_os_tids[k].store(0, std::memory_order_release);
+            g_wanted[k].store(false);
+            g_thread_ids[k].store(0);
+        }
         return S_OK;
     }
     HRESULT STDMETHODCALLTYPE Shutdown() override {
@@ -188,18 +288,19 @@ class SignalWalker : public Profiler<Callbacks11, 11> {
         g_on = 0;
         g_stop.store(true);
         if (sampler_.joinable()) sampler_.join();
+        if (ticker_.joinable()) ticker_.join();
         struct sigaction ign;
         std::memset(&ign, 0, sizeof ign);
         ign.sa_handler = SIG_IGN;
         sigemptyset(&ign.sa_mask);
         sigaction(SIGPROF, &ign, nullptr);
-        std::fprintf(stderr, "%s: samples=%lu ok=%lu failed=%lu unseeded=%lu\n", Seeder::kName, g_samples.load(),
+        std::fprintf(stderr, "%s (%s clock): samples=%lu ok=%lu failed=%lu unseeded=%lu\n", Seeder::kName, g_wall ? "wall" : "cpu", g_samples.load(),
                      g_ok.load(), g_failed.load(), g_unseeded.load());
         return S_OK;
     }
 
  private:
-    std::thread sampler_;
+    std::thread sampler_, ticker_;
 };
 
 }  // namespace walkq
