@@ -189,6 +189,8 @@ class ReJITModel:
         self.functions: dict[Key, Function] = {}
         #: (FunctionID, ReJITID) -> the key, of compilations started and not finished
         self.compiling: dict[tuple[int, int], Key | None] = {}
+        #: (FunctionID, ReJITID) -> the thread its ReJITCompilationStarted came on, where the caller said
+        self.compiling_on: dict[tuple[int, int], int] = {}
         #: the keys whose GetReJITParameters is running (their function control is valid)
         self.open_parameters: list[Key] = []
         #: every ReJITID seen, to hold them unique
@@ -290,24 +292,39 @@ class ReJITModel:
         if f is not None and f.state is State.PARAMETERS:
             f.state = State.PREPARED
 
-    def rejit_started(self, function: int, rejit_id: int, key: Key | None = None) -> list[ReJITVerdict]:
+    def rejit_started(self, function: int, rejit_id: int, key: Key | None = None,
+                      thread: int | None = None) -> list[ReJITVerdict]:
+        """ReJITCompilationStarted of (``function``, ``rejit_id``), on ``thread`` when the caller knows it."""
         out: list[ReJITVerdict] = []
         if (function, rejit_id) in self.compiling:
             out.append(ReJITVerdict("REJIT-28", f"ReJITCompilationStarted of FunctionID 0x{function:x} "
                                "ReJITID "
                                f"{rejit_id} again before its Finished", runtime=True))
         self.compiling[(function, rejit_id)] = key
+        if thread is not None:
+            self.compiling_on[(function, rejit_id)] = thread
         f = self.functions.get(key) if key is not None else None
         if f is not None and rejit_id not in f.rejit_ids:
             f.rejit_ids.append(rejit_id)
         self.seen_ids.add(rejit_id)
         return out
 
-    def rejit_finished(self, function: int, rejit_id: int) -> list[ReJITVerdict]:
+    def rejit_finished(self, function: int, rejit_id: int, thread: int | None = None) -> list[ReJITVerdict]:
+        """ReJITCompilationFinished of (``function``, ``rejit_id``): it names the recompilation whose
+        Started came before it on the same thread (REJIT-28), when both threads are known."""
+        started_on = self.compiling_on.pop((function, rejit_id), None)
         if self.compiling.pop((function, rejit_id), "absent") == "absent":
             return [ReJITVerdict("REJIT-28", f"ReJITCompilationFinished of FunctionID 0x{function:x} ReJITID "
                             f"{rejit_id} names no recompilation that started", runtime=True)]
+        if thread is not None and started_on is not None and thread != started_on:
+            return [ReJITVerdict("REJIT-28", f"ReJITCompilationFinished of FunctionID 0x{function:x} ReJITID "
+                                 f"{rejit_id} on thread {thread}, its Started on thread {started_on}",
+                                 runtime=True)]
         return []
+
+    def unfinished(self) -> list[tuple[int, int]]:
+        """The (FunctionID, ReJITID) pairs whose ReJITCompilationStarted no Finished has followed yet."""
+        return list(self.compiling)
 
     def rejit_error(self, key: Key) -> None:
         f = self.functions.setdefault(key, Function(State.FAILED))

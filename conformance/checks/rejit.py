@@ -18,9 +18,10 @@ and REJIT-13 (the inliner is recompiled after RequestReJITWithInliners; dotnet/r
 
 What each judge expects comes from the plan the harness wrote (which methods each request names, which the
 revert names, whether the flag was set) and the scenario's fixed course (which targets it calls after each
-mark), never from the recorded callbacks themselves. The judges hold the runs to the catalog's clauses
-directly (the ReJIT state-machine model of issue 25 part 2 is another branch's): one disagreement line per
-departure, stable across runs (method names, counts, HRESULT names; no IDs or addresses).
+mark), never from the recorded callbacks themselves. The protocol's model (clr_model/rejit.py) gives
+REJIT-16's expected statuses (fed the plan's requests) and judges REJIT-28's Started/Finished pairs; the
+others hold the runs to the catalog's clauses directly: one disagreement line per departure, stable across
+runs (method names, counts, HRESULT names; no IDs or addresses).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clr_model import api
+from clr_model import api, rejit
 from clr_model.api import Fact
 from clr_model.flags import CorPrfMonitor
 from clr_model.hresults import HResult, format_hresult, hresult_failed
@@ -279,8 +280,13 @@ def judge_rejit16(ev: Evidence) -> Judgement:
     if (na := _missing(ev, REVERT, expected)) is not None:
         return na
     revert = _requests(ev.trace)[REVERT]
-    requested = set(_planned(ev.plan, REQUEST)) | set(_planned(ev.plan, AGAIN))
     asked = [m for m in _planned(ev.plan, REVERT) if revert.methods.get(m)]
+    # what each status should be: the protocol's model fed the plan's requests (clr_model/rejit.py)
+    model = rejit.ReJITModel()
+    for entry in (REQUEST, AGAIN):
+        model.request("RequestReJIT", [(0, revert.methods[m]) for m in _planned(ev.plan, entry)
+                                       if revert.methods.get(m)], callback=None)  # fmt: skip
+    requested = {m for m in asked if model.revert_status((0, revert.methods[m])) == "S_OK"}
     if len(revert.statuses) != len(asked):
         return Judgement(status=Status.ERROR,
                          observed=f"{len(revert.statuses)} statuses for {len(asked)} methods",
@@ -359,18 +365,20 @@ def judge_rejit28(ev: Evidence) -> Judgement:
               if c.name == "ReJITCompilationStarted" or c.name == "ReJITCompilationFinished"]  # fmt: skip
     if not events:
         return Judgement(status=Status.NOT_APPLICABLE, observed="no recompilation", expected=expected)
-    open_: dict[int, list[tuple[Any, Any]]] = {}
+    model = rejit.ReJITModel()  # the protocol's model judges the pairs (clr_model/rejit.py)
     lines = []
     for c in events:
-        key = (c.args.get("functionId"), c.args.get("rejitId"))
-        stack = open_.setdefault(c.os_tid, [])
+        function, rejit_id = c.args.get("functionId"), c.args.get("rejitId")
+        if not isinstance(function, int) or not isinstance(rejit_id, int):
+            lines.append(f"a {c.name} without a FunctionID and ReJITID")
+            continue
+        # the model's messages name IDs; a judgement's lines stay stable across runs
         if c.name == "ReJITCompilationStarted":
-            stack.append(key)
-        elif key in stack:
-            stack.remove(key)
-        else:
+            if model.rejit_started(function, rejit_id, thread=c.os_tid):
+                lines.append("a ReJITCompilationStarted again before its Finished")
+        elif model.rejit_finished(function, rejit_id, thread=c.os_tid):
             lines.append("a ReJITCompilationFinished without its ReJITCompilationStarted on its thread")
-    if any(open_.values()):
+    if model.unfinished():
         lines.append("a ReJITCompilationStarted never finished")
     return Judgement.from_disagreements(lines, observed=f"{len(events)} recompilation callbacks",
                                         expected=expected)  # fmt: skip

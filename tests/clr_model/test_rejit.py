@@ -236,6 +236,17 @@ def test_REJIT_28_finished_without_started_example() -> None:
     assert model.rejit_finished(0x7F00, 2) == []
 
 
+def test_REJIT_28_finished_on_another_thread_example() -> None:
+    model = ReJITModel()
+    assert model.rejit_started(0x7F00, 1, KEY, thread=5) == []
+    assert model.unfinished() == [(0x7F00, 1)]
+    [v] = model.rejit_finished(0x7F00, 1, thread=6)
+    assert v.clause == "REJIT-28" and v.runtime and "thread 6" in v.message
+    assert model.unfinished() == []
+    assert model.rejit_started(0x7F00, 2, KEY, thread=5) == []
+    assert model.rejit_finished(0x7F00, 2, thread=5) == []
+
+
 @settings(max_examples=200, deadline=None)
 @given(protocol_runs(), st.data())
 def test_REJIT_28_a_dropped_started_is_found_property(

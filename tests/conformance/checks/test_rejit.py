@@ -170,6 +170,11 @@ def test_REJIT_26_and_28_a_repeated_pair_and_an_unmatched_finish(tmp_path: Path)
     unmatched = _without(records, lambda r: _is(r, "ReJITCompilationStarted", "Late"))
     assert rejit.judge_rejit28(_evidence(tmp_path, unmatched)).disagreements == (
         "a ReJITCompilationFinished without its ReJITCompilationStarted on its thread",)
+    elsewhere = [dict(r) for r in records]
+    finished = next(r for r in elsewhere if _is(r, "ReJITCompilationFinished", "Normal"))
+    finished["os_tid"] = 99  # the model holds the pair to the thread its Started came on
+    assert rejit.judge_rejit28(_evidence(tmp_path, elsewhere)).disagreements == (
+        "a ReJITCompilationFinished without its ReJITCompilationStarted on its thread",)
 
 
 def test_REJIT_05_the_not_enabled_answer(tmp_path: Path) -> None:
