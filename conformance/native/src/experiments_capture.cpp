@@ -159,21 +159,42 @@ std::string base64(const unsigned char* p, std::size_t n) {
     return out;
 }
 
+// This process's id for process_vm_readv, asked once (glibc's getpid() is a system call each time); a plain
+// atomic load in a handler.
+pid_t own_pid() {
+    static std::atomic<pid_t> pid{0};
+    pid_t p = pid.load(std::memory_order_relaxed);
+    if (p == 0) {
+        p = static_cast<pid_t>(::syscall(SYS_getpid));
+        pid.store(p, std::memory_order_relaxed);
+    }
+    return p;
+}
+
 // Reads up to n bytes at addr of this process without faulting; returns the count read (a syscall:
-// async-signal-safe). Stops at the first unreadable byte (page granularity).
+// async-signal-safe). Stops at the first unreadable byte (page granularity): one iovec per page (a transfer
+// stops only between iovec elements), up to kReadIov pages per call, so a window across a page boundary is
+// one system call.
 std::size_t read_own(std::uint64_t addr, unsigned char* out, std::size_t n) {
+    constexpr std::size_t kReadIov = 8;
     std::size_t done = 0;
     while (done < n) {
-        const std::uint64_t a = addr + done;
-        const std::uint64_t page_end = (a | 4095) + 1;
-        std::size_t chunk = n - done;
-        if (a + chunk > page_end) chunk = static_cast<std::size_t>(page_end - a);
-        struct iovec local{out + done, chunk};
-        struct iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(a)), chunk};
-        const ssize_t got = ::syscall(SYS_process_vm_readv, ::getpid(), &local, 1UL, &remote, 1UL, 0UL);
+        struct iovec local[kReadIov], remote[kReadIov];
+        std::size_t k = 0, span = 0;
+        for (; k < kReadIov && done + span < n; ++k) {
+            const std::uint64_t a = addr + done + span;
+            const std::uint64_t page_end = (a | 4095) + 1;
+            std::size_t chunk = n - done - span;
+            if (a + chunk > page_end) chunk = static_cast<std::size_t>(page_end - a);
+            local[k] = {out + done + span, chunk};
+            remote[k] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(a)), chunk};
+            span += chunk;
+        }
+        const ssize_t got = ::syscall(SYS_process_vm_readv, own_pid(), local, static_cast<unsigned long>(k), remote,
+                                      static_cast<unsigned long>(k), 0UL);
         if (got <= 0) break;
         done += static_cast<std::size_t>(got);
-        if (static_cast<std::size_t>(got) < chunk) break;
+        if (static_cast<std::size_t>(got) < span) break;
     }
     return done;
 }
@@ -419,7 +440,7 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
     b.tEnter = now_ns();
     const auto* uc = static_cast<const ucontext_t*>(ucv);
     const greg_t* g = uc->uc_mcontext.gregs;
-    b.handlerOsTid = os_tid();
+    b.handlerOsTid = b.targetOsTid;  // the claim compared gettid() with it (no second system call)
     for (int i = 0; i < NGREG; ++i) b.gregs[i] = static_cast<std::uint64_t>(g[i]);
     unsigned long fs = 0;
     b.fsOk = ::syscall(SYS_arch_prctl, ARCH_GET_FS, &fs) == 0;
@@ -434,21 +455,24 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
         std::memcpy(b.stack, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.sp)), end - b.sp);
         b.stackCopied = end - b.sp;
     }
-    // The red zone below SP (a leaf function's CFI may say a register is saved there).
-    b.redZoneCopied = b.stackInRange && b.sp >= b.stackLow + kRedZone
-                          ? read_own(b.sp - kRedZone, b.redZone, kRedZone) : 0;
-    // Code around the IP: the IP's own bytes first (from the IP up), then the half before it if readable.
+    // The red zone below SP (a leaf function's CFI may say a register is saved there): this thread's own
+    // stack, mapped, since the kernel put the handler's signal frame below it (no SA_ONSTACK), so a memcpy.
+    b.redZoneCopied = 0;
+    if (b.stackInRange && b.sp >= b.stackLow + kRedZone) {
+        std::memcpy(b.redZone, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.sp - kRedZone)), kRedZone);
+        b.redZoneCopied = kRedZone;
+    }
+    // Code around the IP: the half before it and the IP's own bytes in one read; when the half before is not
+    // all readable, the IP's bytes alone (from the IP up).
     const std::uint64_t ip = b.gregs[REG_RIP];
     const std::size_t half = kCodeWindow / 2;
-    std::size_t after = read_own(ip, b.code + half, half);
-    std::size_t before = ip >= half ? read_own(ip - half, b.code, half) : 0;
-    if (before == half) {
+    const std::size_t whole = ip >= half ? read_own(ip - half, b.code, kCodeWindow) : 0;
+    if (whole >= half) {
         b.codeAddr = ip - half;
-        b.codeLen = half + after;
+        b.codeLen = whole;
     } else {
-        std::memmove(b.code, b.code + half, after);
         b.codeAddr = ip;
-        b.codeLen = after;
+        b.codeLen = read_own(ip, b.code, half);
     }
     const volatile std::int32_t* cell = g_phase_cell.load(std::memory_order_acquire);
     b.phase = cell ? static_cast<std::int64_t>(*cell) : -1;
@@ -877,7 +901,7 @@ void read_code_pages(const std::vector<std::uint64_t>& pages) {
             local[i] = {data.data() + i * kPage, kPage};
             remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(pages[c + i])), kPage};
         }
-        const ssize_t r = ::syscall(SYS_process_vm_readv, ::getpid(), local, static_cast<unsigned long>(n), remote,
+        const ssize_t r = ::syscall(SYS_process_vm_readv, own_pid(), local, static_cast<unsigned long>(n), remote,
                                     static_cast<unsigned long>(n), 0UL);
         const std::size_t whole = r > 0 ? static_cast<std::size_t>(r) / kPage : 0;
         for (std::size_t i = 0; i < whole; ++i) {
@@ -903,18 +927,45 @@ constexpr std::size_t kUnchangedSlots = std::size_t{1} << kUnchangedBits;
 constexpr std::int64_t kRecheckSamples = 16;
 UnchangedSlot* const g_unchanged = new UnchangedSlot[kUnchangedSlots];  // never destroyed
 
+// The last sample's scan (the profiler thread's, never destroyed; see candidate_code): its stack copy and
+// every word of it that pointed into an executable mapping, with that word's window.
+struct ScanMemo {
+    std::vector<unsigned char> stack;
+    std::uint64_t sp = 0;
+    std::size_t len = 0;
+    struct Hit {
+        std::uint64_t at, lo, hi;  // the word's address; its window [lo, hi)
+    };
+    std::vector<Hit> hits;
+    std::uint64_t reads = ~std::uint64_t{0};  // the maps it was computed from (g_maps_reads)
+    std::int64_t fullSample = 0;              // the last sample scanned word by word to its end
+    bool usable = false;                      // complete (no cap, no re-read of the maps half way)
+};
+ScanMemo& g_scan_memo = *new ScanMemo();
+
 // Code around stack words that point into executable mappings (candidate return addresses): the windows
 // (address, length of the bytes readable from it, up to its first unreadable page) into `out`, at most
 // `cap`; their pages read and written first where no earlier sample did.
+//
+// Between two samples of a thread only the top of its stack changes: the frames below those that ran since
+// hold the same bytes at the same addresses. The words from the highest address where this stack differs
+// from the last sample's up to its end are not looked up again: their hits come from the last scan (the same
+// words, against the same maps, give the same windows, in the same order), unless the maps were read again
+// since, the last scan was cut short, or kRecheckSamples samples passed since a scan went word by word to
+// the end (that one asks again about words in no mapping, as below).
 void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
                     std::vector<SampleWindow>& out, std::size_t cap, std::int64_t sample) {
     static std::vector<std::pair<std::uint64_t, std::uint64_t>>& wanted =
         *new std::vector<std::pair<std::uint64_t, std::uint64_t>>();  // the profiler thread's, never destroyed
     static std::vector<std::uint64_t>& missing = *new std::vector<std::uint64_t>();
+    static std::vector<ScanMemo::Hit>& hits = *new std::vector<ScanMemo::Hit>();
+    ScanMemo& memo = g_scan_memo;
     out.clear();
     wanted.clear();
     missing.clear();
+    hits.clear();
     bool refreshed = false;
+    const std::uint64_t reads_before = g_maps_reads;
     // The maps are read again (once per sample, as soon as a word needs it) when a word lies in no mapping
     // read earlier but is mapped now (mincore: new mappings, e.g. .NET 8's double-mapped code), or lies in
     // a reservation without access then ("---p") that is readable now (process_vm_readv of one byte: memory
@@ -937,32 +988,73 @@ void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
         slot = UnchangedSlot{page, g_maps_reads, sample, reserved};
         return false;
     };
-    const std::size_t half = kCodeWindow / 2;
-    for (std::size_t off = 0; off + 8 <= b.stackCopied; off += 8) {
-        std::uint64_t word;
-        std::memcpy(&word, b.stack + off, 8);
-        if (word < 4096) continue;
-        const Mapping* m = mapping_of_cached(maps, word, g_maps_reads);
-        if (!refreshed && (!m || m->none) && changed_since(word, m != nullptr)) {
-            refresh_maps(maps);  // code the runtime mapped or committed since the last read
-            refreshed = true;
-            m = mapping_of_cached(maps, word, g_maps_reads);
-        }
-        if (!m || !m->exec) continue;
-        const std::uint64_t lo = std::max<std::uint64_t>(m->start, word >= half ? word - half : 0);
-        bool seen = false;
+    // One hit (a word at `at` with the window [lo, hi)): wanted unless an earlier word wanted the same
+    // window; false when the cap is reached (the scan stops there).
+    auto take = [&](std::uint64_t at, std::uint64_t lo, std::uint64_t hi) {
+        hits.push_back(ScanMemo::Hit{at, lo, hi});
         for (const auto& w : wanted)
-            if (w.first == lo) {
-                seen = true;
-                break;
-            }
-        if (seen) continue;
-        if (static_cast<std::int64_t>(wanted.size()) >= max_candidates) break;
-        const std::uint64_t hi = std::min<std::uint64_t>(m->end, word + half);
+            if (w.first == lo) return true;
+        if (static_cast<std::int64_t>(wanted.size()) >= max_candidates) return false;
         wanted.emplace_back(lo, hi);
         for (std::uint64_t p = lo & ~(kPage - 1); p < hi; p += kPage)
             if (!code_page_known(p)) missing.push_back(p);
+        return true;
+    };
+    const std::size_t half = kCodeWindow / 2;
+    const std::size_t words_end = b.stackCopied & ~std::size_t{7};  // the offset after the last whole word
+    // [from, words_end): the offsets whose bytes are the last sample's at the same addresses
+    std::size_t from = words_end;
+    const bool memo_ok = memo.usable && memo.reads == g_maps_reads && sample - memo.fullSample < kRecheckSamples &&
+                         memo.sp + (memo.len & ~std::size_t{7}) == b.sp + words_end && (b.sp - memo.sp) % 8 == 0;
+    if (memo_ok) {
+        const std::uint64_t lowest = std::max(b.sp, memo.sp);
+        while (from >= 8 && b.sp + from - 8 >= lowest &&
+               std::memcmp(b.stack + from - 8, memo.stack.data() + (b.sp + from - 8 - memo.sp), 8) == 0)
+            from -= 8;
     }
+    bool capped = false;
+    auto scan = [&](std::size_t lo_off, std::size_t hi_off) {
+        for (std::size_t off = lo_off; off < hi_off; off += 8) {
+            std::uint64_t word;
+            std::memcpy(&word, b.stack + off, 8);
+            if (word < 4096) continue;
+            const Mapping* m = mapping_of_cached(maps, word, g_maps_reads);
+            if (!refreshed && (!m || m->none) && changed_since(word, m != nullptr)) {
+                refresh_maps(maps);  // code the runtime mapped or committed since the last read
+                refreshed = true;
+                m = mapping_of_cached(maps, word, g_maps_reads);
+            }
+            if (!m || !m->exec) continue;
+            const std::uint64_t lo = std::max<std::uint64_t>(m->start, word >= half ? word - half : 0);
+            if (!take(b.sp + off, lo, std::min<std::uint64_t>(m->end, word + half))) {
+                capped = true;
+                return;
+            }
+        }
+    };
+    scan(0, from);
+    bool full = true;
+    if (!capped && from < words_end) {
+        if (!refreshed) {  // the same words against the same maps: the last scan's hits
+            full = false;
+            for (const ScanMemo::Hit& h : memo.hits) {
+                if (h.at < b.sp + from) continue;
+                if (!take(h.at, h.lo, h.hi)) {
+                    capped = true;
+                    break;
+                }
+            }
+        } else {
+            scan(from, words_end);
+        }
+    }
+    memo.stack.assign(b.stack, b.stack + b.stackCopied);
+    memo.sp = b.sp;
+    memo.len = b.stackCopied;
+    memo.hits.assign(hits.begin(), hits.end());
+    memo.reads = g_maps_reads;
+    if (full) memo.fullSample = sample;
+    memo.usable = !capped && g_maps_reads == reads_before;
     if (!missing.empty()) {
         std::sort(missing.begin(), missing.end());
         missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
@@ -1282,7 +1374,8 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     head.codeLen = static_cast<std::uint32_t>(b.codeLen);
     head.windows = static_cast<std::uint32_t>(windows.size());
     head.seedLen = static_cast<std::uint32_t>(seed_n);
-    head.recordCpuNs = thread_cpu_ns() - cpu_start;  // building the record, before its write
+    const std::uint64_t cpu_write = thread_cpu_ns();  // one clock read (a system call) ends the build, starts the write
+    head.recordCpuNs = cpu_write - cpu_start;  // building the record, before its write
     const FrameWriter::Part parts[] = {{&head, sizeof head},
                                        {frames.data(), frames.size() * sizeof(SampleFrame)},
                                        {windows.data(), windows.size() * sizeof(SampleWindow)},
@@ -1291,7 +1384,6 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
                                        {b.code, b.codeLen},
                                        {b.seed, seed_n}};
     if (index == g_fault_sample) die_in_frame(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
-    const std::uint64_t cpu_write = thread_cpu_ns();
     g_frames.append(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
     g_record_cpu_ns += cpu_write - cpu_start;
     g_write_cpu_ns += thread_cpu_ns() - cpu_write;

@@ -539,11 +539,12 @@ std::uint64_t CodeMap::function_at(std::uint64_t ip) const {
 bool CodeMap::unknown(std::uint64_t ip) const {
     if (function_at(ip) || tables_.covers(ip)) return false;
     if (std::binary_search(negatives_.begin(), negatives_.end(), ip)) return false;
-    if (std::binary_search(stub_pages_.begin(), stub_pages_.end(), ip & ~std::uint64_t{4095})) return false;
-    auto it = std::upper_bound(data_.begin(), data_.end(), ip,
-                               [](std::uint64_t x, const std::pair<std::uint64_t, std::uint64_t>& r) { return x < r.first; });
-    if (it != data_.begin() && ip < std::prev(it)->second) return false;
-    return true;
+    auto in_ranges = [ip](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+        auto it = std::upper_bound(ranges.begin(), ranges.end(), ip,
+                                   [](std::uint64_t x, const std::pair<std::uint64_t, std::uint64_t>& r) { return x < r.first; });
+        return it != ranges.begin() && ip < std::prev(it)->second;
+    };
+    return !in_ranges(stub_ranges_) && !in_ranges(data_);
 }
 
 bool CodeMap::has_function(std::uint64_t fid) const { return std::binary_search(fids_.begin(), fids_.end(), fid); }
@@ -562,11 +563,15 @@ void CodeMap::add_not_managed(std::uint64_t ip) {
 }
 
 void CodeMap::add_stub_page(std::uint64_t ip) {
-    const std::uint64_t page = ip & ~std::uint64_t{4095};
-    for (const Range& r : methods_)
-        if (r.start < page + 4096 && page < r.end) return;
-    if (stub_pages_.size() >= (1u << 14)) return;
-    stub_pages_.push_back(page);
+    std::uint64_t lo = ip & ~std::uint64_t{4095}, hi = lo + 4096;
+    for (const Range& r : methods_) {
+        if (r.end <= lo || r.start >= hi) continue;  // not in the page
+        if (r.start <= ip && ip < r.end) return;     // a method holds it: not a stub
+        if (r.end <= ip) lo = std::max(lo, r.end);
+        else hi = std::min(hi, r.start);
+    }
+    if (stub_ranges_.size() >= (1u << 14)) return;
+    stub_ranges_.emplace_back(lo, hi);
     dirty_ = true;
 }
 
@@ -582,8 +587,17 @@ void CodeMap::commit() {
                                [](const Range& a, const Range& b) { return a.start == b.start; }),
                    methods_.end());
     std::sort(negatives_.begin(), negatives_.end());
-    std::sort(stub_pages_.begin(), stub_pages_.end());
-    stub_pages_.erase(std::unique(stub_pages_.begin(), stub_pages_.end()), stub_pages_.end());
+    // stub ranges merged where they overlap (a gap learned before a method of its page was, and one after),
+    // so that the binary search of unknown() finds the one holding an IP
+    std::sort(stub_ranges_.begin(), stub_ranges_.end());
+    std::size_t kept = 0;
+    for (const auto& r : stub_ranges_) {
+        if (kept && r.first < stub_ranges_[kept - 1].second)
+            stub_ranges_[kept - 1].second = std::max(stub_ranges_[kept - 1].second, r.second);
+        else
+            stub_ranges_[kept++] = r;
+    }
+    stub_ranges_.resize(kept);
     negatives_.erase(std::unique(negatives_.begin(), negatives_.end()), negatives_.end());
     std::sort(fids_.begin(), fids_.end());
     fids_.erase(std::unique(fids_.begin(), fids_.end()), fids_.end());

@@ -96,8 +96,9 @@ public:
     // Between samples only.
     void add_method(std::uint64_t start, std::uint64_t end, std::uint64_t fid);
     void add_not_managed(std::uint64_t ip);
-    // A 4 KiB page of runtime stubs: an interrupted IP there was not managed code and no method known
-    // overlaps it (the runtime's stub heaps and code heaps commit pages of their own).
+    // Runtime stubs around `ip`, an interrupted IP that was not managed code: its 4 KiB page, or, where known
+    // methods share that page (.NET 8 puts stubs such as the write barrier's copy in pages of its code heap),
+    // the gap between the methods around `ip` within the page (nothing when a known method holds `ip`).
     void add_stub_page(std::uint64_t ip);
     void set_data_regions(std::vector<std::pair<std::uint64_t, std::uint64_t>> regions);
     void commit();  // sorts what was added
@@ -112,7 +113,7 @@ private:
     const UnwindTables& tables_;
     std::vector<Range> methods_;
     std::vector<std::uint64_t> negatives_;
-    std::vector<std::uint64_t> stub_pages_;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> stub_ranges_;  // [start, end), merged by commit()
     std::vector<std::pair<std::uint64_t, std::uint64_t>> data_;
     std::vector<std::uint64_t> fids_;
     bool dirty_ = false;
