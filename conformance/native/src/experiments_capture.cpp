@@ -302,6 +302,7 @@ struct SampleBuffer {
     std::int64_t parkTimeoutNs = 0;
     std::atomic<int> park{0};
     bool fastPath = false;   // the handler recovered the seed itself (no park)
+    int topAsked = 0;        // TopAnswer: what the runtime's walk said of an interrupted IP the map could not tell
     std::atomic<Walk*> recWalk{nullptr};
     HRESULT recHr = S_OK;
     std::uint64_t tParked = 0, tResumed = 0, tRecWalked = 0, tLeft = 0;
@@ -310,6 +311,13 @@ struct SampleBuffer {
 
 // The states of SampleBuffer::park.
 enum ParkState : int { kNotParked = 0, kParked = 1, kSeedReady = 2, kNoSeed = 3, kParkAbandoned = 4 };
+
+// SampleBuffer::topAsked: the handler did not ask (0), or the walk seeded at the instant said the interrupted
+// IP is managed code (it walked) or is not (it refused the seed, DSS-21).
+enum TopAnswer : int { kTopNotAsked = 0, kTopManaged = 1, kTopNotManaged = 2 };
+
+// CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX (corerror.h): DoStackSnapshot's refusal of a seed outside managed code.
+constexpr HRESULT kStackSnapshotUnmanagedCtx = static_cast<HRESULT>(0x8013135F);
 
 SampleBuffer g_sample;
 // Posted by the handler when it is done (sem_post is async-signal-safe): the profiler thread sleeps on it
@@ -406,11 +414,60 @@ void park_for_seed(SampleBuffer& b) {
 // In the handler (--seed recovered): the recovery with what the handler may use (the CFI tables, the code
 // map, its own stack; no call into the runtime), then the walk from the seed it found. Only when the walk
 // meets code the map cannot tell does the thread park for the profiler thread (park_for_seed).
+//
+// When the code the map cannot tell is the interrupted IP itself (on 8.0 mostly runtime stubs in the
+// double-mapped code heap, each met for the first time: docs/seeding.md), the handler asks the runtime's walk
+// before parking: seeded at the instant (the top frame's registers), DoStackSnapshot walks when the IP is
+// managed code, and refuses the seed without a frame when it is not (DSS-21,
+// CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX). A walk is the sample's walk (the top frame is the seed); a
+// refusal lets the stub rules go on from the top in the handler (TopNotManaged), and the profiler thread
+// learns the stub after the sample. Any other answer parks as before.
+struct TopNotManaged final : ManagedOracle {
+    const CodeMap& map;
+    std::uint64_t top;
+    TopNotManaged(const CodeMap& m, std::uint64_t ip) : map(m), top(ip) {}
+    std::uint64_t function_at(std::uint64_t ip) const override { return ip == top ? 0 : map.function_at(ip); }
+    bool unknown(std::uint64_t ip) const override { return ip != top && map.unknown(ip); }
+};
+
 void recover_in_handler(SampleBuffer& b) {
     UnwindRegs regs;
     for (int r = 0; r < kDwarfRegs; ++r) regs.r[r] = b.gregs[kGregOfDwarf[r]];
     const HandlerMemory mem(b);
     recover_seed(g_unwind, g_code_map, mem, regs, b.stackLow, b.stackHigh, g_handler_recovery);
+    b.topAsked = kTopNotAsked;
+    Walk* const top_walk = b.recWalk.load(std::memory_order_acquire);
+    const std::uint64_t top = regs.r[kDwarfRip];
+    if (g_handler_recovery.needsRuntime && g_handler_recovery.unknownIp == top && g_handler_recovery.stepCount == 1 &&
+        top_walk) {
+        RecoveryResult& r = g_handler_recovery;
+        r.seed = regs;
+        write_recovered_seed(b, r);
+        const HRESULT hr = top_walk->run(state().info_as<ICorProfilerInfo2>(2));
+        if (hr == S_OK || top_walk->delivered() != 0) {  // managed code: the walk seeded at the top stands
+            b.topAsked = kTopManaged;
+            r.ok = hr == S_OK;
+            r.needsRuntime = false;
+            r.reason = hr == S_OK ? "" : "the walk seeded at the interrupted IP failed";
+            r.functionId = 0;
+            for (const FrameSlot& f : top_walk->frames())
+                if (f.funcId) {
+                    r.functionId = static_cast<std::uint64_t>(f.funcId);
+                    break;
+                }
+            b.recHr = hr;
+            b.fastPath = true;
+            b.tParked = b.tResumed = now_ns();
+            b.park.store(kSeedReady, std::memory_order_release);
+            b.tRecWalked = now_ns();
+            return;
+        }
+        if (hr == kStackSnapshotUnmanagedCtx) {  // not managed code: the stub rules from the top, here
+            b.topAsked = kTopNotManaged;
+            const TopNotManaged oracle(g_code_map, top);
+            recover_seed(g_unwind, oracle, mem, regs, b.stackLow, b.stackHigh, r);
+        }
+    }
     if (g_handler_recovery.needsRuntime) {
         b.fastPath = false;
         park_for_seed(b);
@@ -1145,13 +1202,17 @@ struct RuntimeOracle final : ManagedOracle {
     }
 };
 
-// After a sample: the methods (and code versions) the runtime's walks reported that the map lacks.
+// After a sample: the methods (and code versions) the runtime's walks reported that the map lacks, and the
+// stub the handler passed after the walk refused the interrupted IP (recover_in_handler).
 void learn_from_walks(const Walk& naive, const Walk* recovered) {
     for (const Walk* w : {&naive, recovered}) {
         if (!w) continue;
         for (const FrameSlot& f : w->frames())
             if (f.funcId && g_code_map.function_at(f.ip ? f.ip - 1 : 0) != f.funcId) learn_function(f.funcId);
     }
+    const SampleBuffer& b = g_sample;
+    if (b.fastPath && b.topAsked == kTopNotManaged && g_handler_recovery.stepCount > 1)
+        g_code_map.add_stub_page(b.gregs[REG_RIP]);
     g_code_map.commit();
 }
 
@@ -1236,6 +1297,9 @@ Json recovered_json(const SampleBuffer& b) {
     const RecoveryResult& g_rec = b.fastPath ? g_handler_recovery : g_recovery;
     r.set("reason", ran && !g_rec.ok ? Json(g_rec.reason) : Json());
     r.set("unknownIp", !b.fastPath && g_handler_recovery.needsRuntime ? Json(g_handler_recovery.unknownIp) : Json());
+    // what the walk seeded at the instant said of an interrupted IP the map could not tell (recover_in_handler)
+    r.set("topAskedWalk", b.topAsked == kTopManaged ? Json("managed")
+                          : b.topAsked == kTopNotManaged ? Json("not-managed") : Json());
     Json steps = Json::array();
     for (std::size_t i = 0; ran && i < g_rec.stepCount; ++i) {
         Json st = Json::object();
@@ -1491,6 +1555,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         g_sample.recHr = S_OK;
         g_sample.tParked = g_sample.tResumed = g_sample.tRecWalked = 0;
         g_sample.fastPath = false;
+        g_sample.topAsked = kTopNotAsked;
         if (job->recover) {
             g_unwind.refresh();  // modules loaded since the last sample (a no-op when none were)
             prepare_code_map(maps, i == 0);
