@@ -5,6 +5,7 @@
 
 #include <elf.h>
 #include <link.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -297,6 +298,29 @@ std::uint64_t reg_value(const UnwindRegs& regs, int r) { return regs.r[r]; }
 
 }  // namespace
 
+namespace {
+
+// Maps the pages of a module's FDEs (and the CIEs just before them) into this process's page tables now, on
+// the calling thread (MADV_POPULATE_READ, Linux 5.14; where it fails nothing changes): the handler's CFI
+// steps read .eh_frame directly, and each first read of one of its pages was a page fault inside the handler
+// (measured on 8.0: a GC sample's 10-30 CFI steps took 50-110 us of the recovered handler's tail).
+void populate_fdes(const UnwindTables::Module& m) {
+    if (m.table.empty()) return;
+    std::uint64_t lo = ~std::uint64_t{0}, hi = 0;
+    for (const auto& e : m.table) {
+        lo = std::min(lo, e.second);
+        hi = std::max(hi, e.second);
+    }
+    constexpr int kPopulateRead = 22;  // MADV_POPULATE_READ
+    lo &= ~std::uint64_t{4095};
+    hi = (hi | 4095) + 1 + 4096;  // the last FDE's body
+    ::madvise(reinterpret_cast<void*>(static_cast<std::uintptr_t>(lo)), hi - lo, kPopulateRead);
+    if (lo >= 4096)  // the CIEs usually sit just before the first FDE (a page that may not be mapped: tried apart)
+        ::madvise(reinterpret_cast<void*>(static_cast<std::uintptr_t>(lo - 4096)), 4096, kPopulateRead);
+}
+
+}  // namespace
+
 void UnwindTables::refresh() {
     std::uint64_t counts[2] = {0, 0};
     dl_iterate_phdr(&adds_callback, counts);
@@ -315,6 +339,7 @@ void UnwindTables::refresh() {
         if (known) continue;
         read_hdr(m);
         fde_count_ += m.table.size();
+        populate_fdes(m);
         modules_.push_back(std::move(m));
     }
     std::sort(modules_.begin(), modules_.end(), [](const Module& a, const Module& b) { return a.exec_lo < b.exec_lo; });
