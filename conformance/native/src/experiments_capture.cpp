@@ -159,21 +159,42 @@ std::string base64(const unsigned char* p, std::size_t n) {
     return out;
 }
 
+// This process's id for process_vm_readv, asked once (glibc's getpid() is a system call each time); a plain
+// atomic load in a handler.
+pid_t own_pid() {
+    static std::atomic<pid_t> pid{0};
+    pid_t p = pid.load(std::memory_order_relaxed);
+    if (p == 0) {
+        p = static_cast<pid_t>(::syscall(SYS_getpid));
+        pid.store(p, std::memory_order_relaxed);
+    }
+    return p;
+}
+
 // Reads up to n bytes at addr of this process without faulting; returns the count read (a syscall:
-// async-signal-safe). Stops at the first unreadable byte (page granularity).
+// async-signal-safe). Stops at the first unreadable byte (page granularity): one iovec per page (a transfer
+// stops only between iovec elements), up to kReadIov pages per call, so a window across a page boundary is
+// one system call.
 std::size_t read_own(std::uint64_t addr, unsigned char* out, std::size_t n) {
+    constexpr std::size_t kReadIov = 8;
     std::size_t done = 0;
     while (done < n) {
-        const std::uint64_t a = addr + done;
-        const std::uint64_t page_end = (a | 4095) + 1;
-        std::size_t chunk = n - done;
-        if (a + chunk > page_end) chunk = static_cast<std::size_t>(page_end - a);
-        struct iovec local{out + done, chunk};
-        struct iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(a)), chunk};
-        const ssize_t got = ::syscall(SYS_process_vm_readv, ::getpid(), &local, 1UL, &remote, 1UL, 0UL);
+        struct iovec local[kReadIov], remote[kReadIov];
+        std::size_t k = 0, span = 0;
+        for (; k < kReadIov && done + span < n; ++k) {
+            const std::uint64_t a = addr + done + span;
+            const std::uint64_t page_end = (a | 4095) + 1;
+            std::size_t chunk = n - done - span;
+            if (a + chunk > page_end) chunk = static_cast<std::size_t>(page_end - a);
+            local[k] = {out + done + span, chunk};
+            remote[k] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(a)), chunk};
+            span += chunk;
+        }
+        const ssize_t got = ::syscall(SYS_process_vm_readv, own_pid(), local, static_cast<unsigned long>(k), remote,
+                                      static_cast<unsigned long>(k), 0UL);
         if (got <= 0) break;
         done += static_cast<std::size_t>(got);
-        if (static_cast<std::size_t>(got) < chunk) break;
+        if (static_cast<std::size_t>(got) < span) break;
     }
     return done;
 }
@@ -281,7 +302,9 @@ struct SampleBuffer {
     std::int64_t parkTimeoutNs = 0;
     std::atomic<int> park{0};
     bool fastPath = false;   // the handler recovered the seed itself (no park)
+    int topAsked = 0;        // TopAnswer: what the runtime's walk said of an interrupted IP the map could not tell
     std::atomic<Walk*> recWalk{nullptr};
+    std::atomic<Walk*> topWalk{nullptr};  // the walk seeded at the instant (recover_in_handler); freed with recWalk
     HRESULT recHr = S_OK;
     std::uint64_t tParked = 0, tResumed = 0, tRecWalked = 0, tLeft = 0;
     alignas(64) BYTE recSeed[kContextBufferSize];
@@ -289,6 +312,13 @@ struct SampleBuffer {
 
 // The states of SampleBuffer::park.
 enum ParkState : int { kNotParked = 0, kParked = 1, kSeedReady = 2, kNoSeed = 3, kParkAbandoned = 4 };
+
+// SampleBuffer::topAsked: the handler did not ask (0), or the walk seeded at the instant said the interrupted
+// IP is managed code (it walked) or is not (it refused the seed, DSS-21).
+enum TopAnswer : int { kTopNotAsked = 0, kTopManaged = 1, kTopNotManaged = 2 };
+
+// CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX (corerror.h): DoStackSnapshot's refusal of a seed outside managed code.
+constexpr HRESULT kStackSnapshotUnmanagedCtx = static_cast<HRESULT>(0x8013135F);
 
 SampleBuffer g_sample;
 // Posted by the handler when it is done (sem_post is async-signal-safe): the profiler thread sleeps on it
@@ -395,11 +425,65 @@ void park_for_seed(SampleBuffer& b) {
 // In the handler (--seed recovered): the recovery with what the handler may use (the CFI tables, the code
 // map, its own stack; no call into the runtime), then the walk from the seed it found. Only when the walk
 // meets code the map cannot tell does the thread park for the profiler thread (park_for_seed).
+//
+// When the code the map cannot tell is the interrupted IP itself (on 8.0 mostly runtime stubs in the
+// double-mapped code heap, each met for the first time: docs/seeding.md), the handler asks the runtime's walk
+// before parking: seeded at the instant (the top frame's registers), DoStackSnapshot walks when the IP is
+// managed code, and refuses the seed without a frame when it is not (DSS-21,
+// CORPROF_E_STACKSNAPSHOT_UNMANAGED_CTX). A walk is the sample's walk (the top frame is the seed); a
+// refusal lets the stub rules go on from the top in the handler (TopNotManaged), and the profiler thread
+// learns the stub after the sample. Any other answer parks as before.
+struct TopNotManaged final : ManagedOracle {
+    const CodeMap& map;
+    std::uint64_t top;
+    TopNotManaged(const CodeMap& m, std::uint64_t ip) : map(m), top(ip) {}
+    std::uint64_t function_at(std::uint64_t ip) const override { return ip == top ? 0 : map.function_at(ip); }
+    bool unknown(std::uint64_t ip) const override { return ip != top && map.unknown(ip); }
+    bool unknown_return(std::uint64_t ip) const override { return ip != top && map.unknown_return(ip); }
+};
+
 void recover_in_handler(SampleBuffer& b) {
     UnwindRegs regs;
     for (int r = 0; r < kDwarfRegs; ++r) regs.r[r] = b.gregs[kGregOfDwarf[r]];
     const SampledMemory mem = SampledMemory::in_handler(b);
     recover_seed(g_unwind, g_code_map, mem, regs, b.stackLow, b.stackHigh, g_handler_recovery);
+    b.topAsked = kTopNotAsked;
+    Walk* const top_walk = b.topWalk.load(std::memory_order_acquire);
+    const std::uint64_t top = regs.r[kDwarfRip];
+    if (g_handler_recovery.needsRuntime && g_handler_recovery.unknownIp == top && g_handler_recovery.stepCount == 1 &&
+        top_walk) {
+        RecoveryResult& r = g_handler_recovery;
+        r.seed = regs;
+        write_recovered_seed(b, r);
+        const HRESULT hr = top_walk->run(state().info_as<ICorProfilerInfo2>(2));
+        // Managed code only when the walk's first frame is a method at that very IP: the runtime also accepts
+        // a seed in some of its stubs (virtual stub dispatch, allocation helpers) and then reports the caller
+        // first, or frames the replay does not find (measured: 23 of 63 dispatch samples before this check).
+        const auto& frames = top_walk->frames();
+        // (or a few bytes before it: a thread in a P/Invoke's preemptive window is walked from its
+        // InlinedCallFrame, whose return address precedes the IP, DSS-07)
+        const bool at_top = hr == S_OK && !frames.empty() && frames.front().funcId != 0 &&
+                            frames.front().ip <= top && top - frames.front().ip < 64;
+        if (at_top) {  // managed code: the walk seeded at the top is the sample's
+            b.topAsked = kTopManaged;
+            r.ok = true;
+            r.needsRuntime = false;
+            r.reason = "";
+            r.functionId = static_cast<std::uint64_t>(frames.front().funcId);
+            b.topWalk.store(b.recWalk.exchange(top_walk, std::memory_order_acq_rel), std::memory_order_release);
+            b.recHr = hr;
+            b.fastPath = true;
+            b.tParked = b.tResumed = now_ns();
+            b.park.store(kSeedReady, std::memory_order_release);
+            b.tRecWalked = now_ns();
+            return;
+        }
+        if (hr == kStackSnapshotUnmanagedCtx || hr == S_OK) {  // not managed code: the stub rules from the top
+            b.topAsked = kTopNotManaged;
+            const TopNotManaged oracle(g_code_map, top);
+            recover_seed(g_unwind, oracle, mem, regs, b.stackLow, b.stackHigh, r);
+        }
+    }
     if (g_handler_recovery.needsRuntime) {
         b.fastPath = false;
         park_for_seed(b);
@@ -429,7 +513,7 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
     b.tEnter = now_ns();
     const auto* uc = static_cast<const ucontext_t*>(ucv);
     const greg_t* g = uc->uc_mcontext.gregs;
-    b.handlerOsTid = os_tid();
+    b.handlerOsTid = b.targetOsTid;  // the claim compared gettid() with it (no second system call)
     for (int i = 0; i < NGREG; ++i) b.gregs[i] = static_cast<std::uint64_t>(g[i]);
     unsigned long fs = 0;
     b.fsOk = ::syscall(SYS_arch_prctl, ARCH_GET_FS, &fs) == 0;
@@ -444,21 +528,24 @@ void sample_handler(int sig, siginfo_t* info, void* ucv) {
         std::memcpy(b.stack, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.sp)), end - b.sp);
         b.stackCopied = end - b.sp;
     }
-    // The red zone below SP (a leaf function's CFI may say a register is saved there).
-    b.redZoneCopied = b.stackInRange && b.sp >= b.stackLow + kRedZone
-                          ? read_own(b.sp - kRedZone, b.redZone, kRedZone) : 0;
-    // Code around the IP: the IP's own bytes first (from the IP up), then the half before it if readable.
+    // The red zone below SP (a leaf function's CFI may say a register is saved there): this thread's own
+    // stack, mapped, since the kernel put the handler's signal frame below it (no SA_ONSTACK), so a memcpy.
+    b.redZoneCopied = 0;
+    if (b.stackInRange && b.sp >= b.stackLow + kRedZone) {
+        std::memcpy(b.redZone, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.sp - kRedZone)), kRedZone);
+        b.redZoneCopied = kRedZone;
+    }
+    // Code around the IP: the half before it and the IP's own bytes in one read; when the half before is not
+    // all readable, the IP's bytes alone (from the IP up).
     const std::uint64_t ip = b.gregs[REG_RIP];
     const std::size_t half = kCodeWindow / 2;
-    std::size_t after = read_own(ip, b.code + half, half);
-    std::size_t before = ip >= half ? read_own(ip - half, b.code, half) : 0;
-    if (before == half) {
+    const std::size_t whole = ip >= half ? read_own(ip - half, b.code, kCodeWindow) : 0;
+    if (whole >= half) {
         b.codeAddr = ip - half;
-        b.codeLen = half + after;
+        b.codeLen = whole;
     } else {
-        std::memmove(b.code, b.code + half, after);
         b.codeAddr = ip;
-        b.codeLen = after;
+        b.codeLen = read_own(ip, b.code, half);
     }
     const volatile std::int32_t* cell = g_phase_cell.load(std::memory_order_acquire);
     b.phase = cell ? static_cast<std::int64_t>(*cell) : -1;
@@ -887,7 +974,7 @@ void read_code_pages(const std::vector<std::uint64_t>& pages) {
             local[i] = {data.data() + i * kPage, kPage};
             remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(pages[c + i])), kPage};
         }
-        const ssize_t r = ::syscall(SYS_process_vm_readv, ::getpid(), local, static_cast<unsigned long>(n), remote,
+        const ssize_t r = ::syscall(SYS_process_vm_readv, own_pid(), local, static_cast<unsigned long>(n), remote,
                                     static_cast<unsigned long>(n), 0UL);
         const std::size_t whole = r > 0 ? static_cast<std::size_t>(r) / kPage : 0;
         for (std::size_t i = 0; i < whole; ++i) {
@@ -913,18 +1000,45 @@ constexpr std::size_t kUnchangedSlots = std::size_t{1} << kUnchangedBits;
 constexpr std::int64_t kRecheckSamples = 16;
 UnchangedSlot* const g_unchanged = new UnchangedSlot[kUnchangedSlots];  // never destroyed
 
+// The last sample's scan (the profiler thread's, never destroyed; see candidate_code): its stack copy and
+// every word of it that pointed into an executable mapping, with that word's window.
+struct ScanMemo {
+    std::vector<unsigned char> stack;
+    std::uint64_t sp = 0;
+    std::size_t len = 0;
+    struct Hit {
+        std::uint64_t at, lo, hi;  // the word's address; its window [lo, hi)
+    };
+    std::vector<Hit> hits;
+    std::uint64_t reads = ~std::uint64_t{0};  // the maps it was computed from (g_maps_reads)
+    std::int64_t fullSample = 0;              // the last sample scanned word by word to its end
+    bool usable = false;                      // complete (no cap, no re-read of the maps half way)
+};
+ScanMemo& g_scan_memo = *new ScanMemo();
+
 // Code around stack words that point into executable mappings (candidate return addresses): the windows
 // (address, length of the bytes readable from it, up to its first unreadable page) into `out`, at most
 // `cap`; their pages read and written first where no earlier sample did.
+//
+// Between two samples of a thread only the top of its stack changes: the frames below those that ran since
+// hold the same bytes at the same addresses. The words from the highest address where this stack differs
+// from the last sample's up to its end are not looked up again: their hits come from the last scan (the same
+// words, against the same maps, give the same windows, in the same order), unless the maps were read again
+// since, the last scan was cut short, or kRecheckSamples samples passed since a scan went word by word to
+// the end (that one asks again about words in no mapping, as below).
 void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int64_t max_candidates,
                     std::vector<SampleWindow>& out, std::size_t cap, std::int64_t sample) {
     static std::vector<std::pair<std::uint64_t, std::uint64_t>>& wanted =
         *new std::vector<std::pair<std::uint64_t, std::uint64_t>>();  // the profiler thread's, never destroyed
     static std::vector<std::uint64_t>& missing = *new std::vector<std::uint64_t>();
+    static std::vector<ScanMemo::Hit>& hits = *new std::vector<ScanMemo::Hit>();
+    ScanMemo& memo = g_scan_memo;
     out.clear();
     wanted.clear();
     missing.clear();
+    hits.clear();
     bool refreshed = false;
+    const std::uint64_t reads_before = g_maps_reads;
     // The maps are read again (once per sample, as soon as a word needs it) when a word lies in no mapping
     // read earlier but is mapped now (mincore: new mappings, e.g. .NET 8's double-mapped code), or lies in
     // a reservation without access then ("---p") that is readable now (process_vm_readv of one byte: memory
@@ -947,32 +1061,73 @@ void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
         slot = UnchangedSlot{page, g_maps_reads, sample, reserved};
         return false;
     };
-    const std::size_t half = kCodeWindow / 2;
-    for (std::size_t off = 0; off + 8 <= b.stackCopied; off += 8) {
-        std::uint64_t word;
-        std::memcpy(&word, b.stack + off, 8);
-        if (word < 4096) continue;
-        const Mapping* m = mapping_of_cached(maps, word, g_maps_reads);
-        if (!refreshed && (!m || m->none) && changed_since(word, m != nullptr)) {
-            refresh_maps(maps);  // code the runtime mapped or committed since the last read
-            refreshed = true;
-            m = mapping_of_cached(maps, word, g_maps_reads);
-        }
-        if (!m || !m->exec) continue;
-        const std::uint64_t lo = std::max<std::uint64_t>(m->start, word >= half ? word - half : 0);
-        bool seen = false;
+    // One hit (a word at `at` with the window [lo, hi)): wanted unless an earlier word wanted the same
+    // window; false when the cap is reached (the scan stops there).
+    auto take = [&](std::uint64_t at, std::uint64_t lo, std::uint64_t hi) {
+        hits.push_back(ScanMemo::Hit{at, lo, hi});
         for (const auto& w : wanted)
-            if (w.first == lo) {
-                seen = true;
-                break;
-            }
-        if (seen) continue;
-        if (static_cast<std::int64_t>(wanted.size()) >= max_candidates) break;
-        const std::uint64_t hi = std::min<std::uint64_t>(m->end, word + half);
+            if (w.first == lo) return true;
+        if (static_cast<std::int64_t>(wanted.size()) >= max_candidates) return false;
         wanted.emplace_back(lo, hi);
         for (std::uint64_t p = lo & ~(kPage - 1); p < hi; p += kPage)
             if (!code_page_known(p)) missing.push_back(p);
+        return true;
+    };
+    const std::size_t half = kCodeWindow / 2;
+    const std::size_t words_end = b.stackCopied & ~std::size_t{7};  // the offset after the last whole word
+    // [from, words_end): the offsets whose bytes are the last sample's at the same addresses
+    std::size_t from = words_end;
+    const bool memo_ok = memo.usable && memo.reads == g_maps_reads && sample - memo.fullSample < kRecheckSamples &&
+                         memo.sp + (memo.len & ~std::size_t{7}) == b.sp + words_end && (b.sp - memo.sp) % 8 == 0;
+    if (memo_ok) {
+        const std::uint64_t lowest = std::max(b.sp, memo.sp);
+        while (from >= 8 && b.sp + from - 8 >= lowest &&
+               std::memcmp(b.stack + from - 8, memo.stack.data() + (b.sp + from - 8 - memo.sp), 8) == 0)
+            from -= 8;
     }
+    bool capped = false;
+    auto scan = [&](std::size_t lo_off, std::size_t hi_off) {
+        for (std::size_t off = lo_off; off < hi_off; off += 8) {
+            std::uint64_t word;
+            std::memcpy(&word, b.stack + off, 8);
+            if (word < 4096) continue;
+            const Mapping* m = mapping_of_cached(maps, word, g_maps_reads);
+            if (!refreshed && (!m || m->none) && changed_since(word, m != nullptr)) {
+                refresh_maps(maps);  // code the runtime mapped or committed since the last read
+                refreshed = true;
+                m = mapping_of_cached(maps, word, g_maps_reads);
+            }
+            if (!m || !m->exec) continue;
+            const std::uint64_t lo = std::max<std::uint64_t>(m->start, word >= half ? word - half : 0);
+            if (!take(b.sp + off, lo, std::min<std::uint64_t>(m->end, word + half))) {
+                capped = true;
+                return;
+            }
+        }
+    };
+    scan(0, from);
+    bool full = true;
+    if (!capped && from < words_end) {
+        if (!refreshed) {  // the same words against the same maps: the last scan's hits
+            full = false;
+            for (const ScanMemo::Hit& h : memo.hits) {
+                if (h.at < b.sp + from) continue;
+                if (!take(h.at, h.lo, h.hi)) {
+                    capped = true;
+                    break;
+                }
+            }
+        } else {
+            scan(from, words_end);
+        }
+    }
+    memo.stack.assign(b.stack, b.stack + b.stackCopied);
+    memo.sp = b.sp;
+    memo.len = b.stackCopied;
+    memo.hits.assign(hits.begin(), hits.end());
+    memo.reads = g_maps_reads;
+    if (full) memo.fullSample = sample;
+    memo.usable = !capped && g_maps_reads == reads_before;
     if (!missing.empty()) {
         std::sort(missing.begin(), missing.end());
         missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
@@ -1043,12 +1198,18 @@ struct RuntimeOracle final : ManagedOracle {
     }
 };
 
-// After a sample: the methods (and code versions) the runtime's walks reported that the map lacks.
+// After a sample: the methods (and code versions) the runtime's walks reported that the map lacks, and the
+// stub the handler passed after the walk refused the interrupted IP (recover_in_handler).
 void learn_from_walks(const Walk& naive, const Walk* recovered) {
     for (const Walk* w : {&naive, recovered}) {
         if (!w) continue;
         for (const FrameSlot& f : w->frames())
             if (f.funcId && g_code_map.function_at(f.ip ? f.ip - 1 : 0) != f.funcId) learn_function(f.funcId);
+    }
+    const SampleBuffer& b = g_sample;
+    if (b.fastPath && b.topAsked == kTopNotManaged && g_handler_recovery.stepCount > 1) {
+        g_code_map.add_not_managed(b.gregs[REG_RIP]);  // this IP is not asked again
+        g_code_map.add_stub_page(b.gregs[REG_RIP]);    // nor its page, when no known method shares it
     }
     g_code_map.commit();
 }
@@ -1134,6 +1295,9 @@ Json recovered_json(const SampleBuffer& b) {
     const RecoveryResult& g_rec = b.fastPath ? g_handler_recovery : g_recovery;
     r.set("reason", ran && !g_rec.ok ? Json(g_rec.reason) : Json());
     r.set("unknownIp", !b.fastPath && g_handler_recovery.needsRuntime ? Json(g_handler_recovery.unknownIp) : Json());
+    // what the walk seeded at the instant said of an interrupted IP the map could not tell (recover_in_handler)
+    r.set("topAskedWalk", b.topAsked == kTopManaged ? Json("managed")
+                          : b.topAsked == kTopNotManaged ? Json("not-managed") : Json());
     Json steps = Json::array();
     for (std::size_t i = 0; ran && i < g_rec.stepCount; ++i) {
         Json st = Json::object();
@@ -1259,7 +1423,8 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
     head.codeLen = static_cast<std::uint32_t>(b.codeLen);
     head.windows = static_cast<std::uint32_t>(windows.size());
     head.seedLen = static_cast<std::uint32_t>(seed_n);
-    head.recordCpuNs = thread_cpu_ns() - cpu_start;  // building the record, before its write
+    const std::uint64_t cpu_write = thread_cpu_ns();  // one clock read (a system call) ends the build, starts the write
+    head.recordCpuNs = cpu_write - cpu_start;  // building the record, before its write
     const FrameWriter::Part parts[] = {{&head, sizeof head},
                                        {frames.data(), frames.size() * sizeof(SampleFrame)},
                                        {windows.data(), windows.size() * sizeof(SampleWindow)},
@@ -1268,7 +1433,6 @@ bool record_sample(const SamplingJob& job, std::int64_t index, Walk& walk, std::
                                        {b.code, b.codeLen},
                                        {b.seed, seed_n}};
     if (index == g_fault_sample) die_in_frame(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
-    const std::uint64_t cpu_write = thread_cpu_ns();
     g_frames.append(kFrameSampleRecord, parts, sizeof parts / sizeof parts[0]);
     g_record_cpu_ns += cpu_write - cpu_start;
     g_write_cpu_ns += thread_cpu_ns() - cpu_write;
@@ -1332,6 +1496,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
                           job->planned->id);
             if (never_started) {
                 delete g_sample.recWalk.exchange(nullptr);
+                delete g_sample.topWalk.exchange(nullptr);
                 delete walk;
                 g_sample.walk.store(nullptr);
                 g_sample.state.store(kIdle);
@@ -1348,6 +1513,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         delete walk;
         g_sample.walk.store(nullptr);
         delete g_sample.recWalk.exchange(nullptr);
+        delete g_sample.topWalk.exchange(nullptr);
         g_sample.state.store(kIdle, std::memory_order_release);
         return true;
     };
@@ -1376,12 +1542,16 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         g_sample.recHr = S_OK;
         g_sample.tParked = g_sample.tResumed = g_sample.tRecWalked = 0;
         g_sample.fastPath = false;
+        g_sample.topAsked = kTopNotAsked;
         if (job->recover) {
             g_unwind.refresh();  // modules loaded since the last sample (a no-op when none were)
             prepare_code_map(maps, i == 0);
             WalkRequest rreq = req;
             rreq.seed = g_sample.recSeed;
             g_sample.recWalk.store(new Walk(rreq), std::memory_order_release);  // freed with `pending`
+            WalkRequest treq = req;
+            treq.seed = g_sample.recSeed;
+            g_sample.topWalk.store(new Walk(treq), std::memory_order_release);  // likewise
             while (sem_trywait(&g_sample_parked) == 0) {
             }
         }

@@ -50,6 +50,9 @@ struct ManagedOracle {
     virtual std::uint64_t function_at(std::uint64_t ip) const = 0;
     // Whether the oracle cannot tell if `ip` is managed code: the recovery then stops with needsRuntime.
     virtual bool unknown(std::uint64_t) const { return false; }
+    // The same for a return address's call site (ret - 1): a caller frame, or a candidate word of the stub
+    // rules. A map may doubt more there than at an interrupted IP (CodeMap: a stub page).
+    virtual bool unknown_return(std::uint64_t ip) const { return unknown(ip); }
 
 protected:
     ~ManagedOracle() = default;
@@ -93,6 +96,11 @@ public:
     explicit CodeMap(const UnwindTables& tables) : tables_(tables) {}
     std::uint64_t function_at(std::uint64_t ip) const override;
     bool unknown(std::uint64_t ip) const override;
+    // unknown(), and a call site in a stub page too: a stub page is learned from one stub's IP while no known
+    // method shared the page, and a method the map never heard of (a dynamic method) may share it; stubs
+    // seldom call, so a return address there is asked of the runtime (measured on 8.0: dispatch samples
+    // whose stub rules skipped such a caller, one frame too deep, DSS-19), and the answer teaches the map.
+    bool unknown_return(std::uint64_t ip) const override;
     // Between samples only.
     void add_method(std::uint64_t start, std::uint64_t end, std::uint64_t fid);
     void add_not_managed(std::uint64_t ip);
@@ -112,7 +120,7 @@ private:
     const UnwindTables& tables_;
     std::vector<Range> methods_;
     std::vector<std::uint64_t> negatives_;
-    std::vector<std::uint64_t> stub_pages_;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> stub_ranges_;  // stub pages as [start, end)
     std::vector<std::pair<std::uint64_t, std::uint64_t>> data_;
     std::vector<std::uint64_t> fids_;
     bool dirty_ = false;

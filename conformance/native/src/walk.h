@@ -115,6 +115,7 @@ class Walk {
     HRESULT hr_ = S_OK;
     bool ran_ = false;
     std::int64_t return_order_ = -1;
+    long run_tid_ = 0;                // gettid() of the thread in run() (FrameSlot::cbOsTid of inCall frames)
     std::vector<FrameSlot> frames_;   // capacity reserved in the constructor: the callback never allocates
     std::size_t delivered_ = 0;       // callbacks seen, including those beyond kMaxFrames
     std::vector<BYTE> captured_;      // resized only in the constructor; captured_size_ says what is valid
