@@ -24,19 +24,30 @@ struct ByStart {
 };
 
 // The index of the first element of sorted `v` whose key is above `x`, searched from `from` (the previous
-// answer) when that is still a lower bound: galloping forward, so that keys asked for in rising order (the
-// objects of a moved block, addresses in address order) cost a few steps each; else from the start.
+// answer) by galloping, forward or back: keys asked for in rising order (the objects of a moved block,
+// addresses in address order) or near one another cost a few steps each.
 template <typename V, typename Key>
 std::size_t first_above_from(const V& v, std::size_t from, std::uint64_t x, Key key) {
-    std::size_t lo = from > 0 && from <= v.size() && key(v[from - 1]) <= x ? from : 0;
-    std::size_t hi = lo, step = 1;
-    while (hi < v.size() && key(v[hi]) <= x) {  // every element before lo is at or below x
-        lo = hi + 1;
-        hi = lo + step;
-        step *= 2;
+    std::size_t lo = 0, hi = v.size(), step = 1;  // the answer is in [lo, hi]
+    if (from > v.size()) from = v.size();
+    if (from > 0 && key(v[from - 1]) > x) {  // back: the answer is at most from - 1
+        hi = from - 1;
+        while (hi >= step && key(v[hi - step]) > x) {
+            hi -= step;
+            step *= 2;
+        }
+        lo = hi >= step ? hi - step + 1 : 0;
+    } else {  // forward: every element before `from` is at or below x
+        lo = from;
+        hi = lo;
+        while (hi < v.size() && key(v[hi]) <= x) {
+            lo = hi + 1;
+            hi = lo + step;
+            step *= 2;
+        }
+        if (hi > v.size()) hi = v.size();
     }
-    if (hi > v.size()) hi = v.size();
-    while (lo < hi) {  // the answer is in [lo, hi]
+    while (lo < hi) {
         const std::size_t mid = lo + (hi - lo) / 2;
         if (key(v[mid]) <= x) lo = mid + 1;
         else hi = mid;
@@ -275,11 +286,12 @@ bool ShadowHeap::moves_onto_others() const {
 
 void ShadowHeap::drop_covered() {
     if (moved_.empty() || objects_.empty()) return;
-    std::vector<Span> ranges;  // the moved blocks' new ranges, by start
-    ranges.reserve(moved_.size());
+    std::vector<Span>& ranges = ranges_;  // the moved blocks' new ranges, by start
+    ranges.clear();
     for (const Move& m : moved_) ranges.push_back(Span{m.new_start, m.length});
     if (!std::is_sorted(ranges.begin(), ranges.end())) std::sort(ranges.begin(), ranges.end());
-    std::vector<std::uint64_t> reach(ranges.size());  // the highest end of ranges[0..k]
+    std::vector<std::uint64_t>& reach = reach_;  // the highest end of ranges[0..k]
+    reach.resize(ranges.size());
     for (std::size_t k = 0; k < ranges.size(); ++k)
         reach[k] = std::max(k ? reach[k - 1] : 0, ranges[k].start + ranges[k].length);
     // an object is covered when a range starting below its end reaches above its start; disjoint objects
@@ -312,8 +324,9 @@ void ShadowHeap::gc_finished() {
     }
     // One pass in address order beside the sorted blocks: an object in a moved block goes to `placed` at its
     // new start, one that died is dropped, what stays where it is is compacted in place.
-    std::vector<Object> placed;
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> left;  // (old start, new start): moved away
+    std::vector<Object>& placed = placed_;
+    placed.clear();
+    moved_away_.clear();
     std::size_t mi = 0, si = 0, w = 0;
     for (std::size_t r = 0; r < objects_.size(); ++r) {
         const Object o = objects_[r];
@@ -321,7 +334,7 @@ void ShadowHeap::gc_finished() {
         if (mi > 0 && o.start < moved_[mi - 1].old_start + moved_[mi - 1].length) {
             const Move& m = moved_[mi - 1];
             const std::uint64_t target = m.new_start + (o.start - m.old_start);
-            if (target != o.start) left.emplace_back(o.start, target);
+            if (target != o.start) moved_away_.emplace_back(o.start, target);
             placed.push_back(Object{target, o.size});
             continue;
         }
@@ -359,45 +372,42 @@ void ShadowHeap::gc_finished() {
     }
     objects_.swap(scratch_);
     disjoint_ = !overlapping(objects_.data(), objects_.size());
-    // addresses objects left: the earlier ones follow their objects, the new ones (this GC) replace them
-    std::vector<Left> carried;
-    carried.reserve(left_live_ + left.size());
+    // addresses objects left: the earlier ones follow their objects (in place), the new ones (this GC) replace
+    // them; an address an object starts at now is no longer left: only this GC's moves can have put one there
+    // (no object starts at a left address between GCs: an allocation there forgets it), so only their
+    // targets are looked at, beside the sorted addresses
     std::size_t hint = 0;
-    for (const Left& l : left_) {
-        if (l.gc == 0) continue;
-        Left c = l;
-        if (const Move* m = block_of(moved_, c.now, hint)) c.now = m->new_start + (c.now - m->old_start);
-        carried.push_back(c);
-    }
-    std::vector<Left> merged;
-    merged.reserve(carried.size() + left.size());
+    for (Left& l : left_)
+        if (l.gc != 0)
+            if (const Move* m = block_of(moved_, l.now, hint)) l.now = m->new_start + (l.now - m->old_start);
+    left_next_.clear();
+    left_next_.reserve(left_live_ + moved_away_.size());
+    auto t = placed_.begin();
+    auto keep = [&](const Left& l) {
+        while (t != placed_.end() && t->start < l.addr) ++t;
+        if (t != placed_.end() && t->start == l.addr) return;
+        if (left_gcs_ > 0 && gcs_ - l.gc >= static_cast<std::uint64_t>(left_gcs_)) {
+            ++left_dropped_;
+            return;
+        }
+        left_next_.push_back(l);
+    };
     {
-        auto a = carried.begin();
-        auto b = left.begin();  // in address order (the pass above)
-        while (a != carried.end() || b != left.end()) {
-            if (b == left.end() || (a != carried.end() && a->addr < b->first)) {
-                merged.push_back(*a++);
+        auto a = left_.begin();
+        auto b = moved_away_.begin();  // in address order (the pass above)
+        while (a != left_.end() || b != moved_away_.end()) {
+            if (a != left_.end() && a->gc == 0) {
+                ++a;
+            } else if (b == moved_away_.end() || (a != left_.end() && a->addr < b->first)) {
+                keep(*a++);
             } else {
-                if (a != carried.end() && a->addr == b->first) ++a;  // replaced by this GC's
-                merged.push_back(Left{b->first, b->second, gcs_});
+                if (a != left_.end() && a->addr == b->first) ++a;  // replaced by this GC's
+                keep(Left{b->first, b->second, gcs_});
                 ++b;
             }
         }
     }
-    // an address an object starts at now is no longer left; only this GC's moves can have put one there (no
-    // object starts at a left address between GCs: an allocation there forgets it), so only their targets
-    // are looked at, beside the sorted addresses
-    left_.clear();
-    auto t = placed.begin();
-    for (const Left& l : merged) {
-        while (t != placed.end() && t->start < l.addr) ++t;
-        if (t != placed.end() && t->start == l.addr) continue;
-        if (left_gcs_ > 0 && gcs_ - l.gc >= static_cast<std::uint64_t>(left_gcs_)) {
-            ++left_dropped_;
-            continue;
-        }
-        left_.push_back(l);
-    }
+    left_.swap(left_next_);
     left_live_ = left_.size();
     cap_left();
     in_gc_ = false;

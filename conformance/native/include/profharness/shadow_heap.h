@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace profharness {
@@ -152,7 +153,13 @@ class ShadowHeap {
     std::vector<Object> pending_;  // allocations not merged yet, in the order they came
     std::vector<Object> sorted_;   // the pending allocations sorted, when they came unsorted
     std::vector<Object> scratch_;  // a merge's output, swapped with objects_
+    // gc_finished's working arrays, kept from GC to GC (fresh ones each time cost page faults)
+    std::vector<Object> placed_;                                      // moved objects at their new starts
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> moved_away_;  // (old start, new start)
+    std::vector<Span> ranges_;                                        // drop_covered's
+    std::vector<std::uint64_t> reach_;
     std::vector<Left> left_;  // sorted by addr; entries with gc == 0 are forgotten
+    std::vector<Left> left_next_;  // the next GC's, swapped with left_
     std::size_t left_live_ = 0;
     std::uint64_t collected_ = ~std::uint64_t{0};
     std::vector<GenerationRange> generations_;
