@@ -55,7 +55,7 @@ std::size_t first_above_from(const V& v, std::size_t from, std::uint64_t x, Key 
     return lo;
 }
 
-std::uint64_t start_of(const Object& o) { return o.start; }
+constexpr auto start_of = [](const Object& o) { return o.start; };
 
 // The first object starting above `id`.
 std::vector<Object>::const_iterator first_above(const std::vector<Object>& objects, std::uint64_t id) {
@@ -173,8 +173,9 @@ void ShadowHeap::settle() {
     // objects they overlap, whatever their order; else each in turn
     const std::vector<Object>* add = &pending_;
     if (!std::is_sorted(pending_.begin(), pending_.end(), ByStart())) {
+        // runs of rising starts (each thread's allocations): a merge sort (introsort fell to its heap sort)
         sorted_.assign(pending_.begin(), pending_.end());
-        std::sort(sorted_.begin(), sorted_.end(), ByStart());
+        std::stable_sort(sorted_.begin(), sorted_.end(), ByStart());
         add = &sorted_;
     }
     forget_left(*add);

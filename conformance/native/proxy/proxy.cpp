@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "generated.h"
 
@@ -18,7 +19,24 @@ namespace {
 
 __attribute__((tls_model("initial-exec"))) thread_local ThreadState* tl_state = nullptr;
 
-std::atomic<std::int64_t> g_counts[static_cast<int>(ProxyCb::Count_)];
+// Each thread's callback counts (issue 23: a locked add on one shared array was most of a callback scope's
+// cost): one writer, the thread (a plain add, no lock); counts_json sums them.
+struct CallbackCounts {
+    std::atomic<std::int64_t> n[static_cast<int>(ProxyCb::Count_)] = {};
+};
+std::mutex g_counts_mu;
+std::vector<CallbackCounts*>* g_all_counts = nullptr;  // every thread's (never freed), under g_counts_mu
+__attribute__((tls_model("initial-exec"))) thread_local CallbackCounts* tl_counts = nullptr;
+
+CallbackCounts& my_counts() {
+    if (CallbackCounts* c = tl_counts) return *c;
+    auto* c = new CallbackCounts();
+    std::lock_guard<std::mutex> lock(g_counts_mu);
+    if (!g_all_counts) g_all_counts = new std::vector<CallbackCounts*>();
+    g_all_counts->push_back(c);
+    tl_counts = c;
+    return *c;
+}
 
 Json frame_args(const Frame& f) {
     Json args = Json::object();
@@ -95,15 +113,21 @@ TraceWriter& trace() {
 }
 
 void count_callback(int id) {
-    if (id >= 0 && id < static_cast<int>(ProxyCb::Count_)) g_counts[id].fetch_add(1, std::memory_order_relaxed);
+    if (id < 0 || id >= static_cast<int>(ProxyCb::Count_)) return;
+    std::atomic<std::int64_t>& n = my_counts().n[id];
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 Json counts_json() {
-    Json counts = Json::object();
-    for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k) {
-        std::int64_t n = g_counts[k].load(std::memory_order_relaxed);
-        if (n) counts.set(kProxyCbNames[k], Json(n));
+    std::int64_t sums[static_cast<int>(ProxyCb::Count_)] = {};
+    {
+        std::lock_guard<std::mutex> lock(g_counts_mu);
+        for (const CallbackCounts* c : g_all_counts ? *g_all_counts : std::vector<CallbackCounts*>())
+            for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k) sums[k] += c->n[k].load(std::memory_order_relaxed);
     }
+    Json counts = Json::object();
+    for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k)
+        if (sums[k]) counts.set(kProxyCbNames[k], Json(sums[k]));
     return counts;
 }
 
