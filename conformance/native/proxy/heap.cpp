@@ -43,28 +43,14 @@ struct AllocLog {
     std::uint64_t sizes[kLogSize];
 };
 
-std::vector<AllocLog*>* g_logs = nullptr;  // every thread's log (never freed), under g_mu
-__attribute__((tls_model("initial-exec"))) thread_local AllocLog* tl_log = nullptr;
-
-// g_mu held: every log's entries into the heap.
+// g_mu held: every thread's log (PerThread) into the heap.
 void fold_locked() {
-    if (!g_logs) return;
-    for (AllocLog* log : *g_logs) {
-        std::uint32_t t = log->tail.load(std::memory_order_relaxed);
-        const std::uint32_t h = log->head.load(std::memory_order_acquire);
-        for (; t != h; ++t) g_heap->allocate(log->ids[t % kLogSize], log->sizes[t % kLogSize]);
-        log->tail.store(h, std::memory_order_release);
-    }
-}
-
-AllocLog& my_log() {
-    if (AllocLog* log = tl_log) return *log;
-    auto* log = new AllocLog();
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_logs) g_logs = new std::vector<AllocLog*>();
-    g_logs->push_back(log);
-    tl_log = log;
-    return *log;
+    PerThread<AllocLog>::for_each([](AllocLog& log) {
+        std::uint32_t t = log.tail.load(std::memory_order_relaxed);
+        const std::uint32_t h = log.head.load(std::memory_order_acquire);
+        for (; t != h; ++t) g_heap->allocate(log.ids[t % kLogSize], log.sizes[t % kLogSize]);
+        log.tail.store(h, std::memory_order_release);
+    });
 }
 
 }  // namespace
@@ -80,7 +66,7 @@ void heap_start() {
 std::uint64_t heap_allocated(std::uint64_t id) {
     if (!heap_enabled()) return 0;
     SIZE_T size = 0;
-    AllocLog& log = my_log();
+    AllocLog& log = PerThread<AllocLog>::mine();
     auto* info4 = static_cast<ICorProfilerInfo4*>(runtime_info_of(4));
     if (!info4 || info4->GetObjectSize2(static_cast<ObjectID>(id), &size) != S_OK) {
         log.size_failures.store(log.size_failures.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -180,13 +166,10 @@ Json heap_json() {
     Json h = Json::object();
     h.set("enabled", heap_enabled());
     std::int64_t allocations = 0, size_failures = 0;
-    {
-        std::lock_guard<std::mutex> lock(g_mu);
-        for (const AllocLog* log : g_logs ? *g_logs : std::vector<AllocLog*>()) {
-            allocations += log->allocations.load(std::memory_order_relaxed);
-            size_failures += log->size_failures.load(std::memory_order_relaxed);
-        }
-    }
+    PerThread<AllocLog>::for_each([&](const AllocLog& log) {
+        allocations += log.allocations.load(std::memory_order_relaxed);
+        size_failures += log.size_failures.load(std::memory_order_relaxed);
+    });
     h.set("allocations", Json(allocations)).set("sizeFailures", Json(size_failures));
     h.set("gcs", Json(g_gcs.load())).set("boundsFailures", Json(g_bounds_failures.load()));
     Json verdicts = Json::object();

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <vector>
 
 #include "generated.h"
 
@@ -19,24 +18,11 @@ namespace {
 
 __attribute__((tls_model("initial-exec"))) thread_local ThreadState* tl_state = nullptr;
 
-// Each thread's callback counts (issue 23: a locked add on one shared array was most of a callback scope's
-// cost): one writer, the thread (a plain add, no lock); counts_json sums them.
+// Each thread's callback counts (PerThread: a locked add on one shared array was most of a callback scope's
+// cost); counts_json sums them.
 struct CallbackCounts {
     std::atomic<std::int64_t> n[static_cast<int>(ProxyCb::Count_)] = {};
 };
-std::mutex g_counts_mu;
-std::vector<CallbackCounts*>* g_all_counts = nullptr;  // every thread's (never freed), under g_counts_mu
-__attribute__((tls_model("initial-exec"))) thread_local CallbackCounts* tl_counts = nullptr;
-
-CallbackCounts& my_counts() {
-    if (CallbackCounts* c = tl_counts) return *c;
-    auto* c = new CallbackCounts();
-    std::lock_guard<std::mutex> lock(g_counts_mu);
-    if (!g_all_counts) g_all_counts = new std::vector<CallbackCounts*>();
-    g_all_counts->push_back(c);
-    tl_counts = c;
-    return *c;
-}
 
 Json frame_args(const Frame& f) {
     Json args = Json::object();
@@ -114,17 +100,15 @@ TraceWriter& trace() {
 
 void count_callback(int id) {
     if (id < 0 || id >= static_cast<int>(ProxyCb::Count_)) return;
-    std::atomic<std::int64_t>& n = my_counts().n[id];
+    std::atomic<std::int64_t>& n = PerThread<CallbackCounts>::mine().n[id];
     n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 Json counts_json() {
     std::int64_t sums[static_cast<int>(ProxyCb::Count_)] = {};
-    {
-        std::lock_guard<std::mutex> lock(g_counts_mu);
-        for (const CallbackCounts* c : g_all_counts ? *g_all_counts : std::vector<CallbackCounts*>())
-            for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k) sums[k] += c->n[k].load(std::memory_order_relaxed);
-    }
+    PerThread<CallbackCounts>::for_each([&sums](const CallbackCounts& c) {
+        for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k) sums[k] += c.n[k].load(std::memory_order_relaxed);
+    });
     Json counts = Json::object();
     for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k)
         if (sums[k]) counts.set(kProxyCbNames[k], Json(sums[k]));
