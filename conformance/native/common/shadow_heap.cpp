@@ -118,11 +118,15 @@ HeapClassification ShadowHeap::classify_settled(std::uint64_t id) const {
 // overlapped one ends before it, below `id`).
 bool ShadowHeap::classify_pending(std::uint64_t id, HeapClassification& c) const {
     if (!disjoint_) return false;
-    Object sorted[kPendingScan];
     const std::size_t n = pending_.size();
-    std::copy(pending_.begin(), pending_.end(), sorted);
-    std::sort(sorted, sorted + n, ByStart());
-    if (overlapping(sorted, n)) return false;
+    const Object* sorted = pending_.data();
+    Object copy[kPendingScan];
+    if (!pending_rising_) {
+        std::copy(pending_.begin(), pending_.end(), copy);
+        std::sort(copy, copy + n, ByStart());
+        if (overlapping(copy, n)) return false;
+        sorted = copy;
+    }
     const Object* below = nullptr;  // the pending allocation at or below id
     for (std::size_t k = 0; k < n && sorted[k].start <= id; ++k) below = &sorted[k];
     auto it = first_above(objects_, id);
@@ -151,7 +155,9 @@ bool ShadowHeap::classify_pending(std::uint64_t id, HeapClassification& c) const
 // --- the runtime's reports ----------------------------------------------------------------------------------
 
 void ShadowHeap::allocate(std::uint64_t id, std::uint64_t size) {
-    pending_.push_back(Object{id, size < 1 ? 1 : size});
+    if (size < 1) size = 1;
+    if (!pending_.empty() && id < pending_.back().start + pending_.back().size) pending_rising_ = false;
+    pending_.push_back(Object{id, size});
 }
 
 void ShadowHeap::forget_left(const std::vector<Object>& allocated) {
@@ -172,14 +178,14 @@ void ShadowHeap::settle() {
     // the shortcut: pending allocations disjoint from one another over disjoint objects drop exactly the
     // objects they overlap, whatever their order; else each in turn
     const std::vector<Object>* add = &pending_;
-    if (!std::is_sorted(pending_.begin(), pending_.end(), ByStart())) {
+    if (!pending_rising_ && !std::is_sorted(pending_.begin(), pending_.end(), ByStart())) {
         // runs of rising starts (each thread's allocations): a merge sort (introsort fell to its heap sort)
         sorted_.assign(pending_.begin(), pending_.end());
         std::stable_sort(sorted_.begin(), sorted_.end(), ByStart());
         add = &sorted_;
     }
     forget_left(*add);
-    if (!disjoint_ || overlapping(add->data(), add->size())) {
+    if (!disjoint_ || (!pending_rising_ && overlapping(add->data(), add->size()))) {
         settle_one_by_one();
         return;
     }
@@ -196,6 +202,7 @@ void ShadowHeap::settle() {
     scratch_.insert(scratch_.end(), add->begin() + static_cast<std::ptrdiff_t>(a), add->end());
     objects_.swap(scratch_);
     pending_.clear();
+    pending_rising_ = true;
 }
 
 void ShadowHeap::settle_one_by_one() {
@@ -214,6 +221,7 @@ void ShadowHeap::settle_one_by_one() {
         }
     }
     pending_.clear();
+    pending_rising_ = true;
     disjoint_ = !overlapping(objects_.data(), objects_.size());
 }
 

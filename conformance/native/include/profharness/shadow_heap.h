@@ -151,6 +151,7 @@ class ShadowHeap {
     std::vector<Object> objects_;
     bool disjoint_ = true;
     std::vector<Object> pending_;  // allocations not merged yet, in the order they came
+    bool pending_rising_ = true;   // each starts at or above the previous one's end (sorted, disjoint)
     std::vector<Object> sorted_;   // the pending allocations sorted, when they came unsorted
     std::vector<Object> scratch_;  // a merge's output, swapped with objects_
     // gc_finished's working arrays, kept from GC to GC (fresh ones each time cost page faults)
