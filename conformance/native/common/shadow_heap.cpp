@@ -84,7 +84,7 @@ const ShadowHeap::Left* ShadowHeap::find_left(std::uint64_t addr) const {
 HeapClassification ShadowHeap::classify(std::uint64_t id) {
     if (!pending_.empty()) {
         HeapClassification c;
-        if (pending_.size() <= kPendingScan && classify_pending(id, c)) return c;
+        if (classify_pending(id, c)) return c;
         settle();
     }
     return classify_settled(id);
@@ -115,26 +115,31 @@ HeapClassification ShadowHeap::classify_settled(std::uint64_t id) const {
 // With the objects disjoint and the pending allocations disjoint from one another, the heap they make is every
 // pending allocation and every object none of them overlaps, and no two of those overlap: the object at or
 // below `id` is the pending one or the array's one, whichever starts higher (an array object below an
-// overlapped one ends before it, below `id`).
+// overlapped one ends before it, below `id`). Pending allocations that came in rising order are searched as
+// they are; at most kPendingScan others are sorted for it; more: false (the caller merges them).
 bool ShadowHeap::classify_pending(std::uint64_t id, HeapClassification& c) const {
     if (!disjoint_) return false;
     const std::size_t n = pending_.size();
     const Object* sorted = pending_.data();
     Object copy[kPendingScan];
     if (!pending_rising_) {
+        if (n > kPendingScan) return false;
         std::copy(pending_.begin(), pending_.end(), copy);
         std::sort(copy, copy + n, ByStart());
         if (overlapping(copy, n)) return false;
         sorted = copy;
     }
-    const Object* below = nullptr;  // the pending allocation at or below id
-    for (std::size_t k = 0; k < n && sorted[k].start <= id; ++k) below = &sorted[k];
+    const Object* end = sorted + n;
+    const Object* p = std::upper_bound(sorted, end, id, [](std::uint64_t a, const Object& o) { return a < o.start; });
+    const Object* below = p == sorted ? nullptr : p - 1;  // the pending allocation at or below id
     auto it = first_above(objects_, id);
     if (it != objects_.begin()) {
         const Object& o = *std::prev(it);
-        const bool covered = std::any_of(sorted, sorted + n, [&o](const Object& p) {
-            return p.start < o.start + o.size && o.start < p.start + p.size;
-        });
+        // the first pending allocation whose bytes reach above o's start (their ends rise too) covers o when
+        // it starts below o's end
+        const Object* q = std::upper_bound(sorted, end, o.start,
+                                           [](std::uint64_t a, const Object& x) { return a < x.start + x.size; });
+        const bool covered = q != end && q->start < o.start + o.size;
         if (!covered && (!below || o.start > below->start)) below = &o;
     }
     c = HeapClassification{};

@@ -18,8 +18,9 @@
 // the live objects are a sorted array of (start, size), 16 bytes an object; an allocation is appended to a
 // second, unsorted array and merged in (a sort of the new ones, a linear merge) when the heap is next read or
 // a GC is applied; a GC is a linear pass over the sorted objects beside the sorted blocks, the survivors
-// compacted in place and the moved objects merged back in. A verdict asked for with few allocations pending
-// (at most kPendingScan) is answered by scanning them beside a search of the array, without merging. The
+// compacted in place and the moved objects merged back in. A verdict asked for with allocations pending is
+// answered beside them (a search of each array) when they came in rising order (each at or above the previous
+// one's end: one thread's bump allocations) or when at most kPendingScan did, else after merging them. The
 // addresses objects left at a GC are a sorted array too (24 bytes an address), capped (the reference model's
 // left_gcs / left_max): an address is kept while it was left in one of the last `left_gcs` GCs (default 8); past
 // `left_max` addresses (default 1,048,576) the oldest GC's go first, within one GC the highest addresses first.
@@ -61,7 +62,8 @@ class ShadowHeap {
 
     static constexpr int kDefaultLeftGcs = 8;
     static constexpr std::size_t kDefaultLeftMax = std::size_t{1} << 20;
-    // classify() answers beside at most this many pending allocations; past it they are merged first
+    // classify() answers beside at most this many pending allocations that came unsorted (sorting a copy);
+    // past it they are merged first
     static constexpr std::size_t kPendingScan = 64;
 
     explicit ShadowHeap(int left_gcs = kDefaultLeftGcs, std::size_t left_max = kDefaultLeftMax)
@@ -129,8 +131,8 @@ class ShadowHeap {
     // The pending allocations applied one at a time, as they came (when they overlap one another or the
     // objects overlap: the merge's shortcut would not give the same heap).
     void settle_one_by_one();
-    // classify() beside the pending allocations (at most kPendingScan), when the merge's shortcut holds;
-    // false when it does not (then the caller settles).
+    // classify() beside the pending allocations, when the merge's shortcut holds and they are sorted or few;
+    // false when not (then the caller settles).
     bool classify_pending(std::uint64_t id, HeapClassification& c) const;
     HeapClassification classify_settled(std::uint64_t id) const;
     bool collected_at(std::uint64_t address) const;
