@@ -1,4 +1,4 @@
-// The shadow heap (profharness/shadow_heap.h): clr_model/shadow_heap.py in C++, step for step.
+// The shadow heap (profharness/shadow_heap.h): clr_model/shadow_heap.py in C++, the same answers on sorted arrays.
 #include "profharness/shadow_heap.h"
 
 #include <algorithm>
