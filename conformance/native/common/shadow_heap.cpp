@@ -1,4 +1,4 @@
-// The shadow heap (profharness/shadow_heap.h): clr_model/shadow_heap.py in C++, step for step.
+// The shadow heap (profharness/shadow_heap.h): clr_model/shadow_heap.py in C++, the same answers on sorted arrays.
 #include "profharness/shadow_heap.h"
 
 #include <algorithm>
@@ -15,6 +15,63 @@ const char* heap_verdict_name(HeapVerdict v) {
     }
 }
 
+namespace {
+
+using Object = ShadowHeap::Object;
+
+struct ByStart {
+    bool operator()(const Object& a, const Object& b) const { return a.start < b.start; }
+};
+
+// The index of the first element of sorted `v` whose key is above `x`, searched from `from` (the previous
+// answer) by galloping, forward or back: keys asked for in rising order (the objects of a moved block,
+// addresses in address order) or near one another cost a few steps each.
+template <typename V, typename Key>
+std::size_t first_above_from(const V& v, std::size_t from, std::uint64_t x, Key key) {
+    std::size_t lo = 0, hi = v.size(), step = 1;  // the answer is in [lo, hi]
+    if (from > v.size()) from = v.size();
+    if (from > 0 && key(v[from - 1]) > x) {  // back: the answer is at most from - 1
+        hi = from - 1;
+        while (hi >= step && key(v[hi - step]) > x) {
+            hi -= step;
+            step *= 2;
+        }
+        lo = hi >= step ? hi - step + 1 : 0;
+    } else {  // forward: every element before `from` is at or below x
+        lo = from;
+        hi = lo;
+        while (hi < v.size() && key(v[hi]) <= x) {
+            lo = hi + 1;
+            hi = lo + step;
+            step *= 2;
+        }
+        if (hi > v.size()) hi = v.size();
+    }
+    while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (key(v[mid]) <= x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+constexpr auto start_of = [](const Object& o) { return o.start; };
+
+// The first object starting above `id`.
+std::vector<Object>::const_iterator first_above(const std::vector<Object>& objects, std::uint64_t id) {
+    return std::upper_bound(objects.begin(), objects.end(), id,
+                            [](std::uint64_t a, const Object& o) { return a < o.start; });
+}
+
+// Whether sorted objects overlap one another (an object's bytes reach the next one's start).
+bool overlapping(const Object* sorted, std::size_t n) {
+    for (std::size_t k = 1; k < n; ++k)
+        if (sorted[k - 1].start + sorted[k - 1].size > sorted[k].start) return true;
+    return false;
+}
+
+}  // namespace
+
 // --- queries ------------------------------------------------------------------------------------------------
 
 const ShadowHeap::Left* ShadowHeap::find_left(std::uint64_t addr) const {
@@ -24,69 +81,153 @@ const ShadowHeap::Left* ShadowHeap::find_left(std::uint64_t addr) const {
     return &*it;
 }
 
-HeapClassification ShadowHeap::classify(std::uint64_t id) const {
+HeapClassification ShadowHeap::classify(std::uint64_t id) {
+    if (!pending_.empty()) {
+        HeapClassification c;
+        if (classify_pending(id, c)) return c;
+        settle();
+    }
+    return classify_settled(id);
+}
+
+HeapClassification ShadowHeap::classify_settled(std::uint64_t id) const {
     HeapClassification c;
-    auto it = size_.upper_bound(id);
-    if (it != size_.begin()) {
-        --it;
-        if (it->first == id) {
-            c.verdict = HeapVerdict::Object;
-            c.object_start = id;
-            return c;
-        }
-    } else {
-        it = size_.end();
+    auto it = first_above(objects_, id);
+    const Object* below = it == objects_.begin() ? nullptr : &*std::prev(it);
+    if (below && below->start == id) {
+        c.verdict = HeapVerdict::Object;
+        c.object_start = id;
+        return c;
     }
     if (const Left* l = find_left(id)) {
         c.verdict = HeapVerdict::Stale;
         c.object_start = l->now;
         return c;
     }
-    if (it != size_.end() && id - it->first < it->second) {
+    if (below && id - below->start < below->size) {
         c.verdict = HeapVerdict::Interior;
-        c.object_start = it->first;
-        c.offset = id - it->first;
+        c.object_start = below->start;
+        c.offset = id - below->start;
     }
     return c;
 }
 
-// --- the runtime's reports ----------------------------------------------------------------------------------
-
-void ShadowHeap::drop_overlapping(std::uint64_t lo, std::uint64_t hi) {
-    auto it = size_.upper_bound(lo);
-    if (it != size_.begin()) --it;
-    while (it != size_.end() && it->first < hi) {
-        if (it->first + it->second > lo) it = size_.erase(it);
-        else ++it;
+// With the objects disjoint and the pending allocations disjoint from one another, the heap they make is every
+// pending allocation and every object none of them overlaps, and no two of those overlap: the object at or
+// below `id` is the pending one or the array's one, whichever starts higher (an array object below an
+// overlapped one ends before it, below `id`). Pending allocations that came in rising order are searched as
+// they are; at most kPendingScan others are sorted for it; more: false (the caller merges them).
+bool ShadowHeap::classify_pending(std::uint64_t id, HeapClassification& c) const {
+    if (!disjoint_) return false;
+    const std::size_t n = pending_.size();
+    const Object* sorted = pending_.data();
+    Object copy[kPendingScan];
+    if (!pending_rising_) {
+        if (n > kPendingScan) return false;
+        std::copy(pending_.begin(), pending_.end(), copy);
+        std::sort(copy, copy + n, ByStart());
+        if (overlapping(copy, n)) return false;
+        sorted = copy;
     }
+    const Object* end = sorted + n;
+    const Object* p = std::upper_bound(sorted, end, id, [](std::uint64_t a, const Object& o) { return a < o.start; });
+    const Object* below = p == sorted ? nullptr : p - 1;  // the pending allocation at or below id
+    auto it = first_above(objects_, id);
+    if (it != objects_.begin()) {
+        const Object& o = *std::prev(it);
+        // the first pending allocation whose bytes reach above o's start (their ends rise too) covers o when
+        // it starts below o's end
+        const Object* q = std::upper_bound(sorted, end, o.start,
+                                           [](std::uint64_t a, const Object& x) { return a < x.start + x.size; });
+        const bool covered = q != end && q->start < o.start + o.size;
+        if (!covered && (!below || o.start > below->start)) below = &o;
+    }
+    c = HeapClassification{};
+    if (below && below->start == id) {
+        c.verdict = HeapVerdict::Object;
+        c.object_start = id;
+    } else if (const Left* l = find_left(id)) {
+        c.verdict = HeapVerdict::Stale;
+        c.object_start = l->now;
+    } else if (below && id - below->start < below->size) {
+        c.verdict = HeapVerdict::Interior;
+        c.object_start = below->start;
+        c.offset = id - below->start;
+    }
+    return true;
 }
+
+// --- the runtime's reports ----------------------------------------------------------------------------------
 
 void ShadowHeap::allocate(std::uint64_t id, std::uint64_t size) {
     if (size < 1) size = 1;
-    const std::uint64_t hi = id + size;
-    // the first object starting above id, found once (drop and insert share it): usually the one after the
-    // previous allocation (a bump allocator hands out rising addresses), else a search
-    ObjectMap::iterator it;
-    if (cursor_valid_ && cursor_->first < id && (std::next(cursor_) == size_.end() || std::next(cursor_)->first > id))
-        it = std::next(cursor_);
-    else
-        it = size_.upper_bound(id);
-    // drop_overlapping(id, hi) from that position: the object at or below id when its bytes reach id, every
-    // object starting in (id, hi)
-    if (it != size_.begin()) {
-        auto below = std::prev(it);
-        if (below->first + below->second > id) size_.erase(below);
+    if (!pending_.empty() && id < pending_.back().start + pending_.back().size) pending_rising_ = false;
+    pending_.push_back(Object{id, size});
+}
+
+void ShadowHeap::forget_left(const std::vector<Object>& allocated) {
+    std::size_t hint = 0;
+    for (const Object& o : allocated) {
+        if (left_live_ == 0) return;  // no address is left (or every one is forgotten)
+        hint = first_above_from(left_, hint, o.start, [](const Left& l) { return l.addr; });
+        Left* l = hint ? &left_[hint - 1] : nullptr;
+        if (l && l->addr == o.start && l->gc != 0) {
+            l->gc = 0;  // forgotten; removed at the next GC
+            --left_live_;
+        }
     }
-    while (it != size_.end() && it->first < hi) it = size_.erase(it);
-    cursor_ = size_.emplace_hint(it, id, size);
-    cursor_valid_ = true;
-    if (left_live_ == 0) return;  // no address is left (or every one is forgotten)
-    auto l = std::lower_bound(left_.begin(), left_.end(), id,
-                              [](const Left& x, std::uint64_t a) { return x.addr < a; });
-    if (l != left_.end() && l->addr == id && l->gc != 0) {
-        l->gc = 0;  // forgotten; removed at the next GC
-        --left_live_;
+}
+
+void ShadowHeap::settle() {
+    if (pending_.empty()) return;
+    // the shortcut: pending allocations disjoint from one another over disjoint objects drop exactly the
+    // objects they overlap, whatever their order; else each in turn
+    const std::vector<Object>* add = &pending_;
+    if (!pending_rising_ && !std::is_sorted(pending_.begin(), pending_.end(), ByStart())) {
+        // runs of rising starts (each thread's allocations): a merge sort (introsort fell to its heap sort)
+        sorted_.assign(pending_.begin(), pending_.end());
+        std::stable_sort(sorted_.begin(), sorted_.end(), ByStart());
+        add = &sorted_;
     }
+    forget_left(*add);
+    if (!disjoint_ || (!pending_rising_ && overlapping(add->data(), add->size()))) {
+        settle_one_by_one();
+        return;
+    }
+    scratch_.clear();
+    scratch_.reserve(objects_.size() + add->size());
+    std::size_t a = 0;  // the next pending allocation to place
+    std::size_t j = 0;  // the first pending allocation whose bytes reach above the object's start
+    for (const Object& o : objects_) {
+        while (a < add->size() && (*add)[a].start < o.start) scratch_.push_back((*add)[a++]);
+        while (j < add->size() && (*add)[j].start + (*add)[j].size <= o.start) ++j;
+        if (j < add->size() && (*add)[j].start < o.start + o.size) continue;  // that memory was free: it died
+        scratch_.push_back(o);
+    }
+    scratch_.insert(scratch_.end(), add->begin() + static_cast<std::ptrdiff_t>(a), add->end());
+    objects_.swap(scratch_);
+    pending_.clear();
+    pending_rising_ = true;
+}
+
+void ShadowHeap::settle_one_by_one() {
+    for (const Object& p : pending_) {
+        // drops the object at or below p.start when its bytes reach it and every object starting in
+        // (p.start, p.start + p.size), then p takes their place
+        auto from = objects_.begin() + (first_above(objects_, p.start) - objects_.cbegin());
+        if (from != objects_.begin() && std::prev(from)->start + std::prev(from)->size > p.start) --from;
+        auto to = from;
+        while (to != objects_.end() && to->start < p.start + p.size) ++to;
+        if (from == to) {
+            objects_.insert(from, p);
+        } else {
+            *from = p;
+            objects_.erase(from + 1, to);
+        }
+    }
+    pending_.clear();
+    pending_rising_ = true;
+    disjoint_ = !overlapping(objects_.data(), objects_.size());
 }
 
 void ShadowHeap::gc_started(std::uint64_t collected_mask, std::vector<GenerationRange> generations) {
@@ -127,71 +268,66 @@ bool ShadowHeap::collected_at(std::uint64_t address) const {
 
 namespace {
 
-// The moved block whose old range holds `address` (the last one starting at or below it), or null.
+// The moved block whose old range holds `address` (the last one starting at or below it), or null; `hint`: the
+// previous answer's place (first_above_from), updated.
 template <typename M>
-const M* block_of(const std::vector<M>& moved, std::uint64_t address) {
-    auto it = std::upper_bound(moved.begin(), moved.end(), address,
-                               [](std::uint64_t a, const M& m) { return a < m.old_start; });
-    if (it == moved.begin()) return nullptr;
-    --it;
-    return address < it->old_start + it->length ? &*it : nullptr;
+const M* block_of(const std::vector<M>& moved, std::uint64_t address, std::size_t& hint) {
+    hint = first_above_from(moved, hint, address, [](const M& m) { return m.old_start; });
+    if (hint == 0) return nullptr;
+    const M& m = moved[hint - 1];
+    return address < m.old_start + m.length ? &m : nullptr;
 }
 
 }  // namespace
 
-namespace {
-
-// upper_bound / lower_bound of a rising sequence of keys: from the previous answer a few steps forward (the
-// keys asked for rise by little: the objects of a moved block, the blocks in address order), else a search.
-// The same answers as the map's own searches.
-template <typename Map, bool Upper>
-class RisingBound {
- public:
-    explicit RisingBound(const Map& map) : map_(map) {}
-    typename Map::const_iterator operator()(std::uint64_t key) {
-        if (have_ && key >= last_) {
-            for (int k = 0; k < 8; ++k) {
-                if (at_ == map_.end() || !below(at_->first, key)) return remember(key);
-                ++at_;
-            }
-        }
-        at_ = Upper ? map_.upper_bound(key) : map_.lower_bound(key);
-        return remember(key);
-    }
-
- private:
-    static bool below(std::uint64_t k, std::uint64_t key) { return Upper ? k <= key : k < key; }
-    typename Map::const_iterator remember(std::uint64_t key) {
-        have_ = true;
-        last_ = key;
-        return at_;
-    }
-    const Map& map_;
-    typename Map::const_iterator at_;
-    std::uint64_t last_ = 0;
-    bool have_ = false;
-};
-
-}  // namespace
-
 bool ShadowHeap::moves_onto_others() const {
-    RisingBound<ObjectMap, false> first_in(size_);
-    RisingBound<ObjectMap, true> above(size_);
+    std::size_t at = 0, below = 0;
     for (const Move& m : moved_) {
         if (m.new_start == m.old_start) continue;
-        for (auto it = first_in(m.old_start); it != size_.end() && it->first < m.old_start + m.length; ++it) {
-            const std::uint64_t target = m.new_start + (it->first - m.old_start);
-            auto p = above(target);  // the object at or below the target, before this GC
-            if (p == size_.begin()) continue;
-            --p;
-            if (p->first != it->first && target < p->first + p->second) return true;
+        // the block's objects (from the first at or above its start), and the object at or below each target
+        // before this GC: both rise through the block
+        at = m.old_start ? first_above_from(objects_, at, m.old_start - 1, start_of) : 0;
+        for (std::size_t k = at; k < objects_.size() && objects_[k].start < m.old_start + m.length; ++k) {
+            const std::uint64_t target = m.new_start + (objects_[k].start - m.old_start);
+            below = first_above_from(objects_, below, target, start_of);
+            if (below == 0) continue;
+            const Object& p = objects_[below - 1];
+            if (p.start != objects_[k].start && target < p.start + p.size) return true;
         }
     }
     return false;
 }
 
+void ShadowHeap::drop_covered() {
+    if (moved_.empty() || objects_.empty()) return;
+    std::vector<Span>& ranges = ranges_;  // the moved blocks' new ranges, by start
+    ranges.clear();
+    for (const Move& m : moved_) ranges.push_back(Span{m.new_start, m.length});
+    if (!std::is_sorted(ranges.begin(), ranges.end())) std::sort(ranges.begin(), ranges.end());
+    std::vector<std::uint64_t>& reach = reach_;  // the highest end of ranges[0..k]
+    reach.resize(ranges.size());
+    for (std::size_t k = 0; k < ranges.size(); ++k)
+        reach[k] = std::max(k ? reach[k - 1] : 0, ranges[k].start + ranges[k].length);
+    // an object is covered when a range starting below its end reaches above its start; disjoint objects
+    // end in rising order, so the ranges starting below the end are counted forward
+    std::size_t below = 0, w = 0;
+    for (const Object& o : objects_) {
+        const std::uint64_t end = o.start + o.size;
+        if (disjoint_) {
+            while (below < ranges.size() && ranges[below].start < end) ++below;
+        } else {
+            below = static_cast<std::size_t>(
+                std::lower_bound(ranges.begin(), ranges.end(), end,
+                                 [](const Span& r, std::uint64_t e) { return r.start < e; }) - ranges.begin());
+        }
+        if (below > 0 && reach[below - 1] > o.start) continue;
+        objects_[w++] = o;
+    }
+    objects_.resize(w);
+}
+
 void ShadowHeap::gc_finished() {
-    cursor_valid_ = false;  // objects move and die here
+    settle();
     // the runtime reports its blocks in address order: sorted already, mostly
     if (!std::is_sorted(moved_.begin(), moved_.end())) std::sort(moved_.begin(), moved_.end());
     if (!std::is_sorted(surviving_.begin(), surviving_.end())) std::sort(surviving_.begin(), surviving_.end());
@@ -200,88 +336,92 @@ void ShadowHeap::gc_finished() {
         ++compacting_gcs_;
         if (moves_onto_others()) ++reuse_gcs_;
     }
-    // In place (a GC of the youngest generation moves few of many objects): objects iterate in address order
-    // beside the sorted blocks. An object in a moved block is taken out (its node kept for its new place),
-    // one that died is erased; what stays is what the model keeps where it is.
-    using Node = ObjectMap::node_type;
-    std::vector<Node> placed;                                   // nodes re-keyed to their new start
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> left;  // (old start, new start): moved away
-    std::size_t mi = 0, si = 0;
-    for (auto it = size_.begin(); it != size_.end();) {
-        const std::uint64_t start = it->first;
-        while (mi < moved_.size() && moved_[mi].old_start <= start) ++mi;  // moved_[mi - 1]: last at or below
-        if (mi > 0 && start < moved_[mi - 1].old_start + moved_[mi - 1].length) {
+    // One pass in address order beside the sorted blocks: an object in a moved block goes to `placed` at its
+    // new start, one that died is dropped, what stays where it is is compacted in place.
+    std::vector<Object>& placed = placed_;
+    placed.clear();
+    moved_away_.clear();
+    std::size_t mi = 0, si = 0, w = 0;
+    for (std::size_t r = 0; r < objects_.size(); ++r) {
+        const Object o = objects_[r];
+        while (mi < moved_.size() && moved_[mi].old_start <= o.start) ++mi;  // moved_[mi - 1]: last at or below
+        if (mi > 0 && o.start < moved_[mi - 1].old_start + moved_[mi - 1].length) {
             const Move& m = moved_[mi - 1];
-            const std::uint64_t target = m.new_start + (start - m.old_start);
-            if (target != start) left.emplace_back(start, target);
-            auto next = std::next(it);
-            Node node = size_.extract(it);
-            node.key() = target;
-            placed.push_back(std::move(node));
-            it = next;
+            const std::uint64_t target = m.new_start + (o.start - m.old_start);
+            if (target != o.start) moved_away_.emplace_back(o.start, target);
+            placed.push_back(Object{target, o.size});
             continue;
         }
-        while (si < surviving_.size() && surviving_[si].start <= start) ++si;
-        const bool survived = si > 0 && start < surviving_[si - 1].start + surviving_[si - 1].length;
-        if (survived || !collected_at(start)) ++it;
-        else it = size_.erase(it);
+        while (si < surviving_.size() && surviving_[si].start <= o.start) ++si;
+        const bool survived = si > 0 && o.start < surviving_[si - 1].start + surviving_[si - 1].length;
+        if (survived || !collected_at(o.start)) objects_[w++] = o;
     }
+    objects_.resize(w);
     // what stays where another object lives now (a moved block's new range covers it) is dropped
-    for (const Move& m : moved_) drop_overlapping(m.new_start, m.new_start + m.length);
-    // then every moved object at its new start (a later one wins a tie, as the model's dict assignment)
-    std::vector<std::uint64_t> targets;
-    targets.reserve(placed.size());
-    // a moved block's objects go to rising addresses: each inserted just after the previous one when it fits
-    // there (the hint), else by a search
-    auto hint = size_.end();
-    for (Node& node : placed) {
-        targets.push_back(node.key());
-        auto at = size_.insert(hint, std::move(node));
-        if (!node.empty()) at->second = node.mapped();  // the key was there: a later one wins the tie
-        hint = std::next(at);
-    }
-    // runs of rising addresses (a moved block's objects): a merge sort, not introsort (which fell to its heap
-    // sort on them)
-    if (!std::is_sorted(targets.begin(), targets.end())) std::stable_sort(targets.begin(), targets.end());
-    // addresses objects left: the earlier ones follow their objects, the new ones (this GC) replace them
-    std::vector<Left> carried;
-    carried.reserve(left_live_ + left.size());
-    for (const Left& l : left_) {
-        if (l.gc == 0) continue;
-        Left c = l;
-        if (const Move* m = block_of(moved_, c.now)) c.now = m->new_start + (c.now - m->old_start);
-        carried.push_back(c);
-    }
-    if (!std::is_sorted(left.begin(), left.end())) std::sort(left.begin(), left.end());
-    std::vector<Left> merged;
-    merged.reserve(carried.size() + left.size());
+    drop_covered();
+    // then every moved object at its new start (a later one wins a tie, as the model's dict assignment): a
+    // moved block's objects rise, so `placed` is runs of rising starts (a merge sort, stable for the ties)
+    if (!std::is_sorted(placed.begin(), placed.end(), ByStart())) std::stable_sort(placed.begin(), placed.end(), ByStart());
     {
-        auto a = carried.begin();
-        auto b = left.begin();
-        while (a != carried.end() || b != left.end()) {
-            if (b == left.end() || (a != carried.end() && a->addr < b->first)) {
-                merged.push_back(*a++);
+        std::size_t u = 0;
+        for (std::size_t k = 0; k < placed.size(); ++k) {
+            if (u > 0 && placed[u - 1].start == placed[k].start) placed[u - 1] = placed[k];
+            else placed[u++] = placed[k];
+        }
+        placed.resize(u);
+    }
+    scratch_.clear();
+    scratch_.reserve(objects_.size() + placed.size());
+    {
+        auto a = objects_.begin();
+        auto b = placed.begin();
+        while (a != objects_.end() || b != placed.end()) {
+            if (b == placed.end() || (a != objects_.end() && a->start < b->start)) {
+                scratch_.push_back(*a++);
             } else {
-                if (a != carried.end() && a->addr == b->first) ++a;  // replaced by this GC's
-                merged.push_back(Left{b->first, b->second, gcs_});
+                if (a != objects_.end() && a->start == b->start) ++a;  // the moved one wins
+                scratch_.push_back(*b++);
+            }
+        }
+    }
+    objects_.swap(scratch_);
+    disjoint_ = !overlapping(objects_.data(), objects_.size());
+    // addresses objects left: the earlier ones follow their objects (in place), the new ones (this GC) replace
+    // them; an address an object starts at now is no longer left: only this GC's moves can have put one there
+    // (no object starts at a left address between GCs: an allocation there forgets it), so only their
+    // targets are looked at, beside the sorted addresses
+    std::size_t hint = 0;
+    for (Left& l : left_)
+        if (l.gc != 0)
+            if (const Move* m = block_of(moved_, l.now, hint)) l.now = m->new_start + (l.now - m->old_start);
+    left_next_.clear();
+    left_next_.reserve(left_live_ + moved_away_.size());
+    auto t = placed_.begin();
+    auto keep = [&](const Left& l) {
+        while (t != placed_.end() && t->start < l.addr) ++t;
+        if (t != placed_.end() && t->start == l.addr) return;
+        if (left_gcs_ > 0 && gcs_ - l.gc >= static_cast<std::uint64_t>(left_gcs_)) {
+            ++left_dropped_;
+            return;
+        }
+        left_next_.push_back(l);
+    };
+    {
+        auto a = left_.begin();
+        auto b = moved_away_.begin();  // in address order (the pass above)
+        while (a != left_.end() || b != moved_away_.end()) {
+            if (a != left_.end() && a->gc == 0) {
+                ++a;
+            } else if (b == moved_away_.end() || (a != left_.end() && a->addr < b->first)) {
+                keep(*a++);
+            } else {
+                if (a != left_.end() && a->addr == b->first) ++a;  // replaced by this GC's
+                keep(Left{b->first, b->second, gcs_});
                 ++b;
             }
         }
     }
-    // an address an object starts at now is no longer left; only this GC's moves can have put one there (no
-    // object starts at a left address between GCs: an allocation there forgets it), so only their targets
-    // are looked at, beside the sorted addresses
-    left_.clear();
-    auto t = targets.begin();
-    for (const Left& l : merged) {
-        while (t != targets.end() && *t < l.addr) ++t;
-        if (t != targets.end() && *t == l.addr) continue;
-        if (left_gcs_ > 0 && gcs_ - l.gc >= static_cast<std::uint64_t>(left_gcs_)) {
-            ++left_dropped_;
-            continue;
-        }
-        left_.push_back(l);
-    }
+    left_.swap(left_next_);
     left_live_ = left_.size();
     cap_left();
     in_gc_ = false;

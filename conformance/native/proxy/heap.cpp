@@ -25,7 +25,7 @@ std::mutex g_mu;
 ShadowHeap* g_heap = nullptr;  // made by heap_start, never freed (callbacks may race the process's end)
 std::atomic<bool> g_on{false};
 std::atomic<bool> g_in_gc{false};
-std::atomic<std::int64_t> g_allocations{0}, g_size_failures{0}, g_gcs{0}, g_bounds_failures{0};
+std::atomic<std::int64_t> g_gcs{0}, g_bounds_failures{0};
 std::atomic<std::int64_t> g_verdicts[4];
 std::atomic<std::int64_t> g_in_gc_inspections{0};
 
@@ -37,32 +37,20 @@ constexpr std::uint32_t kLogSize = 512;
 struct AllocLog {
     std::atomic<std::uint32_t> head{0};
     std::atomic<std::uint32_t> tail{0};
+    // the thread's allocations and GetObjectSize2 failures (one writer, no locked add; heap_json sums them)
+    std::atomic<std::int64_t> allocations{0}, size_failures{0};
     std::uint64_t ids[kLogSize];
     std::uint64_t sizes[kLogSize];
 };
 
-std::vector<AllocLog*>* g_logs = nullptr;  // every thread's log (never freed), under g_mu
-__attribute__((tls_model("initial-exec"))) thread_local AllocLog* tl_log = nullptr;
-
-// g_mu held: every log's entries into the heap.
+// g_mu held: every thread's log (PerThread) into the heap.
 void fold_locked() {
-    if (!g_logs) return;
-    for (AllocLog* log : *g_logs) {
-        std::uint32_t t = log->tail.load(std::memory_order_relaxed);
-        const std::uint32_t h = log->head.load(std::memory_order_acquire);
-        for (; t != h; ++t) g_heap->allocate(log->ids[t % kLogSize], log->sizes[t % kLogSize]);
-        log->tail.store(h, std::memory_order_release);
-    }
-}
-
-AllocLog& my_log() {
-    if (AllocLog* log = tl_log) return *log;
-    auto* log = new AllocLog();
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_logs) g_logs = new std::vector<AllocLog*>();
-    g_logs->push_back(log);
-    tl_log = log;
-    return *log;
+    PerThread<AllocLog>::for_each([](AllocLog& log) {
+        std::uint32_t t = log.tail.load(std::memory_order_relaxed);
+        const std::uint32_t h = log.head.load(std::memory_order_acquire);
+        for (; t != h; ++t) g_heap->allocate(log.ids[t % kLogSize], log.sizes[t % kLogSize]);
+        log.tail.store(h, std::memory_order_release);
+    });
 }
 
 }  // namespace
@@ -78,13 +66,13 @@ void heap_start() {
 std::uint64_t heap_allocated(std::uint64_t id) {
     if (!heap_enabled()) return 0;
     SIZE_T size = 0;
+    AllocLog& log = PerThread<AllocLog>::mine();
     auto* info4 = static_cast<ICorProfilerInfo4*>(runtime_info_of(4));
     if (!info4 || info4->GetObjectSize2(static_cast<ObjectID>(id), &size) != S_OK) {
-        g_size_failures.fetch_add(1, std::memory_order_relaxed);
+        log.size_failures.store(log.size_failures.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         size = 0;
     }
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    AllocLog& log = my_log();
+    log.allocations.store(log.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     const std::uint32_t h = log.head.load(std::memory_order_relaxed);
     if (h - log.tail.load(std::memory_order_acquire) >= kLogSize) {  // full: fold (the only lock taken)
         std::lock_guard<std::mutex> lock(g_mu);
@@ -177,7 +165,12 @@ HeapClassification heap_classify(std::uint64_t id, bool in_gc) {
 Json heap_json() {
     Json h = Json::object();
     h.set("enabled", heap_enabled());
-    h.set("allocations", Json(g_allocations.load())).set("sizeFailures", Json(g_size_failures.load()));
+    std::int64_t allocations = 0, size_failures = 0;
+    PerThread<AllocLog>::for_each([&](const AllocLog& log) {
+        allocations += log.allocations.load(std::memory_order_relaxed);
+        size_failures += log.size_failures.load(std::memory_order_relaxed);
+    });
+    h.set("allocations", Json(allocations)).set("sizeFailures", Json(size_failures));
     h.set("gcs", Json(g_gcs.load())).set("boundsFailures", Json(g_bounds_failures.load()));
     Json verdicts = Json::object();
     for (HeapVerdict v : {HeapVerdict::Object, HeapVerdict::Stale, HeapVerdict::Interior, HeapVerdict::Unknown})

@@ -18,7 +18,11 @@ namespace {
 
 __attribute__((tls_model("initial-exec"))) thread_local ThreadState* tl_state = nullptr;
 
-std::atomic<std::int64_t> g_counts[static_cast<int>(ProxyCb::Count_)];
+// Each thread's callback counts (PerThread: a locked add on one shared array was most of a callback scope's
+// cost); counts_json sums them.
+struct CallbackCounts {
+    std::atomic<std::int64_t> n[static_cast<int>(ProxyCb::Count_)] = {};
+};
 
 Json frame_args(const Frame& f) {
     Json args = Json::object();
@@ -95,15 +99,19 @@ TraceWriter& trace() {
 }
 
 void count_callback(int id) {
-    if (id >= 0 && id < static_cast<int>(ProxyCb::Count_)) g_counts[id].fetch_add(1, std::memory_order_relaxed);
+    if (id < 0 || id >= static_cast<int>(ProxyCb::Count_)) return;
+    std::atomic<std::int64_t>& n = PerThread<CallbackCounts>::mine().n[id];
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 Json counts_json() {
+    std::int64_t sums[static_cast<int>(ProxyCb::Count_)] = {};
+    PerThread<CallbackCounts>::for_each([&sums](const CallbackCounts& c) {
+        for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k) sums[k] += c.n[k].load(std::memory_order_relaxed);
+    });
     Json counts = Json::object();
-    for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k) {
-        std::int64_t n = g_counts[k].load(std::memory_order_relaxed);
-        if (n) counts.set(kProxyCbNames[k], Json(n));
-    }
+    for (int k = 0; k < static_cast<int>(ProxyCb::Count_); ++k)
+        if (sums[k]) counts.set(kProxyCbNames[k], Json(sums[k]));
     return counts;
 }
 

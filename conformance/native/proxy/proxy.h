@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -136,6 +137,38 @@ class ThreadRegistry {
     std::atomic<ThreadState*> slots_[kMaxThreads] = {};
 };
 ThreadRegistry& registry();
+
+// One T per thread, made by the thread's first mine() and listed (never freed: callbacks may race the
+// process's end): what a hot path counts or logs without a locked instruction (issue 23), one writer each;
+// for_each visits every thread's under the list's mutex (sums, folds).
+template <typename T>
+class PerThread {
+ public:
+    static T& mine() {
+        if (T* t = tl_) return *t;
+        auto* t = new T();
+        std::lock_guard<std::mutex> lock(mu());
+        all().push_back(t);
+        tl_ = t;
+        return *t;
+    }
+    template <typename F>
+    static void for_each(F&& f) {
+        std::lock_guard<std::mutex> lock(mu());
+        for (T* t : all()) f(*t);
+    }
+
+ private:
+    static std::mutex& mu() {
+        static auto* m = new std::mutex();
+        return *m;
+    }
+    static std::vector<T*>& all() {
+        static auto* v = new std::vector<T*>();
+        return *v;
+    }
+    __attribute__((tls_model("initial-exec"))) static inline thread_local T* tl_ = nullptr;
+};
 
 // --- the event mask (mask.cpp) ---------------------------------------------------------------------------
 // The bits the proxy adds (COR_PRF_MONITOR_GC | COR_PRF_MONITOR_OBJECT_ALLOCATED | COR_PRF_ENABLE_OBJECT_ALLOCATED,

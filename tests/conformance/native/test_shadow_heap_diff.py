@@ -89,6 +89,23 @@ def sequences(draw: st.DrawFn) -> Sequence:
     return seq
 
 
+@st.composite
+def interleaved(draw: st.DrawFn) -> Sequence:
+    """sequences() with more allocations after some of its own, overlapping it, one another and objects known
+    from an earlier GC, each group followed by verdicts: the native heap answers beside the allocations it
+    has not merged yet, and merges allocations that overlap one another one at a time."""
+    seq = Sequence()
+    for c in draw(sequences()).commands:
+        seq.commands.append(c)
+        if c["op"] != "allocate" or not draw(st.booleans()):
+            continue
+        for _ in range(draw(st.integers(0, 3))):
+            start = c["id"] + 8 * draw(st.integers(-8, 8))
+            seq.commands.append({"op": "allocate", "id": start, "size": 8 * draw(st.integers(1, 6))})
+        seq.commands.extend({"op": "classify", "id": c["id"] + d} for d in (-8, 0, 1, 8, 24))
+    return seq
+
+
 def model_answers(commands: list[Command], left_gcs: int | None, left_max: int | None) -> list[object]:
     heap = ShadowHeap(left_gcs=left_gcs, left_max=left_max)
     out: list[object] = []
@@ -144,6 +161,12 @@ def test_the_stale_address_cap_forgets_as_the_model_does(
     driver: Path, seq: Sequence, left_gcs: int, left_max: int
 ) -> None:
     _check(driver, seq, left_gcs, left_max)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(interleaved())
+def test_verdicts_between_allocations_answer_as_the_model_does(driver: Path, seq: Sequence) -> None:
+    _check(driver, seq, None, None)
 
 
 def test_the_cap_forgets_the_oldest_gcs_addresses_first(driver: Path) -> None:
