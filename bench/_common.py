@@ -1,7 +1,7 @@
 """What the bench scripts share: the children that judge a recording and report one JSON line
 (bench/stream.py, bench/validate.py), the real run they start from and the plan of the recording they build
 from it; the check that a probe run can be measured and the exit status of a run of runtimes
-(bench/sampling.py, bench/seeding.py)."""
+(bench/sampling.py, bench/seeding.py); the nearest-rank percentile (those two and bench/replay.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from conformance.core.runtimes import Runtime
     from conformance.core.trace import Trace
     from conformance.validator.result import RunSummary, ValidationResult
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The q-quantile of ``values`` by nearest rank on the sorted values (NaN for none)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return float(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))])
 
 
 class BenchError(HarnessError):

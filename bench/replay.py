@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import percentile
 from emu import cfi
 from emu.capture import read_capture
 from emu.replay import LightReplay, ReplayResult, replay, replay_light
@@ -62,11 +63,6 @@ def measure(
         if full.model_dump_json() != reference:
             raise SystemExit("FAIL: a replay gave different JSON")
     return times, cpu / runs
-
-
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +112,7 @@ def bench_one(path: Path, args: argparse.Namespace) -> bool:
     ways = (("warm", t_warm), ("warm, as models", t_models), ("file", t_file),
             ("baseline (no caches)", t_base))  # fmt: skip
     for name, (ts, cpu) in ways:
-        med, tail = statistics.median(ts) * 1e3, p99(ts) * 1e3
+        med, tail = statistics.median(ts) * 1e3, percentile(ts, 0.99) * 1e3
         print(
             f"{name:<21} n={len(ts):>5}  median {med:7.3f} ms  p99 {tail:7.3f} ms  per frame: median "
             f"{med * 1e3 / frames:6.1f} us  p99 {tail * 1e3 / frames:6.1f} us  "

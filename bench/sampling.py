@@ -39,7 +39,7 @@ import os
 import statistics
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import BenchError, bench_runtimes, checked_trace, parse_runtime_counts
+from bench._common import BenchError, bench_runtimes, checked_trace, parse_runtime_counts, percentile
 from clr_model.hresults import HResult
 from conformance.adapters.capture import SAMPLE_CALL
 from conformance.adapters.capture_records import sample_records
@@ -189,12 +189,6 @@ class RuntimeResult:
     @property
     def passed(self) -> bool:
         return bool(self.samples) and self.process_overhead_at_rate_pct <= TARGET_PCT
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest rank on the sorted values (as bench/replay.py's p99)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def unsampled_plan(plan: Mapping[str, Any]) -> dict[str, Any]:

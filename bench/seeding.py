@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import BenchError, bench_runtimes, checked_trace, parse_runtime_counts
+from bench._common import BenchError, bench_runtimes, checked_trace, parse_runtime_counts, percentile
 from conformance.adapters.capture import SEED_CALL
 from conformance.cli.capture import sampling_plan, with_jit_events
 from conformance.core import probe, runner, scenarios
@@ -51,15 +51,6 @@ class Mode:
     walks_ok: int = 0
     #: recovered mode: samples whose seed the profiler thread recovered (the thread parked)
     parked: int = 0
-
-
-def percentile(values: list[int], q: float) -> float:
-    """The q-quantile (nearest rank) of ``values``."""
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
-    return float(s[k])
 
 
 def mode_plan(plan: Mapping[str, Any], samples: int, seed: str) -> dict[str, Any]:
