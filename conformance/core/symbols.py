@@ -181,7 +181,9 @@ def _read_module(path: Path) -> _Module:
     except (OSError, ELFError, DWARFError, ValueError, KeyError, AttributeError):
         pass
     funcs.sort()
-    rows.sort()
+    # by address only, stable: of the rows a line program gives one address, the last one holds (as for
+    # addr2line), so program order is kept among them, never the file names' order
+    rows.sort(key=lambda row: row[0])
     return _Module(func_starts=[f[0] for f in funcs], funcs=funcs, line_addrs=[r[0] for r in rows],
                    lines=rows, line_ends=sorted(ends))  # fmt: skip
 

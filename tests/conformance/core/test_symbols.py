@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conformance.core.symbols import Site, Symbolizer, demangle
-from tests.conformance.validator.fixtures import PROFILERS, build_fixture
+from tests.conformance.validator.fixtures import PROFILERS, build_fixture, build_profiler
 
 
 def test_demangle_names_cxx_symbols_and_leaves_others() -> None:
@@ -50,3 +50,35 @@ def test_a_std_thread_body_is_named_by_its_lambda_and_library_lines_are_below_us
     assert _thread_body(pointer) == pointer
     assert _library("/usr/include/c++/12/thread") and not _library("/work/p/profiler.cpp")
     assert not _library("/usr/src/app/profiler.cpp") and not _library(None)
+
+
+def test_of_several_line_rows_at_one_address_the_line_programs_last_holds() -> None:
+    """A line program often gives one address several rows (an inlined library call's lines, then the
+    profiler's own line that made the call); the last one holds, as for addr2line. Found when a CI checkout
+    below /check named the std::thread lambda's line (51) instead of rewrite_every_jit.cpp's RequestReJIT
+    (123): sorted by file name, a row from /usr came after the checkout's own."""
+    from elftools.elf.elffile import ELFFile
+
+    from conformance.core.symbols import _file_names, _read_module
+    from tests.conformance.validator.test_docs_fixtures import DOCS
+
+    so = build_profiler(DOCS / "rewrite_every_jit.cpp", "validator-docs", [DOCS])
+    last: dict[int, tuple[str, int]] = {}
+    several: set[int] = set()
+    with so.open("rb") as fh:
+        dwarf = ELFFile(fh).get_dwarf_info()
+        for cu in dwarf.iter_CUs():
+            program = dwarf.line_program_for_CU(cu)
+            files = _file_names(program.header)
+            for entry in program.get_entries():
+                state = entry.state
+                if state is None or state.end_sequence or files[state.file] is None:
+                    continue
+                row = (str(files[state.file]), int(state.line))
+                if int(state.address) in last and last[int(state.address)][0] != row[0]:
+                    several.add(int(state.address))
+                last[int(state.address)] = row
+    module = _read_module(so)
+    held = {address: (file, line) for address, file, line in module.lines}  # the last row at each address
+    assert several, "no address with rows of two files: the fixture no longer tests this"
+    assert {a: held[a] for a in several} == {a: last[a] for a in several}
