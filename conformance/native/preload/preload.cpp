@@ -529,6 +529,11 @@ void wrapped(int sig, siginfo_t* si, void* uc) {
     if (UNLIKELY(g_lock_owner.load(std::memory_order_relaxed) != 0) && g_lock_owner.load() == gettid_())
         g_shared.injection.state.store(4);  // the injected signal arrived while this thread holds the lock
     profharness_preload_depth = prev_depth + 1;
+    // The handler is the profiler's code even where it interrupted the harness's own quiet work (the proxy's
+    // drain inside free(), say): not quiet while it runs, or an Info call from it would not be muted and the
+    // proxy would allocate under the malloc lock the interrupted free() holds (a deadlock seen on .NET 8).
+    const int prev_quiet = tl_quiet;
+    tl_quiet = 0;
     const int parked = prev_depth == 0 ? park(gettid_(), uc) : -1;
     if (h.siginfo.load(std::memory_order_relaxed)) reinterpret_cast<ActionFn>(fn)(sig, si, uc);
     else reinterpret_cast<HandlerFn>(fn)(sig);
@@ -536,6 +541,7 @@ void wrapped(int sig, siginfo_t* si, void* uc) {
     profharness_preload_depth = prev_depth;
     const bool errno_changed = errno != saved_errno;
     if (errno_changed && !tl_quiet) note_site(kErrno, fn + 1, fn + 1);  // +1: a "return address" in it
+    tl_quiet = prev_quiet;
     tl_handler_sp = prev_sp;
     tl_handler_fn = prev_fn;
     tl_sig = prev_sig;

@@ -254,3 +254,58 @@ def test_ASYNC_signal_and_sigaction_decide_each_call_site_once(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("stat_calls=")]
     assert int(line.split("=")[1]) <= 2, done.stdout
+
+
+# a handler interrupting the harness's own quiet work (the proxy's drain inside its free(): the preload's
+# operator delete runs it quietly) is still the profiler's handler
+QUIET_PROF = r"""
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dlfcn.h>
+int g_inside = -1;
+static void on_usr1(int s) {
+  (void)s;
+  g_inside = ((int (*)(void))dlsym(RTLD_DEFAULT, "profharness_preload_in_handler"))();
+  void* volatile p = malloc(32); free(p);
+}
+void prof_init(void) {
+  struct sigaction sa; memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1; sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, 0);
+}
+int prof_inside(void) { return g_inside; }
+"""
+
+QUIET_MAIN = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <dlfcn.h>
+#include <stdint.h>
+""" + DUMP_SITES + r"""
+int main(int argc, char** argv) {
+  (void)argc;
+  void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  ((void (*)(void))dlsym(h, "prof_init"))();
+  int (*set_quiet)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "profharness_preload_set_quiet");
+  int before = set_quiet(1);  /* the harness's own work from here, as the proxy's drain */
+  raise(SIGUSR1);
+  int after = set_quiet(before);
+  printf("inside=%d quiet_after=%d\n", ((int (*)(void))dlsym(h, "prof_inside"))(), after);
+  dump();
+  return 0;
+}
+"""
+
+
+def test_ASYNC_01_a_handler_interrupting_harness_quiet_work_is_still_the_profilers(tmp_path: Path) -> None:
+    """A signal landing in the harness's quiet work (the proxy's drain was interrupted inside free() on
+    .NET 8 and the profiler's handler then called DoStackSnapshot): inside the handler the preload says "in
+    the handler" (so the proxy mutes the call: nothing allocated under the malloc lock the interrupted free
+    holds; before, the proxy built its record and the process deadlocked), the handler's malloc is noted,
+    and the interrupted work is quiet again after it."""
+    out = run_preloaded(tmp_path, QUIET_PROF, QUIET_MAIN)
+    assert "inside=1 quiet_after=1" in out, out
+    assert "in_handler=0" in out, out
+    assert "site fn=0 count=1" in out, out  # malloc (kFunctionNames[0]) inside the handler
