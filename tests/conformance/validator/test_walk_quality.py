@@ -73,6 +73,7 @@ def test_a_naive_signal_sampler_walks_are_measured_against_the_replay(runtimes: 
     result = api.validate(so, FIXTURE_CLSID, runtime="8.0", workload="sampling", duration_s=3.0,
                           walk_quality=True)  # fmt: skip
     (run,) = result.runs
+    assert run.outcome == "ok", run.outcome  # a hang at Shutdown is no walk-quality result
     quality = run.walk_quality
     assert quality is not None and quality.captured > 50 and quality.not_parked == 0, quality
     assert quality.notes == walkq.NOTES
@@ -92,6 +93,7 @@ def test_walks_of_threads_not_parked_in_a_handler_are_counted_not_captured(runti
     result = api.validate(build_fixture("sampler"), FIXTURE_CLSID, runtime="8.0", workload="sampling",
                           duration_s=1.0, walk_quality=True)  # fmt: skip
     (run,) = result.runs
+    assert run.outcome == "ok", run.outcome  # a hang at Shutdown is no walk-quality result
     quality = run.walk_quality
     assert quality is not None and quality.rows == () and quality.captured == 0 and quality.not_parked > 0
 
@@ -106,6 +108,7 @@ def test_walks_of_another_thread_held_in_the_handler_are_captured(runtimes: list
     result = api.validate(so, FIXTURE_CLSID, runtime="8.0", workload="sampling", duration_s=2.0,
                           walk_quality=True, env={"WALKQ_CROSS": "1"})  # fmt: skip
     (run,) = result.runs
+    assert run.outcome == "ok", run.outcome  # a hang at Shutdown is no walk-quality result
     quality = run.walk_quality
     assert quality is not None and quality.captured > 10, quality
     assert sum(r.walks for r in quality.rows) > 5
@@ -127,6 +130,7 @@ def test_a_sampler_seeding_by_the_method_of_seeding_md_completes_its_walks(runti
     result = api.validate(so, FIXTURE_CLSID, runtime="3.1", workload="sampling", duration_s=4.0,
                           walk_quality=True, env=env)  # fmt: skip
     (run,) = result.runs
+    assert run.outcome == "ok", run.outcome  # a hang at Shutdown is no walk-quality result
     quality = run.walk_quality
     assert quality is not None and quality.not_parked == 0, quality
     walks = sum(r.walks for r in quality.rows)
