@@ -151,7 +151,7 @@ class RunSummary(OfRun):
 
 
 class Occurrence(OfRun):
-    """One occurrence of a group's finding (``seed``: its run's)."""
+    """One occurrence of a group's finding."""
 
     message: str
     thread: int | None = None
