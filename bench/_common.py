@@ -1,13 +1,15 @@
 """What the bench scripts share: the children that judge a recording and report one JSON line
 (bench/stream.py, bench/validate.py), the real run they start from and the plan of the recording they build
 from it; the check that a probe run can be measured and the exit status of a run of runtimes
-(bench/sampling.py, bench/seeding.py); the nearest-rank percentile (those two and bench/replay.py)."""
+(bench/sampling.py, bench/seeding.py); the nearest-rank percentile (those two and bench/replay.py); the load
+averages as the benches print them."""
 
 from __future__ import annotations
 
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
 import time
@@ -31,6 +33,11 @@ def percentile(values: Iterable[float], q: float) -> float:
     if not ordered:
         return float("nan")
     return float(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))])
+
+
+def load_averages() -> str:
+    """The machine's 1, 5 and 15 minute load averages now, as a bench prints them beside its numbers."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 class BenchError(HarnessError):

@@ -27,7 +27,6 @@ Targets: >= 1,000,000 records judged per CPU second by the columns, peak RSS <= 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -161,10 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     trace, real = real_recording(args.runtime)
-    load = os.getloadavg()
     print(f"the run: validate object_tracker on heapchurn, {real['runtime']}, binary trace: "
-          f"{real['wall']:.2f} s wall, {real['records']:,} records; load {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}")  # fmt: skip
+          f"{real['wall']:.2f} s wall, {real['records']:,} records; "
+          f"load {common.load_averages()}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-stream-", dir=args.tmp) as tmp:
         big, small = Path(tmp) / "big.bin", Path(tmp) / "slice.bin"
         started = time.perf_counter()
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         base = common.measure(__file__, "dict", small)
         base_cols = common.measure(__file__, "columns", small)
         cols = common.measure(__file__, "columns", big)
-    load = os.getloadavg()
+    load = common.load_averages()
     for got, want in ((cols, n), (base, m), (base_cols, m)):
         if got["records"] != want:
             raise SystemExit(f"a child counted {got['records']:,} records of {want:,}")
@@ -199,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{common.findings_text(base_cols['findings'])} / "
           f"{common.findings_text(base['findings'])}")  # fmt: skip
     print(f"floor, the file's bytes read and CRC-32'd in chunks: {floor['cpu']:.2f} s CPU "
-          f"({floor['wall']:.2f} s wall) = {n / floor['cpu']:,.0f} records/s; load after {load[0]:.2f} "
-          f"{load[1]:.2f} {load[2]:.2f}")  # fmt: skip
+          f"({floor['wall']:.2f} s wall) = {n / floor['cpu']:,.0f} records/s; load after {load}")  # fmt: skip
     return common.print_verdicts(
         common.rate_verdict(rate, TARGET_RATE),
         (peak <= TARGET_PEAK_MB,

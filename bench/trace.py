@@ -108,6 +108,7 @@ def main() -> int:
 
     import resource
 
+    from bench._common import load_averages
     from conformance.core import runner, runtimes, scenarios
     from conformance.validator import launch
     from conformance.validator.build import build_proxy
@@ -121,7 +122,7 @@ def main() -> int:
     scenario = scenarios.Scenario(name="heapchurn", folder=folder_app, sources=[folder_app / "app.cs"],
                                   plan={"version": 1}, description="heapchurn")  # fmt: skip
     dll = scenarios.compile_scenario(scenario, runner.reference_runtime())
-    load = os.getloadavg()
+    load = load_averages()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         app = scenarios.prepare_run_dir(dll, rt, folder)
@@ -144,7 +145,7 @@ def main() -> int:
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 runs[fmt].append((wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime))
         print(f"runtime {rt.version}, object_tracker on heapchurn behind the proxy, {args.rounds} rounds "
-              f"(medians); load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
+              f"(medians); load {load}")  # fmt: skip
         sizes = {fmt: record_sizes(path) for fmt, path in paths.items()}
         print("1. the recording (the last round's file):")
         for fmt, path in paths.items():

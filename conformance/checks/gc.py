@@ -297,6 +297,20 @@ def _by_object(
     return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
 
 
+def _by_problems(
+    run: GcRun, problems: list[tuple[str, str]], noun: str, *, ok: str, expected: str
+) -> Judgement:
+    """One disagreement per problem (its second part). Observed: the first three problems' first parts (and
+    how many ``noun`` when more), else ``ok``."""
+    if problems:
+        observed = "; ".join(o for o, _ in problems[:3])
+        observed += f" ({len(problems)} {noun})" if len(problems) > 3 else ""
+    else:
+        observed = ok
+    lines = [line for _, line in problems]
+    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
+
+
 # --- experiments --------------------------------------------------------------------------------------
 
 GC_MOVES = experiment("gc-moves", scenario=SCENARIO)
@@ -539,11 +553,9 @@ def judge_mr2_06(ev: Evidence) -> Judgement:
     run, table = _run_with_table(ev)
     expected = "a SIZE_T length for every block; MovedReferences carries the same blocks with to_v1(lengths)"
     zero = int((table.lengths == 0).sum())
-    problems: list[str] = []
-    lines: list[str] = []
+    problems: list[tuple[str, str]] = []
     if zero:
-        problems.append(f"{zero} zero lengths")
-        lines.append("a range of length 0")
+        problems.append((f"{zero} zero lengths", "a range of length 0"))
     for b in run.batches:
         if b.mr1 is None:
             continue
@@ -551,19 +563,14 @@ def judge_mr2_06(ev: Evidence) -> Judgement:
         old1, new1, length1, count1 = _ranges(b.mr1)
         v1 = to_v1(RangeTable(old, new, length)).lengths.tolist()
         if (old1, new1, count1) != (old, new, count) or length1 != v1:
-            problems.append(
-                f"MovedReferences seq {b.mr1.seq} differs from MovedReferences2 seq {b.mr2.seq} cut to ULONG"
-            )
-            lines.append("a MovedReferences differs from its MovedReferences2 cut to ULONG lengths")
+            problems.append((
+                f"MovedReferences seq {b.mr1.seq} differs from MovedReferences2 seq {b.mr2.seq} cut to ULONG",
+                "a MovedReferences differs from its MovedReferences2 cut to ULONG lengths",
+            ))
     biggest = int(table.lengths.max()) if len(table) else 0
-    if problems:
-        observed = "; ".join(problems[:3]) + (f" ({len(problems)} problems)" if len(problems) > 3 else "")
-    else:
-        observed = (
-            f"{len(table)} lengths, all > 0 (largest {biggest:#x}); "
-            f"{sum(b.mr1 is not None for b in run.batches)} MovedReferences = to_v1"
-        )
-    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
+    cut = sum(b.mr1 is not None for b in run.batches)
+    ok = f"{len(table)} lengths, all > 0 (largest {biggest:#x}); {cut} MovedReferences = to_v1"
+    return _by_problems(run, problems, "problems", ok=ok, expected=expected)
 
 
 @judge("MR2-10", GC_MOVES, what="after GarbageCollectionFinished the objects are at the model's addresses")
@@ -579,31 +586,26 @@ def judge_mr2_10(ev: Evidence) -> Judgement:
             status=NA, observed="the after-capture is not after GarbageCollectionFinished", expected=expected
         )
     tags = run.tags
-    bad: list[str] = []
-    lines: list[str] = []
+    bad: list[tuple[str, str]] = []
     for i in range(run.live):
         w = run.after.words[i]
         if not found[i] and run.before.ids[i] != run.after.ids[i]:
-            bad.append(f"#{i} in no range and moved")
-            lines.append(f"live object #{i}: in no range, yet it moved")
+            bad.append((f"#{i} in no range and moved", f"live object #{i}: in no range, yet it moved"))
         elif found[i] and int(new[i]) != run.after.ids[i]:
-            bad.append(f"#{i} model {int(new[i]):#x} != object at {run.after.ids[i]:#x}")
-            lines.append(f"live object #{i}: not at the model's new ObjectID")
+            bad.append((f"#{i} model {int(new[i]):#x} != object at {run.after.ids[i]:#x}",
+                        f"live object #{i}: not at the model's new ObjectID"))
         elif not w or w[0] != tags[i] or w[1] != ~tags[i]:
-            bad.append(f"#{i} reads {w} at its new address, expected Tag {tags[i]}")
-            lines.append(f"live object #{i}: its new address does not hold Tag {tags[i]}")
+            bad.append((f"#{i} reads {w} at its new address, expected Tag {tags[i]}",
+                        f"live object #{i}: its new address does not hold Tag {tags[i]}"))
         elif run.after.class_ids[i] != run.before.class_ids[i] or not run.after.class_ids[i]:
-            bad.append(f"#{i} ClassID {run.after.class_ids[i]:#x} after, {run.before.class_ids[i]:#x} before")
-            lines.append(f"live object #{i}: ClassID after the GC differs from before")
-    if bad:
-        observed = "; ".join(bad[:3]) + (f" ({len(bad)} objects)" if len(bad) > 3 else "")
-    else:
-        classes = {c for c in run.after.class_ids}
-        observed = (
-            f"{run.live} objects read after GarbageCollectionFinished (seq {fin}) at "
-            f"the model's ids: Tag/Twin intact, {len(classes)} ClassID as before"
-        )
-    return Judgement.from_disagreements(lines, observed=observed, expected=expected, evidence=run.evidence())
+            bad.append((f"#{i} ClassID {run.after.class_ids[i]:#x} after, "
+                        f"{run.before.class_ids[i]:#x} before",
+                        f"live object #{i}: ClassID after the GC differs from before"))
+    ok = (
+        f"{run.live} objects read after GarbageCollectionFinished (seq {fin}) at "
+        f"the model's ids: Tag/Twin intact, {len(set(run.after.class_ids))} ClassID as before"
+    )
+    return _by_problems(run, bad, "objects", ok=ok, expected=expected)
 
 
 @judge("MR2-11", GC_MOVES, what="MovedReferences2 before MovedReferences in every batch")

@@ -26,6 +26,7 @@ runs (method names, counts, HRESULT names; no IDs or addresses).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,18 +67,32 @@ GENERIC, INSTANTIATIONS = "Generic", 2
 
 REQUEST, AGAIN, REVERT = "rejit-request", "rejit-again", "rejit-revert"
 
+_TARGETS = "ProfHarness.Scenarios.RejitTargets"
+
+
+def _request(entry: str, at: str, methods: list[str], *, times: int = 1, **args: Any) -> dict[str, Any]:
+    """A plan entry: at ``at``, the probe's rejit_request for ``methods`` of the scenario's targets (``args``:
+    the rest of its arguments), ``times`` times (0: every time)."""
+    return {"id": entry, "at": at, "run": "rejit_request",
+            "args": {"type": _TARGETS, "methods": methods, **args}, "times": times}  # fmt: skip
+
+
+def _scenario_entry(entry: str) -> dict[str, Any]:
+    """A copy of the scenario plan's experiment entry ``entry`` (plan.json is where it is written), for an
+    overlay that replaces the scenario's experiments and keeps that one."""
+    (found,) = [e for e in load_scenario(SCENARIO).plan["experiments"] if e.get("id") == entry]
+    return copy.deepcopy(found)
+
+
 PROTOCOL = experiment("rejit-protocol", scenario=SCENARIO)
 IN_CALLBACK = experiment(
     "rejit-in-callback",
     scenario=SCENARIO,
     plan_overlay={
         "experiments": [
-            {"id": REQUEST, "at": "JITCompilationStarted", "run": "rejit_request",
-             "args": {"type": "ProfHarness.Scenarios.RejitTargets",
-                      "methods": ["Normal", "Generic", "Inlinee", "Loop", "Late"], "thread": "here",
-                      "untilModule": True}, "times": 0},
-            {"id": "rejit-parameters", "at": "GetReJITParameters", "run": "rejit_parameters",
-             "args": {"body": "prologue"}, "times": 0},
+            _request(REQUEST, "JITCompilationStarted", ["Normal", "Generic", "Inlinee", "Loop", "Late"],
+                     times=0, thread="here", untilModule=True),
+            _scenario_entry("rejit-parameters"),
         ],
     },
 )  # fmt: skip
@@ -93,7 +108,6 @@ INLINEE, INLINER = "Inlinee", "Caller"
 #: RequestReJITWithInliners' dwRejitFlags: COR_PRF_REJIT_BLOCK_INLINING (0x1) |
 #: COR_PRF_REJIT_INLINING_CALLBACKS (0x2) (the COR_PRF_REJIT_FLAGS page)
 INLINERS_FLAGS = 0x3
-_TARGETS = "ProfHarness.Scenarios.RejitTargets"
 INLINED = experiment(
     "rejit-inlined",
     scenario=SCENARIO,
@@ -103,13 +117,9 @@ INLINED = experiment(
         # what the scenario's plan records, and the inlining decisions (the proof that Inlinee was inlined)
         "record": [*load_scenario(SCENARIO).plan.get("record", []), "JITInlining"],
         "experiments": [
-            {"id": INLINE_REQUEST, "at": "mark:rejit.inline-request", "run": "rejit_request",
-             "args": {"type": _TARGETS, "methods": [INLINEE], "thread": "own"}, "times": 1},
-            {"id": "rejit-parameters", "at": "GetReJITParameters", "run": "rejit_parameters",
-             "args": {"body": "prologue"}, "times": 0},
-            {"id": INLINERS, "at": "mark:rejit.inliners", "run": "rejit_request",
-             "args": {"type": _TARGETS, "methods": [INLINEE], "thread": "own", "inliners": INLINERS_FLAGS},
-             "times": 1},
+            _request(INLINE_REQUEST, "mark:rejit.inline-request", [INLINEE], thread="own"),
+            _scenario_entry("rejit-parameters"),
+            _request(INLINERS, "mark:rejit.inliners", [INLINEE], thread="own", inliners=INLINERS_FLAGS),
         ],
     },
 )  # fmt: skip
@@ -420,11 +430,8 @@ INVALID_TOKEN = experiment(
     scenario=SCENARIO,
     plan_overlay={
         "experiments": [
-            {"id": REQUEST, "at": "mark:rejit.request", "run": "rejit_request",
-             "args": {"type": _TARGETS, "methods": ["Normal"], "rawTokens": list(INVALID_TOKENS),
-                      "thread": "own"}, "times": 1},
-            {"id": "rejit-parameters", "at": "GetReJITParameters", "run": "rejit_parameters",
-             "args": {"body": "prologue"}, "times": 0},
+            _request(REQUEST, "mark:rejit.request", ["Normal"], rawTokens=list(INVALID_TOKENS), thread="own"),
+            _scenario_entry("rejit-parameters"),
         ],
     },
 )  # fmt: skip

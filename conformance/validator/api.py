@@ -50,12 +50,6 @@ __all__ = [
 DEFAULT_WORKLOAD = workloads.API_DEFAULT
 
 
-def _outcome(outcome: runner.RunOutcome) -> str:
-    """A run's outcome as the runs table shows it: a non-zero exit code is the app's own ("exited", the
-    code beside it), never a failure of the profiler's (a crash is a signal or a fail-fast)."""
-    return "exited" if outcome is runner.RunOutcome.FAILED else outcome.value
-
-
 def validator_scenarios(names: Sequence[str] = (DEFAULT_WORKLOAD,)) -> list[scenarios.Scenario]:
     """The scenarios of the workloads ``names``."""
     return [workloads.load_workload(name).scenario() for name in names]
@@ -146,18 +140,7 @@ def validate(
                     scenario, dll, rt, run_env, hang_s=hang_s, timeout_s=timeout_s,
                     user_app=user, companions=companions, attach=attach,
                 )
-                summary = RunSummary(
-                    runtime=rt.version,
-                    scenario=scenario.name,
-                    outcome=_outcome(result.outcome),
-                    exit_code=result.exit_code,
-                    signal=result.signal,
-                    seconds=result.seconds,
-                    trace=str(result.trace_path),
-                    records=result.record_count,
-                    judged=result.record_count,
-                    seed=seed,
-                )
+                summary = RunSummary.of(result, seed)
                 found = Grouper()  # this run's findings, grouped as they come (memory per group)
                 seen: set[str] = set()
                 unchecked: list[str] = []

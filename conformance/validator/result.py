@@ -15,6 +15,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from conformance.core.findings import Finding
+from conformance.core.runner import RunOutcome, RunResult
 from conformance.core.symbols import Site
 
 __all__ = [
@@ -106,13 +107,20 @@ class WalkQuality(BaseModel):
     notes: tuple[str, ...] = ()
 
 
-class RunSummary(BaseModel):
-    """One run of the app under the profiler on one runtime."""
+class OfRun(BaseModel):
+    """What names a run: its runtime, its scenario and its perturbation seed (``--perturb``; None: not
+    perturbed). A run's summary and each occurrence of a finding in it carry them."""
 
     model_config = ConfigDict(frozen=True)
 
     runtime: str
     scenario: str
+    seed: int | None = None
+
+
+class RunSummary(OfRun):
+    """One run of the app under the profiler on one runtime."""
+
     #: ok, exited (a non-zero exit code: the app's own business, never a crash), crashed (a signal),
     #: killed, hung (the harness's watchdog ended it: the run reached --timeout)
     outcome: str
@@ -123,30 +131,33 @@ class RunSummary(BaseModel):
     records: int
     #: records the judges read (all of them unless the recording was cut short)
     judged: int = 0
-    #: the perturbation seed of the run (``--perturb``; None: not perturbed) and, per point kind, the
-    #: delays the proxy applied (its ``proxy.perturb.delays`` mark)
-    seed: int | None = None
+    #: a perturbed run: per point kind, the delays the proxy applied (its ``proxy.perturb.delays`` mark)
     delays: dict[str, int] = Field(default_factory=dict)
     #: what the run exercised, from its recording (None: not judged, e.g. no recording)
     counts: RunCounts | None = None
     #: ``--walk-quality``: the profiler's walks against the replay's truth (None: not asked for)
     walk_quality: WalkQuality | None = None
 
+    @classmethod
+    def of(cls, result: RunResult, seed: int | None) -> RunSummary:
+        """The summary of run ``result`` made with ``seed``, before it is judged (``judged``: every record).
+        Its outcome as the runs table shows it: a non-zero exit code is the app's own ("exited", the code
+        beside it), never a failure of the profiler's (a crash is a signal or a fail-fast)."""
+        outcome = "exited" if result.outcome is RunOutcome.FAILED else result.outcome.value
+        return cls(runtime=result.runtime, scenario=result.scenario, seed=seed, outcome=outcome,
+                   exit_code=result.exit_code, signal=result.signal, seconds=result.seconds,
+                   trace=str(result.trace_path), records=result.record_count,
+                   judged=result.record_count)  # fmt: skip
 
-class Occurrence(BaseModel):
+
+class Occurrence(OfRun):
     """One occurrence of a group's finding."""
 
-    model_config = ConfigDict(frozen=True)
-
-    runtime: str
-    scenario: str
     message: str
     thread: int | None = None
     callback: str | None = None
     records: list[int] = Field(default_factory=list)
     trace: str = ""
-    #: the perturbation seed of its run (``--perturb``), None when not perturbed
-    seed: int | None = None
 
     @classmethod
     def of(cls, finding: Finding) -> Occurrence:
