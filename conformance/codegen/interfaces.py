@@ -69,11 +69,21 @@ def render_callback_base(ifaces: Sequence[api.Interface]) -> str:
         out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
         out.append(f"        CallbackEvent ev(static_cast<int>(Cb::{m.name}));")
         if m.params:
-            out.append("        if (ev.recording()) {")
-            out += [f'            ev.arg("{p.name}", {p.name});' for p in m.params]
-            out.append("        }")
+            names = ", ".join(p.name for p in m.params)
+            out.append(f"        if (ev.recording()) {m.name}Args(ev, {names});")
         out.append("        return ev.finish();")
         out.append("    }")
+    out += [
+        "",
+        " protected:",
+        "    // Each callback's arguments as its generic record names them (the API's parameter names);",
+        "    // Probe's overrides call them before they add what they record besides.",
+    ]
+    for m in methods:
+        if m.params:
+            out.append(f"    static void {m.name}Args(CallbackEvent& ev, {m.signature}) {{")
+            out += [f'        ev.arg("{p.name}", {p.name});' for p in m.params]
+            out.append("    }")
     out += ["};", "", "}  // namespace profharness"]
     return "\n".join(out) + "\n"
 

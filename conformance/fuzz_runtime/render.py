@@ -488,14 +488,7 @@ using System.Runtime.InteropServices;
 
 namespace ProfHarness.Fuzz
 {
-    [StructLayout(LayoutKind.Sequential)]
-    public sealed class Tagged
-    {
-        public long Tag;
-        public long Twin;
-    }
-
-    public static unsafe class Program
+    public static class Program
     {
         // static readonly, not const: mcs refuses `i % DeadEvery` with a constant 0 even where never run
         static readonly int Live = $live, DeadEvery = $dead_every, Dead = $dead;
@@ -503,33 +496,15 @@ namespace ProfHarness.Fuzz
         static readonly int GarbageBytes = $garbage_bytes, PinnedEvery = $pinned_every;
         static readonly int LargeEvery = $large_every;
 
-        [DllImport("profharness_probe", CharSet = CharSet.Unicode)]
-        static extern int profharness_mark_ids(string name, long[] ids, int count);
-
         $declare
         static Tagged[] dead;
         static int deadMade;
         static object sink;
         static List<byte[]> large = new List<byte[]>();
 
-        static long Address(object o)
-        {
-            TypedReference tr = __makeref(o);
-            return (long)**(IntPtr**)&tr;
-        }
-
         static Tagged Get(int i)
         {
             return $get;
-        }
-
-        [MethodImpl(MethodImplOptions.NoInlining)]
-        static Tagged NewTagged(long tag)
-        {
-            var t = new Tagged();
-            t.Tag = tag;
-            t.Twin = ~tag;
-            return t;
         }
 
         // Separate, not inlined: no temporary of Main's frame keeps a dead object reachable.
@@ -538,11 +513,11 @@ namespace ProfHarness.Fuzz
         {
             for (int i = from; i < to; i++)
             {
-                Tagged t = NewTagged(i + 1);
+                Tagged t = Tagged.Create(i + 1);
                 $put
                 if (DeadEvery > 0 && i % DeadEvery == DeadEvery - 1 && deadMade < Dead)
                 {
-                    dead[deadMade] = NewTagged(-(deadMade + 1));
+                    dead[deadMade] = Tagged.Create(-(deadMade + 1));
                     deadMade++;
                 }
                 if (GarbageBytes > 0)
@@ -558,26 +533,8 @@ namespace ProfHarness.Fuzz
         {
             for (int j = 0; j < Dead; j++)
             {
-                into[at + j] = Address(dead[j]);
+                into[at + j] = Heap.Address(dead[j]);
                 dead[j] = null;
-            }
-        }
-
-        static int MarkIds(string name, long[] ids, int count)
-        {
-            if (!Probe.Present)
-                return Probe.NotLoaded;
-            try
-            {
-                return profharness_mark_ids(name, ids, count);
-            }
-            catch (DllNotFoundException)
-            {
-                return Probe.NotLoaded;
-            }
-            catch (EntryPointNotFoundException)
-            {
-                return Probe.NotLoaded;
             }
         }
 
@@ -601,24 +558,20 @@ namespace ProfHarness.Fuzz
             var handles = new GCHandle[pins];
             for (int j = 0; j < pins; j++)
                 handles[j] = GCHandle.Alloc(Get(j * PinnedEvery + PinnedEvery - 1), GCHandleType.Pinned);
-            Probe.Mark("expect.objects", new JsonObject()
-                .Add("live", Live).Add("dead", Dead).Add("class", "ProfHarness.Fuzz.Tagged")
-                .Add("tag_rule", "ids.before[i < live]: Tag = i + 1; ids.before[live + k]: Tag = -(k + 1);"
-                    + " Twin = ~Tag")
-                .ToString());
+            Probe.Mark("expect.objects", Tagged.Expected(Live, Dead));
             int g0 = GC.CollectionCount(0);
             for (int i = 0; i < Live; i++)
-                before[i] = Address(Get(i));
+                before[i] = Heap.Address(Get(i));
             CaptureAndDrop(before, Live);
-            MarkIds("ids.before", before, Live + Dead);
+            Probe.MarkIds("ids.before", before, Live + Dead);
             int g0Captured = GC.CollectionCount(0);
 
             $between
 
             int g0Collected = GC.CollectionCount(0);
             for (int i = 0; i < Live; i++)
-                after[i] = Address(Get(i));
-            MarkIds("ids.after", after, Live);
+                after[i] = Heap.Address(Get(i));
+            Probe.MarkIds("ids.after", after, Live);
             int g0After = GC.CollectionCount(0);
             for (int j = 0; j < pins; j++)
                 handles[j].Free();

@@ -308,9 +308,7 @@ class CallbackBase : public ICorProfilerCallback11 {
  public:
     HRESULT STDMETHODCALLTYPE Initialize(IUnknown* pICorProfilerInfoUnk) override {
         CallbackEvent ev(static_cast<int>(Cb::Initialize));
-        if (ev.recording()) {
-            ev.arg("pICorProfilerInfoUnk", pICorProfilerInfoUnk);
-        }
+        if (ev.recording()) InitializeArgs(ev, pICorProfilerInfoUnk);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE Shutdown() override {
@@ -319,208 +317,137 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE AppDomainCreationStarted(AppDomainID appDomainId) override {
         CallbackEvent ev(static_cast<int>(Cb::AppDomainCreationStarted));
-        if (ev.recording()) {
-            ev.arg("appDomainId", appDomainId);
-        }
+        if (ev.recording()) AppDomainCreationStartedArgs(ev, appDomainId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE AppDomainCreationFinished(AppDomainID appDomainId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::AppDomainCreationFinished));
-        if (ev.recording()) {
-            ev.arg("appDomainId", appDomainId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) AppDomainCreationFinishedArgs(ev, appDomainId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE AppDomainShutdownStarted(AppDomainID appDomainId) override {
         CallbackEvent ev(static_cast<int>(Cb::AppDomainShutdownStarted));
-        if (ev.recording()) {
-            ev.arg("appDomainId", appDomainId);
-        }
+        if (ev.recording()) AppDomainShutdownStartedArgs(ev, appDomainId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE AppDomainShutdownFinished(AppDomainID appDomainId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::AppDomainShutdownFinished));
-        if (ev.recording()) {
-            ev.arg("appDomainId", appDomainId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) AppDomainShutdownFinishedArgs(ev, appDomainId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE AssemblyLoadStarted(AssemblyID assemblyId) override {
         CallbackEvent ev(static_cast<int>(Cb::AssemblyLoadStarted));
-        if (ev.recording()) {
-            ev.arg("assemblyId", assemblyId);
-        }
+        if (ev.recording()) AssemblyLoadStartedArgs(ev, assemblyId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE AssemblyLoadFinished(AssemblyID assemblyId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::AssemblyLoadFinished));
-        if (ev.recording()) {
-            ev.arg("assemblyId", assemblyId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) AssemblyLoadFinishedArgs(ev, assemblyId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE AssemblyUnloadStarted(AssemblyID assemblyId) override {
         CallbackEvent ev(static_cast<int>(Cb::AssemblyUnloadStarted));
-        if (ev.recording()) {
-            ev.arg("assemblyId", assemblyId);
-        }
+        if (ev.recording()) AssemblyUnloadStartedArgs(ev, assemblyId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE AssemblyUnloadFinished(AssemblyID assemblyId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::AssemblyUnloadFinished));
-        if (ev.recording()) {
-            ev.arg("assemblyId", assemblyId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) AssemblyUnloadFinishedArgs(ev, assemblyId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ModuleLoadStarted(ModuleID moduleId) override {
         CallbackEvent ev(static_cast<int>(Cb::ModuleLoadStarted));
-        if (ev.recording()) {
-            ev.arg("moduleId", moduleId);
-        }
+        if (ev.recording()) ModuleLoadStartedArgs(ev, moduleId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ModuleLoadFinished(ModuleID moduleId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::ModuleLoadFinished));
-        if (ev.recording()) {
-            ev.arg("moduleId", moduleId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) ModuleLoadFinishedArgs(ev, moduleId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ModuleUnloadStarted(ModuleID moduleId) override {
         CallbackEvent ev(static_cast<int>(Cb::ModuleUnloadStarted));
-        if (ev.recording()) {
-            ev.arg("moduleId", moduleId);
-        }
+        if (ev.recording()) ModuleUnloadStartedArgs(ev, moduleId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ModuleUnloadFinished(ModuleID moduleId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::ModuleUnloadFinished));
-        if (ev.recording()) {
-            ev.arg("moduleId", moduleId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) ModuleUnloadFinishedArgs(ev, moduleId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ModuleAttachedToAssembly(ModuleID moduleId, AssemblyID AssemblyId) override {
         CallbackEvent ev(static_cast<int>(Cb::ModuleAttachedToAssembly));
-        if (ev.recording()) {
-            ev.arg("moduleId", moduleId);
-            ev.arg("AssemblyId", AssemblyId);
-        }
+        if (ev.recording()) ModuleAttachedToAssemblyArgs(ev, moduleId, AssemblyId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ClassLoadStarted(ClassID classId) override {
         CallbackEvent ev(static_cast<int>(Cb::ClassLoadStarted));
-        if (ev.recording()) {
-            ev.arg("classId", classId);
-        }
+        if (ev.recording()) ClassLoadStartedArgs(ev, classId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ClassLoadFinished(ClassID classId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::ClassLoadFinished));
-        if (ev.recording()) {
-            ev.arg("classId", classId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) ClassLoadFinishedArgs(ev, classId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ClassUnloadStarted(ClassID classId) override {
         CallbackEvent ev(static_cast<int>(Cb::ClassUnloadStarted));
-        if (ev.recording()) {
-            ev.arg("classId", classId);
-        }
+        if (ev.recording()) ClassUnloadStartedArgs(ev, classId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ClassUnloadFinished(ClassID classId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::ClassUnloadFinished));
-        if (ev.recording()) {
-            ev.arg("classId", classId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) ClassUnloadFinishedArgs(ev, classId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE FunctionUnloadStarted(FunctionID functionId) override {
         CallbackEvent ev(static_cast<int>(Cb::FunctionUnloadStarted));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-        }
+        if (ev.recording()) FunctionUnloadStartedArgs(ev, functionId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE JITCompilationStarted(FunctionID functionId, BOOL fIsSafeToBlock) override {
         CallbackEvent ev(static_cast<int>(Cb::JITCompilationStarted));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("fIsSafeToBlock", fIsSafeToBlock);
-        }
+        if (ev.recording()) JITCompilationStartedArgs(ev, functionId, fIsSafeToBlock);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE JITCompilationFinished(FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) override {
         CallbackEvent ev(static_cast<int>(Cb::JITCompilationFinished));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("hrStatus", hrStatus);
-            ev.arg("fIsSafeToBlock", fIsSafeToBlock);
-        }
+        if (ev.recording()) JITCompilationFinishedArgs(ev, functionId, hrStatus, fIsSafeToBlock);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE JITCachedFunctionSearchStarted(FunctionID functionId, BOOL* pbUseCachedFunction) override {
         CallbackEvent ev(static_cast<int>(Cb::JITCachedFunctionSearchStarted));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("pbUseCachedFunction", pbUseCachedFunction);
-        }
+        if (ev.recording()) JITCachedFunctionSearchStartedArgs(ev, functionId, pbUseCachedFunction);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE JITCachedFunctionSearchFinished(FunctionID functionId, COR_PRF_JIT_CACHE result) override {
         CallbackEvent ev(static_cast<int>(Cb::JITCachedFunctionSearchFinished));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("result", result);
-        }
+        if (ev.recording()) JITCachedFunctionSearchFinishedArgs(ev, functionId, result);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE JITFunctionPitched(FunctionID functionId) override {
         CallbackEvent ev(static_cast<int>(Cb::JITFunctionPitched));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-        }
+        if (ev.recording()) JITFunctionPitchedArgs(ev, functionId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE JITInlining(FunctionID callerId, FunctionID calleeId, BOOL* pfShouldInline) override {
         CallbackEvent ev(static_cast<int>(Cb::JITInlining));
-        if (ev.recording()) {
-            ev.arg("callerId", callerId);
-            ev.arg("calleeId", calleeId);
-            ev.arg("pfShouldInline", pfShouldInline);
-        }
+        if (ev.recording()) JITInliningArgs(ev, callerId, calleeId, pfShouldInline);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ThreadCreated(ThreadID threadId) override {
         CallbackEvent ev(static_cast<int>(Cb::ThreadCreated));
-        if (ev.recording()) {
-            ev.arg("threadId", threadId);
-        }
+        if (ev.recording()) ThreadCreatedArgs(ev, threadId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ThreadDestroyed(ThreadID threadId) override {
         CallbackEvent ev(static_cast<int>(Cb::ThreadDestroyed));
-        if (ev.recording()) {
-            ev.arg("threadId", threadId);
-        }
+        if (ev.recording()) ThreadDestroyedArgs(ev, threadId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ThreadAssignedToOSThread(ThreadID managedThreadId, DWORD osThreadId) override {
         CallbackEvent ev(static_cast<int>(Cb::ThreadAssignedToOSThread));
-        if (ev.recording()) {
-            ev.arg("managedThreadId", managedThreadId);
-            ev.arg("osThreadId", osThreadId);
-        }
+        if (ev.recording()) ThreadAssignedToOSThreadArgs(ev, managedThreadId, osThreadId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RemotingClientInvocationStarted() override {
@@ -529,18 +456,12 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RemotingClientSendingMessage(GUID* pCookie, BOOL fIsAsync) override {
         CallbackEvent ev(static_cast<int>(Cb::RemotingClientSendingMessage));
-        if (ev.recording()) {
-            ev.arg("pCookie", pCookie);
-            ev.arg("fIsAsync", fIsAsync);
-        }
+        if (ev.recording()) RemotingClientSendingMessageArgs(ev, pCookie, fIsAsync);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RemotingClientReceivingReply(GUID* pCookie, BOOL fIsAsync) override {
         CallbackEvent ev(static_cast<int>(Cb::RemotingClientReceivingReply));
-        if (ev.recording()) {
-            ev.arg("pCookie", pCookie);
-            ev.arg("fIsAsync", fIsAsync);
-        }
+        if (ev.recording()) RemotingClientReceivingReplyArgs(ev, pCookie, fIsAsync);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RemotingClientInvocationFinished() override {
@@ -549,10 +470,7 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RemotingServerReceivingMessage(GUID* pCookie, BOOL fIsAsync) override {
         CallbackEvent ev(static_cast<int>(Cb::RemotingServerReceivingMessage));
-        if (ev.recording()) {
-            ev.arg("pCookie", pCookie);
-            ev.arg("fIsAsync", fIsAsync);
-        }
+        if (ev.recording()) RemotingServerReceivingMessageArgs(ev, pCookie, fIsAsync);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RemotingServerInvocationStarted() override {
@@ -565,33 +483,22 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RemotingServerSendingReply(GUID* pCookie, BOOL fIsAsync) override {
         CallbackEvent ev(static_cast<int>(Cb::RemotingServerSendingReply));
-        if (ev.recording()) {
-            ev.arg("pCookie", pCookie);
-            ev.arg("fIsAsync", fIsAsync);
-        }
+        if (ev.recording()) RemotingServerSendingReplyArgs(ev, pCookie, fIsAsync);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE UnmanagedToManagedTransition(FunctionID functionId, COR_PRF_TRANSITION_REASON reason) override {
         CallbackEvent ev(static_cast<int>(Cb::UnmanagedToManagedTransition));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("reason", reason);
-        }
+        if (ev.recording()) UnmanagedToManagedTransitionArgs(ev, functionId, reason);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ManagedToUnmanagedTransition(FunctionID functionId, COR_PRF_TRANSITION_REASON reason) override {
         CallbackEvent ev(static_cast<int>(Cb::ManagedToUnmanagedTransition));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("reason", reason);
-        }
+        if (ev.recording()) ManagedToUnmanagedTransitionArgs(ev, functionId, reason);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RuntimeSuspendStarted(COR_PRF_SUSPEND_REASON suspendReason) override {
         CallbackEvent ev(static_cast<int>(Cb::RuntimeSuspendStarted));
-        if (ev.recording()) {
-            ev.arg("suspendReason", suspendReason);
-        }
+        if (ev.recording()) RuntimeSuspendStartedArgs(ev, suspendReason);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RuntimeSuspendFinished() override {
@@ -612,75 +519,47 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE RuntimeThreadSuspended(ThreadID threadId) override {
         CallbackEvent ev(static_cast<int>(Cb::RuntimeThreadSuspended));
-        if (ev.recording()) {
-            ev.arg("threadId", threadId);
-        }
+        if (ev.recording()) RuntimeThreadSuspendedArgs(ev, threadId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RuntimeThreadResumed(ThreadID threadId) override {
         CallbackEvent ev(static_cast<int>(Cb::RuntimeThreadResumed));
-        if (ev.recording()) {
-            ev.arg("threadId", threadId);
-        }
+        if (ev.recording()) RuntimeThreadResumedArgs(ev, threadId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE MovedReferences(ULONG cMovedObjectIDRanges, ObjectID* oldObjectIDRangeStart, ObjectID* newObjectIDRangeStart, ULONG* cObjectIDRangeLength) override {
         CallbackEvent ev(static_cast<int>(Cb::MovedReferences));
-        if (ev.recording()) {
-            ev.arg("cMovedObjectIDRanges", cMovedObjectIDRanges);
-            ev.arg("oldObjectIDRangeStart", oldObjectIDRangeStart);
-            ev.arg("newObjectIDRangeStart", newObjectIDRangeStart);
-            ev.arg("cObjectIDRangeLength", cObjectIDRangeLength);
-        }
+        if (ev.recording()) MovedReferencesArgs(ev, cMovedObjectIDRanges, oldObjectIDRangeStart, newObjectIDRangeStart, cObjectIDRangeLength);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ObjectAllocated(ObjectID objectId, ClassID classId) override {
         CallbackEvent ev(static_cast<int>(Cb::ObjectAllocated));
-        if (ev.recording()) {
-            ev.arg("objectId", objectId);
-            ev.arg("classId", classId);
-        }
+        if (ev.recording()) ObjectAllocatedArgs(ev, objectId, classId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ObjectsAllocatedByClass(ULONG cClassCount, ClassID* classIds, ULONG* cObjects) override {
         CallbackEvent ev(static_cast<int>(Cb::ObjectsAllocatedByClass));
-        if (ev.recording()) {
-            ev.arg("cClassCount", cClassCount);
-            ev.arg("classIds", classIds);
-            ev.arg("cObjects", cObjects);
-        }
+        if (ev.recording()) ObjectsAllocatedByClassArgs(ev, cClassCount, classIds, cObjects);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ObjectReferences(ObjectID objectId, ClassID classId, ULONG cObjectRefs, ObjectID* objectRefIds) override {
         CallbackEvent ev(static_cast<int>(Cb::ObjectReferences));
-        if (ev.recording()) {
-            ev.arg("objectId", objectId);
-            ev.arg("classId", classId);
-            ev.arg("cObjectRefs", cObjectRefs);
-            ev.arg("objectRefIds", objectRefIds);
-        }
+        if (ev.recording()) ObjectReferencesArgs(ev, objectId, classId, cObjectRefs, objectRefIds);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RootReferences(ULONG cRootRefs, ObjectID* rootRefIds) override {
         CallbackEvent ev(static_cast<int>(Cb::RootReferences));
-        if (ev.recording()) {
-            ev.arg("cRootRefs", cRootRefs);
-            ev.arg("rootRefIds", rootRefIds);
-        }
+        if (ev.recording()) RootReferencesArgs(ev, cRootRefs, rootRefIds);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionThrown(ObjectID thrownObjectId) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionThrown));
-        if (ev.recording()) {
-            ev.arg("thrownObjectId", thrownObjectId);
-        }
+        if (ev.recording()) ExceptionThrownArgs(ev, thrownObjectId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchFunctionEnter(FunctionID functionId) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionSearchFunctionEnter));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-        }
+        if (ev.recording()) ExceptionSearchFunctionEnterArgs(ev, functionId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchFunctionLeave() override {
@@ -689,9 +568,7 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchFilterEnter(FunctionID functionId) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionSearchFilterEnter));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-        }
+        if (ev.recording()) ExceptionSearchFilterEnterArgs(ev, functionId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchFilterLeave() override {
@@ -700,30 +577,22 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionSearchCatcherFound(FunctionID functionId) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionSearchCatcherFound));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-        }
+        if (ev.recording()) ExceptionSearchCatcherFoundArgs(ev, functionId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionOSHandlerEnter(UINT_PTR unused) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionOSHandlerEnter));
-        if (ev.recording()) {
-            ev.arg("unused", unused);
-        }
+        if (ev.recording()) ExceptionOSHandlerEnterArgs(ev, unused);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionOSHandlerLeave(UINT_PTR unused) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionOSHandlerLeave));
-        if (ev.recording()) {
-            ev.arg("unused", unused);
-        }
+        if (ev.recording()) ExceptionOSHandlerLeaveArgs(ev, unused);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionUnwindFunctionEnter(FunctionID functionId) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionUnwindFunctionEnter));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-        }
+        if (ev.recording()) ExceptionUnwindFunctionEnterArgs(ev, functionId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionUnwindFunctionLeave() override {
@@ -732,9 +601,7 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionUnwindFinallyEnter(FunctionID functionId) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionUnwindFinallyEnter));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-        }
+        if (ev.recording()) ExceptionUnwindFinallyEnterArgs(ev, functionId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionUnwindFinallyLeave() override {
@@ -743,10 +610,7 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ExceptionCatcherEnter(FunctionID functionId, ObjectID objectId) override {
         CallbackEvent ev(static_cast<int>(Cb::ExceptionCatcherEnter));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("objectId", objectId);
-        }
+        if (ev.recording()) ExceptionCatcherEnterArgs(ev, functionId, objectId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionCatcherLeave() override {
@@ -755,21 +619,12 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE COMClassicVTableCreated(ClassID wrappedClassId, REFGUID implementedIID, void* pVTable, ULONG cSlots) override {
         CallbackEvent ev(static_cast<int>(Cb::COMClassicVTableCreated));
-        if (ev.recording()) {
-            ev.arg("wrappedClassId", wrappedClassId);
-            ev.arg("implementedIID", implementedIID);
-            ev.arg("pVTable", pVTable);
-            ev.arg("cSlots", cSlots);
-        }
+        if (ev.recording()) COMClassicVTableCreatedArgs(ev, wrappedClassId, implementedIID, pVTable, cSlots);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE COMClassicVTableDestroyed(ClassID wrappedClassId, REFGUID implementedIID, void* pVTable) override {
         CallbackEvent ev(static_cast<int>(Cb::COMClassicVTableDestroyed));
-        if (ev.recording()) {
-            ev.arg("wrappedClassId", wrappedClassId);
-            ev.arg("implementedIID", implementedIID);
-            ev.arg("pVTable", pVTable);
-        }
+        if (ev.recording()) COMClassicVTableDestroyedArgs(ev, wrappedClassId, implementedIID, pVTable);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ExceptionCLRCatcherFound() override {
@@ -782,29 +637,17 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ThreadNameChanged(ThreadID threadId, ULONG cchName, WCHAR* name) override {
         CallbackEvent ev(static_cast<int>(Cb::ThreadNameChanged));
-        if (ev.recording()) {
-            ev.arg("threadId", threadId);
-            ev.arg("cchName", cchName);
-            ev.arg("name", name);
-        }
+        if (ev.recording()) ThreadNameChangedArgs(ev, threadId, cchName, name);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE GarbageCollectionStarted(int cGenerations, BOOL* generationCollected, COR_PRF_GC_REASON reason) override {
         CallbackEvent ev(static_cast<int>(Cb::GarbageCollectionStarted));
-        if (ev.recording()) {
-            ev.arg("cGenerations", cGenerations);
-            ev.arg("generationCollected", generationCollected);
-            ev.arg("reason", reason);
-        }
+        if (ev.recording()) GarbageCollectionStartedArgs(ev, cGenerations, generationCollected, reason);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE SurvivingReferences(ULONG cSurvivingObjectIDRanges, ObjectID* objectIDRangeStart, ULONG* cObjectIDRangeLength) override {
         CallbackEvent ev(static_cast<int>(Cb::SurvivingReferences));
-        if (ev.recording()) {
-            ev.arg("cSurvivingObjectIDRanges", cSurvivingObjectIDRanges);
-            ev.arg("objectIDRangeStart", objectIDRangeStart);
-            ev.arg("cObjectIDRangeLength", cObjectIDRangeLength);
-        }
+        if (ev.recording()) SurvivingReferencesArgs(ev, cSurvivingObjectIDRanges, objectIDRangeStart, cObjectIDRangeLength);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE GarbageCollectionFinished() override {
@@ -813,45 +656,27 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE FinalizeableObjectQueued(DWORD finalizerFlags, ObjectID objectID) override {
         CallbackEvent ev(static_cast<int>(Cb::FinalizeableObjectQueued));
-        if (ev.recording()) {
-            ev.arg("finalizerFlags", finalizerFlags);
-            ev.arg("objectID", objectID);
-        }
+        if (ev.recording()) FinalizeableObjectQueuedArgs(ev, finalizerFlags, objectID);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE RootReferences2(ULONG cRootRefs, ObjectID* rootRefIds, COR_PRF_GC_ROOT_KIND* rootKinds, COR_PRF_GC_ROOT_FLAGS* rootFlags, UINT_PTR* rootIds) override {
         CallbackEvent ev(static_cast<int>(Cb::RootReferences2));
-        if (ev.recording()) {
-            ev.arg("cRootRefs", cRootRefs);
-            ev.arg("rootRefIds", rootRefIds);
-            ev.arg("rootKinds", rootKinds);
-            ev.arg("rootFlags", rootFlags);
-            ev.arg("rootIds", rootIds);
-        }
+        if (ev.recording()) RootReferences2Args(ev, cRootRefs, rootRefIds, rootKinds, rootFlags, rootIds);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE HandleCreated(GCHandleID handleId, ObjectID initialObjectId) override {
         CallbackEvent ev(static_cast<int>(Cb::HandleCreated));
-        if (ev.recording()) {
-            ev.arg("handleId", handleId);
-            ev.arg("initialObjectId", initialObjectId);
-        }
+        if (ev.recording()) HandleCreatedArgs(ev, handleId, initialObjectId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE HandleDestroyed(GCHandleID handleId) override {
         CallbackEvent ev(static_cast<int>(Cb::HandleDestroyed));
-        if (ev.recording()) {
-            ev.arg("handleId", handleId);
-        }
+        if (ev.recording()) HandleDestroyedArgs(ev, handleId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE InitializeForAttach(IUnknown* pCorProfilerInfoUnk, void* pvClientData, UINT cbClientData) override {
         CallbackEvent ev(static_cast<int>(Cb::InitializeForAttach));
-        if (ev.recording()) {
-            ev.arg("pCorProfilerInfoUnk", pCorProfilerInfoUnk);
-            ev.arg("pvClientData", pvClientData);
-            ev.arg("cbClientData", cbClientData);
-        }
+        if (ev.recording()) InitializeForAttachArgs(ev, pCorProfilerInfoUnk, pvClientData, cbClientData);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ProfilerAttachComplete() override {
@@ -864,143 +689,398 @@ class CallbackBase : public ICorProfilerCallback11 {
     }
     HRESULT STDMETHODCALLTYPE ReJITCompilationStarted(FunctionID functionId, ReJITID rejitId, BOOL fIsSafeToBlock) override {
         CallbackEvent ev(static_cast<int>(Cb::ReJITCompilationStarted));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("rejitId", rejitId);
-            ev.arg("fIsSafeToBlock", fIsSafeToBlock);
-        }
+        if (ev.recording()) ReJITCompilationStartedArgs(ev, functionId, rejitId, fIsSafeToBlock);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE GetReJITParameters(ModuleID moduleId, mdMethodDef methodId, ICorProfilerFunctionControl* pFunctionControl) override {
         CallbackEvent ev(static_cast<int>(Cb::GetReJITParameters));
-        if (ev.recording()) {
-            ev.arg("moduleId", moduleId);
-            ev.arg("methodId", methodId);
-            ev.arg("pFunctionControl", pFunctionControl);
-        }
+        if (ev.recording()) GetReJITParametersArgs(ev, moduleId, methodId, pFunctionControl);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ReJITCompilationFinished(FunctionID functionId, ReJITID rejitId, HRESULT hrStatus, BOOL fIsSafeToBlock) override {
         CallbackEvent ev(static_cast<int>(Cb::ReJITCompilationFinished));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("rejitId", rejitId);
-            ev.arg("hrStatus", hrStatus);
-            ev.arg("fIsSafeToBlock", fIsSafeToBlock);
-        }
+        if (ev.recording()) ReJITCompilationFinishedArgs(ev, functionId, rejitId, hrStatus, fIsSafeToBlock);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ReJITError(ModuleID moduleId, mdMethodDef methodId, FunctionID functionId, HRESULT hrStatus) override {
         CallbackEvent ev(static_cast<int>(Cb::ReJITError));
-        if (ev.recording()) {
-            ev.arg("moduleId", moduleId);
-            ev.arg("methodId", methodId);
-            ev.arg("functionId", functionId);
-            ev.arg("hrStatus", hrStatus);
-        }
+        if (ev.recording()) ReJITErrorArgs(ev, moduleId, methodId, functionId, hrStatus);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE MovedReferences2(ULONG cMovedObjectIDRanges, ObjectID* oldObjectIDRangeStart, ObjectID* newObjectIDRangeStart, SIZE_T* cObjectIDRangeLength) override {
         CallbackEvent ev(static_cast<int>(Cb::MovedReferences2));
-        if (ev.recording()) {
-            ev.arg("cMovedObjectIDRanges", cMovedObjectIDRanges);
-            ev.arg("oldObjectIDRangeStart", oldObjectIDRangeStart);
-            ev.arg("newObjectIDRangeStart", newObjectIDRangeStart);
-            ev.arg("cObjectIDRangeLength", cObjectIDRangeLength);
-        }
+        if (ev.recording()) MovedReferences2Args(ev, cMovedObjectIDRanges, oldObjectIDRangeStart, newObjectIDRangeStart, cObjectIDRangeLength);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE SurvivingReferences2(ULONG cSurvivingObjectIDRanges, ObjectID* objectIDRangeStart, SIZE_T* cObjectIDRangeLength) override {
         CallbackEvent ev(static_cast<int>(Cb::SurvivingReferences2));
-        if (ev.recording()) {
-            ev.arg("cSurvivingObjectIDRanges", cSurvivingObjectIDRanges);
-            ev.arg("objectIDRangeStart", objectIDRangeStart);
-            ev.arg("cObjectIDRangeLength", cObjectIDRangeLength);
-        }
+        if (ev.recording()) SurvivingReferences2Args(ev, cSurvivingObjectIDRanges, objectIDRangeStart, cObjectIDRangeLength);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ConditionalWeakTableElementReferences(ULONG cRootRefs, ObjectID* keyRefIds, ObjectID* valueRefIds, GCHandleID* rootIds) override {
         CallbackEvent ev(static_cast<int>(Cb::ConditionalWeakTableElementReferences));
-        if (ev.recording()) {
-            ev.arg("cRootRefs", cRootRefs);
-            ev.arg("keyRefIds", keyRefIds);
-            ev.arg("valueRefIds", valueRefIds);
-            ev.arg("rootIds", rootIds);
-        }
+        if (ev.recording()) ConditionalWeakTableElementReferencesArgs(ev, cRootRefs, keyRefIds, valueRefIds, rootIds);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE GetAssemblyReferences(const WCHAR* wszAssemblyPath, ICorProfilerAssemblyReferenceProvider* pAsmRefProvider) override {
         CallbackEvent ev(static_cast<int>(Cb::GetAssemblyReferences));
-        if (ev.recording()) {
-            ev.arg("wszAssemblyPath", wszAssemblyPath);
-            ev.arg("pAsmRefProvider", pAsmRefProvider);
-        }
+        if (ev.recording()) GetAssemblyReferencesArgs(ev, wszAssemblyPath, pAsmRefProvider);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE ModuleInMemorySymbolsUpdated(ModuleID moduleId) override {
         CallbackEvent ev(static_cast<int>(Cb::ModuleInMemorySymbolsUpdated));
-        if (ev.recording()) {
-            ev.arg("moduleId", moduleId);
-        }
+        if (ev.recording()) ModuleInMemorySymbolsUpdatedArgs(ev, moduleId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE DynamicMethodJITCompilationStarted(FunctionID functionId, BOOL fIsSafeToBlock, LPCBYTE pILHeader, ULONG cbILHeader) override {
         CallbackEvent ev(static_cast<int>(Cb::DynamicMethodJITCompilationStarted));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("fIsSafeToBlock", fIsSafeToBlock);
-            ev.arg("pILHeader", pILHeader);
-            ev.arg("cbILHeader", cbILHeader);
-        }
+        if (ev.recording()) DynamicMethodJITCompilationStartedArgs(ev, functionId, fIsSafeToBlock, pILHeader, cbILHeader);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE DynamicMethodJITCompilationFinished(FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) override {
         CallbackEvent ev(static_cast<int>(Cb::DynamicMethodJITCompilationFinished));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-            ev.arg("hrStatus", hrStatus);
-            ev.arg("fIsSafeToBlock", fIsSafeToBlock);
-        }
+        if (ev.recording()) DynamicMethodJITCompilationFinishedArgs(ev, functionId, hrStatus, fIsSafeToBlock);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE DynamicMethodUnloaded(FunctionID functionId) override {
         CallbackEvent ev(static_cast<int>(Cb::DynamicMethodUnloaded));
-        if (ev.recording()) {
-            ev.arg("functionId", functionId);
-        }
+        if (ev.recording()) DynamicMethodUnloadedArgs(ev, functionId);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE EventPipeEventDelivered(EVENTPIPE_PROVIDER provider, DWORD eventId, DWORD eventVersion, ULONG cbMetadataBlob, LPCBYTE metadataBlob, ULONG cbEventData, LPCBYTE eventData, LPCGUID pActivityId, LPCGUID pRelatedActivityId, ThreadID eventThread, ULONG numStackFrames, UINT_PTR* stackFrames) override {
         CallbackEvent ev(static_cast<int>(Cb::EventPipeEventDelivered));
-        if (ev.recording()) {
-            ev.arg("provider", provider);
-            ev.arg("eventId", eventId);
-            ev.arg("eventVersion", eventVersion);
-            ev.arg("cbMetadataBlob", cbMetadataBlob);
-            ev.arg("metadataBlob", metadataBlob);
-            ev.arg("cbEventData", cbEventData);
-            ev.arg("eventData", eventData);
-            ev.arg("pActivityId", pActivityId);
-            ev.arg("pRelatedActivityId", pRelatedActivityId);
-            ev.arg("eventThread", eventThread);
-            ev.arg("numStackFrames", numStackFrames);
-            ev.arg("stackFrames", stackFrames);
-        }
+        if (ev.recording()) EventPipeEventDeliveredArgs(ev, provider, eventId, eventVersion, cbMetadataBlob, metadataBlob, cbEventData, eventData, pActivityId, pRelatedActivityId, eventThread, numStackFrames, stackFrames);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE EventPipeProviderCreated(EVENTPIPE_PROVIDER provider) override {
         CallbackEvent ev(static_cast<int>(Cb::EventPipeProviderCreated));
-        if (ev.recording()) {
-            ev.arg("provider", provider);
-        }
+        if (ev.recording()) EventPipeProviderCreatedArgs(ev, provider);
         return ev.finish();
     }
     HRESULT STDMETHODCALLTYPE LoadAsNotificationOnly(BOOL* pbNotificationOnly) override {
         CallbackEvent ev(static_cast<int>(Cb::LoadAsNotificationOnly));
-        if (ev.recording()) {
-            ev.arg("pbNotificationOnly", pbNotificationOnly);
-        }
+        if (ev.recording()) LoadAsNotificationOnlyArgs(ev, pbNotificationOnly);
         return ev.finish();
+    }
+
+ protected:
+    // Each callback's arguments as its generic record names them (the API's parameter names);
+    // Probe's overrides call them before they add what they record besides.
+    static void InitializeArgs(CallbackEvent& ev, IUnknown* pICorProfilerInfoUnk) {
+        ev.arg("pICorProfilerInfoUnk", pICorProfilerInfoUnk);
+    }
+    static void AppDomainCreationStartedArgs(CallbackEvent& ev, AppDomainID appDomainId) {
+        ev.arg("appDomainId", appDomainId);
+    }
+    static void AppDomainCreationFinishedArgs(CallbackEvent& ev, AppDomainID appDomainId, HRESULT hrStatus) {
+        ev.arg("appDomainId", appDomainId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void AppDomainShutdownStartedArgs(CallbackEvent& ev, AppDomainID appDomainId) {
+        ev.arg("appDomainId", appDomainId);
+    }
+    static void AppDomainShutdownFinishedArgs(CallbackEvent& ev, AppDomainID appDomainId, HRESULT hrStatus) {
+        ev.arg("appDomainId", appDomainId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void AssemblyLoadStartedArgs(CallbackEvent& ev, AssemblyID assemblyId) {
+        ev.arg("assemblyId", assemblyId);
+    }
+    static void AssemblyLoadFinishedArgs(CallbackEvent& ev, AssemblyID assemblyId, HRESULT hrStatus) {
+        ev.arg("assemblyId", assemblyId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void AssemblyUnloadStartedArgs(CallbackEvent& ev, AssemblyID assemblyId) {
+        ev.arg("assemblyId", assemblyId);
+    }
+    static void AssemblyUnloadFinishedArgs(CallbackEvent& ev, AssemblyID assemblyId, HRESULT hrStatus) {
+        ev.arg("assemblyId", assemblyId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void ModuleLoadStartedArgs(CallbackEvent& ev, ModuleID moduleId) {
+        ev.arg("moduleId", moduleId);
+    }
+    static void ModuleLoadFinishedArgs(CallbackEvent& ev, ModuleID moduleId, HRESULT hrStatus) {
+        ev.arg("moduleId", moduleId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void ModuleUnloadStartedArgs(CallbackEvent& ev, ModuleID moduleId) {
+        ev.arg("moduleId", moduleId);
+    }
+    static void ModuleUnloadFinishedArgs(CallbackEvent& ev, ModuleID moduleId, HRESULT hrStatus) {
+        ev.arg("moduleId", moduleId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void ModuleAttachedToAssemblyArgs(CallbackEvent& ev, ModuleID moduleId, AssemblyID AssemblyId) {
+        ev.arg("moduleId", moduleId);
+        ev.arg("AssemblyId", AssemblyId);
+    }
+    static void ClassLoadStartedArgs(CallbackEvent& ev, ClassID classId) {
+        ev.arg("classId", classId);
+    }
+    static void ClassLoadFinishedArgs(CallbackEvent& ev, ClassID classId, HRESULT hrStatus) {
+        ev.arg("classId", classId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void ClassUnloadStartedArgs(CallbackEvent& ev, ClassID classId) {
+        ev.arg("classId", classId);
+    }
+    static void ClassUnloadFinishedArgs(CallbackEvent& ev, ClassID classId, HRESULT hrStatus) {
+        ev.arg("classId", classId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void FunctionUnloadStartedArgs(CallbackEvent& ev, FunctionID functionId) {
+        ev.arg("functionId", functionId);
+    }
+    static void JITCompilationStartedArgs(CallbackEvent& ev, FunctionID functionId, BOOL fIsSafeToBlock) {
+        ev.arg("functionId", functionId);
+        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+    }
+    static void JITCompilationFinishedArgs(CallbackEvent& ev, FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) {
+        ev.arg("functionId", functionId);
+        ev.arg("hrStatus", hrStatus);
+        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+    }
+    static void JITCachedFunctionSearchStartedArgs(CallbackEvent& ev, FunctionID functionId, BOOL* pbUseCachedFunction) {
+        ev.arg("functionId", functionId);
+        ev.arg("pbUseCachedFunction", pbUseCachedFunction);
+    }
+    static void JITCachedFunctionSearchFinishedArgs(CallbackEvent& ev, FunctionID functionId, COR_PRF_JIT_CACHE result) {
+        ev.arg("functionId", functionId);
+        ev.arg("result", result);
+    }
+    static void JITFunctionPitchedArgs(CallbackEvent& ev, FunctionID functionId) {
+        ev.arg("functionId", functionId);
+    }
+    static void JITInliningArgs(CallbackEvent& ev, FunctionID callerId, FunctionID calleeId, BOOL* pfShouldInline) {
+        ev.arg("callerId", callerId);
+        ev.arg("calleeId", calleeId);
+        ev.arg("pfShouldInline", pfShouldInline);
+    }
+    static void ThreadCreatedArgs(CallbackEvent& ev, ThreadID threadId) {
+        ev.arg("threadId", threadId);
+    }
+    static void ThreadDestroyedArgs(CallbackEvent& ev, ThreadID threadId) {
+        ev.arg("threadId", threadId);
+    }
+    static void ThreadAssignedToOSThreadArgs(CallbackEvent& ev, ThreadID managedThreadId, DWORD osThreadId) {
+        ev.arg("managedThreadId", managedThreadId);
+        ev.arg("osThreadId", osThreadId);
+    }
+    static void RemotingClientSendingMessageArgs(CallbackEvent& ev, GUID* pCookie, BOOL fIsAsync) {
+        ev.arg("pCookie", pCookie);
+        ev.arg("fIsAsync", fIsAsync);
+    }
+    static void RemotingClientReceivingReplyArgs(CallbackEvent& ev, GUID* pCookie, BOOL fIsAsync) {
+        ev.arg("pCookie", pCookie);
+        ev.arg("fIsAsync", fIsAsync);
+    }
+    static void RemotingServerReceivingMessageArgs(CallbackEvent& ev, GUID* pCookie, BOOL fIsAsync) {
+        ev.arg("pCookie", pCookie);
+        ev.arg("fIsAsync", fIsAsync);
+    }
+    static void RemotingServerSendingReplyArgs(CallbackEvent& ev, GUID* pCookie, BOOL fIsAsync) {
+        ev.arg("pCookie", pCookie);
+        ev.arg("fIsAsync", fIsAsync);
+    }
+    static void UnmanagedToManagedTransitionArgs(CallbackEvent& ev, FunctionID functionId, COR_PRF_TRANSITION_REASON reason) {
+        ev.arg("functionId", functionId);
+        ev.arg("reason", reason);
+    }
+    static void ManagedToUnmanagedTransitionArgs(CallbackEvent& ev, FunctionID functionId, COR_PRF_TRANSITION_REASON reason) {
+        ev.arg("functionId", functionId);
+        ev.arg("reason", reason);
+    }
+    static void RuntimeSuspendStartedArgs(CallbackEvent& ev, COR_PRF_SUSPEND_REASON suspendReason) {
+        ev.arg("suspendReason", suspendReason);
+    }
+    static void RuntimeThreadSuspendedArgs(CallbackEvent& ev, ThreadID threadId) {
+        ev.arg("threadId", threadId);
+    }
+    static void RuntimeThreadResumedArgs(CallbackEvent& ev, ThreadID threadId) {
+        ev.arg("threadId", threadId);
+    }
+    static void MovedReferencesArgs(CallbackEvent& ev, ULONG cMovedObjectIDRanges, ObjectID* oldObjectIDRangeStart, ObjectID* newObjectIDRangeStart, ULONG* cObjectIDRangeLength) {
+        ev.arg("cMovedObjectIDRanges", cMovedObjectIDRanges);
+        ev.arg("oldObjectIDRangeStart", oldObjectIDRangeStart);
+        ev.arg("newObjectIDRangeStart", newObjectIDRangeStart);
+        ev.arg("cObjectIDRangeLength", cObjectIDRangeLength);
+    }
+    static void ObjectAllocatedArgs(CallbackEvent& ev, ObjectID objectId, ClassID classId) {
+        ev.arg("objectId", objectId);
+        ev.arg("classId", classId);
+    }
+    static void ObjectsAllocatedByClassArgs(CallbackEvent& ev, ULONG cClassCount, ClassID* classIds, ULONG* cObjects) {
+        ev.arg("cClassCount", cClassCount);
+        ev.arg("classIds", classIds);
+        ev.arg("cObjects", cObjects);
+    }
+    static void ObjectReferencesArgs(CallbackEvent& ev, ObjectID objectId, ClassID classId, ULONG cObjectRefs, ObjectID* objectRefIds) {
+        ev.arg("objectId", objectId);
+        ev.arg("classId", classId);
+        ev.arg("cObjectRefs", cObjectRefs);
+        ev.arg("objectRefIds", objectRefIds);
+    }
+    static void RootReferencesArgs(CallbackEvent& ev, ULONG cRootRefs, ObjectID* rootRefIds) {
+        ev.arg("cRootRefs", cRootRefs);
+        ev.arg("rootRefIds", rootRefIds);
+    }
+    static void ExceptionThrownArgs(CallbackEvent& ev, ObjectID thrownObjectId) {
+        ev.arg("thrownObjectId", thrownObjectId);
+    }
+    static void ExceptionSearchFunctionEnterArgs(CallbackEvent& ev, FunctionID functionId) {
+        ev.arg("functionId", functionId);
+    }
+    static void ExceptionSearchFilterEnterArgs(CallbackEvent& ev, FunctionID functionId) {
+        ev.arg("functionId", functionId);
+    }
+    static void ExceptionSearchCatcherFoundArgs(CallbackEvent& ev, FunctionID functionId) {
+        ev.arg("functionId", functionId);
+    }
+    static void ExceptionOSHandlerEnterArgs(CallbackEvent& ev, UINT_PTR unused) {
+        ev.arg("unused", unused);
+    }
+    static void ExceptionOSHandlerLeaveArgs(CallbackEvent& ev, UINT_PTR unused) {
+        ev.arg("unused", unused);
+    }
+    static void ExceptionUnwindFunctionEnterArgs(CallbackEvent& ev, FunctionID functionId) {
+        ev.arg("functionId", functionId);
+    }
+    static void ExceptionUnwindFinallyEnterArgs(CallbackEvent& ev, FunctionID functionId) {
+        ev.arg("functionId", functionId);
+    }
+    static void ExceptionCatcherEnterArgs(CallbackEvent& ev, FunctionID functionId, ObjectID objectId) {
+        ev.arg("functionId", functionId);
+        ev.arg("objectId", objectId);
+    }
+    static void COMClassicVTableCreatedArgs(CallbackEvent& ev, ClassID wrappedClassId, REFGUID implementedIID, void* pVTable, ULONG cSlots) {
+        ev.arg("wrappedClassId", wrappedClassId);
+        ev.arg("implementedIID", implementedIID);
+        ev.arg("pVTable", pVTable);
+        ev.arg("cSlots", cSlots);
+    }
+    static void COMClassicVTableDestroyedArgs(CallbackEvent& ev, ClassID wrappedClassId, REFGUID implementedIID, void* pVTable) {
+        ev.arg("wrappedClassId", wrappedClassId);
+        ev.arg("implementedIID", implementedIID);
+        ev.arg("pVTable", pVTable);
+    }
+    static void ThreadNameChangedArgs(CallbackEvent& ev, ThreadID threadId, ULONG cchName, WCHAR* name) {
+        ev.arg("threadId", threadId);
+        ev.arg("cchName", cchName);
+        ev.arg("name", name);
+    }
+    static void GarbageCollectionStartedArgs(CallbackEvent& ev, int cGenerations, BOOL* generationCollected, COR_PRF_GC_REASON reason) {
+        ev.arg("cGenerations", cGenerations);
+        ev.arg("generationCollected", generationCollected);
+        ev.arg("reason", reason);
+    }
+    static void SurvivingReferencesArgs(CallbackEvent& ev, ULONG cSurvivingObjectIDRanges, ObjectID* objectIDRangeStart, ULONG* cObjectIDRangeLength) {
+        ev.arg("cSurvivingObjectIDRanges", cSurvivingObjectIDRanges);
+        ev.arg("objectIDRangeStart", objectIDRangeStart);
+        ev.arg("cObjectIDRangeLength", cObjectIDRangeLength);
+    }
+    static void FinalizeableObjectQueuedArgs(CallbackEvent& ev, DWORD finalizerFlags, ObjectID objectID) {
+        ev.arg("finalizerFlags", finalizerFlags);
+        ev.arg("objectID", objectID);
+    }
+    static void RootReferences2Args(CallbackEvent& ev, ULONG cRootRefs, ObjectID* rootRefIds, COR_PRF_GC_ROOT_KIND* rootKinds, COR_PRF_GC_ROOT_FLAGS* rootFlags, UINT_PTR* rootIds) {
+        ev.arg("cRootRefs", cRootRefs);
+        ev.arg("rootRefIds", rootRefIds);
+        ev.arg("rootKinds", rootKinds);
+        ev.arg("rootFlags", rootFlags);
+        ev.arg("rootIds", rootIds);
+    }
+    static void HandleCreatedArgs(CallbackEvent& ev, GCHandleID handleId, ObjectID initialObjectId) {
+        ev.arg("handleId", handleId);
+        ev.arg("initialObjectId", initialObjectId);
+    }
+    static void HandleDestroyedArgs(CallbackEvent& ev, GCHandleID handleId) {
+        ev.arg("handleId", handleId);
+    }
+    static void InitializeForAttachArgs(CallbackEvent& ev, IUnknown* pCorProfilerInfoUnk, void* pvClientData, UINT cbClientData) {
+        ev.arg("pCorProfilerInfoUnk", pCorProfilerInfoUnk);
+        ev.arg("pvClientData", pvClientData);
+        ev.arg("cbClientData", cbClientData);
+    }
+    static void ReJITCompilationStartedArgs(CallbackEvent& ev, FunctionID functionId, ReJITID rejitId, BOOL fIsSafeToBlock) {
+        ev.arg("functionId", functionId);
+        ev.arg("rejitId", rejitId);
+        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+    }
+    static void GetReJITParametersArgs(CallbackEvent& ev, ModuleID moduleId, mdMethodDef methodId, ICorProfilerFunctionControl* pFunctionControl) {
+        ev.arg("moduleId", moduleId);
+        ev.arg("methodId", methodId);
+        ev.arg("pFunctionControl", pFunctionControl);
+    }
+    static void ReJITCompilationFinishedArgs(CallbackEvent& ev, FunctionID functionId, ReJITID rejitId, HRESULT hrStatus, BOOL fIsSafeToBlock) {
+        ev.arg("functionId", functionId);
+        ev.arg("rejitId", rejitId);
+        ev.arg("hrStatus", hrStatus);
+        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+    }
+    static void ReJITErrorArgs(CallbackEvent& ev, ModuleID moduleId, mdMethodDef methodId, FunctionID functionId, HRESULT hrStatus) {
+        ev.arg("moduleId", moduleId);
+        ev.arg("methodId", methodId);
+        ev.arg("functionId", functionId);
+        ev.arg("hrStatus", hrStatus);
+    }
+    static void MovedReferences2Args(CallbackEvent& ev, ULONG cMovedObjectIDRanges, ObjectID* oldObjectIDRangeStart, ObjectID* newObjectIDRangeStart, SIZE_T* cObjectIDRangeLength) {
+        ev.arg("cMovedObjectIDRanges", cMovedObjectIDRanges);
+        ev.arg("oldObjectIDRangeStart", oldObjectIDRangeStart);
+        ev.arg("newObjectIDRangeStart", newObjectIDRangeStart);
+        ev.arg("cObjectIDRangeLength", cObjectIDRangeLength);
+    }
+    static void SurvivingReferences2Args(CallbackEvent& ev, ULONG cSurvivingObjectIDRanges, ObjectID* objectIDRangeStart, SIZE_T* cObjectIDRangeLength) {
+        ev.arg("cSurvivingObjectIDRanges", cSurvivingObjectIDRanges);
+        ev.arg("objectIDRangeStart", objectIDRangeStart);
+        ev.arg("cObjectIDRangeLength", cObjectIDRangeLength);
+    }
+    static void ConditionalWeakTableElementReferencesArgs(CallbackEvent& ev, ULONG cRootRefs, ObjectID* keyRefIds, ObjectID* valueRefIds, GCHandleID* rootIds) {
+        ev.arg("cRootRefs", cRootRefs);
+        ev.arg("keyRefIds", keyRefIds);
+        ev.arg("valueRefIds", valueRefIds);
+        ev.arg("rootIds", rootIds);
+    }
+    static void GetAssemblyReferencesArgs(CallbackEvent& ev, const WCHAR* wszAssemblyPath, ICorProfilerAssemblyReferenceProvider* pAsmRefProvider) {
+        ev.arg("wszAssemblyPath", wszAssemblyPath);
+        ev.arg("pAsmRefProvider", pAsmRefProvider);
+    }
+    static void ModuleInMemorySymbolsUpdatedArgs(CallbackEvent& ev, ModuleID moduleId) {
+        ev.arg("moduleId", moduleId);
+    }
+    static void DynamicMethodJITCompilationStartedArgs(CallbackEvent& ev, FunctionID functionId, BOOL fIsSafeToBlock, LPCBYTE pILHeader, ULONG cbILHeader) {
+        ev.arg("functionId", functionId);
+        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+        ev.arg("pILHeader", pILHeader);
+        ev.arg("cbILHeader", cbILHeader);
+    }
+    static void DynamicMethodJITCompilationFinishedArgs(CallbackEvent& ev, FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) {
+        ev.arg("functionId", functionId);
+        ev.arg("hrStatus", hrStatus);
+        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+    }
+    static void DynamicMethodUnloadedArgs(CallbackEvent& ev, FunctionID functionId) {
+        ev.arg("functionId", functionId);
+    }
+    static void EventPipeEventDeliveredArgs(CallbackEvent& ev, EVENTPIPE_PROVIDER provider, DWORD eventId, DWORD eventVersion, ULONG cbMetadataBlob, LPCBYTE metadataBlob, ULONG cbEventData, LPCBYTE eventData, LPCGUID pActivityId, LPCGUID pRelatedActivityId, ThreadID eventThread, ULONG numStackFrames, UINT_PTR* stackFrames) {
+        ev.arg("provider", provider);
+        ev.arg("eventId", eventId);
+        ev.arg("eventVersion", eventVersion);
+        ev.arg("cbMetadataBlob", cbMetadataBlob);
+        ev.arg("metadataBlob", metadataBlob);
+        ev.arg("cbEventData", cbEventData);
+        ev.arg("eventData", eventData);
+        ev.arg("pActivityId", pActivityId);
+        ev.arg("pRelatedActivityId", pRelatedActivityId);
+        ev.arg("eventThread", eventThread);
+        ev.arg("numStackFrames", numStackFrames);
+        ev.arg("stackFrames", stackFrames);
+    }
+    static void EventPipeProviderCreatedArgs(CallbackEvent& ev, EVENTPIPE_PROVIDER provider) {
+        ev.arg("provider", provider);
+    }
+    static void LoadAsNotificationOnlyArgs(CallbackEvent& ev, BOOL* pbNotificationOnly) {
+        ev.arg("pbNotificationOnly", pbNotificationOnly);
     }
 };
 

@@ -34,7 +34,7 @@ Json class_name_of(ObjectID obj) {
 HRESULT Probe::ExceptionThrown(ObjectID thrownObjectId) {
     CallbackEvent ev(static_cast<int>(Cb::ExceptionThrown));
     if (ev.recording()) {
-        ev.arg("thrownObjectId", thrownObjectId);
+        ExceptionThrownArgs(ev, thrownObjectId);
         ev.args().set("className", class_name_of(thrownObjectId));
     }
     return ev.finish();
@@ -43,10 +43,7 @@ HRESULT Probe::ExceptionThrown(ObjectID thrownObjectId) {
 // Besides the generic record: the capture side's JIT map keeps the FunctionIDs of ReadyToRun code.
 HRESULT Probe::JITCachedFunctionSearchFinished(FunctionID functionId, COR_PRF_JIT_CACHE result) {
     CallbackEvent ev(static_cast<int>(Cb::JITCachedFunctionSearchFinished));
-    if (ev.recording()) {
-        ev.arg("functionId", functionId);
-        ev.arg("result", result);
-    }
+    if (ev.recording()) JITCachedFunctionSearchFinishedArgs(ev, functionId, result);
     constexpr COR_PRF_JIT_CACHE kCachedFunctionFound = 0;  // COR_PRF_CACHED_FUNCTION_FOUND (corprof.idl)
     if (result == kCachedFunctionFound) capture_note_cached_function(functionId);
     return ev.finish();
@@ -55,11 +52,7 @@ HRESULT Probe::JITCachedFunctionSearchFinished(FunctionID functionId, COR_PRF_JI
 // Besides the generic record: the recovered seed's code map learns the method's code (docs/seeding.md).
 HRESULT Probe::JITCompilationFinished(FunctionID functionId, HRESULT hrStatus, BOOL fIsSafeToBlock) {
     CallbackEvent ev(static_cast<int>(Cb::JITCompilationFinished));
-    if (ev.recording()) {
-        ev.arg("functionId", functionId);
-        ev.arg("hrStatus", hrStatus);
-        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
-    }
+    if (ev.recording()) JITCompilationFinishedArgs(ev, functionId, hrStatus, fIsSafeToBlock);
     if (hrStatus >= 0) capture_note_jitted_function(functionId);
     return ev.finish();
 }

@@ -299,11 +299,7 @@ const ExperimentEntry kRows[] = {
 
 HRESULT Probe::GetReJITParameters(ModuleID moduleId, mdMethodDef methodId, ICorProfilerFunctionControl* control) {
     CallbackEvent ev(static_cast<int>(Cb::GetReJITParameters));
-    if (ev.recording()) {
-        ev.arg("moduleId", moduleId);
-        ev.arg("methodId", methodId);
-        ev.arg("pFunctionControl", control);
-    }
+    if (ev.recording()) GetReJITParametersArgs(ev, moduleId, methodId, control);
     const CurrentParameters before = t_parameters;
     t_parameters = CurrentParameters{control, moduleId, methodId};
     const HRESULT hr = ev.finish();  // the experiments planned here run inside
@@ -314,9 +310,7 @@ HRESULT Probe::GetReJITParameters(ModuleID moduleId, mdMethodDef methodId, ICorP
 HRESULT Probe::ReJITCompilationStarted(FunctionID functionId, ReJITID rejitId, BOOL fIsSafeToBlock) {
     CallbackEvent ev(static_cast<int>(Cb::ReJITCompilationStarted));
     if (ev.recording()) {
-        ev.arg("functionId", functionId);
-        ev.arg("rejitId", rejitId);
-        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+        ReJITCompilationStartedArgs(ev, functionId, rejitId, fIsSafeToBlock);
         add_method(ev, functionId);
     }
     return ev.finish();
@@ -326,10 +320,7 @@ HRESULT Probe::ReJITCompilationFinished(FunctionID functionId, ReJITID rejitId, 
                                         BOOL fIsSafeToBlock) {
     CallbackEvent ev(static_cast<int>(Cb::ReJITCompilationFinished));
     if (ev.recording()) {
-        ev.arg("functionId", functionId);
-        ev.arg("rejitId", rejitId);
-        ev.arg("hrStatus", hrStatus);
-        ev.arg("fIsSafeToBlock", fIsSafeToBlock);
+        ReJITCompilationFinishedArgs(ev, functionId, rejitId, hrStatus, fIsSafeToBlock);
         add_method(ev, functionId);
     }
     return ev.finish();
@@ -338,9 +329,7 @@ HRESULT Probe::ReJITCompilationFinished(FunctionID functionId, ReJITID rejitId, 
 HRESULT Probe::JITInlining(FunctionID callerId, FunctionID calleeId, BOOL* pfShouldInline) {
     CallbackEvent ev(static_cast<int>(Cb::JITInlining));
     if (ev.recording()) {
-        ev.arg("callerId", callerId);
-        ev.arg("calleeId", calleeId);
-        ev.arg("pfShouldInline", pfShouldInline);
+        JITInliningArgs(ev, callerId, calleeId, pfShouldInline);
         add_method(ev, callerId, "caller");
         add_method(ev, calleeId, "callee");
     }

@@ -111,7 +111,7 @@ HRESULT Probe::Initialize(IUnknown* unk) {
     }
     CallbackEvent ev(static_cast<int>(Cb::Initialize));
     if (ev.recording()) {
-        ev.arg("pICorProfilerInfoUnk", unk);
+        InitializeArgs(ev, unk);
         ev.args().set("info_level", Json(static_cast<std::int64_t>(s.info_level)));
     }
     return ev.finish();

@@ -38,12 +38,6 @@ namespace ProfHarness.Scenarios
 
     public static unsafe class BuffersBasic
     {
-        static long Address(object o)
-        {
-            TypedReference tr = __makeref(o);
-            return (long)**(IntPtr**)&tr;
-        }
-
         static string Field(string name, long offset)
         {
             int token = typeof(Trio<int, long, double>).GetField(name).MetadataToken;
@@ -60,7 +54,7 @@ namespace ProfHarness.Scenarios
             fixed (long* second = &t.Second)
             fixed (double* third = &t.Third)
             {
-                long start = Address(t);
+                long start = Heap.Address(t);
                 array.Raw(Field("First", (long)first - start))
                     .Raw(Field("Second", (long)second - start))
                     .Raw(Field("Third", (long)third - start));

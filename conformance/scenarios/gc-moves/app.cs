@@ -8,50 +8,16 @@
 // the captures), "gc-moves.done" (collection counts around the GC, tags intact). Exit 0 when intact.
 using System;
 using System.Runtime.CompilerServices;
-using System.Runtime.InteropServices;
 
 namespace ProfHarness.Scenarios
 {
-    public sealed class Tagged
-    {
-        public long Tag;
-        public long Twin;
-    }
-
-    public static unsafe class GcMoves
+    public static class GcMoves
     {
         const int Live = 2000;
         const int DeadEvery = 3;
         const int Dead = Live / DeadEvery;
 
-        [DllImport("profharness_probe", CharSet = CharSet.Unicode)]
-        static extern int profharness_mark_ids(string name, long[] ids, int count);
-
         static object sink;
-
-        static long Address(object o)
-        {
-            TypedReference tr = __makeref(o);
-            return (long)**(IntPtr**)&tr;
-        }
-
-        static int MarkIds(string name, long[] ids, int count)
-        {
-            if (!Probe.Present)
-                return Probe.NotLoaded;
-            try
-            {
-                return profharness_mark_ids(name, ids, count);
-            }
-            catch (DllNotFoundException)
-            {
-                return Probe.NotLoaded;
-            }
-            catch (EntryPointNotFoundException)
-            {
-                return Probe.NotLoaded;
-            }
-        }
 
         // Separate, not inlined: no temporary of Main's frame keeps a Dead object reachable.
         [MethodImpl(MethodImplOptions.NoInlining)]
@@ -60,10 +26,10 @@ namespace ProfHarness.Scenarios
             int k = 0;
             for (int i = 0; i < Live; i++)
             {
-                live[i] = NewTagged(i + 1);
+                live[i] = Tagged.Create(i + 1);
                 if (i % DeadEvery == DeadEvery - 1 && k < Dead)
                 {
-                    dead[k] = NewTagged(-(k + 1));
+                    dead[k] = Tagged.Create(-(k + 1));
                     k++;
                 }
                 sink = new byte[8 + i % 40];
@@ -72,20 +38,11 @@ namespace ProfHarness.Scenarios
         }
 
         [MethodImpl(MethodImplOptions.NoInlining)]
-        static Tagged NewTagged(long tag)
-        {
-            var t = new Tagged();
-            t.Tag = tag;
-            t.Twin = ~tag;
-            return t;
-        }
-
-        [MethodImpl(MethodImplOptions.NoInlining)]
         static void CaptureAndDrop(Tagged[] dead, long[] into, int at)
         {
             for (int j = 0; j < dead.Length; j++)
             {
-                into[at + j] = Address(dead[j]);
+                into[at + j] = Heap.Address(dead[j]);
                 dead[j] = null;
             }
         }
@@ -100,25 +57,22 @@ namespace ProfHarness.Scenarios
 
             var before = new long[Live + Dead];
             var after = new long[Live];
-            Probe.Mark("expect.objects", new JsonObject()
-                .Add("live", Live).Add("dead", Dead).Add("class", "ProfHarness.Scenarios.Tagged")
-                .Add("tag_rule", "ids.before[i < live]: Tag = i + 1; ids.before[live + k]: Tag = -(k + 1); Twin = ~Tag")
-                .ToString());
+            Probe.Mark("expect.objects", Tagged.Expected(Live, Dead));
 
             int g0 = GC.CollectionCount(0), g2 = GC.CollectionCount(2);
             for (int i = 0; i < Live; i++)
-                before[i] = Address(live[i]);
+                before[i] = Heap.Address(live[i]);
             CaptureAndDrop(dead, before, Live);
             dead = null;  // the Dead objects are garbage from here on (their addresses stay in before[])
-            MarkIds("ids.before", before, Live + Dead);
+            Probe.MarkIds("ids.before", before, Live + Dead);
             int g0Captured = GC.CollectionCount(0);
 
             GC.Collect(2, GCCollectionMode.Forced, true, true);
 
             int g0Collected = GC.CollectionCount(0), g2Collected = GC.CollectionCount(2);
             for (int i = 0; i < Live; i++)
-                after[i] = Address(live[i]);
-            MarkIds("ids.after", after, Live);
+                after[i] = Heap.Address(live[i]);
+            Probe.MarkIds("ids.after", after, Live);
             int g0After = GC.CollectionCount(0);
 
             bool intact = true;

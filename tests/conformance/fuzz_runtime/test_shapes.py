@@ -91,9 +91,8 @@ def test_a_heap_program_follows_the_gc_moves_tag_rule() -> None:
     text = render(HeapProgram(live=10, dead_every=3, pinned_every=2, holder="list")).app_cs
     for mark in ("expect.objects", "ids.before", "ids.after"):
         assert f'"{mark}"' in text
-    assert (
-        "NewTagged(i + 1)" in text and "NewTagged(-(deadMade + 1))" in text and "GCHandleType.Pinned" in text
-    )
+    assert "Tagged.Create(i + 1)" in text and "Tagged.Create(-(deadMade + 1))" in text
+    assert "GCHandleType.Pinned" in text
 
 
 def test_shape_free_lines_forget_frame_positions_and_function_labels() -> None:
