@@ -50,8 +50,8 @@ from emu.machine import UnicornMachine
 from emu.memory import CaptureMemory
 
 __all__ = [
-    "CodeMap", "RawFrame", "RawUnwind", "StopKind", "Trust", "UnwindResult", "UnwoundFrame", "unwind",
-    "walk_frames",
+    "OSR_TIER", "CodeMap", "RawFrame", "RawUnwind", "StopKind", "Trust", "UnwindResult", "UnwoundFrame",
+    "is_osr_entry", "unwind", "walk_frames",
 ]  # fmt: skip
 
 MAX_FRAMES = 1024
@@ -61,6 +61,10 @@ _PE_SUFFIXES = (".dll", ".exe")
 #: ``mov rbp,rsp``: it runs on top of its Tier0 frame, whose RBP it inherits, and copies the Tier0
 #: frame's saved RBP (the caller's) into its own frame
 _OSR_PROLOGUE = bytes.fromhex("488b450050")
+#: the JIT map's label (:attr:`emu.capture.CodeRange.tier`) of an OSR method's code range: the capture's own
+#: record that the range is an OSR version, which the code bytes a sample holds may not show (a code page
+#: the probe read before the JIT wrote the OSR method into it holds stale bytes there)
+OSR_TIER = "osr"
 _OSR_FP_SET = 8  # offset of the first instruction after ``mov rbp,rsp``
 #: how far above an OSR frame its Tier0 frame's saved-RBP slot is searched for
 _OSR_SEARCH_BYTES = 4096
@@ -280,7 +284,8 @@ class CodeMap:
     #: managed method start -> its decoded prologue (None: none read there; _NOT_CAPTURED: no bytes);
     #: derived from the capture's bytes only, so kept across unwinds of one capture
     prologues: dict[int, object] = field(default_factory=dict)
-    #: managed method start -> whether it begins with the OSR prologue
+    #: managed method start -> whether it begins with the OSR prologue (filled first from the JIT map's
+    #: ranges labelled :data:`OSR_TIER`, then from the capture's bytes as the walk asks)
     osr: dict[int, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -292,6 +297,11 @@ class CodeMap:
         self._jit_starts = [s for s, _, _ in spans]
         self._jit = spans
         self.names = {m.function_id: m.name for m in man.jit.methods if m.name}
+        # OSR code versions by the JIT map's own label (issue 24): one frame with the Tier0 frame below them
+        for m in man.jit.methods:
+            for r in m.ranges:
+                if r.tier == OSR_TIER:
+                    self.osr[r.start] = True
         # ReadyToRun code: the ranges the JIT map lists, and, when it lists none for an image, the
         # executable mappings of PE images (a ``.dll``/``.exe`` the runtime mapped itself: no build-id,
         # no .eh_frame; the 3.1 capture records no ReadyToRun ranges at all)
@@ -829,6 +839,14 @@ class _Walker:
 
 
 _MASK64 = 2**64 - 1
+
+
+def is_osr_entry(head: bytes) -> bool:
+    """Whether a code range's first bytes are an x64 OSR method's entry: it reads the saved RBP of the Tier0
+    frame it runs on (the OSR method is never called: the patchpoint helper enters it with the Tier0
+    frame's RBP and SP, and its frame incorporates the Tier0 frame; dotnet/runtime
+    docs/design/features/OsrDetailsAndDebugging.md)."""
+    return head.startswith(_OSR_PROLOGUE)
 
 
 def _initial_registers(capture: Capture) -> dict[str, int]:
