@@ -65,7 +65,7 @@ _OSR_PROLOGUE = bytes.fromhex("488b450050")
 #: record that the range is an OSR version, which the code bytes a sample holds may not show (a code page
 #: the probe read before the JIT wrote the OSR method into it holds stale bytes there)
 OSR_TIER = "osr"
-_OSR_FP_SET = 8  # offset of the first instruction after ``mov rbp,rsp``
+_OSR_FP_SET = 8  # offset of the first instruction after ``mov rbp,rsp`` (when the bytes do not say)
 #: how far above an OSR frame its Tier0 frame's saved-RBP slot is searched for
 _OSR_SEARCH_BYTES = 4096
 
@@ -287,6 +287,8 @@ class CodeMap:
     #: managed method start -> whether it begins with the OSR prologue (filled first from the JIT map's
     #: ranges labelled :data:`OSR_TIER`, then from the capture's bytes as the walk asks)
     osr: dict[int, bool] = field(default_factory=dict)
+    #: OSR method start -> the offset of the first instruction after the one that sets its RBP
+    osr_fp_set: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         man = self.capture.manifest
@@ -736,7 +738,7 @@ class _Walker:
         Before ``mov rbp,rsp`` RBP is still the Tier0 frame's. After it, RBP is the OSR frame's, whose
         saved-RBP slot holds a copy of the Tier0 frame's saved RBP: the Tier0 frame's RBP is the first
         slot above the OSR frame's return slot that holds the same value under a return address."""
-        if exact and regs["rip"] < start + _OSR_FP_SET:
+        if exact and regs["rip"] < start + self._osr_fp_set(start):
             return rbp
         saved = self.memory.read_u64(rbp)
         for slot in range(rbp + 16, rbp + 16 + _OSR_SEARCH_BYTES, 8):
@@ -752,6 +754,25 @@ class _Walker:
             StopKind.FRAME_POINTER,
             f"OSR frame at {regs['rip']:#x}: no Tier0 frame found above RBP {rbp:#x}",
         )
+
+    def _osr_fp_set(self, start: int) -> int:
+        """Where an OSR method's RBP is its own: the offset after its prologue's first instruction that
+        writes RBP (``mov rbp,rsp``; on .NET 8 ``lea rbp,[rsp+n]`` after ``sub rsp,n``), read from the
+        capture's bytes; :data:`_OSR_FP_SET` when they do not show one (not captured, or stale)."""
+        got = self.code.osr_fp_set.get(start)
+        if got is None:
+            got = _OSR_FP_SET
+            try:
+                code = self.memory.read(start, 32)
+            except MemoryFault:
+                code = b""
+            if is_osr_entry(code):
+                for insn in _disassembler().disasm(code, start):
+                    if _X86_REG_RBP in insn.regs_access()[1]:
+                        got = insn.address + insn.size - start
+                        break
+            self.code.osr_fp_set[start] = got
+        return got
 
     def _byte(self, address: int) -> int | None:
         try:

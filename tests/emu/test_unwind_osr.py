@@ -105,3 +105,25 @@ def test_tier0_frame_calling_another_version_of_the_same_method_stays_two_frames
     result = unwind(read_capture(path), max_frames=3)
     assert [f.function_id for f in result.frames] == [FID + 1, FID + 1, FID]
     assert [f.ip for f in result.frames] == [TIER1_AT + 0x8, TIER0_AT + 0x13, CALLER_RET]
+
+
+def test_net8_osr_prologue_before_its_rbp_is_set_unwinds_from_the_tier0_rbp(tmp_path: Path) -> None:
+    # interrupted in the OSR prologue after ``sub rsp,0x70`` and before ``lea rbp,[rsp+0x70]`` (offset 9):
+    # RBP is still the Tier0 frame's, and the OSR method's own locals sit below the pushed copy
+    caller_rbp = TOP + 0x200
+    words = [0] * 14 + [caller_rbp, TIER0_AT + 0x13, 0x55, 0x66, caller_rbp, CALLER_RET]
+    code = bytearray(0x600)
+    code[0x3E:0x43] = b"\xe8\x00\x00\x00\x00"
+    code[0x200 : 0x200 + len(OSR_CODE)] = OSR_CODE
+    code[0x300 : 0x300 + len(PLAIN_CODE)] = PLAIN_CODE
+    code[0x30E:0x313] = b"\xe8\x00\x00\x00\x00"
+    jit = _jit((CodeRange(start=OSR_AT, end=OSR_AT + 0x100, tier=OSR_TIER),
+                CodeRange(start=TIER0_AT, end=TIER0_AT + 0x100, tier="version0")))  # fmt: skip
+    path = write_synthetic(
+        tmp_path / "osr-prologue.phcap", code=bytes(code), stack_words=words, rsp=TOP - 0x70, rip=OSR_AT + 9,
+        regs={"rbp": TOP + 0x20}, jit=jit, place="managed",
+    )  # fmt: skip
+    result = unwind(read_capture(path), max_frames=2)
+    assert [f.function_id for f in result.frames] == [FID + 1, FID]
+    assert (result.frames[1].ip, result.frames[1].sp) == (CALLER_RET, TOP + 0x30)
+    assert result.frames[1].registers["rbp"] == caller_rbp
