@@ -384,7 +384,9 @@ class CodeRange(BaseModel):
     model_config = _FROZEN
     start: U64
     end: U64
-    #: the code version ("tier0", "tier1", "osr", "rejit", "r2r", ...)
+    #: the code version: as the capture adapter writes it, "jit" (a method's only version), "version<i>" (the
+    #: i-th by address of several), "osr" (an OSR version: the replay unwinds it and the Tier0 frame it runs
+    #: on as one frame, emu.unwind.OSR_TIER), "r2r"; any other short name is accepted
     tier: Annotated[str, Field(min_length=1, max_length=32)] = "jit"
 
     @model_validator(mode="after")

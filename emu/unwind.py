@@ -50,8 +50,8 @@ from emu.machine import UnicornMachine
 from emu.memory import CaptureMemory
 
 __all__ = [
-    "CodeMap", "RawFrame", "RawUnwind", "StopKind", "Trust", "UnwindResult", "UnwoundFrame", "unwind",
-    "walk_frames",
+    "OSR_TIER", "CodeMap", "RawFrame", "RawUnwind", "StopKind", "Trust", "UnwindResult", "UnwoundFrame",
+    "is_osr_entry", "unwind", "walk_frames",
 ]  # fmt: skip
 
 MAX_FRAMES = 1024
@@ -61,7 +61,11 @@ _PE_SUFFIXES = (".dll", ".exe")
 #: ``mov rbp,rsp``: it runs on top of its Tier0 frame, whose RBP it inherits, and copies the Tier0
 #: frame's saved RBP (the caller's) into its own frame
 _OSR_PROLOGUE = bytes.fromhex("488b450050")
-_OSR_FP_SET = 8  # offset of the first instruction after ``mov rbp,rsp``
+#: the JIT map's label (:attr:`emu.capture.CodeRange.tier`) of an OSR method's code range: the capture's own
+#: record that the range is an OSR version, which the code bytes a sample holds may not show (a code page
+#: the probe read before the JIT wrote the OSR method into it holds stale bytes there)
+OSR_TIER = "osr"
+_OSR_FP_SET = 8  # offset of the first instruction after ``mov rbp,rsp`` (when the bytes do not say)
 #: how far above an OSR frame its Tier0 frame's saved-RBP slot is searched for
 _OSR_SEARCH_BYTES = 4096
 
@@ -280,8 +284,11 @@ class CodeMap:
     #: managed method start -> its decoded prologue (None: none read there; _NOT_CAPTURED: no bytes);
     #: derived from the capture's bytes only, so kept across unwinds of one capture
     prologues: dict[int, object] = field(default_factory=dict)
-    #: managed method start -> whether it begins with the OSR prologue
+    #: managed method start -> whether it begins with the OSR prologue (filled first from the JIT map's
+    #: ranges labelled :data:`OSR_TIER`, then from the capture's bytes as the walk asks)
     osr: dict[int, bool] = field(default_factory=dict)
+    #: OSR method start -> the offset of the first instruction after the one that sets its RBP
+    osr_fp_set: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         man = self.capture.manifest
@@ -292,6 +299,11 @@ class CodeMap:
         self._jit_starts = [s for s, _, _ in spans]
         self._jit = spans
         self.names = {m.function_id: m.name for m in man.jit.methods if m.name}
+        # OSR code versions by the JIT map's own label (issue 24): one frame with the Tier0 frame below them
+        for m in man.jit.methods:
+            for r in m.ranges:
+                if r.tier == OSR_TIER:
+                    self.osr[r.start] = True
         # ReadyToRun code: the ranges the JIT map lists, and, when it lists none for an image, the
         # executable mappings of PE images (a ``.dll``/``.exe`` the runtime mapped itself: no build-id,
         # no .eh_frame; the 3.1 capture records no ReadyToRun ranges at all)
@@ -726,7 +738,7 @@ class _Walker:
         Before ``mov rbp,rsp`` RBP is still the Tier0 frame's. After it, RBP is the OSR frame's, whose
         saved-RBP slot holds a copy of the Tier0 frame's saved RBP: the Tier0 frame's RBP is the first
         slot above the OSR frame's return slot that holds the same value under a return address."""
-        if exact and regs["rip"] < start + _OSR_FP_SET:
+        if exact and regs["rip"] < start + self._osr_fp_set(start):
             return rbp
         saved = self.memory.read_u64(rbp)
         for slot in range(rbp + 16, rbp + 16 + _OSR_SEARCH_BYTES, 8):
@@ -742,6 +754,25 @@ class _Walker:
             StopKind.FRAME_POINTER,
             f"OSR frame at {regs['rip']:#x}: no Tier0 frame found above RBP {rbp:#x}",
         )
+
+    def _osr_fp_set(self, start: int) -> int:
+        """Where an OSR method's RBP is its own: the offset after its prologue's first instruction that
+        writes RBP (``mov rbp,rsp``; on .NET 8 ``lea rbp,[rsp+n]`` after ``sub rsp,n``), read from the
+        capture's bytes; :data:`_OSR_FP_SET` when they do not show one (not captured, or stale)."""
+        got = self.code.osr_fp_set.get(start)
+        if got is None:
+            got = _OSR_FP_SET
+            try:
+                code = self.memory.read(start, 32)
+            except MemoryFault:
+                code = b""
+            if is_osr_entry(code):
+                for insn in _disassembler().disasm(code, start):
+                    if _X86_REG_RBP in insn.regs_access()[1]:
+                        got = insn.address + insn.size - start
+                        break
+            self.code.osr_fp_set[start] = got
+        return got
 
     def _byte(self, address: int) -> int | None:
         try:
@@ -829,6 +860,14 @@ class _Walker:
 
 
 _MASK64 = 2**64 - 1
+
+
+def is_osr_entry(head: bytes) -> bool:
+    """Whether a code range's first bytes are an x64 OSR method's entry: it reads the saved RBP of the Tier0
+    frame it runs on (the OSR method is never called: the patchpoint helper enters it with the Tier0
+    frame's RBP and SP, and its frame incorporates the Tier0 frame; dotnet/runtime
+    docs/design/features/OsrDetailsAndDebugging.md)."""
+    return head.startswith(_OSR_PROLOGUE)
 
 
 def _initial_registers(capture: Capture) -> dict[str, int]:

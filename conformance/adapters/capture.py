@@ -64,6 +64,7 @@ from emu.capture import (
 )
 from emu.errors import EmuError
 from emu.procfs import parse_maps
+from emu.unwind import OSR_TIER, is_osr_entry
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -319,6 +320,7 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
         raise HarnessError(_where(trace, f"{record.label}: out.methods is not a list"))
     by_fid: dict[int, tuple[str | None, list[tuple[int, int]]]] = {}
     precompiled: set[int] = set()
+    osr: set[int] = set()  # the starts of ranges whose recorded first bytes are an OSR method's entry
     heads: dict[int, tuple[int, bytes]] = {}
     for i, m in enumerate(methods_raw):
         m = _obj(trace, record, f"out.methods[{i}]", m)
@@ -340,6 +342,8 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
                     head = _bytes(trace, record, f"out.methods[{i}].versions[{j}].ranges[{k}].prologue",
                                   r["prologue"])  # fmt: skip
                     heads[start] = (start + size, head[:size])
+                    if is_osr_entry(head[:size]):
+                        osr.add(start)
                 if size > 0 and (start, size) not in slot[1]:
                     slot[1].append((start, size))
     methods: list[JitMethod] = []
@@ -348,9 +352,12 @@ def _jit_map(trace: Trace) -> tuple[JitMap, dict[str, int], _Prologues]:
         if not spans:
             continue
         tiered = len(spans) > 1
+        # an OSR version (a method with another version, entered by the OSR prologue) is labelled so in the
+        # capture (issue 24): the replay unwinds it and the Tier0 frame below it as one frame
         ranges = tuple(
             CodeRange(start=s, end=s + n,
-                      tier="r2r" if fid in precompiled else f"version{i}" if tiered else "jit")
+                      tier="r2r" if fid in precompiled else OSR_TIER if tiered and s in osr
+                      else f"version{i}" if tiered else "jit")
             for i, (s, n) in enumerate(sorted(spans))
         )  # fmt: skip
         methods.append(JitMethod(function_id=fid, name=name[:1024] if name else None, ranges=ranges))
