@@ -16,13 +16,14 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Literal, NamedTuple, TypedDict, Unpack
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from clr_model.context import AMD64_CONTEXT, X86_CONTEXT, Arch, ContextLayout
 from clr_model.errors import InvalidInput
 from clr_model.flags import CorPrfSnapshotInfo
 from clr_model.hresults import HResult, format_hresult, hresult_failed
 from clr_model.violations import Violation as Violation
+from clr_model.words import FROZEN, U32, U64
 
 __all__ = [
     "COR_PRF_SNAPSHOT_DEFAULT",
@@ -55,8 +56,6 @@ __all__ = [
     "snapshot",
 ]
 
-U32 = Annotated[int, Field(ge=0, lt=2**32)]
-U64 = Annotated[int, Field(ge=0, lt=2**64)]
 
 #: COR_PRF_SNAPSHOT_INFO (corprof.idl)
 COR_PRF_SNAPSHOT_DEFAULT = int(CorPrfSnapshotInfo.COR_PRF_SNAPSHOT_DEFAULT)
@@ -78,13 +77,12 @@ class SeedNotOnStack(InvalidInput):
     """DSS-08: a seed in managed code that matches no managed frame of the thread."""
 
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class ManagedFrame(BaseModel):
     """A frame of JIT-compiled (or NGEN / ReadyToRun) code of one managed function."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["managed"] = "managed"
     function_id: Annotated[int, Field(gt=0, lt=2**64)]
     ip: U64
@@ -96,7 +94,7 @@ class ManagedFrame(BaseModel):
 class UnmanagedFrame(BaseModel):
     """A frame of unmanaged code: plain native code, a P/Invoke (or COM) target, or CLR helper code."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["native", "pinvoke", "helper"]
     ip: U64
     sp: U64
@@ -108,7 +106,7 @@ Frame = Annotated[ManagedFrame | UnmanagedFrame, Field(discriminator="kind")]
 class ThreadModel(BaseModel):
     """The target thread's stack, leaf (last pushed, top) first."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     frames: tuple[Frame, ...] = ()
 
     @property
@@ -148,7 +146,7 @@ class Os(StrEnum):
 
 
 class Platform(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     os: Os = Os.WINDOWS
     arch: Arch = Arch.AMD64
     #: the runtime's sizeof(CONTEXT); None = the layout's declared size (1232 AMD64, 716 x86)
@@ -172,7 +170,7 @@ class Platform(BaseModel):
 class Seed(BaseModel):
     """The registers of a seed CONTEXT that matter to the walk."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     ip: U64
     sp: U64
     #: whether ``ip`` points into JIT-compiled or NGEN code (DSS-21)
@@ -187,7 +185,7 @@ class Seed(BaseModel):
 class CallbackBehaviour(BaseModel):
     """What the profiler's StackSnapshotCallback returns at delivery index k (S_OK after the list)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     returns: tuple[U32, ...] = ()
 
     def at(self, index: int) -> int:
@@ -195,7 +193,7 @@ class CallbackBehaviour(BaseModel):
 
 
 class SnapshotInput(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     thread: ThreadModel
     state: ThreadState = ThreadState.CURRENT_IN_CALLBACK
     info_flags: U32 = COR_PRF_SNAPSHOT_DEFAULT
@@ -210,7 +208,7 @@ class SnapshotInput(BaseModel):
 class FrameContext(BaseModel):
     """The registers of a per-frame CONTEXT the model predicts (and the probe records)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     ip: U64
     sp: U64
 
@@ -218,7 +216,7 @@ class FrameContext(BaseModel):
 class ObservedCallback(BaseModel):
     """One StackSnapshotCallback invocation as seen (by the probe) or predicted (by the model)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     func_id: U64
     ip: U64
     client_data: U64
@@ -238,7 +236,7 @@ class Callback(ObservedCallback):
 class WalkOutcome(BaseModel):
     """One outcome of a walk: the HRESULT and the callbacks, with the clauses that justify them."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     hresult: U32
     callbacks: tuple[Callback, ...]
     #: clause ids that justify the HRESULT, the most specific first
@@ -257,7 +255,7 @@ class CompareOptions(TypedDict, total=False):
 class Snapshot(BaseModel):
     """The model's answer: the exact outcome and every outcome the document also allows."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     input: SnapshotInput
     synchronous: bool
     #: alternatives[0] is the exact conforming outcome

@@ -52,7 +52,6 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -62,6 +61,7 @@ from pydantic import (
 
 from clr_model.abi import ISA, Arch
 from clr_model.context import X86_CONTEXT, ContextError, ContextLayout, runtime_context_layout
+from clr_model.words import FROZEN, U16, U32, U64
 from emu.errors import CaptureFormatError
 
 __all__ = [
@@ -115,10 +115,7 @@ X86_ADDRESS_END = 2**32
 #: how much stack a capture holds above SP at most (perf's maximum is 65528; its default 8 KiB is too little)
 STACK_CAPTURE_BYTES = 64 << 10
 
-U32 = Annotated[int, Field(ge=0, lt=2**32)]
-U64 = Annotated[int, Field(ge=0, lt=2**64)]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@/+-]{1,128}$")]
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class CaptureArch(StrEnum):
@@ -130,7 +127,7 @@ class CaptureArch(StrEnum):
 class _Registers(BaseModel):
     """The registers of a capture: by name, and its stack and instruction pointers (named by the ISA)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     arch: Arch
     #: the fields that are no integer register (besides ``arch``)
     not_general: ClassVar[frozenset[str]] = frozenset()
@@ -196,12 +193,12 @@ class X86Registers(_Registers):
     edi: U32 = 0
     eip: U32
     efl: U32 = 0
-    cs: Annotated[int, Field(ge=0, lt=2**16)] = 0
-    ss: Annotated[int, Field(ge=0, lt=2**16)] = 0
-    ds: Annotated[int, Field(ge=0, lt=2**16)] = 0
-    es: Annotated[int, Field(ge=0, lt=2**16)] = 0
-    fs: Annotated[int, Field(ge=0, lt=2**16)] = 0
-    gs: Annotated[int, Field(ge=0, lt=2**16)] = 0
+    cs: U16 = 0
+    ss: U16 = 0
+    ds: U16 = 0
+    es: U16 = 0
+    fs: U16 = 0
+    gs: U16 = 0
     gs_base: U32 = 0
 
 
@@ -231,7 +228,7 @@ def context_layout_for(arch: CaptureArch, runtime: str) -> ContextLayout | None:
 class SegmentEntry(BaseModel):
     """Where one segment's bytes are in the file and what they are."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     name: Name
     kind: Literal["memory", "blob"]
     role: Literal["stack", "code", "data", "context", "eh_frame", "eh_frame_hdr", "other"]
@@ -264,7 +261,7 @@ class SegmentEntry(BaseModel):
 class RuntimeContext(BaseModel):
     """The runtime's Win32 CONTEXT at the instant (layout and size from :mod:`clr_model.context`)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     #: the runtime version the CONTEXT belongs to, e.g. "8.0.4"
     runtime: Annotated[str, Field(min_length=1, max_length=64)]
     size: Annotated[int, Field(gt=0, lt=2**16)]
@@ -275,7 +272,7 @@ class RuntimeContext(BaseModel):
 class StackInfo(BaseModel):
     """The captured stack: [sp, captured_end); ``truncated`` is stated, never guessed."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     sp: U64
     captured_end: U64
     #: the end (highest address) of the thread's stack; None when the capturer did not know it
@@ -354,7 +351,7 @@ def is_runtime_module(path: str) -> bool:
 class ModuleEntry(BaseModel):
     """One mapping of /proc/PID/maps, with the build-id of its file when it has one."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     start: U64
     end: U64
     offset: U64 = 0
@@ -381,7 +378,7 @@ class ModuleEntry(BaseModel):
 
 
 class CodeRange(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     start: U64
     end: U64
     #: the code version: as the capture adapter writes it, "jit" (a method's only version), "version<i>" (the
@@ -399,14 +396,14 @@ class CodeRange(BaseModel):
 class JitMethod(BaseModel):
     """One FunctionID and every code range it had up to the instant (no tier is ever dropped)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     function_id: Annotated[int, Field(gt=0, lt=2**64)]
     name: Annotated[str, Field(max_length=1024)] | None = None
     ranges: Annotated[tuple[CodeRange, ...], Field(min_length=1)]
 
 
 class ReadyToRunModule(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     path: FilePath
     start: U64
     end: U64
@@ -415,7 +412,7 @@ class ReadyToRunModule(BaseModel):
 class JitMap(BaseModel):
     """FunctionID -> code ranges (every tier) and the ReadyToRun modules' ranges, as at the instant."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     methods: tuple[JitMethod, ...] = ()
     ready_to_run: tuple[ReadyToRunModule, ...] = ()
 
@@ -431,7 +428,7 @@ class JitMap(BaseModel):
 class LiveFrame(BaseModel):
     """One StackSnapshotCallback of the live walk."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     function_id: U64
     ip: U64
     sp: U64 | None = None
@@ -440,7 +437,7 @@ class LiveFrame(BaseModel):
 class LiveWalk(BaseModel):
     """What the live runtime said at the instant: DoStackSnapshot seeded from the ucontext as it was."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     seed: Literal["naive", "none", "recovered"] = "naive"
     hresult: U32
     frames: tuple[LiveFrame, ...] = ()
@@ -449,7 +446,7 @@ class LiveWalk(BaseModel):
 class RecoveryStep(BaseModel):
     """One frame the probe's seed recovery visited (docs/seeding.md): its IP, SP and how it was found."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     ip: U64
     sp: U64
     rule: Literal["context", "cfi", "leaf", "scan", "frame_pointer"]
@@ -458,7 +455,7 @@ class RecoveryStep(BaseModel):
 class RecoveredSeed(BaseModel):
     """The seed the probe recovered at the instant: the first managed frame's registers."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     ip: U64
     sp: U64
     fp: U64 | None = None
@@ -470,7 +467,7 @@ class LiveRecovery(BaseModel):
     """The recovered-seed attempt of a sample (``capture --seed recovered``): whether a managed frame was
     found, the frames visited, the seed, and the live walk seeded with it (None when none ran)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     status: Literal["walked", "no-managed-frame", "park-timeout", "not-parked"]
     #: where the seed was recovered: in the signal handler (the code map knew every IP) or on the profiler
     #: thread while the sampled thread was parked (GetFunctionFromIP)
@@ -484,7 +481,7 @@ class LiveRecovery(BaseModel):
 class KnownFrame(BaseModel):
     """A managed frame the scenario knows is on the stack (leaf first in the list)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     function_id: Annotated[int, Field(gt=0, lt=2**64)] | None = None
     name: Annotated[str, Field(min_length=1, max_length=1024)]
 
@@ -499,7 +496,7 @@ class KnownCallees(BaseModel):
     calls there, and name prefixes of the code those call into (CoreLib). A replay recovers the known frames
     when every managed frame above them is one of these."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     phase: Annotated[str, Field(max_length=64)] | None = None
     names: Annotated[tuple[_CalleeName, ...], Field(max_length=256)] = ()
     prefixes: Annotated[tuple[_CalleePrefix, ...], Field(max_length=64)] = ()
@@ -513,7 +510,7 @@ class KnownCallees(BaseModel):
 class EmbeddedCfi(BaseModel):
     """A module's ``.eh_frame`` (and ``.eh_frame_hdr``) carried in the capture, so no file is needed."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     path: FilePath
     build_id: Annotated[str, Field(pattern=r"^[0-9a-f]{2,128}$")] | None = None
     #: runtime address = link-time address + load_bias
@@ -527,7 +524,7 @@ class EmbeddedCfi(BaseModel):
 class CaptureManifest(BaseModel):
     """The manifest of a capture file (see the module docstring for the file layout)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     format: Literal["profharness-capture"] = FORMAT_NAME
     version: Literal[1] = FORMAT_VERSION
     arch: CaptureArch = CaptureArch.X64

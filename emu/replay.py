@@ -26,11 +26,11 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 
 from clr_model.context import (
     AMD64_CONTEXT,
@@ -59,6 +59,7 @@ from clr_model.stacksnapshot import (
     UnmanagedFrame,
     snapshot,
 )
+from clr_model.words import FROZEN, U64
 from emu.capture import (
     Capture,
     CaptureArch,
@@ -102,12 +103,10 @@ __all__ = [
     "seed_context",
 ]
 
-U64 = Annotated[int, Field(ge=0, lt=2**64)]
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class ReplayFrame(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     index: int
     ip: U64
     sp: U64
@@ -128,7 +127,7 @@ class ReplayFrame(BaseModel):
 class ReplaySeed(BaseModel):
     """The seed CONTEXT the documented procedure builds (DSS-19): the first managed frame's registers."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     frame_index: int
     function_id: U64
     ip: U64
@@ -141,7 +140,7 @@ class ReplaySeed(BaseModel):
 
 
 class ReplayStop(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: StopKind
     detail: str
 
@@ -149,7 +148,7 @@ class ReplayStop(BaseModel):
 class ModelWalk(BaseModel):
     """What :mod:`clr_model.stacksnapshot` predicts for DoStackSnapshot seeded with :class:`ReplaySeed`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     hresult: str
     callbacks: tuple[Callback, ...]
     #: where the model's input is an approximation of the replayed thread
@@ -163,7 +162,7 @@ SEED_CLAUSES = ("DSS-06", "DSS-07", "DSS-08", "DSS-19", "DSS-21", "DSS-29")
 class RecoveredSeedCheck(BaseModel):
     """The probe's recovered-seed attempt of a capture (``capture --seed recovered``) against the replay."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     #: the probe's outcome (walked, no-managed-frame, park-timeout, not-parked)
     status: str
     #: the walk seeded with it: HRESULT name (None when none ran)
@@ -180,7 +179,7 @@ class RecoveredSeedCheck(BaseModel):
 
 
 class ReplayResult(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     capture: str
     place: str
     arch: str
@@ -994,7 +993,7 @@ def render_text(result: ReplayResult) -> str:
 
 
 class RecoveryRow(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     place: str
     samples: int
     #: samples whose replay recovers the known managed frames leaf first, and the share (0..1)

@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from clr_model.words import U64
 from conformance.core import interrupt
 from conformance.core.binary_trace import raw_records
 from conformance.core.errors import HarnessError
 from conformance.core.frames import MAGIC as FRAMES_MAGIC
 
-U64 = Annotated[int, Field(ge=0, lt=2**64)]
 R = TypeVar("R", bound=BaseModel)
 HR = Annotated[int, Field(ge=0, lt=2**32, description="HRESULT as unsigned 32-bit")]
 

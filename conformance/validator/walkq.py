@@ -25,9 +25,10 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from clr_model.hresults import HResult, hresult_failed
+from clr_model.words import FROZEN
 from conformance.adapters.capture import CAPTURE_SUFFIX, captures_from_trace
 from conformance.core.errors import HarnessError
 from conformance.core.trace import CallRecord, HeaderRecord, MarkRecord, Record, Trace, read_trace
@@ -73,13 +74,12 @@ MAPS_MARK = "proxy.walkq.maps"
 #: the folder beside the trace the captures are written to
 CAPTURES_DIR = "walkq"
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class ProfilerWalk(BaseModel):
     """One walk: what the profiler got against the truth."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     place: str
     hresult: int
     got: tuple[int, ...]
