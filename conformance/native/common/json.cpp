@@ -116,6 +116,7 @@ void Json::dump(std::string& out) const {
             out.push_back(']');
             break;
         case Kind::UInts:
+            out.reserve(out.size() + 2 + uint_count() * 21);  // 20 digits and a comma a number at most
             out.push_back('[');
             for (std::size_t i = 0, n = uint_count(); i < n; ++i) {
                 if (i) out.push_back(',');

@@ -2,6 +2,7 @@
 #include "profharness/shadow_heap.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 namespace profharness {
@@ -61,6 +62,32 @@ constexpr auto start_of = [](const Object& o) { return o.start; };
 std::vector<Object>::const_iterator first_above(const std::vector<Object>& objects, std::uint64_t id) {
     return std::upper_bound(objects.begin(), objects.end(), id,
                             [](std::uint64_t a, const Object& o) { return a < o.start; });
+}
+
+// Sorts `v` (stable, as std::stable_sort) by merging its rising runs pairwise, pass after pass, through
+// `buffer`: what the heap sorts comes as a few rising runs (the runtime's batches of blocks with a few
+// blocks of another region among them, each thread's bump allocations), which one or two merges order.
+template <typename T, typename Less>
+void sort_runs(std::vector<T>& v, std::vector<T>& buffer, Less less) {
+    const std::size_t n = v.size();
+    auto run_end = [&v, n, &less](std::size_t from) {
+        std::size_t k = from + 1;
+        while (k < n && !less(v[k], v[k - 1])) ++k;
+        return k;
+    };
+    if (n < 2 || run_end(0) == n) return;
+    buffer.resize(n);
+    do {
+        for (std::size_t a = 0; a < n;) {
+            const std::size_t b = run_end(a);
+            const std::size_t c = b < n ? run_end(b) : n;
+            std::merge(v.begin() + static_cast<std::ptrdiff_t>(a), v.begin() + static_cast<std::ptrdiff_t>(b),
+                       v.begin() + static_cast<std::ptrdiff_t>(b), v.begin() + static_cast<std::ptrdiff_t>(c),
+                       buffer.begin() + static_cast<std::ptrdiff_t>(a), less);
+            a = c;
+        }
+        v.swap(buffer);
+    } while (run_end(0) < n);
 }
 
 // Whether sorted objects overlap one another (an object's bytes reach the next one's start).
@@ -186,7 +213,7 @@ void ShadowHeap::settle() {
     if (!pending_rising_ && !std::is_sorted(pending_.begin(), pending_.end(), ByStart())) {
         // runs of rising starts (each thread's allocations): a merge sort (introsort fell to its heap sort)
         sorted_.assign(pending_.begin(), pending_.end());
-        std::stable_sort(sorted_.begin(), sorted_.end(), ByStart());
+        sort_runs(sorted_, run_buffer_, ByStart());
         add = &sorted_;
     }
     forget_left(*add);
@@ -238,6 +265,9 @@ void ShadowHeap::gc_started(std::uint64_t collected_mask, std::vector<Generation
         return a.generation < b.generation;
     });
     generations_ = std::move(generations);
+    all_collected_ = std::all_of(generations_.begin(), generations_.end(), [collected_mask](const GenerationRange& g) {
+        return g.generation >= 0 && g.generation < 64 && ((collected_mask >> g.generation) & 1u);
+    });
     moved_.clear();
     surviving_.clear();
     in_gc_ = true;
@@ -255,7 +285,7 @@ void ShadowHeap::surviving(std::size_t n, const std::uint64_t* starts, const std
 }
 
 bool ShadowHeap::collected_at(std::uint64_t address) const {
-    if (generations_.empty()) return true;
+    if (all_collected_) return true;  // every range's generation (or none named)
     // the last range whose start <= address (ties: the greatest (start, end, generation))
     auto it = std::upper_bound(generations_.begin(), generations_.end(), address,
                                [](std::uint64_t a, const GenerationRange& g) { return a < g.start; });
@@ -303,7 +333,7 @@ void ShadowHeap::drop_covered() {
     std::vector<Span>& ranges = ranges_;  // the moved blocks' new ranges, by start
     ranges.clear();
     for (const Move& m : moved_) ranges.push_back(Span{m.new_start, m.length});
-    if (!std::is_sorted(ranges.begin(), ranges.end())) std::sort(ranges.begin(), ranges.end());
+    sort_runs(ranges, span_buffer_, std::less<Span>());
     std::vector<std::uint64_t>& reach = reach_;  // the highest end of ranges[0..k]
     reach.resize(ranges.size());
     for (std::size_t k = 0; k < ranges.size(); ++k)
@@ -329,8 +359,8 @@ void ShadowHeap::drop_covered() {
 void ShadowHeap::gc_finished() {
     settle();
     // the runtime reports its blocks in address order: sorted already, mostly
-    if (!std::is_sorted(moved_.begin(), moved_.end())) std::sort(moved_.begin(), moved_.end());
-    if (!std::is_sorted(surviving_.begin(), surviving_.end())) std::sort(surviving_.begin(), surviving_.end());
+    sort_runs(moved_, move_buffer_, std::less<Move>());
+    sort_runs(surviving_, span_buffer_, std::less<Span>());
     ++gcs_;
     if (std::any_of(moved_.begin(), moved_.end(), [](const Move& m) { return m.new_start != m.old_start; })) {
         ++compacting_gcs_;
@@ -361,7 +391,7 @@ void ShadowHeap::gc_finished() {
     drop_covered();
     // then every moved object at its new start (a later one wins a tie, as the model's dict assignment): a
     // moved block's objects rise, so `placed` is runs of rising starts (a merge sort, stable for the ties)
-    if (!std::is_sorted(placed.begin(), placed.end(), ByStart())) std::stable_sort(placed.begin(), placed.end(), ByStart());
+    sort_runs(placed, run_buffer_, ByStart());
     {
         std::size_t u = 0;
         for (std::size_t k = 0; k < placed.size(); ++k) {

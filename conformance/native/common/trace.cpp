@@ -126,18 +126,22 @@ bool TraceWriter::open(const char* path, std::string& error) {
     return true;
 }
 
+void TraceWriter::line_head(std::int64_t seq, const char* kind, long os_tid, const Json& tid, std::string& out) {
+    out += "{\"seq\":";
+    out += std::to_string(seq);
+    out += ",\"kind\":";
+    json_escape(kind, out);
+    out += ",\"os_tid\":";
+    out += std::to_string(os_tid);
+    out += ",\"tid\":";
+    tid.dump(out);
+}
+
 std::string TraceWriter::line(std::int64_t seq, const char* kind, const std::string& tail, long os_tid,
                               const Json& tid) const {
     std::string head;
     head.reserve(tail.size() + 96);
-    head += "{\"seq\":";
-    head += std::to_string(seq);
-    head += ",\"kind\":";
-    json_escape(kind, head);
-    head += ",\"os_tid\":";
-    head += std::to_string(os_tid);
-    head += ",\"tid\":";
-    tid.dump(head);
+    line_head(seq, kind, os_tid, tid, head);
     finish_record_line(head, tail);
     return head;
 }
@@ -261,16 +265,24 @@ void TraceWriter::rollback(const Mark& m) {
     }
 }
 
-std::string TraceWriter::format(std::int64_t seq, const char* kind, const Json& fields, long os_tid,
-                                const Json& tid) {
+void TraceWriter::format_onto(std::int64_t seq, const char* kind, const Json& fields, long os_tid, const Json& tid,
+                              std::string& out) {
     if (binary_) {
-        std::string out;
         encode(seq, kind, fields, os_tid, tid, out);
-        return out;
+        return;
     }
-    std::string tail;
-    fields.dump(tail);
-    return line(seq, kind, tail, os_tid, tid);
+    // line()'s bytes, the fields dumped in place (a MovedReferences2 batch's record is tens of KB: no copy
+    // of it through a string of its own)
+    line_head(seq, kind, os_tid, tid, out);
+    const std::size_t at = out.size();
+    fields.dump(out);
+    if (out.size() - at > 2) {
+        out[at] = ',';  // the fields' "{" continues the head's object
+    } else {
+        out.resize(at);
+        out.push_back('}');
+    }
+    out.push_back('\n');
 }
 
 void finish_record_line(std::string& head, const std::string& tail) {
@@ -322,8 +334,10 @@ bool TraceWriter::emit(Pending& p, std::string& out) {
 bool TraceWriter::emit(std::int64_t seq, const char* kind, const Json& fields, long os_tid, const Json& tid,
                        std::string& out) {
     const Mark before = mark();
-    const std::string head = format(seq, kind, fields, os_tid, tid);
-    if (bytes_ + out.size() + head.size() > max_bytes_) {
+    const std::size_t from = out.size();
+    format_onto(seq, kind, fields, os_tid, tid, out);  // this record: out from `from` on
+    if (bytes_ + out.size() > max_bytes_) {
+        out.resize(from);
         rollback(before);  // its definitions are not written
         // The size cap: one notice in place of this record, then nothing more.
         const std::uint64_t at = bytes_ + out.size();
@@ -334,14 +348,14 @@ bool TraceWriter::emit(std::int64_t seq, const char* kind, const Json& fields, l
         notice.set("where", "trace");
         notice.set("cap", Json(max_bytes_));
         notice.set("bytes", Json(at));
-        out += format(seq, "probe_error", notice, os_tid, tid);
+        format_onto(seq, "probe_error", notice, os_tid, tid, out);
         capped_.store(true);
         return false;
     }
     if (seq == fault_record_) {
-        write_all(out.data(), out.size());
-        const char* q = head.data();
-        std::size_t left = head.size() / 2;  // die in the middle of this record (PROFHARNESS_FAULT)
+        write_all(out.data(), from);
+        const char* q = out.data() + from;
+        std::size_t left = (out.size() - from) / 2;  // die in the middle of this record (PROFHARNESS_FAULT)
         while (left > 0) {
             const ssize_t n = ::write(fd_, q, left);
             if (n <= 0) break;
@@ -352,7 +366,6 @@ bool TraceWriter::emit(std::int64_t seq, const char* kind, const Json& fields, l
         ::raise(fault_signal_);
         ::_exit(128 + fault_signal_);
     }
-    out += head;
     return true;
 }
 

@@ -9,8 +9,24 @@
 // thread's order, before the heap is read or a GC touches it (and when a log is full). Folding thread by
 // thread rather than in time order gives the same heap: between two GCs live objects never overlap, so
 // allocations on different threads never touch each other's objects.
+//
+// With PROFHARNESS_PROXY_HEAP_THREAD=1 a GC is applied off the GC's thread (issue 23: the runtime's threads
+// wait for GarbageCollectionFinished to return, so its work is the application's wall time):
+// GarbageCollectionFinished notes how far each allocation log has come (those allocations came before the
+// GC: every managed thread is suspended) and returns; the heap's own thread then folds each log up to that
+// point and applies the GC. Whoever takes the mutex first applies a GC still pending (a verdict, the next
+// GC, a full log), so every reader sees the heap as if the GC had been applied when it finished. The logs are
+// large enough (kLogSize) that a thread allocating between two GCs rarely waits for the mutex. By default
+// GarbageCollectionFinished applies it at once, on the GC's thread.
+#include <signal.h>
+
+#include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "generated.h"
@@ -29,12 +45,14 @@ std::atomic<std::int64_t> g_gcs{0}, g_bounds_failures{0};
 std::atomic<std::int64_t> g_verdicts[4];
 std::atomic<std::int64_t> g_in_gc_inspections{0};
 
-constexpr std::uint32_t kLogSize = 512;
+constexpr std::uint32_t kLogSize = 8192;
 
 // One thread's allocations not yet in the heap: entries [tail, head) of the ring (indexes grow without end,
 // the slot is the index mod kLogSize). The thread writes a slot, then publishes head; the holder of g_mu
 // reads up to head and publishes tail.
 struct AllocLog {
+    // user-provided: the ring is not zeroed (its pages are touched only as the thread allocates)
+    AllocLog() {}
     std::atomic<std::uint32_t> head{0};
     std::atomic<std::uint32_t> tail{0};
     // the thread's allocations and GetObjectSize2 failures (one writer, no locked add; heap_json sums them)
@@ -43,14 +61,63 @@ struct AllocLog {
     std::uint64_t sizes[kLogSize];
 };
 
-// g_mu held: every thread's log (PerThread) into the heap.
+// g_mu held: `log`'s allocations up to index `head` into the heap.
+void fold_log_locked(AllocLog& log, std::uint32_t head) {
+    std::uint32_t t = log.tail.load(std::memory_order_relaxed);
+    for (; t != head; ++t) g_heap->allocate(log.ids[t % kLogSize], log.sizes[t % kLogSize]);
+    log.tail.store(head, std::memory_order_release);
+}
+
+// A finished GC not applied yet (guarded by g_mu): how far each log had come when it finished.
+bool g_gc_pending = false;
+std::vector<std::pair<AllocLog*, std::uint32_t>> g_gc_heads;
+
+// g_mu held: the pending GC, if any, after the allocations that came before it.
+void apply_pending_locked() {
+    if (!g_gc_pending) return;
+    for (const auto& [log, head] : g_gc_heads) fold_log_locked(*log, head);
+    g_gc_heads.clear();
+    g_gc_pending = false;
+    g_heap->gc_finished();
+}
+
+// g_mu held: the pending GC, then every thread's log (PerThread) into the heap.
 void fold_locked() {
-    PerThread<AllocLog>::for_each([](AllocLog& log) {
-        std::uint32_t t = log.tail.load(std::memory_order_relaxed);
-        const std::uint32_t h = log.head.load(std::memory_order_acquire);
-        for (; t != h; ++t) g_heap->allocate(log.ids[t % kLogSize], log.sizes[t % kLogSize]);
-        log.tail.store(h, std::memory_order_release);
-    });
+    apply_pending_locked();
+    PerThread<AllocLog>::for_each([](AllocLog& log) { fold_log_locked(log, log.head.load(std::memory_order_acquire)); });
+}
+
+// The heap's own thread: applies each GC GarbageCollectionFinished leaves pending. Its mutex and condition
+// are never destroyed (a condition's destructor at exit would wait for the thread that waits on it).
+std::mutex& g_wake_mu = *new std::mutex();
+std::condition_variable& g_wake = *new std::condition_variable();
+bool g_wake_pending = false;  // guarded by g_wake_mu
+std::once_flag g_thread_started;
+
+// PROFHARNESS_PROXY_HEAP_THREAD=1: each GC applied by the heap's own thread; by default on the GC's thread,
+// inside GarbageCollectionFinished (bench/proxy.py measures both: no gain in wall time at load 2-4 on 2 cores).
+bool heap_thread_wanted() {
+    static const bool wanted = [] {
+        const char* v = std::getenv("PROFHARNESS_PROXY_HEAP_THREAD");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    return wanted;
+}
+
+void heap_thread() {
+    sigset_t all;  // signals are for the application's and the profiler's threads (as the trace writer's)
+    sigfillset(&all);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) sigdelset(&all, sig);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lock(g_wake_mu);
+            g_wake.wait(lock, [] { return g_wake_pending; });
+            g_wake_pending = false;
+        }
+        std::lock_guard<std::mutex> lock(g_mu);
+        apply_pending_locked();
+    }
 }
 
 }  // namespace
@@ -142,9 +209,24 @@ void heap_gc_finished() {
     g_in_gc.store(false, std::memory_order_release);
     if (!heap_enabled()) return;
     g_gcs.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(g_mu);
-    fold_locked();
-    g_heap->gc_finished();
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        apply_pending_locked();  // the previous one, when its thread has not come to it yet
+        PerThread<AllocLog>::for_each([](AllocLog& log) {
+            g_gc_heads.emplace_back(&log, log.head.load(std::memory_order_acquire));
+        });
+        g_gc_pending = true;
+        if (!heap_thread_wanted()) {
+            apply_pending_locked();
+            return;
+        }
+    }
+    std::call_once(g_thread_started, [] { std::thread(heap_thread).detach(); });
+    {
+        std::lock_guard<std::mutex> lock(g_wake_mu);
+        g_wake_pending = true;
+    }
+    g_wake.notify_one();
 }
 
 bool heap_in_gc() { return g_in_gc.load(std::memory_order_acquire); }

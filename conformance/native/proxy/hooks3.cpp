@@ -18,7 +18,7 @@
 #include "proxy.h"
 
 extern "C" {
-void* profharness_proxy_hook3_target[3] = {nullptr, nullptr, nullptr};
+__attribute__((used)) void* profharness_proxy_hook3_target[3] = {nullptr, nullptr, nullptr};
 }
 
 #if defined(__x86_64__)

@@ -227,13 +227,13 @@ void record_hooks(InfoScope& s, const std::string& suffix, const void* e, const 
 
 // Called by hooks3.cpp's trampolines, every volatile register saved: open and close the fast-path hook's
 // frame (the same lazy frame a wrapped FunctionEnter2 has).
-extern "C" void profharness_proxy_hook3_begin(int kind, std::uintptr_t id) {
+extern "C" __attribute__((used)) void profharness_proxy_hook3_begin(int kind, std::uintptr_t id) {
     using namespace profharness::proxy;
     Frame* f = open_hook(me(), kFirstFastHook + kind);
     store_arg(f, "functionIDOrClientID", static_cast<profharness::UINT_PTR>(id));
 }
 
-extern "C" void profharness_proxy_hook3_end() { profharness::proxy::close_hook(profharness::proxy::me()); }
+extern "C" __attribute__((used)) void profharness_proxy_hook3_end() { profharness::proxy::close_hook(profharness::proxy::me()); }
 
 namespace profharness::proxy {
 namespace {

@@ -156,16 +156,21 @@ class ShadowHeap {
     bool pending_rising_ = true;   // each starts at or above the previous one's end (sorted, disjoint)
     std::vector<Object> sorted_;   // the pending allocations sorted, when they came unsorted
     std::vector<Object> scratch_;  // a merge's output, swapped with objects_
+    // sort_runs's buffers (shadow_heap.cpp), kept like the working arrays below
+    std::vector<Object> run_buffer_;
     // gc_finished's working arrays, kept from GC to GC (fresh ones each time cost page faults)
     std::vector<Object> placed_;                                      // moved objects at their new starts
     std::vector<std::pair<std::uint64_t, std::uint64_t>> moved_away_;  // (old start, new start)
     std::vector<Span> ranges_;                                        // drop_covered's
     std::vector<std::uint64_t> reach_;
+    std::vector<Move> move_buffer_;
+    std::vector<Span> span_buffer_;
     std::vector<Left> left_;  // sorted by addr; entries with gc == 0 are forgotten
     std::vector<Left> left_next_;  // the next GC's, swapped with left_
     std::size_t left_live_ = 0;
     std::uint64_t collected_ = ~std::uint64_t{0};
     std::vector<GenerationRange> generations_;
+    bool all_collected_ = true;  // the GC collects the generation of every range in generations_
     std::vector<Move> moved_;
     std::vector<Span> surviving_;
     bool in_gc_ = false;

@@ -138,8 +138,11 @@ class TraceWriter {
     struct Mark { std::size_t strings, shapes, threads; std::int64_t last_seq; };
     Mark mark() const { return {strings_.order.size(), shapes_.order.size(), threads_.order.size(), last_seq_}; }
     void rollback(const Mark& m);
-    // The record's bytes in the file's format (JSON line or frames)
-    std::string format(std::int64_t seq, const char* kind, const Json& fields, long os_tid, const Json& tid);
+    // The record's bytes in the file's format (JSON line or frames), appended to out
+    void format_onto(std::int64_t seq, const char* kind, const Json& fields, long os_tid, const Json& tid,
+                     std::string& out);
+    // A JSON line's start: {"seq":..,"kind":..,"os_tid":..,"tid":.. (the fields and "}\n" follow)
+    static void line_head(std::int64_t seq, const char* kind, long os_tid, const Json& tid, std::string& out);
     // The JSON line of one record (newline included); tail is its fields as a JSON object.
     std::string line(std::int64_t seq, const char* kind, const std::string& tail, long os_tid, const Json& tid) const;
     // Writes all of [p, p + n); false on an error other than EINTR.
