@@ -3,7 +3,8 @@ of a naive signal sampler against the probe's own naive rates on the same worklo
 and a sampler that seeds by the method of docs/seeding.md.
 
 Run from the repository root:  python bench/walk_quality.py  [--runtime all|3.1|8.0] [--samples N]
-[--walks N] [--interval-us U] [--min-walks N] [--min-site N] [--cpu] [--captures DIR]
+[--walks N] [--interval-us U] [--min-walks N] [--min-site N] [--rounds N] [--cpu]
+[--captures DIR]
 
 Per runtime, in one run of this script:
 
@@ -27,6 +28,10 @@ Per runtime, in one run of this script:
    spinning in Monitor.Enter and in GC.Collect's failing waits more often than the probe's 1 ms did:
    bench/README.md); with ``--cpu`` also ``walkq_naive`` on its default CPU-time timer (ITIMER_PROF:
    whichever thread is on a CPU), to show what the sampler's clock does to the rates.
+
+``--rounds N`` repeats 1. and 2. N times, alternating, and pools each side's walks: where the thread spends
+its time within a place moves from run to run of either side (by 20 points for 8.0's GC across four probe
+runs, bench/README.md), so one run per side compares two draws of it.
 
 Two tables per runtime, each judged: by the place of the interrupted IP (managed code, a runtime module, a
 stub: the places ``validate --walk-quality`` prints), and by the work the thread was doing (the innermost of
@@ -80,6 +85,8 @@ PHASE_OF_METHOD = {
 #: the probe's scenario (its sampled thread runs the same methods as the validator's sampling workload)
 PROBE_SCENARIO = "capture-sampling"
 NAIVE_TOLERANCE = 0.10
+#: a WalkQualityRow's counts (what pooling sums)
+COUNTS = ("walks", "failed", "complete", "frames_got", "frames_truth", "missing", "extra", "no_truth")
 RECOVERED_TARGET = 0.99
 
 
@@ -272,6 +279,17 @@ def table(
     return ok
 
 
+def pooled(tables: Sequence[Rows]) -> Rows:
+    """Several runs' tables as one: per place, every count summed."""
+    acc: dict[str, dict[str, int]] = {}
+    for rows in tables:
+        for r in rows:
+            counts = acc.setdefault(r.place, dict.fromkeys(COUNTS, 0))
+            for key in COUNTS:
+                counts[key] += getattr(r, key)
+    return tuple(WalkQualityRow(place=place, **counts) for place, counts in sorted(acc.items()))
+
+
 def gaps(probe: Rows, naive: Rows, min_walks: int) -> list[str]:
     """The places whose naive failure shares differ by more than the tolerance (>= ``min_walks`` each)."""
     theirs = {r.place: r for r in naive}
@@ -317,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the fixtures' wall-clock interval (default: the probe's, from its scenario's plan)")
     ap.add_argument("--min-walks", type=int, default=30)
     ap.add_argument("--min-site", type=int, default=5, help="walks a site needs on a side to be shown")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs per side, alternating (probe, fixtures, probe, ...), their walks pooled")
     ap.add_argument("--cpu", action="store_true", help="also the naive fixture on its CPU-time timer")
     ap.add_argument("--captures", type=Path, help="the probe's captures of an earlier run (DIR/<runtime>/)")
     args = ap.parse_args(argv)
@@ -333,20 +353,29 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for rt in runtimes.select(args.runtime, None):
         print(f"{rt.version}: load {os.getloadavg()[0]:.2f}")
-        if args.captures is not None:
-            probe = probe_samples(rt.version, args.samples, args.captures, run=False)
-        else:
-            with tempfile.TemporaryDirectory(prefix="walkq-bench-") as tmp:
-                probe = probe_samples(rt.version, args.samples, Path(tmp))
-        runs = [("validate naive", validator_samples("walkq_naive", rt.version, wall, duration)),
-                ("validate recovered", validator_samples("walkq_recovered", rt.version, wall, duration))]
+        probe: list[Sampled] = []
+        runs: dict[str, tuple[list[Rows], list[Sampled]]] = {}
+        fixtures = [("validate naive", "walkq_naive", wall), ("validate recovered", "walkq_recovered", wall)]
         if args.cpu:
-            runs.append(("naive, CPU clock", validator_samples("walkq_naive", rt.version, {}, duration)))
+            fixtures.append(("naive, CPU clock", "walkq_naive", {}))
+        for k in range(args.rounds):  # alternating: probe, fixtures, probe, ...; pooled per side
+            if args.rounds > 1:
+                print(f"  round {k + 1} of {args.rounds}, load {os.getloadavg()[0]:.2f}")
+            if args.captures is not None:
+                probe += probe_samples(rt.version, args.samples, args.captures, run=False) if k == 0 else []
+            else:
+                with tempfile.TemporaryDirectory(prefix="walkq-bench-") as tmp:
+                    probe += probe_samples(rt.version, args.samples, Path(tmp))
+            for name, fixture, env in fixtures:
+                rows, samples = validator_samples(fixture, rt.version, env, duration)
+                acc = runs.setdefault(name, ([], []))
+                acc[0].append(rows)
+                acc[1].extend(samples)
         # by the place of the IP: the probe's by ip_place, the validator's as validate itself tabulates them
         by_ip = [("probe naive", walkq.quality_table([s.walk for s in probe]))]
-        by_ip += [(name, rows) for name, (rows, _) in runs]
+        by_ip += [(name, pooled(rows)) for name, (rows, _) in runs.items()]
         by_work = [("probe naive", by_phase(probe))]
-        by_work += [(name, by_phase(samples)) for name, (_, samples) in runs]
+        by_work += [(name, by_phase(samples)) for name, (_, samples) in runs.items()]
         for columns, title in ((by_ip, "by the place of the IP (validate's own places)"),
                                (by_work, "by the work the thread was doing")):  # fmt: skip
             print(f"  {title}: failed/walks, failure share [95% interval]")
@@ -354,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                            judge=True)  # fmt: skip
             print(f"  {'PASS' if passed else 'FAIL'} {title}")
             ok = passed and ok
-        naive = runs[0][1][1]
+        naive = runs["validate naive"][1]
         explain(probe, naive, gaps(by_work[0][1], by_work[1][1], args.min_walks), args.min_site)
         print(f"  load after {os.getloadavg()[0]:.2f}")
     print("PASS" if ok else "FAIL")

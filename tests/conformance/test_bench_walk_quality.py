@@ -102,3 +102,11 @@ def test_the_fixtures_sample_at_the_probes_interval_from_its_plan(bench: ModuleT
     plan = json.loads((scenario / "plan.json").read_text())
     (sampling,) = [e for e in plan["experiments"] if e["run"] == "capture_sample"]
     assert bench.probe_interval_us() == sampling["args"]["intervalUs"]
+
+
+def test_pooled_runs_sum_every_count_of_a_place(bench: ModuleType) -> None:
+    assert set(bench.COUNTS) == set(WalkQualityRow.model_fields) - {"place"}
+    first = (row("helper:gc", 10, 4), row("managed", 5, 5))
+    second = (row("helper:gc", 30, 6),)
+    (gc, managed) = bench.pooled([first, second])
+    assert (gc.place, gc.walks, gc.complete, managed.walks, managed.complete) == ("helper:gc", 40, 10, 5, 5)
