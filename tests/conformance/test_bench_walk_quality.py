@@ -4,9 +4,10 @@ rows made by hand (the live comparison is the bench's own run; a rate target liv
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -66,3 +67,46 @@ def test_the_table_fails_a_naive_gap_over_ten_points_and_a_recovered_place_under
     assert not bench.table(columns(close, bad), 30, judge=True)
     assert "recovered below 99%" in capsys.readouterr().out
     assert bench.table(columns(far, bad), 30, judge=False)  # a table shown, not judged
+
+
+def frame(kind: str, module: str | None = None, offset: int | None = None, fid: int | None = None) -> object:
+    return SimpleNamespace(kind=kind, module=module, module_offset=offset, function_id=fid)
+
+
+def test_a_site_is_the_ip_and_the_runtime_entry_below_the_first_managed_frame(bench: ModuleType) -> None:
+    waits = SimpleNamespace(frames=[
+        frame("native", "libc.so.6", 0x85F16), frame("native", "libc.so.6", 0x888BC),
+        frame("native", "libcoreclr.so", 0x2F2924), frame("managed", fid=7),
+        frame("native", "libcoreclr.so", 0x1234)])  # fmt: skip
+    assert bench.site_of(waits) == "libc.so.6+0x85f16 .. libcoreclr.so+0x2f2924 (3 native)"
+    stub = SimpleNamespace(frames=[frame("stub"), frame("managed", fid=7)])
+    assert bench.site_of(stub) == "stub (1 native)"
+    assert bench.site_of(SimpleNamespace(frames=[frame("managed", fid=7)])) == "managed code"
+    assert bench.site_of(SimpleNamespace(frames=[frame("native", "libc.so.6", 1)])) == "no managed frame"
+
+
+def test_the_places_outside_the_tolerance_and_the_sites_that_agree(bench: ModuleType) -> None:
+    probe = (row("helper:gc", 100, 50), row("helper:monitor", 100, 97), row("managed", 10, 10))
+    naive = (row("helper:gc", 100, 30), row("helper:monitor", 100, 90), row("managed", 10, 0))
+    assert bench.gaps(probe, naive, 30) == ["helper:gc"]  # managed: under 30 walks on both sides
+    # per site: the same wait, the same outcome; a site with too few walks on a side is not compared
+    p_sites = (row("helper:gc | a", 50, 50), row("helper:gc | b", 50, 0), row("helper:gc | c", 4, 0))
+    n_sites = (row("helper:gc | a", 20, 19), row("helper:gc | b", 80, 0), row("helper:gc | c", 40, 40))
+    assert bench.site_agreement(p_sites, n_sites, 5) == (2, 2)
+    n_sites = (row("helper:gc | a", 20, 10), row("helper:gc | b", 80, 0))
+    assert bench.site_agreement(p_sites, n_sites, 5) == (2, 1)
+
+
+def test_the_fixtures_sample_at_the_probes_interval_from_its_plan(bench: ModuleType) -> None:
+    scenario = BENCH.parents[1] / "conformance" / "scenarios" / "capture-sampling"
+    plan = json.loads((scenario / "plan.json").read_text())
+    (sampling,) = [e for e in plan["experiments"] if e["run"] == "capture_sample"]
+    assert bench.probe_interval_us() == sampling["args"]["intervalUs"]
+
+
+def test_pooled_runs_sum_every_count_of_a_place(bench: ModuleType) -> None:
+    assert set(bench.COUNTS) == set(WalkQualityRow.model_fields) - {"place"}
+    first = (row("helper:gc", 10, 4), row("managed", 5, 5))
+    second = (row("helper:gc", 30, 6),)
+    (gc, managed) = bench.pooled([first, second])
+    assert (gc.place, gc.walks, gc.complete, managed.walks, managed.complete) == ("helper:gc", 40, 10, 5, 5)
