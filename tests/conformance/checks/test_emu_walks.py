@@ -28,7 +28,7 @@ from conformance.core.scenarios import compile_scenario, load_scenario
 from conformance.core.trace import Trace
 from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Status
-from emu.capture import read_capture
+from emu.capture import Capture, SegmentPayload, read_capture, write_capture
 from emu.unwind import StopKind
 from tests.emu.synth import rewrite
 
@@ -131,6 +131,65 @@ def test_DSS_03_emu_a_sample_in_the_vdso_is_replayed_to_the_end_of_the_stack() -
     assert (r.place, r.frames[0].kind, r.stop.kind) == ("helper:jit", "stub", StopKind.END_OF_STACK)
     assert r.seed is not None and r.live_matches is True
     for verdict in (dss03_emu([sample]), dss08_emu([sample]), dss16_emu([sample])):
+        assert verdict.status is Status.CONFORMS, verdict.disagreements
+
+
+def _with_code(cap: Capture, path: Path, address: int, code: bytes) -> Path:
+    """``cap`` written again with ``code`` at ``address`` in the code segment that holds it."""
+    payloads = []
+    for seg in cap.manifest.segments:
+        data = bytearray(cap.segments[seg.name])
+        at = address - seg.address if seg.role == "code" and seg.address is not None else -1
+        if 0 <= at <= len(data) - len(code):
+            data[at : at + len(code)] = code
+        payloads.append(SegmentPayload(name=seg.name, kind=seg.kind, role=seg.role, address=seg.address,
+                                       data=bytes(data)))  # fmt: skip
+    fields = cap.manifest.model_dump(mode="python", exclude={"segments"})
+    return write_capture(path, fields, payloads)
+
+
+def test_DSS_16_emu_a_code_page_read_before_the_jit_filled_it_hid_a_frameless_leafs_caller(
+    tmp_path: Path,
+) -> None:
+    """Sampled under load on 8.0.4 (the dispatch phase; DSS-03, DSS-07 and DSS-16 [emu 8.0.4] diverged in 1
+    of 59 samples): the thread in Rect::Area's Tier1 code, a frameless leaf (lea; imul; ret), called from
+    Places::Dispatch's OSR code. The probe had read that code's page for an earlier sample, before the JIT
+    put the OSR method into its free part, and never again: the capture held zeros before the return address
+    on top of the stack. The replay did not take it for a return address, followed the frame-pointer chain
+    (RBP the Tier0 frame's, under the OSR frame) and lost Dispatch's OSR frame and Work; the live walk was
+    right. With a call ending at that return address, as the code the thread returns to must hold, the
+    replay is the live walk's. (The probe now reads such a page again and the reader takes the newest copy
+    written before each sample: experiments_capture.cpp recheck_code_pages, capture_records.py.)"""
+    cap = read_capture(LIVE.parent / "rare" / "8.0.4-stale-osr-page.phcap")
+    sample = Sample.of(cap)
+    r, live = sample.replay, cap.manifest.live
+    assert live is not None and live.hresult == 0
+    assert (r.place, r.frames[0].function) == ("managed", "ProfHarness.Rect::Area")
+    sp = cap.manifest.registers.rsp
+    ret = int.from_bytes(cap.segments["stack"][:8], "little")  # the stack segment starts at SP
+    assert cap.manifest.stack.sp == sp and live.frames[1].ip == ret
+    dispatch = next(m for m in cap.manifest.jit.methods if m.name == "ProfHarness.Places::Dispatch")
+    assert any(c.tier == "osr" and c.start <= ret < c.end for c in dispatch.ranges)
+    memory = dict(cap.memory_ranges())
+    stale = next(d[ret - 16 - a : ret - a] for a, d in memory.items() if a <= ret - 16 and ret <= a + len(d))
+    assert stale == bytes(16)  # the page as it was before the OSR method was put there
+    lines = {
+        dss16_emu: "managed: the live walk's managed frames are not the replay's, leaf first and main last",
+        dss03_emu: "managed: the live walk's callbacks differ from the model's for the replayed stack",
+        dss07_emu: "managed: the live walk does not start at the interrupted managed frame",
+    }
+    for judge_of, line in lines.items():
+        verdict = judge_of([sample])
+        assert (verdict.status, verdict.disagreements) == (Status.DIVERGES, (line,))
+    # call qword ptr [rip+0], ending at the return address
+    call = b"\xff\x15" + bytes(4)
+    fixed = Sample.of(read_capture(_with_code(cap, tmp_path / "fixed.phcap", ret - len(call), call)))
+    names = [f.function for f in fixed.replay.frames[:4]]
+    assert names == ["ProfHarness.Rect::Area", "ProfHarness.Places::Dispatch", SELF + "Work",
+                     "ProfHarness.Recursion::Deep"]  # fmt: skip
+    assert fixed.live == tuple(f.function_id for f in fixed.replay.frames if f.function_id)
+    for judge_of in lines:
+        verdict = judge_of([fixed])
         assert verdict.status is Status.CONFORMS, verdict.disagreements
 
 
