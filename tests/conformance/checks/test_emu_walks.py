@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.adapters.capture import write_captures
 from conformance.adapters.capture_records import sample_records
 from conformance.checks.emu_walks import (
     CAPTURES,
@@ -29,7 +30,9 @@ from conformance.core.trace import Trace
 from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Status
 from emu.capture import Capture, SegmentPayload, read_capture, write_capture
-from emu.unwind import StopKind
+from emu.errors import MemoryFault
+from emu.memory import CaptureMemory
+from emu.unwind import StopKind, looks_like_return_address
 from tests.emu.synth import rewrite
 
 LIVE = Path(__file__).resolve().parents[2] / "data" / "captures" / "live"
@@ -134,6 +137,28 @@ def test_DSS_03_emu_a_sample_in_the_vdso_is_replayed_to_the_end_of_the_stack() -
         assert verdict.status is Status.CONFORMS, verdict.disagreements
 
 
+def _calls_missing(cap: Capture) -> list[int]:
+    """The live walk's return addresses into JIT code (every frame but the first) whose capture holds the
+    bytes before them but no call ending there: code the capture holds as it was before the JIT put the
+    method there (a stale page)."""
+    live = cap.manifest.live
+    if live is None or live.hresult != 0:
+        return []
+    ranges = [(r.start, r.end) for m in cap.manifest.jit.methods for r in m.ranges]
+    memory = CaptureMemory(cap.memory_ranges())
+    out = []
+    for f in live.frames[1:]:
+        if not f.function_id or not any(s < f.ip < e for s, e in ranges):
+            continue
+        try:
+            memory.read(f.ip - 7, 7)
+        except MemoryFault:
+            continue  # no window there (the probe caps them): nothing to say
+        if not looks_like_return_address(memory, f.ip):
+            out.append(f.ip)
+    return out
+
+
 def _with_code(cap: Capture, path: Path, address: int, code: bytes) -> Path:
     """``cap`` written again with ``code`` at ``address`` in the code segment that holds it."""
     payloads = []
@@ -173,6 +198,7 @@ def test_DSS_16_emu_a_code_page_read_before_the_jit_filled_it_hid_a_frameless_le
     memory = dict(cap.memory_ranges())
     stale = next(d[ret - 16 - a : ret - a] for a, d in memory.items() if a <= ret - 16 and ret <= a + len(d))
     assert stale == bytes(16)  # the page as it was before the OSR method was put there
+    assert _calls_missing(cap) == [ret]
     lines = {
         dss16_emu: "managed: the live walk's managed frames are not the replay's, leaf first and main last",
         dss03_emu: "managed: the live walk's callbacks differ from the model's for the replayed stack",
@@ -191,6 +217,24 @@ def test_DSS_16_emu_a_code_page_read_before_the_jit_filled_it_hid_a_frameless_le
     for judge_of in lines:
         verdict = judge_of([fixed])
         assert verdict.status is Status.CONFORMS, verdict.disagreements
+
+
+@pytest.mark.live
+def test_DSS_16_emu_every_live_return_address_into_jit_code_has_its_call_in_the_capture(
+    runtimes: list[Runtime], tmp_path: Path
+) -> None:
+    """The probe writes a code page again when the JIT put code into it after an earlier sample read it: in
+    every capture the bytes before each of the live walk's return addresses into JIT code end with a call
+    (the stale-page sample above has none), and capture_done says how many pages were written again."""
+    for rt in runtimes:
+        trace = _sampling_run(rt)
+        (done,) = trace.calls(DONE_CALL)
+        changed = done.out["codePagesChanged"]
+        assert isinstance(changed, int) and 0 <= changed <= done.out["codePagesRead"], rt.version
+        written = write_captures(trace, tmp_path / rt.version, runtime=rt.version, scenario=CAPTURES.scenario)
+        caps = [read_capture(p) for p in written.paths]
+        assert caps and written.skipped == (), rt.version
+        assert [(c.manifest.place, _calls_missing(c)) for c in caps if _calls_missing(c)] == [], rt.version
 
 
 def test_DSS_16_emu_enters_volatile_write_is_one_of_the_declared_callees_in_every_phase(
