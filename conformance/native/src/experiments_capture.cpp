@@ -962,9 +962,25 @@ WhereKind where_of(std::uint64_t ip, std::vector<Mapping>& maps, SampleHead& hea
 // sample's windows from the newest frame of each page written before it. Candidate code was always read
 // after the instant; a page that could not be read is tried again by the next sample that needs it.
 std::vector<std::uint64_t>& g_code_pages = *new std::vector<std::uint64_t>();  // sorted
-// The bytes each known page was last written with (kPage per page), by page.
-std::map<std::uint64_t, std::unique_ptr<unsigned char[]>>& g_code_page_bytes =
-    *new std::map<std::uint64_t, std::unique_ptr<unsigned char[]>>();
+// Each known page as last written: its bytes, and which of its 64-byte blocks were all zero then. The JIT
+// writes new code only into free space, which a code heap's fresh memory holds as zeros: a window with no
+// such block in the page's copy cannot have changed, and is not read again (the recheck's cost stays a few
+// windows per sample).
+struct CodePageCopy {
+    std::unique_ptr<unsigned char[]> bytes;
+    std::uint64_t zeroBlocks = 0;  // bit k: bytes [64k, 64k + 64) were all zero
+};
+std::map<std::uint64_t, CodePageCopy>& g_code_page_bytes = *new std::map<std::uint64_t, CodePageCopy>();
+
+std::uint64_t zero_blocks(const unsigned char* page) {
+    std::uint64_t out = 0;
+    for (unsigned k = 0; k < kPage / 64; ++k) {
+        bool zero = true;
+        for (unsigned i = 0; i < 64 && zero; ++i) zero = page[k * 64 + i] == 0;
+        if (zero) out |= std::uint64_t{1} << k;
+    }
+    return out;
+}
 std::uint64_t g_code_pages_read = 0;     // pages read while sampling (capture_done out.codePagesRead)
 std::uint64_t g_code_pages_changed = 0;  // of them, pages written again (capture_done out.codePagesChanged)
 
@@ -994,14 +1010,15 @@ void read_code_pages(const std::vector<std::uint64_t>& pages) {
             const std::uint64_t page = pages[c + i];
             const FrameWriter::Part parts[] = {{&page, 8}, {data.data() + i * kPage, kPage}};
             if (g_frames.append(kFrameCodePage, parts, 2) < 0) continue;  // not written: as before
-            auto& copy = g_code_page_bytes[page];
-            if (copy) {
+            CodePageCopy& copy = g_code_page_bytes[page];
+            if (copy.bytes) {
                 ++g_code_pages_changed;  // written again (recheck_code_pages found it changed)
             } else {
-                copy.reset(new unsigned char[kPage]);
+                copy.bytes.reset(new unsigned char[kPage]);
                 g_code_pages.insert(std::upper_bound(g_code_pages.begin(), g_code_pages.end(), page), page);
             }
-            std::memcpy(copy.get(), data.data() + i * kPage, kPage);
+            std::memcpy(copy.bytes.get(), data.data() + i * kPage, kPage);
+            copy.zeroBlocks = zero_blocks(copy.bytes.get());
         }
         g_code_pages_read += whole;
         c += whole < n ? whole + 1 : n;  // page c + whole failed (unreadable); go on after it
@@ -1037,17 +1054,22 @@ void recheck_code_pages(const std::vector<std::pair<std::uint64_t, std::uint64_t
         off = 0;
         for (std::size_t i = 0; i < n && off + parts[i].len <= got; ++i) {
             const auto it = g_code_page_bytes.find(parts[i].page);
-            if (it != g_code_page_bytes.end() &&
-                std::memcmp(now.data() + off, it->second.get() + (parts[i].at - parts[i].page), parts[i].len) != 0)
-                changed.push_back(parts[i].page);
+            const unsigned char* was =
+                it != g_code_page_bytes.end() ? it->second.bytes.get() + (parts[i].at - parts[i].page) : nullptr;
+            if (was && std::memcmp(now.data() + off, was, parts[i].len) != 0) changed.push_back(parts[i].page);
             off += parts[i].len;
         }
         n = bytes = 0;
     };
     for (const auto& [lo, hi] : wanted) {
         for (std::uint64_t p = lo & ~(kPage - 1); p < hi; p += kPage) {
-            if (!code_page_known(p)) continue;  // read whole below anyway
+            const auto it = g_code_page_bytes.find(p);
+            if (it == g_code_page_bytes.end()) continue;  // not known: read whole below anyway
             const std::uint64_t at = std::max(lo, p), end = std::min(hi, p + kPage);
+            const auto first = static_cast<unsigned>((at - p) / 64), last = static_cast<unsigned>((end - 1 - p) / 64);
+            const std::uint64_t blocks = (last == 63 ? ~std::uint64_t{0} : (std::uint64_t{1} << (last + 1)) - 1) &
+                                         ~((std::uint64_t{1} << first) - 1);
+            if ((it->second.zeroBlocks & blocks) == 0) continue;  // no free space there when written
             parts[n++] = Part{p, at, end - at};
             bytes += end - at;
             if (n == kBatch) flush();
