@@ -957,8 +957,9 @@ WhereKind where_of(std::uint64_t ip, std::vector<Mapping>& maps, SampleHead& hea
 // among them) in the free part of a page it filled partly before: a page read earlier holds zeros where the
 // new method now lies. A run under load had a frameless leaf called from an OSR method compiled after its
 // page was read; the replay found no call before the return address, fell back to the frame-pointer chain
-// and lost two frames (DSS-03/07/16 [emu 8.0.4] diverged). So each sample reads its windows' bytes in known
-// pages again and writes a page again when they changed there (recheck_code_pages); the reader cuts a
+// and lost two frames (DSS-03/07/16 [emu 8.0.4] diverged). So each sample reads again its windows' bytes in
+// known pages where the copy held free space (all-zero blocks, CodePageCopy) and writes a page again when
+// they changed there (recheck_code_pages); the reader cuts a
 // sample's windows from the newest frame of each page written before it. Candidate code was always read
 // after the instant; a page that could not be read is tried again by the next sample that needs it.
 std::vector<std::uint64_t>& g_code_pages = *new std::vector<std::uint64_t>();  // sorted
