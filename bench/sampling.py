@@ -22,7 +22,8 @@ Overheads are sampled median / unsampled median - 1, scaled from the rate measur
 (issue 23: at most 2% at 100 Hz) is on the process's CPU time: what the sampled thread pays (signal
 delivery, the handler's copy and walk, the caches it disturbs) and what the probe's profiler thread spends
 turning each sample into a record (a fixed binary head, the walk's frames and the sample's raw bytes as one
-frame of the frames v1 sidecar; the code around candidate return addresses, read once per code page). The
+frame of the frames v1 sidecar; the code around candidate return addresses, read once per code page and
+again when the JIT put code into it since). The
 work thread's overhead is printed beside it, and the profiler thread's CPU time per sample (the probe's
 ``capture_done`` out.profilerCpuNs over the samples taken; the median ``timing.recordCpuNs``: building one
 record, before its write; and out.writeCpuNs per sample: writing the frames).

@@ -10,8 +10,10 @@ then each sample as one frame of the frames v1 sidecar beside the trace (:mod:`c
   and the profiler thread's timings, GetFunctionFromIP's answer, the walk's HRESULT, where the IP was, the
   lengths of what follows), the live walk's frames (32 bytes each), the candidate code windows (address and
   length, 16 bytes each), then the raw bytes: stack, red zone, code around the IP, seed CONTEXT;
-* ``FRAME_CODE_PAGE`` (3): one page of code (u64 address, 4096 bytes), written once, when a window first
-  needs it; a window's bytes are cut from the pages written before its sample;
+* ``FRAME_CODE_PAGE`` (3): one page of code (u64 address, 4096 bytes), written when a window first needs it
+  and again when a later sample finds the bytes of its windows in that page changed (the JIT places new
+  methods, OSR and tiered versions among them, in the free part of a page it filled partly before); a
+  window's bytes are cut from the newest frame of each page written before its sample;
 * ``FRAME_STRING`` (4): an interned string (u32 id, UTF-8), a module path a head names by id.
 
 :func:`sample_records` turns them back into what the JSON record of an earlier probe held (the same
@@ -94,7 +96,8 @@ class _Sidecar:
     """What one scan of a sidecar found: its sample frames (offset, payload), code pages and strings."""
 
     samples: list[tuple[int, bytes]] = field(default_factory=list)
-    pages: dict[int, bytes] = field(default_factory=dict)
+    #: page address -> every frame of it, in file order: (the frame's offset, the page's bytes)
+    pages: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
     strings: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -113,7 +116,7 @@ def _scan(path: Path) -> _Sidecar:
                 elif frame_type == FRAME_SAMPLE_RECORD:
                     got.samples.append((offset, payload))
                 elif frame_type == FRAME_CODE_PAGE and len(payload) == 8 + PAGE:
-                    got.pages[_U64.unpack_from(payload)[0]] = payload[8:]
+                    got.pages.setdefault(_U64.unpack_from(payload)[0], []).append((offset, payload[8:]))
                 elif frame_type == FRAME_STRING and len(payload) >= 4:
                     got.strings[_U32.unpack_from(payload)[0]] = payload[4:].decode("utf-8", "replace")
     except OSError as exc:
@@ -151,10 +154,21 @@ class _BadRecord(ValueError):
     """A sample frame that does not hold a whole record (its sample is left out, with this line)."""
 
 
+def _page_before(sidecar: _Sidecar, page: int, offset: int) -> bytes | None:
+    """The newest frame of ``page`` written before the frame at ``offset`` (the bytes its sample's windows
+    were read with), None when none was."""
+    got = None
+    for at, data in sidecar.pages.get(page, ()):
+        if at >= offset:
+            break
+        got = data
+    return got
+
+
 def _decode(
-    payload: bytes, job: CallRecord, sidecar: _Sidecar, name: str
+    payload: bytes, job: CallRecord, sidecar: _Sidecar, name: str, offset: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One sample frame's payload as the JSON record's args and out."""
+    """One sample frame's payload (the frame at ``offset``) as the JSON record's args and out."""
     if len(payload) < _HEAD.size:
         raise _BadRecord(f"{len(payload)} bytes, shorter than the {_HEAD.size}-byte record head")
     v = _HEAD.unpack_from(payload)
@@ -196,7 +210,7 @@ def _decode(
         data = bytearray()
         page = address - address % PAGE
         while len(data) < length:
-            got = sidecar.pages.get(page)
+            got = _page_before(sidecar, page, offset)
             if got is None:
                 raise _BadRecord(f"its code window at {address:#x} needs the code page {page:#x}, which "
                                  f"{name} does not hold whole")  # fmt: skip
@@ -263,7 +277,7 @@ def sample_records(trace: Trace) -> tuple[list[SampleRecord], list[str]]:
                 notes.append(f"{label}: a sample of job {job_no}, which no {JOB_CALL} record names")
                 continue
             try:
-                args, out = _decode(payload, owner, sidecar, str(path))
+                args, out = _decode(payload, owner, sidecar, str(path), offset)
             except _BadRecord as exc:
                 notes.append(f"{label}: {exc}")
                 continue

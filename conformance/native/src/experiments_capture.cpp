@@ -18,8 +18,9 @@
 // seeded with a CONTEXT built from the ucontext as it is (the naive seed; the Walk of walk.h, prepared by the
 // profiler thread); last it posts a semaphore (sem_post: async-signal-safe) the profiler thread sleeps on
 // (sem_clockwait, up to args.timeoutMs). After the handler is done the profiler thread reads code around every stack word that
-// points into executable memory (after the instant, once per code page: code rarely changes, the job's
-// record says so), classifies the IP (GetFunctionFromIP, else the mapping that holds it) and writes the
+// points into executable memory (after the instant, once per code page and again when the JIT put code into
+// the page since, the job's record says so), classifies the IP (GetFunctionFromIP, else the mapping that
+// holds it) and writes the
 // sample as one binary record (below). After the last sample it writes `capture_maps` (/proc/self/maps) and `capture_jit_map`
 // (EnumJITedFunctions2; every native code version through GetNativeCodeStartAddresses + GetCodeInfo4, else
 // GetCodeInfo2; names from metadata).
@@ -30,8 +31,9 @@
 // trace (profharness/frames.h; the trace's path + kFramesSuffix): a fixed head, the walk's frames, the
 // candidate windows' addresses and lengths, then the stack copy, the red zone, the code around the IP and
 // the seed CONTEXT, raw (SampleHead below; conformance/adapters/capture_records.py reads it). A candidate
-// window's bytes are those of kFrameCodePage frames, each page read and written once, when a window first
-// needs it; module paths are interned (kFrameString). Once the buffers have grown, a sample costs no
+// window's bytes are those of kFrameCodePage frames, each page read and written when a window first needs
+// it and again when a later sample finds its windows' bytes there changed; module paths are interned
+// (kFrameString). Once the buffers have grown, a sample costs no
 // allocation but its Walk. `capture_done` ends the job. Only the profiler thread writes frames; the handler
 // only fills its preallocated buffers, as before. The JIT map's prologue bytes (once per run) stay base64
 // (RFC 4648) strings.
@@ -58,6 +60,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -948,20 +951,47 @@ WhereKind where_of(std::uint64_t ip, std::vector<Mapping>& maps, SampleHead& hea
     return WhereKind::kModule;
 }
 
-// The code pages written so far (the profiler thread's, never destroyed): code is read once per page, when a
-// candidate window first needs it, and written as one kFrameCodePage frame; later windows in that page refer
-// to it. Code rarely changes (the JIT never rewrites a method's code in place), and candidate code was always
-// read after the instant; a page that could not be read is tried again by the next sample that needs it.
+// The code pages written so far (the profiler thread's, never destroyed): a page is read when a candidate
+// window first needs it and written as one kFrameCodePage frame; later windows in that page refer to it.
+// The JIT never rewrites a method's code in place, but it does place new methods (tiered and OSR versions
+// among them) in the free part of a page it filled partly before: a page read earlier holds zeros where the
+// new method now lies. A run under load had a frameless leaf called from an OSR method compiled after its
+// page was read; the replay found no call before the return address, fell back to the frame-pointer chain
+// and lost two frames (DSS-03/07/16 [emu 8.0.4] diverged). So each sample reads again its windows' bytes in
+// known pages where the copy held free space (all-zero blocks, CodePageCopy) and writes a page again when
+// they changed there (recheck_code_pages); the reader cuts a
+// sample's windows from the newest frame of each page written before it. Candidate code was always read
+// after the instant; a page that could not be read is tried again by the next sample that needs it.
 std::vector<std::uint64_t>& g_code_pages = *new std::vector<std::uint64_t>();  // sorted
-std::uint64_t g_code_pages_read = 0;  // pages read while sampling (capture_done out.codePagesRead)
+// Each known page as last written: its bytes, and which of its 64-byte blocks were all zero then. The JIT
+// writes new code only into free space, which a code heap's fresh memory holds as zeros: a window with no
+// such block in the page's copy cannot have changed, and is not read again (the recheck's cost stays a few
+// windows per sample).
+struct CodePageCopy {
+    std::unique_ptr<unsigned char[]> bytes;
+    std::uint64_t zeroBlocks = 0;  // bit k: bytes [64k, 64k + 64) were all zero
+};
+std::map<std::uint64_t, CodePageCopy>& g_code_page_bytes = *new std::map<std::uint64_t, CodePageCopy>();
+
+std::uint64_t zero_blocks(const unsigned char* page) {
+    std::uint64_t out = 0;
+    for (unsigned k = 0; k < kPage / 64; ++k) {
+        bool zero = true;
+        for (unsigned i = 0; i < 64 && zero; ++i) zero = page[k * 64 + i] == 0;
+        if (zero) out |= std::uint64_t{1} << k;
+    }
+    return out;
+}
+std::uint64_t g_code_pages_read = 0;     // pages read while sampling (capture_done out.codePagesRead)
+std::uint64_t g_code_pages_changed = 0;  // of them, pages written again (capture_done out.codePagesChanged)
 
 bool code_page_known(std::uint64_t page) {
     return std::binary_search(g_code_pages.begin(), g_code_pages.end(), page);
 }
 
-// Reads the pages of `pages` (sorted, unique, none known) not yet written, one iovec per page (a transfer
-// stops only between iovec elements, so a short count names the page that failed), in as few calls as the
-// failures allow, and writes each page read whole as a frame.
+// Reads the pages of `pages` (sorted, unique; the known ones are pages found changed), one iovec per page (a
+// transfer stops only between iovec elements, so a short count names the page that failed), in as few calls
+// as the failures allow, and writes each page read whole as a frame.
 void read_code_pages(const std::vector<std::uint64_t>& pages) {
     static std::vector<unsigned char>& data = *new std::vector<unsigned char>();  // kPage bytes per page
     constexpr std::size_t kBatch = 64;  // <= IOV_MAX
@@ -980,12 +1010,73 @@ void read_code_pages(const std::vector<std::uint64_t>& pages) {
         for (std::size_t i = 0; i < whole; ++i) {
             const std::uint64_t page = pages[c + i];
             const FrameWriter::Part parts[] = {{&page, 8}, {data.data() + i * kPage, kPage}};
-            if (g_frames.append(kFrameCodePage, parts, 2) < 0) continue;  // not written: not known
-            g_code_pages.insert(std::upper_bound(g_code_pages.begin(), g_code_pages.end(), page), page);
+            if (g_frames.append(kFrameCodePage, parts, 2) < 0) continue;  // not written: as before
+            CodePageCopy& copy = g_code_page_bytes[page];
+            if (copy.bytes) {
+                ++g_code_pages_changed;  // written again (recheck_code_pages found it changed)
+            } else {
+                copy.bytes.reset(new unsigned char[kPage]);
+                g_code_pages.insert(std::upper_bound(g_code_pages.begin(), g_code_pages.end(), page), page);
+            }
+            std::memcpy(copy.bytes.get(), data.data() + i * kPage, kPage);
+            copy.zeroBlocks = zero_blocks(copy.bytes.get());
         }
         g_code_pages_read += whole;
         c += whole < n ? whole + 1 : n;  // page c + whole failed (unreadable); go on after it
     }
+}
+
+// The known pages among the windows [lo, hi) of `wanted` whose bytes there are no longer those last written
+// (the JIT put code into the page since): added to `changed`, to be read and written again. One
+// process_vm_readv per batch of window parts; a part that cannot be read now is left as it was.
+void recheck_code_pages(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& wanted,
+                        std::vector<std::uint64_t>& changed) {
+    static std::vector<unsigned char>& now = *new std::vector<unsigned char>();
+    constexpr std::size_t kBatch = 64;  // <= IOV_MAX
+    struct Part {
+        std::uint64_t page, at, len;
+    };
+    Part parts[kBatch];
+    struct iovec local[kBatch], remote[kBatch];
+    std::size_t n = 0, bytes = 0;
+    auto flush = [&]() {
+        if (n == 0) return;
+        if (now.size() < bytes) now.resize(bytes);
+        std::size_t off = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            local[i] = {now.data() + off, static_cast<std::size_t>(parts[i].len)};
+            remote[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(parts[i].at)),
+                         static_cast<std::size_t>(parts[i].len)};
+            off += parts[i].len;
+        }
+        const ssize_t r = ::syscall(SYS_process_vm_readv, own_pid(), local, static_cast<unsigned long>(n), remote,
+                                    static_cast<unsigned long>(n), 0UL);
+        std::size_t got = r > 0 ? static_cast<std::size_t>(r) : 0;  // whole iovec elements (see readv(2))
+        off = 0;
+        for (std::size_t i = 0; i < n && off + parts[i].len <= got; ++i) {
+            const auto it = g_code_page_bytes.find(parts[i].page);
+            const unsigned char* was =
+                it != g_code_page_bytes.end() ? it->second.bytes.get() + (parts[i].at - parts[i].page) : nullptr;
+            if (was && std::memcmp(now.data() + off, was, parts[i].len) != 0) changed.push_back(parts[i].page);
+            off += parts[i].len;
+        }
+        n = bytes = 0;
+    };
+    for (const auto& [lo, hi] : wanted) {
+        for (std::uint64_t p = lo & ~(kPage - 1); p < hi; p += kPage) {
+            const auto it = g_code_page_bytes.find(p);
+            if (it == g_code_page_bytes.end()) continue;  // not known: read whole below anyway
+            const std::uint64_t at = std::max(lo, p), end = std::min(hi, p + kPage);
+            const auto first = static_cast<unsigned>((at - p) / 64), last = static_cast<unsigned>((end - 1 - p) / 64);
+            const std::uint64_t blocks = (last == 63 ? ~std::uint64_t{0} : (std::uint64_t{1} << (last + 1)) - 1) &
+                                         ~((std::uint64_t{1} << first) - 1);
+            if ((it->second.zeroBlocks & blocks) == 0) continue;  // no free space there when written
+            parts[n++] = Part{p, at, end - at};
+            bytes += end - at;
+            if (n == kBatch) flush();
+        }
+    }
+    flush();
 }
 
 // Pages a sample found unchanged since the maps were read (the profiler thread's; see candidate_code).
@@ -1128,6 +1219,7 @@ void candidate_code(const SampleBuffer& b, std::vector<Mapping>& maps, std::int6
     memo.reads = g_maps_reads;
     if (full) memo.fullSample = sample;
     memo.usable = !capped && g_maps_reads == reads_before;
+    recheck_code_pages(wanted, missing);  // known pages the JIT put code into since they were written
     if (!missing.empty()) {
         std::sort(missing.begin(), missing.end());
         missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
@@ -1450,7 +1542,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
     std::int64_t taken = 0, timed_out = 0, managed_ok = 0, unmanaged_ok = 0;
     auto enough = [&] { return managed_ok >= job->minManagedOk && unmanaged_ok >= job->minUnmanagedOk; };
     const std::uint64_t refused_before = g_frames.refused();
-    const std::uint64_t pages_before = g_code_pages_read;
+    const std::uint64_t pages_before = g_code_pages_read, changed_before = g_code_pages_changed;
     const std::uint64_t record_before = g_record_cpu_ns, write_before = g_write_cpu_ns;
     {
         // The job's one record: what every sample of it shares; each sample is a frame of the sidecar.
@@ -1589,6 +1681,7 @@ void sampling_thread_main(std::shared_ptr<SamplingJob> job) {
         out.set("profilerCpuNs", Json(thread_cpu_ns() - cpu_begin));  // the profiler thread's CPU time
         out.set("mapsReads", Json(g_maps_reads - maps_reads_before));  // /proc/self/maps read while sampling
         out.set("codePagesRead", Json(g_code_pages_read - pages_before));  // code pages written while sampling
+        out.set("codePagesChanged", Json(g_code_pages_changed - changed_before));  // of them, written again
         out.set("recordCpuNs", Json(g_record_cpu_ns - record_before));  // building the samples' records
         out.set("writeCpuNs", Json(g_write_cpu_ns - write_before));     // writing them (one frame each)
         out.set("job", Json(static_cast<std::uint64_t>(job->job))).set("framesFile", g_frames_name);

@@ -67,9 +67,12 @@ def samples() -> list[dict[str, Any]]:
     return out
 
 
-def as_records(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes]:
+def as_records(
+    records: list[dict[str, Any]], rewritten: dict[int, dict[int, bytes]] | None = None
+) -> tuple[list[dict[str, Any]], bytes]:
     """The records as the probe writes them now: one capture_sampling call record, and a sidecar of strings,
-    code pages (each once, before the first sample that needs it) and one frame per sample."""
+    code pages (each once, before the first sample that needs it) and one frame per sample; ``rewritten``:
+    sample index -> pages written again (page -> its new bytes) right before that sample's frame."""
     first = records[0]
     job = {"kind": "call", "name": JOB_CALL, "experiment": "sample", "hr": 0, "os_tid": 11,
            "args": {k: first["args"][k] for k in ("target", "signal", "seed", "infoFlags")},
@@ -92,6 +95,8 @@ def as_records(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], byt
                 if page not in pages:
                     pages.add(page)
                     writer.append(FRAME_CODE_PAGE, encode_code_page(page, page_bytes(page)))
+        for page, data in (rewritten or {}).get(records.index(rec), {}).items():
+            writer.append(FRAME_CODE_PAGE, encode_code_page(page, data))
         red = o["stack"].get("redZone")
         writer.append(FRAME_SAMPLE_RECORD, encode_sample_record(
             job=1, args=rec["args"], out=o, windows=windows, module=strings.get(module or "", 0),
@@ -199,6 +204,27 @@ def test_a_lost_code_page_leaves_out_the_samples_that_need_it(tmp_path: Path) ->
     assert len(written.skipped) == 4 and all("\n" not in s for s in written.skipped)
     assert all(f"needs the code page {JIT + PAGE:#x}, which {framed / SIDECAR} does not hold whole" in s
                for s in written.skipped[1:])  # fmt: skip
+
+
+def test_a_page_written_again_gives_its_new_bytes_to_later_samples_only(tmp_path: Path) -> None:
+    """The probe writes a code page again when a later sample finds its windows' bytes changed there (the
+    JIT put a new method, an OSR version say, into the free part of a page read earlier: a run under load
+    replayed a frameless leaf's caller from the stale zeros, DSS-03/07/16 [emu 8.0.4]). Each sample's
+    windows are cut from the newest frame of the page written before that sample, never a later one."""
+    page = JIT
+    new = bytes((0xC3 + i) & 0xFF for i in range(PAGE))
+    jobs, data = as_records(samples(), rewritten={1: {page: new}})
+    folder = tmp_path / "framed"
+    folder.mkdir()
+    (folder / SIDECAR).write_bytes(data)
+    records, notes = sample_records(write_trace(folder / "trace.jsonl", jobs))
+    assert notes == []
+    got = [{w["address"]: w["bytes"] for w in r.out["candidateCode"]} for r in records]
+    assert got[0][JIT + 0x400] == page_bytes(page)[0x400:0x420]
+    assert got[1][JIT + 0x400] == got[2][JIT + 0x400] == new[0x400:0x420]
+    # the window that crosses into the next page takes the old page's first part no more either
+    assert got[2][JIT + 0xFF0][:0x10] == new[0xFF0:]
+    assert got[0][JIT + 0xFF0][:0x10] == page_bytes(page)[0xFF0:]
 
 
 def test_a_record_whose_lengths_do_not_add_up_is_one_line(tmp_path: Path) -> None:

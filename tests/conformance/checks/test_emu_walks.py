@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.adapters.capture import write_captures
 from conformance.adapters.capture_records import sample_records
 from conformance.checks.emu_walks import (
     CAPTURES,
@@ -28,8 +29,10 @@ from conformance.core.scenarios import compile_scenario, load_scenario
 from conformance.core.trace import Trace
 from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Status
-from emu.capture import read_capture
-from emu.unwind import StopKind
+from emu.capture import Capture, SegmentPayload, read_capture, write_capture
+from emu.errors import MemoryFault
+from emu.memory import CaptureMemory
+from emu.unwind import StopKind, looks_like_return_address
 from tests.emu.synth import rewrite
 
 LIVE = Path(__file__).resolve().parents[2] / "data" / "captures" / "live"
@@ -132,6 +135,106 @@ def test_DSS_03_emu_a_sample_in_the_vdso_is_replayed_to_the_end_of_the_stack() -
     assert r.seed is not None and r.live_matches is True
     for verdict in (dss03_emu([sample]), dss08_emu([sample]), dss16_emu([sample])):
         assert verdict.status is Status.CONFORMS, verdict.disagreements
+
+
+def _calls_missing(cap: Capture) -> list[int]:
+    """The live walk's return addresses into JIT code (every frame but the first) whose capture holds the
+    bytes before them but no call ending there: code the capture holds as it was before the JIT put the
+    method there (a stale page)."""
+    live = cap.manifest.live
+    if live is None or live.hresult != 0:
+        return []
+    ranges = [(r.start, r.end) for m in cap.manifest.jit.methods for r in m.ranges]
+    memory = CaptureMemory(cap.memory_ranges())
+    out = []
+    for f in live.frames[1:]:
+        if not f.function_id or not any(s < f.ip < e for s, e in ranges):
+            continue
+        try:
+            memory.read(f.ip - 7, 7)
+        except MemoryFault:
+            continue  # no window there (the probe caps them): nothing to say
+        if not looks_like_return_address(memory, f.ip):
+            out.append(f.ip)
+    return out
+
+
+def _with_code(cap: Capture, path: Path, address: int, code: bytes) -> Path:
+    """``cap`` written again with ``code`` at ``address`` in the code segment that holds it."""
+    payloads = []
+    for seg in cap.manifest.segments:
+        data = bytearray(cap.segments[seg.name])
+        at = address - seg.address if seg.role == "code" and seg.address is not None else -1
+        if 0 <= at <= len(data) - len(code):
+            data[at : at + len(code)] = code
+        payloads.append(SegmentPayload(name=seg.name, kind=seg.kind, role=seg.role, address=seg.address,
+                                       data=bytes(data)))  # fmt: skip
+    fields = cap.manifest.model_dump(mode="python", exclude={"segments"})
+    return write_capture(path, fields, payloads)
+
+
+def test_DSS_16_emu_a_code_page_read_before_the_jit_filled_it_hid_a_frameless_leafs_caller(
+    tmp_path: Path,
+) -> None:
+    """Sampled under load on 8.0.4 (the dispatch phase; DSS-03, DSS-07 and DSS-16 [emu 8.0.4] diverged in 1
+    of 59 samples): the thread in Rect::Area's Tier1 code, a frameless leaf (lea; imul; ret), called from
+    Places::Dispatch's OSR code. The probe had read that code's page for an earlier sample, before the JIT
+    put the OSR method into its free part, and never again: the capture held zeros before the return address
+    on top of the stack. The replay did not take it for a return address, followed the frame-pointer chain
+    (RBP the Tier0 frame's, under the OSR frame) and lost Dispatch's OSR frame and Work; the live walk was
+    right. With a call ending at that return address, as the code the thread returns to must hold, the
+    replay is the live walk's. (The probe now reads such a page again and the reader takes the newest copy
+    written before each sample: experiments_capture.cpp recheck_code_pages, capture_records.py.)"""
+    cap = read_capture(LIVE.parent / "rare" / "8.0.4-stale-osr-page.phcap")
+    sample = Sample.of(cap)
+    r, live = sample.replay, cap.manifest.live
+    assert live is not None and live.hresult == 0
+    assert (r.place, r.frames[0].function) == ("managed", "ProfHarness.Rect::Area")
+    sp = cap.manifest.registers.rsp
+    ret = int.from_bytes(cap.segments["stack"][:8], "little")  # the stack segment starts at SP
+    assert cap.manifest.stack.sp == sp and live.frames[1].ip == ret
+    dispatch = next(m for m in cap.manifest.jit.methods if m.name == "ProfHarness.Places::Dispatch")
+    assert any(c.tier == "osr" and c.start <= ret < c.end for c in dispatch.ranges)
+    memory = dict(cap.memory_ranges())
+    stale = next(d[ret - 16 - a : ret - a] for a, d in memory.items() if a <= ret - 16 and ret <= a + len(d))
+    assert stale == bytes(16)  # the page as it was before the OSR method was put there
+    assert _calls_missing(cap) == [ret]
+    lines = {
+        dss16_emu: "managed: the live walk's managed frames are not the replay's, leaf first and main last",
+        dss03_emu: "managed: the live walk's callbacks differ from the model's for the replayed stack",
+        dss07_emu: "managed: the live walk does not start at the interrupted managed frame",
+    }
+    for judge_of, line in lines.items():
+        verdict = judge_of([sample])
+        assert (verdict.status, verdict.disagreements) == (Status.DIVERGES, (line,))
+    # call qword ptr [rip+0], ending at the return address
+    call = b"\xff\x15" + bytes(4)
+    fixed = Sample.of(read_capture(_with_code(cap, tmp_path / "fixed.phcap", ret - len(call), call)))
+    names = [f.function for f in fixed.replay.frames[:4]]
+    assert names == ["ProfHarness.Rect::Area", "ProfHarness.Places::Dispatch", SELF + "Work",
+                     "ProfHarness.Recursion::Deep"]  # fmt: skip
+    assert fixed.live == tuple(f.function_id for f in fixed.replay.frames if f.function_id)
+    for judge_of in lines:
+        verdict = judge_of([fixed])
+        assert verdict.status is Status.CONFORMS, verdict.disagreements
+
+
+@pytest.mark.live
+def test_DSS_16_emu_every_live_return_address_into_jit_code_has_its_call_in_the_capture(
+    runtimes: list[Runtime], tmp_path: Path
+) -> None:
+    """The probe writes a code page again when the JIT put code into it after an earlier sample read it: in
+    every capture the bytes before each of the live walk's return addresses into JIT code end with a call
+    (the stale-page sample above has none), and capture_done says how many pages were written again."""
+    for rt in runtimes:
+        trace = _sampling_run(rt)
+        (done,) = trace.calls(DONE_CALL)
+        changed = done.out["codePagesChanged"]
+        assert isinstance(changed, int) and 0 <= changed <= done.out["codePagesRead"], rt.version
+        written = write_captures(trace, tmp_path / rt.version, runtime=rt.version, scenario=CAPTURES.scenario)
+        caps = [read_capture(p) for p in written.paths]
+        assert caps and written.skipped == (), rt.version
+        assert [(c.manifest.place, _calls_missing(c)) for c in caps if _calls_missing(c)] == [], rt.version
 
 
 def test_DSS_16_emu_enters_volatile_write_is_one_of_the_declared_callees_in_every_phase(
