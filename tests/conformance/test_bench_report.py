@@ -3,28 +3,20 @@ baseline is the format 1 writer's text byte for byte (a size target lives in the
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from conformance.suite import report
+from tests.conformance.bench_module import load_bench
 from tests.conformance.suite.test_report import shared_evidence
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "report.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_report", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("report")
 
 
 def test_the_baseline_is_the_inline_report(bench: ModuleType) -> None:

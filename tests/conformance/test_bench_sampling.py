@@ -4,9 +4,6 @@ the bench, never in tests)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -14,22 +11,12 @@ import pytest
 from conformance.core.errors import HarnessError
 from conformance.core.runtimes import Runtime
 from conformance.core.scenarios import load_scenario
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "sampling.py"
-
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_sampling", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+from tests.conformance.bench_module import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    return load_bench()
+    return load_bench("sampling")
 
 
 def test_unsampled_plan_is_the_scenarios_plan_without_capture_sample(bench: ModuleType) -> None:

@@ -4,9 +4,6 @@ is asserted: speed targets live in the bench, never in tests)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -14,18 +11,12 @@ import pytest
 from clr_model.flags import CorPrfMonitor
 from conformance.core.runtimes import Runtime
 from conformance.core.scenarios import load_scenario
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "seeding.py"
+from tests.conformance.bench_module import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_seeding", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("seeding")
 
 
 def test_the_two_modes_differ_only_in_the_seed_and_the_naive_walk(bench: ModuleType) -> None:

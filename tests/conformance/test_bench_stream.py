@@ -4,8 +4,6 @@ prints its measurements and its verdicts (the speed target lives in the bench, n
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,20 +11,14 @@ from typing import Any
 import pytest
 
 from conformance.core.binary_trace import raw_records
+from tests.conformance.bench_module import load_bench
 from tests.conformance.validator.test_columns import ALLOCATED, INSPECT, _judge, _Records
 from tests.conformance.validator.trace_encoding import encode
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "stream.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_stream", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("stream")
 
 
 def _real() -> list[dict[str, Any]]:

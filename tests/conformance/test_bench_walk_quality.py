@@ -3,27 +3,21 @@ rows made by hand (the live comparison is the bench's own run; a rate target liv
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
 
 from conformance.validator.result import WalkQualityRow
+from tests.conformance.bench_module import load_bench
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "walk_quality.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_walk_quality", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("walk_quality")
 
 
 def row(place: str, walks: int, complete: int) -> WalkQualityRow:
