@@ -99,6 +99,8 @@ class _State:
     active: bool = False
     #: pid (= its process group) -> the live child
     children: dict[int, subprocess.Popen[Any]] = field(default_factory=dict)
+    #: pid -> start time of each process kill_tree killed, until reap saw it end
+    killed: dict[int, int] = field(default_factory=dict)
 
 
 _STATE = _State()
@@ -216,17 +218,24 @@ class opening(Generic[_C]):  # lower case: used like a function, ``with opening(
 # The process tree
 
 
-def _stat(pid: str) -> tuple[int, str] | None:
-    """(parent pid, state letter) of a process from ``/proc/PID/stat``, None when it is gone."""
+def _stat(pid: str) -> tuple[int, str, int] | None:
+    """(parent pid, state letter, start time) of a process from ``/proc/PID/stat``, None when it is gone.
+    The start time (clock ticks after boot) tells a process from a later one given the same pid."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+    # "pid (comm) state ppid ... starttime (field 22)": comm may hold spaces and parentheses
     fields = text.rpartition(")")[2].split()
-    if len(fields) < 2:
+    if len(fields) < 20:
         return None
-    return int(fields[1]), fields[0]
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def _running(pid: int, started: int) -> bool:
+    """Whether the process ``pid`` that started at ``started`` is still there and not a zombie."""
+    found = _stat(str(pid))
+    return found is not None and found[2] == started and found[1] != "Z"
 
 
 def descendants(pid: int | None = None) -> list[int]:
@@ -260,8 +269,12 @@ def kill_tree() -> None:
         _kill_group(pid)
     for pid in descendants():
         if pid not in _STATE.before:
+            found = _stat(str(pid))
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+                if found is not None:
+                    # a grandchild leaves the tree when its parent dies (init adopts it): reap waits for it
+                    _STATE.killed[pid] = found[2]
 
 
 def reap(timeout_s: float = REAP_S) -> list[int]:
@@ -275,7 +288,9 @@ def reap(timeout_s: float = REAP_S) -> list[int]:
         unregister(process)
     while True:  # a killed child its owner has not waited for yet is a zombie: dead, not listed
         left = [pid for pid in descendants() if pid not in _STATE.before]
+        left += [pid for pid, started in _STATE.killed.items() if pid not in left and _running(pid, started)]
         if not left or time.monotonic() >= deadline:
+            _STATE.killed.clear()
             return left
         for pid in left:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -334,6 +349,7 @@ def handling() -> Iterator[None]:
         _STATE.signum, _STATE.pending, _STATE.raised, _STATE.deferring = None, False, False, 0
         _STATE.lost = False
         _STATE.before = frozenset(descendants())
+        _STATE.killed.clear()
         _STATE.active = True
     previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS}
     previous_hook = sys.unraisablehook

@@ -58,6 +58,34 @@ def test_a_signal_kills_the_registered_groups_and_every_descendant_then_raises_o
     assert signal.getsignal(signal.SIGTERM) is not interrupt._handler
 
 
+
+def test_reap_waits_for_a_killed_grandchild_after_init_adopted_it(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grandchild killed with its parent leaves the tree as soon as the parent is gone (init adopts it),
+    while it may still be running (a loaded machine schedules its exit later). Seen in CI: the command had
+    returned with the grandchild still alive. reap waits for every process kill_tree killed, by pid and start
+    time."""
+    mark = tmp_path / "grandchild"
+    real_running = interrupt._running
+    looked: list[int] = []
+
+    def still_dying(pid: int, started: int) -> bool:  # the grandchild looks alive for its first 3 looks
+        if pid == grandchild and len(looked) < 3:
+            looked.append(pid)
+            return True
+        return real_running(pid, started)
+
+    with pytest.raises(interrupt.Interrupted), interrupt.handling():
+        shell = subprocess.Popen(["sh", "-c", f"sleep 60 & echo $! > {mark}; wait"])
+        grandchild = int(_wait_for(mark))
+        monkeypatch.setattr(interrupt, "_running", still_dying)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        pytest.fail("no Interrupted")
+    assert looked == [grandchild] * 3  # reap asked about the adopted grandchild until it was gone
+    assert not _alive(grandchild)
+    assert shell.wait(timeout=10) == -signal.SIGKILL
+
 def test_the_previous_handlers_are_back_after_the_block() -> None:
     before = {sig: signal.getsignal(sig) for sig in interrupt.SIGNALS}
     with interrupt.handling():
