@@ -1101,6 +1101,20 @@ class Loading(StreamRule):
 
 # --- crashes and hangs (VAL-CRASH, VAL-HANG) -------------------------------------------------------------
 
+#: the hardware faults the proxy's fault handler is given first (SA_ONSTACK), whoever's code faulted
+_FAULT_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
+#: a death by one of them with no crash record: the proxy records every fault in the profiler's code or
+#: inside a callback, hook or call, so this one was not the profiler's, or no handler ran at all
+UNSEEN_FAULT = (
+    "no fault in the profiler's code, callbacks or calls reached the proxy's fault handler, so the crash "
+    "is not blamed on the profiler: the fault was the runtime's or the app's own, or the kernel ended the "
+    "process without running any handler, as it does when a signal frame does not fit on the stack it "
+    "must go on. "
+    "Observed on .NET 8.0.4 (docs/seeding.md, \"A signal during the runtime's hardware-exception "
+    "handling\"): a signal such as a sampler's SIGPROF that arrives while the runtime handles a hardware "
+    "exception (a NullReferenceException) on the thread's alternate signal stack ends the process this way, "
+    "before the profiler's handler runs"
+)
 #: the modules of the harness's own frames at the top of a crash stack (the proxy sits in the probe's seat,
 #: under the probe's file name; libc's signal trampoline follows its handler)
 _HARNESS_MODULES = ("libprofharness_probe.so", "libprofharness_preload.so")
@@ -1444,6 +1458,11 @@ def judge_run(
                 thread=thread,
                 callback=callback,
             )
+        elif run.signal in _FAULT_SIGNALS:
+            judging.finding("VAL-CRASH", f"the process {run.describe_failure().split(' on ', 1)[-1]}; "
+                            f"{UNSEEN_FAULT}; callbacks whose return the trace does not have (records "
+                            f"after the last one written are lost): {detail}", [], thread=thread,
+                            callback=callback, note=True)  # fmt: skip
         else:
             told = run.unhandled_exception
             unhandled = f"; the app's stderr: unhandled {told}" if told else ""

@@ -3,13 +3,16 @@
 // and enumerators it wraps, and the exports of the probe's seat (docs/design.md) so scenarios run as usual.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +64,9 @@ std::atomic<std::int64_t> g_initialize_for_attach_ns{0};  // when InitializeForA
 std::atomic<void*> g_real_info{nullptr};
 std::atomic<bool> g_crash_written{false};
 void* g_target_base = nullptr;  // where the target .so is mapped (dladdr of its DllGetClassObject)
+// The addresses its loaded segments span: in_target is a compare, so the fault handler needs no dladdr (its
+// lock and its stack) on the alternate signal stack it shares with the runtime's own handler.
+std::uintptr_t g_target_lo = 0, g_target_hi = 0;
 std::string g_target_path;
 // The target's own marks entry points, when it has them (the project's probe does): a scenario's marks go
 // to the proxy (it sits in the probe's seat) and are handed on, so mark-triggered work still happens.
@@ -113,9 +119,27 @@ Json frames_json(const ThreadState& t) {
 }
 
 bool in_target(const void* ip) {
-    if (!g_target_base || !ip) return false;
-    Dl_info di;
-    return dladdr(ip, &di) && di.dli_fbase == g_target_base;
+    const auto a = reinterpret_cast<std::uintptr_t>(ip);
+    return a != 0 && a >= g_target_lo && a < g_target_hi;
+}
+
+// g_target_lo/hi from the program headers of the object loaded at g_target_base.
+void find_target_extent() {
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void*) -> int {
+            std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+            for (int k = 0; k < info->dlpi_phnum; ++k) {
+                const ElfW(Phdr)& ph = info->dlpi_phdr[k];
+                if (ph.p_type != PT_LOAD) continue;
+                lo = std::min<std::uintptr_t>(lo, info->dlpi_addr + ph.p_vaddr);
+                hi = std::max<std::uintptr_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+            }
+            if (lo != reinterpret_cast<std::uintptr_t>(g_target_base)) return 0;
+            g_target_lo = lo;
+            g_target_hi = hi;
+            return 1;
+        },
+        nullptr);
 }
 
 std::string hex_bytes(const void* p, int n) {
@@ -629,32 +653,41 @@ void chain(int sig, siginfo_t* si, void* uc) {
     if (si && si->si_code <= 0 && sig != SIGABRT) raise(sig);
 }
 
+// The crash record of a fault that is the profiler's (kept out of on_fault, so a fault that only passes
+// through costs the alternate signal stack one small frame).
+__attribute__((noinline)) void report_fault(int sig, siginfo_t* si, void* uc, ThreadState* t, void* pc,
+                                            bool target_pc) {
+    alarm(5);  // a report that deadlocks (heap corrupted) still ends the process
+    if (t) t->tid_asked = true;
+    void* ips[48];
+    int n = backtrace(ips, 48);
+    Json rec = Json::object();
+    rec.set("name", "proxy.crash").set("payload", signal_name(sig));
+    rec.set("signal", signal_name(sig)).set("signo", sig);
+    rec.set("code", si ? si->si_code : 0).set("addr", Json::pointer(si ? si->si_addr : nullptr));
+    rec.set("pc", Json::pointer(pc)).set("pcInProfiler", target_pc);
+    rec.set("callbacks", t ? frames_json(*t) : Json::array());
+    rec.set("call", t && t->current_call ? Json(t->current_call) : Json());
+    rec.set("lastCallback", t && t->last_callback ? Json(t->last_callback) : Json());
+    rec.set("shutdownReturned", g_shutdown_returned.load());
+    rec.set("stack", native_stack_json(ips, n));
+    trace().write("mark", rec);
+    perturb_write_delays();
+    async_drain(true);  // what the profiler's signal handlers did up to the crash
+    trace().flush();    // the records still buffered, before the process dies
+    (void)uc;
+}
+
+// Runs first for every hardware fault, the runtime's own NullReferenceExceptions too, on the runtime's
+// alternate signal stack (SA_ONSTACK): .NET 8 leaves no room there for one more signal frame, so this frame
+// stays small when the fault is not the profiler's.
 void on_fault(int sig, siginfo_t* si, void* uc) {
     ThreadState* t = me_if_known();
     void* pc = nullptr;
     if (uc) pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]);
-    bool target_pc = in_target(pc);
-    bool ours = sig == SIGABRT || target_pc || (t && (t->depth > 0 || t->in_runtime > 0));
-    if (ours && g_trace_open.load() && !g_crash_written.exchange(true)) {
-        alarm(5);  // a report that deadlocks (heap corrupted) still ends the process
-        if (t) t->tid_asked = true;
-        void* ips[48];
-        int n = backtrace(ips, 48);
-        Json rec = Json::object();
-        rec.set("name", "proxy.crash").set("payload", signal_name(sig));
-        rec.set("signal", signal_name(sig)).set("signo", sig);
-        rec.set("code", si ? si->si_code : 0).set("addr", Json::pointer(si ? si->si_addr : nullptr));
-        rec.set("pc", Json::pointer(pc)).set("pcInProfiler", target_pc);
-        rec.set("callbacks", t ? frames_json(*t) : Json::array());
-        rec.set("call", t && t->current_call ? Json(t->current_call) : Json());
-        rec.set("lastCallback", t && t->last_callback ? Json(t->last_callback) : Json());
-        rec.set("shutdownReturned", g_shutdown_returned.load());
-        rec.set("stack", native_stack_json(ips, n));
-        trace().write("mark", rec);
-        perturb_write_delays();
-        async_drain(true);  // what the profiler's signal handlers did up to the crash
-        trace().flush();    // the records still buffered, before the process dies
-    }
+    const bool target_pc = in_target(pc);
+    const bool ours = sig == SIGABRT || target_pc || (t && (t->depth > 0 || t->in_runtime > 0));
+    if (ours && g_trace_open.load() && !g_crash_written.exchange(true)) report_fault(sig, si, uc, t, pc, target_pc);
     chain(sig, si, uc);
 }
 
@@ -1260,6 +1293,7 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
     }
     Dl_info di;
     if (dladdr(reinterpret_cast<void*>(get), &di)) g_target_base = di.dli_fbase;
+    find_target_extent();
     IClassFactory* factory = nullptr;
     HRESULT hr = get(cfg.clsid, IID_IClassFactory, reinterpret_cast<void**>(&factory));
     if (hr != S_OK || !factory) {

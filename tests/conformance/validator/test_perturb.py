@@ -25,6 +25,7 @@ from conformance.validator import api, perturb
 from conformance.validator.groups import Grouper
 from conformance.validator.report import render_text, runs_text, to_html
 from conformance.validator.result import Group, Occurrence, RunSummary, ValidationResult
+from conformance.validator.rules import UNSEEN_FAULT
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_fixture, same_source
 from tests.conformance.validator.test_docs_fixtures import APPS, DOCS
 
@@ -220,8 +221,41 @@ def test_correct_sampler_clean_over_ten_perturbed_runs(runtimes: list[Runtime]) 
     result = api.validate(so, FIXTURE_CLSID, app=app, repeat=10, perturb=31)
     text = render_text(result)
     assert len(result.runs) == 10 * len(runtimes), text
-    assert all(r.outcome == "ok" and sum(r.delays.values()) > 0 for r in result.runs), text
-    assert result.groups == [] and result.notes == [], text
+    # .NET 8.0.4 ends about 1 run in 400 here with a SIGSEGV no handler saw: the sampler's SIGPROF came while
+    # the runtime handled the app's NullReferenceException on its alternate signal stack (the runtime's
+    # doing, shown on its own by the next test)
+    unseen = [g for g in result.groups if g.clause == "VAL-CRASH" and g.note
+              and all(UNSEEN_FAULT in o.message for o in g.occurrences)]  # fmt: skip
+    killed = {i for g in unseen for i in g.runs}
+    assert all(result.runs[i].runtime == "8.0.4" and result.runs[i].signal == "SIGSEGV" for i in killed), text
+    assert all(r.outcome == "ok" and sum(r.delays.values()) > 0
+               for i, r in enumerate(result.runs) if i not in killed), text  # fmt: skip
+    assert [g for g in result.groups if g not in unseen] == [] and result.notes == [], text
+
+
+@pytest.mark.live
+def test_VAL_CRASH_a_signal_during_a_hardware_exception_kills_8_0_not_the_profiler(
+    runtimes: list[Runtime],
+) -> None:
+    """The runtime behaviour behind the note: the app takes NullReferenceExceptions on its main thread while
+    another thread sends that thread SIGPROF; the document-written sampler handles SIGPROF. On 8.0.4 the
+    kernel ends the process with SIGSEGV (a signal frame that does not fit on the alternate stack the runtime
+    handles the fault on; no handler runs) and VAL-CRASH says so in a note, blaming nothing; 3.1.23 runs to
+    its end."""
+    from conformance.core import runner, scenarios
+    from tests.conformance.validator.fixtures import build_profiler
+
+    folder = APPS / "nrestorm"
+    app = scenarios.compile_scenario(
+        scenarios.Scenario(name="nrestorm", folder=folder, sources=[folder / "app.cs"], plan={"version": 1},
+                           description="docfixtures app nrestorm"), runner.reference_runtime())  # fmt: skip
+    so = build_profiler(DOCS / "sampler_signal.cpp", "validator-docs", [DOCS])
+    result = api.validate(so, FIXTURE_CLSID, app=app, timeout_s=60.0)
+    text = render_text(result)
+    outcomes = {r.runtime: (r.outcome, r.signal) for r in result.runs}
+    assert outcomes == {"3.1.23": ("ok", None), "8.0.4": ("crashed", "SIGSEGV")}, text
+    assert [(g.clause, g.note, g.runtimes) for g in result.groups] == [("VAL-CRASH", True, ["8.0.4"])], text
+    assert UNSEEN_FAULT in result.groups[0].first.message, text
 
 
 @pytest.mark.live
