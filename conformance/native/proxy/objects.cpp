@@ -1378,8 +1378,4 @@ PROXY_EXPORT std::int32_t profharness_call_back(void (*fn)(void)) {
     return 0;
 }
 
-PROXY_EXPORT std::int64_t profharness_capture_spin(std::int64_t iterations) {
-    volatile std::int64_t acc = 0;
-    for (std::int64_t k = 0; k < iterations; ++k) acc = acc + (k ^ (acc >> 3));
-    return acc;
-}
+// profharness_capture_spin: common/spin.cpp (the probe's, so a workload spins in the same code).

@@ -1815,13 +1815,4 @@ PROFHARNESS_EXPORT void profharness_capture_phase_cell(const std::int32_t* cell)
     profharness::capture_set_phase_cell(cell);
 }
 
-// A native function a scenario P/Invokes to park its thread in native code (no calls, no system calls):
-// spins `iterations` times and returns a value that depends on every iteration.
-PROFHARNESS_EXPORT __attribute__((noinline)) std::int64_t profharness_capture_spin(std::int64_t iterations) {
-    std::int64_t n = 0;
-    for (std::int64_t i = 0; i < iterations; ++i) {
-        n += i ^ (n >> 3);
-        asm volatile("" : "+r"(n));
-    }
-    return n;
-}
+// profharness_capture_spin (the scenario's native phase) is common/spin.cpp, shared with the proxy.

@@ -1,10 +1,11 @@
 // sampling: the workload of `validate --walk-quality` (issue 24 part 4): one busy thread ("sampled") that
 // cycles, below a 70-frame managed recursion (Run -> Deep x70 -> Work), through the places of the probe's
-// capture-sampling scenario: managed code, native code (libc strlen over 64 KiB of unmanaged memory), small
-// allocations, reference stores (the write barrier), a Monitor a second thread keeps taking, a new
-// DynamicMethod JIT-compiled every 8 rounds, interface dispatch over five implementations, and a gen-0 GC every
-// 32 rounds (the methods of scenarios/_common/Places.cs, but its own native code). It runs
-// PROFHARNESS_APP_SECONDS seconds (3 when unset), then stops and joins both threads.
+// capture-sampling scenario: managed code, native code (profharness_capture_spin, the probe's own spin,
+// which the proxy in the probe's seat exports too), small allocations, reference stores (the write
+// barrier), a Monitor a second thread keeps taking, a new DynamicMethod JIT-compiled every 8 rounds,
+// interface dispatch over five implementations, and a gen-0 GC every 32 rounds (the methods of
+// scenarios/_common/Places.cs and the same native spin: the two sides' samples fall in the same places,
+// issue 24). It runs PROFHARNESS_APP_SECONDS seconds (3 when unset), then stops and joins both threads.
 // Marks: "workload.begin", "workload.end" (payload: rounds). Exit code 0 when both threads ended.
 using System;
 using System.Globalization;
@@ -19,11 +20,10 @@ namespace ProfHarness.Workloads
         const int Depth = 70;
         static int stop;
         static long rounds;
-        static IntPtr text;
         static readonly Places places = new Places();
 
-        [DllImport("libc", EntryPoint = "strlen")]
-        static extern IntPtr strlen(IntPtr s);
+        [DllImport("profharness_probe")]
+        static extern long profharness_capture_spin(long iterations);
 
         [MethodImpl(MethodImplOptions.NoInlining)]
         public static int Main()
@@ -36,10 +36,6 @@ namespace ProfHarness.Workloads
                 Console.Error.WriteLine("sampling: PROFHARNESS_APP_SECONDS=" + given + ": not a positive number");
                 return 2;
             }
-            text = Marshal.AllocHGlobal(65536);
-            for (int i = 0; i < 65535; i++)
-                Marshal.WriteByte(text, i, (byte)'a');
-            Marshal.WriteByte(text, 65535, 0);
             ProfHarness.Probe.Mark("workload.begin");
             // The holder runs Places.Hold, the other side of the contended Monitor: a sampler's timer lands there
             // too; its samples have none of Work's methods on the stack, which tells them apart (it waits in
@@ -68,7 +64,7 @@ namespace ProfHarness.Workloads
             while (Volatile.Read(ref stop) == 0)
             {
                 total += p.BusyManaged(20000);
-                total += Native(4);
+                total += Native(20000);
                 total += p.Allocate(200);
                 total += p.StoreReferences(4000);
                 total += p.Contend(4);
@@ -84,12 +80,9 @@ namespace ProfHarness.Workloads
         }
 
         [MethodImpl(MethodImplOptions.NoInlining)]
-        static long Native(int times)
+        static long Native(long iterations)
         {
-            long sum = 0;
-            for (int i = 0; i < times; i++)
-                sum += (long)strlen(text);
-            return sum;
+            return profharness_capture_spin(iterations);  // the probe's scenario spins 20000 too
         }
     }
 }
