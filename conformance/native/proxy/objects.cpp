@@ -798,8 +798,9 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
 void watchdog_loop() {
     const std::int64_t limit = static_cast<std::int64_t>(config().hang_ms) * 1000000LL;
     me().harness = true;  // it writes the signal-safety preload's notes: a ThreadState, not the profiler's
+    const auto period = std::chrono::milliseconds(walkq_enabled() ? 10 : 100);  // walkq.cpp kSlots
     for (;;) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::this_thread::sleep_for(period);
         async_poll();  // what the signal-safety preload noted; an injected deadlock
         walkq_drain(false);  // walks captured for --walk-quality
         ThreadRegistry& reg = registry();
