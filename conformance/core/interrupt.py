@@ -238,23 +238,29 @@ def _running(pid: int, started: int) -> bool:
     return found is not None and found[2] == started and found[1] != "Z"
 
 
-def descendants(pid: int | None = None) -> list[int]:
-    """Every live (not zombie) process below ``pid`` (default: this one), parents before children."""
+def _below(pid: int | None = None) -> list[tuple[int, int]]:
+    """(pid, start time) of every live (not zombie) process below ``pid`` (default: this one), parents
+    before children."""
     root = os.getpid() if pid is None else pid
-    children: dict[int, list[int]] = {}
+    children: dict[int, list[tuple[int, int]]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         found = _stat(entry.name)
         if found is not None and found[1] != "Z":
-            children.setdefault(found[0], []).append(int(entry.name))
-    out: list[int] = []
+            children.setdefault(found[0], []).append((int(entry.name), found[2]))
+    out: list[tuple[int, int]] = []
     todo = [root]
     while todo:
         below = children.get(todo.pop(0), [])
         out.extend(below)
-        todo.extend(below)
+        todo.extend(child for child, _ in below)
     return out
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """Every live (not zombie) process below ``pid`` (default: this one), parents before children."""
+    return [child for child, _ in _below(pid)]
 
 
 def _kill_group(pgid: int) -> None:
@@ -267,14 +273,12 @@ def kill_tree() -> None:
     :func:`handling` began (no lock is waited for: the signal handler calls it)."""
     for pid in list(_STATE.children):
         _kill_group(pid)
-    for pid in descendants():
+    for pid, started in _below():
         if pid not in _STATE.before:
-            found = _stat(str(pid))
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-                if found is not None:
-                    # a grandchild leaves the tree when its parent dies (init adopts it): reap waits for it
-                    _STATE.killed[pid] = found[2]
+                # a grandchild leaves the tree when its parent dies (init adopts it): reap waits for it
+                _STATE.killed[pid] = started
 
 
 def reap(timeout_s: float = REAP_S) -> list[int]:
