@@ -63,9 +63,8 @@ std::atomic<bool> g_detached{false};                   // the profiler's Profile
 std::atomic<std::int64_t> g_initialize_for_attach_ns{0};  // when InitializeForAttach was entered
 std::atomic<void*> g_real_info{nullptr};
 std::atomic<bool> g_crash_written{false};
-void* g_target_base = nullptr;  // where the target .so is mapped (dladdr of its DllGetClassObject)
-// The addresses its loaded segments span: in_target is a compare, so the fault handler needs no dladdr (its
-// lock and its stack) on the alternate signal stack it shares with the runtime's own handler.
+// The addresses the target .so's loaded segments span: in_target is a compare, so the fault handler needs no
+// dladdr (its lock and its stack) on the alternate signal stack it shares with the runtime's own handler.
 std::uintptr_t g_target_lo = 0, g_target_hi = 0;
 std::string g_target_path;
 // The target's own marks entry points, when it has them (the project's probe does): a scenario's marks go
@@ -123,10 +122,11 @@ bool in_target(const void* ip) {
     return a != 0 && a >= g_target_lo && a < g_target_hi;
 }
 
-// g_target_lo/hi from the program headers of the object loaded at g_target_base.
-void find_target_extent() {
+// g_target_lo/hi from the program headers of the loaded object whose segments hold `inside`.
+void find_target_extent(const void* inside) {
     dl_iterate_phdr(
-        [](dl_phdr_info* info, size_t, void*) -> int {
+        [](dl_phdr_info* info, size_t, void* data) -> int {
+            const auto at = reinterpret_cast<std::uintptr_t>(data);
             std::uintptr_t lo = UINTPTR_MAX, hi = 0;
             for (int k = 0; k < info->dlpi_phnum; ++k) {
                 const ElfW(Phdr)& ph = info->dlpi_phdr[k];
@@ -134,12 +134,12 @@ void find_target_extent() {
                 lo = std::min<std::uintptr_t>(lo, info->dlpi_addr + ph.p_vaddr);
                 hi = std::max<std::uintptr_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
             }
-            if (lo != reinterpret_cast<std::uintptr_t>(g_target_base)) return 0;
+            if (at < lo || at >= hi) return 0;
             g_target_lo = lo;
             g_target_hi = hi;
             return 1;
         },
-        nullptr);
+        const_cast<void*>(inside));
 }
 
 std::string hex_bytes(const void* p, int n) {
@@ -655,7 +655,7 @@ void chain(int sig, siginfo_t* si, void* uc) {
 
 // The crash record of a fault that is the profiler's (kept out of on_fault, so a fault that only passes
 // through costs the alternate signal stack one small frame).
-__attribute__((noinline)) void report_fault(int sig, siginfo_t* si, void* uc, ThreadState* t, void* pc,
+__attribute__((noinline)) void report_fault(int sig, const siginfo_t* si, ThreadState* t, void* pc,
                                             bool target_pc) {
     alarm(5);  // a report that deadlocks (heap corrupted) still ends the process
     if (t) t->tid_asked = true;
@@ -675,7 +675,6 @@ __attribute__((noinline)) void report_fault(int sig, siginfo_t* si, void* uc, Th
     perturb_write_delays();
     async_drain(true);  // what the profiler's signal handlers did up to the crash
     trace().flush();    // the records still buffered, before the process dies
-    (void)uc;
 }
 
 // Runs first for every hardware fault, the runtime's own NullReferenceExceptions too, on the runtime's
@@ -687,7 +686,7 @@ void on_fault(int sig, siginfo_t* si, void* uc) {
     if (uc) pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]);
     const bool target_pc = in_target(pc);
     const bool ours = sig == SIGABRT || target_pc || (t && (t->depth > 0 || t->in_runtime > 0));
-    if (ours && g_trace_open.load() && !g_crash_written.exchange(true)) report_fault(sig, si, uc, t, pc, target_pc);
+    if (ours && g_trace_open.load() && !g_crash_written.exchange(true)) report_fault(sig, si, t, pc, target_pc);
     chain(sig, si, uc);
 }
 
@@ -1292,9 +1291,7 @@ HRESULT create_proxy(REFIID riid, void** ppv) {
         probe_error("the profiler exports no DllGetClassObject", cfg.target.c_str());
         return E_FAIL;
     }
-    Dl_info di;
-    if (dladdr(reinterpret_cast<void*>(get), &di)) g_target_base = di.dli_fbase;
-    find_target_extent();
+    find_target_extent(reinterpret_cast<const void*>(get));
     IClassFactory* factory = nullptr;
     HRESULT hr = get(cfg.clsid, IID_IClassFactory, reinterpret_cast<void**>(&factory));
     if (hr != S_OK || !factory) {
