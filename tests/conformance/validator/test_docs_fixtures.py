@@ -34,18 +34,23 @@ def source_line(fixture: str, text: str) -> int:
     return found
 
 
+def compile_app(name: str) -> Path:
+    """The app ``apps/NAME/app.cs``, compiled for the reference runtime."""
+    folder = APPS / name
+    scenario = scenarios.Scenario(
+        name=name, folder=folder, sources=[folder / "app.cs"], plan={"version": 1},
+        description=f"docfixtures app {name}",
+    )  # fmt: skip
+    return scenarios.compile_scenario(scenario, runner.reference_runtime())
+
+
 @pytest.fixture(scope="module")
 def apps() -> Callable[[str], Path]:
     built: dict[str, Path] = {}
 
     def app(name: str) -> Path:
         if name not in built:
-            folder = APPS / name
-            scenario = scenarios.Scenario(
-                name=name, folder=folder, sources=[folder / "app.cs"], plan={"version": 1},
-                description=f"docfixtures app {name}",
-            )  # fmt: skip
-            built[name] = scenarios.compile_scenario(scenario, runner.reference_runtime())
+            built[name] = compile_app(name)
         return built[name]
 
     return app

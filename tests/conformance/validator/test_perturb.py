@@ -27,7 +27,7 @@ from conformance.validator.report import render_text, runs_text, to_html
 from conformance.validator.result import Group, Occurrence, RunSummary, ValidationResult
 from conformance.validator.rules import UNSEEN_FAULT
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_fixture, same_source
-from tests.conformance.validator.test_docs_fixtures import APPS, DOCS
+from tests.conformance.validator.test_docs_fixtures import DOCS, compile_app
 
 _DRIVER = r"""
 #include <cstdio>
@@ -209,14 +209,9 @@ def test_startup_race_found_in_every_perturbed_run_on_both_runtimes(runtimes: li
 def test_correct_sampler_clean_over_ten_perturbed_runs(runtimes: list[Runtime]) -> None:
     """The document-written sampler (docs/sampler_signal.cpp: a sampler thread started in Initialize after
     the interface is stored, joined first in Shutdown) keeps every rule in 10 perturbed runs per runtime."""
-    from conformance.core import runner, scenarios
-
-    folder = APPS / "basic"
-    app = scenarios.compile_scenario(
-        scenarios.Scenario(name="basic", folder=folder, sources=[folder / "app.cs"], plan={"version": 1},
-                           description="docfixtures app basic"), runner.reference_runtime())  # fmt: skip
     from tests.conformance.validator.fixtures import build_profiler
 
+    app = compile_app("basic")
     so = build_profiler(DOCS / "sampler_signal.cpp", "validator-docs", [DOCS])
     result = api.validate(so, FIXTURE_CLSID, app=app, repeat=10, perturb=31)
     text = render_text(result)
@@ -242,13 +237,9 @@ def test_VAL_CRASH_a_signal_during_a_hardware_exception_kills_8_0_not_the_profil
     kernel ends the process with SIGSEGV (a signal frame that does not fit on the alternate stack the runtime
     handles the fault on; no handler runs) and VAL-CRASH says so in a note, blaming nothing; 3.1.23 runs to
     its end."""
-    from conformance.core import runner, scenarios
     from tests.conformance.validator.fixtures import build_profiler
 
-    folder = APPS / "nrestorm"
-    app = scenarios.compile_scenario(
-        scenarios.Scenario(name="nrestorm", folder=folder, sources=[folder / "app.cs"], plan={"version": 1},
-                           description="docfixtures app nrestorm"), runner.reference_runtime())  # fmt: skip
+    app = compile_app("nrestorm")
     so = build_profiler(DOCS / "sampler_signal.cpp", "validator-docs", [DOCS])
     result = api.validate(so, FIXTURE_CLSID, app=app, timeout_s=60.0)
     text = render_text(result)
