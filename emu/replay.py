@@ -708,6 +708,11 @@ def _reported_ips(
         recorded = _top_in_pinvoke_transition(frames, result)
         if recorded is not None:
             out[0] = frames[0]._replace(reported_ip=recorded)
+    if not x86:
+        for i, f in enumerate(frames[:-1]):
+            parent = _funclet_parent_ip(frames, i, result)
+            if parent is not None:
+                out[i] = f._replace(reported_ip=parent)
     for i in range(1, len(frames)):
         f, callee = frames[i], frames[i - 1]
         if not f.function_id or callee.function_id or f.trust is Trust.CONTEXT:
@@ -724,6 +729,72 @@ def _reported_ips(
                 out[i] = f._replace(reported_ip=word)
                 break
     return out
+
+
+#: how far above a funclet's SP its return address may lie (bytes): its frame holds only outgoing arguments
+#: and the PSPSym copy
+_FUNCLET_FRAME_BYTES = 4096
+
+
+def _funclet_frame_size(memory: CaptureMemory, start: int) -> int | None:
+    """The stack a funclet's prolog allocates below its return address (its ``push rbp`` included), when the
+    code at ``start`` is the prolog the x64 JIT gives a funclet that uses the parent's frame (PSPSym):
+    ``push rbp; sub rsp, N; mov rbp, [rdi + d]`` (the parent's frame pointer, from the establisher frame
+    the runtime passes in RDI); None for any other code or where it is not captured."""
+    run = _straight_line(memory, start, start + 16)
+    if len(run) < 3:
+        return None
+    push, sub, load = run[:3]
+    x86 = capstone.x86
+    if push.id != x86.X86_INS_PUSH or push.operands[0].reg != x86.X86_REG_RBP:
+        return None
+    if sub.id != x86.X86_INS_SUB or [o.type for o in sub.operands] != [x86.X86_OP_REG, x86.X86_OP_IMM]:
+        return None
+    if sub.operands[0].reg != x86.X86_REG_RSP or load.id != x86.X86_INS_MOV or len(load.operands) != 2:
+        return None
+    dst, src = load.operands
+    if dst.type != x86.X86_OP_REG or dst.reg != x86.X86_REG_RBP or src.type != x86.X86_OP_MEM:
+        return None
+    if src.mem.base != x86.X86_REG_RDI or src.mem.index != 0:
+        return None
+    return 8 + int(sub.operands[1].imm)
+
+
+def _funclet_parent_ip(frames: Sequence[LightFrame], i: int, result: UnwindResult | RawUnwind) -> int | None:
+    """The IP the runtime reports for frame ``i`` when it is a funclet (x64: a ``finally`` the method's
+    body calls, an exception handler), found by the frame pointer: the return address into the parent's
+    body (the funclet's call site), else None.
+
+    A funclet's RBP is its parent's frame pointer (:func:`_funclet_frame_size`), so the frame-pointer unwind
+    goes from the funclet straight to the parent's caller: the replay has one frame for the method, as the
+    runtime's walk does, which reports the parent's frame, at the call site, and not the funclet's
+    (observed on 8.0.4: a sample in a ``lock`` statement's finally funclet, whose Tier0 body calls it,
+    tests/data/captures/rare/8.0.4-finally-funclet.phcap). The replay finds the call site where the
+    funclet's prolog put it: the word ``N`` bytes above the frame's SP is a return address into the same
+    method, after a ``call rel32`` to a later address of the method, where the code is that prolog
+    allocating ``N``."""
+    memory, code = result.memory, result.code
+    f, caller = frames[i], frames[i + 1]
+    if memory is None or not f.function_id or caller.trust is not Trust.FRAME_POINTER:
+        return None
+    at = f.ip if f.trust is Trust.CONTEXT else f.ip - 1
+    rng = code.method_range(at)
+    if rng is None:
+        return None
+    for slot in range(f.sp, min(caller.sp, f.sp + _FUNCLET_FRAME_BYTES), 8):
+        try:
+            word = memory.read_u64(slot)
+            call = memory.read(word - 5, 5) if rng[0] + 5 <= word < at else b""
+        except MemoryFault:
+            continue
+        if call[:1] != b"\xe8":
+            continue
+        start = word + int.from_bytes(call[1:], "little", signed=True)
+        if word < start <= at and code.method_range(start) == rng:
+            size = _funclet_frame_size(memory, start)
+            if size is not None and slot == f.sp + size and at >= start + 5:
+                return word
+    return None
 
 
 #: how far from the return address an inlined P/Invoke's InlinedCallFrame records its GC mode switches lie

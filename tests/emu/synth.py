@@ -115,6 +115,23 @@ def rewrite(capture: Any, path: Path, **changes: Any) -> Path:
     return write_capture(path, fields, payloads)
 
 
+def with_code(capture: Any, path: Path, address: int, code: bytes) -> Path:
+    """Write ``capture`` again with ``code`` at ``address`` in the code segment that holds it."""
+    from emu.capture import Capture
+
+    assert isinstance(capture, Capture)
+    payloads = []
+    for seg in capture.manifest.segments:
+        data = bytearray(capture.segments[seg.name])
+        at = address - seg.address if seg.role == "code" and seg.address is not None else -1
+        if 0 <= at <= len(data) - len(code):
+            data[at : at + len(code)] = code
+        payloads.append(SegmentPayload(name=seg.name, kind=seg.kind, role=seg.role, address=seg.address,
+                                       data=bytes(data)))  # fmt: skip
+    fields = capture.manifest.model_dump(mode="python", exclude={"segments"})
+    return write_capture(path, fields, payloads)
+
+
 def expect_error(tmp_path: Path, data: bytes, pattern: str) -> str:
     """Reading ``data`` as a capture fails with one line naming the file and matching ``pattern``, in
     bounded time."""

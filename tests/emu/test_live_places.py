@@ -22,7 +22,7 @@ from emu.capture import (
 )
 from emu.replay import recovered_leaf_first, replay
 from emu.unwind import Trust, _read_prologue, unwind
-from tests.emu.synth import CODE, STACK, STACK_SIZE, write_synthetic
+from tests.emu.synth import CODE, STACK, STACK_SIZE, with_code, write_synthetic
 
 TOP = STACK + STACK_SIZE - 0x1000  # the synthetic captures' default RSP
 NOP = b"\x90"
@@ -397,3 +397,49 @@ def test_a_top_frame_in_its_pinvokes_preemptive_window_is_reported_at_its_inline
     path = write_synthetic(tmp_path / "no-icf.phcap", code=NOP * 0x20 + code + NOP * (0xE0 - len(code)),
                            rip=at + ret, stack_words=[0] * 0x22, jit=jit, regs={"rbp": rbp})  # fmt: skip
     assert replay(read_capture(path)).frames[0].reported_ip is None
+
+
+# -- a funclet ---------------------------------------------------------------------------------------------
+
+FUNCLET = Path(__file__).resolve().parents[1] / "data" / "captures" / "rare" / "8.0.4-finally-funclet.phcap"
+#: in that capture: Places::Contend's Tier0 body calls its ``lock`` statement's finally funclet (``call`` at
+#: FUNCLET_CALL, returning to FUNCLET_SITE); the funclet (push rbp; sub rsp, 0x10; mov rbp, [rdi]; ...) was
+#: in the PGO count helper, returning to FUNCLET_IP, when the signal came
+FUNCLET_CALL, FUNCLET_SITE, FUNCLET_START, FUNCLET_IP = (
+    0x7F7338024D6A, 0x7F7338024D6F, 0x7F7338024DC4, 0x7F7338024E06,
+)  # fmt: skip
+
+
+def test_DSS_08_a_frame_in_a_funclet_is_reported_at_its_parents_call_site(tmp_path: Path) -> None:
+    """Sampled in CI on 8.0.4 (the monitor phase; the recovered-seed walk "not the replay's" once in 120
+    samples): the thread in a finally funclet. Its RBP is the parent's frame pointer, so the frame-pointer
+    unwind goes from the funclet to the parent's caller; the runtime's walk, seeded at the funclet's frame,
+    reported the method once, at the funclet's call site in the parent's body, and went on as the replay
+    does. The replay reports the funclet's frame there; with the bytes that make it a funclet changed it
+    does not, and the live walk no longer agrees."""
+    cap = read_capture(FUNCLET)
+    rec = cap.manifest.live_recovery
+    assert rec is not None and rec.walk is not None and rec.seed is not None
+    assert [(f.function_id, f.ip) for f in rec.walk.frames[:1]] == [(rec.seed.function_id, FUNCLET_SITE)]
+    result = replay(cap, allow_disk=False)
+    funclet, parent_caller = result.frames[1], result.frames[2]
+    assert (funclet.function, funclet.ip, funclet.trust) == (
+        "ProfHarness.Places::Contend", FUNCLET_IP, Trust.CFI,
+    )  # fmt: skip
+    assert funclet.reported_ip == FUNCLET_SITE
+    assert (parent_caller.function, parent_caller.trust) == (
+        "ProfHarness.Scenarios.CaptureSampling::Work", Trust.FRAME_POINTER,
+    )  # fmt: skip
+    first = next((c.func_id, c.ip) for c in result.model.callbacks if c.func_id)
+    assert first == (funclet.function_id, FUNCLET_SITE)
+    check = result.live_recovery
+    assert check is not None
+    assert (check.agrees, check.seed_is_replay_seed, check.violations) == (True, True, ())
+    for name, at, code in [
+        ("not-psp", FUNCLET_START + 5, b"\x48\x89\xe5"),  # mov rbp, rsp: a frame of its own, not the parent's
+        ("bigger", FUNCLET_START + 4, b"\x18"),  # sub rsp, 0x18: the call site is not where it allocates
+        ("elsewhere", FUNCLET_CALL + 1, (0x10).to_bytes(4, "little")),  # the call goes somewhere else
+    ]:
+        broken = replay(read_capture(with_code(cap, tmp_path / f"{name}.phcap", at, code)), allow_disk=False)
+        assert broken.frames[1].reported_ip is None, name
+        assert broken.live_recovery is not None and broken.live_recovery.agrees is False, name

@@ -29,11 +29,11 @@ from conformance.core.scenarios import compile_scenario, load_scenario
 from conformance.core.trace import Trace
 from conformance.suite.orchestrate import effective_plan
 from conformance.suite.verdicts import Evidence, Status
-from emu.capture import Capture, SegmentPayload, read_capture, write_capture
+from emu.capture import Capture, read_capture
 from emu.errors import MemoryFault
 from emu.memory import CaptureMemory
 from emu.unwind import StopKind, looks_like_return_address
-from tests.emu.synth import rewrite
+from tests.emu.synth import rewrite, with_code
 
 LIVE = Path(__file__).resolve().parents[2] / "data" / "captures" / "live"
 #: samples that made DSS-07[emu <version>] (and DSS-03) diverge on a loaded machine, the thread interrupted in
@@ -159,20 +159,6 @@ def _calls_missing(cap: Capture) -> list[int]:
     return out
 
 
-def _with_code(cap: Capture, path: Path, address: int, code: bytes) -> Path:
-    """``cap`` written again with ``code`` at ``address`` in the code segment that holds it."""
-    payloads = []
-    for seg in cap.manifest.segments:
-        data = bytearray(cap.segments[seg.name])
-        at = address - seg.address if seg.role == "code" and seg.address is not None else -1
-        if 0 <= at <= len(data) - len(code):
-            data[at : at + len(code)] = code
-        payloads.append(SegmentPayload(name=seg.name, kind=seg.kind, role=seg.role, address=seg.address,
-                                       data=bytes(data)))  # fmt: skip
-    fields = cap.manifest.model_dump(mode="python", exclude={"segments"})
-    return write_capture(path, fields, payloads)
-
-
 def test_DSS_16_emu_a_code_page_read_before_the_jit_filled_it_hid_a_frameless_leafs_caller(
     tmp_path: Path,
 ) -> None:
@@ -209,7 +195,7 @@ def test_DSS_16_emu_a_code_page_read_before_the_jit_filled_it_hid_a_frameless_le
         assert (verdict.status, verdict.disagreements) == (Status.DIVERGES, (line,))
     # call qword ptr [rip+0], ending at the return address
     call = b"\xff\x15" + bytes(4)
-    fixed = Sample.of(read_capture(_with_code(cap, tmp_path / "fixed.phcap", ret - len(call), call)))
+    fixed = Sample.of(read_capture(with_code(cap, tmp_path / "fixed.phcap", ret - len(call), call)))
     names = [f.function for f in fixed.replay.frames[:4]]
     assert names == ["ProfHarness.Rect::Area", "ProfHarness.Places::Dispatch", SELF + "Work",
                      "ProfHarness.Recursion::Deep"]  # fmt: skip
