@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from clr_model.hresults import HResult
 from conformance.cli import capture
 from conformance.core.runtimes import Runtime
-from emu.capture import LiveRecovery, RecoveredSeed, read_capture
+from emu.capture import Capture, LiveRecovery, RecoveredSeed, read_capture
 from emu.replay import recovery_table, render_recovery_table, replay
 from tests.emu.synth import rewrite
 
@@ -56,7 +57,7 @@ def test_DSS_08_recovered_seed_walks_are_the_replays_frames_on_every_runtime(
     for rt in runtimes:
         files = sorted((recovered_captures / rt.version).glob("*.phcap"))
         assert len(files) == 60, rt.version
-        below_top = unjudged = 0
+        below_top = unjudged = refused = 0
         for f in files:
             cap = read_capture(f)
             rec = cap.manifest.live_recovery
@@ -71,6 +72,9 @@ def test_DSS_08_recovered_seed_walks_are_the_replays_frames_on_every_runtime(
                 continue
             check = res.live_recovery
             assert check is not None
+            if _refused_whatever_the_seed(cap):
+                refused += 1
+                continue
             assert check.hresult == "0x00000000 S_OK", f"{f}: {check}"
             assert check.seed_is_replay_seed is True, f"{f}: the seed is not the replay's first managed frame"
             assert check.agrees is True, f"{f}: the walk's managed frames are not the replay's"
@@ -81,6 +85,19 @@ def test_DSS_08_recovered_seed_walks_are_the_replays_frames_on_every_runtime(
             below_top += res.seed.frame_index > 0
         assert below_top, f"{rt.version}: no sample needed a frame below the interrupted one"
         assert unjudged <= len(files) // 10, f"{rt.version}: the replay recovered too few samples to judge"
+        assert refused <= 2, f"{rt.version}: {refused} samples refused as unsafe to walk"
+
+
+def _refused_whatever_the_seed(cap: Capture) -> bool:
+    """Both walks of the sample, the naive seed's and the recovered seed's, refused with
+    CORPROF_E_STACKSNAPSHOT_UNSAFE: the runtime would not walk the thread in the state it was in, whatever
+    the seed (seen on 8.0.4 with two busy loops beside it: 2 of 3,600 samples, the GC phase, both at the same
+    site, libcoreclr+0x3b0668 four native frames below GC.Collect; 0 of 3,000 on either runtime without the
+    load). Not a seed's failure; any other HRESULT, or this one for the recovered seed alone, is."""
+    unsafe = int(HResult.CORPROF_E_STACKSNAPSHOT_UNSAFE)
+    rec, live = cap.manifest.live_recovery, cap.manifest.live
+    walk = rec.walk if rec is not None else None
+    return walk is not None and live is not None and walk.hresult == unsafe and live.hresult == unsafe
 
 
 @pytest.mark.live
