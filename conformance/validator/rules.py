@@ -1232,7 +1232,8 @@ class CrashesAndHangs(StreamRule):
 #
 # The signal-safety preload (conformance/native/preload) wraps the handlers the profiler installs; the proxy
 # writes a proxy.signal_handler mark for each, a proxy.async mark for each (profiler frame, function) pair
-# called inside one, and proxy.async_deadlock when the injected deadlock happened (--inject-deadlock).
+# called inside one, and proxy.async_deadlock when the injected deadlock happened (--inject-deadlock) or a
+# handler's call into the allocator did not return for a second (a real one: ``injected`` false).
 
 _ALLOCATION = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc",
                          "memalign"})  # fmt: skip
@@ -1330,12 +1331,24 @@ class SignalHandlers(StreamRule):
         held = frames_text(self.j, crash_stack(r.get("holderStack"), self.j.target), 6)
         waits = frames_text(self.j, crash_stack(r.get("waiterStack"), self.j.target), 6)
         same = "the same thread" if holder == waiter else f"thread {waiter}"
+        sig = signal_name(r.get("signo"))
+        if r.get("injected") is False:  # a real deadlock: the call into the allocator never returned
+            message = (
+                f"deadlock: the profiler's {sig} handler called {r.get('function')}() on thread {waiter} "
+                f"and waited {r.get('waitedMs')} ms inside the allocator without returning, on {same} as "
+                f"the code its signal interrupted (an allocator's lock that code holds); the thread was "
+                f"interrupted at: {held}; the handler waits at: {waits}"
+            )
+        else:
+            message = (
+                f"deadlock: the profiler's {sig} handler, raised on thread {holder} while it held the "
+                f"allocator lock (--inject-deadlock), called {r.get('function')}() and waited "
+                f"{r.get('waitedMs')} ms for that lock on {same}; the lock was taken (inside malloc) at: "
+                f"{held}; the handler waits at: {waits}"
+            )
         self.j.finding(
             "ASYNC-07",
-            f"deadlock: the profiler's {signal_name(r.get('signo'))} handler, raised on thread {holder} "
-            f"while it held the allocator lock (--inject-deadlock), called {r.get('function')}() and waited "
-            f"{r.get('waitedMs')} ms for that lock on {same}; the lock was taken (inside malloc) at: {held}; "
-            f"the handler waits at: {waits}",
+            message,
             [r["seq"]],
             thread=waiter,
             site=self.j.site(r),

@@ -627,13 +627,46 @@ __attribute__((constructor(101))) void preload_init() {
     resolve_all();
 }
 
+// A wrapped handler's call into the real allocator, published while it runs (Injection::stuck_*) for the
+// proxy's watchdog: one that never returns is a real deadlock. `fn` < 0: not inside a handler, nothing kept.
+// The first such call in flight claims the fields; a nested one (operator new calling malloc) or one on
+// another thread meanwhile does not.
+class AllocatorCall {
+ public:
+    AllocatorCall(int fn, const void* ra) {
+        if (fn < 0) return;
+        Injection& inj = g_shared.injection;
+        long none = 0;
+        const long self = gettid_();
+        if (!inj.stuck_tid.compare_exchange_strong(none, self, std::memory_order_acq_rel)) return;
+        claimed_ = true;
+        inj.stuck_function.store(fn, std::memory_order_relaxed);
+        inj.stuck_signo.store(tl_sig, std::memory_order_relaxed);
+        inj.stuck_caller.store(profiler_frame(reinterpret_cast<std::uintptr_t>(ra)), std::memory_order_relaxed);
+        inj.stuck_since_ns.store(now_ns(), std::memory_order_release);
+    }
+    ~AllocatorCall() {
+        if (!claimed_) return;
+        g_shared.injection.stuck_since_ns.store(0, std::memory_order_relaxed);
+        g_shared.injection.stuck_tid.store(0, std::memory_order_release);
+    }
+    AllocatorCall(const AllocatorCall&) = delete;
+    AllocatorCall& operator=(const AllocatorCall&) = delete;
+
+ private:
+    bool claimed_ = false;
+};
+
 // The shape every allocation wrapper shares: outside a handler the real function (the injection's chance
-// first, when armed); inside, noted (and the allocator lock awaited) before the real function runs.
+// first, when armed); inside, noted (and the allocator lock awaited) before the real function runs, which
+// the watchdog then sees in flight (AllocatorCall) until it returns.
 #define ALLOC_ENTRY(fn_id)                                                                 \
-    if (UNLIKELY(profharness_preload_depth != 0) && handler_live()) {                      \
+    const bool in_handler_call = UNLIKELY(profharness_preload_depth != 0) && handler_live(); \
+    if (in_handler_call) {                                                                 \
         note(fn_id, RA());                                                                 \
         wait_for_allocator(fn_id, RA());                                                   \
-    }
+    }                                                                                      \
+    AllocatorCall allocator_call(in_handler_call ? (fn_id) : -1, RA());
 
 }  // namespace
 
@@ -732,7 +765,9 @@ PRELOAD_EXPORT void* realloc(void* p, std::size_t n) {
 }
 
 PRELOAD_EXPORT void free(void* p) {
-    if (UNLIKELY(profharness_preload_depth != 0)) note(kFree, RA());
+    const bool in_handler_call = UNLIKELY(profharness_preload_depth != 0);
+    if (in_handler_call) note(kFree, RA());
+    AllocatorCall allocator_call(in_handler_call && handler_live() ? kFree : -1, RA());
     if (UNLIKELY(is_boot(p)) || !p) return;
     using Fn = void (*)(void*);
     if (auto f = real<Fn>(kFree)) f(p);

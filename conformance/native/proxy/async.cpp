@@ -120,17 +120,77 @@ void async_drain(bool final) {
     drain_locked(final);
 }
 
+// The thread a handler's call into the real allocator has not returned on for a second (Injection::stuck_*),
+// else 0. Checked before anything here allocates: that call waits for an allocator lock its own interrupted
+// code holds, and the watchdog could meet the same lock.
+static long stuck_in_allocator(std::int64_t& since) {
+    preload::Injection& inj = g_shared->injection;
+    const long tid = inj.stuck_tid.load(std::memory_order_acquire);
+    since = inj.stuck_since_ns.load(std::memory_order_acquire);
+    if (tid <= 0 || !since || now_ns() - since < kDeadlockAfterNs) return 0;
+    if (inj.stuck_tid.load(std::memory_order_acquire) != tid || inj.wait_since_ns.load() != 0) return 0;
+    return tid;
+}
+
+// A real deadlock (no injection): the stuck thread's stack (signalled for it, as the hang report does) split
+// at the signal trampolines (the restorer of the handler's signal): above the first, the stack request's
+// own frames; up to the second, the handler waiting inside the allocator; below it, the code the signal
+// interrupted. Without an answer, the profiler's frame that called alone.
+static void report_stuck(long tid, std::int64_t since) {
+    preload::Injection& inj = g_shared->injection;
+    const int signo = inj.stuck_signo.load();
+    const std::uint64_t caller = inj.stuck_caller.load();
+    void* ips[48];
+    const int n = stack_ips_of(tid, ips, 48);
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    void* restorer = sigaction(signo, nullptr, &sa) == 0 ? reinterpret_cast<void*>(sa.sa_restorer) : nullptr;
+    int cut[2] = {-1, -1};
+    for (int k = 0, found = 0; k < n && found < 2 && restorer; ++k)
+        if (ips[k] == restorer) cut[found++] = k;
+    void* fallback[1] = {reinterpret_cast<void*>(caller)};
+    void* const* waiter = fallback;
+    int waiter_n = caller ? 1 : 0, holder_n = 0;
+    void* const* holder = ips;
+    if (cut[1] > cut[0] + 1) {
+        waiter = ips + cut[0] + 1;
+        waiter_n = cut[1] - cut[0] - 1;
+        holder = ips + cut[1] + 1;
+        holder_n = n - cut[1] - 1;
+    }
+    async_drain(true);
+    note_caller(reinterpret_cast<const void*>(caller));
+    Json rec = Json::object();
+    rec.set("name", "proxy.async_deadlock").set("payload", Json()).set("injected", false);
+    rec.set("signo", signo).set("function", function_name(inj.stuck_function.load()));
+    rec.set("caller", Json(caller));
+    rec.set("holderOsTid", Json(static_cast<std::int64_t>(tid)));
+    rec.set("waiterOsTid", Json(static_cast<std::int64_t>(tid)));
+    rec.set("waitedMs", Json((now_ns() - since) / 1000000));
+    rec.set("holderStack", native_stack_json(holder, holder_n));
+    rec.set("waiterStack", native_stack_json(waiter, waiter_n));
+    trace().write("mark", rec);
+    trace().write("end", Json::object());
+    trace().flush();
+    ::kill(getpid(), SIGKILL);
+}
+
 void async_poll() {
     if (!g_shared || !recording_enabled()) return;
-    async_drain(false);
     preload::Injection& inj = g_shared->injection;
+    std::int64_t stuck_since = 0;
+    if (const long stuck = stuck_in_allocator(stuck_since); stuck && !inj.reported.exchange(1)) {
+        report_stuck(stuck, stuck_since);
+        return;
+    }
+    async_drain(false);
     const std::int64_t since = inj.wait_since_ns.load(std::memory_order_acquire);
     if (!since || now_ns() - since < kDeadlockAfterNs || inj.reported.exchange(1)) return;
     const long holder = inj.holder_tid.load(), waiter = inj.waiter_tid.load();
     async_drain(true);
     note_caller(reinterpret_cast<const void*>(inj.waiter_caller.load()));
     Json rec = Json::object();
-    rec.set("name", "proxy.async_deadlock").set("payload", Json());
+    rec.set("name", "proxy.async_deadlock").set("payload", Json()).set("injected", true);
     rec.set("signo", inj.signo.load()).set("function", function_name(inj.waiter_function.load()));
     rec.set("caller", Json(static_cast<std::uint64_t>(inj.waiter_caller.load())));
     rec.set("holderOsTid", Json(static_cast<std::int64_t>(holder)));

@@ -710,19 +710,32 @@ void on_stack_request(int, siginfo_t*, void*) {
     t->stack_ready.store(1, std::memory_order_release);
 }
 
-// The native stack of thread `tid` (signalled as the hang report does), or null when it did not answer
-// within 300 ms.
-Json stack_of(long tid) {
+}  // namespace
+
+int stack_ips_of(long tid, void** out, int max) {
     g_stack_done.store(0);
     g_stack_for.store(tid, std::memory_order_release);
-    Json out;
+    int n = 0;
     if (::syscall(SYS_tgkill, static_cast<long>(getpid()), tid, g_stack_signal) == 0) {
         for (int waited = 0; waited < 300 && !g_stack_done.load(std::memory_order_acquire); ++waited)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (g_stack_done.load(std::memory_order_acquire)) out = native_stack_json(g_stack_ips, g_stack_n);
+        if (g_stack_done.load(std::memory_order_acquire)) {
+            n = std::min(g_stack_n, max);
+            std::copy(g_stack_ips, g_stack_ips + n, out);
+        }
     }
     g_stack_for.store(0);
-    return out;
+    return n;
+}
+
+namespace {
+
+// The native stack of thread `tid` (signalled as the hang report does), or null when it did not answer
+// within 300 ms.
+Json stack_of(long tid) {
+    void* ips[48];
+    const int n = stack_ips_of(tid, ips, 48);
+    return n > 0 ? native_stack_json(ips, n) : Json();
 }
 
 void install_signal_handlers() {

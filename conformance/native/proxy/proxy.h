@@ -256,7 +256,10 @@ bool async_loaded();
 int async_set_quiet(int quiet);  // the calling thread's "the harness's own work" level; returns the old one
 // Writes what the preload noted since the last drain (never from a handler); `final`: every count up to date.
 void async_drain(bool final);
-void async_poll();        // the watchdog's turn: drain; report an injected deadlock and end the process
+void async_poll();        // the watchdog's turn: report a deadlocked handler and end the process; drain
+// Thread `tid`'s native stack (up to `max` return addresses, innermost first), taken by a signal its
+// handler answers within 300 ms (the hang report's); 0 when it did not answer.
+int stack_ips_of(long tid, void** out, int max);
 Json async_summary_json();  // the proxy.shutdown mark's "signals"
 
 // An ICorProfilerInfo call made inside the profiler's signal handler: noted in the preload's table (with

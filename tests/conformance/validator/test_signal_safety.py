@@ -25,6 +25,7 @@ from conformance.validator import api as validator
 from conformance.validator.report import render_text
 from conformance.validator.result import ClauseStatus, Group, ValidationResult
 from tests.conformance.validator.fixtures import FIXTURE_CLSID, PROFILERS, build_profiler, same_source
+from tests.conformance.validator.test_docs_fixtures import compile_app
 
 APPS = Path(__file__).resolve().parent / "apps"
 DOCS = PROFILERS / "docs"
@@ -169,8 +170,11 @@ def test_ASYNC_07_an_allocating_handler_deadlocks_under_injection_with_both_stac
     assert deadlock.site is not None and deadlock.site.line == line_of(source, "new Sample{"), deadlock
     for occurrence in deadlock.occurrences:
         message = occurrence.message
-        held, _, waits = message.partition("the lock was taken (inside malloc) at: ")[2].partition(
-            "; the handler waits at: ")
+        # the injected deadlock, or (rarely: a sample that interrupts the thread inside malloc before the
+        # injection fires) a real one, reported as in the test below
+        where = ("the lock was taken (inside malloc) at: " if "--inject-deadlock" in message
+                 else "the thread was interrupted at: ")  # fmt: skip
+        held, _, waits = message.partition(where)[2].partition("; the handler waits at: ")
         assert held and waits, message  # both stacks
         assert "sampler_malloc.cpp" in waits and "on_sigprof" in waits, message  # the profiler's frame named
         assert "on the same thread" in message, message
@@ -225,3 +229,28 @@ def test_ASYNC_02_04_05_06_the_correct_sampler_broken_four_ways(tmp_path: Path, 
     assert sites(result.findings) == expected, report
     (info,) = [g for g in result.findings if g.clause == "ASYNC-05"]
     assert "GetCurrentThreadID" in info.first.message, info
+
+
+def test_ASYNC_07_an_allocating_handler_that_really_deadlocks_is_reported_with_both_stacks(
+    runtimes: list[Runtime],
+) -> None:
+    """No injection: the app spends its time inside malloc (mallocstorm), so a sample soon interrupts it
+    there and the handler's allocation waits for the lock its own thread holds. The preload publishes every
+    handler's call into the allocator while it runs; the proxy's watchdog reports the one that has not
+    returned after a second, with the thread's stack split at the signal's trampoline, and ends the run."""
+    source = PROFILERS / "sampler_malloc.cpp"
+    so = build_profiler(source, "validator-fixtures", [])
+    result = validator.validate(so, FIXTURE_CLSID, app=compile_app("mallocstorm"), timeout_s=30.0)
+    text = render_text(result, verbose=True)
+    assert [r.outcome for r in result.runs] == ["killed"] * len(runtimes), text
+    assert {g.clause for g in result.findings} == {"ASYNC-01", "ASYNC-07"}, text
+    (deadlock,) = [g for g in result.findings if g.clause == "ASYNC-07"]
+    assert deadlock.runtimes == sorted(rt.version for rt in runtimes), text
+    assert deadlock.site is not None and deadlock.site.line == line_of(source, "new Sample{"), deadlock
+    for occurrence in deadlock.occurrences:
+        message = occurrence.message
+        assert "inside the allocator without returning, on the same thread" in message, message
+        held, _, waits = message.partition("the thread was interrupted at: ")[2].partition(
+            "; the handler waits at: ")
+        assert held and waits, message  # both stacks
+        assert "sampler_malloc.cpp" in waits and "on_sigprof" in waits, message

@@ -64,6 +64,15 @@ struct Injection {
     void* waiter_stack[kStackDepth];
     std::atomic<int> waiter_n;
     std::atomic<int> reported;
+    // A wrapped handler's call into the real allocator (the malloc family, operator new/delete) in flight,
+    // injected or not: the first one claims these (stuck_tid by CAS) and clears them when the call returns.
+    // One that has not returned after a second is a real deadlock (ASYNC-07): the signal interrupted its
+    // thread inside the allocator, whose lock the handler now waits for.
+    std::atomic<long> stuck_tid;               // 0: no call in flight
+    std::atomic<std::int64_t> stuck_since_ns;  // CLOCK_MONOTONIC
+    std::atomic<int> stuck_function;
+    std::atomic<int> stuck_signo;
+    std::atomic<std::uint64_t> stuck_caller;   // the profiler's frame that called
 };
 
 struct Shared {
