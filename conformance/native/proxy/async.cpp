@@ -83,8 +83,9 @@ void drain_locked(bool final) {
     }
 }
 
+// (a deadlocked thread may hold the dynamic loader's lock: never dladdr here)
 Json stack_json(void* const* ips, int n) {
-    return native_stack_json(ips, n < 0 ? 0 : (n > preload::kStackDepth ? preload::kStackDepth : n));
+    return native_stack_json_unlocked(ips, n < 0 ? 0 : (n > preload::kStackDepth ? preload::kStackDepth : n));
 }
 
 }  // namespace
@@ -167,8 +168,8 @@ static void report_stuck(long tid, std::int64_t since) {
     rec.set("holderOsTid", Json(static_cast<std::int64_t>(tid)));
     rec.set("waiterOsTid", Json(static_cast<std::int64_t>(tid)));
     rec.set("waitedMs", Json((now_ns() - since) / 1000000));
-    rec.set("holderStack", native_stack_json(holder, holder_n));
-    rec.set("waiterStack", native_stack_json(waiter, waiter_n));
+    rec.set("holderStack", native_stack_json_unlocked(holder, holder_n));
+    rec.set("waiterStack", native_stack_json_unlocked(waiter, waiter_n));
     trace().write("mark", rec);
     trace().write("end", Json::object());
     trace().flush();

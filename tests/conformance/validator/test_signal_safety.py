@@ -201,7 +201,10 @@ def test_ASYNC_01_the_correct_sampler_with_a_malloc_added_goes_red(
     text = render_text(result)
     malloc_line = line_of(copy, "std::malloc(64)")
     assert ("ASYNC-01", malloc_line) in sites(result.findings), text
-    assert {g.clause for g in result.findings} == {"ASYNC-01"}, text
+    # and ASYNC-07 when a sample interrupted the thread inside malloc: the added malloc then deadlocks
+    deadlocked = any(r.outcome == "killed" for r in result.runs)
+    expected = {"ASYNC-01", "ASYNC-07"} if deadlocked else {"ASYNC-01"}
+    assert {g.clause for g in result.findings} == expected, text
     # the copy's file (by name: a cached build of the same text names the temporary folder it was built in)
     names = {Path(g.site.file or "").name for g in result.findings if g.site is not None}
     assert names == {copy.name}, text
