@@ -736,9 +736,10 @@ def _reported_ips(
 _FUNCLET_FRAME_BYTES = 4096
 
 
-def _funclet_frame_size(memory: CaptureMemory, start: int) -> int | None:
-    """The stack a funclet's prolog allocates below its return address (its ``push rbp`` included), when the
-    code at ``start`` is the prolog the x64 JIT gives a funclet that uses the parent's frame (PSPSym):
+def _funclet_allocated(memory: CaptureMemory, start: int, at: int) -> int | None:
+    """The stack a funclet's prolog has put below its return address when the thread is at ``at`` (0 at its
+    first instruction, 8 after ``push rbp``, 8 + N from the end of ``sub rsp, N`` on), when the code at
+    ``start`` is the prolog the x64 JIT gives a funclet that uses the parent's frame (PSPSym):
     ``push rbp; sub rsp, N; mov rbp, [rdi + d]`` (the parent's frame pointer, from the establisher frame
     the runtime passes in RDI); None for any other code or where it is not captured."""
     run = _straight_line(memory, start, start + 16)
@@ -757,7 +758,9 @@ def _funclet_frame_size(memory: CaptureMemory, start: int) -> int | None:
         return None
     if src.mem.base != x86.X86_REG_RDI or src.mem.index != 0:
         return None
-    return 8 + int(sub.operands[1].imm)
+    if at == start:
+        return 0
+    return 8 if at < sub.address + sub.size else 8 + int(sub.operands[1].imm)
 
 
 def _funclet_parent_ip(frames: Sequence[LightFrame], i: int, result: UnwindResult | RawUnwind) -> int | None:
@@ -765,14 +768,15 @@ def _funclet_parent_ip(frames: Sequence[LightFrame], i: int, result: UnwindResul
     body calls, an exception handler), found by the frame pointer: the return address into the parent's
     body (the funclet's call site), else None.
 
-    A funclet's RBP is its parent's frame pointer (:func:`_funclet_frame_size`), so the frame-pointer unwind
+    A funclet's RBP is its parent's frame pointer (:func:`_funclet_allocated`), so the frame-pointer unwind
     goes from the funclet straight to the parent's caller: the replay has one frame for the method, as the
     runtime's walk does, which reports the parent's frame, at the call site, and not the funclet's
     (observed on 8.0.4: a sample in a ``lock`` statement's finally funclet, whose Tier0 body calls it,
-    tests/data/captures/rare/8.0.4-finally-funclet.phcap). The replay finds the call site where the
-    funclet's prolog put it: the word ``N`` bytes above the frame's SP is a return address into the same
-    method, after a ``call rel32`` to a later address of the method, where the code is that prolog
-    allocating ``N``."""
+    tests/data/captures/rare/8.0.4-finally-funclet.phcap; on top of the stack at the funclet's first
+    instruction, its caller's return address on top: 8.0.4-funclet-entry.phcap). The replay finds the call
+    site where the funclet's prolog put it: the word as many bytes above the frame's SP as the prolog has
+    pushed and allocated there is a return address into the same method, after a ``call rel32`` to a later
+    address of the method, where the code is that prolog."""
     memory, code = result.memory, result.code
     f, caller = frames[i], frames[i + 1]
     if memory is None or not f.function_id or caller.trust is not Trust.FRAME_POINTER:
@@ -791,8 +795,8 @@ def _funclet_parent_ip(frames: Sequence[LightFrame], i: int, result: UnwindResul
             continue
         start = word + int.from_bytes(call[1:], "little", signed=True)
         if word < start <= at and code.method_range(start) == rng:
-            size = _funclet_frame_size(memory, start)
-            if size is not None and slot == f.sp + size and at >= start + 5:
+            allocated = _funclet_allocated(memory, start, at)
+            if allocated is not None and slot == f.sp + allocated:
                 return word
     return None
 

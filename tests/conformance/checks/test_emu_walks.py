@@ -159,6 +159,31 @@ def _calls_missing(cap: Capture) -> list[int]:
     return out
 
 
+def test_DSS_07_emu_a_top_frame_at_a_funclets_first_instruction_is_reported_at_its_call_site(
+    tmp_path: Path,
+) -> None:
+    """Sampled in CI on 8.0.4 (emu-captures; DSS-03 and DSS-07 [emu 8.0.4] diverged in 1 of 80 samples): the
+    thread at the first instruction (push rbp) of Places::Contend's finally funclet, its call site's return
+    address on top of the stack. The runtime's walk reported Contend once, at that call site in the parent's
+    body; the replay reports the funclet's frame there too (emu/replay.py _funclet_parent_ip, at any point of
+    the funclet's prolog). With the prolog's frame set-up changed the frame is reported where it was
+    interrupted, and both judges diverge again."""
+    cap = read_capture(LIVE.parent / "rare" / "8.0.4-funclet-entry.phcap")
+    sample = Sample.of(cap)
+    top, live = sample.replay.frames[0], cap.manifest.live
+    assert live is not None and live.frames and top.function == "ProfHarness.Places::Contend"
+    site = int.from_bytes(cap.segments["stack"][:8], "little")  # the call site's return address, on top
+    assert (live.frames[0].function_id, live.frames[0].ip) == (top.function_id, site) and site != top.ip
+    assert top.reported_ip == site
+    for judge_of in (dss03_emu, dss07_emu):
+        assert judge_of([sample]).status is Status.CONFORMS
+    mov_rbp_rsp = b"\x48\x89\xe5"  # instead of mov rbp, [rdi]: a frame of its own, not the parent's
+    broken = Sample.of(read_capture(with_code(cap, tmp_path / "own-frame.phcap", top.ip + 5, mov_rbp_rsp)))
+    assert broken.replay.frames[0].reported_ip is None
+    for judge_of in (dss03_emu, dss07_emu):
+        assert judge_of([broken]).status is Status.DIVERGES
+
+
 def test_DSS_16_emu_a_code_page_read_before_the_jit_filled_it_hid_a_frameless_leafs_caller(
     tmp_path: Path,
 ) -> None:
