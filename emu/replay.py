@@ -21,6 +21,7 @@ share where the live naive-seed walk did.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -30,6 +31,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 import capstone  # type: ignore[import-untyped]
 import capstone.x86  # type: ignore[import-untyped]
+import numpy as np
 from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 
 from clr_model.context import (
@@ -73,6 +75,7 @@ from emu.capture import (
 from emu.errors import EmuError, MemoryFault
 from emu.memory import CaptureMemory
 from emu.unwind import (
+    CodeMap,
     RawUnwind,
     StopKind,
     Trust,
@@ -709,10 +712,8 @@ def _reported_ips(
         if recorded is not None:
             out[0] = frames[0]._replace(reported_ip=recorded)
     if not x86:
-        for i, f in enumerate(frames[:-1]):
-            parent = _funclet_parent_ip(frames, i, result)
-            if parent is not None:
-                out[i] = f._replace(reported_ip=parent)
+        for i, word in _funclet_call_sites(frames, memory, code):
+            out[i] = frames[i]._replace(reported_ip=word)
     for i in range(1, len(frames)):
         f, callee = frames[i], frames[i - 1]
         if not f.function_id or callee.function_id or f.trust is Trust.CONTEXT:
@@ -736,12 +737,25 @@ def _reported_ips(
 _FUNCLET_FRAME_BYTES = 4096
 
 
-def _funclet_allocated(memory: CaptureMemory, start: int, at: int) -> int | None:
+def _funclet_allocated(memory: CaptureMemory, code: CodeMap, start: int, at: int) -> int | None:
     """The stack a funclet's prolog has put below its return address when the thread is at ``at`` (0 at its
     first instruction, 8 after ``push rbp``, 8 + N from the end of ``sub rsp, N`` on), when the code at
     ``start`` is the prolog the x64 JIT gives a funclet that uses the parent's frame (PSPSym):
     ``push rbp; sub rsp, N; mov rbp, [rdi + d]`` (the parent's frame pointer, from the establisher frame
-    the runtime passes in RDI); None for any other code or where it is not captured."""
+    the runtime passes in RDI); None for any other code or where it is not captured. Decoded once per
+    capture (``code.funclet_prologs``)."""
+    if start not in code.funclet_prologs:
+        code.funclet_prologs[start] = _funclet_prolog(memory, start)
+    prolog = code.funclet_prologs[start]
+    if prolog is None:
+        return None
+    sub_end, frame = prolog
+    return 0 if at == start else 8 if at < sub_end else 8 + frame
+
+
+def _funclet_prolog(memory: CaptureMemory, start: int) -> tuple[int, int] | None:
+    """(the end of ``sub rsp, N``, N) of the PSPSym funclet prolog at ``start``
+    (:func:`_funclet_allocated`)."""
     run = _straight_line(memory, start, start + 16)
     if len(run) < 3:
         return None
@@ -758,47 +772,78 @@ def _funclet_allocated(memory: CaptureMemory, start: int, at: int) -> int | None
         return None
     if src.mem.base != x86.X86_REG_RDI or src.mem.index != 0:
         return None
-    if at == start:
-        return 0
-    return 8 if at < sub.address + sub.size else 8 + int(sub.operands[1].imm)
+    return sub.address + sub.size, int(sub.operands[1].imm)
 
 
-def _funclet_parent_ip(frames: Sequence[LightFrame], i: int, result: UnwindResult | RawUnwind) -> int | None:
-    """The IP the runtime reports for frame ``i`` when it is a funclet (x64: a ``finally`` the method's
-    body calls, an exception handler), found by the frame pointer: the return address into the parent's
-    body (the funclet's call site), else None.
+def _funclet_call_sites(
+    frames: Sequence[LightFrame], memory: CaptureMemory, code: CodeMap
+) -> Iterator[tuple[int, int]]:
+    """(frame index, the IP the runtime reports for it) of every frame that is a funclet (x64: a ``finally``
+    the method's body calls, an exception handler) found by the frame pointer: the return address into the
+    parent's body, the funclet's call site.
 
     A funclet's RBP is its parent's frame pointer (:func:`_funclet_allocated`), so the frame-pointer unwind
     goes from the funclet straight to the parent's caller: the replay has one frame for the method, as the
     runtime's walk does, which reports the parent's frame, at the call site, and not the funclet's
     (observed on 8.0.4: a sample in a ``lock`` statement's finally funclet, whose Tier0 body calls it,
     tests/data/captures/rare/8.0.4-finally-funclet.phcap; on top of the stack at the funclet's first
-    instruction, its caller's return address on top: 8.0.4-funclet-entry.phcap). The replay finds the call
-    site where the funclet's prolog put it: the word as many bytes above the frame's SP as the prolog has
-    pushed and allocated there is a return address into the same method, after a ``call rel32`` to a later
-    address of the method, where the code is that prolog."""
-    memory, code = result.memory, result.code
-    f, caller = frames[i], frames[i + 1]
-    if memory is None or not f.function_id or caller.trust is not Trust.FRAME_POINTER:
-        return None
-    at = f.ip if f.trust is Trust.CONTEXT else f.ip - 1
-    rng = code.method_range(at)
-    if rng is None:
-        return None
-    for slot in range(f.sp, min(caller.sp, f.sp + _FUNCLET_FRAME_BYTES), 8):
-        try:
-            word = memory.read_u64(slot)
-            call = memory.read(word - 5, 5) if rng[0] + 5 <= word < at else b""
-        except MemoryFault:
+    instruction, its caller's return address on top: 8.0.4-funclet-entry.phcap). The call site is where the
+    funclet's prolog put it: the word in the frame's stack area (up to ``_FUNCLET_FRAME_BYTES`` above its
+    SP) as many bytes above its SP as the prolog has pushed and allocated there, a return address into the
+    same method, before the frame's address, after a ``call rel32`` to a later address of the method, where
+    the code is that prolog.
+
+    On the replay's hot path, so the stack is read and unpacked once, and only the few values in it that
+    return from a forward ``call rel32`` into JIT code are looked at further; most stacks have none."""
+    if len(frames) < 2:
+        return
+    base = frames[0].sp
+    size = (frames[-1].sp - base) & ~7
+    try:
+        data = memory.read(base, size)
+    except MemoryFault:  # up to the first byte the capture lacks
+        gap = memory.missing(base, size)
+        data = memory.read(base, (gap - base) & ~7) if gap is not None else b""
+    words = np.frombuffer(data, dtype="<u8")
+    lo, hi = code.jit_span
+    values = np.unique(words[(words >= lo + 5) & (words <= hi)]).tolist()
+    targets = {w: t for w in values if (t := _forward_call(memory, w))}
+    if not targets:
+        return
+    sps = [f.sp for f in frames]
+    found: set[int] = set()
+    for k in np.flatnonzero(np.isin(words, list(targets))).tolist():
+        word = int(words[k])
+        start = targets[word]
+        slot = base + 8 * k
+        i = bisect.bisect_right(sps, slot) - 1
+        if i in found or not 0 <= i < len(frames) - 1:
             continue
-        if call[:1] != b"\xe8":
+        f, caller = frames[i], frames[i + 1]
+        if not f.function_id or caller.trust is not Trust.FRAME_POINTER:
             continue
-        start = word + int.from_bytes(call[1:], "little", signed=True)
-        if word < start <= at and code.method_range(start) == rng:
-            allocated = _funclet_allocated(memory, start, at)
-            if allocated is not None and slot == f.sp + allocated:
-                return word
-    return None
+        if slot >= f.sp + _FUNCLET_FRAME_BYTES:
+            continue
+        at = f.ip if f.trust is Trust.CONTEXT else f.ip - 1
+        rng = code.method_range(at)
+        if rng is None or not rng[0] + 5 <= word < at or not start <= at or code.method_range(start) != rng:
+            continue
+        allocated = _funclet_allocated(memory, code, start, at)
+        if allocated is not None and slot == f.sp + allocated:
+            found.add(i)
+            yield i, word
+
+
+def _forward_call(memory: CaptureMemory, ret: int) -> int | None:
+    """The target of the ``call rel32`` that ends at ``ret`` when it is later than ``ret``, else None."""
+    try:
+        call = memory.read(ret - 5, 5)
+    except MemoryFault:
+        return None
+    if call[0] != 0xE8:
+        return None
+    target = ret + int.from_bytes(call[1:], "little", signed=True)
+    return target if target > ret else None
 
 
 #: how far from the return address an inlined P/Invoke's InlinedCallFrame records its GC mode switches lie

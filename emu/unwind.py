@@ -289,6 +289,9 @@ class CodeMap:
     osr: dict[int, bool] = field(default_factory=dict)
     #: OSR method start -> the offset of the first instruction after the one that sets its RBP
     osr_fp_set: dict[int, int] = field(default_factory=dict)
+    #: funclet start -> the end of its ``sub rsp, N`` and N, or None where the code there is no PSPSym
+    #: funclet's prolog (emu.replay's funclet rule; from the capture's bytes, kept like ``prologues``)
+    funclet_prologs: dict[int, tuple[int, int] | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         man = self.capture.manifest
@@ -298,6 +301,8 @@ class CodeMap:
         spans = sorted((r.start, r.end, m.function_id) for m in man.jit.methods for r in m.ranges)
         self._jit_starts = [s for s, _, _ in spans]
         self._jit = spans
+        #: the lowest and highest address of JIT code: no return address into it lies outside
+        self.jit_span = (spans[0][0], max(e for _, e, _ in spans)) if spans else (0, 0)
         self.names = {m.function_id: m.name for m in man.jit.methods if m.name}
         # OSR code versions by the JIT map's own label (issue 24): one frame with the Tier0 frame below them
         for m in man.jit.methods:

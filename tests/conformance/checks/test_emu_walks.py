@@ -165,7 +165,7 @@ def test_DSS_07_emu_a_top_frame_at_a_funclets_first_instruction_is_reported_at_i
     """Sampled in CI on 8.0.4 (emu-captures; DSS-03 and DSS-07 [emu 8.0.4] diverged in 1 of 80 samples): the
     thread at the first instruction (push rbp) of Places::Contend's finally funclet, its call site's return
     address on top of the stack. The runtime's walk reported Contend once, at that call site in the parent's
-    body; the replay reports the funclet's frame there too (emu/replay.py _funclet_parent_ip, at any point of
+    body; the replay reports the funclet's frame there too (emu/replay.py _funclet_call_sites, at any point of
     the funclet's prolog). With the prolog's frame set-up changed the frame is reported where it was
     interrupted, and both judges diverge again."""
     cap = read_capture(LIVE.parent / "rare" / "8.0.4-funclet-entry.phcap")
