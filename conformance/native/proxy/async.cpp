@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -121,10 +122,42 @@ void async_drain(bool final) {
     drain_locked(final);
 }
 
+namespace {
+
+// One deadlocked handler, injected or not: what the preload noted (drained first), the mark
+// proxy.async_deadlock, the end of the trace; then the process ends (the thread can never go on).
+struct Deadlock {
+    bool injected;
+    int signo;
+    int function;
+    std::uint64_t caller;  // the profiler's frame that called
+    long holder, waiter;   // thread ids
+    std::int64_t since_ns;
+    Json holder_stack, waiter_stack;
+};
+
+[[noreturn]] void report_deadlock(const Deadlock& d) {
+    async_drain(true);
+    note_caller(reinterpret_cast<const void*>(d.caller));
+    Json rec = Json::object();
+    rec.set("name", "proxy.async_deadlock").set("payload", Json()).set("injected", d.injected);
+    rec.set("signo", d.signo).set("function", function_name(d.function));
+    rec.set("caller", Json(d.caller));
+    rec.set("holderOsTid", Json(static_cast<std::int64_t>(d.holder)));
+    rec.set("waiterOsTid", Json(static_cast<std::int64_t>(d.waiter)));
+    rec.set("waitedMs", Json((now_ns() - d.since_ns) / 1000000));
+    rec.set("holderStack", d.holder_stack).set("waiterStack", d.waiter_stack);
+    trace().write("mark", rec);
+    trace().write("end", Json::object());
+    trace().flush();
+    ::kill(getpid(), SIGKILL);
+    std::abort();
+}
+
 // The thread a handler's call into the real allocator has not returned on for a second (Injection::stuck_*),
 // else 0. Checked before anything here allocates: that call waits for an allocator lock its own interrupted
 // code holds, and the watchdog could meet the same lock.
-static long stuck_in_allocator(std::int64_t& since) {
+long stuck_in_allocator(std::int64_t& since) {
     preload::Injection& inj = g_shared->injection;
     const long tid = inj.stuck_tid.load(std::memory_order_acquire);
     since = inj.stuck_since_ns.load(std::memory_order_acquire);
@@ -137,7 +170,7 @@ static long stuck_in_allocator(std::int64_t& since) {
 // at the signal trampolines (the restorer of the handler's signal): above the first, the stack request's
 // own frames; up to the second, the handler waiting inside the allocator; below it, the code the signal
 // interrupted. Without an answer, the profiler's frame that called alone.
-static void report_stuck(long tid, std::int64_t since) {
+[[noreturn]] void report_stuck(long tid, std::int64_t since) {
     preload::Injection& inj = g_shared->injection;
     const int signo = inj.stuck_signo.load();
     const std::uint64_t caller = inj.stuck_caller.load();
@@ -159,50 +192,24 @@ static void report_stuck(long tid, std::int64_t since) {
         holder = ips + cut[1] + 1;
         holder_n = n - cut[1] - 1;
     }
-    async_drain(true);
-    note_caller(reinterpret_cast<const void*>(caller));
-    Json rec = Json::object();
-    rec.set("name", "proxy.async_deadlock").set("payload", Json()).set("injected", false);
-    rec.set("signo", signo).set("function", function_name(inj.stuck_function.load()));
-    rec.set("caller", Json(caller));
-    rec.set("holderOsTid", Json(static_cast<std::int64_t>(tid)));
-    rec.set("waiterOsTid", Json(static_cast<std::int64_t>(tid)));
-    rec.set("waitedMs", Json((now_ns() - since) / 1000000));
-    rec.set("holderStack", native_stack_json_unlocked(holder, holder_n));
-    rec.set("waiterStack", native_stack_json_unlocked(waiter, waiter_n));
-    trace().write("mark", rec);
-    trace().write("end", Json::object());
-    trace().flush();
-    ::kill(getpid(), SIGKILL);
+    report_deadlock({false, signo, inj.stuck_function.load(), caller, tid, tid, since,
+                     native_stack_json_unlocked(holder, holder_n), native_stack_json_unlocked(waiter, waiter_n)});
 }
+
+}  // namespace
 
 void async_poll() {
     if (!g_shared || !recording_enabled()) return;
     preload::Injection& inj = g_shared->injection;
     std::int64_t stuck_since = 0;
-    if (const long stuck = stuck_in_allocator(stuck_since); stuck && !inj.reported.exchange(1)) {
+    if (const long stuck = stuck_in_allocator(stuck_since); stuck && !inj.reported.exchange(1))
         report_stuck(stuck, stuck_since);
-        return;
-    }
     async_drain(false);
     const std::int64_t since = inj.wait_since_ns.load(std::memory_order_acquire);
     if (!since || now_ns() - since < kDeadlockAfterNs || inj.reported.exchange(1)) return;
-    const long holder = inj.holder_tid.load(), waiter = inj.waiter_tid.load();
-    async_drain(true);
-    note_caller(reinterpret_cast<const void*>(inj.waiter_caller.load()));
-    Json rec = Json::object();
-    rec.set("name", "proxy.async_deadlock").set("payload", Json()).set("injected", true);
-    rec.set("signo", inj.signo.load()).set("function", function_name(inj.waiter_function.load()));
-    rec.set("caller", Json(static_cast<std::uint64_t>(inj.waiter_caller.load())));
-    rec.set("holderOsTid", Json(static_cast<std::int64_t>(holder)));
-    rec.set("waiterOsTid", Json(static_cast<std::int64_t>(waiter)));
-    rec.set("waitedMs", Json((now_ns() - since) / 1000000));
-    rec.set("holderStack", stack_json(inj.holder_stack, inj.holder_n));
-    rec.set("waiterStack", stack_json(inj.waiter_stack, inj.waiter_n.load(std::memory_order_acquire)));
-    trace().write("mark", rec);
-    trace().write("end", Json::object());
-    trace().flush();
-    ::kill(getpid(), SIGKILL);
+    report_deadlock({true, inj.signo.load(), inj.waiter_function.load(), inj.waiter_caller.load(),
+                     inj.holder_tid.load(), inj.waiter_tid.load(), since, stack_json(inj.holder_stack, inj.holder_n),
+                     stack_json(inj.waiter_stack, inj.waiter_n.load(std::memory_order_acquire))});
 }
 
 Json async_summary_json() {
