@@ -780,7 +780,8 @@ def _funclet_call_sites(
 ) -> Iterator[tuple[int, int]]:
     """(frame index, the IP the runtime reports for it) of every frame that is a funclet (x64: a ``finally``
     the method's body calls, an exception handler) found by the frame pointer: the return address into the
-    parent's body, the funclet's call site.
+    parent's body, the funclet's call site (what DSS-07 and DSS-08's judges compare the live walk's first
+    frame with, and every frame's IP under DSS-03).
 
     A funclet's RBP is its parent's frame pointer (:func:`_funclet_allocated`), so the frame-pointer unwind
     goes from the funclet straight to the parent's caller: the replay has one frame for the method, as the
