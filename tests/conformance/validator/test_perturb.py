@@ -228,25 +228,58 @@ def test_correct_sampler_clean_over_ten_perturbed_runs(runtimes: list[Runtime]) 
     assert [g for g in result.groups if g not in unseen] == [] and result.notes == [], text
 
 
+def signal_frame_bytes() -> int:
+    """The kernel's signal frame on this CPU: AT_MINSIGSTKSZ of the auxiliary vector (its size grows with the
+    CPU's extended register state: 1,776 bytes on an AVX2 CPU, about 3.4 KiB with AVX-512); 0 when the kernel
+    does not say."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.getauxval.restype = ctypes.c_ulong
+    libc.getauxval.argtypes = [ctypes.c_ulong]
+    return int(libc.getauxval(51))  # AT_MINSIGSTKSZ (linux/auxvec.h)
+
+
+#: the signal frames 8.0.4's nested SIGPROF was seen to fit beside its fault handler (AMD EPYC, AVX2: 1,776
+#: bytes, 3 of 3 runs to the end) and not to fit (an AVX-512 CPU, about 3.4 KiB: every run ended); between
+#: them either is the runtime's behaviour
+FITS_UP_TO, ENDS_FROM = 2048, 3072
+
+
 @pytest.mark.live
 def test_VAL_CRASH_a_signal_during_a_hardware_exception_kills_8_0_not_the_profiler(
     runtimes: list[Runtime],
 ) -> None:
     """The runtime behaviour behind the note: the app takes NullReferenceExceptions on its main thread while
-    another thread sends that thread SIGPROF; the document-written sampler handles SIGPROF. On 8.0.4 the
-    kernel ends the process with SIGSEGV (a signal frame that does not fit on the alternate stack the runtime
-    handles the fault on; no handler runs) and VAL-CRASH says so in a note, blaming nothing; 3.1.23 runs to
-    its end."""
+    another thread sends that thread SIGPROF; the document-written sampler handles SIGPROF. On 8.0.4, on a CPU
+    whose signal frame is large (AVX-512), the kernel ends the process with SIGSEGV (a second signal frame
+    that does not fit on the alternate stack the runtime handles the fault on; no handler runs) and VAL-CRASH
+    says so in a note, blaming nothing; where the frame is small (AVX2) it fits and the run goes to its end,
+    clean. 3.1.23 runs to its end either way. Which one this machine is comes from the kernel's frame size,
+    never from the run."""
     from tests.conformance.validator.fixtures import build_profiler
 
     app = compile_app("nrestorm")
     so = build_profiler(DOCS / "sampler_signal.cpp", "validator-docs", [DOCS])
     result = api.validate(so, FIXTURE_CLSID, app=app, timeout_s=60.0)
     text = render_text(result)
+    frame = signal_frame_bytes()
+    text += f"\nthis CPU's signal frame (AT_MINSIGSTKSZ): {frame} bytes"
     outcomes = {r.runtime: (r.outcome, r.signal) for r in result.runs}
-    assert outcomes == {"3.1.23": ("ok", None), "8.0.4": ("crashed", "SIGSEGV")}, text
-    assert [(g.clause, g.note, g.runtimes) for g in result.groups] == [("VAL-CRASH", True, ["8.0.4"])], text
-    assert UNSEEN_FAULT in result.groups[0].first.message, text
+    ended = ("crashed", "SIGSEGV")
+    if frame >= ENDS_FROM:
+        expected: set[tuple[str, str | None]] = {ended}
+    elif 0 < frame <= FITS_UP_TO:
+        expected = {("ok", None)}
+    else:
+        expected = {ended, ("ok", None)}
+    assert outcomes["3.1.23"] == ("ok", None) and outcomes["8.0.4"] in expected, text
+    if outcomes["8.0.4"] == ended:
+        noted = [(g.clause, g.note, g.runtimes) for g in result.groups]
+        assert noted == [("VAL-CRASH", True, ["8.0.4"])], text
+        assert UNSEEN_FAULT in result.groups[0].first.message, text
+    else:
+        assert result.groups == [], text
 
 
 @pytest.mark.live
