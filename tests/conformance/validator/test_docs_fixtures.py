@@ -99,6 +99,33 @@ def test_correct_document_written_profilers_have_no_findings(
 
 
 @pytest.mark.live
+@pytest.mark.live
+@pytest.mark.parametrize(
+    ("fixture", "app", "summary"),
+    [
+        # exceptions by type, the catching method named in ExceptionCatcherEnter (basic throws and catches)
+        ("exception_tracker", "basic", "[exception_tracker]   caught "),
+        # per-GC generation bounds at start and finish, ObjectsAllocatedByClass named after the GC
+        ("gc_census", "heapchurn", "[gc_census]   gc#"),
+        # every JIT-compiled method named in JITCompilationFinished
+        ("method_namer", "basic", "[method_namer]    1. "),
+    ],
+)
+def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
+    fixture: str, app: str, summary: str, apps: Callable[[str], Path], runtimes: list[Runtime]
+) -> None:
+    """Written from the documents by a helper that saw none of the validator's rules (profilers/docs/
+    README.md): clean on both runtimes, and not for want of running: each printed its Shutdown summary with
+    what it counted (a line only a profiler whose callbacks ran and whose names resolved prints)."""
+    result = validate(fixture, apps(app), runtimes)
+    text = render_text(result, verbose=True)
+    assert all(r.outcome == "ok" for r in result.runs), text
+    assert result.findings == [] and notes(result) == [], text
+    for run in result.runs:
+        stderr = (Path(run.trace).parent / "stderr.txt").read_text(errors="replace")
+        assert summary in stderr, (run.runtime, stderr[-2000:])
+
+
 def test_ORF_01_inspecting_inside_ObjectReferences_names_the_objectreferences_clause(
     apps: Callable[[str], Path], runtimes: list[Runtime]
 ) -> None:
