@@ -1136,7 +1136,8 @@ def crash_stack(frames: object, target: str) -> list[dict[str, Any]]:
 
 def frames_text(j: Judging, frames: list[dict[str, Any]], count: int) -> str:
     """The first ``count`` frames of a stack, innermost first: the profiler's own as function
-    (file:line), others by symbol or ``lib.so+0xOFF``; the proxy's forwarding frames between them (the
+    (file:line), others by symbol (the record's, else, for a frame that carries its file's path, the file's
+    symbol table's) or ``lib.so+0xOFF``; the proxy's forwarding frames between them (the
     harness's module) are left out, said once."""
     target = Path(j.target).name
     shown: list[str] = []
@@ -1151,6 +1152,9 @@ def frames_text(j: Judging, frames: list[dict[str, Any]], count: int) -> str:
         site = None
         if f.get("module") == target and offset is not None:
             site = j.site_in_target(offset, return_address=i > 0)
+        elif isinstance(f.get("path"), str) and offset is not None and not f.get("symbol"):
+            # a frame named from the process's maps (a report made without the loader): the file's symbols
+            site = j.symbolizer.site(str(f["path"]), offset, return_address=i > 0)
         if site is not None and site.function:
             shown.append(site.text())
         elif isinstance(f.get("symbol"), str) and f.get("symbol"):
@@ -1228,7 +1232,7 @@ class CrashesAndHangs(StreamRule):
                        callback=str(stuck_cb) if stuck_cb else None)  # fmt: skip
 
 
-# --- signal handlers (ASYNC-01..07, signal-safety(7)) ------------------------------------------------------
+# --- signal handlers (ASYNC-01..08, signal-safety(7)) ------------------------------------------------------
 #
 # The signal-safety preload (conformance/native/preload) wraps the handlers the profiler installs; the proxy
 # writes a proxy.signal_handler mark for each, a proxy.async mark for each (profiler frame, function) pair
@@ -1266,10 +1270,10 @@ def signal_name(signo: object) -> str:
         return f"signal {signo}"
 
 
-@rule(*_ASYNC_CLAUSES, "ASYNC-07",
+@rule(*_ASYNC_CLAUSES, "ASYNC-07", "ASYNC-08",
       what="a signal handler the profiler installs calls only async-signal-safe functions (no allocation, "
       "stdio, lock, dynamic-loader or profiling-API call), restores errno, and does not deadlock when its "
-      "signal arrives while the thread holds the allocator's lock")  # fmt: skip
+      "signal arrives while the thread holds the allocator's lock or a lock the handler takes")  # fmt: skip
 class SignalHandlers(StreamRule):
     """A call site is written when first seen and again with its total at the end: judged once, at the end,
     from its last record."""
@@ -1287,8 +1291,8 @@ class SignalHandlers(StreamRule):
 
     def on(self, r: Record) -> None:
         name = r["name"]
-        if name == "proxy.signal_handler":
-            self.j.exercised.update(_ASYNC_CLAUSES)
+        if name == "proxy.signal_handler":  # a handler was wrapped: its calls and lock waits are watched
+            self.j.exercised.update((*_ASYNC_CLAUSES, "ASYNC-08"))
         elif name == "proxy.shutdown":
             signals = r.get("signals")
             if isinstance(signals, dict) and signals.get("injection") == 3:
@@ -1326,13 +1330,21 @@ class SignalHandlers(StreamRule):
         self.j.finding(clause, message, [r["seq"]], thread=thread, site=self.j.site(r))
 
     def _deadlock(self, r: Record) -> None:
-        self.j.exercised.add("ASYNC-07")
+        clause = "ASYNC-08" if r.get("lock") is True else "ASYNC-07"
+        self.j.exercised.add(clause)
         holder, waiter = _int(r.get("holderOsTid")), _int(r.get("waiterOsTid"))
         held = frames_text(self.j, crash_stack(r.get("holderStack"), self.j.target), 6)
         waits = frames_text(self.j, crash_stack(r.get("waiterStack"), self.j.target), 6)
         same = "the same thread" if holder == waiter else f"thread {waiter}"
         sig = signal_name(r.get("signo"))
-        if r.get("injected") is False:  # a real deadlock: the call into the allocator never returned
+        if clause == "ASYNC-08":  # the lock's owner is the waiting thread: the interrupted code holds it
+            message = (
+                f"deadlock: the profiler's {sig} handler called {r.get('function')}() on thread {waiter} for "
+                f"a lock that thread already holds, and waited {r.get('waitedMs')} ms: the code its signal "
+                f"interrupted took the lock and cannot release it until the handler returns; the thread was "
+                f"interrupted at: {held}; the handler waits at: {waits}"
+            )
+        elif r.get("injected") is False:  # a real deadlock: the call into the allocator never returned
             message = (
                 f"deadlock: the profiler's {sig} handler called {r.get('function')}() on thread {waiter} "
                 f"and waited {r.get('waitedMs')} ms inside the allocator without returning, on {same} as "
@@ -1346,13 +1358,7 @@ class SignalHandlers(StreamRule):
                 f"{r.get('waitedMs')} ms for that lock on {same}; the lock was taken (inside malloc) at: "
                 f"{held}; the handler waits at: {waits}"
             )
-        self.j.finding(
-            "ASYNC-07",
-            message,
-            [r["seq"]],
-            thread=waiter,
-            site=self.j.site(r),
-        )
+        self.j.finding(clause, message, [r["seq"]], thread=waiter, site=self.j.site(r))
 
 
 # --- one run ---------------------------------------------------------------------------------------------

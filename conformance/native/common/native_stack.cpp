@@ -92,6 +92,7 @@ Json native_stack_json_unlocked(void* const* ips, int n) {
             const std::size_t slash = path.rfind('/');
             f.set("module", slash == std::string::npos ? path : path.substr(slash + 1));
             f.set("offset", Json(static_cast<std::uint64_t>(ip - base)));
+            f.set("path", path);  // the validator names the frame from the file's symbols (no dladdr here)
         }
         frames.push(f);
     }

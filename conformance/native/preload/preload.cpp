@@ -627,13 +627,14 @@ __attribute__((constructor(101))) void preload_init() {
     resolve_all();
 }
 
-// A wrapped handler's call into the real allocator, published while it runs (Injection::stuck_*) for the
-// proxy's watchdog: one that never returns is a real deadlock. `fn` < 0: not inside a handler, nothing kept.
-// The first such call in flight claims the fields; a nested one (operator new calling malloc) or one on
-// another thread meanwhile does not.
-class AllocatorCall {
+// A wrapped handler's call into the real allocator, or into a lock that waits, published while it runs
+// (Injection::stuck_*) for the proxy's watchdog: an allocator call that never returns is a real deadlock, a
+// lock call one when the lock's owner is its own thread. `fn` < 0: not inside a handler, nothing kept. The
+// first such call in flight claims the fields; a nested one (operator new calling malloc) or one on another
+// thread meanwhile does not.
+class InFlightCall {
  public:
-    AllocatorCall(int fn, const void* ra) {
+    InFlightCall(int fn, const void* ra, const void* lock = nullptr) {
         if (fn < 0) return;
         Injection& inj = g_shared.injection;
         long none = 0;
@@ -643,15 +644,16 @@ class AllocatorCall {
         inj.stuck_function.store(fn, std::memory_order_relaxed);
         inj.stuck_signo.store(tl_sig, std::memory_order_relaxed);
         inj.stuck_caller.store(profiler_frame(reinterpret_cast<std::uintptr_t>(ra)), std::memory_order_relaxed);
+        inj.stuck_lock.store(reinterpret_cast<std::uintptr_t>(lock), std::memory_order_relaxed);
         inj.stuck_since_ns.store(now_ns(), std::memory_order_release);
     }
-    ~AllocatorCall() {
+    ~InFlightCall() {
         if (!claimed_) return;
         g_shared.injection.stuck_since_ns.store(0, std::memory_order_relaxed);
         g_shared.injection.stuck_tid.store(0, std::memory_order_release);
     }
-    AllocatorCall(const AllocatorCall&) = delete;
-    AllocatorCall& operator=(const AllocatorCall&) = delete;
+    InFlightCall(const InFlightCall&) = delete;
+    InFlightCall& operator=(const InFlightCall&) = delete;
 
  private:
     bool claimed_ = false;
@@ -659,14 +661,14 @@ class AllocatorCall {
 
 // The shape every allocation wrapper shares: outside a handler the real function (the injection's chance
 // first, when armed); inside, noted (and the allocator lock awaited) before the real function runs, which
-// the watchdog then sees in flight (AllocatorCall) until it returns.
+// the watchdog then sees in flight (InFlightCall) until it returns.
 #define ALLOC_ENTRY(fn_id)                                                                 \
     const bool in_handler_call = UNLIKELY(profharness_preload_depth != 0) && handler_live(); \
     if (in_handler_call) {                                                                 \
         note(fn_id, RA());                                                                 \
         wait_for_allocator(fn_id, RA());                                                   \
     }                                                                                      \
-    AllocatorCall allocator_call(in_handler_call ? (fn_id) : -1, RA());
+    InFlightCall allocator_call(in_handler_call ? (fn_id) : -1, RA());
 
 }  // namespace
 
@@ -767,7 +769,7 @@ PRELOAD_EXPORT void* realloc(void* p, std::size_t n) {
 PRELOAD_EXPORT void free(void* p) {
     const bool in_handler_call = UNLIKELY(profharness_preload_depth != 0);
     if (in_handler_call) note(kFree, RA());
-    AllocatorCall allocator_call(in_handler_call && handler_live() ? kFree : -1, RA());
+    InFlightCall allocator_call(in_handler_call && handler_live() ? kFree : -1, RA());
     if (UNLIKELY(is_boot(p)) || !p) return;
     using Fn = void (*)(void*);
     if (auto f = real<Fn>(kFree)) f(p);
@@ -967,22 +969,35 @@ PRELOAD_EXPORT int __vsnprintf_chk(char* s, std::size_t n, int flag, std::size_t
 
 // --- pthread locks -------------------------------------------------------------------------------------------
 
+// The profiler's own call (not the runtime's, tl_quiet) inside a live handler to a lock that waits: in flight
+// (InFlightCall) while it waits, for the watchdog's self-deadlock check.
+#define LOCK_IN_FLIGHT(fn_id, lock)                                                               \
+    InFlightCall lock_call(                                                                       \
+        UNLIKELY(profharness_preload_depth != 0) && tl_quiet == 0 && handler_live() ? (fn_id) : -1, RA(), lock);
+
 #define LOCK_WRAPPER(sym, fn_id, T)                                                                \
     PRELOAD_EXPORT int sym(T* m) {                                                                 \
         IN_HANDLER_NOTE(fn_id)                                                                     \
         return real<int (*)(T*)>(fn_id)(m);                                                        \
     }
-LOCK_WRAPPER(pthread_mutex_lock, kMutexLock, pthread_mutex_t)
+#define WAITING_LOCK_WRAPPER(sym, fn_id, T)                                                        \
+    PRELOAD_EXPORT int sym(T* m) {                                                                 \
+        IN_HANDLER_NOTE(fn_id)                                                                     \
+        LOCK_IN_FLIGHT(fn_id, m)                                                                   \
+        return real<int (*)(T*)>(fn_id)(m);                                                        \
+    }
+WAITING_LOCK_WRAPPER(pthread_mutex_lock, kMutexLock, pthread_mutex_t)
 LOCK_WRAPPER(pthread_mutex_trylock, kMutexTrylock, pthread_mutex_t)
 LOCK_WRAPPER(pthread_mutex_unlock, kMutexUnlock, pthread_mutex_t)
 LOCK_WRAPPER(pthread_cond_signal, kCondSignal, pthread_cond_t)
 LOCK_WRAPPER(pthread_cond_broadcast, kCondBroadcast, pthread_cond_t)
-LOCK_WRAPPER(pthread_rwlock_rdlock, kRwlockRdlock, pthread_rwlock_t)
-LOCK_WRAPPER(pthread_rwlock_wrlock, kRwlockWrlock, pthread_rwlock_t)
+WAITING_LOCK_WRAPPER(pthread_rwlock_rdlock, kRwlockRdlock, pthread_rwlock_t)
+WAITING_LOCK_WRAPPER(pthread_rwlock_wrlock, kRwlockWrlock, pthread_rwlock_t)
 LOCK_WRAPPER(pthread_rwlock_unlock, kRwlockUnlock, pthread_rwlock_t)
 
 PRELOAD_EXPORT int pthread_mutex_timedlock(pthread_mutex_t* m, const struct timespec* t) {
     IN_HANDLER_NOTE(kMutexTimedlock)
+    LOCK_IN_FLIGHT(kMutexTimedlock, m)
     return real<int (*)(pthread_mutex_t*, const struct timespec*)>(kMutexTimedlock)(m, t);
 }
 PRELOAD_EXPORT int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) {

@@ -2,8 +2,10 @@
 // from inside the profiler's signal handler, and writes what the preload noted into the trace from the
 // watchdog thread (never from a handler: the trace writer locks and allocates).
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -128,6 +130,7 @@ namespace {
 // proxy.async_deadlock, the end of the trace; then the process ends (the thread can never go on).
 struct Deadlock {
     bool injected;
+    bool lock;  // a pthread lock the thread itself holds, not the allocator's
     int signo;
     int function;
     std::uint64_t caller;  // the profiler's frame that called
@@ -140,7 +143,7 @@ struct Deadlock {
     async_drain(true);
     note_caller(reinterpret_cast<const void*>(d.caller));
     Json rec = Json::object();
-    rec.set("name", "proxy.async_deadlock").set("payload", Json()).set("injected", d.injected);
+    rec.set("name", "proxy.async_deadlock").set("payload", Json()).set("injected", d.injected).set("lock", d.lock);
     rec.set("signo", d.signo).set("function", function_name(d.function));
     rec.set("caller", Json(d.caller));
     rec.set("holderOsTid", Json(static_cast<std::int64_t>(d.holder)));
@@ -154,22 +157,52 @@ struct Deadlock {
     std::abort();
 }
 
-// The thread a handler's call into the real allocator has not returned on for a second (Injection::stuck_*),
-// else 0. Checked before anything here allocates: that call waits for an allocator lock its own interrupted
-// code holds, and the watchdog could meet the same lock.
-long stuck_in_allocator(std::int64_t& since) {
+// Whether `lock`, the lock a handler's call of `function` waits for, is held by that thread itself: glibc's
+// pthread_mutex_t records its owner's thread id, a pthread_rwlock_t its writer's. A mutex's owner is written
+// just after its lock word is taken and cleared just before it is released, so a thread the signal stopped
+// between the two holds the mutex with no owner recorded: a mutex that stays locked with no owner (three
+// reads a millisecond apart) is held by the waiting thread's interrupted code too.
+bool held_by_itself(int function, std::uint64_t lock, long tid) {
+    switch (function) {
+        case preload::kMutexLock:
+        case preload::kMutexTimedlock: {
+            const auto* m = reinterpret_cast<const volatile pthread_mutex_t*>(lock);
+            for (int k = 0; k < 3; ++k) {
+                const long owner = m->__data.__owner;
+                if (owner == tid) return true;
+                if (owner != 0 || m->__data.__lock == 0) return false;
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, nullptr);
+            }
+            return true;
+        }
+        case preload::kRwlockRdlock:
+        case preload::kRwlockWrlock:
+            return reinterpret_cast<const volatile pthread_rwlock_t*>(lock)->__data.__cur_writer == tid;
+        default:
+            return false;
+    }
+}
+
+// The thread a handler's call has not returned on for a second (Injection::stuck_*), else 0: a call into the
+// real allocator, or a lock call that waits for a lock its own thread holds. Checked before anything here
+// allocates: an allocator call waits for an allocator lock its own interrupted code holds, and the watchdog
+// could meet the same lock. A lock another thread holds is not judged here (that thread may release it).
+long stuck_in_handler(std::int64_t& since) {
     preload::Injection& inj = g_shared->injection;
     const long tid = inj.stuck_tid.load(std::memory_order_acquire);
     since = inj.stuck_since_ns.load(std::memory_order_acquire);
     if (tid <= 0 || !since || now_ns() - since < kDeadlockAfterNs) return 0;
+    const std::uint64_t lock = inj.stuck_lock.load(std::memory_order_relaxed);
+    if (lock && !held_by_itself(inj.stuck_function.load(std::memory_order_relaxed), lock, tid)) return 0;
     if (inj.stuck_tid.load(std::memory_order_acquire) != tid || inj.wait_since_ns.load() != 0) return 0;
     return tid;
 }
 
 // A real deadlock (no injection): the stuck thread's stack (signalled for it, as the hang report does) split
 // at the signal trampolines (the restorer of the handler's signal): above the first, the stack request's
-// own frames; up to the second, the handler waiting inside the allocator; below it, the code the signal
-// interrupted. Without an answer, the profiler's frame that called alone.
+// own frames; up to the second, the handler waiting inside the allocator or the lock; below it, the code the
+// signal interrupted. Without an answer, the profiler's frame that called alone.
 [[noreturn]] void report_stuck(long tid, std::int64_t since) {
     preload::Injection& inj = g_shared->injection;
     const int signo = inj.stuck_signo.load();
@@ -192,7 +225,7 @@ long stuck_in_allocator(std::int64_t& since) {
         holder = ips + cut[1] + 1;
         holder_n = n - cut[1] - 1;
     }
-    report_deadlock({false, signo, inj.stuck_function.load(), caller, tid, tid, since,
+    report_deadlock({false, inj.stuck_lock.load() != 0, signo, inj.stuck_function.load(), caller, tid, tid, since,
                      native_stack_json_unlocked(holder, holder_n), native_stack_json_unlocked(waiter, waiter_n)});
 }
 
@@ -202,12 +235,12 @@ void async_poll() {
     if (!g_shared || !recording_enabled()) return;
     preload::Injection& inj = g_shared->injection;
     std::int64_t stuck_since = 0;
-    if (const long stuck = stuck_in_allocator(stuck_since); stuck && !inj.reported.exchange(1))
+    if (const long stuck = stuck_in_handler(stuck_since); stuck && !inj.reported.exchange(1))
         report_stuck(stuck, stuck_since);
     async_drain(false);
     const std::int64_t since = inj.wait_since_ns.load(std::memory_order_acquire);
     if (!since || now_ns() - since < kDeadlockAfterNs || inj.reported.exchange(1)) return;
-    report_deadlock({true, inj.signo.load(), inj.waiter_function.load(), inj.waiter_caller.load(),
+    report_deadlock({true, false, inj.signo.load(), inj.waiter_function.load(), inj.waiter_caller.load(),
                      inj.holder_tid.load(), inj.waiter_tid.load(), since, stack_json(inj.holder_stack, inj.holder_n),
                      stack_json(inj.waiter_stack, inj.waiter_n.load(std::memory_order_acquire))});
 }

@@ -60,6 +60,50 @@ def test_ASYNC_07_the_injected_deadlock_is_a_finding_and_no_crash(tmp_path: Path
     assert "on the same thread" in finding.message
 
 
+def test_ASYNC_08_a_handler_waiting_for_a_lock_its_thread_holds_is_a_deadlock_finding(tmp_path: Path) -> None:
+    """The watchdog's report of a lock call (``lock``: true) is ASYNC-08, not the allocator's ASYNC-07."""
+    frame = {"ip": 0x5000, "module": "libcoreclr.so", "offset": 0x5000}
+    deadlock = {"kind": "mark", "name": "proxy.async_deadlock", "payload": None, "os_tid": WATCHDOG,
+                "signo": 27, "function": "pthread_mutex_lock", "caller": 0x1234, "holderOsTid": 100,
+                "waiterOsTid": 100, "waitedMs": 1002, "injected": False, "lock": True,
+                "holderStack": [frame], "waiterStack": [frame]}  # fmt: skip
+    rec, run = _recording(tmp_path, [deadlock])
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "ASYNC-08" and finding.thread == 100, finding
+    assert "called pthread_mutex_lock() on thread 100 for a lock that thread already holds" in finding.message
+    assert "waited 1002 ms" in finding.message and "interrupted at: libcoreclr.so+0x5000" in finding.message
+
+
+def _libc_and_malloc() -> tuple[str, int]:
+    """This process's libc (from its maps, as the proxy's report names it) and malloc's offset in it."""
+    from elftools.elf.elffile import ELFFile
+
+    path = next(line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+                if "/libc.so" in line)  # fmt: skip
+    with open(path, "rb") as fh:
+        dynsym = ELFFile(fh).get_section_by_name(".dynsym")
+        (malloc,) = dynsym.get_symbol_by_name("malloc")  # type: ignore[union-attr]
+        return path, int(malloc["st_value"])
+
+
+def test_ASYNC_07_frames_named_from_the_maps_get_their_files_symbols(tmp_path: Path) -> None:
+    """A deadlock report names frames from /proc/self/maps (module, offset, path; no dladdr, whose lock a
+    stopped thread may hold): the finding names them from the file's own symbols, a frame whose offset no
+    symbol covers stays lib.so+0xOFF."""
+    libc, malloc = _libc_and_malloc()
+    inside = {"ip": 0x7F0000000000 + malloc + 0x10, "module": Path(libc).name, "offset": malloc + 0x10,
+              "path": libc}  # fmt: skip
+    unnamed = {"ip": 0x5000, "module": "libcoreclr.so", "offset": 0x5000, "path": str(tmp_path / "gone.so")}
+    deadlock = {"kind": "mark", "name": "proxy.async_deadlock", "payload": None, "os_tid": WATCHDOG,
+                "signo": 27, "function": "operator new", "caller": 0x1234, "holderOsTid": 100,
+                "waiterOsTid": 100, "waitedMs": 1004, "holderStack": [inside, unnamed],
+                "waiterStack": [unnamed]}  # fmt: skip
+    rec, run = _recording(tmp_path, [deadlock])
+    (finding,) = check_recording(rec, run)
+    name = Path(libc).name
+    assert f"at: malloc ({name}+{malloc + 0x10:#x}) < libcoreclr.so+0x5000" in finding.message
+
+
 def _shutdown(dropped: int) -> dict[str, Any]:
     return {"kind": "mark", "name": "proxy.shutdown", "payload": None, "os_tid": WATCHDOG,
             "signals": {"handlers": [], "dropped": dropped, "injection": 0}}  # fmt: skip

@@ -260,3 +260,30 @@ def test_ASYNC_07_an_allocating_handler_that_really_deadlocks_is_reported_with_b
             "; the handler waits at: ")
         assert held and waits, message  # both stacks
         assert "sampler_malloc.cpp" in waits and "on_sigprof" in waits, message
+
+
+def test_ASYNC_08_a_handler_that_locks_the_mutex_its_callback_holds_is_reported_with_both_stacks(
+    runtimes: list[Runtime],
+) -> None:
+    """sampler_callback_lock's handler and its ObjectAllocated callback share one std::mutex; heapchurn
+    allocates all the time, so a sample soon arrives while the callback holds it and the handler's lock waits
+    for its own thread. The preload publishes the handler's lock call while it waits; the proxy's watchdog
+    finds the mutex's owner is the waiting thread, reports it after a second and ends the run: ASYNC-08 with
+    the callback's stack and the handler's, no hang (VAL-HANG) at the run's limit."""
+    source = PROFILERS / "sampler_callback_lock.cpp"
+    so = build_profiler(source, "validator-fixtures", [])
+    result = validator.validate(so, FIXTURE_CLSID, app=compile_app("heapchurn"), timeout_s=30.0)
+    text = render_text(result, verbose=True)
+    assert [r.outcome for r in result.runs] == ["killed"] * len(runtimes), text
+    assert {g.clause for g in result.findings} == {"ASYNC-03", "ASYNC-08"}, text
+    (deadlock,) = [g for g in result.findings if g.clause == "ASYNC-08"]
+    assert deadlock.runtimes == sorted(rt.version for rt in runtimes), text
+    handler_lock = line_of(source, "std::lock_guard<std::mutex> lock(g_table_mu);  // the fault")
+    assert deadlock.site is not None and deadlock.site.line == handler_lock, deadlock
+    for occurrence in deadlock.occurrences:
+        message = occurrence.message
+        assert "called pthread_mutex_lock() on thread" in message and "already holds" in message, message
+        held, _, waits = message.partition("the thread was interrupted at: ")[2].partition(
+            "; the handler waits at: ")
+        assert "SamplerCallbackLock::ObjectAllocated" in held, message  # the callback that holds the lock
+        assert "sampler_callback_lock.cpp" in waits and "on_sigprof" in waits, message

@@ -11,7 +11,8 @@ namespace profharness {
 Json native_stack_json(void* const* ips, int n);
 
 // The same array, each frame named from /proc/self/maps ("module", "offset" from the module's first
-// mapping) and never by the dynamic loader, so without "symbol": for a report made while another thread may
+// mapping, "path": the file, whose symbols the validator reads) and never by the dynamic loader, so without
+// "symbol": for a report made while another thread may
 // be stopped holding the loader's lock (inside dlopen, where an allocation or a signal stopped it), which
 // dladdr(3) takes. One caller at a time (a static buffer holds the maps).
 Json native_stack_json_unlocked(void* const* ips, int n);

@@ -64,15 +64,18 @@ struct Injection {
     void* waiter_stack[kStackDepth];
     std::atomic<int> waiter_n;
     std::atomic<int> reported;
-    // A wrapped handler's call into the real allocator (the malloc family, operator new/delete) in flight,
-    // injected or not: the first one claims these (stuck_tid by CAS) and clears them when the call returns.
-    // One that has not returned after a second is a real deadlock (ASYNC-07): the signal interrupted its
-    // thread inside the allocator, whose lock the handler now waits for.
+    // A wrapped handler's own call into the real allocator (the malloc family, operator new/delete) or into
+    // a lock that waits (pthread_mutex_lock/timedlock, pthread_rwlock_rdlock/wrlock) in flight, injected or
+    // not: the first one claims these (stuck_tid by CAS) and clears them when the call returns. An allocator
+    // call that has not returned after a second is a real deadlock (ASYNC-07): the signal interrupted its
+    // thread inside the allocator, whose lock the handler now waits for. A lock call is one (ASYNC-08) when
+    // the lock's owner is the waiting thread itself: the code the signal interrupted holds it.
     std::atomic<long> stuck_tid;               // 0: no call in flight
     std::atomic<std::int64_t> stuck_since_ns;  // CLOCK_MONOTONIC
     std::atomic<int> stuck_function;
     std::atomic<int> stuck_signo;
     std::atomic<std::uint64_t> stuck_caller;   // the profiler's frame that called
+    std::atomic<std::uint64_t> stuck_lock;     // the pthread_mutex_t / pthread_rwlock_t waited for; 0: allocator
 };
 
 struct Shared {
