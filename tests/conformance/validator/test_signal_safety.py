@@ -237,6 +237,27 @@ def test_ASYNC_02_04_05_06_the_correct_sampler_broken_four_ways(tmp_path: Path, 
     assert "GetCurrentThreadID" in info.first.message, info
 
 
+def real_deadlock(source: Path, app: str, faults: set[str], clause: str, runtimes: list[Runtime]) -> Group:
+    """``source`` validated on ``app`` without injection: every run ended by the proxy (killed) with the
+    handler's own fault(s) ``faults`` and the deadlock ``clause``, on every runtime; the deadlock's group."""
+    so = build_profiler(source, "validator-fixtures", [])
+    result = validator.validate(so, FIXTURE_CLSID, app=compile_app(app), timeout_s=30.0)
+    text = render_text(result, verbose=True)
+    assert [r.outcome for r in result.runs] == ["killed"] * len(runtimes), text
+    assert {g.clause for g in result.findings} == {*faults, clause}, text  # no VAL-HANG at the run's limit
+    (deadlock,) = [g for g in result.findings if g.clause == clause]
+    assert deadlock.runtimes == sorted(rt.version for rt in runtimes), text
+    return deadlock
+
+
+def both_stacks(message: str) -> tuple[str, str]:
+    """A real deadlock's two stacks: where the signal interrupted the thread, and where its handler waits."""
+    stacks = message.partition("the thread was interrupted at: ")[2]
+    held, _, waits = stacks.partition("; the handler waits at: ")
+    assert held and waits, message
+    return held, waits
+
+
 def test_ASYNC_07_an_allocating_handler_that_really_deadlocks_is_reported_with_both_stacks(
     runtimes: list[Runtime],
 ) -> None:
@@ -245,20 +266,12 @@ def test_ASYNC_07_an_allocating_handler_that_really_deadlocks_is_reported_with_b
     handler's call into the allocator while it runs; the proxy's watchdog reports the one that has not
     returned after a second, with the thread's stack split at the signal's trampoline, and ends the run."""
     source = PROFILERS / "sampler_malloc.cpp"
-    so = build_profiler(source, "validator-fixtures", [])
-    result = validator.validate(so, FIXTURE_CLSID, app=compile_app("mallocstorm"), timeout_s=30.0)
-    text = render_text(result, verbose=True)
-    assert [r.outcome for r in result.runs] == ["killed"] * len(runtimes), text
-    assert {g.clause for g in result.findings} == {"ASYNC-01", "ASYNC-07"}, text
-    (deadlock,) = [g for g in result.findings if g.clause == "ASYNC-07"]
-    assert deadlock.runtimes == sorted(rt.version for rt in runtimes), text
+    deadlock = real_deadlock(source, "mallocstorm", {"ASYNC-01"}, "ASYNC-07", runtimes)
     assert deadlock.site is not None and deadlock.site.line == line_of(source, "new Sample{"), deadlock
     for occurrence in deadlock.occurrences:
         message = occurrence.message
         assert "inside the allocator without returning, on the same thread" in message, message
-        held, _, waits = message.partition("the thread was interrupted at: ")[2].partition(
-            "; the handler waits at: ")
-        assert held and waits, message  # both stacks
+        _, waits = both_stacks(message)
         assert "sampler_malloc.cpp" in waits and "on_sigprof" in waits, message
 
 
@@ -271,19 +284,12 @@ def test_ASYNC_08_a_handler_that_locks_the_mutex_its_callback_holds_is_reported_
     finds the mutex's owner is the waiting thread, reports it after a second and ends the run: ASYNC-08 with
     the callback's stack and the handler's, no hang (VAL-HANG) at the run's limit."""
     source = PROFILERS / "sampler_callback_lock.cpp"
-    so = build_profiler(source, "validator-fixtures", [])
-    result = validator.validate(so, FIXTURE_CLSID, app=compile_app("heapchurn"), timeout_s=30.0)
-    text = render_text(result, verbose=True)
-    assert [r.outcome for r in result.runs] == ["killed"] * len(runtimes), text
-    assert {g.clause for g in result.findings} == {"ASYNC-03", "ASYNC-08"}, text
-    (deadlock,) = [g for g in result.findings if g.clause == "ASYNC-08"]
-    assert deadlock.runtimes == sorted(rt.version for rt in runtimes), text
+    deadlock = real_deadlock(source, "heapchurn", {"ASYNC-03"}, "ASYNC-08", runtimes)
     handler_lock = line_of(source, "std::lock_guard<std::mutex> lock(g_table_mu);  // the fault")
     assert deadlock.site is not None and deadlock.site.line == handler_lock, deadlock
     for occurrence in deadlock.occurrences:
         message = occurrence.message
         assert "called pthread_mutex_lock() on thread" in message and "already holds" in message, message
-        held, _, waits = message.partition("the thread was interrupted at: ")[2].partition(
-            "; the handler waits at: ")
+        held, waits = both_stacks(message)
         assert "SamplerCallbackLock::ObjectAllocated" in held, message  # the callback that holds the lock
         assert "sampler_callback_lock.cpp" in waits and "on_sigprof" in waits, message

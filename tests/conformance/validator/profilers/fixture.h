@@ -5,6 +5,11 @@
 // overrides only what its one fault needs. Written for the validator's tests; not the probe's code.
 #pragma once
 
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 
@@ -57,6 +62,33 @@ class Profiler : public Base {
  private:
     std::atomic<ULONG> refs_{0};
 };
+
+// The samplers' clock: `handler` installed for SIGPROF (SA_SIGINFO | SA_RESTART) and a POSIX timer that sends
+// SIGPROF to the calling thread (SIGEV_THREAD_ID) every `interval_ns` of wall-clock time (CLOCK_MONOTONIC);
+// nullptr when the timer could not be made.
+inline timer_t sample_this_thread(void (*handler)(int, siginfo_t*, void*), long interval_ns) {
+    struct sigaction sa = {};
+    sa.sa_sigaction = handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPROF, &sa, nullptr);
+    struct sigevent sev = {};
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGPROF;
+    sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+    timer_t timer = nullptr;
+    if (timer_create(CLOCK_MONOTONIC, &sev, &timer) != 0) return nullptr;
+    const struct timespec every = {interval_ns / 1000000000L, interval_ns % 1000000000L};
+    const struct itimerspec spec = {every, every};
+    timer_settime(timer, 0, &spec, nullptr);
+    return timer;
+}
+
+// The sampling's end (Shutdown): the timer deleted, SIGPROF ignored from then on.
+inline void stop_sampling(timer_t timer) {
+    if (timer) timer_delete(timer);
+    signal(SIGPROF, SIG_IGN);
+}
 
 // A new fixture object for the runtime, made by the class factory (profharness/class_factory.h).
 template <typename P>

@@ -45,19 +45,7 @@ void on_sigprof(int, siginfo_t*, void*) {
 class SamplerCallbackLock final : public Profiler<Callbacks11, 11> {
  public:
     HRESULT STDMETHODCALLTYPE Initialize(IUnknown* unk) override {
-        struct sigaction sa = {};
-        sa.sa_sigaction = &on_sigprof;
-        sa.sa_flags = SA_SIGINFO | SA_RESTART;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGPROF, &sa, nullptr);
-        struct sigevent sev = {};
-        sev.sigev_notify = SIGEV_THREAD_ID;
-        sev.sigev_signo = SIGPROF;
-        sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
-        if (timer_create(CLOCK_MONOTONIC, &sev, &timer_) == 0) {
-            struct itimerspec every = {{0, 250000}, {0, 250000}};
-            timer_settime(timer_, 0, &every, nullptr);
-        }
+        timer_ = sample_this_thread(&on_sigprof, 250'000L);
         return take_info(unk, COR_PRF_MONITOR_OBJECT_ALLOCATED | COR_PRF_ENABLE_OBJECT_ALLOCATED);
     }
     HRESULT STDMETHODCALLTYPE ObjectAllocated(ObjectID, ClassID classId) override {
@@ -67,8 +55,7 @@ class SamplerCallbackLock final : public Profiler<Callbacks11, 11> {
         return S_OK;
     }
     HRESULT STDMETHODCALLTYPE Shutdown() override {
-        timer_delete(timer_);
-        signal(SIGPROF, SIG_IGN);
+        stop_sampling(timer_);
         return S_OK;
     }
 

@@ -60,24 +60,11 @@ class SamplerRing final : public Profiler<Callbacks11, 11> {
                 std::this_thread::sleep_for(std::chrono::milliseconds(10));
             }
         });
-        struct sigaction sa = {};
-        sa.sa_sigaction = &on_sigprof;
-        sa.sa_flags = SA_SIGINFO | SA_RESTART;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGPROF, &sa, nullptr);
-        struct sigevent sev = {};
-        sev.sigev_notify = SIGEV_THREAD_ID;
-        sev.sigev_signo = SIGPROF;
-        sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
-        if (timer_create(CLOCK_MONOTONIC, &sev, &timer_) == 0) {
-            struct itimerspec every = {{0, 5000000}, {0, 5000000}};
-            timer_settime(timer_, 0, &every, nullptr);
-        }
+        timer_ = sample_this_thread(&on_sigprof, 5'000'000L);
         return S_OK;
     }
     HRESULT STDMETHODCALLTYPE Shutdown() override {
-        timer_delete(timer_);
-        signal(SIGPROF, SIG_IGN);
+        stop_sampling(timer_);
         stop_.store(true);
         drain_.join();
         return S_OK;
