@@ -17,7 +17,7 @@ from clr_model.errors import ModelError
 
 #: the catalog's files, in report order
 FILES: tuple[str, ...] = (
-    "dss", "fe2", "mr2", "buf", "orf", "rrf", "gcs", "shd", "sel", "att", "det", "async",
+    "dss", "fe2", "mr2", "buf", "orf", "rrf", "gcs", "shd", "ini", "fgc", "sel", "att", "det", "async",
     "rejit", "rejit_monitor", "rejit_request", "rejit_inliners", "rejit_revert", "rejit_params", "rejit_fc",
     "rejit_fc_body", "rejit_fc_flags", "rejit_fc_map", "rejit_started", "rejit_finished", "rejit_error",
     "rejit_ids", "rejit_getbody", "rejit_allocator", "il", "val",

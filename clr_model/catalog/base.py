@@ -19,6 +19,8 @@ class Document(StrEnum):
     ROOT_REFERENCES2 = "ICorProfilerCallback2::RootReferences2"
     GARBAGE_COLLECTION_STARTED = "ICorProfilerCallback2::GarbageCollectionStarted"
     SHUTDOWN = "ICorProfilerCallback::Shutdown"
+    INITIALIZE = "ICorProfilerCallback::Initialize"
+    FORCE_GC = "ICorProfilerInfo::ForceGC"
     SET_ENTER_LEAVE_HOOKS2 = "ICorProfilerInfo2::SetEnterLeaveFunctionHooks2"
     COR_PRF_MONITOR = "COR_PRF_MONITOR Enumeration"
     PROFILER_DETACH_SUCCEEDED = "ICorProfilerCallback3::ProfilerDetachSucceeded"
@@ -80,6 +82,8 @@ PREFIXES: dict[Document, str] = {
     Document.ROOT_REFERENCES2: "RRF",
     Document.GARBAGE_COLLECTION_STARTED: "GCS",
     Document.SHUTDOWN: "SHD",
+    Document.INITIALIZE: "INI",
+    Document.FORCE_GC: "FGC",
     Document.SET_ENTER_LEAVE_HOOKS2: "SEL",
     Document.COR_PRF_MONITOR: "ATT",
     Document.PROFILER_DETACH_SUCCEEDED: "DET",

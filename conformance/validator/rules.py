@@ -430,7 +430,9 @@ class RemappedIds(StreamRule):
                       f"the GC emptied){now}")  # fmt: skip
         elif verdict == "interior":
             self.j.at("MR2-08", r, f"{name} uses ObjectID {oid:#x}, {offset or 0} bytes inside the object at "
-                      f"{start or 0:#x}: not an object start (a wrong remapping)")  # fmt: skip
+                      f"{start or 0:#x}: not an object start (an ID remapped with a wrong formula, or one "
+                      "kept from before a GC, never remapped, that another object now covers: the shadow "
+                      "heap remembers where objects left only for the last 8 GCs)")  # fmt: skip
 
     def end(self) -> None:
         if self.shadow or not self.events:
@@ -863,6 +865,73 @@ class AttachMask(StreamRule):
                       "(corprof.idl's COR_PRF_ALLOWABLE_AFTER_ATTACH holds it)", note=True)  # fmt: skip
         else:
             self.j.at("ATT-01", r, f"{what}; the runtime accepted the call")
+
+
+# --- event masks and collections asked for out of place (INI-01, FGC-01) ------------------------------------
+
+
+@rule("INI-01", what="the immutable event flags are set or cleared only inside Initialize")
+class ImmutableFlags(StreamRule):
+    """INI-01: a SetEventMask(2) call made outside Initialize (and outside InitializeForAttach, which ATT-01
+    judges) that asks for other COR_PRF_MONITOR_IMMUTABLE or COR_PRF_HIGH_MONITOR_IMMUTABLE bits than the
+    profiler's last accepted mask: what the profiler asked for, whatever the proxy added to it."""
+
+    reads = (*_calls(set(_MASK_SETTERS)), ("callback", "InitializeForAttach"))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.attached = False
+        self.immutable = (0, 0)  # the immutable bits of the last mask the runtime accepted
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "callback":
+            self.attached = True
+            return
+        if self.attached or not _ends(r):
+            return
+        self.j.exercised.add("INI-01")
+        low, high = _mask_of(r)
+        asked = (low & MONITOR_IMMUTABLE, high & HIGH_MONITOR_IMMUTABLE)
+        hr = _int(r.get("hr"))
+        accepted = hr is not None and 0 <= hr < 1 << 32 and not hresult_failed(hr)
+        changed = (asked[0] ^ self.immutable[0], asked[1] ^ self.immutable[1])
+        if self.j.callback_of(r["os_tid"]) != "Initialize" and (changed[0] or changed[1]):
+            on = flag_names(changed[0] & asked[0], CorPrfMonitor) + flag_names(changed[1] & asked[1],
+                                                                                 CorPrfHighMonitor)
+            off = flag_names(changed[0] & ~asked[0], CorPrfMonitor) + flag_names(changed[1] & ~asked[1],
+                                                                                   CorPrfHighMonitor)
+            what = "; ".join(part for part in (f"sets {' | '.join(on)}" if on else "",
+                                               f"clears {' | '.join(off)}" if off else "") if part)
+            answer = f"the runtime answered {format_hresult(hr)}" if hr is not None else "no answer recorded"
+            self.j.at("INI-01", r, f"{r['name']} after Initialize {what}, flags that can change only while "
+                      f"Initialize runs: {answer}")  # fmt: skip
+        if accepted:
+            self.immutable = asked
+
+
+#: the methods a page says to call from a thread of the profiler's own with no callback on its stack, other
+#: than the ReJIT requests (REJIT-09, judged with the ReJIT model): ForceGC
+_OWN_THREAD = api.names_with(Fact.OWN_THREAD) - _REJIT_REQUESTS
+
+
+@rule("FGC-01", what="ForceGC from a thread with no profiler callback on its stack")
+class ForceGcThread(StreamRule):
+    """FGC-01: a ForceGC call while a callback the runtime made is open on its thread (inside an enter/leave
+    hook FE2-11 says it: a hook must not trigger a collection at all). Whether the thread has run managed
+    code is not judged: the runtime sets up a thread that calls ForceGC for the collection, so a profiler
+    thread's second call comes from a thread the runtime knows."""
+
+    reads = _calls(set(_OWN_THREAD))
+
+    def on(self, r: Record) -> None:
+        if not _begins(r):
+            return
+        self.j.exercised.add("FGC-01")
+        stack = self.j.stacks.get(r["os_tid"])
+        if stack and not stack[-1].hook:
+            callback = stack[-1].name
+            self.j.at("FGC-01", r, f"{r['name']} called inside {callback}, a profiler callback on its "
+                      "thread's stack")  # fmt: skip
 
 
 def _thread_routine(j: Judging, stack: object) -> Any:

@@ -105,7 +105,7 @@ BEFORE: dict[api.Fact, set[str]] = {
     # issue 25: the ReJIT protocol's requests (clr_model.rejit); own-thread: RequestReJIT's page (REJIT-09)
     api.Fact.REJIT_REQUEST: {"RequestReJIT", "RequestReJITWithInliners"},
     api.Fact.REVERTS: {"RequestRevert"},
-    api.Fact.OWN_THREAD: {"RequestReJIT"},
+    api.Fact.OWN_THREAD: {"RequestReJIT", "ForceGC"},  # ForceGC's page: FGC-01
     api.Fact.PROXY_BY_HAND: {
         "Initialize", "InitializeForAttach", "Shutdown", "MovedReferences", "MovedReferences2",
         "DoStackSnapshot", "SetEnterLeaveFunctionHooks", "SetEnterLeaveFunctionHooks2",

@@ -126,6 +126,33 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         assert summary in stderr, (run.runtime, stderr[-2000:])
 
 
+@pytest.mark.live
+@pytest.mark.parametrize(
+    ("fixture", "app", "clause", "line"),
+    [
+        # its MovedReferences2 handling keeps a moved sample's old ObjectID; found where that ID is used
+        ("survivor_sampler", "heapchurn", "MR2-17", "HRESULT hr = info->GetObjectGeneration(id, &range);"),
+        # a baseline ForceGC inside ModuleLoadFinished
+        ("heap_snapshots", "long", "FGC-01", "info->ForceGC();  // BUG:"),
+        # COR_PRF_ENABLE_OBJECT_ALLOCATED added by SetEventMask a second after Initialize
+        ("late_alloc_sampling", "long", "INI-01", "// BUG: immutable flag set after Initialize"),
+    ],
+)
+def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
+    fixture: str, app: str, clause: str, line: str, apps: Callable[[str], Path], runtimes: list[Runtime]
+) -> None:
+    """Written with one deliberate, realistic bug each by a helper that saw none of the validator's rules
+    (profilers/docs/README.md): each is found on both runtimes with the clause of the sentence it breaks, at
+    the profiler's own line (found in its text, never taken from the report)."""
+    result = validate(fixture, apps(app), runtimes, env={"PROFHARNESS_APP_SECONDS": "2"})
+    text = render_text(result, verbose=True)
+    assert all(r.outcome == "ok" for r in result.runs), text
+    at = source_line(fixture, line)
+    found = [g for g in result.findings if g.clause == clause and g.site is not None and g.site.line == at]
+    assert found and found[0].runtimes == versions(runtimes), text
+    assert same_source(found[0].site.file if found[0].site else None, DOCS / f"{fixture}.cpp"), found[0]
+
+
 def test_ORF_01_inspecting_inside_ObjectReferences_names_the_objectreferences_clause(
     apps: Callable[[str], Path], runtimes: list[Runtime]
 ) -> None:

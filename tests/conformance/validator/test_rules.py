@@ -324,3 +324,39 @@ def test_a_record_with_fields_of_the_wrong_type_is_one_line_naming_file_line_and
     with pytest.raises(HarnessError) as err:
         judge_run(run, [].append)
     assert str(err.value).startswith(f"{run.trace_path}:2: a call record with a bad {field} (")
+
+
+def _mask(low: int, hr: int = S_OK) -> dict[str, Any]:
+    return _call("SetEventMask", args={"dwEvents": low}, hr=hr)
+
+
+def test_INI_01_immutable_flags_change_only_inside_Initialize(tmp_path: Path) -> None:
+    """Inside Initialize any mask; after it, mutable bits may change (COR_PRF_MONITOR_GC) but an immutable one
+    set or cleared is a finding naming it, with the runtime's answer."""
+    from clr_model.flags import CorPrfMonitor
+
+    enable_alloc = int(CorPrfMonitor.COR_PRF_ENABLE_OBJECT_ALLOCATED)
+    monitor_gc = int(CorPrfMonitor.COR_PRF_MONITOR_GC)
+    disable_inlining = int(CorPrfMonitor.COR_PRF_DISABLE_INLINING)
+    rec, run = _recording(tmp_path, [
+        _callback("Initialize", "enter"), _mask(disable_inlining), _callback("Initialize", "return", S_OK),
+        _mask(disable_inlining | monitor_gc),  # mutable only: fine
+        _mask(disable_inlining | enable_alloc, hr=E_FAIL),  # sets one
+        _mask(0, hr=E_FAIL),  # clears one
+    ])  # fmt: skip
+    found = [f for f in check_recording(rec, run) if f.clause == "INI-01"]
+    assert [f.records for f in found] == [[5], [6]], found
+    assert "sets COR_PRF_ENABLE_OBJECT_ALLOCATED" in found[0].message and "0x80004005" in found[0].message
+    assert "clears COR_PRF_DISABLE_INLINING" in found[1].message, found[1]
+
+
+def test_FGC_01_ForceGC_inside_a_callback_is_a_finding_and_on_a_thread_of_its_own_is_not(
+    tmp_path: Path,
+) -> None:
+    rec, run = _recording(tmp_path, [
+        _callback("ModuleLoadFinished", "enter"), _call("ForceGC"), _callback("ModuleLoadFinished", "return"),
+        _call("ForceGC", os_tid=MAIN + 7),  # the profiler's own thread, nothing open on it
+    ])  # fmt: skip
+    (finding,) = [f for f in check_recording(rec, run) if f.clause == "FGC-01"]
+    assert finding.records == [2] and finding.callback == "ModuleLoadFinished", finding
+    assert "ForceGC called inside ModuleLoadFinished" in finding.message
