@@ -79,6 +79,12 @@ def _arg(r: Record, key: str, name: str) -> int | None:
     return _int(values.get(name)) if isinstance(values, dict) else None
 
 
+def _hresult(r: Record) -> int | None:
+    """The record's HRESULT when it holds a 32-bit one (a call's or a callback's return)."""
+    hr = _int(r.get("hr"))
+    return hr if hr is not None and 0 <= hr < 1 << 32 else None
+
+
 def _calls(names: frozenset[str] | set[str]) -> tuple[tuple[str, str | None], ...]:
     return tuple(("call", n) for n in sorted(names))
 
@@ -576,8 +582,8 @@ class HooksOutsideInitialize(StreamRule):
         if not _begins(r):
             return
         self.j.exercised.add("SEL-01")
-        hr = _int(r.get("hr"))
-        if self.open <= 0 and hr is not None and 0 <= hr < 1 << 32 and hresult_failed(hr):
+        hr = _hresult(r)
+        if self.open <= 0 and hr is not None and hresult_failed(hr):
             where = self.j.callback_of(r["os_tid"])
             inside = f" inside {where}" if where else " outside any callback"
             self.j.at("SEL-01", r, f"{r['name']} called{inside}, not from Initialize: the runtime answered "
@@ -829,17 +835,10 @@ class AttachMask(StreamRule):
     a note when it accepted bits only corprof.idl's value of the bitmask holds (COR_PRF_MONITOR_EXCEPTIONS,
     COR_PRF_ENABLE_REJIT: the page and the runtime differ)."""
 
-    reads = (*_calls(set(_MASK_SETTERS)), ("callback", "InitializeForAttach"))
-
-    def __init__(self, judging: Judging) -> None:
-        super().__init__(judging)
-        self.attached = False
+    reads = _calls(set(_MASK_SETTERS))
 
     def on(self, r: Record) -> None:
-        if r["kind"] == "callback":
-            self.attached = True
-            return
-        if not self.attached or not _ends(r):
+        if not self.j.attached or not _ends(r):
             return
         self.j.exercised.add("ATT-01")
         low, high = _mask_of(r)
@@ -850,8 +849,8 @@ class AttachMask(StreamRule):
         immutable = flag_names(low & MONITOR_IMMUTABLE, CorPrfMonitor) + flag_names(
             high & HIGH_MONITOR_IMMUTABLE, CorPrfHighMonitor
         )
-        hr = _int(r.get("hr"))
-        refused = hr is not None and 0 <= hr < 1 << 32 and hresult_failed(hr)
+        hr = _hresult(r)
+        refused = hr is not None and hresult_failed(hr)
         what = (f"{r['name']} from a profiler loaded by attach asks for {' | '.join(names)}, not allowed "
                 "after attach")  # fmt: skip
         if immutable:
@@ -876,24 +875,20 @@ class ImmutableFlags(StreamRule):
     judges) that asks for other COR_PRF_MONITOR_IMMUTABLE or COR_PRF_HIGH_MONITOR_IMMUTABLE bits than the
     profiler's last accepted mask: what the profiler asked for, whatever the proxy added to it."""
 
-    reads = (*_calls(set(_MASK_SETTERS)), ("callback", "InitializeForAttach"))
+    reads = _calls(set(_MASK_SETTERS))
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
-        self.attached = False
         self.immutable = (0, 0)  # the immutable bits of the last mask the runtime accepted
 
     def on(self, r: Record) -> None:
-        if r["kind"] == "callback":
-            self.attached = True
-            return
-        if self.attached or not _ends(r):
+        if self.j.attached or not _ends(r):
             return
         self.j.exercised.add("INI-01")
         low, high = _mask_of(r)
         asked = (low & MONITOR_IMMUTABLE, high & HIGH_MONITOR_IMMUTABLE)
-        hr = _int(r.get("hr"))
-        accepted = hr is not None and 0 <= hr < 1 << 32 and not hresult_failed(hr)
+        hr = _hresult(r)
+        accepted = hr is not None and not hresult_failed(hr)
         changed = (asked[0] ^ self.immutable[0], asked[1] ^ self.immutable[1])
         if self.j.callback_of(r["os_tid"]) != "Initialize" and (changed[0] or changed[1]):
             on = flag_names(changed[0] & asked[0], CorPrfMonitor) + flag_names(changed[1] & asked[1],
@@ -1005,8 +1000,8 @@ class AttachOnlyAtStartup(StreamRule):
         if not _ends(r):
             return
         self.j.exercised.add("VAL-ATTACH-ONLY")
-        hr = _int(r.get("hr"))
-        if hr is not None and 0 <= hr < 1 << 32 and hresult_failed(hr) and self.j.callback_level >= 3:
+        hr = _hresult(r)
+        if hr is not None and hresult_failed(hr) and self.j.callback_level >= 3:
             self.j.at("VAL-ATTACH-ONLY", r, f"the profiler's Initialize returned {format_hresult(hr)} and it "
                       "implements ICorProfilerCallback3::InitializeForAttach: if it supports attach only, "
                       "its real path did not run here: validate it with --attach")  # fmt: skip
@@ -1562,12 +1557,15 @@ def judge_run(
 
 
 class _InitializeSeen(StreamRule):
-    """Whether Initialize was delivered (a crash before it happened while the profiler was being created)."""
+    """Whether Initialize was delivered (a crash before it happened while the profiler was being created),
+    and whether it was InitializeForAttach (ATT-01 and INI-01 judge the masks of the two loads apart)."""
 
     reads = tuple(("callback", n) for n in sorted(_INITIALIZES))
 
     def on(self, r: Record) -> None:
         self.j.initialized = True
+        if r["name"] == "InitializeForAttach":
+            self.j.attached = True
 
 
 def check_recording(rec: Recording, run: RunResult) -> list[Finding]:

@@ -215,6 +215,8 @@ class Judging:
     records: int = 0
     #: Initialize (or InitializeForAttach) was delivered
     initialized: bool = False
+    #: the profiler was loaded by attach: InitializeForAttach was delivered
+    attached: bool = False
     #: the workload's marked points (issue 21): (mark, frames innermost first, the mark that ends it or "")
     ground_truth: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     seconds: float = 0.0
