@@ -975,17 +975,15 @@ PRELOAD_EXPORT int __vsnprintf_chk(char* s, std::size_t n, int flag, std::size_t
     InFlightCall lock_call(                                                                       \
         UNLIKELY(profharness_preload_depth != 0) && tl_quiet == 0 && handler_live() ? (fn_id) : -1, RA(), lock);
 
-#define LOCK_WRAPPER(sym, fn_id, T)                                                                \
+// A pthread function of one lock argument: noted inside a handler, then `before` (nothing, or
+// LOCK_IN_FLIGHT for a call that waits), then the real function.
+#define LOCK_WRAPPER_WITH(sym, fn_id, T, before)                                                   \
     PRELOAD_EXPORT int sym(T* m) {                                                                 \
         IN_HANDLER_NOTE(fn_id)                                                                     \
-        return real<int (*)(T*)>(fn_id)(m);                                                        \
+        before return real<int (*)(T*)>(fn_id)(m);                                                 \
     }
-#define WAITING_LOCK_WRAPPER(sym, fn_id, T)                                                        \
-    PRELOAD_EXPORT int sym(T* m) {                                                                 \
-        IN_HANDLER_NOTE(fn_id)                                                                     \
-        LOCK_IN_FLIGHT(fn_id, m)                                                                   \
-        return real<int (*)(T*)>(fn_id)(m);                                                        \
-    }
+#define LOCK_WRAPPER(sym, fn_id, T) LOCK_WRAPPER_WITH(sym, fn_id, T, )
+#define WAITING_LOCK_WRAPPER(sym, fn_id, T) LOCK_WRAPPER_WITH(sym, fn_id, T, LOCK_IN_FLIGHT(fn_id, m))
 WAITING_LOCK_WRAPPER(pthread_mutex_lock, kMutexLock, pthread_mutex_t)
 LOCK_WRAPPER(pthread_mutex_trylock, kMutexTrylock, pthread_mutex_t)
 LOCK_WRAPPER(pthread_mutex_unlock, kMutexUnlock, pthread_mutex_t)

@@ -226,7 +226,7 @@ long stuck_in_handler(std::int64_t& since) {
         holder_n = n - cut[1] - 1;
     }
     report_deadlock({false, inj.stuck_lock.load() != 0, signo, inj.stuck_function.load(), caller, tid, tid, since,
-                     native_stack_json_unlocked(holder, holder_n), native_stack_json_unlocked(waiter, waiter_n)});
+                     stack_json(holder, holder_n), stack_json(waiter, waiter_n)});
 }
 
 }  // namespace
