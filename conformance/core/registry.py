@@ -96,19 +96,21 @@ def source_of(fn: Callable[..., Any]) -> tuple[Path, int]:
 
 
 def register(item: Rule) -> Rule:
-    """Add ``item``; its clause must be in the catalog and (clause, layer, experiment, name) unique."""
+    """Add ``item``; its clause must be in the catalog and (clause, layer, experiment, name) unique. The same
+    rule from the same file and line again (its module imported a second time: pytester drops the modules an
+    inner run imported, importlib.reload) takes the earlier one's place."""
     if item.clause not in CATALOG:
         raise ValueError(f"{item.name}: {item.clause} is not a clause of the catalog")
     if item.layer not in RULE_LAYERS:
         raise ValueError(f"{item.name}: rules register on the layers {[str(x) for x in RULE_LAYERS]}")
-    for other in _RULES:
-        if (other.clause, other.layer, other.experiment, other.name) == (
-            item.clause,
-            item.layer,
-            item.experiment,
-            item.name,
-        ):
+    key = (item.clause, item.layer, item.experiment, item.name)
+    for i, other in enumerate(_RULES):
+        if (other.clause, other.layer, other.experiment, other.name) != key:
+            continue
+        if (other.path, other.line) != (item.path, item.line):
             raise ValueError(f"{item.name}: {item.clause} is registered twice on the {item.layer} layer")
+        _RULES[i] = item
+        return item
     _RULES.append(item)
     return item
 

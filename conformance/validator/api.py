@@ -287,9 +287,6 @@ VALIDATE_LAYERS = (Layer.VALIDATOR, Layer.HOOK)
 
 def rule_ids() -> list[str]:
     """Every clause a validation judges (the registry's validator and hook rules), catalog clauses first."""
-    if not any(r.name.startswith("hookcheck:") for r in registry.rules(Layer.HOOK)):
-        # once: importing it again (pytester drops the modules a test imported) would register twice
-        import emu.hookcheck.rules  # noqa: F401  (registers the hook checker's rules)
-
+    registry.load_all(VALIDATE_LAYERS)  # the IL checker's and the hook checker's rules are imported lazily
     found = {r.clause for layer in VALIDATE_LAYERS for r in registry.rules(layer)}
     return sorted(found, key=lambda c: (c.startswith("VAL-"), c))

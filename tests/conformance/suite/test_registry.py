@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -111,6 +111,26 @@ def test_every_rule_says_where_it_is_written() -> None:
 def test_a_rule_for_a_clause_the_catalog_does_not_know_is_refused() -> None:
     with registry.isolated(), pytest.raises(ValueError, match="XYZ-01 is not a clause of the catalog"):
         registry.rule("XYZ-01", layer=Layer.VALIDATOR, what="nothing")(lambda c: iter(()))
+
+
+def test_a_module_imported_again_replaces_its_rules_and_a_second_rule_of_one_name_is_refused() -> None:
+    """pytester drops the modules an inner run imported; the next run imports them again (same file and
+    line): that replaces the rules. Another function of the same name for the same clause is refused."""
+
+    def judge_it(c: object) -> Iterator[object]:
+        return iter(())
+
+    first = judge_it
+
+    def judge_it(c: object) -> Iterator[object]:  # the same name, another line
+        return iter(())
+
+    with registry.isolated():
+        for _ in range(2):
+            registry.rule("DSS-01", layer=Layer.VALIDATOR, what="once")(first)
+        assert [r.fn for r in registry.rules(Layer.VALIDATOR, "DSS-01")] == [first]
+        with pytest.raises(ValueError, match="judge_it: DSS-01 is registered twice on the validator layer"):
+            registry.rule("DSS-01", layer=Layer.VALIDATOR, what="twice")(judge_it)
 
 
 def test_registering_a_clause_twice_on_one_experiment_is_refused() -> None:
