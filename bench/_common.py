@@ -139,9 +139,24 @@ class RepeatPlan(NamedTuple):
     cut: int
 
 
-def repeat_plan(records: Iterable[dict[str, Any]], source: Path, wanted: int) -> RepeatPlan:
-    """The plan for about ``wanted`` records from ``records`` (every record of ``source``, in order): the
-    last copy of the body is cut where nothing is open on any thread, the place nearest the count."""
+class _Shape(NamedTuple):
+    """What a recording's plan needs of it, whatever the count: Initialize's return, Shutdown's enter, the
+    records and the body lengths after which nothing is open on any thread."""
+
+    start: int
+    end: int
+    total: int
+    cuts: list[int]
+
+
+_shapes: dict[tuple[Path, int, int], _Shape] = {}  # (file, size, mtime) -> its shape: one scan per file
+
+
+def _shape(records: Iterable[dict[str, Any]], source: Path) -> _Shape:
+    stat = source.stat()
+    key = (source.resolve(), stat.st_size, stat.st_mtime_ns)
+    if key in _shapes:
+        return _shapes[key]
     start = end = -1
     depth: collections.Counter[int] = collections.Counter()  # thread -> callbacks and calls open on it
     cuts = [0]  # body lengths (in records) after which nothing is open
@@ -164,6 +179,15 @@ def repeat_plan(records: Iterable[dict[str, Any]], source: Path, wanted: int) ->
             cuts.append(i - start)
     if start < 0 or end <= start + 1:
         raise SystemExit(f"{source}: no records between Initialize's return and Shutdown to repeat")
+    _shapes[key] = _Shape(start, end, total, cuts)
+    return _shapes[key]
+
+
+def repeat_plan(records: Iterable[dict[str, Any]], source: Path, wanted: int) -> RepeatPlan:
+    """The plan for about ``wanted`` records from ``records`` (every record of ``source``, in order, read
+    only the first time a plan is asked of ``source``): the last copy of the body is cut where nothing is
+    open on any thread, the place nearest the count."""
+    start, end, total, cuts = _shape(records, source)
     body = end - start - 1
     room = max(0, wanted - (start + 1) - (total - end))
     copies, rest = divmod(room, body)
