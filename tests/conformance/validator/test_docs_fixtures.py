@@ -99,7 +99,6 @@ def test_correct_document_written_profilers_have_no_findings(
 
 
 @pytest.mark.live
-@pytest.mark.live
 @pytest.mark.parametrize(
     ("fixture", "app", "summary"),
     [
@@ -109,6 +108,11 @@ def test_correct_document_written_profilers_have_no_findings(
         ("gc_census", "heapchurn", "[gc_census]   gc#"),
         # every JIT-compiled method named in JITCompilationFinished
         ("method_namer", "basic", "[method_namer]    1. "),
+        # code ranges and IL maps (GetCodeInfo2 / GetILToNativeMapping two-pass, every tier's code), its own
+        # IP lookups agreeing with GetFunctionFromIP
+        ("jit_code_map", "basic", "jit_code_map: methods="),
+        # thread lifetimes, OS thread ids, runtime suspensions timed
+        ("thread_census", "heapchurn", "thread_census: created="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -136,6 +140,10 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         ("heap_snapshots", "long", "FGC-01", "info->ForceGC();  // BUG:"),
         # COR_PRF_ENABLE_OBJECT_ALLOCATED added by SetEventMask a second after Initialize
         ("late_alloc_sampling", "long", "INI-01", "// BUG: immutable flag set after Initialize"),
+        # a walk of its own thread inside ObjectAllocated seeded with the profiler's getcontext()
+        ("allocation_site_sampler", "heapchurn", "DSS-19", "info_->DoStackSnapshot(0, OnFrame"),
+        # GetClassFromObject of each moved block's old address inside MovedReferences2
+        ("gc_compaction_stats", "heapchurn", "MR2-09", "info_->GetClassFromObject(oldStart[i], &cls);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
