@@ -13,7 +13,8 @@
 - ``InfoRecorderBase``: every ICorProfilerInfo method forwarded to the runtime's interface of its version,
   through an ``InfoScope`` that records its arguments, its scalar out-values, its HRESULT and its caller (the
   return address into the profiler); an ``inspects`` method's ObjectID is judged against the shadow heap
-  first (``InfoScope::inspect``).
+  first (``InfoScope::inspect``), a COR_PRF_FRAME_INFO argument against the hooks and walk callbacks open on
+  the thread (``InfoScope::frame_info``, FE2-05).
 
 Methods the table marks ``proxy-by-hand`` are left out: the hand-written classes in objects.cpp implement
 them (the compiler refuses to instantiate a class that forgot one). ``lazy`` callbacks and ``two-phase``
@@ -98,6 +99,13 @@ def _object_id(m: api.Method) -> str:
     return param.name
 
 
+def _before_begin(m: api.Method) -> tuple[str, ...]:
+    """What an ICorProfilerInfo method's scope judges before the call: an ``inspects`` method's ObjectID
+    (against the shadow heap), every COR_PRF_FRAME_INFO argument (open, or a returned FunctionEnter2's)."""
+    inspect = (f"s_.inspect({_object_id(m)});",) if m.has(Fact.INSPECTS) else ()
+    return inspect + tuple(f"s_.frame_info({p.name});" for p in m.params if p.type == "COR_PRF_FRAME_INFO")
+
+
 def render() -> str:
     cb_methods, info_methods = api.callbacks(), api.info_methods()
     about = [
@@ -152,7 +160,7 @@ def render() -> str:
             "__builtin_return_address(0));"
         ),
         read_back=True,
-        before=lambda m: (f"s_.inspect({_object_id(m)});",) if m.has(Fact.INSPECTS) else (),
+        before=_before_begin,
     )
     out += ["}  // namespace profharness::proxy", ""]
     return "\n".join(out)

@@ -187,8 +187,13 @@ class WalksAndSuspension(StreamRule):
                 self.j.exercised.add("DSS-19")
                 if not _int(seed.get("functionId")):
                     rip = _int(seed.get("rip")) or 0
+                    callback = None if target else self.j.callback_of(thread)
+                    synchronous = (f"; a walk of this thread inside {callback} is synchronous: pass null "
+                                   "context and thread (the page: \"You just call DoStackSnapshot from "
+                                   "within your ICorProfilerCallback method, passing null in the context and "
+                                   "thread parameters.\")") if callback else ""  # fmt: skip
                     self.j.at("DSS-19", r, f"DoStackSnapshot seeded at {rip:#x}, outside JIT-compiled code "
-                              "(GetFunctionFromIP gives no FunctionID)")  # fmt: skip
+                              f"(GetFunctionFromIP gives no FunctionID){synchronous}")  # fmt: skip
 
     def end(self) -> None:
         for r in self.suspends:
@@ -902,6 +907,44 @@ class ImmutableFlags(StreamRule):
                       f"Initialize runs: {answer}")  # fmt: skip
         if accepted:
             self.immutable = asked
+
+
+#: the ICorProfilerInfo methods given a COR_PRF_FRAME_INFO (GetFunctionInfo2), from their signatures
+_TAKE_FRAME_INFO = frozenset(
+    m.name for m in api.info_methods() if any(p.type == "COR_PRF_FRAME_INFO" for p in m.params)
+)
+
+
+@rule("FE2-05", what="a frame info passed back only while the hook that received it runs: never a returned "
+      "FunctionEnter2's (the proxy's staleFrameInfo)")  # fmt: skip
+class StaleFrameInfo(StreamRule):
+    """FE2-05: the proxy keeps, per thread, the frame infos of the hooks and stack-walk callbacks open on it
+    and those of the last 32 FunctionEnter2 hooks that returned; a call given a frame info that is none of
+    the first but one of the second carries ``staleFrameInfo`` (the hook's FunctionID, how many enter hooks
+    ago it returned). A value that matches an open one (the same stack slot again) is not judged."""
+
+    reads = _calls(set(_TAKE_FRAME_INFO))
+    quiet = Quiet(keys=frozenset({"staleFrameInfo"}), busy=lambda rule: not rule.seen)
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.seen = False  # a frame info was passed back (the clause is exercised)
+
+    def on(self, r: Record) -> None:
+        if not _begins(r) or not _arg(r, "args", "frameInfo"):
+            return
+        if not self.seen:
+            self.seen = True
+            self.j.exercised.add("FE2-05")
+        stale = r.get("staleFrameInfo")
+        if not isinstance(stale, dict):
+            return
+        frame_info, function = _arg(r, "args", "frameInfo") or 0, _int(stale.get("funcId")) or 0
+        ago = _int(stale.get("returnedAgo"))
+        when = "the last FunctionEnter2 to return" if ago == 1 else f"{ago} FunctionEnter2 hooks ago"
+        self.j.at("FE2-05", r, f"{r['name']} given frame info {frame_info:#x}, the func of the "
+                  f"FunctionEnter2 hook of FunctionID {function:#x}, which had returned ({when} on this "
+                  "thread)")  # fmt: skip
 
 
 #: the methods a page says to call from a thread of the profiler's own with no callback on its stack, other

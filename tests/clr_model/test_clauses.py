@@ -77,7 +77,6 @@ UNCHECKED_AUTHOR_RULES: dict[str, str] = {
     "DSS-09": "needs the target thread's state at an asynchronous walk (issue 24's walk quality)",
     "DSS-24": "needs the profiler's lock operations, which the recording proxy cannot see",
     "DSS-25": "needs the profiler thread's first walk told apart from a warm-up walk; no rule yet",
-    "FE2-05": "needs frame handles tracked past their hook's return; no rule yet",
     # issue 25: the ReJIT protocol's author rules, until the validator records ReJIT calls and callbacks
     "REJIT-02": "needs RequestReJIT/RequestRevert's HRESULT and the event mask tied together; no rule yet",
     "REJIT-10": "needs ReJITError recorded beside RequestReJIT; no rule yet (issue 25 part 5)",

@@ -1719,6 +1719,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         s_.arg("cTypeArgs", cTypeArgs);
         s_.arg("pcTypeArgs", pcTypeArgs);
         s_.arg("typeArgs", typeArgs);
+        s_.frame_info(frameInfo);
         s_.begin();
         if (!real_[2]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo2*>(real_[2])->GetFunctionInfo2(funcId, frameInfo, pClassId, pModuleId, pToken, cTypeArgs, pcTypeArgs, typeArgs);

@@ -208,18 +208,24 @@ FunctionIDMapper* g_mapper;
 FunctionIDMapper2* g_mapper2;
 
 void enter2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_INFO* ai) {
-    HookScope h(Hook::FunctionEnter2);
-    h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("argumentInfo", ai);
-    g_hooks2.enter(f, cd, fi, ai);
+    {
+        HookScope h(Hook::FunctionEnter2);
+        h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("argumentInfo", ai);
+        OpenFrameInfo open(me(), reinterpret_cast<std::uint64_t>(fi));
+        g_hooks2.enter(f, cd, fi, ai);
+    }
+    enter_returned(me(), reinterpret_cast<std::uint64_t>(fi), f);
 }
 void leave2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_RANGE* r) {
     HookScope h(Hook::FunctionLeave2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("retvalRange", r);
+    OpenFrameInfo open(me(), reinterpret_cast<std::uint64_t>(fi));
     g_hooks2.leave(f, cd, fi, r);
 }
 void tail2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi) {
     HookScope h(Hook::FunctionTailcall2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi);
+    OpenFrameInfo open(me(), reinterpret_cast<std::uint64_t>(fi));
     g_hooks2.tail(f, cd, fi);
 }
 void enter3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
@@ -309,7 +315,11 @@ HRESULT walk_relay(FunctionID f, UINT_PTR ip, COR_PRF_FRAME_INFO fi, ULONG32 cs,
     store_arg(fr, "funcId", f);
     store_arg(fr, "ip", ip);
     const int quiet = async_set_quiet(0);  // the profiler's own callback (in a signal handler: noted)
-    HRESULT hr = relay->callback ? relay->callback(f, ip, fi, cs, ctx, relay->client) : S_OK;
+    HRESULT hr;
+    {
+        OpenFrameInfo open(t, reinterpret_cast<std::uint64_t>(fi));
+        hr = relay->callback ? relay->callback(f, ip, fi, cs, ctx, relay->client) : S_OK;
+    }
     async_set_quiet(quiet);
     pop_frame(t, hr, true);
     return hr;

@@ -243,6 +243,23 @@ void InfoScope::inspect(std::uint64_t object_id) {
     field("heap", std::move(heap));
 }
 
+void InfoScope::frame_info(std::uint64_t frame_info) {
+    if (muted_ || frame_info == 0) return;
+    const int open = std::min(t_->open_frame_info_n, ThreadState::kOpenFrameInfos);
+    if (t_->open_frame_info_n > open) return;  // more open than kept: it may be one of them
+    for (int k = 0; k < open; ++k)
+        if (t_->open_frame_infos[k] == frame_info) return;
+    const int kept = std::min(t_->returned_enter_n, ThreadState::kReturnedEnters);
+    for (int k = 1; k <= kept; ++k) {  // the newest first
+        const auto& r = t_->returned_enters[(t_->returned_enter_n - k) % ThreadState::kReturnedEnters];
+        if (r.frame_info != frame_info) continue;
+        two_phase_ = true;  // its enter record survives a crash inside the runtime
+        field("staleFrameInfo", Json::object().set("hook", "FunctionEnter2").set("funcId", Json(r.function))
+                                    .set("returnedAgo", Json(static_cast<std::int64_t>(k))));
+        return;
+    }
+}
+
 void InfoScope::begin() {
     if (muted_) return;
     // a call the profiler makes while its Initialize runs, on that thread (outermost): perturbed

@@ -100,6 +100,19 @@ struct ThreadState {
     std::uint64_t managed_tid = 0;
     bool tid_known = false;
     bool tid_asked = false;
+    // COR_PRF_FRAME_INFO values (FE2-05): those the hooks and walk callbacks open on this thread were given
+    // (a value past kOpenFrameInfos is not kept: none is judged stale then), and the last kReturnedEnters
+    // FunctionEnter2 hooks that returned, each with its FunctionID (a ring)
+    static constexpr int kOpenFrameInfos = 16;
+    static constexpr int kReturnedEnters = 32;
+    std::uint64_t open_frame_infos[kOpenFrameInfos] = {};
+    int open_frame_info_n = 0;
+    struct ReturnedEnter {
+        std::uint64_t frame_info;
+        std::uint64_t function;
+    };
+    ReturnedEnter returned_enters[kReturnedEnters] = {};
+    int returned_enter_n = 0;  // how many were ever kept (the ring's next slot: n % kReturnedEnters)
     // native stack captured on request (hang report)
     void* stack[48];
     int stack_n = 0;
@@ -107,6 +120,27 @@ struct ThreadState {
 };
 
 ThreadState& me();
+
+// A COR_PRF_FRAME_INFO a hook or walk callback was given: open on this thread while the scope lives (FE2-05).
+class OpenFrameInfo {
+ public:
+    OpenFrameInfo(ThreadState& t, std::uint64_t frame_info) : t_(t) {
+        if (t_.open_frame_info_n < ThreadState::kOpenFrameInfos) t_.open_frame_infos[t_.open_frame_info_n] = frame_info;
+        ++t_.open_frame_info_n;
+    }
+    ~OpenFrameInfo() { --t_.open_frame_info_n; }
+    OpenFrameInfo(const OpenFrameInfo&) = delete;
+    OpenFrameInfo& operator=(const OpenFrameInfo&) = delete;
+
+ private:
+    ThreadState& t_;
+};
+
+// A FunctionEnter2 hook has returned: its frame info is no longer valid (FE2-05), kept with its FunctionID.
+inline void enter_returned(ThreadState& t, std::uint64_t frame_info, std::uint64_t function) {
+    t.returned_enters[t.returned_enter_n % ThreadState::kReturnedEnters] = {frame_info, function};
+    ++t.returned_enter_n;
+}
 ThreadState* me_if_known();  // null when this thread never touched the proxy
 std::int64_t now_ns();
 // CLOCK_MONOTONIC_COARSE (a few ms of resolution, a fraction of now_ns's cost): the hang watchdog's clock
@@ -348,6 +382,9 @@ class InfoScope : private HandlerCheck, public RecordScope {
     // the call two-phase (its enter record survives a crash inside the runtime) with a `heap` field; an
     // inspection while a GC is in progress carries `inGc`.
     void inspect(std::uint64_t object_id);
+    // A COR_PRF_FRAME_INFO argument: when it is no hook's or walk callback's open on this thread but one a
+    // FunctionEnter2 hook that has returned was given, the record carries `staleFrameInfo` (FE2-05).
+    void frame_info(std::uint64_t frame_info);
     // After the arguments: flushes the thread's lazy frames, writes the enter record of a two-phase call.
     void begin();
     HRESULT finish(HRESULT hr);

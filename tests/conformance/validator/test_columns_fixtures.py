@@ -21,12 +21,12 @@ pytestmark = pytest.mark.live
 
 DOCS = PROFILERS / "docs"
 #: judged both ways in every run: a fixture for each rule with a Quiet contract (FE2-10/11, DET, SHD-01 and
-#: VAL-RELEASED-INFO, MR2-17/08, MR2-09, DSS-03 walks), a clean tracker that remaps through every GC, and a
-#: clean one; the rest (about 50 more validate runs, several minutes) in the nightly profile (--long)
+#: VAL-RELEASED-INFO, MR2-17/08, MR2-09, DSS-03 walks, FE2-05), a clean tracker that remaps through every GC,
+#: and a clean one; the rest (about 50 more validate runs, several minutes) in the nightly profile (--long)
 EVERY_RUN = frozenset({
     "correct", "after_shutdown", "elt_block", "elt_gc", "fast_hook_gc", "inspect_in_mr2", "stale_ids",
     "docs/object_tracker", "docs/withinfo_hooks", "docs/attach_detach_bad", "docs/objrefs_inspector",
-    "docs/sampler_walk_all",
+    "docs/sampler_walk_all", "docs/method_timing_tracer",
 })  # fmt: skip
 ALL = [*(p.stem for p in sorted(PROFILERS.glob("*.cpp"))),
        *(f"docs/{p.stem}" for p in sorted(DOCS.glob("*.cpp")))]  # fmt: skip

@@ -142,6 +142,8 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         ("late_alloc_sampling", "long", "INI-01", "// BUG: immutable flag set after Initialize"),
         # a walk of its own thread inside ObjectAllocated seeded with the profiler's getcontext()
         ("allocation_site_sampler", "heapchurn", "DSS-19", "info_->DoStackSnapshot(0, OnFrame"),
+        # GetFunctionInfo2 in the leave hook given the frame info FunctionEnter2 received
+        ("method_timing_tracer", "heapchurn", "FE2-05", "g_info->GetFunctionInfo2(f.fn, f.enterFrame"),
         # GetClassFromObject of each moved block's old address inside MovedReferences2
         ("gc_compaction_stats", "heapchurn", "MR2-09", "info_->GetClassFromObject(oldStart[i], &cls);"),
     ],

@@ -360,3 +360,26 @@ def test_FGC_01_ForceGC_inside_a_callback_is_a_finding_and_on_a_thread_of_its_ow
     (finding,) = [f for f in check_recording(rec, run) if f.clause == "FGC-01"]
     assert finding.records == [2] and finding.callback == "ModuleLoadFinished", finding
     assert "ForceGC called inside ModuleLoadFinished" in finding.message
+
+
+def test_FE2_05_a_returned_enter_hooks_frame_info_is_a_finding_and_the_hooks_own_is_not(
+    tmp_path: Path,
+) -> None:
+    """FE2-05: GetFunctionInfo2 inside FunctionLeave2 given the frame info of a FunctionEnter2 that returned
+    (the proxy's staleFrameInfo) is a finding naming the hook's FunctionID; given its own hook's func, or
+    0, it is not."""
+    leave = {"funcId": 0x5000, "clientData": 0, "func": 0x7FF0, "retvalRange": 0x7FE0}
+    stale = {"hook": "FunctionEnter2", "funcId": 0x5000, "returnedAgo": 2}
+
+    def info2(frame_info: int, **extra: Any) -> dict[str, Any]:
+        return _call("GetFunctionInfo2", args={"funcId": 0x5000, "frameInfo": frame_info}, **extra)
+
+    rec, run = _recording(tmp_path, [
+        _callback("FunctionLeave2", "enter", args=leave, hook=True),
+        info2(0x7FF0), info2(0), info2(0x7A00, staleFrameInfo=stale),
+        _callback("FunctionLeave2", "return", hook=True),
+    ])  # fmt: skip
+    (finding,) = [f for f in check_recording(rec, run) if f.clause == "FE2-05"]
+    assert finding.records == [4] and finding.callback == "FunctionLeave2", finding
+    assert "frame info 0x7a00, the func of the FunctionEnter2 hook of FunctionID 0x5000" in finding.message
+    assert "2 FunctionEnter2 hooks ago" in finding.message
