@@ -249,13 +249,14 @@ void InfoScope::frame_info(std::uint64_t frame_info) {
     if (t_->open_frame_info_n > open) return;  // more open than kept: it may be one of them
     for (int k = 0; k < open; ++k)
         if (t_->open_frame_infos[k] == frame_info) return;
-    const int kept = std::min(t_->returned_enter_n, ThreadState::kReturnedEnters);
-    for (int k = 1; k <= kept; ++k) {  // the newest first
+    const std::uint64_t kept =
+        std::min<std::uint64_t>(t_->returned_enter_n, static_cast<std::uint64_t>(ThreadState::kReturnedEnters));
+    for (std::uint64_t k = 1; k <= kept; ++k) {  // the newest first
         const auto& r = t_->returned_enters[(t_->returned_enter_n - k) % ThreadState::kReturnedEnters];
         if (r.frame_info != frame_info) continue;
         two_phase_ = true;  // its enter record survives a crash inside the runtime
         field("staleFrameInfo", Json::object().set("hook", "FunctionEnter2").set("funcId", Json(r.function))
-                                    .set("returnedAgo", Json(static_cast<std::int64_t>(k))));
+                                    .set("returnedAgo", Json(k)));
         return;
     }
 }

@@ -112,20 +112,19 @@ struct ThreadState {
         std::uint64_t function;
     };
     ReturnedEnter returned_enters[kReturnedEnters] = {};
-    int returned_enter_n = 0;  // how many were ever kept (the ring's next slot: n % kReturnedEnters)
+    std::uint64_t returned_enter_n = 0;  // how many ever returned (the ring's next slot: n % kReturnedEnters)
     // native stack captured on request (hang report)
     void* stack[48];
     int stack_n = 0;
     std::atomic<int> stack_ready{0};
 };
 
-ThreadState& me();
-
 // A COR_PRF_FRAME_INFO a hook or walk callback was given: open on this thread while the scope lives (FE2-05).
 class OpenFrameInfo {
  public:
     OpenFrameInfo(ThreadState& t, std::uint64_t frame_info) : t_(t) {
-        if (t_.open_frame_info_n < ThreadState::kOpenFrameInfos) t_.open_frame_infos[t_.open_frame_info_n] = frame_info;
+        if (t_.open_frame_info_n < ThreadState::kOpenFrameInfos)
+            t_.open_frame_infos[t_.open_frame_info_n] = frame_info;
         ++t_.open_frame_info_n;
     }
     ~OpenFrameInfo() { --t_.open_frame_info_n; }
@@ -141,6 +140,8 @@ inline void enter_returned(ThreadState& t, std::uint64_t frame_info, std::uint64
     t.returned_enters[t.returned_enter_n % ThreadState::kReturnedEnters] = {frame_info, function};
     ++t.returned_enter_n;
 }
+
+ThreadState& me();
 ThreadState* me_if_known();  // null when this thread never touched the proxy
 std::int64_t now_ns();
 // CLOCK_MONOTONIC_COARSE (a few ms of resolution, a fraction of now_ns's cost): the hang watchdog's clock
