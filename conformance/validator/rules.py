@@ -909,10 +909,11 @@ class ImmutableFlags(StreamRule):
             self.immutable = asked
 
 
-#: the ICorProfilerInfo methods given a COR_PRF_FRAME_INFO (GetFunctionInfo2), from their signatures
-_TAKE_FRAME_INFO = frozenset(
-    m.name for m in api.info_methods() if any(p.type == "COR_PRF_FRAME_INFO" for p in m.params)
-)
+#: the ICorProfilerInfo methods given a COR_PRF_FRAME_INFO (GetFunctionInfo2) and that parameter's name, from
+#: their signatures
+_FRAME_INFO_PARAM = {
+    m.name: p.name for m in api.info_methods() for p in m.params if p.type == "COR_PRF_FRAME_INFO"
+}
 
 
 @rule("FE2-05", what="a frame info passed back only while the hook that received it runs: never a returned "
@@ -923,7 +924,7 @@ class StaleFrameInfo(StreamRule):
     the first but one of the second carries ``staleFrameInfo`` (the hook's FunctionID, how many enter hooks
     ago it returned). A value that matches an open one (the same stack slot again) is not judged."""
 
-    reads = _calls(set(_TAKE_FRAME_INFO))
+    reads = _calls(set(_FRAME_INFO_PARAM))
     quiet = Quiet(keys=frozenset({"staleFrameInfo"}), busy=lambda rule: not rule.seen)
 
     def __init__(self, judging: Judging) -> None:
@@ -931,7 +932,8 @@ class StaleFrameInfo(StreamRule):
         self.seen = False  # a frame info was passed back (the clause is exercised)
 
     def on(self, r: Record) -> None:
-        if not _begins(r) or not _arg(r, "args", "frameInfo"):
+        frame_info = _arg(r, "args", _FRAME_INFO_PARAM[r["name"]])
+        if not _begins(r) or not frame_info:
             return
         if not self.seen:
             self.seen = True
@@ -939,7 +941,7 @@ class StaleFrameInfo(StreamRule):
         stale = r.get("staleFrameInfo")
         if not isinstance(stale, dict):
             return
-        frame_info, function = _arg(r, "args", "frameInfo") or 0, _int(stale.get("funcId")) or 0
+        function = _int(stale.get("funcId")) or 0
         ago = _int(stale.get("returnedAgo"))
         when = "the last FunctionEnter2 to return" if ago == 1 else f"{ago} FunctionEnter2 hooks ago"
         self.j.at("FE2-05", r, f"{r['name']} given frame info {frame_info:#x}, the func of the "

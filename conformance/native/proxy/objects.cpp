@@ -184,10 +184,12 @@ void close_hook(ThreadState& t) { pop_frame(t, S_OK, false); }
 
 class HookScope {
  public:
-    explicit HookScope(Hook kind) : t_(me()), frame_(open_hook(t_, static_cast<int>(kind))) {}
+    explicit HookScope(Hook kind, ThreadState& t = me())
+        : t_(t), frame_(open_hook(t_, static_cast<int>(kind))) {}
     ~HookScope() { close_hook(t_); }
     template <typename T>
     void arg(const char* name, T v) { store_arg(frame_, name, v); }
+    ThreadState& thread() const { return t_; }
 
  private:
     ThreadState& t_;
@@ -208,24 +210,25 @@ FunctionIDMapper* g_mapper;
 FunctionIDMapper2* g_mapper2;
 
 void enter2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_INFO* ai) {
+    ThreadState& t = me();
     {
-        HookScope h(Hook::FunctionEnter2);
+        HookScope h(Hook::FunctionEnter2, t);
         h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("argumentInfo", ai);
-        OpenFrameInfo open(me(), reinterpret_cast<std::uint64_t>(fi));
+        OpenFrameInfo open(t, reinterpret_cast<std::uint64_t>(fi));
         g_hooks2.enter(f, cd, fi, ai);
     }
-    enter_returned(me(), reinterpret_cast<std::uint64_t>(fi), f);
+    enter_returned(t, reinterpret_cast<std::uint64_t>(fi), f);
 }
 void leave2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_RANGE* r) {
     HookScope h(Hook::FunctionLeave2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi); h.arg("retvalRange", r);
-    OpenFrameInfo open(me(), reinterpret_cast<std::uint64_t>(fi));
+    OpenFrameInfo open(h.thread(), reinterpret_cast<std::uint64_t>(fi));
     g_hooks2.leave(f, cd, fi, r);
 }
 void tail2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi) {
     HookScope h(Hook::FunctionTailcall2);
     h.arg("funcId", f); h.arg("clientData", cd); h.arg("func", fi);
-    OpenFrameInfo open(me(), reinterpret_cast<std::uint64_t>(fi));
+    OpenFrameInfo open(h.thread(), reinterpret_cast<std::uint64_t>(fi));
     g_hooks2.tail(f, cd, fi);
 }
 void enter3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
