@@ -383,3 +383,21 @@ def test_FE2_05_a_returned_enter_hooks_frame_info_is_a_finding_and_the_hooks_own
     assert finding.records == [4] and finding.callback == "FunctionLeave2", finding
     assert "frame info 0x7a00, the func of the FunctionEnter2 hook of FunctionID 0x5000" in finding.message
     assert "2 FunctionEnter2 hooks ago" in finding.message
+
+
+def test_DSS_19_a_seeded_walk_of_the_callbacks_own_thread_is_told_it_is_synchronous(tmp_path: Path) -> None:
+    """DSS-19 on a seed outside JIT-compiled code: inside a callback, a walk of the current thread (thread 0)
+    is a synchronous walk and the message says to pass a null context; outside any callback it does not."""
+
+    def walk(**extra: Any) -> dict[str, Any]:
+        return _call("DoStackSnapshot", args={"thread": 0, "seed": {"rip": 0x7000, "functionId": 0}}, **extra)
+
+    rec, run = _recording(tmp_path, [
+        _callback("ObjectAllocated", "enter"), walk(), _callback("ObjectAllocated", "return"),
+        walk(os_tid=MAIN + 3),  # a thread of the profiler's own, no callback open: an asynchronous walk
+    ])  # fmt: skip
+    inside, outside = [f for f in check_recording(rec, run) if f.clause == "DSS-19"]
+    assert inside.records == [2], inside
+    assert "a walk of this thread inside ObjectAllocated is synchronous" in inside.message
+    assert "passing null in the context and thread parameters" in inside.message
+    assert outside.records == [4] and "synchronous" not in outside.message, outside
