@@ -449,7 +449,7 @@ class RecoveryStep(BaseModel):
     model_config = FROZEN
     ip: U64
     sp: U64
-    rule: Literal["context", "cfi", "leaf", "scan", "frame_pointer"]
+    rule: Literal["context", "cfi", "leaf", "scan", "frame_pointer", "epilogue"]
 
 
 class RecoveredSeed(BaseModel):

@@ -196,6 +196,8 @@ class Trust(StrEnum):
     SCAN = "scan"
     #: a managed method with no frame pointer: its frame size read from its prologue (pushes, sub rsp)
     PROLOGUE = "prologue"
+    #: the interrupted instruction in an epilogue's tail (pops, then ret): the instructions run forward
+    EPILOGUE = "epilogue"
 
 
 class StopKind(StrEnum):
@@ -524,6 +526,9 @@ class _Walker:
                 StopKind.OUTSIDE_MAPPINGS, f"frame {index}: IP {ip:#x} is in no mapping of the capture"
             )
         if self.code.is_file(module):
+            epilogue = self._epilogue(regs) if exact else None
+            if epilogue is not None:
+                return epilogue, Trust.EPILOGUE
             try:
                 return self.cfi(regs, module, lookup, index), Trust.CFI
             except _Stop as stop:
@@ -779,6 +784,40 @@ class _Walker:
             self.code.osr_fp_set[start] = got
         return got
 
+    def _epilogue(self, regs: Mapping[str, int]) -> dict[str, int] | None:
+        """The caller's registers when the interrupted instruction (x64) is in an epilogue's tail: ``pop
+        r64`` instructions then ``ret``, run forward (each pop loads a register and moves SP up a word, the
+        ret loads the IP). A module's FDE may leave its epilogues out: libcoreclr 3.1's do, and after the
+        first pop its CFA is a word off (docs/seeding.md). None when the bytes at the IP are not such a
+        tail, or a byte or word is not in the capture."""
+        isa = self.isa
+        if isa.machine != "x64":
+            return None
+        ip, sp = regs[isa.ip], regs[isa.sp]
+        out = dict(regs)
+        at = ip
+        for _ in range(16):
+            op = self._byte(at)
+            rex_b = op == 0x41
+            if rex_b:
+                at += 1
+                op = self._byte(at)
+            if op is None:
+                return None
+            try:
+                if op == 0xC3 and not rex_b:
+                    out[isa.ip], out[isa.sp] = self.word(sp), sp + isa.word
+                    keep = (isa.ip, isa.sp, *isa.cfi.callee_saved)
+                    return {k: v for k, v in out.items() if k in keep}
+                if not 0x58 <= op <= 0x5F or (op == 0x5C and not rex_b):  # pop r64 (pop rsp refused)
+                    return None
+                out[f"r{8 + op - 0x58}" if rex_b else _POP_X64[op - 0x58]] = self.word(sp)
+            except MemoryFault:
+                return None
+            sp += isa.word
+            at += 1
+        return None
+
     def _byte(self, address: int) -> int | None:
         try:
             return self.memory.read(address, 1)[0]
@@ -865,6 +904,8 @@ class _Walker:
 
 
 _MASK64 = 2**64 - 1
+#: the registers ``pop`` (58+r, no REX) loads on x64, in encoding order (4, rsp, is refused before)
+_POP_X64 = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi")
 
 
 def is_osr_entry(head: bytes) -> bool:
@@ -1021,14 +1062,15 @@ def walk_frames(
             break
         exact = len(frames) == 1
         # The two steps most frames take, done here when their cached tables have the answer: a CFI row
-        # already compiled, and a managed frame's frame-pointer chain. Anything else (and any step that
-        # fails) goes through the walker, which decides (and says why) as always.
+        # already compiled (above the interrupted frame, which may be in an epilogue: the walker's
+        # _epilogue), and a managed frame's frame-pointer chain. Anything else (and any step that fails)
+        # goes through the walker, which decides (and says why) as always.
         caller: dict[str, int] | None = None
         if fid or r2r:
             if quick_managed and not exact:
                 caller = _quick_frame_pointer(code, memory, regs, method_start, ip, sp)
                 trust = Trust.FRAME_POINTER
-        elif cfi_path is not None:
+        elif cfi_path is not None and not exact:
             got = tables.get(cfi_path)
             if type(got) is tuple:
                 table, bias = got

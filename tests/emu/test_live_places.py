@@ -21,7 +21,7 @@ from emu.capture import (
     read_capture,
 )
 from emu.replay import recovered_leaf_first, replay
-from emu.unwind import Trust, _read_prologue, unwind
+from emu.unwind import Trust, _read_prologue, looks_like_return_address, unwind
 from tests.emu.synth import CODE, STACK, STACK_SIZE, with_code, write_synthetic
 
 TOP = STACK + STACK_SIZE - 0x1000  # the synthetic captures' default RSP
@@ -423,8 +423,10 @@ def test_DSS_08_a_frame_in_a_funclet_is_reported_at_its_parents_call_site(tmp_pa
     assert [(f.function_id, f.ip) for f in rec.walk.frames[:1]] == [(rec.seed.function_id, FUNCLET_SITE)]
     result = replay(cap, allow_disk=False)
     funclet, parent_caller = result.frames[1], result.frames[2]
+    # the helper was at its epilogue's first pop (pop rbx; pop r14; pop rbp; ret): run forward, as its CFI
+    # also has it there
     assert (funclet.function, funclet.ip, funclet.trust) == (
-        "ProfHarness.Places::Contend", FUNCLET_IP, Trust.CFI,
+        "ProfHarness.Places::Contend", FUNCLET_IP, Trust.EPILOGUE,
     )  # fmt: skip
     assert funclet.reported_ip == FUNCLET_SITE
     assert (parent_caller.function, parent_caller.trust) == (
@@ -443,3 +445,27 @@ def test_DSS_08_a_frame_in_a_funclet_is_reported_at_its_parents_call_site(tmp_pa
         broken = replay(read_capture(with_code(cap, tmp_path / f"{name}.phcap", at, code)), allow_disk=False)
         assert broken.frames[1].reported_ip is None, name
         assert broken.live_recovery is not None and broken.live_recovery.agrees is False, name
+
+
+GC_EPILOGUE = Path(__file__).resolve().parents[1] / "data" / "captures" / "rare" / "3.1.23-gc-epilogue.phcap"
+
+
+def test_an_epilogue_its_fde_leaves_out_is_run_forward() -> None:
+    """3.1.23, the GC phase: the thread interrupted after the first pop of GcSlotDecoder::DecodeSlotTable's
+    epilogue (libcoreclr+0x247e03: pop r12, r13, r14, r15, rbp, ret). libcoreclr's FDE has no epilogue rows,
+    so its CFA there is a word off and its "return address" the saved RBP (the probe's seed recovery, which
+    had no epilogue rule then, stopped at it); run forward, the pops and the ret give the caller, a return
+    address after a call, and the replay recovers the scenario's frames. Only the interrupted frame can be in
+    an epilogue: every frame above it is a return address's, stepped as before."""
+    cap = read_capture(GC_EPILOGUE)
+    walk = unwind(cap)
+    top, caller = walk.frames[:2]
+    assert caller.trust is Trust.EPILOGUE
+    assert caller.sp == top.sp + 6 * 8
+    words = [walk.memory.read_u64(top.sp + 8 * k) for k in range(6)]
+    assert [caller.registers[r] for r in ("r12", "r13", "r14", "r15", "rbp")] == words[:5]
+    assert caller.ip == words[5] and looks_like_return_address(walk.memory, caller.ip)
+    assert Trust.EPILOGUE not in {f.trust for f in walk.frames[2:]}
+    rec = cap.manifest.live_recovery
+    assert rec is not None and rec.status == "no-managed-frame"  # what the probe's recovery did, before
+    assert replay(cap).recovered is True

@@ -19,6 +19,7 @@ const char* step_rule_name(StepRule r) {
         case StepRule::kLeaf: return "leaf";
         case StepRule::kScan: return "scan";
         case StepRule::kFramePointer: return "frame_pointer";
+        case StepRule::kEpilogue: return "epilogue";
     }
     return "?";
 }
@@ -460,6 +461,33 @@ Target return_target(const UnwindTables& tables, const ManagedOracle& managed, c
 
 }  // namespace
 
+bool epilogue_step(UnwindRegs& regs, const WordReader& mem) {
+    // x64 register numbers (ModRM order: rax rcx rdx rbx rsp rbp rsi rdi) as DWARF numbers; pop rsp is refused
+    static constexpr int kDwarfOf[8] = {0, 2, 1, 3, -1, 6, 4, 5};
+    unsigned char code[16];
+    const std::size_t n = mem.read_bytes(regs.r[kDwarfRip], code, sizeof code);
+    UnwindRegs out = regs;
+    std::uint64_t sp = regs.r[kDwarfRsp];
+    for (std::size_t i = 0; i < n; ++i) {
+        const bool rex_b = code[i] == 0x41;
+        if (rex_b && ++i >= n) return false;
+        const unsigned char op = code[i];
+        if (!rex_b && op == 0xC3) {  // ret
+            std::uint64_t ret = 0;
+            if (!mem.read(sp, ret)) return false;
+            out.r[kDwarfRip] = ret;
+            out.r[kDwarfRsp] = sp + 8;
+            regs = out;
+            return true;
+        }
+        if (op < 0x58 || op > 0x5F) return false;  // not pop r64: not an epilogue's tail
+        const int reg = rex_b ? 8 + (op - 0x58) : kDwarfOf[op - 0x58];
+        if (reg < 0 || !mem.read(sp, out.r[reg])) return false;
+        sp += 8;
+    }
+    return false;
+}
+
 void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, const WordReader& mem,
                   const UnwindRegs& start, std::uint64_t stack_lo, std::uint64_t stack_hi, RecoveryResult& out) {
     out.ok = false;
@@ -498,7 +526,9 @@ void recover_seed(const UnwindTables& tables, const ManagedOracle& managed, cons
         }
         bool end = false;
         UnwindRegs next = regs;
-        if (tables.step(next, n == 0, mem, end)) {
+        if (n == 0 && epilogue_step(next, mem)) {
+            how = StepRule::kEpilogue;
+        } else if (tables.step(next, n == 0, mem, end)) {
             if (end) {
                 out.reason = "end of stack (CFI: return address undefined)";
                 return;

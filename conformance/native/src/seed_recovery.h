@@ -30,8 +30,9 @@ struct UnwindRegs {
     std::uint64_t r[kDwarfRegs] = {};
 };
 
-// How one step found its caller (breakpad's trust levels plus the stub rules).
-enum class StepRule : std::uint8_t { kContext = 0, kCfi, kLeaf, kScan, kFramePointer };
+// How one step found its caller (breakpad's trust levels plus the stub rules; kEpilogue: the interrupted
+// instruction is in an epilogue, its pops and ret run forward).
+enum class StepRule : std::uint8_t { kContext = 0, kCfi, kLeaf, kScan, kFramePointer, kEpilogue };
 const char* step_rule_name(StepRule r);
 
 // Reads a word of the interrupted thread's stack (or any readable memory); false when unreadable.
@@ -143,6 +144,12 @@ struct RecoveryResult {
     bool needsRuntime = false;       // stopped at code the oracle could not tell (unknownIp)
     std::uint64_t unknownIp = 0;
 };
+
+// One step from the interrupted instant when its instruction is in an epilogue's tail: pops (pop r64) then
+// ret, run forward on `regs` (in place). A module's FDE may leave epilogues out (libcoreclr 3.1's do: after
+// the first pop its CFA is 8 bytes off); the instructions say exactly what the thread does next. false (regs
+// untouched) when the bytes at the IP are not such a tail or a word cannot be read.
+bool epilogue_step(UnwindRegs& regs, const WordReader& mem);
 
 // Walks from `regs` (the interrupted instant's) down to the first managed frame. `stack_lo`/`stack_hi`:
 // the thread's stack bounds (no SP may leave them).

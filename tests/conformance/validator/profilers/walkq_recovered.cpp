@@ -2,6 +2,8 @@
 // frame instead of the interrupted registers (issue 24's recovered seed; DSS-19: the seed must be in
 // JIT-compiled code), written from docs/seeding.md's method as a profiler author would follow it. From the
 // interrupted registers, in the handler, frame by frame until the IP is managed code:
+//   0. an interrupted instant only (not a return address): the bytes at the IP are pops then ret (an epilogue's tail, which libcoreclr
+//      3.1's FDEs leave out): run them forward.
 //   1. the IP (a caller frame's: IP - 1) in a loaded object with an unwind table (libcoreclr, libclrjit, libc,
 //      ...): one step by its .eh_frame CFI (walkq_cfi.h: the .eh_frame_hdr's binary search table, the CIE's
 //      and FDE's CFA instructions run up to the IP; the caller's RSP is the CFA, its RIP and callee-saved
@@ -25,6 +27,8 @@
 // hold as a writer (a hang risk, which the bench's bounded run would show; not observed).
 // (Earlier versions without step 1 lost the caller of 3.1's frameless write barrier: 97.2% complete walks
 // there, measured by `validate --walk-quality`.)
+#include <cstring>
+
 #include "walkq_cfi.h"
 #include "walkq_sampler.h"
 
@@ -85,6 +89,35 @@ bool stub_step(Regs& regs) {
 }
 
 bool read_stack(std::uint64_t addr, std::uint64_t& out) { return walkq::read_word(addr, out); }
+
+// Step 0: `pop r64` (58+r, or 41 58+r) instructions then `ret` (c3) at the IP, run forward: each pop loads its
+// register from [RSP] and moves RSP up a word, the ret loads the IP.
+bool epilogue_step(Regs& regs) {
+    static constexpr int kPop[8] = {walkq_cfi::kRax, walkq_cfi::kRcx, walkq_cfi::kRdx, walkq_cfi::kRbx, -1,
+                                    walkq_cfi::kRbp, walkq_cfi::kRsi, walkq_cfi::kRdi};
+    std::uint64_t words[2] = {};
+    if (!walkq::read_word(regs.r[walkq_cfi::kRa], words[0]) || !walkq::read_word(regs.r[walkq_cfi::kRa] + 8, words[1]))
+        return false;
+    unsigned char code[16];
+    std::memcpy(code, words, sizeof code);
+    Regs out = regs;
+    std::uint64_t sp = regs.r[walkq_cfi::kRsp];
+    for (std::size_t i = 0; i < sizeof code; ++i) {
+        const bool rex_b = code[i] == 0x41;
+        if (rex_b && ++i >= sizeof code) return false;
+        if (!rex_b && code[i] == 0xC3) {
+            if (!walkq::read_word(sp, out.r[walkq_cfi::kRa])) return false;
+            out.r[walkq_cfi::kRsp] = sp + 8;
+            regs = out;
+            return true;
+        }
+        if (code[i] < 0x58 || code[i] > 0x5F) return false;
+        const int reg = rex_b ? walkq_cfi::kR8 + (code[i] - 0x58) : kPop[code[i] - 0x58];
+        if (reg < 0 || !walkq::read_word(sp, out.r[reg])) return false;
+        sp += 8;
+    }
+    return false;
+}
 
 // A signal frame: the IP is the kernel's sigreturn trampoline (`mov $15, %rax; syscall`, rt_sigreturn, where a
 // handler returns to; its CFI is a DWARF expression). The interrupted thread's registers are in the ucontext the
@@ -158,8 +191,8 @@ struct RecoveredSeed {
                 for (const Slot& s : kSlots) walkq::put(ctx, s.offset, regs.r[s.reg]);
                 return true;
             }
-            bool stepped = false;
-            if (m) {
+            bool stepped = exact && epilogue_step(regs);
+            if (!stepped && m) {
                 const walkq_cfi::Step st = walkq_cfi::step(regs, !exact, &read_stack);
                 if (st == walkq_cfi::Step::kEnd) return false;
                 stepped = st == walkq_cfi::Step::kOk;
