@@ -26,8 +26,14 @@ namespace ProfHarness
         readonly object[] refs = new object[1024];
         readonly IShape[] shapes = { new Square(), new Rect(), new Tri(), new Disc(), new Hex() };
 
-        // The other side of the contended Monitor, a thread's body: holds the lock for a while, again and again
-        // (waiting in Thread.SpinWait, the runtime's spin loop), until Release.
+        // The other side of the contended Monitor, a thread's body: holds the lock for a millisecond, then leaves
+        // it free for three, again and again, until Release; asleep (preemptive mode) both times. So the busy
+        // thread's Monitor.Enter finds the lock free, or spins for the runtime's bounded spin and then waits in
+        // the kernel until the holder wakes: how its time splits between the spin and the wait is set by those
+        // lengths, not by how the machine schedules the two threads, and a GC.Collect never waits for the holder
+        // to reach a safe point. (It held the lock for Thread.SpinWait(100), microseconds in the runtime's spin
+        // loop in cooperative mode: whether Enter spun or waited then followed the scheduling of 2 shared cores
+        // and moved from run to run of the same sampler: bench/README.md.)
         [MethodImpl(MethodImplOptions.NoInlining)]
         public void Hold()
         {
@@ -35,9 +41,9 @@ namespace ProfHarness
             {
                 lock (gate)
                 {
-                    Thread.SpinWait(100);
+                    Thread.Sleep(1);
                 }
-                Thread.SpinWait(100);
+                Thread.Sleep(3);
             }
         }
 

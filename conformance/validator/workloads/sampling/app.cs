@@ -37,10 +37,9 @@ namespace ProfHarness.Workloads
                 return 2;
             }
             ProfHarness.Probe.Mark("workload.begin");
-            // The holder runs Places.Hold, the other side of the contended Monitor: a sampler's timer lands there
-            // too; its samples have none of Work's methods on the stack, which tells them apart (it waits in
-            // Thread.SpinWait, the runtime's spin loop: a version that waited in managed code made the holder
-            // contend for the lock most of its time instead).
+            // The holder runs Places.Hold, the other side of the contended Monitor: asleep with the lock and
+            // without it, so a CPU-time timer seldom lands there; its samples have none of Work's methods on the
+            // stack, which tells them apart.
             var holder = new Thread(places.Hold) { IsBackground = true, Name = "holder" };
             var sampled = new Thread(Run) { IsBackground = true, Name = "sampled" };
             holder.Start();
