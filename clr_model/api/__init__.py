@@ -248,7 +248,7 @@ class Interface:
 
 _IFACE = re.compile(r"interface (\w+) : (\S+) ([0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
                     r"[0-9A-Fa-f]{12})")
-_METHOD = re.compile(r"(\w+) (\w+)\(([^()]*)\)(?:\s+\[([^\[\]]*)\])?")
+_METHOD = re.compile(r"(\w+\*?) (\w+)\(([^()]*)\)(?:\s+\[([^\[\]]*)\])?")
 _COUNT = re.compile(r"c(ch)?[A-Z]\w*")
 _OUT_POINTER = re.compile(r"p[a-z]*[A-Z]")
 _HOOK_TYPE = re.compile(r"(Function(?:Enter|Leave|Tailcall)(?:\d|3WithInfo)?|FunctionIDMapper2?)\*")
@@ -325,7 +325,7 @@ def parse(text: str, where: str = TABLE_NAME) -> tuple[Interface, ...]:
     """The interfaces of a table's text. A line that does not parse, or a fact that does not fit, is
     :class:`InvalidInput` naming ``where:line``."""
     found: list[tuple[str, str | None, str, list[Method]]] = []
-    seen: dict[str, int] = {}
+    seen: dict[tuple[str, str], int] = {}  # (interface, or "" for the two families; name): its first line
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -347,11 +347,13 @@ def parse(text: str, where: str = TABLE_NAME) -> tuple[Interface, ...]:
                 raise InvalidInput(f"{where}:{lineno}: parameter {part.strip()!r} needs a type and a name")
             params.append(Param(words[0].strip(), words[1].strip()))
         name = m.group(2)
-        if name in seen:
-            raise InvalidInput(f"{where}:{lineno}: {name} is declared twice (first at line {seen[name]})")
-        seen[name] = lineno
         iface = found[-1][0]
         family, version = _family(iface)
+        # unique among the callbacks and Info methods, and in each other interface: those may reuse a name
+        # (the enumerators' Skip, Reset, Clone, GetCount, Next; the function control's SetILFunctionBody)
+        first = seen.setdefault(("" if family else iface, name), lineno)
+        if first != lineno:
+            raise InvalidInput(f"{where}:{lineno}: {name} is declared twice (first at line {first})")
         facts, monitor, buffer = _facts(m.group(4) or "", name, tuple(params), family, f"{where}:{lineno}")
         found[-1][3].append(
             Method(m.group(1), name, tuple(params), iface, family, version, facts, monitor, buffer)
@@ -371,8 +373,14 @@ def interfaces() -> tuple[Interface, ...]:
 
 
 @cache
-def _by_name() -> dict[str, Method]:
-    return {m.name: m for i in interfaces() for m in i.methods}
+def _by_name() -> dict[str, Method | None]:
+    """Every method name: the callback's or Info method's of that name, else the one interface's that declares
+    it, or None when several interfaces of neither family do."""
+    by_name: dict[str, Method | None] = {m.name: m for i in interfaces() if i.family for m in i.methods}
+    others: dict[str, Method | None] = {}
+    for m in (m for i in interfaces() if not i.family for m in i.methods):
+        others[m.name] = None if m.name in others else m
+    return {**others, **by_name}
 
 
 def interface(name: str) -> Interface:
@@ -384,10 +392,15 @@ def interface(name: str) -> Interface:
 
 
 def method(name: str) -> Method:
-    """The method ``name`` (method names are unique in the table; :class:`InvalidInput` when unknown)."""
-    found = _by_name().get(name)
-    if found is None:
+    """The method ``name``: a callback's or Info method's name is theirs; :class:`InvalidInput` when the table
+    has none, or when several interfaces of neither family share it (ask :func:`interface` for it then)."""
+    by_name = _by_name()
+    if name not in by_name:
         raise InvalidInput(f"{name!r} is no method of the profiling API table")
+    found = by_name[name]
+    if found is None:
+        owners = ", ".join(i.name for i in interfaces() if any(m.name == name for m in i.methods))
+        raise InvalidInput(f"{name!r} is a method of several interfaces ({owners}): ask for its interface")
     return found
 
 

@@ -14,14 +14,13 @@
 //     "ICorProfilerFunctionControl::<Method>", carrying the ReJIT's moduleId and methodId among their args;
 //   * the first time a body names a module, a `proxy.il.module` mark: the module's id and file path
 //     (GetModuleInfo, asked by the proxy itself), so the validator can read its metadata from disk.
-// IMethodMalloc and ICorProfilerFunctionControl are declared in profharness/rejit.h.
+// IMethodMalloc and ICorProfilerFunctionControl are declared in profharness/interfaces.h (the API table).
 #pragma once
 
 #include <cstdint>
 
 #include "profharness/hresults.h"
 #include "profharness/interfaces.h"
-#include "profharness/rejit.h"
 #include "profharness/types.h"
 
 namespace profharness {

@@ -33,8 +33,8 @@
 
 #include "callback_base.h"
 #include "experiments.h"
+#include "profharness/interfaces.h"
 #include "profharness/metadata.h"
-#include "profharness/rejit.h"
 #include "profiler.h"
 #include "state.h"
 

@@ -36,6 +36,9 @@ struct ICorProfilerInfo13;
 struct ICorProfilerInfo14;
 struct IMetaDataImport;
 struct ICorProfilerThreadEnum;
+struct ICorProfilerModuleEnum;
+struct IMethodMalloc;
+struct ICorProfilerFunctionControl;
 
 inline constexpr GUID IID_IUnknown = {0x00000000, 0x0000, 0x0000, {0xC0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x46}};
 inline constexpr GUID IID_IClassFactory = {0x00000001, 0x0000, 0x0000, {0xC0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x46}};
@@ -66,6 +69,9 @@ inline constexpr GUID IID_ICorProfilerInfo13 = {0x6E6C7EE2, 0x0701, 0x4EC2, {0x9
 inline constexpr GUID IID_ICorProfilerInfo14 = {0xF460E352, 0xD76D, 0x4FE9, {0x83, 0x5F, 0xF6, 0xAF, 0x9D, 0x6E, 0x86, 0x2D}};
 inline constexpr GUID IID_IMetaDataImport = {0x7DAC8207, 0xD3AE, 0x4C75, {0x9B, 0x67, 0x92, 0x80, 0x1A, 0x49, 0x7D, 0x44}};
 inline constexpr GUID IID_ICorProfilerThreadEnum = {0x571194F7, 0x25ED, 0x419F, {0xAA, 0x8B, 0x70, 0x16, 0xB3, 0x15, 0x97, 0x01}};
+inline constexpr GUID IID_ICorProfilerModuleEnum = {0xB0266D75, 0x2081, 0x4493, {0xAF, 0x7F, 0x02, 0x8B, 0xA3, 0x4D, 0xB8, 0x91}};
+inline constexpr GUID IID_IMethodMalloc = {0xA0EFB28B, 0x6EE2, 0x4D7B, {0xB9, 0x83, 0xA7, 0x5E, 0xF7, 0xBE, 0xED, 0xB8}};
+inline constexpr GUID IID_ICorProfilerFunctionControl = {0xF0963021, 0xE1EA, 0x4732, {0x85, 0x81, 0xE0, 0x1B, 0x0B, 0xD3, 0xC0, 0xC6}};
 
 struct IUnknown {
     virtual HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppvObject) = 0;
@@ -396,6 +402,24 @@ struct ICorProfilerThreadEnum : public IUnknown {
     virtual HRESULT STDMETHODCALLTYPE Clone(ICorProfilerThreadEnum** ppEnum) = 0;
     virtual HRESULT STDMETHODCALLTYPE GetCount(ULONG* pcelt) = 0;
     virtual HRESULT STDMETHODCALLTYPE Next(ULONG celt, ThreadID* ids, ULONG* pceltFetched) = 0;
+};
+
+struct ICorProfilerModuleEnum : public IUnknown {
+    virtual HRESULT STDMETHODCALLTYPE Skip(ULONG celt) = 0;
+    virtual HRESULT STDMETHODCALLTYPE Reset() = 0;
+    virtual HRESULT STDMETHODCALLTYPE Clone(ICorProfilerModuleEnum** ppEnum) = 0;
+    virtual HRESULT STDMETHODCALLTYPE GetCount(ULONG* pcelt) = 0;
+    virtual HRESULT STDMETHODCALLTYPE Next(ULONG celt, ModuleID* ids, ULONG* pceltFetched) = 0;
+};
+
+struct IMethodMalloc : public IUnknown {
+    virtual void* STDMETHODCALLTYPE Alloc(ULONG cb) = 0;
+};
+
+struct ICorProfilerFunctionControl : public IUnknown {
+    virtual HRESULT STDMETHODCALLTYPE SetCodegenFlags(DWORD flags) = 0;
+    virtual HRESULT STDMETHODCALLTYPE SetILFunctionBody(ULONG cbNewILMethodHeader, LPCBYTE pbNewILMethodHeader) = 0;
+    virtual HRESULT STDMETHODCALLTYPE SetILInstrumentedCodeMap(ULONG cILMapEntries, COR_IL_MAP* rgILMapEntries) = 0;
 };
 
 }  // namespace profharness

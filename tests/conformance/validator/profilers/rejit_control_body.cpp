@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fixture.h"
-#include "profharness/rejit.h"
+#include "profharness/interfaces.h"
 
 using namespace fixture;
 

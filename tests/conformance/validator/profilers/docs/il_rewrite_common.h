@@ -3,8 +3,6 @@
 // body and calls GetILFunctionBody / GetILFunctionBodyAllocator / SetILFunctionBody itself).
 //
 // What is here:
-//   * IMethodMalloc (corprof.idl: IUnknown + PVOID Alloc(ULONG cb)), which the shared headers only
-//     forward-declare.
 //   * A method-body reader for ECMA-335 II.25.4: tiny header (one byte, format 0x2, code size in
 //     the upper six bits, max stack 8, no locals, no extra sections) and fat header (format 0x3,
 //     flags in the low 12 bits of the first WORD and the header size in DWORDs in its upper four
@@ -31,12 +29,6 @@
 #include <vector>
 
 #include "common.h"
-
-namespace profharness {
-struct IMethodMalloc : public IUnknown {
-    virtual void* STDMETHODCALLTYPE Alloc(ULONG cb) = 0;
-};
-}  // namespace profharness
 
 namespace ilshape {
 

@@ -57,13 +57,7 @@
 
 #include "common.h"
 
-namespace profharness {
-// IMethodMalloc (corprof.idl): IUnknown + PVOID Alloc(ULONG cb).  Only forward-declared in the
-// shared headers; the profiler only calls through the pointer the runtime hands out.
-struct IMethodMalloc : public IUnknown {
-    virtual void* STDMETHODCALLTYPE Alloc(ULONG cb) = 0;
-};
-}  // namespace profharness
+// IMethodMalloc (corprof.idl: IUnknown + PVOID Alloc(ULONG cb)) comes from profharness/interfaces.h.
 
 using namespace docfix;
 
