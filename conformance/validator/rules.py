@@ -1244,19 +1244,24 @@ def crash_stack(frames: object, target: str) -> list[dict[str, Any]]:
 
 
 def frames_text(j: Judging, frames: list[dict[str, Any]], count: int) -> str:
-    """The first ``count`` frames of a stack, innermost first: the profiler's own as function
-    (file:line), others by symbol (the record's, else, for a frame that carries its file's path, the file's
-    symbol table's) or ``lib.so+0xOFF``; the proxy's forwarding frames between them (the
-    harness's module) are left out, said once."""
+    """``count`` frames of a stack, innermost first: the profiler's own as function (file:line), others by
+    symbol (the record's, else, for a frame that carries its file's path, the file's symbol table's) or
+    ``lib.so+0xOFF``; the proxy's forwarding frames between them (the harness's module) are left out, said
+    once. The first ``count``, unless the profiler's first frame is deeper (an abort's stack: raise, abort,
+    the C++ runtime's terminate): then the innermost two, how many are left out, and the frames down to
+    the profiler's."""
     target = Path(j.target).name
     shown: list[str] = []
+    first_mine: int | None = None
     dropped = False
     for i, f in enumerate(frames):
-        if len(shown) == count:
+        if first_mine is not None and len(shown) >= count:
             break
         if f.get("module") in _HARNESS_MODULES:
             dropped = True
             continue
+        if first_mine is None and f.get("module") == target:
+            first_mine = len(shown)
         offset = _int(f.get("offset"))
         site = None
         if f.get("module") == target and offset is not None:
@@ -1270,6 +1275,11 @@ def frames_text(j: Judging, frames: list[dict[str, Any]], count: int) -> str:
             shown.append(demangle(str(f["symbol"])))
         else:
             shown.append(f"{f.get('module', '?')}+{offset or 0:#x}")
+    if first_mine is None or first_mine < count:
+        shown = shown[:count]
+    else:
+        skipped = first_mine - count + 1
+        shown = [*shown[:2], f"({skipped} frames)", *shown[skipped + 2 : first_mine + 1]]
     return " < ".join(shown) + (" (the proxy's frames left out)" if dropped else "")
 
 

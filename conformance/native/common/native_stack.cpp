@@ -11,17 +11,21 @@
 
 namespace profharness {
 
-Json native_stack_json(void* const* ips, int n) {
+Json native_stack_json(void* const* ips, int n, const void* exact) {
     Json frames = Json::array();
     for (int k = 0; k < n; ++k) {
         Json f = Json::object();
         f.set("ip", Json::pointer(ips[k]));
+        // a return address is named by the call before it (ip - 1): after a call that does not return (abort,
+        // std::terminate) it is already past the end of the caller's symbol, or at the next function's
+        // start; the interrupted instruction (`exact`) by itself
+        const auto at = reinterpret_cast<std::uintptr_t>(ips[k]);
+        const void* look = ips[k] == exact || at == 0 ? ips[k] : reinterpret_cast<const void*>(at - 1);
         Dl_info di;
-        if (dladdr(ips[k], &di) && di.dli_fname) {
+        if (dladdr(look, &di) && di.dli_fname) {
             const char* base = std::strrchr(di.dli_fname, '/');
             f.set("module", base ? base + 1 : di.dli_fname);
-            f.set("offset", Json(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ips[k]) -
-                                                            reinterpret_cast<std::uintptr_t>(di.dli_fbase))));
+            f.set("offset", Json(static_cast<std::uint64_t>(at - reinterpret_cast<std::uintptr_t>(di.dli_fbase))));
             if (di.dli_sname) f.set("symbol", di.dli_sname);
         }
         frames.push(f);

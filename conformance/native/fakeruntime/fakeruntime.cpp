@@ -276,7 +276,7 @@ void write_all(int fd, const std::string& s) {
 
 // --- crashes: the open callbacks and the native stack of the faulting thread, then the default action ----
 
-void crash_handler(int sig, siginfo_t*, void*) {
+void crash_handler(int sig, siginfo_t*, void* uc) {
     static std::atomic<bool> once{false};
     if (!once.exchange(true) && g_trace_fd >= 0) {
         Json cbs = Json::array();
@@ -284,7 +284,8 @@ void crash_handler(int sig, siginfo_t*, void*) {
             for (const Frame& f : *tl_frames) cbs.push(Json(f.name));
         void* ips[32];
         int n = backtrace(ips, 32);
-        Json stack = native_stack_json(ips, n);
+        const void* pc = uc ? reinterpret_cast<const void*>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]) : nullptr;
+        Json stack = native_stack_json(ips, n, pc);
         Json rec = Json::object();
         rec.set("name", "proxy.crash").set("payload", Json()).set("signal", strsignal(sig));
         rec.set("callbacks", cbs).set("call", tl_call ? Json(tl_call) : Json()).set("stack", stack);

@@ -683,7 +683,7 @@ __attribute__((noinline)) void report_fault(int sig, const siginfo_t* si, Thread
     rec.set("call", t && t->current_call ? Json(t->current_call) : Json());
     rec.set("lastCallback", t && t->last_callback ? Json(t->last_callback) : Json());
     rec.set("shutdownReturned", g_shutdown_returned.load());
-    rec.set("stack", native_stack_json(ips, n));
+    rec.set("stack", native_stack_json(ips, n, pc));
     trace().write("mark", rec);
     perturb_write_delays();
     async_drain(true);  // what the profiler's signal handlers did up to the crash
@@ -708,24 +708,28 @@ void on_fault(int sig, siginfo_t* si, void* uc) {
 std::atomic<long> g_stack_for{0};
 void* g_stack_ips[48];
 int g_stack_n = 0;
+void* g_stack_pc = nullptr;  // the instruction the request's signal interrupted
 std::atomic<int> g_stack_done{0};
 
-void on_stack_request(int, siginfo_t*, void*) {
+void on_stack_request(int, siginfo_t*, void* uc) {
+    void* pc = uc ? reinterpret_cast<void*>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]) : nullptr;
     const long self = static_cast<long>(::syscall(SYS_gettid));
     if (g_stack_for.load(std::memory_order_acquire) == self) {
         g_stack_n = backtrace(g_stack_ips, 48);
+        g_stack_pc = pc;
         g_stack_done.store(1, std::memory_order_release);
         return;
     }
     ThreadState* t = me_if_known();
     if (!t) return;
     t->stack_n = backtrace(t->stack, 48);
+    t->stack_pc = pc;
     t->stack_ready.store(1, std::memory_order_release);
 }
 
 }  // namespace
 
-int stack_ips_of(long tid, void** out, int max) {
+int stack_ips_of(long tid, void** out, int max, void** pc) {
     g_stack_done.store(0);
     g_stack_for.store(tid, std::memory_order_release);
     int n = 0;
@@ -735,6 +739,7 @@ int stack_ips_of(long tid, void** out, int max) {
         if (g_stack_done.load(std::memory_order_acquire)) {
             n = std::min(g_stack_n, max);
             std::copy(g_stack_ips, g_stack_ips + n, out);
+            if (pc) *pc = g_stack_pc;
         }
     }
     g_stack_for.store(0);
@@ -747,8 +752,9 @@ namespace {
 // within 300 ms.
 Json stack_of(long tid) {
     void* ips[48];
-    const int n = stack_ips_of(tid, ips, 48);
-    return n > 0 ? native_stack_json(ips, n) : Json();
+    void* pc = nullptr;
+    const int n = stack_ips_of(tid, ips, 48, &pc);
+    return n > 0 ? native_stack_json(ips, n, pc) : Json();
 }
 
 void install_signal_handlers() {
@@ -801,7 +807,7 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
         std::int64_t call_since = t->call_since.load();
         th.set("callBusyMs", call_since ? Json((now_coarse_ns() - call_since) / 1000000) : Json());
         const bool ready = t->stack_ready.load(std::memory_order_acquire);
-        th.set("stack", ready ? native_stack_json(t->stack, t->stack_n) : Json());
+        th.set("stack", ready ? native_stack_json(t->stack, t->stack_n, t->stack_pc) : Json());
         threads.push(th);
     }
     Json rec = Json::object();

@@ -116,6 +116,7 @@ struct ThreadState {
     // native stack captured on request (hang report)
     void* stack[48];
     int stack_n = 0;
+    void* stack_pc = nullptr;  // where the request's signal interrupted the thread
     std::atomic<int> stack_ready{0};
 };
 
@@ -293,8 +294,9 @@ int async_set_quiet(int quiet);  // the calling thread's "the harness's own work
 void async_drain(bool final);
 void async_poll();        // the watchdog's turn: report a deadlocked handler and end the process; drain
 // Thread `tid`'s native stack (up to `max` return addresses, innermost first), taken by a signal its
-// handler answers within 300 ms (the hang report's); 0 when it did not answer.
-int stack_ips_of(long tid, void** out, int max);
+// handler answers within 300 ms (the hang report's); 0 when it did not answer. `pc`: where the signal
+// interrupted the thread (the one address of the stack that is no return address), when asked.
+int stack_ips_of(long tid, void** out, int max, void** pc = nullptr);
 Json async_summary_json();  // the proxy.shutdown mark's "signals"
 
 // An ICorProfilerInfo call made inside the profiler's signal handler: noted in the preload's table (with

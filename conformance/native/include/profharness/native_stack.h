@@ -7,8 +7,9 @@ namespace profharness {
 
 // The return addresses `ips[0..n)` (from backtrace(3)), innermost first, as a JSON array of
 // {"ip", "module" (basename), "offset" (from the module's load base), "symbol"}: module, offset and symbol
-// only where dladdr(3) knows them.
-Json native_stack_json(void* const* ips, int n);
+// only where dladdr(3) knows them, a return address's symbol that of the call before it; `exact`: the one
+// address that is no return address (the instruction a signal interrupted), named by itself.
+Json native_stack_json(void* const* ips, int n, const void* exact = nullptr);
 
 // The same array, each frame named from /proc/self/maps ("module", "offset" from the module's first
 // mapping, "path": the file, whose symbols the validator reads) and never by the dynamic loader, so without
