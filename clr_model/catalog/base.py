@@ -42,6 +42,12 @@ class Document(StrEnum):
     GET_REJIT_IDS = "ICorProfilerInfo4::GetReJITIDs"
     GET_IL_FUNCTION_BODY = "ICorProfilerInfo::GetILFunctionBody"
     GET_IL_FUNCTION_BODY_ALLOCATOR = "ICorProfilerInfo::GetILFunctionBodyAllocator"
+    #: the four "...Started" callbacks whose ID is not valid for an information request until its
+    #: "...Finished" callback: the LDS family (loading)
+    APP_DOMAIN_CREATION_STARTED = "ICorProfilerCallback::AppDomainCreationStarted"
+    ASSEMBLY_LOAD_STARTED = "ICorProfilerCallback::AssemblyLoadStarted"
+    MODULE_LOAD_STARTED = "ICorProfilerCallback::ModuleLoadStarted"
+    CLASS_LOAD_STARTED = "ICorProfilerCallback::ClassLoadStarted"
     #: the CLI standard, Partitions I-III: the IL family (method bodies), one clause per rule of the IL
     #: checker (:data:`clr_model.il.RULES`), named after the rule
     ECMA_335 = "ECMA-335"
@@ -104,6 +110,10 @@ PREFIXES: dict[Document, str] = {
     Document.GET_REJIT_IDS: "REJIT",
     Document.GET_IL_FUNCTION_BODY: "REJIT",
     Document.GET_IL_FUNCTION_BODY_ALLOCATOR: "REJIT",
+    Document.APP_DOMAIN_CREATION_STARTED: "LDS",
+    Document.ASSEMBLY_LOAD_STARTED: "LDS",
+    Document.MODULE_LOAD_STARTED: "LDS",
+    Document.CLASS_LOAD_STARTED: "LDS",
     Document.ECMA_335: "IL",
     Document.HARNESS: "VAL",
 }

@@ -595,6 +595,66 @@ class HooksOutsideInitialize(StreamRule):
                       f"{format_hresult(hr)} and the hooks it registers never run")  # fmt: skip
 
 
+# --- IDs of what is still loading (LDS-01..04) -------------------------------------------------------------
+
+#: each "...Started" callback whose ID is not valid for an information request until its "...Finished": the
+#: clause its own page states (the catalog's ``during``), the ID's parameter and type (the API table's)
+_LOADING: dict[str, tuple[str, api.Param]] = {
+    callback: (c.id, api.method(callback).params[0])
+    for c in CATALOG.values()
+    if c.id.startswith("LDS-")
+    for callback in c.during
+}
+#: every ICorProfilerInfo method's parameters of each ID type a "...Started" callback hands out
+_ID_PARAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    typ: {m.name: ps for m in api.info_methods() if (ps := tuple(p.name for p in m.params if p.type == typ))}
+    for typ in {param.type for _, param in _LOADING.values()}
+}
+
+
+@rule("LDS-01", "LDS-02", "LDS-03", "LDS-04",
+      what="no ICorProfilerInfo call is given the ID an AppDomainCreationStarted, AssemblyLoadStarted, "
+      "ModuleLoadStarted or ClassLoadStarted callback hands out, inside that callback")  # fmt: skip
+class LoadingIds(StreamRule):
+    """LDS-01..04: inside a "...Started" callback, a call given the callback's own ID (by the API table's
+    type of each parameter). A call about it from another thread before the "...Finished" is not seen: those
+    callbacks are recorded only when the profiler calls the runtime inside them."""
+
+    reads = (*(("callback", name) for name in _LOADING), ("call", None))
+    #: a call is judged only inside one of those callbacks
+    quiet = Quiet(frames=frozenset(_LOADING))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        #: per thread, the "...Started" callbacks open on it: (callback, its ID)
+        self.open: dict[int, list[tuple[str, int]]] = {}
+
+    def on(self, r: Record) -> None:
+        thread = r["os_tid"]
+        if r["kind"] == "callback":
+            name = r["name"]
+            self.j.exercised.add(_LOADING[name][0])
+            opened = self.open.setdefault(thread, [])
+            if r.get("phase") == "return":
+                if opened:
+                    opened.pop()
+            elif (value := _arg(r, "args", _LOADING[name][1].name)) is not None:
+                opened.append((name, value))
+            return
+        loading = self.open.get(thread)
+        if not loading or not _begins(r):
+            return
+        callback, value = loading[-1]
+        clause, param = _LOADING[callback]
+        for arg in _ID_PARAMS[param.type].get(r["name"], ()):
+            if _arg(r, "args", arg) == value:
+                finished = callback.replace("Started", "Finished")
+                self.j.at(clause, r, f"{r['name']} is given {arg} {value:#x}, the {param.type} {callback} "
+                          f"hands out, inside {callback}: it is not valid for an information request until "
+                          f"{finished}")  # fmt: skip
+                return
+
+
 # --- IL bodies (REJIT-01) --------------------------------------------------------------------------------
 
 #: the methods answering a FunctionID's (module, methodDef) -> the name of their FunctionID (first) parameter
