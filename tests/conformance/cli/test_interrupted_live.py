@@ -92,12 +92,16 @@ def _interrupt(argv: list[str], runs: Path, sig: signal.Signals, ready: Callable
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
         deadline = time.monotonic() + timeout_s
-        while not ready(harness.pid):
+        while True:
+            # ready, and a dotnet child in the tree taken then (a short program may end between two looks:
+            # the harness starts the next one)
+            if ready(harness.pid):
+                tree = interrupt.descendants(harness.pid)
+                if _dotnet_children(harness.pid):
+                    break
             assert harness.poll() is None, f"profharness ended before the signal: {harness.communicate()}"
             assert time.monotonic() < deadline, "the dotnet child never appeared"
             time.sleep(0.01)
-        tree = interrupt.descendants(harness.pid)
-        assert _dotnet_children(harness.pid), "no dotnet child when the signal went"
         started = time.monotonic()
         harness.send_signal(sig)
         out, err = harness.communicate(timeout=60)
@@ -105,7 +109,7 @@ def _interrupt(argv: list[str], runs: Path, sig: signal.Signals, ready: Callable
     finally:
         if harness.poll() is None:
             harness.kill()
-            harness.wait()
+            harness.communicate()  # reaps it and closes its pipes
     return subprocess.CompletedProcess(harness.args, harness.returncode, out, err), tree
 
 
