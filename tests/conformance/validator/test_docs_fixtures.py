@@ -113,6 +113,11 @@ def test_correct_document_written_profilers_have_no_findings(
         ("jit_code_map", "basic", "jit_code_map: methods="),
         # thread lifetimes, OS thread ids, runtime suspensions timed
         ("thread_census", "heapchurn", "thread_census: created="),
+        # modules, assemblies, app domains and classes named (every name and array two-pass), each asked
+        # about in its ...Finished callback
+        ("module_inventory", "basic", "module_inventory: modules="),
+        # strings and arrays inspected in ObjectAllocated (GetStringLayout2, GetArrayObjectInfo), bytes moved
+        ("object_inspector", "heapchurn", "object_inspector: objects="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -146,6 +151,11 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         ("method_timing_tracer", "heapchurn", "FE2-05", "g_info->GetFunctionInfo2(f.fn, f.enterFrame"),
         # GetClassFromObject of each moved block's old address inside MovedReferences2
         ("gc_compaction_stats", "heapchurn", "MR2-09", "info_->GetClassFromObject(oldStart[i], &cls);"),
+        # GetClassFromObject of a pinned root inside RootReferences2
+        ("handle_root_tracker", "heapchurn", "RRF-01", "HRESULT hr = info_->GetClassFromObject(ref, &cls);"),
+        # GetClassIDInfo of the class ClassLoadStarted hands out, inside it (to time the app's own classes)
+        ("class_layout_inspector", "basic", "LDS-04",
+         "HRESULT hr = info_->GetClassIDInfo(classId, &moduleId, &typeDef);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
