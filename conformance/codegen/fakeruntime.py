@@ -148,8 +148,10 @@ def render() -> str:
             out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{")
             out.append(f"        return answer_{m.name}({m.arg_names});")
             out.append("    }")
-        else:
+        elif m.ret == "HRESULT":
             out.append(f"    HRESULT STDMETHODCALLTYPE {m.name}({unnamed}) override {{ return E_NOTIMPL; }}")
+        else:  # IsValidToken's BOOL: no token is one the fake knows
+            out.append(f"    {m.ret} STDMETHODCALLTYPE {m.name}({unnamed}) override {{ return {{}}; }}")
     out += ["};", "", "}  // namespace profharness::fake", ""]
     return "\n".join(out)
 

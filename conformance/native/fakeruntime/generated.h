@@ -1931,6 +1931,40 @@ class MetaDataBase : public IMetaDataImport {
     HRESULT STDMETHODCALLTYPE GetMethodProps(mdMethodDef mb, mdTypeDef* pClass, WCHAR* szMethod, ULONG cchMethod, ULONG* pchMethod, DWORD* pdwAttr, PCCOR_SIGNATURE* ppvSigBlob, ULONG* pcbSigBlob, ULONG* pulCodeRVA, DWORD* pdwImplFlags) override {
         return answer_GetMethodProps(mb, pClass, szMethod, cchMethod, pchMethod, pdwAttr, ppvSigBlob, pcbSigBlob, pulCodeRVA, pdwImplFlags);
     }
+    HRESULT STDMETHODCALLTYPE GetMemberRefProps(mdToken, mdToken*, WCHAR*, ULONG, ULONG*, PCCOR_SIGNATURE*, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumProperties(HCORENUM*, mdTypeDef, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumEvents(HCORENUM*, mdTypeDef, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetEventProps(mdToken, mdTypeDef*, LPCWSTR, ULONG, ULONG*, DWORD*, mdToken*, mdMethodDef*, mdMethodDef*, mdMethodDef*, mdMethodDef*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumMethodSemantics(HCORENUM*, mdMethodDef, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetMethodSemantics(mdMethodDef, mdToken, DWORD*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetClassLayout(mdTypeDef, DWORD*, COR_FIELD_OFFSET*, ULONG, ULONG*, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetFieldMarshal(mdToken, PCCOR_SIGNATURE*, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetRVA(mdToken, ULONG*, DWORD*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetPermissionSetProps(mdToken, DWORD*, const void**, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetSigFromToken(mdToken, PCCOR_SIGNATURE*, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetModuleRefProps(mdToken, WCHAR*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumModuleRefs(HCORENUM*, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetTypeSpecFromToken(mdToken, PCCOR_SIGNATURE*, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetNameFromToken(mdToken, const char**) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumUnresolvedMethods(HCORENUM*, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetUserString(mdToken, WCHAR*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetPinvokeMap(mdToken, DWORD*, WCHAR*, ULONG, ULONG*, mdToken*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumSignatures(HCORENUM*, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumTypeSpecs(HCORENUM*, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumUserStrings(HCORENUM*, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetParamForMethodIndex(mdMethodDef, ULONG, mdToken*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE EnumCustomAttributes(HCORENUM*, mdToken, mdToken, mdToken*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetCustomAttributeProps(mdToken, mdToken*, mdToken*, const void**, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE FindTypeRef(mdToken, LPCWSTR, mdToken*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetMemberProps(mdToken, mdTypeDef*, WCHAR*, ULONG, ULONG*, DWORD*, PCCOR_SIGNATURE*, ULONG*, ULONG*, DWORD*, DWORD*, const void**, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetFieldProps(mdFieldDef, mdTypeDef*, WCHAR*, ULONG, ULONG*, DWORD*, PCCOR_SIGNATURE*, ULONG*, DWORD*, const void**, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetPropertyProps(mdToken, mdTypeDef*, LPCWSTR, ULONG, ULONG*, DWORD*, PCCOR_SIGNATURE*, ULONG*, DWORD*, const void**, ULONG*, mdMethodDef*, mdMethodDef*, mdMethodDef*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetParamProps(mdToken, mdMethodDef*, ULONG*, WCHAR*, ULONG, ULONG*, DWORD*, DWORD*, const void**, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetCustomAttributeByName(mdToken, LPCWSTR, const void**, ULONG*) override { return E_NOTIMPL; }
+    BOOL STDMETHODCALLTYPE IsValidToken(mdToken) override { return {}; }
+    HRESULT STDMETHODCALLTYPE GetNestedClassProps(mdTypeDef, mdTypeDef*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE GetNativeCallConvFromSig(const void*, ULONG, ULONG*) override { return E_NOTIMPL; }
+    HRESULT STDMETHODCALLTYPE IsGlobal(mdToken, int*) override { return E_NOTIMPL; }
 };
 
 }  // namespace profharness::fake

@@ -168,7 +168,7 @@ def test_a_hanging_profiler_is_a_VAL_HANG_finding_not_a_stuck_harness(tmp_path: 
     assert [f.clause for f in replay(out, hang_s=0.3)] == ["VAL-HANG"]
 
 
-@pytest.mark.parametrize("name", ["correct", "noop"])
+@pytest.mark.parametrize("name", ["correct", "noop", "metadata_walker"])
 def test_correct_fixtures_fuzz_clean(name: str, long_profile: bool) -> None:
     examples = clean_examples(long_profile, 40)
     report = fuzz(build(name), CLSID, max_examples=examples, seed=7)

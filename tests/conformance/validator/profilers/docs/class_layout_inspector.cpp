@@ -63,10 +63,10 @@
 //     may still occur after shutdown; the profiler should take care to return immediately".
 //
 // What the documents leave ambiguous (and what this file does)
-//   1. profharness/interfaces.h declares IMetaDataImport only up to GetMethodProps.  GetFieldProps is
-//      reached through IMetaDataImportFields below, which re-declares the cor.h slots that follow
-//      GetMethodProps in their published order so that GetFieldProps lands in vtable slot 57
-//      (counting QueryInterface as 0).  Only GetFieldProps of those added slots is ever called.
+//   1. profharness/interfaces.h declared IMetaDataImport only up to GetMethodProps; this file re-declared
+//      the cor.h slots that follow it so that GetFieldProps lands in vtable slot 57 (counting
+//      QueryInterface as 0). [profharness: the header now declares the whole interface, and that
+//      re-declaration, which would now put GetFieldProps past its end, is gone.]
 //   2. The metadata pages do not describe a zero-length sizing call for GetTypeDefProps /
 //      GetFieldProps, nor whether pchField counts the terminating null; the same two-pass pattern
 //      as for the profiling API is used, with every other [out] pointer valid (the "optional [out]"
@@ -94,43 +94,8 @@ using namespace docfix;
 
 namespace {
 
-// cor.h order of IMetaDataImport after GetMethodProps (slot 30).  Declared only so that the vtable
-// slot of GetFieldProps (57) is right; only GetFieldProps is called.  No destructor: it would take a
-// slot.
-struct IMetaDataImportFields : public IMetaDataImport {
-    virtual HRESULT STDMETHODCALLTYPE GetMemberRefProps(mdToken, mdToken*, WCHAR*, ULONG, ULONG*, PCCOR_SIGNATURE*, ULONG*) = 0;  // 31
-    virtual HRESULT STDMETHODCALLTYPE EnumProperties(HCORENUM*, mdTypeDef, mdToken*, ULONG, ULONG*) = 0;                       // 32
-    virtual HRESULT STDMETHODCALLTYPE EnumEvents(HCORENUM*, mdTypeDef, mdToken*, ULONG, ULONG*) = 0;                           // 33
-    virtual HRESULT STDMETHODCALLTYPE GetEventProps(mdToken, mdTypeDef*, WCHAR*, ULONG, ULONG*, DWORD*, mdToken*, mdMethodDef*,
-                                                    mdMethodDef*, mdMethodDef*, mdMethodDef*, ULONG, ULONG*) = 0;              // 34
-    virtual HRESULT STDMETHODCALLTYPE EnumMethodSemantics(HCORENUM*, mdMethodDef, mdToken*, ULONG, ULONG*) = 0;                // 35
-    virtual HRESULT STDMETHODCALLTYPE GetMethodSemantics(mdMethodDef, mdToken, DWORD*) = 0;                                    // 36
-    virtual HRESULT STDMETHODCALLTYPE GetClassLayout(mdTypeDef, DWORD*, COR_FIELD_OFFSET*, ULONG, ULONG*, ULONG*) = 0;         // 37
-    virtual HRESULT STDMETHODCALLTYPE GetFieldMarshal(mdToken, PCCOR_SIGNATURE*, ULONG*) = 0;                                  // 38
-    virtual HRESULT STDMETHODCALLTYPE GetRVA(mdToken, ULONG*, DWORD*) = 0;                                                     // 39
-    virtual HRESULT STDMETHODCALLTYPE GetPermissionSetProps(mdToken, DWORD*, const void**, ULONG*) = 0;                        // 40
-    virtual HRESULT STDMETHODCALLTYPE GetSigFromToken(mdToken, PCCOR_SIGNATURE*, ULONG*) = 0;                                  // 41
-    virtual HRESULT STDMETHODCALLTYPE GetModuleRefProps(mdToken, WCHAR*, ULONG, ULONG*) = 0;                                   // 42
-    virtual HRESULT STDMETHODCALLTYPE EnumModuleRefs(HCORENUM*, mdToken*, ULONG, ULONG*) = 0;                                  // 43
-    virtual HRESULT STDMETHODCALLTYPE GetTypeSpecFromToken(mdToken, PCCOR_SIGNATURE*, ULONG*) = 0;                             // 44
-    virtual HRESULT STDMETHODCALLTYPE GetNameFromToken(mdToken, const char**) = 0;                                             // 45
-    virtual HRESULT STDMETHODCALLTYPE EnumUnresolvedMethods(HCORENUM*, mdToken*, ULONG, ULONG*) = 0;                           // 46
-    virtual HRESULT STDMETHODCALLTYPE GetUserString(mdToken, WCHAR*, ULONG, ULONG*) = 0;                                       // 47
-    virtual HRESULT STDMETHODCALLTYPE GetPinvokeMap(mdToken, DWORD*, WCHAR*, ULONG, ULONG*, mdToken*) = 0;                     // 48
-    virtual HRESULT STDMETHODCALLTYPE EnumSignatures(HCORENUM*, mdToken*, ULONG, ULONG*) = 0;                                  // 49
-    virtual HRESULT STDMETHODCALLTYPE EnumTypeSpecs(HCORENUM*, mdToken*, ULONG, ULONG*) = 0;                                   // 50
-    virtual HRESULT STDMETHODCALLTYPE EnumUserStrings(HCORENUM*, mdToken*, ULONG, ULONG*) = 0;                                 // 51
-    virtual HRESULT STDMETHODCALLTYPE GetParamForMethodIndex(mdMethodDef, ULONG, mdToken*) = 0;                                // 52
-    virtual HRESULT STDMETHODCALLTYPE EnumCustomAttributes(HCORENUM*, mdToken, mdToken, mdToken*, ULONG, ULONG*) = 0;          // 53
-    virtual HRESULT STDMETHODCALLTYPE GetCustomAttributeProps(mdToken, mdToken*, mdToken*, const void**, ULONG*) = 0;          // 54
-    virtual HRESULT STDMETHODCALLTYPE FindTypeRef(mdToken, LPCWSTR, mdToken*) = 0;                                             // 55
-    virtual HRESULT STDMETHODCALLTYPE GetMemberProps(mdToken, mdTypeDef*, WCHAR*, ULONG, ULONG*, DWORD*, PCCOR_SIGNATURE*, ULONG*,
-                                                     ULONG*, DWORD*, DWORD*, const void**, ULONG*) = 0;                        // 56
-    virtual HRESULT STDMETHODCALLTYPE GetFieldProps(mdFieldDef mb, mdTypeDef* pClass, WCHAR* szField, ULONG cchField,
-                                                    ULONG* pchField, DWORD* pdwAttr, PCCOR_SIGNATURE* ppvSigBlob,
-                                                    ULONG* pcbSigBlob, DWORD* pdwCPlusTypeFlag, const void** ppValue,
-                                                    ULONG* pcchValue) = 0;                                                     // 57
-};
+// (IMetaDataImport as profharness/interfaces.h declares it: the whole cor.h interface, GetFieldProps at slot
+// 57; see ambiguity 1.)
 
 constexpr int kMaxBufferRetries = 4;
 
@@ -389,7 +354,7 @@ private:
             for (const COR_FIELD_OFFSET& o : offsets) rec.fields.push_back({std::string(), o.ridOfField, o.ulOffset});
             return S_FALSE;
         }
-        IMetaDataImportFields* import = static_cast<IMetaDataImportFields*>(static_cast<IMetaDataImport*>(unk));
+        IMetaDataImport* import = static_cast<IMetaDataImport*>(unk);
 
         DWORD typeFlags = 0;
         mdToken extends = 0;
