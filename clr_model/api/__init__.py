@@ -116,6 +116,10 @@ class Fact(StrEnum):
     #: its page says to call it from a thread the profiler created, not from a runtime thread executing a
     #: profiler callback (RequestReJIT, REJIT-09)
     OWN_THREAD = "own-thread"
+    #: its page says it may be called as soon as the ID it is given exists ("Although the GetModuleInfo
+    #: method may be called as soon as the module's ID exists, ..."): LDS-03 leaves it alone inside
+    #: ModuleLoadStarted, whose page says otherwise
+    EARLY = "early"
     # --- how the harness's native parts treat a method (the generators leave these to hand-written code)
     #: the recording proxy implements it by hand (proxy/objects.cpp), not the generated forwarding
     PROXY_BY_HAND = "proxy-by-hand"
@@ -147,6 +151,7 @@ _APPLIES: Mapping[Fact, frozenset[str | None]] = {
     Fact.REJIT_REQUEST: _INFO_ONLY,
     Fact.REVERTS: _INFO_ONLY,
     Fact.OWN_THREAD: _INFO_ONLY,
+    Fact.EARLY: _INFO_ONLY,
     Fact.PROXY_BY_HAND: frozenset({CALLBACK, INFO}),
     Fact.FAKE_BY_HAND: frozenset({CALLBACK, INFO}),
     Fact.FAKE_ANSWERS: frozenset({INFO, None}),
@@ -352,6 +357,10 @@ def parse(text: str, where: str = TABLE_NAME) -> tuple[Interface, ...]:
         # unique among the callbacks and Info methods, and in each other interface: those may reuse a name
         # (the enumerators' Skip, Reset, Clone, GetCount, Next; the function control's SetILFunctionBody)
         first = seen.setdefault(("" if family else iface, name), lineno)
+        base = found[-1][1]
+        while first == lineno and base is not None:  # nor may it be a method of a base (IUnknown's Release)
+            first = seen.get(("" if _family(base)[0] else base, name), lineno)
+            base = next(f[1] for f in found if f[0] == base)
         if first != lineno:
             raise InvalidInput(f"{where}:{lineno}: {name} is declared twice (first at line {first})")
         facts, monitor, buffer = _facts(m.group(4) or "", name, tuple(params), family, f"{where}:{lineno}")

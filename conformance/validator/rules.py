@@ -605,20 +605,34 @@ _LOADING: dict[str, tuple[str, api.Param]] = {
     if c.id.startswith("LDS-")
     for callback in c.during
 }
-#: every ICorProfilerInfo method's parameters of each ID type a "...Started" callback hands out
+#: what an information request is: an ICorProfilerInfo method that asks (Get*, Is*, Enum*, Read*), not one
+#: that changes what the runtime holds (SetILFunctionBody, ApplyMetaData)
+_ASKING = ("Get", "Is", "Enum", "Read")
+#: information requests their own page allows as soon as the ID exists (the API table's ``early``: "Although
+#: the GetModuleInfo method may be called as soon as the module's ID exists, ..."); the ModuleLoadStarted page
+#: says otherwise, the method's own, narrower page wins
+_ALLOWED_EARLY = api.names_with(Fact.EARLY)
+#: every information request's parameters of each ID type a "...Started" callback hands out
 _ID_PARAMS: dict[str, dict[str, tuple[str, ...]]] = {
-    typ: {m.name: ps for m in api.info_methods() if (ps := tuple(p.name for p in m.params if p.type == typ))}
+    typ: {
+        m.name: ps
+        for m in api.info_methods()
+        if m.name.startswith(_ASKING) and m.name not in _ALLOWED_EARLY
+        and (ps := tuple(p.name for p in m.params if p.type == typ))
+    }
     for typ in {param.type for _, param in _LOADING.values()}
 }
 
 
 @rule("LDS-01", "LDS-02", "LDS-03", "LDS-04",
-      what="no ICorProfilerInfo call is given the ID an AppDomainCreationStarted, AssemblyLoadStarted, "
+      what="no information request is given the ID an AppDomainCreationStarted, AssemblyLoadStarted, "
       "ModuleLoadStarted or ClassLoadStarted callback hands out, inside that callback")  # fmt: skip
 class LoadingIds(StreamRule):
-    """LDS-01..04: inside a "...Started" callback, a call given the callback's own ID (by the API table's
-    type of each parameter). A call about it from another thread before the "...Finished" is not seen: those
-    callbacks are recorded only when the profiler calls the runtime inside them."""
+    """LDS-01..04: inside a "...Started" callback (nested ones too: loading a class can load another), an
+    information request (:data:`_ASKING`; GetModuleInfo(2) excepted, :data:`_ALLOWED_EARLY`) given the ID
+    of a "...Started" callback open on the thread (by the API table's type of each parameter). Not judged: a
+    request about the ID from another thread before its "...Finished" (the class callbacks are recorded only
+    when the profiler calls the runtime inside them, so a recording cannot say when a class finished)."""
 
     reads = (*(("callback", name) for name in _LOADING), ("call", None))
     #: a call is judged only inside one of those callbacks
@@ -626,33 +640,36 @@ class LoadingIds(StreamRule):
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
-        #: per thread, the "...Started" callbacks open on it: (callback, its ID)
-        self.open: dict[int, list[tuple[str, int]]] = {}
+        #: per thread, the "...Started" callbacks open on it: (callback, its ID, None when not recorded)
+        self.open: dict[int, list[tuple[str, int | None]]] = {}
 
     def on(self, r: Record) -> None:
         thread = r["os_tid"]
         if r["kind"] == "callback":
             name = r["name"]
             self.j.exercised.add(_LOADING[name][0])
+            phase = r.get("phase")
             opened = self.open.setdefault(thread, [])
-            if r.get("phase") == "return":
-                if opened:
-                    opened.pop()
-            elif (value := _arg(r, "args", _LOADING[name][1].name)) is not None:
-                opened.append((name, value))
+            if phase == "enter":
+                opened.append((name, _arg(r, "args", _LOADING[name][1].name)))
+            elif phase == "return" and opened:
+                opened.pop()
             return
         loading = self.open.get(thread)
         if not loading or not _begins(r):
             return
-        callback, value = loading[-1]
-        clause, param = _LOADING[callback]
-        for arg in _ID_PARAMS[param.type].get(r["name"], ()):
-            if _arg(r, "args", arg) == value:
-                finished = callback.replace("Started", "Finished")
-                self.j.at(clause, r, f"{r['name']} is given {arg} {value:#x}, the {param.type} {callback} "
-                          f"hands out, inside {callback}: it is not valid for an information request until "
-                          f"{finished}")  # fmt: skip
-                return
+        for callback, value in reversed(loading):  # the innermost first
+            clause, param = _LOADING[callback]
+            for arg in _ID_PARAMS[param.type].get(r["name"], ()):
+                if value is not None and _arg(r, "args", arg) == value:
+                    self._found(r, clause, arg, value, param.type, callback)
+                    return
+
+    def _found(self, r: Record, clause: str, arg: str, value: int, kind: str, callback: str) -> None:
+        finished = callback.replace("Started", "Finished")
+        self.j.at(clause, r, f"{r['name']} is given {arg} {value:#x}, the {kind} {callback} hands out, "
+                  f"inside {callback}: it is not valid for an information request until "
+                  f"{finished}")  # fmt: skip
 
 
 # --- IL bodies (REJIT-01) --------------------------------------------------------------------------------
@@ -1304,21 +1321,20 @@ def crash_stack(frames: object, target: str) -> list[dict[str, Any]]:
 
 
 def frames_text(j: Judging, frames: list[dict[str, Any]], count: int) -> str:
-    """``count`` frames of a stack, innermost first: the profiler's own as function (file:line), others by
-    symbol (the record's, else, for a frame that carries its file's path, the file's symbol table's) or
-    ``lib.so+0xOFF``; the proxy's forwarding frames between them (the harness's module) are left out, said
-    once. The first ``count``, unless the profiler's first frame is deeper (an abort's stack: raise, abort,
-    the C++ runtime's terminate): then the innermost two, how many are left out, and the frames down to
+    """``count`` frames of a stack (at least 3), innermost first: the profiler's own as function (file:line),
+    others by symbol (the record's, else, for a frame that carries its file's path, the file's symbol table's)
+    or ``lib.so+0xOFF``; the proxy's forwarding frames between those shown (the harness's module) are left
+    out, said once. The first ``count``, unless the profiler's first frame is deeper (an abort's stack: raise,
+    abort, the C++ runtime's terminate): then the innermost two, how many are left out, and the frames down to
     the profiler's."""
+    count = max(count, 3)
     target = Path(j.target).name
-    shown: list[str] = []
-    first_mine: int | None = None
-    dropped = False
+    shown: list[tuple[int, str]] = []  # (the frame's index in ``frames``, its text)
+    first_mine: int | None = None  # its place in ``shown``
     for i, f in enumerate(frames):
         if first_mine is not None and len(shown) >= count:
             break
         if f.get("module") in _HARNESS_MODULES:
-            dropped = True
             continue
         if first_mine is None and f.get("module") == target:
             first_mine = len(shown)
@@ -1330,17 +1346,22 @@ def frames_text(j: Judging, frames: list[dict[str, Any]], count: int) -> str:
             # a frame named from the process's maps (a report made without the loader): the file's symbols
             site = j.symbolizer.site(str(f["path"]), offset, return_address=i > 0)
         if site is not None and site.function:
-            shown.append(site.text())
+            shown.append((i, site.text()))
         elif isinstance(f.get("symbol"), str) and f.get("symbol"):
-            shown.append(demangle(str(f["symbol"])))
+            shown.append((i, demangle(str(f["symbol"]))))
         else:
-            shown.append(f"{f.get('module', '?')}+{offset or 0:#x}")
+            shown.append((i, f"{f.get('module', '?')}+{offset or 0:#x}"))
     if first_mine is None or first_mine < count:
-        shown = shown[:count]
+        kept = shown[:count]
+        texts = [text for _, text in kept]
     else:
         skipped = first_mine - count + 1
-        shown = [*shown[:2], f"({skipped} frames)", *shown[skipped + 2 : first_mine + 1]]
-    return " < ".join(shown) + (" (the proxy's frames left out)" if dropped else "")
+        kept = [*shown[:2], *shown[skipped + 2 : first_mine + 1]]
+        texts = [kept[0][1], kept[1][1], f"({skipped} frame{'s' if skipped > 1 else ''})",
+                 *(text for _, text in kept[2:])]  # fmt: skip
+    low, high = (kept[0][0], kept[-1][0]) if kept else (0, -1)
+    dropped = any(frames[i].get("module") in _HARNESS_MODULES for i in range(low, high + 1))
+    return " < ".join(texts) + (" (the proxy's frames left out)" if dropped else "")
 
 
 @rule("VAL-CRASH", "VAL-HANG",

@@ -65,6 +65,8 @@ def test_interfaces_of_neither_family_may_share_a_method_name() -> None:
         ("interface I : - 00000000-0000-0000-C000-000000000046\nHRESULT M()\nHRESULT M()\n",
          r"t\.txt:3: M is declared twice \(first at line 2\)"),
         (_TWO + "HRESULT M()\nHRESULT M()\n", r"t\.txt:5: M is declared twice \(first at line 4\)"),
+        (_TWO + "HRESULT N()\ninterface K : J 00000000-0000-0000-C000-000000000049\nHRESULT N()\n",
+         r"t\.txt:6: N is declared twice \(first at line 4\)"),  # a base's method
         (_INFO + "HRESULT M()\ninterface ICorProfilerCallback : - 00000000-0000-0000-C000-000000000049\n"
          "HRESULT M()\n", r"t\.txt:4: M is declared twice \(first at line 2\)"),
     ],
@@ -90,6 +92,7 @@ BEFORE: dict[api.Fact, set[str]] = {
     api.Fact.MOVES: {"MovedReferences", "MovedReferences2"},
     api.Fact.SURVIVORS: {"SurvivingReferences", "SurvivingReferences2"},
     api.Fact.INITIALIZES: {"Initialize", "InitializeForAttach"},
+    api.Fact.EARLY: {"GetModuleInfo", "GetModuleInfo2"},
     api.Fact.THREAD_LIFETIME: {"ThreadCreated", "ThreadDestroyed"},
     api.Fact.LAZY: {
         "ObjectAllocated", "ObjectReferences", "RootReferences", "RootReferences2", "ObjectsAllocatedByClass",

@@ -1,7 +1,8 @@
-// load_started: two faults, LDS-03 and LDS-04: asks GetModuleInfo about the module ModuleLoadStarted hands out
-// and GetClassIDInfo about the class ClassLoadStarted hands out, inside those callbacks; the same questions in
-// ModuleLoadFinished and ClassLoadFinished, where the IDs are valid, and one in ClassLoadStarted about an
-// earlier class (finished loading), are no fault.
+// load_started: two faults, LDS-03 and LDS-04: asks GetModuleMetaData about the module ModuleLoadStarted hands
+// out and GetClassIDInfo about the class ClassLoadStarted hands out, inside those callbacks. No fault: the same
+// questions in ModuleLoadFinished and ClassLoadFinished, where the IDs are valid; one in ClassLoadStarted about
+// an earlier class (finished loading); GetModuleInfo inside ModuleLoadStarted (its page: it "may be called as
+// soon as the module's ID exists").
 #include <atomic>
 
 #include "fixture.h"
@@ -19,12 +20,15 @@ class LoadStarted final : public Profiler<Callbacks11, 11> {
     }
     HRESULT STDMETHODCALLTYPE ModuleLoadStarted(ModuleID mod) override {
         ULONG need = 0;
-        info->GetModuleInfo(mod, nullptr, 0, &need, nullptr, nullptr);  // the fault (LDS-03)
+        info->GetModuleInfo(mod, nullptr, 0, &need, nullptr, nullptr);
+        IUnknown* unk = nullptr;
+        if (info->GetModuleMetaData(mod, ofRead, IID_IMetaDataImport, &unk) == S_OK && unk)  // the fault (LDS-03)
+            unk->Release();
         return S_OK;
     }
     HRESULT STDMETHODCALLTYPE ModuleLoadFinished(ModuleID mod, HRESULT) override {
-        ULONG need = 0;
-        info->GetModuleInfo(mod, nullptr, 0, &need, nullptr, nullptr);
+        IUnknown* unk = nullptr;
+        if (info->GetModuleMetaData(mod, ofRead, IID_IMetaDataImport, &unk) == S_OK && unk) unk->Release();
         return S_OK;
     }
     HRESULT STDMETHODCALLTYPE ClassLoadStarted(ClassID cls) override {
