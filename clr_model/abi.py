@@ -17,8 +17,9 @@ a table, not a branch or a parallel class:
   architecture, the kind being how the runtime calls the hook (:data:`KIND_OF_REGISTRATION` maps the API
   table's registrations to it). ``enter2`` (FunctionEnter2, SetEnterLeaveFunctionHooks2) is :data:`ABI`.
   ``fast`` (FunctionEnter3/Leave3/Tailcall3, SetEnterLeaveFunctionHooks3) is called straight from JIT code
-  with one parameter (FunctionIDOrClientID): the same registers kept as ``enter2`` (naked, everything the
-  JIT relies on), x86 __stdcall ``ret 4``. ``slow`` (the ...3WithInfo hooks) is called by the runtime's
+  with one parameter (FunctionIDOrClientID): every register kept (naked, everything the JIT relies on: on
+  x86 ``enter2``'s table, on x64 the System V volatile registers too, :data:`_X64_NAKED`), x86 __stdcall
+  ``ret 4``. ``slow`` (the ...3WithInfo hooks) is called by the runtime's
   register-saving stub (ProfileEnterNaked -> ProfileEnter) as an ordinary C function with
   (FunctionIDOrClientID, COR_PRF_ELT_INFO): the System V callee-saved registers (i386 psABI on x86, cdecl:
   the project's headers define STDMETHODCALLTYPE empty), DF clear, the x87 stack empty, the stack aligned
@@ -291,6 +292,22 @@ _X86_NAKED = (
 )
 
 
+#: the fast path on x64 (FunctionEnter3.md: "The execution engine does not save any registers before calling
+#: this function"): JIT code keeps live values in every register across its call of the hook, the System V
+#: volatile ones included (argument registers at an enter, rax/rdx and xmm0/xmm1 holding the return value
+#: at a leave): observed, a hook written as an ordinary System V C function (clobbering rdi, rdx, rax)
+#: crashes 3.1.23 and 8.0.4 in JIT code after it returns (the document-written fixture call_counter.cpp);
+#: the proxy's own trampolines save them for that reason (proxy/hooks3.cpp). FE2-07 for the registers System
+#: V lets a callee clobber (the RFLAGS status flags a note, as on x86), FE2-08 for every other one
+_X64_NAKED = (
+    *_unchanged("FE2-07", *ISA["x64"].caller_saved),
+    Kept("FE2-07", "RFLAGS status flags", "rflags", mask=EFLAGS_STATUS, note=True),
+    Kept("FE2-07", "DF", "rflags", mask=EFLAGS_DF, flag=True, fixed=0, at_entry="DF set at entry"),
+    *_unchanged("FE2-08", *ISA["x64"].callee_saved),
+    *_x87_and_sse("FE2-08", ISA["x64"].xmm),
+)
+
+
 def _system_v(isa: Isa) -> tuple[Kept, ...]:
     """What an ordinary System V function gives back: the callee-saved registers, the x87 control word,
     the MXCSR control bits, DF clear and the x87 stack empty (AMD64 and i386 psABI alike)."""
@@ -344,9 +361,9 @@ HOOK_ABIS: Mapping[Kind, Mapping[Arch, HookAbi]] = {
             clauses=("FE2-06", "FE2-07", "FE2-08", "FE2-09"), kind="fast", parameters=FAST_PARAMETERS,
         ),
         "x64": HookAbi(
-            isa=ISA["x64"], reading="System V AMD64, called from JIT code (FE2-13 model choice)",
-            stated=False, arguments=(InRegister("rdi"),), popped=0, kept=_system_v(ISA["x64"]),
-            stack_alignment=16, clauses=("FE2-06", "FE2-08", "FE2-09"), kind="fast",
+            isa=ISA["x64"], reading="FunctionEnter3.md: naked, called from JIT code (argument in rdi)",
+            stated=False, arguments=(InRegister("rdi"),), popped=0, kept=_X64_NAKED,
+            stack_alignment=16, clauses=("FE2-06", "FE2-07", "FE2-08", "FE2-09"), kind="fast",
             parameters=FAST_PARAMETERS,
         ),
     },

@@ -80,12 +80,20 @@ def test_unknown_architecture_is_one_line() -> None:
 
 
 def test_the_kinds_of_hook() -> None:
-    """enter2 is ABI; fast keeps what enter2 keeps with FunctionEnter3's one parameter (x86: ret 4); slow
-    is an ordinary System V C function with FunctionEnter3WithInfo's two parameters (x86: cdecl)."""
+    """enter2 is ABI; fast keeps every register, with FunctionEnter3's one parameter (x86: enter2's naked
+    table, ret 4; x64: the System V volatile registers too, FE2-07, as JIT code relies on); slow is an
+    ordinary System V C function with FunctionEnter3WithInfo's two parameters (x86: cdecl)."""
     assert HOOK_ABIS["enter2"] is ABI and hook_abi("x86") is ABI["x86"]
+    assert hook_abi("x86", "fast").kept == ABI["x86"].kept
+    fast64 = hook_abi("x64", "fast")
+    kept64 = {k.register for k in fast64.kept if not k.note}
+    assert set(ISA["x64"].general) - {"rsp"} <= kept64 and {f"xmm{i}" for i in range(16)} <= kept64
+    assert {k.register for k in fast64.kept if k.clause == "FE2-07" and k.register != "rflags"} == set(
+        ISA["x64"].caller_saved
+    )
     for arch in ARCHES:
         fast, slow = hook_abi(arch, "fast"), hook_abi(arch, "slow")
-        assert fast.kept == ABI[arch].kept and fast.parameters == ("functionIDOrClientID",)
+        assert fast.parameters == ("functionIDOrClientID",)
         assert slow.parameters == ("functionIDOrClientID", "eltInfo")
         assert {k.clause for k in slow.kept} == {"FE2-08"} and not any(k.note for k in slow.kept)
         assert [k.register for k in slow.kept][:len(ISA[arch].callee_saved)] == list(ISA[arch].callee_saved)

@@ -118,6 +118,8 @@ def test_correct_document_written_profilers_have_no_findings(
         ("module_inventory", "basic", "module_inventory: modules="),
         # strings and arrays inspected in ObjectAllocated (GetStringLayout2, GetArrayObjectInfo), bytes moved
         ("object_inspector", "heapchurn", "object_inspector: objects="),
+        # ObjectReferences and RootReferences2 kept as they come, classes named in GarbageCollectionFinished
+        ("heap_graph", "heapchurn", "heap_graph:"),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -156,6 +158,9 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # GetClassIDInfo of the class ClassLoadStarted hands out, inside it (to time the app's own classes)
         ("class_layout_inspector", "basic", "LDS-04",
          "HRESULT hr = info_->GetClassIDInfo(classId, &moduleId, &typeDef);"),
+        # GetILToNativeMapping3's size query given a NULL map and a non-zero cMap
+        ("jit_tiering_monitor", "basic", "BUF-04",
+         "HRESULT hr = info_->GetILToNativeMapping3(start, kMapSizeHint, &needed, nullptr);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
@@ -238,3 +243,25 @@ def test_VAL_HANG_the_run_time_limit_says_so_and_blames_no_callback(
     assert all(r.seconds < 30 for r in result.runs), text
     assert result.findings == [], text
     assert len([n for n in result.notes if "time limit" in n]) == len(runtimes), result.notes
+
+
+@pytest.mark.live
+def test_FE2_07_fast_path_hooks_written_as_C_functions_are_found_at_their_code(
+    apps: Callable[[str], Path], runtimes: list[Runtime]
+) -> None:
+    """call_counter (profilers/docs/README.md) registers its FunctionEnter3/Leave3/Tailcall3 hooks as ordinary
+    System V C functions, which clobber rdi (and rax, rdx): JIT code keeps live values in those registers
+    across the fast path's call, and both runtimes crash after the first hook returns. The hook checker holds
+    a fast-path hook to every register (FunctionEnter3.md: the execution engine saves none): each of the three
+    is an FE2-07 finding at its own code, on both runtimes; the crash, whose stack holds no profiler frame, is
+    a note."""
+    result = validate("call_counter", apps("basic"), runtimes)
+    text = render_text(result, verbose=True)
+    hooks = {
+        g.site.function
+        for g in result.findings
+        if g.clause == "FE2-07" and g.site is not None and g.runtimes == versions(runtimes)
+        and same_source(g.site.file, DOCS / "call_counter.cpp")
+    }
+    assert hooks == {"OnEnter3", "OnLeave3", "OnTailcall3"}, text
+    assert {g.clause for g in result.findings} == {"FE2-07"}, text
