@@ -1329,39 +1329,33 @@ def frames_text(j: Judging, frames: list[dict[str, Any]], count: int) -> str:
     the profiler's."""
     count = max(count, 3)
     target = Path(j.target).name
-    shown: list[tuple[int, str]] = []  # (the frame's index in ``frames``, its text)
-    first_mine: int | None = None  # its place in ``shown``
-    for i, f in enumerate(frames):
-        if first_mine is not None and len(shown) >= count:
-            break
-        if f.get("module") in _HARNESS_MODULES:
-            continue
-        if first_mine is None and f.get("module") == target:
-            first_mine = len(shown)
-        offset = _int(f.get("offset"))
-        site = None
-        if f.get("module") == target and offset is not None:
-            site = j.site_in_target(offset, return_address=i > 0)
-        elif isinstance(f.get("path"), str) and offset is not None and not f.get("symbol"):
-            # a frame named from the process's maps (a report made without the loader): the file's symbols
-            site = j.symbolizer.site(str(f["path"]), offset, return_address=i > 0)
-        if site is not None and site.function:
-            shown.append((i, site.text()))
-        elif isinstance(f.get("symbol"), str) and f.get("symbol"):
-            shown.append((i, demangle(str(f["symbol"]))))
-        else:
-            shown.append((i, f"{f.get('module', '?')}+{offset or 0:#x}"))
-    if first_mine is None or first_mine < count:
-        kept = shown[:count]
-        texts = [text for _, text in kept]
-    else:
-        skipped = first_mine - count + 1
-        kept = [*shown[:2], *shown[skipped + 2 : first_mine + 1]]
-        texts = [kept[0][1], kept[1][1], f"({skipped} frame{'s' if skipped > 1 else ''})",
-                 *(text for _, text in kept[2:])]  # fmt: skip
-    low, high = (kept[0][0], kept[-1][0]) if kept else (0, -1)
-    dropped = any(frames[i].get("module") in _HARNESS_MODULES for i in range(low, high + 1))
+    # the frames to show (their indexes in ``frames``): chosen by module first, so only those are named
+    ours = [i for i, f in enumerate(frames) if f.get("module") not in _HARNESS_MODULES]
+    first_mine = next((k for k, i in enumerate(ours) if frames[i].get("module") == target), 0)
+    skipped = max(first_mine - count + 1, 0)
+    kept = ours[:count] if not skipped else [*ours[:2], *ours[skipped + 2 : first_mine + 1]]
+    texts = [_frame_text(j, frames[i], i, target) for i in kept]
+    if skipped:
+        texts.insert(2, f"({skipped} frame{'s' if skipped > 1 else ''})")
+    between = range(kept[0], kept[-1]) if kept else range(0)
+    dropped = any(frames[i].get("module") in _HARNESS_MODULES for i in between)
     return " < ".join(texts) + (" (the proxy's frames left out)" if dropped else "")
+
+
+def _frame_text(j: Judging, f: dict[str, Any], i: int, target: str) -> str:
+    """Frame ``i`` of a stack as :func:`frames_text` shows it."""
+    offset = _int(f.get("offset"))
+    site = None
+    if f.get("module") == target and offset is not None:
+        site = j.site_in_target(offset, return_address=i > 0)
+    elif isinstance(f.get("path"), str) and offset is not None and not f.get("symbol"):
+        # a frame named from the process's maps (a report made without the loader): the file's symbols
+        site = j.symbolizer.site(str(f["path"]), offset, return_address=i > 0)
+    if site is not None and site.function:
+        return site.text()
+    if isinstance(f.get("symbol"), str) and f.get("symbol"):
+        return demangle(str(f["symbol"]))
+    return f"{f.get('module', '?')}+{offset or 0:#x}"
 
 
 @rule("VAL-CRASH", "VAL-HANG",

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -10,6 +11,11 @@
 #include <cstring>
 
 namespace profharness {
+
+void* interrupted_pc(const void* ucontext) {
+    if (!ucontext) return nullptr;
+    return reinterpret_cast<void*>(static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs[REG_RIP]);
+}
 
 Json native_stack_json(void* const* ips, int n, const void* exact) {
     Json frames = Json::array();

@@ -284,8 +284,7 @@ void crash_handler(int sig, siginfo_t*, void* uc) {
             for (const Frame& f : *tl_frames) cbs.push(Json(f.name));
         void* ips[32];
         int n = backtrace(ips, 32);
-        const void* pc = uc ? reinterpret_cast<const void*>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]) : nullptr;
-        Json stack = native_stack_json(ips, n, pc);
+        Json stack = native_stack_json(ips, n, interrupted_pc(uc));
         Json rec = Json::object();
         rec.set("name", "proxy.crash").set("payload", Json()).set("signal", strsignal(sig));
         rec.set("callbacks", cbs).set("call", tl_call ? Json(tl_call) : Json()).set("stack", stack);

@@ -695,8 +695,7 @@ __attribute__((noinline)) void report_fault(int sig, const siginfo_t* si, Thread
 // stays small when the fault is not the profiler's.
 void on_fault(int sig, siginfo_t* si, void* uc) {
     ThreadState* t = me_if_known();
-    void* pc = nullptr;
-    if (uc) pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]);
+    void* pc = interrupted_pc(uc);
     const bool target_pc = in_target(pc);
     const bool ours = sig == SIGABRT || target_pc || (t && (t->depth > 0 || t->in_runtime > 0));
     if (ours && g_trace_open.load() && !g_crash_written.exchange(true)) report_fault(sig, si, t, pc, target_pc);
@@ -712,7 +711,7 @@ void* g_stack_pc = nullptr;  // the instruction the request's signal interrupted
 std::atomic<int> g_stack_done{0};
 
 void on_stack_request(int, siginfo_t*, void* uc) {
-    void* pc = uc ? reinterpret_cast<void*>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]) : nullptr;
+    void* pc = interrupted_pc(uc);
     const long self = static_cast<long>(::syscall(SYS_gettid));
     if (g_stack_for.load(std::memory_order_acquire) == self) {
         g_stack_n = backtrace(g_stack_ips, 48);

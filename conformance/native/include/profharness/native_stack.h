@@ -11,6 +11,10 @@ namespace profharness {
 // address that is no return address (the instruction a signal interrupted), named by itself.
 Json native_stack_json(void* const* ips, int n, const void* exact = nullptr);
 
+// The instruction a signal interrupted, from the ucontext a SA_SIGINFO handler is given (x86-64); null
+// without one: native_stack_json's `exact`.
+void* interrupted_pc(const void* ucontext);
+
 // The same array, each frame named from /proc/self/maps ("module", "offset" from the module's first
 // mapping, "path": the file, whose symbols the validator reads) and never by the dynamic loader, so without
 // "symbol": for a report made while another thread may
