@@ -48,6 +48,8 @@ class Document(StrEnum):
     ASSEMBLY_LOAD_STARTED = "ICorProfilerCallback::AssemblyLoadStarted"
     MODULE_LOAD_STARTED = "ICorProfilerCallback::ModuleLoadStarted"
     CLASS_LOAD_STARTED = "ICorProfilerCallback::ClassLoadStarted"
+    #: the callback a DoStackSnapshot walk calls for each frame (a function the profiler writes)
+    STACK_SNAPSHOT_CALLBACK = "StackSnapshotCallback Function"
     #: the CLI standard, Partitions I-III: the IL family (method bodies), one clause per rule of the IL
     #: checker (:data:`clr_model.il.RULES`), named after the rule
     ECMA_335 = "ECMA-335"
@@ -114,6 +116,7 @@ PREFIXES: dict[Document, str] = {
     Document.ASSEMBLY_LOAD_STARTED: "LDS",
     Document.MODULE_LOAD_STARTED: "LDS",
     Document.CLASS_LOAD_STARTED: "LDS",
+    Document.STACK_SNAPSHOT_CALLBACK: "SSC",
     Document.ECMA_335: "IL",
     Document.HARNESS: "VAL",
 }
@@ -137,6 +140,7 @@ _OWN_SOURCES: dict[Document, str] = {
     Document.COR_PRF_MONITOR: _PAGES + "cor-prf-monitor-enumeration",
     Document.ENABLE_REJIT: _PAGES + "cor-prf-monitor-enumeration#feature-enabling-flags",
     Document.FUNCTION_CONTROL: _PAGES + "icorprofilerfunctioncontrol-interface",
+    Document.STACK_SNAPSHOT_CALLBACK: _PAGES + "stacksnapshotcallback-function",
     Document.ECMA_335: (
         "ECMA-335 6th edition (June 2012), https://www.ecma-international.org/publications-and-standards/"
         "standards/ecma-335/; quoted from the Markdown transcription github.com/stakx/ecma-335 (docs/*.md)"

@@ -68,11 +68,19 @@ def hook_kinds() -> list[str]:
 
 
 def _forwarding(
-    m: api.Method, scope: str, table: str, absent: str, *, read_back: bool, before: tuple[str, ...] = ()
+    m: api.Method,
+    scope: str,
+    table: str,
+    absent: str,
+    *,
+    read_back: bool,
+    before: tuple[str, ...] = (),
+    after: tuple[str, ...] = (),
 ) -> list[str]:
     """A generated method: ``scope`` records its arguments, then the call goes on to ``table[version]``
     (``absent``: what it returns when that interface is missing), its scalar out-values read back
-    (``read_back``) before the scope records its HRESULT. ``before``: statements after the arguments."""
+    (``read_back``) before the scope records its HRESULT. ``before``: statements after the arguments;
+    ``after``: after the out-values are read back (``hr_`` the call's HRESULT)."""
     target = f"static_cast<{m.interface}*>({table}[{m.version}])"
     lines = [
         f"    HRESULT STDMETHODCALLTYPE {m.name}({m.signature}) override {{",
@@ -86,6 +94,7 @@ def _forwarding(
         lines += [
             f"        HRESULT hr_ = {target}->{m.name}({m.arg_names});",
             *out_values(m),
+            *(f"        {line}" for line in after),
             "        return s_.finish(hr_);",
         ]
     else:
@@ -104,6 +113,12 @@ def _before_begin(m: api.Method) -> tuple[str, ...]:
     (against the shadow heap), every COR_PRF_FRAME_INFO argument (open, or a returned FunctionEnter2's)."""
     inspect = (f"s_.inspect({_object_id(m)});",) if m.has(Fact.INSPECTS) else ()
     return inspect + tuple(f"s_.frame_info({p.name});" for p in m.params if p.type == "COR_PRF_FRAME_INFO")
+
+
+def _after_call(m: api.Method) -> tuple[str, ...]:
+    """What an ICorProfilerInfo method's scope notes after the call: a COR_PRF_FRAME_INFO out-value (the
+    GetFunction*3Info methods) is handed out afresh, no longer a returned hook's or walk callback's."""
+    return tuple(f"s_.frame_info_given({p.name}, hr_);" for p in m.params if p.type == "COR_PRF_FRAME_INFO*")
 
 
 def render() -> str:
@@ -161,6 +176,7 @@ def render() -> str:
         ),
         read_back=True,
         before=_before_begin,
+        after=_after_call,
     )
     out += ["}  // namespace profharness::proxy", ""]
     return "\n".join(out)
@@ -177,10 +193,12 @@ def _forwarder_class(
     *,
     read_back: bool = False,
     before: Callable[[api.Method], tuple[str, ...]] = lambda m: (),
+    after: Callable[[api.Method], tuple[str, ...]] = lambda m: (),
 ) -> list[str]:
     """Class ``name``: it implements the newest interface of ``family`` and holds ``table`` (its name, and
     what its entry k is: the interface of version k, or null); every method of ``methods`` not written by
-    hand is :func:`_forwarding` through it, recorded by ``scope(m)``, ``before(m)`` after its arguments."""
+    hand is :func:`_forwarding` through it, recorded by ``scope(m)``, ``before(m)`` after its arguments,
+    ``after(m)`` after the call."""
     newest = family_interfaces(family)[-1]
     lines = [
         f"// {about}",
@@ -191,7 +209,9 @@ def _forwarder_class(
     ]
     for m in methods:
         if not m.has(Fact.PROXY_BY_HAND):
-            lines += _forwarding(m, scope(m), table[0], absent, read_back=read_back, before=before(m))
+            lines += _forwarding(
+                m, scope(m), table[0], absent, read_back=read_back, before=before(m), after=after(m)
+            )
     return [*lines, "};", ""]
 
 

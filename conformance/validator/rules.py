@@ -993,20 +993,27 @@ _FRAME_INFO_PARAM = {
 }
 
 
-@rule("FE2-05", what="a frame info passed back only while the hook that received it runs: never a returned "
-      "FunctionEnter2's (the proxy's staleFrameInfo)")  # fmt: skip
+#: the clause a stale frame info breaks, by the holder the proxy's ``staleFrameInfo`` names
+_STALE_FRAME_INFO = {"FunctionEnter2": "FE2-05", "StackSnapshotCallback": "SSC-01"}
+
+
+@rule("FE2-05", "SSC-01", what="a frame info passed back only while the hook or walk callback given it runs: "
+      "never a returned FunctionEnter2's or StackSnapshotCallback's (staleFrameInfo)")  # fmt: skip
 class StaleFrameInfo(StreamRule):
-    """FE2-05: the proxy keeps, per thread, the frame infos of the hooks and stack-walk callbacks open on it
-    and those of the last 32 FunctionEnter2 hooks that returned; a call given a frame info that is none of
-    the first but one of the second carries ``staleFrameInfo`` (the hook's FunctionID, how many enter hooks
-    ago it returned). A value that matches an open one (the same stack slot again) is not judged."""
+    """FE2-05 and SSC-01: the proxy keeps, per thread, the frame infos of the hooks and stack-walk callbacks
+    open on it and the last 32 that went out of use: a FunctionEnter2 hook's when it returned, a
+    StackSnapshotCallback's when that callback returned. A call given a frame info that is none of the first
+    but one of the second carries ``staleFrameInfo`` (its holder, the FunctionID it came with, how many of
+    that holder's went out of use since). A value that matches an open one (the same stack slot again) is not
+    judged, nor one the runtime handed out again (GetFunction*3Info's out-value), nor one used on another
+    thread than the one it was given on."""
 
     reads = _calls(set(_FRAME_INFO_PARAM))
     quiet = Quiet(keys=frozenset({"staleFrameInfo"}), busy=lambda rule: not rule.seen)
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
-        self.seen = False  # a frame info was passed back (the clause is exercised)
+        self.seen = False  # a frame info was passed back (the clauses are exercised)
 
     def on(self, r: Record) -> None:
         frame_info = _arg(r, "args", _FRAME_INFO_PARAM[r["name"]])
@@ -1014,16 +1021,24 @@ class StaleFrameInfo(StreamRule):
             return
         if not self.seen:
             self.seen = True
-            self.j.exercised.add("FE2-05")
+            self.j.exercised.update(_STALE_FRAME_INFO.values())
         stale = r.get("staleFrameInfo")
-        if not isinstance(stale, dict):
+        if not isinstance(stale, dict) or stale.get("hook") not in _STALE_FRAME_INFO:
             return
-        function = _int(stale.get("funcId")) or 0
+        holder = str(stale["hook"])
         ago = _int(stale.get("returnedAgo"))
-        when = "the last FunctionEnter2 to return" if ago == 1 else f"{ago} FunctionEnter2 hooks ago"
-        self.j.at("FE2-05", r, f"{r['name']} given frame info {frame_info:#x}, the func of the "
-                  f"FunctionEnter2 hook of FunctionID {function:#x}, which had returned ({when} on this "
-                  "thread)")  # fmt: skip
+        if holder == "FunctionEnter2":
+            function = _int(stale.get("funcId")) or 0
+            when = "the last FunctionEnter2 to return" if ago == 1 else f"{ago} FunctionEnter2 hooks ago"
+            self.j.at("FE2-05", r, f"{r['name']} given frame info {frame_info:#x}, the func of the "
+                      f"FunctionEnter2 hook of FunctionID {function:#x}, which had returned ({when} on this "
+                      "thread)")  # fmt: skip
+            return
+        when = "the last walk callback to return" if ago == 1 else f"{ago} walk callbacks ago"
+        self.j.at("SSC-01", r, f"{r['name']} given frame info {frame_info:#x}, the frameInfo a "
+                  f"StackSnapshotCallback of a DoStackSnapshot walk on this thread was given, after that "
+                  f"callback had returned ({when}): a walk's frame info is valid only inside the callback "
+                  "it is given to")  # fmt: skip
 
 
 #: the methods a page says to call from a thread of the profiler's own with no callback on its stack, other

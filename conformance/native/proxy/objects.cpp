@@ -217,7 +217,7 @@ void enter2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCT
         OpenFrameInfo open(t, reinterpret_cast<std::uint64_t>(fi));
         g_hooks2.enter(f, cd, fi, ai);
     }
-    enter_returned(t, reinterpret_cast<std::uint64_t>(fi), f);
+    frame_info_returned(t, reinterpret_cast<std::uint64_t>(fi), f, ThreadState::FrameInfoFrom::FunctionEnter2);
 }
 void leave2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi, COR_PRF_FUNCTION_ARGUMENT_RANGE* r) {
     HookScope h(Hook::FunctionLeave2);
@@ -323,6 +323,8 @@ HRESULT walk_relay(FunctionID f, UINT_PTR ip, COR_PRF_FRAME_INFO fi, ULONG32 cs,
         OpenFrameInfo open(t, reinterpret_cast<std::uint64_t>(fi));
         hr = relay->callback ? relay->callback(f, ip, fi, cs, ctx, relay->client) : S_OK;
     }
+    frame_info_returned(t, reinterpret_cast<std::uint64_t>(fi), f,
+                        ThreadState::FrameInfoFrom::StackSnapshotCallback);
     async_set_quiet(quiet);
     pop_frame(t, hr, true);
     return hr;

@@ -100,19 +100,23 @@ struct ThreadState {
     std::uint64_t managed_tid = 0;
     bool tid_known = false;
     bool tid_asked = false;
-    // COR_PRF_FRAME_INFO values (FE2-05): those the hooks and walk callbacks open on this thread were given
-    // (a value past kOpenFrameInfos is not kept: none is judged stale then), and the last kReturnedEnters
-    // FunctionEnter2 hooks that returned, each with its FunctionID (a ring)
+    // COR_PRF_FRAME_INFO values: those the hooks and walk callbacks open on this thread were given (a value
+    // past kOpenFrameInfos is not kept: none is judged stale then), and the last kReturnedFrameInfos that went
+    // out of use (a ring, the newest last): a FunctionEnter2 hook's when it returned (FE2-05), a
+    // StackSnapshotCallback's when that callback returned (SSC-01), each with the FunctionID it came with. A
+    // value the runtime hands out again (GetFunction*3Info's out-value) leaves the ring.
     static constexpr int kOpenFrameInfos = 16;
-    static constexpr int kReturnedEnters = 32;
+    static constexpr int kReturnedFrameInfos = 32;
     std::uint64_t open_frame_infos[kOpenFrameInfos] = {};
     int open_frame_info_n = 0;
-    struct ReturnedEnter {
+    enum class FrameInfoFrom : std::uint8_t { FunctionEnter2, StackSnapshotCallback };
+    struct ReturnedFrameInfo {
         std::uint64_t frame_info;
         std::uint64_t function;
+        FrameInfoFrom from;
     };
-    ReturnedEnter returned_enters[kReturnedEnters] = {};
-    std::uint64_t returned_enter_n = 0;  // how many ever returned (the ring's next slot: n % kReturnedEnters)
+    ReturnedFrameInfo returned_frame_infos[kReturnedFrameInfos] = {};
+    std::uint64_t returned_frame_info_n = 0;  // how many ever went out of use (next slot: n % kReturnedFrameInfos)
     // native stack captured on request (hang report)
     void* stack[48];
     int stack_n = 0;
@@ -136,10 +140,22 @@ class OpenFrameInfo {
     ThreadState& t_;
 };
 
-// A FunctionEnter2 hook has returned: its frame info is no longer valid (FE2-05), kept with its FunctionID.
-inline void enter_returned(ThreadState& t, std::uint64_t frame_info, std::uint64_t function) {
-    t.returned_enters[t.returned_enter_n % ThreadState::kReturnedEnters] = {frame_info, function};
-    ++t.returned_enter_n;
+// The hook or walk callback that was given `frame_info` has returned: the value is no longer valid (FE2-05,
+// SSC-01), kept with its FunctionID; the same value and origin as the newest entry only update it (a walk's
+// callbacks are often given one address for every frame).
+inline void frame_info_returned(ThreadState& t, std::uint64_t frame_info, std::uint64_t function,
+                                ThreadState::FrameInfoFrom from) {
+    if (frame_info == 0) return;
+    constexpr std::uint64_t ring = ThreadState::kReturnedFrameInfos;
+    if (t.returned_frame_info_n > 0) {
+        auto& newest = t.returned_frame_infos[(t.returned_frame_info_n - 1) % ring];
+        if (newest.frame_info == frame_info && newest.from == from) {
+            newest.function = function;
+            return;
+        }
+    }
+    t.returned_frame_infos[t.returned_frame_info_n % ring] = {frame_info, function, from};
+    ++t.returned_frame_info_n;
 }
 
 ThreadState& me();
@@ -386,8 +402,12 @@ class InfoScope : private HandlerCheck, public RecordScope {
     // inspection while a GC is in progress carries `inGc`.
     void inspect(std::uint64_t object_id);
     // A COR_PRF_FRAME_INFO argument: when it is no hook's or walk callback's open on this thread but one a
-    // FunctionEnter2 hook that has returned was given, the record carries `staleFrameInfo` (FE2-05).
+    // FunctionEnter2 hook or a StackSnapshotCallback that has returned was given, the record carries
+    // `staleFrameInfo` (FE2-05, SSC-01).
     void frame_info(std::uint64_t frame_info);
+    // A COR_PRF_FRAME_INFO out-value (GetFunctionEnter3Info and its siblings): the runtime hands the value out
+    // afresh, so it leaves the ring of returned ones.
+    void frame_info_given(const COR_PRF_FRAME_INFO* frame_info, HRESULT hr);
     // After the arguments: flushes the thread's lazy frames, writes the enter record of a two-phase call.
     void begin();
     HRESULT finish(HRESULT hr);

@@ -77,3 +77,30 @@ def test_no_module_is_loaded_from_a_file_path() -> None:
             if rel not in allowed and "spec_from_file_location" in path.read_text():
                 found.append(rel)
     assert not found
+
+
+def test_FE2_05_SSC_01_the_proxy_judges_every_frame_info_argument_and_forgets_every_one_handed_out() -> None:
+    """Every ICorProfilerInfo method given a COR_PRF_FRAME_INFO has the proxy's scope judge it (open, or a
+    returned hook's or walk callback's); every one that hands a COR_PRF_FRAME_INFO out (GetFunction*3Info)
+    has the scope take the value out of the returned ones after the call, so a value the runtime hands out
+    again is never held stale."""
+    from clr_model import api
+    from conformance.codegen import proxy
+
+    text = proxy.render()
+
+    def body(name: str) -> str:
+        start = text.index(f" {name}(")
+        return text[start : text.index("\n    }", start)]
+
+    given = [m for m in api.info_methods() if any(p.type == "COR_PRF_FRAME_INFO" for p in m.params)]
+    handed = [m for m in api.info_methods() if any(p.type == "COR_PRF_FRAME_INFO*" for p in m.params)]
+    assert [m.name for m in given] == ["GetFunctionInfo2"]
+    assert {m.name for m in handed} == {
+        "GetFunctionEnter3Info", "GetFunctionLeave3Info", "GetFunctionTailcall3Info"
+    }  # fmt: skip
+    for m in given:
+        assert "s_.frame_info(frameInfo);" in body(m.name)
+    for m in handed:
+        call = body(m.name)
+        assert call.index(f"->{m.name}(") < call.index("s_.frame_info_given(pFrameInfo, hr_);"), call

@@ -120,6 +120,11 @@ def test_correct_document_written_profilers_have_no_findings(
         ("object_inspector", "heapchurn", "object_inspector: objects="),
         # ObjectReferences and RootReferences2 kept as they come, classes named in GarbageCollectionFinished
         ("heap_graph", "heapchurn", "heap_graph:"),
+        # exception stacks: a synchronous walk in ExceptionThrown, every frame named inside its callback
+        ("exception_stacks", "basic", "exception_stacks: exceptions="),
+        # survivors of every GC copied in MovedReferences2/SurvivingReferences2, sampled in
+        # GarbageCollectionFinished (GetObjectSize2, IsFrozenObject, EnumerateObjectReferences), then named
+        ("survivor_census", "heapchurn", "survivor_census: gcs="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -161,6 +166,14 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # GetILToNativeMapping3's size query given a NULL map and a non-zero cMap
         ("jit_tiering_monitor", "basic", "BUF-04",
          "HRESULT hr = info_->GetILToNativeMapping3(start, kMapSizeHint, &needed, nullptr);"),
+        # the same exception stacks, each frame named after DoStackSnapshot returned with the frameInfo its
+        # callback was given
+        ("exception_stacks_deferred", "basic", "SSC-01",
+         "f.hr = st.info->GetFunctionInfo2(f.func, f.frameInfo, &f.cls, &f.mod, &f.tok, 0, &n, nullptr);"),
+        # large objects' lifetimes (Info13 weak handles); survivors split by generation with
+        # GetObjectGeneration inside MovedReferences2 (and SurvivingReferences2, GCS-01, the same line)
+        ("loh_retention_monitor", "heapchurn", "MR2-09",
+         "HRESULT hr = info_->GetObjectGeneration(start[i], &range);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(

@@ -385,6 +385,35 @@ def test_FE2_05_a_returned_enter_hooks_frame_info_is_a_finding_and_the_hooks_own
     assert "2 FunctionEnter2 hooks ago" in finding.message
 
 
+def test_SSC_01_a_returned_walk_callbacks_frame_info_is_a_finding_and_an_open_one_is_not(
+    tmp_path: Path,
+) -> None:
+    """SSC-01: GetFunctionInfo2 after DoStackSnapshot returned, given the frame info a StackSnapshotCallback
+    was given (the proxy's staleFrameInfo, holder StackSnapshotCallback) is a finding under SSC-01, not
+    FE2-05; the same value inside the callback (open) is not. The message names no frame's function: a walk's
+    callbacks are often given one address for every frame."""
+    stale = {"hook": "StackSnapshotCallback", "funcId": 0x6000, "returnedAgo": 1}
+
+    def info2(frame_info: int, **extra: Any) -> dict[str, Any]:
+        return _call("GetFunctionInfo2", args={"funcId": 0x6000, "frameInfo": frame_info}, **extra)
+
+    rec, run = _recording(tmp_path, [
+        _callback("ExceptionThrown", "enter"),
+        _callback("StackSnapshotCallback", "enter", args={"funcId": 0x6000, "ip": 0x1234}),
+        info2(0x7F00), _callback("StackSnapshotCallback", "return"),
+        info2(0x7F00, staleFrameInfo=stale),
+        _callback("ExceptionThrown", "return"),
+    ])  # fmt: skip
+    findings = check_recording(rec, run)
+    (finding,) = [f for f in findings if f.clause == "SSC-01"]
+    assert not [f for f in findings if f.clause == "FE2-05"], findings
+    assert finding.records == [5] and finding.callback == "ExceptionThrown", finding
+    assert "the frameInfo a StackSnapshotCallback of a DoStackSnapshot walk on this thread was given" in (
+        finding.message
+    )
+    assert "the last walk callback to return" in finding.message
+
+
 def test_DSS_19_a_seeded_walk_of_the_callbacks_own_thread_is_told_it_is_synchronous(tmp_path: Path) -> None:
     """DSS-19 on a seed outside JIT-compiled code: inside a callback, a walk of the current thread (thread 0)
     is a synchronous walk and the message says to pass a null context; outside any callback it does not."""
