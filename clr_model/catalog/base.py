@@ -50,6 +50,11 @@ class Document(StrEnum):
     CLASS_LOAD_STARTED = "ICorProfilerCallback::ClassLoadStarted"
     #: the callback a DoStackSnapshot walk calls for each frame (a function the profiler writes)
     STACK_SNAPSHOT_CALLBACK = "StackSnapshotCallback Function"
+    #: the three methods that hand a WithInfo hook's frame info out: the FE3 family
+    GET_FUNCTION_ENTER3_INFO = "ICorProfilerInfo3::GetFunctionEnter3Info"
+    GET_FUNCTION_LEAVE3_INFO = "ICorProfilerInfo3::GetFunctionLeave3Info"
+    GET_FUNCTION_TAILCALL3_INFO = "ICorProfilerInfo3::GetFunctionTailcall3Info"
+    THREAD_DESTROYED = "ICorProfilerCallback::ThreadDestroyed"
     #: the CLI standard, Partitions I-III: the IL family (method bodies), one clause per rule of the IL
     #: checker (:data:`clr_model.il.RULES`), named after the rule
     ECMA_335 = "ECMA-335"
@@ -117,6 +122,10 @@ PREFIXES: dict[Document, str] = {
     Document.MODULE_LOAD_STARTED: "LDS",
     Document.CLASS_LOAD_STARTED: "LDS",
     Document.STACK_SNAPSHOT_CALLBACK: "SSC",
+    Document.GET_FUNCTION_ENTER3_INFO: "FE3",
+    Document.GET_FUNCTION_LEAVE3_INFO: "FE3",
+    Document.GET_FUNCTION_TAILCALL3_INFO: "FE3",
+    Document.THREAD_DESTROYED: "THD",
     Document.ECMA_335: "IL",
     Document.HARNESS: "VAL",
 }

@@ -117,8 +117,13 @@ def _before_begin(m: api.Method) -> tuple[str, ...]:
 
 def _after_call(m: api.Method) -> tuple[str, ...]:
     """What an ICorProfilerInfo method's scope notes after the call: a COR_PRF_FRAME_INFO out-value (the
-    GetFunction*3Info methods) is handed out afresh, no longer a returned hook's or walk callback's."""
-    return tuple(f"s_.frame_info_given({p.name}, hr_);" for p in m.params if p.type == "COR_PRF_FRAME_INFO*")
+    GetFunction*3Info methods) is handed out afresh, no longer a returned hook's or walk callback's, and
+    inside a WithInfo hook it is that hook's (FE3-01..03) for the call's FunctionID."""
+    out = [p.name for p in m.params if p.type == "COR_PRF_FRAME_INFO*"]
+    if not out:
+        return ()
+    (function,) = [p.name for p in m.params if p.type == "FunctionID"]
+    return tuple(f"s_.frame_info_given({name}, {function}, hr_);" for name in out)
 
 
 def render() -> str:

@@ -595,14 +595,15 @@ class HooksOutsideInitialize(StreamRule):
                       f"{format_hresult(hr)} and the hooks it registers never run")  # fmt: skip
 
 
-# --- IDs of what is still loading (LDS-01..04) -------------------------------------------------------------
+# --- IDs not valid inside the callback that hands them out (LDS-01..04, THD-01) -----------------------------
 
-#: each "...Started" callback whose ID is not valid for an information request until its "...Finished": the
-#: clause its own page states (the catalog's ``during``), the ID's parameter and type (the API table's)
+#: each callback whose ID is not valid for an information request inside it: a "...Started" one until its
+#: "...Finished" (LDS), ThreadDestroyed no longer (THD); the clause its own page states (the catalog's
+#: ``during``), the ID's parameter and type (the API table's)
 _LOADING: dict[str, tuple[str, api.Param]] = {
     callback: (c.id, api.method(callback).params[0])
     for c in CATALOG.values()
-    if c.id.startswith("LDS-")
+    if c.id.startswith(("LDS-", "THD-"))
     for callback in c.during
 }
 #: what an information request is: an ICorProfilerInfo method that asks (Get*, Is*, Enum*, Read*), not one
@@ -624,15 +625,18 @@ _ID_PARAMS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-@rule("LDS-01", "LDS-02", "LDS-03", "LDS-04",
+@rule("LDS-01", "LDS-02", "LDS-03", "LDS-04", "THD-01",
       what="no information request is given the ID an AppDomainCreationStarted, AssemblyLoadStarted, "
-      "ModuleLoadStarted or ClassLoadStarted callback hands out, inside that callback")  # fmt: skip
+      "ModuleLoadStarted, ClassLoadStarted or ThreadDestroyed callback hands out, inside it")  # fmt: skip
 class LoadingIds(StreamRule):
-    """LDS-01..04: inside a "...Started" callback (nested ones too: loading a class can load another), an
-    information request (:data:`_ASKING`; GetModuleInfo(2) excepted, :data:`_ALLOWED_EARLY`) given the ID
-    of a "...Started" callback open on the thread (by the API table's type of each parameter). Not judged: a
-    request about the ID from another thread before its "...Finished" (the class callbacks are recorded only
-    when the profiler calls the runtime inside them, so a recording cannot say when a class finished)."""
+    """LDS-01..04, THD-01: inside a "...Started" callback (nested ones too: loading a class can load
+    another) or ThreadDestroyed, an information request (:data:`_ASKING`; GetModuleInfo(2) excepted,
+    :data:`_ALLOWED_EARLY`) given the ID of such a callback open on the thread (by the API table's type of
+    each parameter). Not judged: a request about a loading ID from another thread before its "...Finished"
+    (the class callbacks are recorded only when the profiler calls the runtime inside them, so a recording
+    cannot say when a class finished), nor one about a destroyed thread after ThreadDestroyed returned (its
+    ThreadID may be a new thread's by then, and ThreadCreated is recorded only when the profiler calls the
+    runtime inside it)."""
 
     reads = (*(("callback", name) for name in _LOADING), ("call", None))
     #: a call is judged only inside one of those callbacks
@@ -666,10 +670,13 @@ class LoadingIds(StreamRule):
                     return
 
     def _found(self, r: Record, clause: str, arg: str, value: int, kind: str, callback: str) -> None:
-        finished = callback.replace("Started", "Finished")
+        if callback.endswith("Started"):
+            finished = callback.replace("Started", "Finished")
+            why = f"it is not valid for an information request until {finished}"
+        else:
+            why = "the thread is destroyed and its ID no longer valid"
         self.j.at(clause, r, f"{r['name']} is given {arg} {value:#x}, the {kind} {callback} hands out, "
-                  f"inside {callback}: it is not valid for an information request until "
-                  f"{finished}")  # fmt: skip
+                  f"inside {callback}: {why}")  # fmt: skip
 
 
 # --- IL bodies (REJIT-01) --------------------------------------------------------------------------------
@@ -994,19 +1001,24 @@ _FRAME_INFO_PARAM = {
 
 
 #: the clause a stale frame info breaks, by the holder the proxy's ``staleFrameInfo`` names
-_STALE_FRAME_INFO = {"FunctionEnter2": "FE2-05", "StackSnapshotCallback": "SSC-01"}
+_STALE_FRAME_INFO = {
+    "FunctionEnter2": "FE2-05", "StackSnapshotCallback": "SSC-01", "FunctionEnter3WithInfo": "FE3-01",
+    "FunctionLeave3WithInfo": "FE3-02", "FunctionTailcall3WithInfo": "FE3-03",
+}  # fmt: skip
 
 
-@rule("FE2-05", "SSC-01", what="a frame info passed back only while the hook or walk callback given it runs: "
-      "never a returned FunctionEnter2's or StackSnapshotCallback's (staleFrameInfo)")  # fmt: skip
+@rule(*_STALE_FRAME_INFO.values(), what="a frame info passed back only while the hook or walk callback "
+      "that got it runs: never a returned FunctionEnter2's, StackSnapshotCallback's or WithInfo "
+      "hook's")  # fmt: skip
 class StaleFrameInfo(StreamRule):
-    """FE2-05 and SSC-01: the proxy keeps, per thread, the frame infos of the hooks and stack-walk callbacks
-    open on it and the last 32 that went out of use: a FunctionEnter2 hook's when it returned, a
-    StackSnapshotCallback's when that callback returned. A call given a frame info that is none of the first
-    but one of the second carries ``staleFrameInfo`` (its holder, the FunctionID it came with, how many of
-    that holder's went out of use since). A value that matches an open one (the same stack slot again) is not
-    judged, nor one the runtime handed out again (GetFunction*3Info's out-value), nor one used on another
-    thread than the one it was given on."""
+    """FE2-05, SSC-01, FE3-01..03: the proxy keeps, per thread, the frame infos of the hooks and stack-walk
+    callbacks open on it, those GetFunction*3Info handed out inside the WithInfo hooks open on it, and the
+    last 32 that went out of use: a FunctionEnter2 hook's when it returned, a StackSnapshotCallback's when
+    that callback returned, a GetFunction*3Info answer when its WithInfo hook returned. A call given a frame
+    info that is none of the first but one of the last carries ``staleFrameInfo`` (its holder, the FunctionID
+    it came with, how many of that holder's went out of use since). A value that matches an open one (the
+    same stack slot again) is not judged, nor one the runtime handed out again (a later GetFunction*3Info's
+    out-value), nor one used on another thread than the one it was given on."""
 
     reads = _calls(set(_FRAME_INFO_PARAM))
     quiet = Quiet(keys=frozenset({"staleFrameInfo"}), busy=lambda rule: not rule.seen)
@@ -1027,12 +1039,20 @@ class StaleFrameInfo(StreamRule):
             return
         holder = str(stale["hook"])
         ago = _int(stale.get("returnedAgo"))
+        function = _int(stale.get("funcId")) or 0
         if holder == "FunctionEnter2":
-            function = _int(stale.get("funcId")) or 0
             when = "the last FunctionEnter2 to return" if ago == 1 else f"{ago} FunctionEnter2 hooks ago"
             self.j.at("FE2-05", r, f"{r['name']} given frame info {frame_info:#x}, the func of the "
                       f"FunctionEnter2 hook of FunctionID {function:#x}, which had returned ({when} on this "
                       "thread)")  # fmt: skip
+            return
+        if holder != "StackSnapshotCallback":
+            kind = holder.removesuffix("3WithInfo").removeprefix("Function")
+            when = f"the last {holder} to return" if ago == 1 else f"{ago} {holder} hooks ago"
+            self.j.at(_STALE_FRAME_INFO[holder], r, f"{r['name']} given frame info {frame_info:#x}, which "
+                      f"GetFunction{kind}3Info handed out for FunctionID {function:#x} inside a {holder} "
+                      f"hook that had returned ({when} on this thread): the handle is valid only during "
+                      "that hook")  # fmt: skip
             return
         when = "the last walk callback to return" if ago == 1 else f"{ago} walk callbacks ago"
         self.j.at("SSC-01", r, f"{r['name']} given frame info {frame_info:#x}, the frameInfo a "

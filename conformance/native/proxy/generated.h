@@ -1983,7 +1983,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         HRESULT hr_ = static_cast<ICorProfilerInfo3*>(real_[3])->GetFunctionEnter3Info(functionId, eltInfo, pFrameInfo, pcbArgumentInfo, pArgumentInfo);
         s_.out("pFrameInfo", pFrameInfo);
         s_.out("pcbArgumentInfo", pcbArgumentInfo);
-        s_.frame_info_given(pFrameInfo, hr_);
+        s_.frame_info_given(pFrameInfo, functionId, hr_);
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionLeave3Info(FunctionID functionId, COR_PRF_ELT_INFO eltInfo, COR_PRF_FRAME_INFO* pFrameInfo, COR_PRF_FUNCTION_ARGUMENT_RANGE* pRetvalRange) override {
@@ -1996,7 +1996,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         if (!real_[3]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo3*>(real_[3])->GetFunctionLeave3Info(functionId, eltInfo, pFrameInfo, pRetvalRange);
         s_.out("pFrameInfo", pFrameInfo);
-        s_.frame_info_given(pFrameInfo, hr_);
+        s_.frame_info_given(pFrameInfo, functionId, hr_);
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE GetFunctionTailcall3Info(FunctionID functionId, COR_PRF_ELT_INFO eltInfo, COR_PRF_FRAME_INFO* pFrameInfo) override {
@@ -2008,7 +2008,7 @@ class InfoRecorderBase : public ICorProfilerInfo14 {
         if (!real_[3]) return s_.finish(E_NOINTERFACE);
         HRESULT hr_ = static_cast<ICorProfilerInfo3*>(real_[3])->GetFunctionTailcall3Info(functionId, eltInfo, pFrameInfo);
         s_.out("pFrameInfo", pFrameInfo);
-        s_.frame_info_given(pFrameInfo, hr_);
+        s_.frame_info_given(pFrameInfo, functionId, hr_);
         return s_.finish(hr_);
     }
     HRESULT STDMETHODCALLTYPE EnumModules(ICorProfilerModuleEnum** ppEnum) override {

@@ -232,17 +232,23 @@ void tail2_wrap(FunctionID f, UINT_PTR cd, COR_PRF_FRAME_INFO fi) {
     g_hooks2.tail(f, cd, fi);
 }
 void enter3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(Hook::FunctionEnter3WithInfo);
+    ThreadState& t = me();
+    HandedFrameInfoScope handed(t, ThreadState::FrameInfoFrom::FunctionEnter3WithInfo);
+    HookScope h(Hook::FunctionEnter3WithInfo, t);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_hooks3i.enter(id, elt);
 }
 void leave3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(Hook::FunctionLeave3WithInfo);
+    ThreadState& t = me();
+    HandedFrameInfoScope handed(t, ThreadState::FrameInfoFrom::FunctionLeave3WithInfo);
+    HookScope h(Hook::FunctionLeave3WithInfo, t);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_hooks3i.leave(id, elt);
 }
 void tail3i_wrap(FunctionIDOrClientID id, COR_PRF_ELT_INFO elt) {
-    HookScope h(Hook::FunctionTailcall3WithInfo);
+    ThreadState& t = me();
+    HandedFrameInfoScope handed(t, ThreadState::FrameInfoFrom::FunctionTailcall3WithInfo);
+    HookScope h(Hook::FunctionTailcall3WithInfo, t);
     h.arg("functionIDOrClientID", id.functionID); h.arg("eltInfo", elt);
     g_hooks3i.tail(id, elt);
 }

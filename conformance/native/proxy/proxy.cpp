@@ -254,22 +254,25 @@ void InfoScope::frame_info(std::uint64_t frame_info) {
     for (std::uint64_t k = 1; k <= kept; ++k) {  // the newest first
         const auto& r = t_->returned_frame_infos[(t_->returned_frame_info_n - k) % ring];
         if (r.frame_info != frame_info) continue;
-        const bool walk = r.from == ThreadState::FrameInfoFrom::StackSnapshotCallback;
         std::uint64_t ago = 0;  // how many of its kind went out of use since, itself included
         for (std::uint64_t i = 1; i <= k; ++i)
             if (t_->returned_frame_infos[(t_->returned_frame_info_n - i) % ring].from == r.from) ++ago;
         two_phase_ = true;  // its enter record survives a crash inside the runtime
         field("staleFrameInfo", Json::object()
-                                    .set("hook", walk ? "StackSnapshotCallback" : "FunctionEnter2")
+                                    .set("hook", frame_info_holder(r.from))
                                     .set("funcId", Json(r.function))
                                     .set("returnedAgo", Json(ago)));
         return;
     }
 }
 
-void InfoScope::frame_info_given(const COR_PRF_FRAME_INFO* frame_info, HRESULT hr) {
+void InfoScope::frame_info_given(const COR_PRF_FRAME_INFO* frame_info, FunctionID function, HRESULT hr) {
     if (muted_ || hr < 0 || frame_info == nullptr || *frame_info == 0) return;
     const auto value = static_cast<std::uint64_t>(*frame_info);
+    if (t_->handed) {
+        t_->handed->frame_info = value;
+        t_->handed->function = function;
+    }
     const std::uint64_t kept = std::min(t_->returned_frame_info_n,
                                         static_cast<std::uint64_t>(ThreadState::kReturnedFrameInfos));
     for (std::uint64_t k = 1; k <= kept; ++k) {

@@ -101,15 +101,30 @@ struct ThreadState {
     bool tid_known = false;
     bool tid_asked = false;
     // COR_PRF_FRAME_INFO values: those the hooks and walk callbacks open on this thread were given (a value
-    // past kOpenFrameInfos is not kept: none is judged stale then), and the last kReturnedFrameInfos that went
-    // out of use (a ring, the newest last): a FunctionEnter2 hook's when it returned (FE2-05), a
-    // StackSnapshotCallback's when that callback returned (SSC-01), each with the FunctionID it came with. A
-    // value the runtime hands out again (GetFunction*3Info's out-value) leaves the ring.
+    // past kOpenFrameInfos is not kept: none is judged stale then), the one GetFunction*3Info handed out
+    // inside each WithInfo hook open on it (`handed`, innermost first), and the last kReturnedFrameInfos that
+    // went out of use (a ring, the newest last): a FunctionEnter2 hook's when it returned (FE2-05), a
+    // StackSnapshotCallback's when that callback returned (SSC-01), a GetFunction*3Info answer when its
+    // WithInfo hook returned (FE3-01..03), each with the FunctionID it came with. A value the runtime hands
+    // out (GetFunction*3Info's out-value) leaves the ring, so a hook's own is never held stale.
     static constexpr int kOpenFrameInfos = 16;
     static constexpr int kReturnedFrameInfos = 32;
     std::uint64_t open_frame_infos[kOpenFrameInfos] = {};
     int open_frame_info_n = 0;
-    enum class FrameInfoFrom : std::uint8_t { FunctionEnter2, StackSnapshotCallback };
+    enum class FrameInfoFrom : std::uint8_t {
+        FunctionEnter2,
+        StackSnapshotCallback,
+        FunctionEnter3WithInfo,
+        FunctionLeave3WithInfo,
+        FunctionTailcall3WithInfo,
+    };
+    struct HandedFrameInfo {
+        FrameInfoFrom hook;
+        std::uint64_t frame_info = 0;  // the last GetFunction*3Info inside the hook handed out (0: none)
+        std::uint64_t function = 0;    // the FunctionID that call was given
+        HandedFrameInfo* outer = nullptr;
+    };
+    HandedFrameInfo* handed = nullptr;
     struct ReturnedFrameInfo {
         std::uint64_t frame_info;
         std::uint64_t function;
@@ -157,6 +172,39 @@ inline void frame_info_returned(ThreadState& t, std::uint64_t frame_info, std::u
     t.returned_frame_infos[t.returned_frame_info_n % ring] = {frame_info, function, from};
     ++t.returned_frame_info_n;
 }
+
+// The name of a frame info's holder, as `staleFrameInfo` says it.
+inline const char* frame_info_holder(ThreadState::FrameInfoFrom from) {
+    switch (from) {
+        case ThreadState::FrameInfoFrom::FunctionEnter2: return "FunctionEnter2";
+        case ThreadState::FrameInfoFrom::StackSnapshotCallback: return "StackSnapshotCallback";
+        case ThreadState::FrameInfoFrom::FunctionEnter3WithInfo: return "FunctionEnter3WithInfo";
+        case ThreadState::FrameInfoFrom::FunctionLeave3WithInfo: return "FunctionLeave3WithInfo";
+        case ThreadState::FrameInfoFrom::FunctionTailcall3WithInfo: return "FunctionTailcall3WithInfo";
+    }
+    return "?";
+}
+
+// A WithInfo hook of the profiler's runs: the frame info GetFunction*3Info hands out inside it is valid while
+// it runs and goes out of use when it returns (FE3-01..03).
+class HandedFrameInfoScope {
+ public:
+    HandedFrameInfoScope(ThreadState& t, ThreadState::FrameInfoFrom hook) : t_(t) {
+        mine_.hook = hook;
+        mine_.outer = t_.handed;
+        t_.handed = &mine_;
+    }
+    ~HandedFrameInfoScope() {
+        t_.handed = mine_.outer;
+        frame_info_returned(t_, mine_.frame_info, mine_.function, mine_.hook);
+    }
+    HandedFrameInfoScope(const HandedFrameInfoScope&) = delete;
+    HandedFrameInfoScope& operator=(const HandedFrameInfoScope&) = delete;
+
+ private:
+    ThreadState& t_;
+    ThreadState::HandedFrameInfo mine_{};
+};
 
 ThreadState& me();
 ThreadState* me_if_known();  // null when this thread never touched the proxy
@@ -407,7 +455,8 @@ class InfoScope : private HandlerCheck, public RecordScope {
     void frame_info(std::uint64_t frame_info);
     // A COR_PRF_FRAME_INFO out-value (GetFunctionEnter3Info and its siblings): the runtime hands the value out
     // afresh, so it leaves the ring of returned ones.
-    void frame_info_given(const COR_PRF_FRAME_INFO* frame_info, HRESULT hr);
+    // Inside a WithInfo hook the value is that hook's until it returns (FE3-01..03), asked for `function`.
+    void frame_info_given(const COR_PRF_FRAME_INFO* frame_info, FunctionID function, HRESULT hr);
     // After the arguments: flushes the thread's lazy frames, writes the enter record of a two-phase call.
     void begin();
     HRESULT finish(HRESULT hr);

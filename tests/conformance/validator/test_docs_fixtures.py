@@ -125,6 +125,11 @@ def test_correct_document_written_profilers_have_no_findings(
         # survivors of every GC copied in MovedReferences2/SurvivingReferences2, sampled in
         # GarbageCollectionFinished (GetObjectSize2, IsFrozenObject, EnumerateObjectReferences), then named
         ("survivor_census", "heapchurn", "survivor_census: gcs="),
+        # ELT v3 WithInfo hooks in assembly saving every register, arguments and return values read with
+        # GetFunction*3Info, GetFunctionInfo2 given the frame info those hand out, inside the same hook
+        ("arg_logger", "basic", "arg_logger: calls="),
+        # static fields read at the moments the documents allow, managed/unmanaged transitions counted
+        ("statics_and_transitions", "basic", "statics_and_transitions: classes="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -174,6 +179,12 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # GetObjectGeneration inside MovedReferences2 (and SurvivingReferences2, GCS-01, the same line)
         ("loh_retention_monitor", "heapchurn", "MR2-09",
          "HRESULT hr = info_->GetObjectGeneration(start[i], &range);"),
+        # slow calls' generic instantiations resolved in the leave hook, with the frame info
+        # GetFunctionEnter3Info handed out in the enter hook (found where GetFunctionInfo2 is called with it)
+        ("slow_call_tracer", "basic", "FE3-01",
+         "if (failed(g_info->GetFunctionInfo2(r->fid, frame, &cls, &mod, &tok, 0, &n, nullptr)))"),
+        # a thread's application domain asked inside ThreadDestroyed, of the thread destroyed
+        ("thread_domain_census", "basic", "THD-01", "HRESULT hr = info_->GetThreadAppDomain(tid, &ad);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(

@@ -414,6 +414,57 @@ def test_SSC_01_a_returned_walk_callbacks_frame_info_is_a_finding_and_an_open_on
     assert "the last walk callback to return" in finding.message
 
 
+def test_FE3_01_a_returned_withinfo_hooks_frame_info_is_a_finding_under_its_getter(
+    tmp_path: Path,
+) -> None:
+    """FE3-01..03: GetFunctionInfo2 in a FunctionLeave3WithInfo hook given the frame info that
+    GetFunctionEnter3Info handed out in a FunctionEnter3WithInfo hook that has returned (the proxy's
+    staleFrameInfo, holder FunctionEnter3WithInfo) is a finding under the getter's clause, FE3-01, naming the
+    FunctionID; the leave hook's own (open) is not."""
+    stale = {"hook": "FunctionEnter3WithInfo", "funcId": 0x5100, "returnedAgo": 3}
+
+    def info2(frame_info: int, **extra: Any) -> dict[str, Any]:
+        return _call("GetFunctionInfo2", args={"funcId": 0x5100, "frameInfo": frame_info}, **extra)
+
+    rec, run = _recording(tmp_path, [
+        _callback("FunctionLeave3WithInfo", "enter", args={"functionIDOrClientID": 0x5100}, hook=True),
+        info2(0x7E00), info2(0x7D00, staleFrameInfo=stale),
+        _callback("FunctionLeave3WithInfo", "return", hook=True),
+    ])  # fmt: skip
+    findings = check_recording(rec, run)
+    (finding,) = [f for f in findings if f.clause.startswith(("FE3-", "FE2-05", "SSC-"))]
+    assert finding.clause == "FE3-01" and finding.records == [3], finding
+    said = "which GetFunctionEnter3Info handed out for FunctionID 0x5100 inside a FunctionEnter3WithInfo hook"
+    assert said in finding.message
+    assert "3 FunctionEnter3WithInfo hooks ago" in finding.message
+
+
+def test_THD_01_an_information_request_about_the_destroyed_thread_inside_ThreadDestroyed(
+    tmp_path: Path,
+) -> None:
+    """THD-01: inside ThreadDestroyed, GetThreadAppDomain given the ThreadID the callback hands out is a
+    finding; the same request about another thread inside it, or about that thread before ThreadDestroyed
+    and after it returned (not judged: the ID may be a new thread's), is not."""
+    dying, other = 0x55E0, 0x55F0
+
+    def domain(thread: int) -> dict[str, Any]:
+        return _call("GetThreadAppDomain", args={"threadId": thread})
+
+    rec, run = _recording(tmp_path, [
+        domain(dying),
+        _callback("ThreadDestroyed", "enter", args={"threadId": dying}),
+        domain(other), domain(dying),
+        _callback("ThreadDestroyed", "return"),
+        domain(dying),
+    ])  # fmt: skip
+    (finding,) = [f for f in check_recording(rec, run) if f.clause == "THD-01"]
+    assert finding.records == [4] and finding.callback == "ThreadDestroyed", finding
+    assert f"GetThreadAppDomain is given threadId {dying:#x}, the ThreadID ThreadDestroyed hands out" in (
+        finding.message
+    )
+    assert "the thread is destroyed and its ID no longer valid" in finding.message
+
+
 def test_DSS_19_a_seeded_walk_of_the_callbacks_own_thread_is_told_it_is_synchronous(tmp_path: Path) -> None:
     """DSS-19 on a seed outside JIT-compiled code: inside a callback, a walk of the current thread (thread 0)
     is a synchronous walk and the message says to pass a null context; outside any callback it does not."""
