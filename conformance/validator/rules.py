@@ -706,7 +706,10 @@ class ILBodyOfCompiledFunction(StreamRule):
     the profiler never asked about, is left alone. A compilation started again without a successful one
     before it (the JITCompilationStarted page: a class constructor halts the first compilation, and "it must
     do so for both JITCompilationStarted events"; or a first compilation that failed) is not a
-    recompilation (``compiledBefore`` counts starts; a recording without ``compiledOk`` is judged by it)."""
+    recompilation (``compiledBefore`` counts starts; a recording without ``compiledOk`` is judged by it).
+    Beside that, anywhere: SetILFunctionBody for a (module, methodDef) whose IL the JIT has compiled for
+    another FunctionID (the proxy's ``compiledMethod``, from its own GetFunctionInfo of every compilation):
+    another instantiation of a generic method, which shares the methodDef's IL."""
 
     reads = (*_calls(set(_FUNCTION_TOKENS)), ("call", _SET_IL), ("callback", _JIT_STARTED))
 
@@ -733,18 +736,24 @@ class ILBodyOfCompiledFunction(StreamRule):
             return
         if not _begins(r):
             return
-        compiling = self.compiling.get(r["os_tid"])
-        if not compiling:
-            return
-        function, before, compiled = compiling[-1]
         self.j.exercised.add("REJIT-01")
-        mine = self.tokens.get(function) if function is not None else None
         asked = (_arg(r, "args", "moduleId"), _arg(r, "args", "methodid"))
-        if compiled and mine is not None and asked == mine:
-            self.j.at("REJIT-01", r, f"SetILFunctionBody for method 0x{mine[1]:08X} inside the "
-                      f"JITCompilationStarted of a recompilation of FunctionID 0x{function:x} (compilation "
-                      f"{before + 1}: a tier-up or on-stack-replacement version): the JIT has compiled this "
-                      "function already")  # fmt: skip
+        compiling = self.compiling.get(r["os_tid"])
+        if compiling:
+            function, before, compiled = compiling[-1]
+            mine = self.tokens.get(function) if function is not None else None
+            if compiled and mine is not None and asked == mine:
+                self.j.at("REJIT-01", r, f"SetILFunctionBody for method 0x{mine[1]:08X} inside the "
+                          f"JITCompilationStarted of a recompilation of FunctionID 0x{function:x} "
+                          f"(compilation {before + 1}: a tier-up or on-stack-replacement version): the JIT "
+                          "has compiled this function already")  # fmt: skip
+                return
+        other = r.get("compiledMethod")
+        compiled_as = _arg(r, "compiledMethod", "functionId") if isinstance(other, dict) else None
+        if compiled_as is not None and asked[1] is not None:
+            self.j.at("REJIT-01", r, f"SetILFunctionBody for method 0x{asked[1]:08X}, whose IL the JIT has "
+                      f"compiled already for FunctionID 0x{compiled_as:x} (every instantiation of a generic "
+                      "method shares its methodDef's IL): the method has been compiled")  # fmt: skip
 
 
 # --- the ReJIT protocol (REJIT-09, REJIT-21, VAL-REJIT-IN-CALLBACK, VAL-REJIT-AGAIN) ---------------------
@@ -1059,6 +1068,52 @@ class StaleFrameInfo(StreamRule):
                   f"StackSnapshotCallback of a DoStackSnapshot walk on this thread was given, after that "
                   f"callback had returned ({when}): a walk's frame info is valid only inside the callback "
                   "it is given to")  # fmt: skip
+
+
+#: each GetFunction*3Info method -> the WithInfo hook it may be called in and its clause (FE3-04..06)
+_ELT3_INFO = {
+    f"GetFunction{kind}3Info": (f"Function{kind}3WithInfo", clause)
+    for kind, clause in (("Enter", "FE3-04"), ("Leave", "FE3-05"), ("Tailcall", "FE3-06"))
+}
+
+
+@rule(*(clause for _, clause in _ELT3_INFO.values()), what="GetFunction*3Info only inside its WithInfo hook, "
+      "given the eltInfo that hook was given")  # fmt: skip
+class Elt3InfoInItsHook(StreamRule):
+    """FE3-04..06: a GetFunctionEnter3Info (Leave, Tailcall) call is judged against the WithInfo hook open
+    innermost on its thread (the hook records carry their eltInfo): none open, another kind of hook, or an
+    eltInfo other than that hook's is a finding. A hook's record is written when the profiler calls the
+    runtime inside it, so the call itself brings its hook's."""
+
+    reads = (*(("callback", hook) for hook, _ in _ELT3_INFO.values()), *_calls(set(_ELT3_INFO)))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        #: per thread, the WithInfo hooks open on it: (hook, its eltInfo, None when not recorded)
+        self.open: dict[int, list[tuple[str, int | None]]] = {}
+
+    def on(self, r: Record) -> None:
+        opened = self.open.setdefault(r["os_tid"], [])
+        if r["kind"] == "callback":
+            if r.get("phase") == "enter":
+                opened.append((r["name"], _arg(r, "args", "eltInfo")))
+            elif r.get("phase") == "return" and opened:
+                opened.pop()
+            return
+        if not _begins(r):
+            return
+        hook, clause = _ELT3_INFO[r["name"]]
+        self.j.exercised.add(clause)
+        given = _arg(r, "args", "eltInfo")
+        if not opened:
+            self.j.at(clause, r, f"{r['name']} called outside any {hook} hook: it may be called only "
+                      "during that hook")  # fmt: skip
+        elif opened[-1][0] != hook:
+            self.j.at(clause, r, f"{r['name']} called inside a {opened[-1][0]} hook: it may be called only "
+                      f"during {hook}")  # fmt: skip
+        elif given is not None and opened[-1][1] is not None and given != opened[-1][1]:
+            self.j.at(clause, r, f"{r['name']} given eltInfo {given:#x}, not the {opened[-1][1]:#x} its "
+                      f"{hook} hook was given: it must be that hook's own")  # fmt: skip
 
 
 #: the methods a page says to call from a thread of the profiler's own with no callback on its stack, other

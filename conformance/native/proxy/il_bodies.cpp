@@ -264,6 +264,9 @@ HRESULT il_set_body(ICorProfilerInfo* real, ModuleID module, mdMethodDef method,
     s.arg("pbNewILMethodHeader", header);
     name_module(module);
     record_body(s, header, 0);
+    // the method's IL was compiled already (for a FunctionID naming it: this one, or another instantiation)
+    if (const std::uint64_t compiled = jit_method_compiled(module, method))
+        s.field("compiledMethod", Json::object().set("functionId", Json(compiled)));
     s.begin();
     if (!real) return s.finish(E_NOINTERFACE);
     return s.finish(real->SetILFunctionBody(module, method, header));

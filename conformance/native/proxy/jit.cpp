@@ -11,6 +11,7 @@
 // information up to the first managed return address, which GetFunctionFromIP names.
 #include <execinfo.h>
 
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -33,6 +34,14 @@ struct Starts {
     std::uint32_t token = 0;
 };
 std::unordered_map<std::uint64_t, Starts>* g_starts = new std::unordered_map<std::uint64_t, Starts>();
+// (module, methodDef) -> the first FunctionID naming it whose compilation succeeded: its IL has been compiled
+// (every instantiation of a generic method shares the methodDef's IL)
+struct MethodKey {
+    std::size_t operator()(const std::pair<std::uint64_t, std::uint32_t>& k) const {
+        return std::hash<std::uint64_t>()(k.first * 31 + k.second);
+    }
+};
+auto* g_compiled_methods = new std::unordered_map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t, MethodKey>();
 
 // The (module, methodDef) a FunctionID names now (0, 0 when the runtime cannot say).
 std::pair<std::uint64_t, std::uint32_t> method_of(std::uint64_t function) {
@@ -72,7 +81,18 @@ void jit_finished(std::uint64_t function, HRESULT status) {
     if (status < 0) return;  // a failure HRESULT: halted (a class constructor ran first) or failed: nothing was compiled
     std::lock_guard<std::mutex> lock(g_mu);
     const auto it = g_starts->find(function);
-    if (it != g_starts->end()) ++it->second.succeeded;
+    if (it == g_starts->end()) return;
+    ++it->second.succeeded;
+    if (it->second.module) g_compiled_methods->emplace(std::make_pair(it->second.module, it->second.token), function);
+}
+
+std::uint64_t jit_method_compiled(std::uint64_t module, std::uint32_t token) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    const auto it = g_compiled_methods->find({module, token});
+    if (it == g_compiled_methods->end()) return 0;
+    const auto starts = g_starts->find(it->second);  // the FunctionID may name another method by now
+    if (starts == g_starts->end() || starts->second.module != module || starts->second.token != token) return 0;
+    return it->second;
 }
 
 std::uint32_t jit_started(std::uint64_t function) {

@@ -326,6 +326,9 @@ std::uint32_t jit_started(std::uint64_t function);
 void jit_finished(std::uint64_t function, HRESULT status);
 // How many compilations of `function` finished with success so far.
 std::uint32_t jit_compiled(std::uint64_t function);
+// A FunctionID naming (module, methodDef) whose compilation finished with success (0: none): the method's IL
+// has been compiled, for that FunctionID or another instantiation sharing it (REJIT-01).
+std::uint64_t jit_method_compiled(std::uint64_t module, std::uint32_t token);
 Json jit_json();  // the proxy.shutdown mark's "jit"
 
 // --- ground truth (truth.cpp) -------------------------------------------------------------------------------

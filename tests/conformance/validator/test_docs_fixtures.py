@@ -130,6 +130,12 @@ def test_correct_document_written_profilers_have_no_findings(
         ("arg_logger", "basic", "arg_logger: calls="),
         # static fields read at the moments the documents allow, managed/unmanaged transitions counted
         ("statics_and_transitions", "basic", "statics_and_transitions: classes="),
+        # runtime pauses timed by reason, suspended threads walked in RuntimeSuspendFinished and by its own
+        # SuspendRuntime sampler
+        ("pause_profiler", "heapchurn", "pause_profiler: suspensions="),
+        # method coverage by IL rewriting in JITCompilationStarted (each methodDef once), an instrumented
+        # code map, GetILToNativeMapping in JITCompilationFinished
+        ("coverage_probe", "basic", "coverage_probe: methods="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -185,6 +191,12 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
          "if (failed(g_info->GetFunctionInfo2(r->fid, frame, &cls, &mod, &tok, 0, &n, nullptr)))"),
         # a thread's application domain asked inside ThreadDestroyed, of the thread destroyed
         ("thread_domain_census", "basic", "THD-01", "HRESULT hr = info_->GetThreadAppDomain(tid, &ad);"),
+        # JIT time charged to the calling frame: the walk callback keeps the frameInfo, GetFunctionInfo2 after
+        ("jit_cost_attributor", "basic", "SSC-01",
+         "HRESULT fi = info_->GetFunctionInfo2(tf.func, tf.frameInfo, &cls, &caller.first"),
+        # coverage per generic instantiation: each FunctionID's compilation rewrites the shared methodDef's IL
+        ("instantiation_coverage", "basic", "REJIT-01",
+         "HRESULT hr = info_->SetILFunctionBody(mod, tok, raw->body);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(

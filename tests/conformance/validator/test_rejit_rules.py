@@ -97,6 +97,24 @@ def test_REJIT_01_only_after_a_compilation_that_succeeded(tmp_path: Path) -> Non
     assert not f.note and "0x06000002" in f.message
 
 
+def test_REJIT_01_another_instantiations_compiled_il(tmp_path: Path) -> None:
+    """REJIT-01 fails SetILFunctionBody for a (module, methodDef) the proxy saw compiled for another
+    FunctionID (``compiledMethod``: another instantiation of a generic method, which shares the methodDef's
+    IL), in a first compilation or outside any; without the mark, the same first compilation is not a
+    finding."""
+    first = 0x7F20
+    set_il = {"moduleId": MODULE, "methodid": METHOD}
+    fresh = _compilation(first, _call("SetILFunctionBody", args=set_il, caller=0))
+    assert of(_findings(tmp_path / "fresh", fresh), "REJIT-01") == []
+    shared = {"compiledMethod": {"functionId": 0x7F18}}
+    inside = _compilation(first, _call("SetILFunctionBody", args=set_il, caller=0, **shared))
+    [f] = of(_findings(tmp_path / "inside", inside), "REJIT-01")
+    assert "whose IL the JIT has compiled already for FunctionID 0x7f18" in f.message
+    assert "0x06000002" in f.message
+    outside = [_call("SetILFunctionBody", args=set_il, caller=0, **shared)]
+    assert len(of(_findings(tmp_path / "outside", outside), "REJIT-01")) == 1
+
+
 def test_REJIT_17_a_revert_without_a_status_array(tmp_path: Path) -> None:
     """RequestRevert's S_OK says only that every revert was tried: a NULL status array is a finding; an array
     (any address) is not."""

@@ -439,6 +439,32 @@ def test_FE3_01_a_returned_withinfo_hooks_frame_info_is_a_finding_under_its_gett
     assert "3 FunctionEnter3WithInfo hooks ago" in finding.message
 
 
+def test_FE3_04_to_06_getfunction3info_only_inside_its_own_hook_with_its_eltinfo(tmp_path: Path) -> None:
+    """FE3-04..06: GetFunctionEnter3Info inside its FunctionEnter3WithInfo hook with that hook's eltInfo is
+    not a finding; with another eltInfo, GetFunctionLeave3Info inside the enter hook, and
+    GetFunctionTailcall3Info outside any hook are, each under its method's clause."""
+
+    def get(name: str, elt: int) -> dict[str, Any]:
+        return _call(name, args={"functionId": 0x5200, "eltInfo": elt})
+
+    enter = {"functionIDOrClientID": 0x5200, "eltInfo": 0x7C00}
+    rec, run = _recording(tmp_path, [
+        _callback("FunctionEnter3WithInfo", "enter", args=enter, hook=True),
+        get("GetFunctionEnter3Info", 0x7C00), get("GetFunctionEnter3Info", 0x7B00),
+        get("GetFunctionLeave3Info", 0x7C00),
+        _callback("FunctionEnter3WithInfo", "return", hook=True),
+        get("GetFunctionTailcall3Info", 0x7C00),
+    ])  # fmt: skip
+    found = {f.clause: f for f in check_recording(rec, run) if f.clause.startswith("FE3-")}
+    assert set(found) == {"FE3-04", "FE3-05", "FE3-06"}, found
+    assert found["FE3-04"].records == [3], found["FE3-04"]
+    assert "given eltInfo 0x7b00, not the 0x7c00" in found["FE3-04"].message
+    assert "called inside a FunctionEnter3WithInfo hook" in found["FE3-05"].message
+    assert found["FE3-06"].records == [6] and "outside any FunctionTailcall3WithInfo hook" in (
+        found["FE3-06"].message
+    )
+
+
 def test_THD_01_an_information_request_about_the_destroyed_thread_inside_ThreadDestroyed(
     tmp_path: Path,
 ) -> None:

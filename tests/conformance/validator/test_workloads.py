@@ -233,22 +233,26 @@ def test_VAL_CRASH_a_rewriter_that_assumes_one_compilation_per_method_crashes_on
 ) -> None:
     """The rewriter frees a method's original body at its first rewrite: on basic (no method recompiled)
     it is clean; on standard the first recompilation (tier-up; OSR on 8.0) makes it crash in its own
-    JITCompilationStarted, at the line that reads the freed body. Kept, standard runs to its end, every
-    recompilation rewritten: no crash, but each rewrite of a recompiled function is REJIT-01 (the
-    SetILFunctionBody page: only functions that have never been compiled), at its SetILFunctionBody line."""
+    JITCompilationStarted, at the line that reads the freed body, after it rewrote a generic method's IL
+    again for a second instantiation (REJIT-01 at its SetILFunctionBody line: the methodDef's IL had been
+    compiled). Kept, standard runs to its end, every recompilation rewritten: no crash, but each rewrite of a
+    recompiled function is REJIT-01 (the SetILFunctionBody page: only functions that have never been
+    compiled), at its SetILFunctionBody line."""
     so = build_fixture("rewrite_each_jit")
     short = api.validate(so, FIXTURE_CLSID, workload="basic")
     assert short.findings == [] and all(r.counts and r.counts.recompilations == 0 for r in short.runs)
     crashed = api.validate(so, FIXTURE_CLSID, workload="standard")
     assert [r.outcome for r in crashed.runs] == ["crashed"] * len(runtimes)
-    (group,) = crashed.findings
-    line = next(n for n, text in enumerate(REWRITER.read_text().splitlines(), 1) if "the fault:" in text)
-    assert group.clause == "VAL-CRASH" and group.runtimes == [rt.version for rt in runtimes]
-    assert group.site is not None and group.site.line == line
-    assert "JITCompilationStarted" in (group.site.function or "")
-    kept = api.validate(so, FIXTURE_CLSID, workload="standard", env={"REWRITE_EACH_JIT_KEEP": "1"})
-    assert [r.outcome for r in kept.runs] == ["ok"] * len(runtimes)
     rewrite = next(n for n, text in enumerate(REWRITER.read_text().splitlines(), 1)
                    if "info->SetILFunctionBody(" in text)  # fmt: skip
+    line = next(n for n, text in enumerate(REWRITER.read_text().splitlines(), 1) if "the fault:" in text)
+    assert {(g.clause, g.site.line if g.site else None) for g in crashed.findings} == {
+        ("VAL-CRASH", line), ("REJIT-01", rewrite)
+    }
+    (group,) = [g for g in crashed.findings if g.clause == "VAL-CRASH"]
+    assert group.runtimes == [rt.version for rt in runtimes]
+    assert "JITCompilationStarted" in (group.site.function if group.site else "")
+    kept = api.validate(so, FIXTURE_CLSID, workload="standard", env={"REWRITE_EACH_JIT_KEEP": "1"})
+    assert [r.outcome for r in kept.runs] == ["ok"] * len(runtimes)
     assert {(g.clause, g.site.line if g.site else None) for g in kept.findings} == {("REJIT-01", rewrite)}
     assert all(r.counts and r.counts.recompilations for r in kept.runs)
