@@ -87,6 +87,9 @@ class Fact(StrEnum):
     INITIALIZES = "initializes"
     #: a managed thread's life begins or ends (its ThreadID parameter names it)
     THREAD_LIFETIME = "thread-lifetime"
+    #: the notification of an exception clause (catch, finally, filter) that GetNotifiedExceptionClauseInfo
+    #: answers about: its ...Enter callback opens it, its ...Leave callback closes it (EXC-01)
+    CLAUSE_NOTICE = "clause-notice"
     #: a recorder (the proxy, the fake runtime) counts it always and writes it only when the profiler calls
     #: the runtime in it
     LAZY = "lazy"
@@ -139,6 +142,7 @@ _APPLIES: Mapping[Fact, frozenset[str | None]] = {
     Fact.SURVIVORS: _CALLBACK_ONLY,
     Fact.INITIALIZES: _CALLBACK_ONLY,
     Fact.THREAD_LIFETIME: _CALLBACK_ONLY,
+    Fact.CLAUSE_NOTICE: _CALLBACK_ONLY,
     Fact.LAZY: _CALLBACK_ONLY,
     Fact.HIGH_VOLUME: _CALLBACK_ONLY,
     Fact.TRIGGERS_GC: _INFO_ONLY,

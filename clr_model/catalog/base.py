@@ -55,6 +55,7 @@ class Document(StrEnum):
     GET_FUNCTION_LEAVE3_INFO = "ICorProfilerInfo3::GetFunctionLeave3Info"
     GET_FUNCTION_TAILCALL3_INFO = "ICorProfilerInfo3::GetFunctionTailcall3Info"
     THREAD_DESTROYED = "ICorProfilerCallback::ThreadDestroyed"
+    GET_NOTIFIED_EXCEPTION_CLAUSE_INFO = "ICorProfilerInfo2::GetNotifiedExceptionClauseInfo"
     #: the CLI standard, Partitions I-III: the IL family (method bodies), one clause per rule of the IL
     #: checker (:data:`clr_model.il.RULES`), named after the rule
     ECMA_335 = "ECMA-335"
@@ -126,6 +127,7 @@ PREFIXES: dict[Document, str] = {
     Document.GET_FUNCTION_LEAVE3_INFO: "FE3",
     Document.GET_FUNCTION_TAILCALL3_INFO: "FE3",
     Document.THREAD_DESTROYED: "THD",
+    Document.GET_NOTIFIED_EXCEPTION_CLAUSE_INFO: "EXC",
     Document.ECMA_335: "IL",
     Document.HARNESS: "VAL",
 }

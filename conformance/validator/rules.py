@@ -1116,6 +1116,60 @@ class Elt3InfoInItsHook(StreamRule):
                       f"{hook} hook was given: it must be that hook's own")  # fmt: skip
 
 
+#: the exception clauses' notifications GetNotifiedExceptionClauseInfo answers about (EXC-01): the ...Enter
+#: callbacks open one, the ...Leave callbacks close it (the API table's clause-notice)
+_CLAUSE_CALLBACKS = api.names_with(Fact.CLAUSE_NOTICE)
+_CLAUSE_ENTERS = frozenset(name for name in _CLAUSE_CALLBACKS if name.endswith("Enter"))
+_CLAUSE_INFO = "GetNotifiedExceptionClauseInfo"
+
+
+@rule("EXC-01", what="GetNotifiedExceptionClauseInfo only from a clause's Enter callback until its Leave")
+class ExceptionClauseWindow(StreamRule):
+    """EXC-01: per thread, an exception clause's window opens at its Enter callback (ExceptionCatcherEnter,
+    ExceptionUnwindFinallyEnter, ExceptionSearchFilterEnter) and closes when its Leave callback returns or
+    at an ExceptionThrown (a nested exception thrown in the clause). A GetNotifiedExceptionClauseInfo call
+    outside every window and outside those callbacks themselves is a finding. A thread on which no
+    ExceptionThrown was recorded is not judged (the recording does not show its exceptions: the profiler did
+    not ask for them). The clause callbacks are recorded whether or not the profiler calls the runtime in
+    them (not lazy), so a window is never missed."""
+
+    reads = (("callback", "ExceptionThrown"), *(("callback", name) for name in sorted(_CLAUSE_CALLBACKS)),
+             ("call", _CLAUSE_INFO))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        #: per thread: clause callbacks running on it, whether a clause's window is open, an exception seen
+        self.inside: dict[int, int] = {}
+        self.open: dict[int, bool] = {}
+        self.thrown: set[int] = set()
+
+    def on(self, r: Record) -> None:
+        thread = r["os_tid"]
+        if r["kind"] == "callback":
+            name, phase = r["name"], r.get("phase")
+            if name == "ExceptionThrown":
+                if phase != "return":
+                    self.thrown.add(thread)
+                    self.open[thread] = False  # a nested exception ends the current clause's window
+                return
+            if phase == "enter":
+                self.inside[thread] = self.inside.get(thread, 0) + 1
+            elif phase == "return":
+                self.inside[thread] = max(self.inside.get(thread, 0) - 1, 0)
+                self.open[thread] = name in _CLAUSE_ENTERS
+            return
+        if not _begins(r) or thread not in self.thrown:
+            return
+        self.j.exercised.add("EXC-01")
+        if self.inside.get(thread, 0) or self.open.get(thread, False):
+            return
+        stack = self.j.stacks.get(thread)
+        where = f"inside {stack[-1].name}" if stack else "outside any callback"
+        self.j.at("EXC-01", r, f"{_CLAUSE_INFO} called {where}, with no exception clause's Enter "
+                  "callback (ExceptionCatcherEnter, ExceptionUnwindFinallyEnter, ExceptionSearchFilterEnter) "
+                  "outstanding on this thread: there is no clause to describe")  # fmt: skip
+
+
 #: the methods a page says to call from a thread of the profiler's own with no callback on its stack, other
 #: than the ReJIT requests (REJIT-09, judged with the ReJIT model): ForceGC
 _OWN_THREAD = api.names_with(Fact.OWN_THREAD) - _REJIT_REQUESTS

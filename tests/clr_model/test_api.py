@@ -94,13 +94,17 @@ BEFORE: dict[api.Fact, set[str]] = {
     api.Fact.INITIALIZES: {"Initialize", "InitializeForAttach"},
     api.Fact.EARLY: {"GetModuleInfo", "GetModuleInfo2"},
     api.Fact.THREAD_LIFETIME: {"ThreadCreated", "ThreadDestroyed"},
+    api.Fact.CLAUSE_NOTICE: {
+        "ExceptionCatcherEnter", "ExceptionCatcherLeave", "ExceptionUnwindFinallyEnter",
+        "ExceptionUnwindFinallyLeave", "ExceptionSearchFilterEnter", "ExceptionSearchFilterLeave",
+    },
     api.Fact.LAZY: {
         "ObjectAllocated", "ObjectReferences", "RootReferences", "RootReferences2", "ObjectsAllocatedByClass",
         "SurvivingReferences", "SurvivingReferences2", "UnmanagedToManagedTransition",
         "ManagedToUnmanagedTransition", "ExceptionSearchFunctionEnter", "ExceptionSearchFunctionLeave",
-        "ExceptionSearchFilterEnter", "ExceptionSearchFilterLeave", "ExceptionUnwindFunctionEnter",
-        "ExceptionUnwindFunctionLeave", "ExceptionUnwindFinallyEnter", "ExceptionUnwindFinallyLeave",
-        "ExceptionOSHandlerEnter", "ExceptionOSHandlerLeave", "ClassLoadStarted", "ClassLoadFinished",
+        # (not the exception clauses' Enter/Leave callbacks: EXC-01 needs them all)
+        "ExceptionUnwindFunctionEnter", "ExceptionUnwindFunctionLeave", "ExceptionOSHandlerEnter",
+        "ExceptionOSHandlerLeave", "ClassLoadStarted", "ClassLoadFinished",
         "JITCompilationStarted", "JITCompilationFinished", "JITInlining", "JITCachedFunctionSearchStarted",
         "JITCachedFunctionSearchFinished", "HandleCreated", "HandleDestroyed",
         "ConditionalWeakTableElementReferences", "EventPipeEventDelivered", "RuntimeThreadSuspended",

@@ -357,15 +357,15 @@ inline constexpr bool kCbLazy[] = {
     false,  // ExceptionThrown
     true,  // ExceptionSearchFunctionEnter
     true,  // ExceptionSearchFunctionLeave
-    true,  // ExceptionSearchFilterEnter
-    true,  // ExceptionSearchFilterLeave
+    false,  // ExceptionSearchFilterEnter
+    false,  // ExceptionSearchFilterLeave
     false,  // ExceptionSearchCatcherFound
     true,  // ExceptionOSHandlerEnter
     true,  // ExceptionOSHandlerLeave
     true,  // ExceptionUnwindFunctionEnter
     true,  // ExceptionUnwindFunctionLeave
-    true,  // ExceptionUnwindFinallyEnter
-    true,  // ExceptionUnwindFinallyLeave
+    false,  // ExceptionUnwindFinallyEnter
+    false,  // ExceptionUnwindFinallyLeave
     false,  // ExceptionCatcherEnter
     false,  // ExceptionCatcherLeave
     false,  // COMClassicVTableCreated

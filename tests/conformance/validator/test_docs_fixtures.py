@@ -136,6 +136,10 @@ def test_correct_document_written_profilers_have_no_findings(
         # method coverage by IL rewriting in JITCompilationStarted (each methodDef once), an instrumented
         # code map, GetILToNativeMapping in JITCompilationFinished
         ("coverage_probe", "basic", "coverage_probe: methods="),
+        # each exception followed through its search and unwind passes, its type and Message read
+        ("exception_flow", "basic", "exception_flow: exceptions=9"),
+        # handles, finalization, roots by kind, classes surviving several GCs (IDs carried through moves)
+        ("leak_detector", "heapchurn", "leak_detector: gcs="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -197,6 +201,12 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # coverage per generic instantiation: each FunctionID's compilation rewrites the shared methodDef's IL
         ("instantiation_coverage", "basic", "REJIT-01",
          "HRESULT hr = info_->SetILFunctionBody(mod, tok, raw->body);"),
+        # the catch clause's native address asked in ExceptionSearchCatcherFound, before the clause is entered
+        ("catch_site_reporter", "basic", "EXC-01",
+         "HRESULT hr = info_->GetNotifiedExceptionClauseInfo(&clause);"),
+        # the class a GC handle holds asked inside RootReferences2
+        ("gc_root_attribution", "heapchurn", "RRF-01",
+         "HRESULT hr = info_->GetClassFromObject(refs[i], &held);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(

@@ -491,6 +491,30 @@ def test_THD_01_an_information_request_about_the_destroyed_thread_inside_ThreadD
     assert "the thread is destroyed and its ID no longer valid" in finding.message
 
 
+def test_EXC_01_clause_info_only_between_a_clause_enter_and_its_leave(tmp_path: Path) -> None:
+    """EXC-01: GetNotifiedExceptionClauseInfo in ExceptionSearchCatcherFound (no clause entered yet) is a
+    finding; inside ExceptionCatcherEnter, between it and its Leave (in another callback), inside the Leave
+    are not; after the Leave returned, and after a nested ExceptionThrown in the clause, it is again. A thread
+    with no ExceptionThrown recorded is not judged."""
+    clause = _call("GetNotifiedExceptionClauseInfo")
+    rec, run = _recording(tmp_path, [
+        clause,  # no exception recorded on the thread: not judged
+        _callback("ExceptionThrown", "enter"), _callback("ExceptionThrown", "return"),
+        _callback("ExceptionSearchCatcherFound", "enter"), clause,  # 5: finding
+        _callback("ExceptionSearchCatcherFound", "return"),
+        _callback("ExceptionCatcherEnter", "enter"), clause, _callback("ExceptionCatcherEnter", "return"),
+        _callback("JITCompilationStarted", "enter"), clause, _callback("JITCompilationStarted", "return"),
+        _callback("ExceptionThrown", "enter"), _callback("ExceptionThrown", "return"),
+        clause,  # 15: a nested exception ended the clause's window
+        _callback("ExceptionCatcherLeave", "enter"), clause, _callback("ExceptionCatcherLeave", "return"),
+        clause,  # 19: after the Leave
+    ])  # fmt: skip
+    found = [f for f in check_recording(rec, run) if f.clause == "EXC-01"]
+    assert sorted(r for f in found for r in f.records) == [5, 15, 19], found
+    inside = [f for f in found if f.records == [5]]
+    assert inside and "called inside ExceptionSearchCatcherFound" in inside[0].message
+
+
 def test_DSS_19_a_seeded_walk_of_the_callbacks_own_thread_is_told_it_is_synchronous(tmp_path: Path) -> None:
     """DSS-19 on a seed outside JIT-compiled code: inside a callback, a walk of the current thread (thread 0)
     is a synchronous walk and the message says to pass a null context; outside any callback it does not."""

@@ -140,6 +140,7 @@ FIXTURES: dict[str, set[str]] = {
     "hooks_after_initialize": {"SEL-01"},
     "load_started": {"LDS-03", "LDS-04"},  # its questions in the Finished callbacks, about earlier IDs: none
     "stale_walk_frame": {"SSC-01"},  # inside the walk callbacks, and with 0 after: none
+    "clause_info": {"EXC-01"},  # in the clause callbacks (catch, finally; Enter and Leave): none
     "null_tailcall": set(),  # allowed (corprof.idl): a note
     "qi_in_gc": set(),  # no document restricts it: a note
     "needs_env": {"VAL-LOAD"},  # without its FIXTURE_GREETING (test_env_and_preload gives it)
