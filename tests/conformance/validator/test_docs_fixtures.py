@@ -140,6 +140,11 @@ def test_correct_document_written_profilers_have_no_findings(
         ("exception_flow", "basic", "exception_flow: exceptions=9"),
         # handles, finalization, roots by kind, classes surviving several GCs (IDs carried through moves)
         ("leak_detector", "heapchurn", "leak_detector: gcs="),
+        # the runtime's identity, the event mask with its high flags, loads named in their ...Finished
+        # callbacks; on 8.0 an EventPipe provider of its own, a session, one event written per assembly
+        ("startup_telemetry", "basic", "startup_telemetry: modules="),
+        # every 10 ms from its own thread: SuspendRuntime, every mapped thread walked, ResumeRuntime
+        ("wall_clock_sampler", "long", "wall_clock_sampler: samples="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -207,6 +212,10 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # the class a GC handle holds asked inside RootReferences2
         ("gc_root_attribution", "heapchurn", "RRF-01",
          "HRESULT hr = info_->GetClassFromObject(refs[i], &held);"),
+        # framework or application code decided early: GetAssemblyInfo inside AssemblyLoadStarted
+        ("assembly_inventory", "basic", "LDS-02", "HRESULT hr = info_->GetAssemblyInfo(id, 0, &cch, nullptr"),
+        # a SIGPROF sampler keyed by OS thread: GetThreadInfo of the ThreadID ThreadDestroyed hands out
+        ("cpu_hotspot_sampler", "basic", "THD-01", "HRESULT hr = info_->GetThreadInfo(threadId, &os);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
