@@ -156,13 +156,14 @@ class OpenFrameInfo {
 };
 
 // The hook or walk callback that was given `frame_info` has returned: the value is no longer valid (FE2-05,
-// SSC-01), kept with its FunctionID; the same value and origin as the newest entry only update it (a walk's
-// callbacks are often given one address for every frame).
+// SSC-01, FE3-01..03), kept with its FunctionID. A walk callback's value equal to the newest entry, also a
+// walk callback's, only updates it (a walk's callbacks are often given one address for every frame); every
+// hook's is an entry of its own (`returnedAgo` counts hooks).
 inline void frame_info_returned(ThreadState& t, std::uint64_t frame_info, std::uint64_t function,
                                 ThreadState::FrameInfoFrom from) {
     if (frame_info == 0) return;
     constexpr std::uint64_t ring = ThreadState::kReturnedFrameInfos;
-    if (t.returned_frame_info_n > 0) {
+    if (from == ThreadState::FrameInfoFrom::StackSnapshotCallback && t.returned_frame_info_n > 0) {
         auto& newest = t.returned_frame_infos[(t.returned_frame_info_n - 1) % ring];
         if (newest.frame_info == frame_info && newest.from == from) {
             newest.function = function;
