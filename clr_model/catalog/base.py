@@ -56,6 +56,9 @@ class Document(StrEnum):
     GET_FUNCTION_TAILCALL3_INFO = "ICorProfilerInfo3::GetFunctionTailcall3Info"
     THREAD_DESTROYED = "ICorProfilerCallback::ThreadDestroyed"
     GET_NOTIFIED_EXCEPTION_CLAUSE_INFO = "ICorProfilerInfo2::GetNotifiedExceptionClauseInfo"
+    #: the two lookups by token that load what they name: the TOK family
+    GET_FUNCTION_FROM_TOKEN_AND_TYPE_ARGS = "ICorProfilerInfo2::GetFunctionFromTokenAndTypeArgs"
+    GET_CLASS_FROM_TOKEN_AND_TYPE_ARGS = "ICorProfilerInfo2::GetClassFromTokenAndTypeArgs"
     #: the CLI standard, Partitions I-III: the IL family (method bodies), one clause per rule of the IL
     #: checker (:data:`clr_model.il.RULES`), named after the rule
     ECMA_335 = "ECMA-335"
@@ -128,6 +131,8 @@ PREFIXES: dict[Document, str] = {
     Document.GET_FUNCTION_TAILCALL3_INFO: "FE3",
     Document.THREAD_DESTROYED: "THD",
     Document.GET_NOTIFIED_EXCEPTION_CLAUSE_INFO: "EXC",
+    Document.GET_FUNCTION_FROM_TOKEN_AND_TYPE_ARGS: "TOK",
+    Document.GET_CLASS_FROM_TOKEN_AND_TYPE_ARGS: "TOK",
     Document.ECMA_335: "IL",
     Document.HARNESS: "VAL",
 }

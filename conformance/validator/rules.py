@@ -1170,6 +1170,43 @@ class ExceptionClauseWindow(StreamRule):
                   "outstanding on this thread: there is no clause to describe")  # fmt: skip
 
 
+#: the lookups by token that load what they name -> their clause (TOK-01, TOK-02: the catalog documents
+#: name the method) and the load callbacks their pages speak of
+_LOADS_BY_TOKEN = {c.document.split("::")[1]: c for c in CATALOG.values() if c.id.startswith("TOK-")}
+_LOAD_CALLBACKS = frozenset(name for c in _LOADS_BY_TOKEN.values() for name in c.during)
+
+
+@rule(*(c.id for c in _LOADS_BY_TOKEN.values()), what="GetFunctionFromTokenAndTypeArgs and "
+      "GetClassFromTokenAndTypeArgs not inside a module or class load callback (a note)")  # fmt: skip
+class LoadByTokenWhileLoading(StreamRule):
+    """TOK-01, TOK-02: a GetFunctionFromTokenAndTypeArgs or GetClassFromTokenAndTypeArgs call while a module
+    or class load callback is open on its thread. A note, never a failure: the pages call it dangerous when
+    the function or type is not loaded yet, which a recording cannot tell."""
+
+    reads = (*(("callback", name) for name in sorted(_LOAD_CALLBACKS)), *_calls(set(_LOADS_BY_TOKEN)))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.open: dict[int, list[str]] = {}  # per thread, the load callbacks open on it
+
+    def on(self, r: Record) -> None:
+        opened = self.open.setdefault(r["os_tid"], [])
+        if r["kind"] == "callback":
+            if r.get("phase") == "enter":
+                opened.append(r["name"])
+            elif r.get("phase") == "return" and opened:
+                opened.pop()
+            return
+        if not _begins(r):
+            return
+        clause = _LOADS_BY_TOKEN[r["name"]]
+        self.j.exercised.add(clause.id)
+        if opened:
+            self.j.at(clause.id, r, f"{r['name']} called inside {opened[-1]}, while the runtime loads a "
+                      "module or a type: its page calls loading by token dangerous there (an infinite loop "
+                      "of circular loads) and discourages the method", note=True)  # fmt: skip
+
+
 #: the methods a page says to call from a thread of the profiler's own with no callback on its stack, other
 #: than the ReJIT requests (REJIT-09, judged with the ReJIT model): ForceGC
 _OWN_THREAD = api.names_with(Fact.OWN_THREAD) - _REJIT_REQUESTS

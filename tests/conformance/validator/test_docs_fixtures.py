@@ -145,6 +145,8 @@ def test_correct_document_written_profilers_have_no_findings(
         ("startup_telemetry", "basic", "startup_telemetry: modules="),
         # every 10 ms from its own thread: SuspendRuntime, every mapped thread walked, ResumeRuntime
         ("wall_clock_sampler", "long", "wall_clock_sampler: samples="),
+        # a static call graph of the app's module from metadata and IL bodies, the JIT's inlining decisions
+        ("call_graph_builder", "basic", "call_graph_builder: methods="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -231,6 +233,23 @@ def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
     found = [g for g in result.findings if g.clause == clause and g.site is not None and g.site.line == at]
     assert found and found[0].runtimes == versions(runtimes), text
     assert same_source(found[0].site.file if found[0].site else None, DOCS / f"{fixture}.cpp"), found[0]
+
+
+@pytest.mark.live
+def test_TOK_01_a_lookup_by_token_inside_ClassLoadFinished_is_a_note_at_its_line(
+    apps: Callable[[str], Path], runtimes: list[Runtime]
+) -> None:
+    """callee_prebinder (written from the documents, its bug of its author's choosing) asks
+    GetFunctionFromTokenAndTypeArgs for the methods of each class inside ClassLoadFinished; the page calls
+    that dangerous "during loading of modules or types" when the function is not loaded yet, which a
+    recording cannot tell: a note (TOK-01) at its line on both runtimes, no finding."""
+    result = validate("callee_prebinder", apps("basic"), runtimes)
+    text = render_text(result, verbose=True)
+    assert all(r.outcome == "ok" for r in result.runs) and result.findings == [], text
+    at = source_line("callee_prebinder", "HRESULT hr = info_->GetFunctionFromTokenAndTypeArgs(mod, mb, cls")
+    (group,) = [g for g in notes(result) if g.clause == "TOK-01"]
+    assert group.site is not None and group.site.line == at and group.runtimes == versions(runtimes), text
+    assert "ClassLoadFinished" in group.occurrences[0].message and group.quote and group.fix, group
 
 
 def test_ORF_01_inspecting_inside_ObjectReferences_names_the_objectreferences_clause(

@@ -515,6 +515,24 @@ def test_EXC_01_clause_info_only_between_a_clause_enter_and_its_leave(tmp_path: 
     assert inside and "called inside ExceptionSearchCatcherFound" in inside[0].message
 
 
+def test_TOK_01_02_lookups_by_token_inside_load_callbacks_are_notes(tmp_path: Path) -> None:
+    """TOK-01/02: GetFunctionFromTokenAndTypeArgs inside ClassLoadFinished and GetClassFromTokenAndTypeArgs
+    inside ModuleLoadFinished are notes (never failures); the same calls in JITCompilationStarted are
+    nothing."""
+    rec, run = _recording(tmp_path, [
+        _callback("ClassLoadFinished", "enter"), _call("GetFunctionFromTokenAndTypeArgs"),
+        _callback("ClassLoadFinished", "return"),
+        _callback("ModuleLoadFinished", "enter"), _call("GetClassFromTokenAndTypeArgs"),
+        _callback("ModuleLoadFinished", "return"),
+        _callback("JITCompilationStarted", "enter"), _call("GetFunctionFromTokenAndTypeArgs"),
+        _call("GetClassFromTokenAndTypeArgs"), _callback("JITCompilationStarted", "return"),
+    ])  # fmt: skip
+    found = {f.clause: f for f in check_recording(rec, run) if f.clause.startswith("TOK-")}
+    assert set(found) == {"TOK-01", "TOK-02"} and all(f.note for f in found.values()), found
+    assert found["TOK-01"].records == [2] and "inside ClassLoadFinished" in found["TOK-01"].message
+    assert found["TOK-02"].records == [5] and "inside ModuleLoadFinished" in found["TOK-02"].message
+
+
 def test_DSS_19_a_seeded_walk_of_the_callbacks_own_thread_is_told_it_is_synchronous(tmp_path: Path) -> None:
     """DSS-19 on a seed outside JIT-compiled code: inside a callback, a walk of the current thread (thread 0)
     is a synchronous walk and the message says to pass a null context; outside any callback it does not."""
