@@ -147,6 +147,9 @@ def test_correct_document_written_profilers_have_no_findings(
         ("wall_clock_sampler", "long", "wall_clock_sampler: samples="),
         # a static call graph of the app's module from metadata and IL bodies, the JIT's inlining decisions
         ("call_graph_builder", "basic", "call_graph_builder: methods="),
+        # dynamic instrumentation: RequestReJIT from its own thread, a counter prologue through the function
+        # control in GetReJITParameters, GetReJITIDs, RequestRevert with a status array
+        ("rejit_probe_agent", "basic", "rejit_probe_agent: requested="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -218,6 +221,9 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         ("assembly_inventory", "basic", "LDS-02", "HRESULT hr = info_->GetAssemblyInfo(id, 0, &cch, nullptr"),
         # a SIGPROF sampler keyed by OS thread: GetThreadInfo of the ThreadID ThreadDestroyed hands out
         ("cpu_hotspot_sampler", "basic", "THD-01", "HRESULT hr = info_->GetThreadInfo(threadId, &os);"),
+        # a call counter's first wave of ReJIT requested inside ModuleLoadFinished, on the loader's thread
+        ("modload_rejit_call_counter", "basic", "REJIT-09",
+         "HRESULT hr = info_->RequestReJIT(static_cast<ULONG>(found.size()), mods.data(), found.data());"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
