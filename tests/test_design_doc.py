@@ -88,3 +88,15 @@ def test_a_new_folder_is_named_and_a_longer_path_does_not_count(tmp_path: Path) 
     assert folders == ["clr_model/", "conformance/", *new, "emu/"]
     text = "See `conformance/newpart/deep/x.cpp` and conformance/newpart/deep/, and emu/."
     assert [f for f in folders if not mentioned(f, text)] == ["clr_model/", "conformance/", new[0]]
+
+
+def test_every_clause_id_prefix_is_named_in_the_clause_ids_section() -> None:
+    """The "Clause ids" section names every id prefix of the catalog's vocabulary (``base.PREFIXES``), as
+    `PREFIX`: a new document's family cannot land unexplained."""
+    from clr_model.catalog.base import PREFIXES
+
+    text = DESIGN.read_text(encoding="utf-8")
+    section = text[text.index("## Clause ids"):]
+    section = section[: section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    named = set(re.findall(r"`([A-Z][A-Z0-9]{1,5})(?:-NAME)?`", section))
+    assert set(PREFIXES.values()) <= named, sorted(set(PREFIXES.values()) - named)
