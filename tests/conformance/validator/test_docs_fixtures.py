@@ -150,6 +150,9 @@ def test_correct_document_written_profilers_have_no_findings(
         # dynamic instrumentation: RequestReJIT from its own thread, a counter prologue through the function
         # control in GetReJITParameters, GetReJITIDs, RequestRevert with a status array
         ("rejit_probe_agent", "basic", "rejit_probe_agent: requested="),
+        # sampled objects' contents (arrays, strings, boxes, fields) read in GarbageCollectionStarted, carried
+        # through every GC's moves and read again in GarbageCollectionFinished
+        ("object_content_sampler", "heapchurn", "object_content_sampler: samples="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -224,6 +227,9 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # a call counter's first wave of ReJIT requested inside ModuleLoadFinished, on the loader's thread
         ("modload_rejit_call_counter", "basic", "REJIT-09",
          "HRESULT hr = info_->RequestReJIT(static_cast<ULONG>(found.size()), mods.data(), found.data());"),
+        # moved bytes charged to the class of each range's first object, asked inside MovedReferences2
+        ("gc_move_class_histogram", "heapchurn", "MR2-09",
+         "if (failed(info_->GetClassFromObject(olds[i], &cls))) cls = 0;"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
