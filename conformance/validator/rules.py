@@ -1138,8 +1138,8 @@ class ExceptionClauseWindow(StreamRule):
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
-        #: per thread: clause callbacks running on it, whether a clause's window is open, an exception seen
-        self.inside: dict[int, int] = {}
+        #: per thread: whether a clause's window is open (its Enter returned, no Leave or exception since),
+        #: and the threads an exception was seen on
         self.open: dict[int, bool] = {}
         self.thrown: set[int] = set()
 
@@ -1151,19 +1151,15 @@ class ExceptionClauseWindow(StreamRule):
                 if phase != "return":
                     self.thrown.add(thread)
                     self.open[thread] = False  # a nested exception ends the current clause's window
-                return
-            if phase == "enter":
-                self.inside[thread] = self.inside.get(thread, 0) + 1
             elif phase == "return":
-                self.inside[thread] = max(self.inside.get(thread, 0) - 1, 0)
                 self.open[thread] = name in _CLAUSE_ENTERS
             return
         if not _begins(r) or thread not in self.thrown:
             return
         self.j.exercised.add("EXC-01")
-        if self.inside.get(thread, 0) or self.open.get(thread, False):
+        stack = self.j.stack(thread)
+        if self.open.get(thread, False) or any(f.name in _CLAUSE_CALLBACKS for f in stack):
             return
-        stack = self.j.stacks.get(thread)
         where = f"inside {stack[-1].name}" if stack else "outside any callback"
         self.j.at("EXC-01", r, f"{_CLAUSE_INFO} called {where}, with no exception clause's Enter "
                   "callback (ExceptionCatcherEnter, ExceptionUnwindFinallyEnter, ExceptionSearchFilterEnter) "
@@ -1183,26 +1179,16 @@ class LoadByTokenWhileLoading(StreamRule):
     or class load callback is open on its thread. A note, never a failure: the pages call it dangerous when
     the function or type is not loaded yet, which a recording cannot tell."""
 
-    reads = (*(("callback", name) for name in sorted(_LOAD_CALLBACKS)), *_calls(set(_LOADS_BY_TOKEN)))
-
-    def __init__(self, judging: Judging) -> None:
-        super().__init__(judging)
-        self.open: dict[int, list[str]] = {}  # per thread, the load callbacks open on it
+    reads = _calls(set(_LOADS_BY_TOKEN))
 
     def on(self, r: Record) -> None:
-        opened = self.open.setdefault(r["os_tid"], [])
-        if r["kind"] == "callback":
-            if r.get("phase") == "enter":
-                opened.append(r["name"])
-            elif r.get("phase") == "return" and opened:
-                opened.pop()
-            return
         if not _begins(r):
             return
         clause = _LOADS_BY_TOKEN[r["name"]]
         self.j.exercised.add(clause.id)
-        if opened:
-            self.j.at(clause.id, r, f"{r['name']} called inside {opened[-1]}, while the runtime loads a "
+        loading = [f.name for f in self.j.stack(r["os_tid"]) if f.name in _LOAD_CALLBACKS]
+        if loading:
+            self.j.at(clause.id, r, f"{r['name']} called inside {loading[-1]}, while the runtime loads a "
                       "module or a type: its page calls loading by token dangerous there (an infinite loop "
                       "of circular loads) and discourages the method", note=True)  # fmt: skip
 

@@ -249,14 +249,13 @@ void InfoScope::frame_info(std::uint64_t frame_info) {
     if (t_->open_frame_info_n > open) return;  // more open than kept: it may be one of them
     for (int k = 0; k < open; ++k)
         if (t_->open_frame_infos[k] == frame_info) return;
-    constexpr std::uint64_t ring = ThreadState::kReturnedFrameInfos;
-    const std::uint64_t kept = std::min(t_->returned_frame_info_n, ring);
+    const std::uint64_t kept = t_->returned_kept();
     for (std::uint64_t k = 1; k <= kept; ++k) {  // the newest first
-        const auto& r = t_->returned_frame_infos[(t_->returned_frame_info_n - k) % ring];
+        const auto& r = t_->returned_ago(k);
         if (r.frame_info != frame_info) continue;
         std::uint64_t ago = 0;  // how many of its kind went out of use since, itself included
         for (std::uint64_t i = 1; i <= k; ++i)
-            if (t_->returned_frame_infos[(t_->returned_frame_info_n - i) % ring].from == r.from) ++ago;
+            if (t_->returned_ago(i).from == r.from) ++ago;
         two_phase_ = true;  // its enter record survives a crash inside the runtime
         field("staleFrameInfo", Json::object()
                                     .set("hook", frame_info_holder(r.from))
@@ -273,12 +272,9 @@ void InfoScope::frame_info_given(const COR_PRF_FRAME_INFO* frame_info, FunctionI
         t_->handed->frame_info = value;
         t_->handed->function = function;
     }
-    const std::uint64_t kept = std::min(t_->returned_frame_info_n,
-                                        static_cast<std::uint64_t>(ThreadState::kReturnedFrameInfos));
-    for (std::uint64_t k = 1; k <= kept; ++k) {
-        auto& r = t_->returned_frame_infos[(t_->returned_frame_info_n - k) % ThreadState::kReturnedFrameInfos];
-        if (r.frame_info == value) r.frame_info = 0;
-    }
+    const std::uint64_t kept = t_->returned_kept();
+    for (std::uint64_t k = 1; k <= kept; ++k)
+        if (t_->returned_ago(k).frame_info == value) t_->returned_ago(k).frame_info = 0;
 }
 
 void InfoScope::begin() {

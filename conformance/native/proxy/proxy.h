@@ -16,6 +16,7 @@
 // module a caller falls in once (a proxy.module mark).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -132,6 +133,13 @@ struct ThreadState {
     };
     ReturnedFrameInfo returned_frame_infos[kReturnedFrameInfos] = {};
     std::uint64_t returned_frame_info_n = 0;  // how many ever went out of use (next slot: n % kReturnedFrameInfos)
+    // How many entries the ring holds, and the k-th newest of them (1: the newest; k <= returned_kept()).
+    std::uint64_t returned_kept() const {
+        return std::min(returned_frame_info_n, static_cast<std::uint64_t>(kReturnedFrameInfos));
+    }
+    ReturnedFrameInfo& returned_ago(std::uint64_t k) {
+        return returned_frame_infos[(returned_frame_info_n - k) % kReturnedFrameInfos];
+    }
     // native stack captured on request (hang report)
     void* stack[48];
     int stack_n = 0;
@@ -162,16 +170,15 @@ class OpenFrameInfo {
 inline void frame_info_returned(ThreadState& t, std::uint64_t frame_info, std::uint64_t function,
                                 ThreadState::FrameInfoFrom from) {
     if (frame_info == 0) return;
-    constexpr std::uint64_t ring = ThreadState::kReturnedFrameInfos;
     if (from == ThreadState::FrameInfoFrom::StackSnapshotCallback && t.returned_frame_info_n > 0) {
-        auto& newest = t.returned_frame_infos[(t.returned_frame_info_n - 1) % ring];
+        auto& newest = t.returned_ago(1);
         if (newest.frame_info == frame_info && newest.from == from) {
             newest.function = function;
             return;
         }
     }
-    t.returned_frame_infos[t.returned_frame_info_n % ring] = {frame_info, function, from};
     ++t.returned_frame_info_n;
+    t.returned_ago(1) = {frame_info, function, from};
 }
 
 // The name of a frame info's holder, as `staleFrameInfo` says it.
