@@ -83,10 +83,6 @@ from clr_model.violations import Violation
 
 __all__ = [
     "ARGUMENT_TYPE_SIZES",
-    "COR_PRF_ENABLE_FRAME_INFO",
-    "COR_PRF_ENABLE_FUNCTION_ARGS",
-    "COR_PRF_ENABLE_FUNCTION_RETVAL",
-    "COR_PRF_MONITOR_ENTERLEAVE",
     "HOOK_RULES",
     "Argument",
     "ArgumentPrediction",
@@ -104,12 +100,6 @@ __all__ = [
     "hook_register_changes",
     "predict_argument_ranges",
 ]
-
-# COR_PRF_MONITOR values (corprof.idl)
-COR_PRF_MONITOR_ENTERLEAVE = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE)
-COR_PRF_ENABLE_FUNCTION_ARGS = int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS)
-COR_PRF_ENABLE_FUNCTION_RETVAL = int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_RETVAL)
-COR_PRF_ENABLE_FRAME_INFO = int(CorPrfMonitor.COR_PRF_ENABLE_FRAME_INFO)
 
 
 class RegisterChange(BaseModel):
@@ -357,7 +347,7 @@ def _present(**values: int | None) -> dict[str, JsonValue]:
 
 def check_hook_events(
     events: Sequence[Event | HookEvent],
-    event_mask: int = COR_PRF_MONITOR_ENTERLEAVE,
+    event_mask: int = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE),
     mapper_installed: bool = False,
 ) -> list[Violation]:
     """Check the FE2 event rules. Without a FunctionIDMapper the runtime's default gives clientData =
@@ -392,10 +382,10 @@ def check_hook_events(
             if want is not None and client_data != want:
                 out.append(Violation(clause="FE2-02", index=i, message=f"clientData {client_data:#x} "
                                      f"for funcId {func_id:#x}, the mapper gave {want:#x}"))
-        if argument_info and not mask & COR_PRF_ENABLE_FUNCTION_ARGS:
+        if argument_info and not mask & CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS:
             out.append(Violation(clause="FE2-04", index=i, message="argumentInfo is non-NULL without "
                                  "COR_PRF_ENABLE_FUNCTION_ARGS"))
-        elif argument_info == 0 and mask & COR_PRF_ENABLE_FUNCTION_ARGS:
+        elif argument_info == 0 and mask & CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS:
             out.append(Violation(clause="FE2-04", index=i, message="argumentInfo is NULL with "
                                  "COR_PRF_ENABLE_FUNCTION_ARGS set"))
         current[ev.thread] = (i, ev)

@@ -62,6 +62,7 @@ from pydantic import (
 from clr_model.abi import ISA, Arch
 from clr_model.context import X86_CONTEXT, ContextError, ContextLayout, runtime_context_layout
 from clr_model.words import FROZEN, U16, U32, U64
+from conformance.core.fsio import file_header
 from emu.errors import CaptureFormatError
 
 __all__ = [
@@ -779,17 +780,10 @@ def read_capture(path: str | os.PathLike[str]) -> Capture:
 
 def parse_capture(data: bytes, name: str = "<capture>") -> Capture:
     """Validate the bytes of a capture file (see :func:`read_capture`)."""
-    if len(data) < _HEADER.size:
-        raise CaptureFormatError(
-            f"{name}: offset 0: {len(data)} bytes, shorter than the {_HEADER.size}-byte header"
-        )
-    magic, version, mlen, mcrc = _HEADER.unpack_from(data, 0)
-    if magic != MAGIC:
-        raise CaptureFormatError(f"{name}: offset 0: not a capture file (bad magic {magic!r})")
-    if version != FORMAT_VERSION:
-        raise CaptureFormatError(
-            f"{name}: offset 8: format version {version}, this reader knows {FORMAT_VERSION}"
-        )
+    _magic, _version, mlen, mcrc = file_header(
+        data, _HEADER, kind="capture", magic=MAGIC, version=FORMAT_VERSION, name=name,
+        error=CaptureFormatError,
+    )  # fmt: skip
     if mlen > MAX_MANIFEST_BYTES:
         raise CaptureFormatError(f"{name}: offset 12: manifest length {mlen} is over the limit")
     end = _HEADER.size + mlen

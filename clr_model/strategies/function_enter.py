@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from clr_model.abi import ABI, ISA, X87_REGISTERS, Arch, InRegister, Kept, MachineState
+from clr_model.flags import CorPrfMonitor
 from clr_model.function_enter import (
     ARGUMENT_TYPE_SIZES,
-    COR_PRF_ENABLE_FUNCTION_ARGS,
     Argument,
     HookEvent,
 )
@@ -123,7 +123,7 @@ def hook_event_sequences(
 ) -> tuple[list[HookEvent], int]:
     """(events, event mask) of enter/leave pairs on a few ``threads``; conforming ones keep every rule,
     the others may also contain any event anywhere (on those threads)."""
-    mask = draw(st.sampled_from([0x20, 0x20 | COR_PRF_ENABLE_FUNCTION_ARGS]))
+    mask = draw(st.sampled_from([0x20, 0x20 | int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS)]))
     events: list[HookEvent] = []
     mapped: dict[int, int] = {}
     for n in range(draw(st.integers(0, 8))):
@@ -132,7 +132,7 @@ def hook_event_sequences(
             mapped[fid] = draw(st.integers(0, 2**32 - 1))
             events.append(HookEvent(kind="mapper", func_id=fid, client_data=mapped[fid]))
         thread = draw(st.sampled_from(threads))
-        args = 0x1000 + n * 16 if mask & COR_PRF_ENABLE_FUNCTION_ARGS else 0
+        args = 0x1000 + n * 16 if mask & CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS else 0
         frame = 0x9000 + n
         token = 0x06000000 + fid
         events.append(HookEvent(kind="enter", thread=thread, func_id=fid, client_data=mapped[fid],

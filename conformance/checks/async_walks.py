@@ -55,21 +55,8 @@ from clr_model.stacksnapshot import (
     seed_for,
     snapshot,
 )
+from conformance.adapters import stack as walks
 from conformance.adapters.identity import FunctionIdentities, ObservedNames
-from conformance.adapters.stack import (
-    ReflectionFrame,
-    TraceWalk,
-    WalkComparison,
-    WalkInputError,
-    WalkRequest,
-    compare_walk,
-    find_walk,
-    need_walk,
-    platform_for,
-    reflection_frames,
-    summary,
-    thread_from_reflection,
-)
 from conformance.core.errors import HarnessError
 from conformance.core.trace import CallRecord, Trace
 from conformance.suite.registry import JudgeFn, experiment, judge
@@ -121,7 +108,7 @@ class GroundTruth:
     """The target's own stack (leaf first) from its ``target.stack`` mark."""
 
     name: str
-    frames: tuple[ReflectionFrame, ...]
+    frames: tuple[walks.ReflectionFrame, ...]
     seq: int
 
     def label(self, index: int) -> str:
@@ -141,7 +128,7 @@ def ground_truth(trace: Trace, name: str) -> GroundTruth:
         stack = payload.get("stack")
         if not isinstance(stack, list) or not stack:
             raise HarnessError(f"{where}: 'stack' must be a non-empty list")
-        return GroundTruth(name=name, frames=reflection_frames(stack, f"{where} stack"), seq=mark.seq)
+        return GroundTruth(name=name, frames=walks.reflection_frames(stack, f"{where} stack"), seq=mark.seq)
     raise HarnessError(
         f"{trace.path}: no {STACK_MARK} mark for thread {name!r} (the scenario's ground truth)"
     )
@@ -149,15 +136,15 @@ def ground_truth(trace: Trace, name: str) -> GroundTruth:
 
 def thread_model(truth: GroundTruth, ids: FunctionIdentities | None = None) -> ThreadModel:
     """The target as the model sees it: CLR helper code on top, its managed frames, the native start."""
-    return thread_from_reflection(
+    return walks.thread_from_reflection(
         truth.frames, ids if ids is not None else FunctionIdentities(), helper_on_top=True
     )
 
 
 def _target(ev: Evidence, entry: str) -> str:
-    target = WalkRequest.from_plan(ev.plan, entry).get("target")
+    target = walks.WalkRequest.from_plan(ev.plan, entry).get("target")
     if not isinstance(target, str) or not target:
-        raise WalkInputError(f"plan entry {entry!r}: args.target (the thread to walk) is missing")
+        raise walks.WalkInputError(f"plan entry {entry!r}: args.target (the thread to walk) is missing")
     return target
 
 
@@ -167,35 +154,35 @@ def _walk_name(entry: str, role: str | None) -> str:
 
 def _compare(
     ev: Evidence, entry: str, state: ThreadState, *, role: str | None = None, os: Os = Os.UNIX
-) -> tuple[GroundTruth, WalkComparison]:
+) -> tuple[GroundTruth, walks.WalkComparison]:
     """Plan entry ``entry``'s walk (``role``) against the model: the target's reflection stack with helper
     code on top, seeded (the documented seed procedure: the first managed frame) when the plan says so."""
     trace = ev.trace
-    request = WalkRequest.from_plan(ev.plan, entry)
+    request = walks.WalkRequest.from_plan(ev.plan, entry)
     truth = ground_truth(trace, _target(ev, entry))
-    walk = need_walk(trace, entry, role)
+    walk = walks.need_walk(trace, entry, role)
     ids = FunctionIdentities()
     thread = thread_model(truth, ids)
     seeded = request.get("seed") is True
     # the seed's size as planned when the plan names it; else the probe's own buffer size (8192)
     planned = request.context_size(runtime_context_size(ev.runtime.version)) if seeded else None
     size = planned if planned is not None else int(walk.arg("contextSize") or 0) if seeded else 0
-    platform = platform_for(ev.runtime.version, os)
+    platform = walks.platform_for(ev.runtime.version, os)
     seed = seed_for(thread) if seeded else None
     model_input = request.model_input(walk, thread, state, platform, seed=seed, context_size=size)
     names = ObservedNames.from_trace(trace)
-    return truth, compare_walk(
+    return truth, walks.compare_walk(
         _walk_name(entry, role), walk, model_input, ids, names, planned_context_size=planned
     )
 
 
 def _require_seeded(ev: Evidence, entry: str, seeded: bool) -> None:
     """Z7: the signal walks' judges rely on the plan entry's seed (a seeded / an unseeded walk)."""
-    request = WalkRequest.from_plan(ev.plan, entry)
+    request = walks.WalkRequest.from_plan(ev.plan, entry)
     request.require(request.get("seed") is seeded, f"args.seed {str(seeded).lower()}")
 
 
-def _lines(*checks: WalkComparison) -> list[str]:
+def _lines(*checks: walks.WalkComparison) -> list[str]:
     return [line for c in checks for line in c.lines()]
 
 
@@ -212,7 +199,7 @@ def _judgement(
     observed: str,
     expected: str,
     evidence: Sequence[int],
-    picture_of: WalkComparison | None = None,
+    picture_of: walks.WalkComparison | None = None,
 ) -> Judgement:
     picture = picture_of.picture() if picture_of is not None else ()
     return Judgement.from_disagreements(
@@ -222,8 +209,8 @@ def _judgement(
 
 def _both(
     truth: GroundTruth,
-    first: WalkComparison,
-    second: WalkComparison,
+    first: walks.WalkComparison,
+    second: walks.WalkComparison,
     observed: tuple[str, str],
     expected: tuple[str, str],
 ) -> Judgement:
@@ -251,7 +238,8 @@ def _async_judge(clause: str, what: str, *uses: str) -> Callable[[JudgeFn], Judg
 def judge_dss02(ev: Evidence) -> Judgement:
     """DSS-02 as the page says it: another thread's ThreadID -> the CLR suspends it, walks, resumes."""
     truth, check = _compare(ev, CROSS_RUNNING, ThreadState.OTHER_SUSPENDED_BY_CLR, os=Os.WINDOWS)
-    unix = snapshot(check.input.model_copy(update={"platform": platform_for(ev.runtime.version, Os.UNIX)}))
+    unix_platform = walks.platform_for(ev.runtime.version, Os.UNIX)
+    unix = snapshot(check.input.model_copy(update={"platform": unix_platform}))
     return _judgement(
         check.lines(),
         f"walk of the running target {truth.name} from the main thread: {check.observed_text}",
@@ -299,7 +287,7 @@ def _interrupted_in_leaf(ev: Evidence, entry: str, truth: GroundTruth) -> tuple[
     func_id = int(call.out.get("functionId") or 0)
     if hresult_failed(call.hr) or func_id == 0:
         answer = f"GetFunctionFromIP {format_hresult(call.hr)}" + ("" if func_id else ", FunctionID 0")
-        request = WalkRequest.from_plan(ev.plan, entry)
+        request = walks.WalkRequest.from_plan(ev.plan, entry)
         require = request.get("requireManagedTop", _REQUIRE_MANAGED_TOP)
         max_attempts = request.number("maxAttempts", _MAX_ATTEMPTS)
         if require is False:
@@ -482,9 +470,9 @@ def _thread_created(trace: Trace, entry: str) -> CallRecord:
 
 def _registered(ev: Evidence, target: str) -> CallRecord:
     """The target's registration (the plan entry ``register-spinner`` names the thread it registers)."""
-    name = WalkRequest.from_plan(ev.plan, REGISTER).get("name")
+    name = walks.WalkRequest.from_plan(ev.plan, REGISTER).get("name")
     if name != target:
-        raise WalkInputError(f"plan entry {REGISTER!r} registers {name!r}, not the target {target!r}")
+        raise walks.WalkInputError(f"plan entry {REGISTER!r} registers {name!r}, not the target {target!r}")
     for call in ev.trace.calls("GetCurrentThreadID", REGISTER):
         value = call.out.get("threadId")
         if isinstance(value, int) and value > 0:
@@ -494,12 +482,12 @@ def _registered(ev: Evidence, target: str) -> CallRecord:
     )
 
 
-def _describe(walk: TraceWalk, names: ObservedNames) -> str:
+def _describe(walk: walks.TraceWalk, names: ObservedNames) -> str:
     """A walk as the probe resolved it (no ground truth needed): HRESULT and callbacks."""
     labels = [
         names.labels.get(f.funcId, "[unknown function]") if f.funcId else "[unmanaged]" for f in walk.frames
     ]
-    return summary(walk.hr, labels)
+    return walks.summary(walk.hr, labels)
 
 
 def _suspend_call(trace: Trace, entry: str) -> CallRecord | None:
@@ -507,13 +495,13 @@ def _suspend_call(trace: Trace, entry: str) -> CallRecord | None:
     return found[-1] if found else None
 
 
-def native_thread_events(trace: Trace) -> tuple[list[Event], list[int], CallRecord | None, TraceWalk]:
+def native_thread_events(trace: Trace) -> tuple[list[Event], list[int], CallRecord | None, walks.TraceWalk]:
     """The native-thread experiment as an async_safety event sequence (+ the seqs it came from, the
     SuspendRuntime call, the warm-up walk). Threads: 1 the native walker, 2 the target."""
     created = _thread_created(trace, NATIVE_THREAD)
     events: list[Event] = [ProfilerThreadCreated(thread=_WALKER)]
     seqs = [created.seq]
-    warm = need_walk(trace, NATIVE_THREAD, "warmup")
+    warm = walks.need_walk(trace, NATIVE_THREAD, "warmup")
     events += [
         DoStackSnapshotBegin(by=_WALKER, target=_TARGET),
         DoStackSnapshotEnd(by=_WALKER, target=_TARGET, frames=len(warm.frames), hr=warm.hr),
@@ -521,7 +509,7 @@ def native_thread_events(trace: Trace) -> tuple[list[Event], list[int], CallReco
     seqs.append(warm.call.seq)
     suspend = _suspend_call(trace, NATIVE_THREAD)
     if suspend is not None and not hresult_failed(suspend.hr):
-        walk = need_walk(trace, NATIVE_THREAD, "suspended")
+        walk = walks.need_walk(trace, NATIVE_THREAD, "suspended")
         events += [
             SuspendThread(by=_WALKER, target=_TARGET),
             DoStackSnapshotBegin(by=_WALKER, target=_TARGET),
@@ -550,7 +538,7 @@ def judge_dss22(ev: Evidence) -> Judgement:
     problems: list[str] = []
     parts: list[str] = []
     for entry, call in ((CROSS_SUSPENDED_MANAGED, managed), (NATIVE_THREAD, native)):
-        walker = WalkRequest.from_plan(ev.plan, entry).get("walker")
+        walker = walks.WalkRequest.from_plan(ev.plan, entry).get("walker")
         who = "main thread" if walker == "self" else "native thread"
         start: Event = (
             ManagedCodeRan(thread=_MAIN) if walker == "self" else ProfilerThreadCreated(thread=_MAIN)
@@ -597,7 +585,7 @@ def judge_dss25(ev: Evidence) -> Judgement:
     names = ObservedNames.from_trace(trace)
     after = ""
     if suspend is not None:
-        walk = find_walk(trace, NATIVE_THREAD, "suspended")
+        walk = walks.find_walk(trace, NATIVE_THREAD, "suspended")
         after = f"; SuspendRuntime {format_hresult(suspend.hr)}" + (
             f", then {_describe(walk, names)}" if walk else ""
         )

@@ -45,7 +45,6 @@ from clr_model.errors import ModelError
 from clr_model.flags import CorPrfMonitor
 from clr_model.function_enter import (
     ARGUMENT_TYPE_SIZES,
-    COR_PRF_ENABLE_FUNCTION_ARGS,
     Argument,
     ArgumentPrediction,
     HookEvent,
@@ -63,7 +62,6 @@ from conformance.suite.registry import ExperimentSpec, JudgeFn, experiment, judg
 from conformance.suite.verdicts import Evidence, Judgement, Status
 
 SCENARIO = "hooks-enter"
-COR_PRF_MONITOR_ENTERLEAVE = int(CorPrfMonitor.COR_PRF_MONITOR_ENTERLEAVE)
 #: the clientData the probe's mapper returns is funcId ^ XOR_MASK
 XOR_MASK = 0x0FE6DFDBFF59B2E2
 #: argument types a scenario may declare: those the model knows the size of
@@ -289,7 +287,7 @@ def _unjudged(run: HookRun, clause: str, expected: str, *, needs_args: bool = Fa
             expected="the ELT hooks installed at Initialize",
             evidence=(run.mark_seq,),
         )
-    if needs_args and not run.event_mask & COR_PRF_ENABLE_FUNCTION_ARGS:
+    if needs_args and not run.event_mask & CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS:
         return Judgement(
             status=NA,
             observed=f"event mask {run.event_mask:#x} has no COR_PRF_ENABLE_FUNCTION_ARGS",
@@ -552,7 +550,7 @@ def judge_fe2_03(evidence: Evidence) -> Judgement:
 def judge_fe2_04(evidence: Evidence) -> Judgement:
     """FE2-04: argumentInfo NULL without COR_PRF_ENABLE_FUNCTION_ARGS, present with it."""
     run = read_run(evidence)
-    with_args = bool(run.event_mask & COR_PRF_ENABLE_FUNCTION_ARGS)
+    with_args = bool(run.event_mask & CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS)
     flag = (
         f"event mask {run.event_mask:#x} ({'with' if with_args else 'without'} COR_PRF_ENABLE_FUNCTION_ARGS)"
     )

@@ -21,23 +21,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import conformance.codegen as gen
 from clr_model import api
 from clr_model.api import Fact
-from conformance.codegen import (
-    NATIVE_DIR,
-    family_interfaces,
-    generated_by,
-    header_opening,
-    iid_switch,
-    max_levels,
-    method_enum,
-    method_names,
-    out_values,
-    per_method,
-    recordable,
-)
 
-OUTPUT = NATIVE_DIR / "fakeruntime" / "generated.h"
+OUTPUT = gen.NATIVE_DIR / "fakeruntime" / "generated.h"
 
 #: by-value parameter types ``deliver_scalar`` reads from a JSON integer
 _INT_TYPES = frozenset(
@@ -56,7 +44,7 @@ def _deliverable(params: Sequence[api.Param]) -> bool:
 
 
 def render() -> str:
-    infos = family_interfaces(api.INFO)
+    infos = gen.family_interfaces(api.INFO)
     metadata = api.interface("IMetaDataImport")
     cb_methods, info_methods = api.callbacks(), api.info_methods()
     about = [
@@ -64,17 +52,17 @@ def render() -> str:
         "hands the profiler (every call recorded as the recording proxy records it), IMetaDataImport.",
     ]
     out = [
-        *header_opening(generated_by(__name__), about, ['"fakeruntime.h"'], "profharness::fake"),
-        *max_levels(),
+        *gen.header_opening(gen.generated_by(__name__), about, ['"fakeruntime.h"'], "profharness::fake"),
+        *gen.max_levels(),
         "",
-        *method_enum("Cb", cb_methods),
-        *method_names("kCbNames", cb_methods),
-        *per_method("int", "kCbLevel", cb_methods, lambda m: str(m.version)),
-        *per_method("bool", "kCbLazy", cb_methods, lambda m: str(m.has(Fact.LAZY)).lower()),
-        *per_method("DWORD", "kCbMask", cb_methods, lambda m: m.monitor or "0"),
+        *gen.method_enum("Cb", cb_methods),
+        *gen.method_names("kCbNames", cb_methods),
+        *gen.per_method("int", "kCbLevel", cb_methods, lambda m: str(m.version)),
+        *gen.per_method("bool", "kCbLazy", cb_methods, lambda m: str(m.has(Fact.LAZY)).lower()),
+        *gen.per_method("DWORD", "kCbMask", cb_methods, lambda m: m.monitor or "0"),
         "",
-        *iid_switch("callback_iid", api.CALLBACK),
-        *iid_switch("info_iid", api.INFO),
+        *gen.iid_switch("callback_iid", api.CALLBACK),
+        *gen.iid_switch("info_iid", api.INFO),
         "",
         "// Makes callback `id` when all its parameters are scalars (BOOL* out-flags get a local);",
         "// false when it has others (arrays, GUIDs, interfaces): fakeruntime.cpp makes those by hand.",
@@ -118,14 +106,14 @@ def render() -> str:
         out.append(f'        CallScope s_("{m.name}", {two});')
         out.append("        s_.caller(__builtin_return_address(0));")
         for p in m.params:
-            if recordable(p.type):
+            if gen.recordable(p.type):
                 out.append(f'        s_.arg("{p.name}", {p.name});')
             elif not m.has(Fact.FAKE_ANSWERS):
                 out.append(f"        (void){p.name};")
         out.append("        s_.begin();")
         if m.has(Fact.FAKE_ANSWERS):
             out.append(f"        HRESULT hr_ = answer_{m.name}({m.arg_names});")
-            out += out_values(m)
+            out += gen.out_values(m)
             out.append("        return s_.finish(hr_);")
         else:
             out.append("        return s_.finish(E_NOTIMPL);")

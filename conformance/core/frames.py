@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from conformance.core.errors import HarnessError
+from conformance.core.fsio import file_header
 
 __all__ = [
     "FILE_HEADER_SIZE",
@@ -131,15 +132,9 @@ def _frame_at(data: bytes | memoryview, offset: int, index: int, where: str) -> 
 
 def parse_frames(data: bytes, name: str = "<frames>") -> FrameFile:
     """The complete frames of ``data`` (a whole frames file); see the module's docstring."""
-    if len(data) < FILE_HEADER_SIZE:
-        raise FramesError(
-            f"{name}: not a frames file: {len(data)} bytes, shorter than the 16-byte file header"
-        )
-    magic, version, flags, _reserved = _FILE_HEADER.unpack_from(data, 0)
-    if magic != MAGIC:
-        raise FramesError(f"{name}: not a frames file: magic {magic!r}, expected {MAGIC!r}")
-    if version != VERSION:
-        raise FramesError(f"{name}: frames version {version}, this reader reads version {VERSION}")
+    _magic, _version, flags, _reserved = file_header(
+        data, _FILE_HEADER, kind="frames", magic=MAGIC, version=VERSION, name=name, error=FramesError
+    )
     frames: list[BinaryFrame] = []
     view = memoryview(data)
     offset = FILE_HEADER_SIZE

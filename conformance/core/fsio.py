@@ -3,16 +3,19 @@
 :func:`check_output_path` answers, before a long run starts, whether a report could be written to a path
 (its folder exists and is writable, the path is not a folder); :func:`atomic_write_text` writes a file to a
 temporary name in the same folder, fsyncs it and renames it over the target, so a failed write leaves the
-old file as it was and a reader never sees half a report.
+old file as it was and a reader never sees half a report. :func:`file_header` reads the fixed header a
+binary file of the harness starts with (magic, then version), or says in one line why the file is not one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from conformance.core.errors import InputError
 
@@ -92,3 +95,28 @@ def read_text_file(path: Path, what: str = "file") -> str:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: the {what} is not UTF-8 text (byte {exc.start})") from None
+
+
+def file_header(
+    data: bytes,
+    header: struct.Struct,
+    *,
+    kind: str,
+    magic: bytes,
+    version: int,
+    name: str,
+    error: type[Exception],
+) -> tuple[Any, ...]:
+    """The fields of ``header`` at the start of ``data``, whose first two are the magic (``len(magic)`` bytes)
+    and the version. Raises ``error`` with one line (``name``, the offset, what is wrong) for a file that is
+    shorter than the header, has another magic (not a ``kind`` file) or another version."""
+    not_one = f"{name}: offset 0: not a {kind} file"
+    if len(data) < header.size:
+        raise error(f"{not_one}: {len(data)} bytes, shorter than the {header.size}-byte file header")
+    fields = header.unpack_from(data, 0)
+    if fields[0] != magic:
+        raise error(f"{not_one}: magic {fields[0]!r}, expected {magic!r}")
+    if fields[1] != version:
+        where = f"{name}: offset {len(magic)}"
+        raise error(f"{where}: {kind} version {fields[1]}, this reader reads version {version}")
+    return tuple(fields)

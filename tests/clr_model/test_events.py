@@ -22,7 +22,8 @@ from clr_model.events import (
     events_from_json,
     events_to_json,
 )
-from clr_model.function_enter import COR_PRF_ENABLE_FUNCTION_ARGS, HookEvent
+from clr_model.flags import CorPrfMonitor
+from clr_model.function_enter import HookEvent
 from clr_model.hresults import HResult
 from clr_model.moved_refs import HeapEvent
 from clr_model.strategies.events import AREAS, any_events, area_sequences, mixed_sequences
@@ -216,7 +217,8 @@ def test_FE2_11_force_gc_inside_a_hook_and_DSS_24_with_a_lock_held() -> None:
 def test_FE2_04_failed_set_event_mask_does_not_change_the_mask() -> None:
     enter = ProfilerCallback(thread=1, name="FunctionEnter2",
                              args={"funcId": 1, "clientData": 1, "argumentInfo": 0x10})
-    ok = InfoCall(name="SetEventMask", args={"dwEvents": 0x20 | COR_PRF_ENABLE_FUNCTION_ARGS}, hr=0)
+    mask = 0x20 | int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS)
+    ok = InfoCall(name="SetEventMask", args={"dwEvents": mask}, hr=0)
     refused = ok.model_copy(update={"hr": FAILED})
     assert function_enter.check_hook_events([ok, enter]) == []
     assert [v.clause for v in function_enter.check_hook_events([refused, enter])] == ["FE2-04"]

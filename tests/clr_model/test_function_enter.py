@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from clr_model.abi import ABI, ARCHES, Arch, MachineState
 from clr_model.errors import InvalidInput, ModelError
+from clr_model.flags import CorPrfMonitor
 from clr_model.function_enter import (
-    COR_PRF_ENABLE_FUNCTION_ARGS,
     HOOK_RULES,
     Argument,
     HookEvent,
@@ -36,7 +36,7 @@ from clr_model.strategies.function_enter import (
 
 FAST = settings(max_examples=75, deadline=None)
 MASK = 0x1000  # COR_PRF_MONITOR_ENTERLEAVE
-ARGS_MASK = MASK | COR_PRF_ENABLE_FUNCTION_ARGS
+ARGS_MASK = MASK | int(CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS)
 
 
 def enter(fid: int = 7, cd: int = 7, func: int = 0x900, args: int = 0, target: int | None = None,
@@ -109,7 +109,7 @@ def test_FE2_03_frame_handle_accepted_property(case: tuple[list[HookEvent], int]
 
 
 def test_FE2_04_argument_info_needs_flag_example() -> None:
-    assert COR_PRF_ENABLE_FUNCTION_ARGS == 0x02000000
+    assert CorPrfMonitor.COR_PRF_ENABLE_FUNCTION_ARGS == 0x02000000
     assert ids([enter(args=0x1000), LEAVE], event_mask=MASK) == ["FE2-04"]
     assert ids([enter(args=0x1000), LEAVE], event_mask=ARGS_MASK) == []
     switch = HookEvent(kind="set_event_mask", mask=ARGS_MASK)

@@ -145,7 +145,7 @@ def test_every_truncation_is_one_error_naming_an_offset(tmp_path: Path, good: Pa
 def test_bad_magic_and_version(tmp_path: Path, good: Path) -> None:
     data = good.read_bytes()
     expect_error(tmp_path, b"GARBAGE!" + data[8:], "offset 0: not a capture file")
-    expect_error(tmp_path, data[:8] + struct.pack("<I", 99) + data[12:], "offset 8: format version 99")
+    expect_error(tmp_path, data[:8] + struct.pack("<I", 99) + data[12:], "offset 8: capture version 99")
 
 
 def test_manifest_length_past_the_file(tmp_path: Path, good: Path) -> None:
