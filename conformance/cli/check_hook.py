@@ -7,9 +7,10 @@ object run too) and run from ``--runs`` random states drawn from ``--seed``, as 
 SetEnterLeaveFunctionHooks3) are called straight from JIT code; ``slow`` (the ...3WithInfo hooks) is an
 ordinary C function called by the runtime's stub, whose calls to libc and ICorProfilerInfo are answered.
 Every rule it breaks is a finding with its clause (FE2-06 memory, FE2-07/08 registers, FE2-09 stack,
-FE2-10 no return within the budget, FE2-12 a call or jump out of the object; see
-:data:`clr_model.function_enter.HOOK_RULES`); what the runtime does not rely on (the x86 EFLAGS status
-flags) is a note; runs that reached what the emulator never provided are counted as not emulated.
+FE2-10 no return within the budget; see :data:`clr_model.function_enter.HOOK_RULES`); what the runtime does
+not rely on (the x86 EFLAGS status flags) and a call or jump out of the object from a JIT-called hook
+(answered, what it calls not checked: FE2-12) are notes; runs that reached what the emulator never
+provided are counted as not emulated.
 
 Exit status: 0 every rule held in every run emulated (notes and runs not emulated included); 1 a rule was
 broken (a hook that loops forever or jumps to an address it made up is a finding, not an input error); 2

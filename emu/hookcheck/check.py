@@ -4,9 +4,11 @@ One check = one hook symbol, one architecture and one *kind* (how the runtime ca
 :data:`clr_model.abi.KINDS`; its ABI table is ``HOOK_ABIS[kind][arch]``):
 
 * ``enter2`` (FunctionEnter2/Leave2/Tailcall2) and ``fast`` (FunctionEnter3/Leave3/Tailcall3, one parameter):
-  called straight from JIT code, naked: every register the table keeps must come back, and anything that
-  leaves the object (a call or jump to libc or the runtime) is FE2-12, because the checker cannot see what
-  that code does (it may block, trigger a GC or run managed code);
+  called straight from JIT code, naked: every register the table keeps must come back. A call or jump out of
+  the object (libc's clock_gettime, ``__tls_get_addr``, ...) is answered as the ``slow`` kind's are (below),
+  so the registers are judged across it, and told as an FE2-12 *note*: the page forbids calling managed code
+  or allocating managed memory, which a call to another object's symbol need not do (a timing hook reads a
+  clock), and the checker cannot see what that code does; never a finding;
 * ``slow`` (the ...3WithInfo hooks): called by the runtime's register-saving stub as an ordinary System V C
   function (research/api-facts.md 4.7), so only the callee-saved registers, DF and the stack are judged,
   and calls out of the object are *emulated*: a call to libc (or any symbol of another object) returns 0
@@ -65,7 +67,7 @@ What each run checks (rules and clauses from :data:`clr_model.function_enter.HOO
   then attributed to the last instruction that changed it by running the same state again, single-stepping
   with a code hook that watches only the changed registers (cheap runs stay cheap);
 * while it runs (a block hook and memory hooks): a block outside the object's executable segments, a call
-  or jump out of the object (FE2-12 unless the kind emulates it), a stray access (FE2-06, above), a
+  or jump out of the object (answered; a note for the JIT-called kinds), a stray access (FE2-06, above), a
   misaligned stack at the entry of a callee (where the ABI aligns it, FE2-09), and the instruction budget
   (FE2-10: a hook that does not return within it never does, for the checker).
 
@@ -438,17 +440,17 @@ class HookChecker:
                           f"(mod {align}) at the callee's entry", call)
 
     def _call_out(self, run: _HookRun, address: int) -> None:
-        """A call or jump to another object's symbol: answered (slow kind) or FE2-12."""
+        """A call or jump to another object's symbol: answered as an ordinary call; from a hook JIT code calls
+        straight (not the slow kind) also an FE2-12 note (what the symbol's code does is not checked)."""
         name = self.obj.traps[address]
         call = self._last_branch(run)
         if self.abi.stack_alignment is not None and call is not None and call.mnemonic == "call":
             self._check_alignment(run, call)
-        if self.slow:
-            run.pending = ("trap", address)
-            self._stop()
-            return
-        self._finding(run, "stays-in-object", f"calls or jumps to {name} outside the object", call,
-                      target=name)
+        if not self.slow:
+            self._finding(run, "stays-in-object", f"calls or jumps to {name} outside the object (answered as "
+                          "an ordinary call: that it never calls managed code or allocates is not checked)",
+                          call, target=name, note=True)
+        run.pending = ("trap", address)
         self._stop()
 
     def _info_call(self, run: _HookRun, slot: int) -> None:

@@ -66,14 +66,16 @@ def test_only_notes_exit_0(libs: tuple[Path, Path], capsys: pytest.CaptureFixtur
     assert all(n["note"] and n["register"] == "EFLAGS status flags" for n in report["notes"])
 
 
-@pytest.mark.parametrize(("kind", "code"), [("slow", 0), ("fast", 1), ("enter2", 1)])
+@pytest.mark.parametrize(("kind", "code"), [("slow", 0), ("fast", 1), ("enter2", 0)])
 def test_kind_says_how_the_runtime_calls_the_hook(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   kind: str, code: int) -> None:
     lib = build_hook_library([HOOKS / "slow_x64.S"], "x64", name="slow_x64", cache_root=tmp_path)
     assert main(["check-hook", str(lib), "calls_printf", "--arch", "x64", "--kind", kind, "--json"]) == code
     report = json.loads(capsys.readouterr().out)
-    assert report["kind"] == kind and [f["clause"] for f in report["findings"]] == ([] if code == 0
-                                                                                    else ["FE2-12"])
+    assert report["kind"] == kind and {f["clause"] for f in report["findings"]} == (
+        set() if code == 0 else {"FE2-07", "FE2-08"})  # fast: the registers printf may change, not kept
+    calls = [n["clause"] for n in report["notes"] if n["rule"] == "stays-in-object"]
+    assert calls == ([] if kind == "slow" else ["FE2-12"])
 
 
 def test_FE2_10_an_endless_loop_is_a_finding_not_an_error(libs: tuple[Path, Path],

@@ -57,13 +57,15 @@ def test_every_registration_is_checked_with_its_kind(tmp_path: Path) -> None:
 
 
 def test_a_withinfo_hook_is_checked_as_an_ordinary_c_function() -> None:
-    """withinfo_bad_hook's enter hook calls printf (lawful there), then zeroes RBX: FE2-08, not FE2-12."""
+    """withinfo_bad_hook's enter hook calls printf (lawful there), then zeroes RBX: FE2-08 alone."""
     so = build_fixture("withinfo_bad_hook")
     slow = run_checker(so, "fixture_withinfo_bad_enter", "slow")
     assert slow.problem is None and slow.kind == "slow" and slow.not_emulated == 0
     assert [(f.clause, f.register_name) for f in slow.faults] == [("FE2-08", "RBX")]
     naked = run_checker(so, "fixture_withinfo_bad_enter", "fast")  # were it called from JIT code
-    assert [f.clause for f in naked.faults] == ["FE2-12"]
+    # the printf is answered (an FE2-12 note): what it may change, no JIT-called hook may change
+    assert {f.clause for f in naked.faults} == {"FE2-07", "FE2-08"}
+    assert ("FE2-12", "stays-in-object") in [(n.clause, n.rule) for n in naked.notes]
 
 
 def test_hooks_are_asked_once_per_kind() -> None:
@@ -74,7 +76,7 @@ def test_hooks_are_asked_once_per_kind() -> None:
     first = checks.check(hook)
     assert checks.check(hook) is first and first.faults
     fast = RegisteredHook(**{**hook.__dict__, "kind": "fast"})
-    assert checks.check(fast) is not first and [f.clause for f in checks.check(fast).faults] == ["FE2-12"]
+    assert checks.check(fast) is not first and "FE2-07" in {f.clause for f in checks.check(fast).faults}
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
