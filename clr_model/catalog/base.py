@@ -59,6 +59,10 @@ class Document(StrEnum):
     #: the two lookups by token that load what they name: the TOK family
     GET_FUNCTION_FROM_TOKEN_AND_TYPE_ARGS = "ICorProfilerInfo2::GetFunctionFromTokenAndTypeArgs"
     GET_CLASS_FROM_TOKEN_AND_TYPE_ARGS = "ICorProfilerInfo2::GetClassFromTokenAndTypeArgs"
+    #: the two mapper setters, each "set only once": the MAP family
+    SET_FUNCTION_ID_MAPPER = "ICorProfilerInfo::SetFunctionIDMapper"
+    SET_FUNCTION_ID_MAPPER2 = "ICorProfilerInfo3::SetFunctionIDMapper2"
+    INITIALIZE_CURRENT_THREAD = "ICorProfilerInfo4::InitializeCurrentThread"
     #: the CLI standard, Partitions I-III: the IL family (method bodies), one clause per rule of the IL
     #: checker (:data:`clr_model.il.RULES`), named after the rule
     ECMA_335 = "ECMA-335"
@@ -133,6 +137,9 @@ PREFIXES: dict[Document, str] = {
     Document.GET_NOTIFIED_EXCEPTION_CLAUSE_INFO: "EXC",
     Document.GET_FUNCTION_FROM_TOKEN_AND_TYPE_ARGS: "TOK",
     Document.GET_CLASS_FROM_TOKEN_AND_TYPE_ARGS: "TOK",
+    Document.SET_FUNCTION_ID_MAPPER: "MAP",
+    Document.SET_FUNCTION_ID_MAPPER2: "MAP",
+    Document.INITIALIZE_CURRENT_THREAD: "ICT",
     Document.ECMA_335: "IL",
     Document.HARNESS: "VAL",
 }

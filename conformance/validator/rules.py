@@ -1193,6 +1193,64 @@ class LoadByTokenWhileLoading(StreamRule):
                       "of circular loads) and discourages the method", note=True)  # fmt: skip
 
 
+#: the mapper setters, each "set only once" (MAP-01, MAP-02): method name -> its clause
+_SET_ONCE = {c.document.split("::")[1]: c for c in CATALOG.values() if c.id.startswith("MAP-")}
+
+
+@rule(*(c.id for c in _SET_ONCE.values()), what="SetFunctionIDMapper and SetFunctionIDMapper2 set only once")
+class MapperSetOnce(StreamRule):
+    """MAP-01, MAP-02: a mapper setter called again after a call of it that succeeded (the runtimes answer the
+    second S_OK and switch mappers for what they compile next)."""
+
+    reads = _calls(set(_SET_ONCE))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.first: dict[str, int] = {}  # method -> seq of its first call that succeeded
+
+    def on(self, r: Record) -> None:
+        if not _ends(r):
+            return
+        name = r["name"]
+        clause = _SET_ONCE[name]
+        self.j.exercised.add(clause.id)
+        first = self.first.get(name)
+        if first is not None:
+            self.j.at(clause.id, r, f"{name} called again (its first call, record {first}, succeeded): the "
+                      "mapper can be set only once", more=[first])  # fmt: skip
+        elif r.get("hr") == 0:
+            self.first[name] = r["seq"]
+
+
+@rule("ICT-01", what="InitializeCurrentThread only when no thread is suspended (no SuspendRuntime in force)")
+class InitializeCurrentThreadWhileSuspended(StreamRule):
+    """ICT-01: InitializeCurrentThread while a SuspendRuntime that succeeded (any thread's) is not yet
+    followed by a ResumeRuntime: every managed thread is suspended then."""
+
+    reads = (("call", "SuspendRuntime"), ("call", "ResumeRuntime"), ("call", "InitializeCurrentThread"))
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.suspended: int | None = None  # seq of the SuspendRuntime in force
+
+    def on(self, r: Record) -> None:
+        name = r["name"]
+        if name == "SuspendRuntime":
+            if _ends(r) and r.get("hr") == 0:
+                self.suspended = r["seq"]
+            return
+        if name == "ResumeRuntime":
+            if _ends(r):
+                self.suspended = None
+            return
+        if not _begins(r):
+            return
+        self.j.exercised.add("ICT-01")
+        if self.suspended is not None:
+            self.j.at("ICT-01", r, f"InitializeCurrentThread while the runtime is suspended (SuspendRuntime, "
+                      f"record {self.suspended}, not yet resumed)", more=[self.suspended])  # fmt: skip
+
+
 #: the methods a page says to call from a thread of the profiler's own with no callback on its stack, other
 #: than the ReJIT requests (REJIT-09, judged with the ReJIT model): ForceGC
 _OWN_THREAD = api.names_with(Fact.OWN_THREAD) - _REJIT_REQUESTS
@@ -1401,6 +1459,29 @@ class AfterShutdownAndRelease(StreamRule):
     def _start_routine(self, stack: object) -> str | None:
         site = self._routine_site(stack)
         return site.text() if site is not None else None
+
+
+@rule("SHD-02", what="no ICorProfilerInfo call inside Shutdown")
+class CallsOnceShutdownIsCalled(StreamRule):
+    """SHD-02: a call made inside Shutdown itself, after the runtime called it. IUnknown's Release and
+    QueryInterface are the cleanup, not calls the page forbids; a call after Shutdown returned is SHD-01's.
+    A profiler thread's call while Shutdown runs (a sampler's last drain before Shutdown joins it) is not
+    judged: the page draws its hard line ("undefined behavior") at the return, and a thread already in a
+    call when Shutdown begins cannot be stopped short of it."""
+
+    quiet = Quiet(frames=frozenset({"Shutdown"}))
+    reads = (("call", None), ("callback", "Shutdown"))
+    _CLEANUP = frozenset({"Release", "QueryInterface", "AddRef"})
+
+    def on(self, r: Record) -> None:
+        if r["kind"] == "callback":
+            self.j.exercised.add("SHD-02")
+            return
+        name = r["name"]
+        if name in self._CLEANUP or r.get("afterShutdown") is True or not _begins(r):
+            return
+        if any(f.name == "Shutdown" for f in self.j.stacks.get(r["os_tid"], ())):
+            self.j.at("SHD-02", r, f"{name} called inside Shutdown")
 
 
 @rule("VAL-ENUM-LEAK", what="every enumerator the profiler obtained is released")

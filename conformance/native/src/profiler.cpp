@@ -119,6 +119,7 @@ HRESULT Probe::Initialize(IUnknown* unk) {
 
 HRESULT Probe::Shutdown() {
     ProbeState& s = state();
+    s.shutdown_called.store(true, std::memory_order_release);
     HRESULT hr;
     {
         CallbackEvent ev(static_cast<int>(Cb::Shutdown));

@@ -14,10 +14,14 @@ ProbeState& state() {
 Json managed_thread_of_caller() { return state().current_managed_thread(); }
 
 Json ProbeState::current_managed_thread() const {
+    thread_local ThreadID last = 0;  // what GetCurrentThreadID last answered on this thread
     if (!info || !initialized.load(std::memory_order_acquire)) return Json();
+    if (shutdown_called.load(std::memory_order_acquire))
+        return last ? Json(static_cast<std::uint64_t>(last)) : Json();
     ThreadID tid = 0;
     HRESULT hr = info->GetCurrentThreadID(&tid);
     if (failed(hr) || tid == 0) return Json();
+    last = tid;
     return Json(static_cast<std::uint64_t>(tid));
 }
 

@@ -47,6 +47,10 @@ class ProbeState {
     int info_level = 0;
     std::atomic<bool> initialized{false};
     std::atomic<bool> shut_down{false};
+    // the runtime has called Shutdown: from then on the probe calls no ICorProfilerInfo method (SHD-02: "The
+    // profiler code cannot safely call methods of the ICorProfilerInfo interface after the Shutdown method is
+    // called"); a record's managed thread is the one its thread last had
+    std::atomic<bool> shutdown_called{false};
     bool record_flags[kCallbackCountMax] = {};
     bool experiment_flags[kCallbackCountMax] = {};
     std::atomic<std::uint64_t> counts[kCallbackCountMax] = {};

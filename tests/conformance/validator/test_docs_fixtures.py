@@ -153,6 +153,21 @@ def test_correct_document_written_profilers_have_no_findings(
         # sampled objects' contents (arrays, strings, boxes, fields) read in GarbageCollectionStarted, carried
         # through every GC's moves and read again in GarbageCollectionFinished
         ("object_content_sampler", "heapchurn", "object_content_sampler: samples="),
+        # features switched on and off from its own thread (GetEventMask2 then SetEventMask2), the thread
+        # stopped and joined at the start of Shutdown, which then only releases
+        ("eventmask", "basic", "[eventmask] shutdown: windows="),
+        # inventories from its own thread with EnumModules, EnumJITedFunctions2 and EnumThreads (Next, Skip,
+        # Reset, Clone, GetCount, Release); its thread joined in Shutdown
+        ("late_inventory", "basic", "[late-inventory] summary ("),
+        # a SuspendRuntime sampler whose thread calls InitializeCurrentThread once, before its first
+        # suspension; IPs mapped to IL offsets with GetCodeInfo4 and GetILToNativeMapping3
+        ("ilmap", "basic", "[ilmap] summary: jit="),
+        # FinalizeableObjectQueued and ObjectAllocated by class, classes described in ClassLoadFinished
+        # (GetClassLayout, GetStringLayout2, GetBoxClassLayout, two-pass): 195k records a run, nightly
+        pytest.param("finalization_monitor", "basic", "[finmon] summary: runtime=", marks=pytest.mark.long),
+        # generations of the objects ObjectReferences hands out, judged at GarbageCollectionFinished; on 8.0
+        # the non-GC heap (Info14 EnumerateNonGCObjects, GetNonGCHeapBounds): nightly
+        pytest.param("nongcheap", "basic", "[nongcheap] shutdown: runtime", marks=pytest.mark.long),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -232,6 +247,21 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # moved bytes charged to the class of each range's first object, asked inside MovedReferences2
         ("gc_move_class_histogram", "heapchurn", "MR2-09",
          "if (failed(info_->GetClassFromObject(olds[i], &cls))) cls = 0;"),
+        # a final census of modules, JIT-compiled functions and threads named inside Shutdown
+        ("census_in_shutdown", "basic", "SHD-02",
+         "if (failed(info->GetModuleInfo(mid, &base, 128, &len, name, &asmId))) return \"?\";"),
+        # class names and layouts of finalized objects resolved inside Shutdown for its report: nightly
+        # (census_in_shutdown holds the same clause in every run)
+        pytest.param("shutdown_name_resolution", "basic", "SHD-02",
+                     "if (prof_->IsArrayClass(cls, &et, &elem, &rank) == S_OK) {", marks=pytest.mark.long),
+        # a start-up mapper swapped for the app's with a second SetFunctionIDMapper in ModuleLoadFinished
+        ("idmapper_set_twice", "basic", "MAP-01",
+         "HRESULT hr = info_->SetFunctionIDMapper(&HotPath::AppMapper);"),
+        # its sampler thread's InitializeCurrentThread made lazily, right after its first SuspendRuntime
+        ("initthread_while_suspended", "basic", "ICT-01", "initHr_ = p4_->InitializeCurrentThread();"),
+        # each object's generation asked inside the ObjectReferences heap walk
+        ("objgen_in_heapwalk", "basic", "ORF-01",
+         "HRESULT hr = g.info->GetObjectGeneration(objectId, &where);"),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
@@ -247,6 +277,24 @@ def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(
     found = [g for g in result.findings if g.clause == clause and g.site is not None and g.site.line == at]
     assert found and found[0].runtimes == versions(runtimes), text
     assert same_source(found[0].site.file if found[0].site else None, DOCS / f"{fixture}.cpp"), found[0]
+
+
+@pytest.mark.live
+def test_FE2_12_an_elt_timing_profiler_calling_clock_gettime_from_its_hooks_is_a_note_not_a_finding(
+    apps: Callable[[str], Path], runtimes: list[Runtime]
+) -> None:
+    """eltmapper's FunctionEnter2/Leave2/Tailcall2 stubs save every register and call C++ that reads
+    clock_gettime: the page forbids managed calls and managed allocation, which clock_gettime is neither.
+    The call out is told (FE2-12, a note), never failed; the run still did its work."""
+    result = validate("eltmapper", apps("basic"), runtimes)
+    text = render_text(result, verbose=True)
+    assert all(r.outcome == "ok" for r in result.runs), text
+    assert result.findings == [], text
+    assert {g.clause for g in notes(result)} == {"FE2-12"}, text
+    assert all("clock_gettime" in g.first.message for g in notes(result)), text
+    for run in result.runs:
+        stderr = (Path(run.trace).parent / "stderr.txt").read_text(errors="replace")
+        assert "[eltmapper] shutdown: mapped=" in stderr, (run.runtime, stderr[-2000:])
 
 
 @pytest.mark.live

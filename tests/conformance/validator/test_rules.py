@@ -109,6 +109,64 @@ def test_SHD_01_any_call_after_shutdown_inside_a_late_callback_or_not(tmp_path: 
     assert check_recording(rec, run) == []
 
 
+def test_SHD_02_a_call_inside_shutdown(tmp_path: Path) -> None:
+    """The Shutdown page: "The profiler code cannot safely call methods of the ICorProfilerInfo interface
+    after the Shutdown method is called." Inside Shutdown (its stack says so); Release is the cleanup; before
+    Shutdown, nothing; another thread's call while it runs is not judged."""
+    inside = [
+        _callback("Shutdown", "enter"),
+        _call("GetModuleInfo"),
+        _call("Release", out={"refs": 0}),
+        _callback("Shutdown", "return", S_OK),
+    ]
+    rec, run = _recording(tmp_path, inside)
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "SHD-02" and finding.callback == "Shutdown" and finding.records == [2]
+    assert "inside Shutdown" in finding.message
+    rec, run = _recording(tmp_path, [
+        _callback("Shutdown", "enter"),
+        {**_call("SetEventMask2"), "os_tid": SAMPLER},
+        _callback("Shutdown", "return", S_OK),
+    ])
+    assert check_recording(rec, run) == []
+    release = _call("Release", out={"refs": 0})
+    rec, run = _recording(tmp_path, [_call("GetModuleInfo"), _callback("Shutdown", "enter"), release,
+                                     _callback("Shutdown", "return", S_OK)])
+    assert check_recording(rec, run) == []
+
+
+def test_MAP_01_02_a_mapper_set_again_after_it_was_set(tmp_path: Path) -> None:
+    """"The FunctionIDMapper can be set only once" (and "The FunctionIDMapper2 method can be set only once"):
+    a second call after one that succeeded, at the second; a first that failed may be retried."""
+    rec, run = _recording(tmp_path, [_call("SetFunctionIDMapper"), _call("SetFunctionIDMapper2"),
+                                     _call("SetFunctionIDMapper")])
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "MAP-01" and finding.records == [3, 1]
+    rec, run = _recording(tmp_path, [_call("SetFunctionIDMapper2", hr=E_FAIL), _call("SetFunctionIDMapper2")])
+    assert check_recording(rec, run) == []
+    rec, run = _recording(tmp_path, [_call("SetFunctionIDMapper2"), _call("SetFunctionIDMapper2")])
+    assert [f.clause for f in check_recording(rec, run)] == ["MAP-02"]
+
+
+def test_ICT_01_initialize_current_thread_while_the_runtime_is_suspended(tmp_path: Path) -> None:
+    """"Call InitializeCurrentThread only when there are no suspended threads": between a SuspendRuntime that
+    succeeded and its ResumeRuntime; before the suspension or after the resume, nothing."""
+    def sampler(*records: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{**r, "os_tid": SAMPLER} for r in records]
+
+    suspend = [_call("SuspendRuntime", phase="enter"), _call("SuspendRuntime", phase="return")]
+    resume = [_call("ResumeRuntime", phase="enter"), _call("ResumeRuntime", phase="return")]
+    rec, run = _recording(tmp_path, sampler(*suspend, _call("InitializeCurrentThread"), *resume))
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "ICT-01" and finding.records == [3, 2]
+    rec, run = _recording(tmp_path, sampler(_call("InitializeCurrentThread"), *suspend, *resume,
+                                            _call("InitializeCurrentThread")))
+    assert check_recording(rec, run) == []
+    failed = [_call("SuspendRuntime", phase="enter"), _call("SuspendRuntime", phase="return", hr=E_FAIL)]
+    rec, run = _recording(tmp_path, sampler(*failed, _call("InitializeCurrentThread")))
+    assert check_recording(rec, run) == []
+
+
 def test_DSS_22_suspend_runtime_from_a_managed_thread_not_from_a_native_one(tmp_path: Path) -> None:
     native = [
         {**_call("SuspendRuntime", phase="enter"), "os_tid": SAMPLER},
