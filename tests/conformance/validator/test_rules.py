@@ -116,6 +116,7 @@ def test_SHD_02_a_call_inside_shutdown(tmp_path: Path) -> None:
     inside = [
         _callback("Shutdown", "enter"),
         _call("GetModuleInfo"),
+        _call("QueryInterface"),
         _call("Release", out={"refs": 0}),
         _callback("Shutdown", "return", S_OK),
     ]
