@@ -1356,6 +1356,9 @@ class AttachOnlyAtStartup(StreamRule):
 
 # --- lifecycle (SHD-01, VAL-RELEASED-INFO, VAL-THREAD-AT-SHUTDOWN, VAL-ENUM-LEAK, VAL-LOAD) --------------
 
+#: Initialize and InitializeForAttach
+_INITIALIZES = api.names_with(Fact.INITIALIZES)
+
 
 @rule("SHD-01", "VAL-RELEASED-INFO", "VAL-THREAD-AT-SHUTDOWN",
       what="no ICorProfilerInfo call after Shutdown returned or through a released interface; no profiler "
@@ -1370,29 +1373,41 @@ class AfterShutdownAndRelease(StreamRule):
     quiet = Quiet(names=frozenset({"Release", "QueryInterface"}), keys=frozenset({"afterShutdown"}),
                   busy=lambda rule: rule.released_at is not None and not rule.reported_release)
 
-    reads = (("call", None), ("callback", "Shutdown"), ("mark", "proxy.shutdown"))
+    reads = (("call", None), ("callback", "Shutdown"), ("mark", "proxy.shutdown"),
+             *(("callback", n) for n in sorted(_INITIALIZES)))  # fmt: skip
 
     def __init__(self, judging: Judging) -> None:
         super().__init__(judging)
         self.released_at: int | None = None
+        #: a last Release inside Initialize: the IUnknown Initialize was given is the runtime's reference,
+        #: borrowed for the whole call (COM's [in] rule), so the pointer is released only when Initialize
+        #: returns and the profiler kept nothing (a profiler that probes every ICorProfilerInfo version,
+        #: releasing each, then asks again: the runtime's count said 0, the pointer was still good)
+        self.released_in_initialize: int | None = None
         self.reported_release = False
         self.after: dict[int, int] = {}  # OS thread -> calls after Shutdown
 
     def on(self, r: Record) -> None:
         kind, name = r["kind"], r["name"]
         if kind == "callback":
-            if _ends(r):
+            if name in _INITIALIZES:
+                if r.get("phase") == "return" and self.released_in_initialize is not None:
+                    self.released_at, self.released_in_initialize = self.released_in_initialize, None
+            elif _ends(r):
                 self.j.exercised.add("SHD-01")
             return
         if kind == "mark":
             self._leftover_threads(r)
             return
         if name == "Release" and (_arg(r, "out", "refs") or 0) <= 0:
-            self.released_at = r["seq"]
             self.j.exercised.add("VAL-RELEASED-INFO")
+            if any(f.name in _INITIALIZES for f in self.j.stack(r["os_tid"])):
+                self.released_in_initialize = r["seq"]
+            else:
+                self.released_at = r["seq"]
             return
         if name == "QueryInterface" and r.get("hr") == 0:
-            self.released_at = None
+            self.released_at = self.released_in_initialize = None
             return
         if r.get("afterShutdown") is True and _begins(r):
             thread = r["os_tid"]
@@ -1508,7 +1523,6 @@ class EnumeratorLeak(StreamRule):
                 self.j.finding("VAL-ENUM-LEAK", "an ICorProfilerThreadEnum is never released", [r["seq"]])
 
 
-_INITIALIZES = api.names_with(Fact.INITIALIZES)
 
 
 @rule("VAL-LOAD", what="the profiler loads and its Initialize succeeds")

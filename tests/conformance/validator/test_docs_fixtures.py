@@ -168,6 +168,13 @@ def test_correct_document_written_profilers_have_no_findings(
         # generations of the objects ObjectReferences hands out, judged at GarbageCollectionFinished; on 8.0
         # the non-GC heap (Info14 EnumerateNonGCObjects, GetNonGCHeapBounds): nightly
         pytest.param("nongcheap", "basic", "[nongcheap] shutdown: runtime", marks=pytest.mark.long),
+        # every ICorProfilerInfo version probed through Initialize's IUnknown (each released), then the newest
+        # kept; GetRuntimeInformation, Info11's environment, startup-only and high flags in one SetEventMask2
+        ("startupconfig", "basic", "[startupconfig] summary: interfaces="),
+        # HandleCreated/HandleDestroyed, handle targets read after each GC, Info13 handles of its own
+        ("gchandle_tracker", "basic", "[gchandles] summary (CoreCLR"),
+        # thread lifetimes, names, OS ids and suspensions (RuntimeThreadSuspended/Resumed, by reason)
+        ("threadtimeline", "basic", "[threadtimeline] summary: threads="),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -262,6 +269,16 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # each object's generation asked inside the ObjectReferences heap walk
         ("objgen_in_heapwalk", "basic", "ORF-01",
          "HRESULT hr = g.info->GetObjectGeneration(objectId, &where);"),
+        # COR_PRF_HIGH_DISABLE_TIERED_COMPILATION (immutable) added by SetEventMask2 in AssemblyLoadFinished
+        ("late_tiering_switch", "basic", "INI-01",
+         "g.policyHr = g.info->SetEventMask2(low, high | COR_PRF_HIGH_DISABLE_TIERED_COMPILATION);"),
+        # each handle target's generation asked inside RootReferences2: nightly (gc_root_attribution holds
+        # RRF-01 in every run)
+        pytest.param("rootref_generation_census", "basic", "RRF-01",
+                     "HRESULT hr = g_info->GetObjectGeneration(refs[i], &range);", marks=pytest.mark.long),
+        # GetThreadInfo of the thread ThreadDestroyed hands out: nightly (thread_domain_census holds THD-01)
+        pytest.param("destroyed_threadinfo", "basic", "THD-01", "HRESULT hr = prof_->GetThreadInfo(t, &os);",
+                     marks=pytest.mark.long),
     ],
 )
 def test_faulty_profilers_written_without_the_rules_are_found_at_their_line(

@@ -136,6 +136,19 @@ def test_SHD_02_a_call_inside_shutdown(tmp_path: Path) -> None:
     assert check_recording(rec, run) == []
 
 
+def test_VAL_RELEASED_INFO_the_initialize_argument_is_borrowed_until_it_returns(tmp_path: Path) -> None:
+    """A profiler that probes every ICorProfilerInfo version through Initialize's IUnknown, releasing each
+    (the runtime's count falls to 0), then asks again: the argument is the runtime's reference for the whole
+    call, so nothing is wrong. Released to 0 in Initialize and used after it returned: the finding."""
+    probe = [_callback("Initialize", "enter"), _call("QueryInterface"), _call("Release", out={"refs": 0}),
+             _call("QueryInterface", hr=E_FAIL)]
+    rec, run = _recording(tmp_path, [*probe, _callback("Initialize", "return", S_OK)])
+    assert check_recording(rec, run) == []
+    rec, run = _recording(tmp_path, [*probe, _callback("Initialize", "return", S_OK), _call("GetEventMask")])
+    (finding,) = [f for f in check_recording(rec, run) if not f.note]
+    assert finding.clause == "VAL-RELEASED-INFO" and finding.records == [6, 3]
+
+
 def test_MAP_01_02_a_mapper_set_again_after_it_was_set(tmp_path: Path) -> None:
     """"The FunctionIDMapper can be set only once" (and "The FunctionIDMapper2 method can be set only once"):
     a second call after one that succeeded, at the second; a first that failed may be retried."""
