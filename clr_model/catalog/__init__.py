@@ -22,7 +22,7 @@ FILES: tuple[str, ...] = (
     "rejit_fc_body", "rejit_fc_flags", "rejit_fc_map", "rejit_started", "rejit_finished", "rejit_error",
     "rejit_ids", "rejit_getbody", "rejit_allocator", "lds_appdomain", "lds_assembly", "lds_module",
     "lds_class", "ssc", "fe3_enter", "fe3_leave", "fe3_tailcall", "thd", "exc", "tok_function", "tok_class",
-    "map_v1", "map_v2", "ict", "il", "val",
+    "map_v1", "map_v2", "ict", "dyn", "il", "val",
 )
 
 

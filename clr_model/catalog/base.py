@@ -63,6 +63,7 @@ class Document(StrEnum):
     SET_FUNCTION_ID_MAPPER = "ICorProfilerInfo::SetFunctionIDMapper"
     SET_FUNCTION_ID_MAPPER2 = "ICorProfilerInfo3::SetFunctionIDMapper2"
     INITIALIZE_CURRENT_THREAD = "ICorProfilerInfo4::InitializeCurrentThread"
+    DYNAMIC_METHOD_JIT_COMPILATION_STARTED = "ICorProfilerCallback8::DynamicMethodJITCompilationStarted"
     #: the CLI standard, Partitions I-III: the IL family (method bodies), one clause per rule of the IL
     #: checker (:data:`clr_model.il.RULES`), named after the rule
     ECMA_335 = "ECMA-335"
@@ -140,6 +141,7 @@ PREFIXES: dict[Document, str] = {
     Document.SET_FUNCTION_ID_MAPPER: "MAP",
     Document.SET_FUNCTION_ID_MAPPER2: "MAP",
     Document.INITIALIZE_CURRENT_THREAD: "ICT",
+    Document.DYNAMIC_METHOD_JIT_COMPILATION_STARTED: "DYN",
     Document.ECMA_335: "IL",
     Document.HARNESS: "VAL",
 }

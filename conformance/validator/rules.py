@@ -1251,6 +1251,35 @@ class InitializeCurrentThreadWhileSuspended(StreamRule):
                       f"record {self.suspended}, not yet resumed)", more=[self.suspended])  # fmt: skip
 
 
+@rule("DYN-01", what="a dynamic method's FunctionID never given to GetTokenAndMetaDataFromFunction")
+class DynamicMethodToken(StreamRule):
+    """DYN-01: GetTokenAndMetaDataFromFunction given a FunctionID that DynamicMethodJITCompilationStarted or
+    ...Finished handed out (an IL stub or an LCG method: no metadata). Both runtimes answer S_OK with the
+    methodDef row 0 (0x06000000): the profiler learns nothing and is not told."""
+
+    reads = (("callback", "DynamicMethodJITCompilationStarted"),
+             ("callback", "DynamicMethodJITCompilationFinished"),
+             ("call", "GetTokenAndMetaDataFromFunction"))  # fmt: skip
+
+    def __init__(self, judging: Judging) -> None:
+        super().__init__(judging)
+        self.dynamic: dict[int, int] = {}  # FunctionID -> seq of the callback that handed it out
+
+    def on(self, r: Record) -> None:
+        function = _arg(r, "args", "functionId")
+        if function is None or not _begins(r):
+            return
+        if r["kind"] == "callback":
+            self.dynamic.setdefault(function, r["seq"])
+            return
+        self.j.exercised.add("DYN-01")
+        announced = self.dynamic.get(function)
+        if announced is not None:
+            message = (f"GetTokenAndMetaDataFromFunction given {function:#x}, a dynamic method's FunctionID "
+                       f"(record {announced}): dynamic methods have no metadata")
+            self.j.at("DYN-01", r, message, more=[announced])
+
+
 #: the methods a page says to call from a thread of the profiler's own with no callback on its stack, other
 #: than the ReJIT requests (REJIT-09, judged with the ReJIT model): ForceGC
 _OWN_THREAD = api.names_with(Fact.OWN_THREAD) - _REJIT_REQUESTS

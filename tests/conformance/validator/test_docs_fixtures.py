@@ -175,6 +175,11 @@ def test_correct_document_written_profilers_have_no_findings(
         ("gchandle_tracker", "basic", "[gchandles] summary (CoreCLR"),
         # thread lifetimes, names, OS ids and suspensions (RuntimeThreadSuspended/Resumed, by reason)
         ("threadtimeline", "basic", "[threadtimeline] summary: threads="),
+        # JIT, ReadyToRun and dynamic-method code counted; dynamic methods named with GetDynamicFunctionInfo
+        ("dynamicmethods", "basic", "[dynmethods] summary runtime="),
+        # first-chance exceptions: type, Message read through GetClassLayout/GetStringLayout2, the throwing
+        # stack walked in ExceptionThrown and named inside the walk, where it was caught
+        ("errortracker", "basic", "[errortracker] summary: thrown=9"),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -278,6 +283,14 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
                      "HRESULT hr = g_info->GetObjectGeneration(refs[i], &range);", marks=pytest.mark.long),
         # GetThreadInfo of the thread ThreadDestroyed hands out: nightly (thread_domain_census holds THD-01)
         pytest.param("destroyed_threadinfo", "basic", "THD-01", "HRESULT hr = prof_->GetThreadInfo(t, &os);",
+                     marks=pytest.mark.long),
+        # dynamic methods (IL stubs) named like ordinary ones, through GetTokenAndMetaDataFromFunction
+        ("dynamic_token_lookup", "basic", "DYN-01",
+         "HRESULT hr = pi->GetTokenAndMetaDataFromFunction(fid, IID_IMetaDataImport, &unk, &tok);"),
+        # exception fingerprints: frames named after DoStackSnapshot returned, with the walk's frameInfo:
+        # nightly (exception_stacks_deferred holds SSC-01 in every run)
+        pytest.param("deferred_frameinfo", "basic", "SSC-01",
+                     "if (failed(prof_->GetFunctionInfo2(fid, frameInfo, &cls, &m, &tok, 0, &nargs, nullptr",
                      marks=pytest.mark.long),
     ],
 )

@@ -149,6 +149,18 @@ def test_VAL_RELEASED_INFO_the_initialize_argument_is_borrowed_until_it_returns(
     assert finding.clause == "VAL-RELEASED-INFO" and finding.records == [6, 3]
 
 
+def test_DYN_01_a_dynamic_methods_function_id_resolved_to_a_token(tmp_path: Path) -> None:
+    """"functionId values cannot be used to resolve to their metadata tokens, because dynamic methods have no
+    metadata": GetTokenAndMetaDataFromFunction given the FunctionID a dynamic-method JIT callback handed out,
+    inside it or later; an ordinary method's FunctionID is fine."""
+    stub = [_callback("DynamicMethodJITCompilationStarted", "enter", args={"functionId": 0x7700}),
+            _callback("DynamicMethodJITCompilationStarted", "return", S_OK, args={"functionId": 0x7700})]
+    lookups = [_call("GetTokenAndMetaDataFromFunction", args={"functionId": f}) for f in (0x7700, 0x8800)]
+    rec, run = _recording(tmp_path, [*stub, *lookups])
+    (finding,) = check_recording(rec, run)
+    assert finding.clause == "DYN-01" and finding.records == [3, 1]
+
+
 def test_MAP_01_02_a_mapper_set_again_after_it_was_set(tmp_path: Path) -> None:
     """"The FunctionIDMapper can be set only once" (and "The FunctionIDMapper2 method can be set only once"):
     a second call after one that succeeded, at the second; a first that failed may be retried."""
