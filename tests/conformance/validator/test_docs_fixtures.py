@@ -155,10 +155,10 @@ def test_correct_document_written_profilers_have_no_findings(
         ("object_content_sampler", "heapchurn", "object_content_sampler: samples="),
         # features switched on and off from its own thread (GetEventMask2 then SetEventMask2), the thread
         # stopped and joined at the start of Shutdown, which then only releases
-        ("eventmask", "basic", "[eventmask] shutdown: windows="),
+        pytest.param("eventmask", "basic", "[eventmask] shutdown: windows=", marks=pytest.mark.long),
         # inventories from its own thread with EnumModules, EnumJITedFunctions2 and EnumThreads (Next, Skip,
         # Reset, Clone, GetCount, Release); its thread joined in Shutdown
-        ("late_inventory", "basic", "[late-inventory] summary ("),
+        pytest.param("late_inventory", "basic", "[late-inventory] summary (", marks=pytest.mark.long),
         # a SuspendRuntime sampler whose thread calls InitializeCurrentThread once, before its first
         # suspension; IPs mapped to IL offsets with GetCodeInfo4 and GetILToNativeMapping3
         ("ilmap", "basic", "[ilmap] summary: jit="),
@@ -172,14 +172,14 @@ def test_correct_document_written_profilers_have_no_findings(
         # kept; GetRuntimeInformation, Info11's environment, startup-only and high flags in one SetEventMask2
         ("startupconfig", "basic", "[startupconfig] summary: interfaces="),
         # HandleCreated/HandleDestroyed, handle targets read after each GC, Info13 handles of its own
-        ("gchandle_tracker", "basic", "[gchandles] summary (CoreCLR"),
+        pytest.param("gchandle_tracker", "basic", "[gchandles] summary (CoreCLR", marks=pytest.mark.long),
         # thread lifetimes, names, OS ids and suspensions (RuntimeThreadSuspended/Resumed, by reason)
-        ("threadtimeline", "basic", "[threadtimeline] summary: threads="),
+        pytest.param("threadtimeline", "basic", "[threadtimeline] summary: threads=", marks=pytest.mark.long),
         # JIT, ReadyToRun and dynamic-method code counted; dynamic methods named with GetDynamicFunctionInfo
-        ("dynamicmethods", "basic", "[dynmethods] summary runtime="),
+        pytest.param("dynamicmethods", "basic", "[dynmethods] summary runtime=", marks=pytest.mark.long),
         # first-chance exceptions: type, Message read through GetClassLayout/GetStringLayout2, the throwing
         # stack walked in ExceptionThrown and named inside the walk, where it was caught
-        ("errortracker", "basic", "[errortracker] summary: thrown=9"),
+        pytest.param("errortracker", "basic", "[errortracker] summary: thrown=9", marks=pytest.mark.long),
     ],
 )
 def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_work(
@@ -272,11 +272,12 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # its sampler thread's InitializeCurrentThread made lazily, right after its first SuspendRuntime
         ("initthread_while_suspended", "basic", "ICT-01", "initHr_ = p4_->InitializeCurrentThread();"),
         # each object's generation asked inside the ObjectReferences heap walk
-        ("objgen_in_heapwalk", "basic", "ORF-01",
-         "HRESULT hr = g.info->GetObjectGeneration(objectId, &where);"),
+        pytest.param("objgen_in_heapwalk", "basic", "ORF-01",
+                     "HRESULT hr = g.info->GetObjectGeneration(objectId, &where);", marks=pytest.mark.long),
         # COR_PRF_HIGH_DISABLE_TIERED_COMPILATION (immutable) added by SetEventMask2 in AssemblyLoadFinished
-        ("late_tiering_switch", "basic", "INI-01",
-         "g.policyHr = g.info->SetEventMask2(low, high | COR_PRF_HIGH_DISABLE_TIERED_COMPILATION);"),
+        pytest.param("late_tiering_switch", "basic", "INI-01",
+                     "g.info->SetEventMask2(low, high | COR_PRF_HIGH_DISABLE_TIERED_COMPILATION)",
+                     marks=pytest.mark.long),
         # each handle target's generation asked inside RootReferences2: nightly (gc_root_attribution holds
         # RRF-01 in every run)
         pytest.param("rootref_generation_census", "basic", "RRF-01",
