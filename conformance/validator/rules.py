@@ -26,7 +26,7 @@ from clr_model import api, rejit
 from clr_model.abi import KIND_OF_REGISTRATION
 from clr_model.api import Fact, HookKind
 from clr_model.async_safety import Checker as AsyncChecker
-from clr_model.clauses import CATALOG, Layer
+from clr_model.clauses import CATALOG, Clause, Layer
 from clr_model.errors import InvalidInput
 from clr_model.events import InfoCall, ObjectInspection, ProfilerCallback
 from clr_model.flags import (
@@ -87,6 +87,12 @@ def _hresult(r: Record) -> int | None:
 
 def _calls(names: frozenset[str] | set[str]) -> tuple[tuple[str, str | None], ...]:
     return tuple(("call", n) for n in sorted(names))
+
+
+def _by_method(prefix: str) -> dict[str, Clause]:
+    """The catalog's clauses of ``prefix`` (``"TOK-"``), each by the method whose page its document is
+    (``Interface::Method``)."""
+    return {c.document.split("::")[1]: c for c in CATALOG.values() if c.id.startswith(prefix)}
 
 
 # --- buffers (BUF-04, BUF-08) ---------------------------------------------------------------------------
@@ -1168,7 +1174,7 @@ class ExceptionClauseWindow(StreamRule):
 
 #: the lookups by token that load what they name -> their clause (TOK-01, TOK-02: the catalog documents
 #: name the method) and the load callbacks their pages speak of
-_LOADS_BY_TOKEN = {c.document.split("::")[1]: c for c in CATALOG.values() if c.id.startswith("TOK-")}
+_LOADS_BY_TOKEN = _by_method("TOK-")
 _LOAD_CALLBACKS = frozenset(name for c in _LOADS_BY_TOKEN.values() for name in c.during)
 
 
@@ -1194,7 +1200,7 @@ class LoadByTokenWhileLoading(StreamRule):
 
 
 #: the mapper setters, each "set only once" (MAP-01, MAP-02): method name -> its clause
-_SET_ONCE = {c.document.split("::")[1]: c for c in CATALOG.values() if c.id.startswith("MAP-")}
+_SET_ONCE = _by_method("MAP-")
 
 
 @rule(*(c.id for c in _SET_ONCE.values()), what="SetFunctionIDMapper and SetFunctionIDMapper2 set only once")
@@ -1524,7 +1530,7 @@ class CallsOnceShutdownIsCalled(StreamRule):
         name = r["name"]
         if name in self._CLEANUP or r.get("afterShutdown") is True or not _begins(r):
             return
-        if any(f.name == "Shutdown" for f in self.j.stacks.get(r["os_tid"], ())):
+        if any(f.name == "Shutdown" for f in self.j.stack(r["os_tid"])):
             self.j.at("SHD-02", r, f"{name} called inside Shutdown")
 
 
@@ -1550,8 +1556,6 @@ class EnumeratorLeak(StreamRule):
                           "released", more=[r["seq"]])  # fmt: skip
             else:
                 self.j.finding("VAL-ENUM-LEAK", "an ICorProfilerThreadEnum is never released", [r["seq"]])
-
-
 
 
 @rule("VAL-LOAD", what="the profiler loads and its Initialize succeeds")
