@@ -20,7 +20,7 @@ import functools
 import io
 import stat
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,9 +158,11 @@ class CfiTable:
             index = self._full_index()
         self._locs = [loc for loc, _ in index]
         self._offsets = [off for _, off in index]
-        #: link-time address -> the compiled step of the row covering it (None: no row, or a row only
-        #: :func:`cfi_step` handles): what :meth:`quick_step` looks up, one dictionary lookup per frame
-        self._steps: dict[int, _Plan | None] = {}
+        #: link-time address -> the compiled step of the row covering it, as a function of (registers,
+        #: memory) (None: no row, or a row only :func:`cfi_step` handles): what :meth:`quick_step` looks
+        #: up, one dictionary lookup per frame; a walk may call an entry itself (:attr:`steps`)
+        self._steps: dict[int, QuickStep | None] = {}
+        self.steps: Mapping[int, QuickStep | None] = self._steps
 
     def _full_index(self) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
@@ -213,25 +215,26 @@ class CfiTable:
         in the same order); None where it does not (no row covers ``pc``, the row has an expression, the
         step fails or reads outside the capture, decoding fails): :meth:`row_for` and :meth:`step` then
         give the answer or the error. The row's step is found by one lookup per address once seen."""
-        plan = self._steps.get(pc, _UNSEEN)
-        if plan is _UNSEEN:
+        step: QuickStep | None = self._steps.get(pc, _UNSEEN)
+        if step is _UNSEEN:
             try:
                 row = self.row_for(pc)
             except CfiError:
                 return None
-            plan = None
+            step = None
             if row is not None:
                 got = self._plans.get(id(row))
                 if got is None or got[0] is not row:
                     got = (row, _compile(row, self.arch))
                     self._plans[id(row)] = got
-                plan = got[1]
+                if got[1] is not None:
+                    step = _quick(got[1], self.arch)
             if len(self._steps) >= _MAX_STEPS:
                 self._steps.clear()
-            self._steps[pc] = plan
-        if plan is None:
+            self._steps[pc] = step
+        if step is None:
             return None
-        return _run_plan(plan, regs, memory, self.arch)
+        return step(regs, memory)
 
     def _decode(self, offset: int) -> list[CfiRow]:
         if not 0 <= offset < len(self.eh_frame):
@@ -572,6 +575,50 @@ def _with_words(plan: _Plan, arch: CfiArch) -> _Plan:
                  struct.Struct(fmt), offsets[0], at - offsets[0], order)  # fmt: skip
 
 
+#: a compiled row's step: the caller's registers from the callee's and the memory, None where
+#: :func:`_run_plan` gives None
+QuickStep = Callable[[Mapping[str, int], CaptureMemory], "dict[str, int] | None"]
+
+
+def _quick(plan: _Plan, arch: CfiArch) -> QuickStep:
+    """:func:`_run_plan` of ``plan`` as one function, its one-unpack path with every name it reads bound
+    once (the step most frames of a walk take); any other case goes through :func:`_run_plan`."""
+    words = plan.words
+    if words is None:
+        return functools.partial(_plan_step, plan, arch)
+    cfa_reg, cfa_offset, mask, sp = plan.cfa_reg, plan.cfa_offset, arch.mask, arch.sp
+    callee_saved, order, lo, span = arch.callee_saved, plan.order, plan.lo, plan.span
+    unpack = words.unpack_from
+
+    def step(regs: Mapping[str, int], memory: CaptureMemory) -> dict[str, int] | None:
+        base = regs.get(cfa_reg)
+        if base is None:
+            return None
+        cfa = (base + cfa_offset) & mask
+        # the saved words by one unpack, where the segment the memory read last holds them all and no
+        # emulation wrote over it (else _run_plan reads them one by one, and says where one is missing)
+        start, end, data = memory._hot
+        at = cfa + lo
+        if start <= at and at + span <= end and not memory._written:
+            values = unpack(data, at - start)
+            quick: dict[str, int] = {sp: cfa}
+            for name in callee_saved:
+                if name in regs:
+                    quick[name] = regs[name]
+            for name, k in order:
+                quick[name] = values[k]
+            return quick
+        return _run_plan(plan, regs, memory, arch)
+
+    return step
+
+
+def _plan_step(
+    plan: _Plan, arch: CfiArch, regs: Mapping[str, int], memory: CaptureMemory
+) -> dict[str, int] | None:
+    return _run_plan(plan, regs, memory, arch)
+
+
 def _run_plan(
     plan: _Plan, regs: Mapping[str, int], memory: CaptureMemory, arch: CfiArch
 ) -> dict[str, int] | None:
@@ -581,21 +628,6 @@ def _run_plan(
         return None
     mask = arch.mask
     cfa = (base + plan.cfa_offset) & mask
-    words = plan.words
-    if words is not None:
-        # the saved words by one unpack, where the segment the memory read last holds them all and no
-        # emulation wrote over it (else read one by one below, which says where a word is missing)
-        start, end, data = memory._hot
-        at = cfa + plan.lo
-        if start <= at and at + plan.span <= end and not memory._written:
-            values = words.unpack_from(data, at - start)
-            quick: dict[str, int] = {arch.sp: cfa}
-            for name in arch.callee_saved:
-                if name in regs:
-                    quick[name] = regs[name]
-            for name, k in plan.order:
-                quick[name] = values[k]
-            return quick
     out: dict[str, int] = {arch.sp: cfa}
     for name in arch.callee_saved:
         if name in regs:

@@ -120,6 +120,7 @@ class UnicornMachine:
         self.memory = memory
         self.arch: Literal["x64", "x86"] = arch
         self.registers = REGISTERS[arch]
+        self._register_set = frozenset(self.registers)  # (the names a run writes, looked up per register)
         self.ip_name = ISA[arch].ip
         self.max_instructions = max_instructions
         self.max_seconds = max_seconds
@@ -232,7 +233,8 @@ class UnicornMachine:
             if base in self._pages:
                 cpu.mem_write(base, self._pages[base])
         self._dirty.clear()
-        cpu.write_registers([(name, value) for name, value in registers.items() if name in self.registers])
+        names = self._register_set
+        cpu.write_registers([(name, value) for name, value in registers.items() if name in names])
         if self._gdt is not None:
             cpu["ss"] = _SS_SELECTOR
             cpu.mem_write(self._gdt + _GS_SELECTOR, _data_descriptor(registers.get("gs_base", 0)))

@@ -715,8 +715,9 @@ def _reported_ips(
         for i, word in _funclet_call_sites(frames, memory, code):
             out[i] = frames[i]._replace(reported_ip=word)
     for i in range(1, len(frames)):
-        f, callee = frames[i], frames[i - 1]
-        if not f.function_id or callee.function_id or f.trust is Trust.CONTEXT:
+        f = frames[i]
+        # (by index: f.function_id, its callee's, f.trust; once per frame of every replay)
+        if not f[4] or frames[i - 1][4] or f[2] is Trust.CONTEXT:
             continue
         rng = code.method_range(f.ip - 1)
         if rng is None or not code.in_ready_to_run(f.ip - 1):
@@ -808,7 +809,14 @@ def _funclet_call_sites(
     words = np.frombuffer(data, dtype="<u8")
     lo, hi = code.jit_span
     values = np.unique(words[(words >= lo + 5) & (words <= hi)]).tolist()
-    targets = {w: t for w in values if (t := _forward_call(memory, w))}
+    seen = code.forward_calls  # each return address's call decoded once per capture
+    targets: dict[int, int] = {}
+    for w in values:
+        t = seen.get(w, -1)
+        if t == -1:
+            t = seen[w] = _forward_call(memory, w)
+        if t:
+            targets[w] = t
     if not targets:
         return
     sps = [f.sp for f in frames]

@@ -294,6 +294,13 @@ class CodeMap:
     #: funclet start -> the end of its ``sub rsp, N`` and N, or None where the code there is no PSPSym
     #: funclet's prolog (emu.replay's funclet rule; from the capture's bytes, kept like ``prologues``)
     funclet_prologs: dict[int, tuple[int, int] | None] = field(default_factory=dict)
+    #: managed method start -> True where :func:`_quick_frame_pointer`'s checks of the method alone (its
+    #: prologue read and setting a frame pointer, or none decoded; not OSR code) passed: the walk then
+    #: follows the chain without asking again (derived from the cached prologue and OSR check)
+    fp_chain: dict[int, bool] = field(default_factory=dict)
+    #: return address -> the target of the ``call rel32`` ending there when later than it, else None
+    #: (emu.replay's funclet rule; from the capture's bytes, kept like ``prologues``)
+    forward_calls: dict[int, int | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         man = self.capture.manifest
@@ -819,10 +826,10 @@ class _Walker:
         return None
 
     def _byte(self, address: int) -> int | None:
-        try:
-            return self.memory.read(address, 1)[0]
-        except MemoryFault:
+        memory = self.memory
+        if not memory.has(address):  # (asked first: a module's code is seldom captured, and a fault costs)
             return None
+        return memory.read(address, 1)[0]
 
     def _ret_at(self, regs: Mapping[str, int], slot: int, *, keep_fp: bool) -> dict[str, int]:
         isa = self.isa
@@ -895,10 +902,10 @@ class _Walker:
             )
         returned = False
         if run.last_instruction is not None:
-            try:
+            # it was executed: its first byte exists; the second is read only where it can matter (rep ret)
+            op = self.memory.read(run.last_instruction, 1)
+            if op[0] == 0xF3 and self.memory.has(run.last_instruction + 1):
                 op = self.memory.read(run.last_instruction, 2)
-            except MemoryFault:
-                op = self.memory.read(run.last_instruction, 1)  # it was executed: its first byte exists
             returned = op[0] in (0xC3, 0xC2) or op == b"\xf3\xc3"
         return run.registers, returned
 
@@ -943,6 +950,8 @@ def _quick_frame_pointer(
         return None  # a frame without a frame pointer: its prologue decides
     if code.osr.get(start) is not False:
         return None
+    if not isinstance(prologue, _Prologue) or prologue.sets_fp:
+        code.fp_chain[start] = True  # the checks above hold for every IP of the method
     rbp = regs.get("rbp")
     if rbp is None or rbp < sp or rbp > _MASK64 - 23:
         return None
@@ -1048,6 +1057,8 @@ def walk_frames(
     place_starts, places = code.places()
     tables = code._tables
     quick_managed = isa.machine == "x64"
+    fp_chain = code.fp_chain
+    read_u64_pair = memory.read_u64_pair
     while True:
         ip, sp = regs[ip_name], regs[sp_name]
         if ip == 0:
@@ -1068,13 +1079,28 @@ def walk_frames(
         caller: dict[str, int] | None = None
         if fid or r2r:
             if quick_managed and not exact:
-                caller = _quick_frame_pointer(code, memory, regs, method_start, ip, sp)
+                if method_start is not None and fp_chain.get(method_start) is True:
+                    # _quick_frame_pointer, its checks of the method cached
+                    rbp = regs.get("rbp")
+                    if rbp is not None and sp <= rbp <= _MASK64 - 23:
+                        try:
+                            saved, ret = read_u64_pair(rbp)
+                        except MemoryFault:
+                            pass
+                        else:
+                            at = places[bisect_right(place_starts, ret) - 1]
+                            if at[0] or (at[1] is not None and "x" in at[1].perms):
+                                caller = {"rip": ret, "rsp": rbp + 16, "rbp": saved}
+                else:
+                    caller = _quick_frame_pointer(code, memory, regs, method_start, ip, sp)
                 trust = Trust.FRAME_POINTER
         elif cfi_path is not None and not exact:
             got = tables.get(cfi_path)
             if type(got) is tuple:
                 table, bias = got
-                caller = table.quick_step((pc - bias) & _MASK64, regs, memory)
+                rel = (pc - bias) & _MASK64
+                step = table.steps.get(rel)  # the row's compiled step, once quick_step has seen the address
+                caller = step(regs, memory) if step is not None else table.quick_step(rel, regs, memory)
                 if caller is not None and caller.get(ip_name) == 0:
                     caller = None  # (the end of the stack: the walker says so)
                 trust = Trust.CFI
