@@ -238,8 +238,9 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         # a thread's application domain asked inside ThreadDestroyed, of the thread destroyed
         ("thread_domain_census", "basic", "THD-01", "HRESULT hr = info_->GetThreadAppDomain(tid, &ad);"),
         # JIT time charged to the calling frame: the walk callback keeps the frameInfo, GetFunctionInfo2 after
-        ("jit_cost_attributor", "basic", "SSC-01",
-         "HRESULT fi = info_->GetFunctionInfo2(tf.func, tf.frameInfo, &cls, &caller.first"),
+        pytest.param("jit_cost_attributor", "basic", "SSC-01",
+                     "HRESULT fi = info_->GetFunctionInfo2(tf.func, tf.frameInfo, &cls, &caller.first",
+                     marks=pytest.mark.long),
         # coverage per generic instantiation: each FunctionID's compilation rewrites the shared methodDef's IL
         ("instantiation_coverage", "basic", "REJIT-01",
          "HRESULT hr = info_->SetILFunctionBody(mod, tok, raw->body);"),
@@ -247,18 +248,20 @@ def test_correct_profilers_written_without_the_rules_are_clean_and_did_their_wor
         ("catch_site_reporter", "basic", "EXC-01",
          "HRESULT hr = info_->GetNotifiedExceptionClauseInfo(&clause);"),
         # the class a GC handle holds asked inside RootReferences2
-        ("gc_root_attribution", "heapchurn", "RRF-01",
-         "HRESULT hr = info_->GetClassFromObject(refs[i], &held);"),
+        pytest.param("gc_root_attribution", "heapchurn", "RRF-01",
+                     "HRESULT hr = info_->GetClassFromObject(refs[i], &held);", marks=pytest.mark.long),
         # framework or application code decided early: GetAssemblyInfo inside AssemblyLoadStarted
         ("assembly_inventory", "basic", "LDS-02", "HRESULT hr = info_->GetAssemblyInfo(id, 0, &cch, nullptr"),
         # a SIGPROF sampler keyed by OS thread: GetThreadInfo of the ThreadID ThreadDestroyed hands out
-        ("cpu_hotspot_sampler", "basic", "THD-01", "HRESULT hr = info_->GetThreadInfo(threadId, &os);"),
+        pytest.param("cpu_hotspot_sampler", "basic", "THD-01",
+                     "HRESULT hr = info_->GetThreadInfo(threadId, &os);", marks=pytest.mark.long),
         # a call counter's first wave of ReJIT requested inside ModuleLoadFinished, on the loader's thread
         ("modload_rejit_call_counter", "basic", "REJIT-09",
          "HRESULT hr = info_->RequestReJIT(static_cast<ULONG>(found.size()), mods.data(), found.data());"),
         # moved bytes charged to the class of each range's first object, asked inside MovedReferences2
-        ("gc_move_class_histogram", "heapchurn", "MR2-09",
-         "if (failed(info_->GetClassFromObject(olds[i], &cls))) cls = 0;"),
+        pytest.param("gc_move_class_histogram", "heapchurn", "MR2-09",
+                     "if (failed(info_->GetClassFromObject(olds[i], &cls))) cls = 0;",
+                     marks=pytest.mark.long),
         # a final census of modules, JIT-compiled functions and threads named inside Shutdown
         ("census_in_shutdown", "basic", "SHD-02",
          "if (failed(info->GetModuleInfo(mid, &base, 128, &len, name, &asmId))) return \"?\";"),
@@ -421,7 +424,8 @@ def test_FE2_07_fast_path_hooks_written_as_C_functions_are_found_at_their_code(
     across the fast path's call, and both runtimes crash after the first hook returns. The hook checker holds
     a fast-path hook to every register (FunctionEnter3.md: the execution engine saves none): each of the three
     is an FE2-07 finding at its own code, on both runtimes; the crash, whose stack holds no profiler frame, is
-    a note."""
+    a note, or a VAL-CRASH finding when it comes while a hook is open on the crashing thread (seen once on
+    3.1.23 in a full parallel run: "SIGSEGV in FunctionEnter3", IP 0), which blames the same profiler."""
     result = validate("call_counter", apps("basic"), runtimes)
     text = render_text(result, verbose=True)
     hooks = {
@@ -431,4 +435,4 @@ def test_FE2_07_fast_path_hooks_written_as_C_functions_are_found_at_their_code(
         and same_source(g.site.file, DOCS / "call_counter.cpp")
     }
     assert hooks == {"OnEnter3", "OnLeave3", "OnTailcall3"}, text
-    assert {g.clause for g in result.findings} == {"FE2-07"}, text
+    assert {g.clause for g in result.findings} - {"VAL-CRASH"} == {"FE2-07"}, text
