@@ -55,6 +55,7 @@ def test_the_recording_repeats_the_body_with_fresh_seqs(
 
 
 @pytest.mark.live
+@pytest.mark.long  # (the bench's own run, 22 s in CI; the columns and their findings are held every run)
 def test_tiny_it_prints_the_rates_the_peak_and_the_verdicts(
     bench: ModuleType, runtimes: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

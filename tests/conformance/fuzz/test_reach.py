@@ -113,6 +113,7 @@ def test_the_named_class_profiler_without_the_error_is_clean_and_reached(correct
     assert report.reached["GetClassIDInfo"][1] >= report.reached["GetClassIDInfo"][0] > 0
 
 
+@pytest.mark.long  # (MR2-17 found by the reach of the profiler's strings is held every run, just above)
 def test_MR2_17_named_class_plus8_is_found_with_app_alone(plus8: Path, app: Path, tmp_path: Path) -> None:
     """Without the string table the world never names a class "Contoso.Orders.OrderLine" (no tracked
     object, nothing found); with ``--app`` naming it in a real assembly it does, with its TypeDef token."""
