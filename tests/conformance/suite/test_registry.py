@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
+import sys
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +19,37 @@ from conformance.suite.orchestrate import effective_plan
 from conformance.suite.registry import ExperimentSpec
 from conformance.suite.registry import judge as register_judge
 from conformance.suite.verdicts import Evidence, Judgement
+
+
+def test_every_rule_is_placed_at_the_line_inspect_gives_it() -> None:
+    """registry.source_of reads a class's line from its file parsed once (not inspect's parse per class):
+    every registered rule's file and line are what inspect.getsourcelines gives (``--where`` prints them)."""
+    registry.load_all()
+    placed = [(r, inspect.unwrap(r.fn)) for r in registry.rules() if r.fn is not None]
+    assert any(inspect.isclass(target) for _r, target in placed)
+    for r, target in placed:
+        expected = (inspect.getsourcefile(target), inspect.getsourcelines(target)[1])
+        assert (str(r.path), r.line) == expected, r.name
+
+
+def test_a_class_is_placed_at_its_first_decorator_a_nested_one_by_its_qualified_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "placed.py"
+    source.write_text(
+        "def keep(c):\n    return c\n\n@keep\nclass Outer:\n    class Inner:\n        pass\n\n\n"
+        "def make():\n    class Outer:\n        pass\n    return Outer\n\n\n"
+        "class Twice:\n    pass\n\n\nclass Twice:  # inspect places the name's first class\n    pass\n"
+    )
+    spec = importlib.util.spec_from_file_location("placed", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "placed", module)  # (inspect finds a class's file through it)
+    spec.loader.exec_module(module)
+    classes = (module.Outer, module.Outer.Inner, module.make(), module.Twice)
+    for cls in classes:
+        assert registry.source_of(cls) == (source, inspect.getsourcelines(cls)[1]), cls.__qualname__
+    assert [registry.source_of(c)[1] for c in classes] == [4, 6, 11, 16]
 
 
 def test_every_judged_clause_is_a_clause_of_the_catalog_with_the_judges_layer() -> None:
