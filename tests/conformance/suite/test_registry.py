@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import inspect
 import sys
 from collections.abc import Iterator, Mapping
@@ -33,19 +33,17 @@ def test_every_rule_is_placed_at_the_line_inspect_gives_it() -> None:
 
 
 def test_a_class_is_placed_at_its_first_decorator_a_nested_one_by_its_qualified_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    source = tmp_path / "placed.py"
+    source = tmp_path / "registry_placed.py"
     source.write_text(
         "def keep(c):\n    return c\n\n@keep\nclass Outer:\n    class Inner:\n        pass\n\n\n"
         "def make():\n    class Outer:\n        pass\n    return Outer\n\n\n"
         "class Twice:\n    pass\n\n\nclass Twice:  # inspect places the name's first class\n    pass\n"
     )
-    spec = importlib.util.spec_from_file_location("placed", source)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "placed", module)  # (inspect finds a class's file through it)
-    spec.loader.exec_module(module)
+    monkeypatch.syspath_prepend(tmp_path)
+    module = importlib.import_module("registry_placed")  # (in sys.modules: inspect finds a file through it)
+    request.addfinalizer(lambda: sys.modules.pop("registry_placed", None))
     classes = (module.Outer, module.Outer.Inner, module.make(), module.Twice)
     for cls in classes:
         assert registry.source_of(cls) == (source, inspect.getsourcelines(cls)[1]), cls.__qualname__
