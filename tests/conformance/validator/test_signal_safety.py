@@ -89,15 +89,19 @@ def test_ASYNC_01_a_handler_that_allocates_is_found_at_its_new(
     source = PROFILERS / "sampler_malloc.cpp"
     text = render_text(malloc_result)
     # a 1 s app: ok, or killed when a SIGPROF came while the thread was inside malloc and the handler's own
-    # malloc deadlocked on the allocator's lock (the fault's real consequence): then reported as ASYNC-07
-    assert all(r.outcome in ("ok", "killed") for r in malloc_result.runs), text
+    # malloc deadlocked on the allocator's lock (the fault's real consequence): then reported as ASYNC-07; or,
+    # rarely, crashed when the handler's malloc broke the heap the interrupted malloc was changing (seen once,
+    # 3.1.23 at 0.1 s: SIGSEGV past every handler, a note; the preload's table went with the process)
+    assert all(r.outcome in ("ok", "killed", "crashed") for r in malloc_result.runs), text
+    finished = sorted(r.runtime for r in malloc_result.runs if r.outcome != "crashed")
+    assert finished, text
     deadlocked = any(r.outcome == "killed" for r in malloc_result.runs)
     clauses = sorted(g.clause for g in malloc_result.findings)
     assert clauses == (["ASYNC-01", "ASYNC-07"] if deadlocked else ["ASYNC-01"]), text
     (group,) = [g for g in malloc_result.findings if g.clause == "ASYNC-01"]
     assert group.clause == "ASYNC-01" and group.document == "signal-safety(7)", text
     assert "calls only async-signal-safe functions" in group.quote and group.fix, group
-    assert group.runtimes == sorted(rt.version for rt in runtimes), text
+    assert len(malloc_result.runs) == len(runtimes) and set(finished) <= set(group.runtimes), text
     assert group.site is not None and same_source(group.site.file, source), group
     assert group.site.line == line_of(source, "new Sample{"), group
     assert "on_sigprof" in (group.site.function or ""), group
