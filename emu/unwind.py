@@ -952,6 +952,14 @@ def _quick_frame_pointer(
         return None
     if not isinstance(prologue, _Prologue) or prologue.sets_fp:
         code.fp_chain[start] = True  # the checks above hold for every IP of the method
+    return _fp_caller(code, memory, regs, sp)
+
+
+def _fp_caller(
+    code: CodeMap, memory: CaptureMemory, regs: Mapping[str, int], sp: int
+) -> dict[str, int] | None:
+    """The caller by the frame-pointer chain once the method's checks passed (:func:`_quick_frame_pointer`):
+    RBP above SP, both words captured and the return address in executable code; None otherwise."""
     rbp = regs.get("rbp")
     if rbp is None or rbp < sp or rbp > _MASK64 - 23:
         return None
@@ -1058,7 +1066,6 @@ def walk_frames(
     tables = code._tables
     quick_managed = isa.machine == "x64"
     fp_chain = code.fp_chain
-    read_u64_pair = memory.read_u64_pair
     while True:
         ip, sp = regs[ip_name], regs[sp_name]
         if ip == 0:
@@ -1080,17 +1087,7 @@ def walk_frames(
         if fid or r2r:
             if quick_managed and not exact:
                 if method_start is not None and fp_chain.get(method_start) is True:
-                    # _quick_frame_pointer, its checks of the method cached
-                    rbp = regs.get("rbp")
-                    if rbp is not None and sp <= rbp <= _MASK64 - 23:
-                        try:
-                            saved, ret = read_u64_pair(rbp)
-                        except MemoryFault:
-                            pass
-                        else:
-                            at = places[bisect_right(place_starts, ret) - 1]
-                            if at[0] or (at[1] is not None and "x" in at[1].perms):
-                                caller = {"rip": ret, "rsp": rbp + 16, "rbp": saved}
+                    caller = _fp_caller(code, memory, regs, sp)  # the method's checks cached
                 else:
                     caller = _quick_frame_pointer(code, memory, regs, method_start, ip, sp)
                 trust = Trust.FRAME_POINTER
