@@ -134,10 +134,15 @@ def test_every_record_once_in_seq_order_each_thread_in_its_order(
     records = _records(path)
     assert [r["seq"] for r in records] == list(range(18000))
     by_thread: dict[object, list[object]] = {}
+    os_tids: dict[object, set[object]] = {}
     for r in records:
         by_thread.setdefault(r["t"], []).append(r["k"])
+        os_tids.setdefault(r["t"], set()).add(r["os_tid"])
         assert r["kind"] == "mark" and r["deferred"] is True if r["k"] % 3 == 2 else "pad" in r  # type: ignore[operator]
     assert by_thread == {t: list(range(3000)) for t in range(6)}
+    # each thread's records carry its own OS thread id (asked of the kernel once per thread, then cached)
+    assert all(len(tids) == 1 for tids in os_tids.values()), os_tids
+    assert len(set().union(*os_tids.values())) == 6
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
