@@ -787,6 +787,26 @@ void install_signal_handlers() {
     sigaction(g_stack_signal, &sa, nullptr);
 }
 
+// The watchdog's view of each registered thread's outermost open frame (by registry index; the watchdog's own
+// thread alone touches it): the frame's number (ThreadState::busy_epoch) and the tick that first saw it open.
+// A frame is timed from that tick, so a hang is reported at most one period late and its time is never more
+// than the frame's own.
+struct SeenOpen {
+    std::uint64_t epoch = 0;
+    std::int64_t since = 0;
+};
+std::vector<SeenOpen> g_seen_open;
+
+// Updates thread k's entry at tick `now`; the time its outermost frame has been open since (0: none open).
+std::int64_t busy_since(int k, const ThreadState& t, std::int64_t now) {
+    if (g_seen_open.size() <= static_cast<std::size_t>(k)) g_seen_open.resize(static_cast<std::size_t>(k) + 1);
+    SeenOpen& seen = g_seen_open[static_cast<std::size_t>(k)];
+    const std::uint64_t epoch = t.busy_epoch.load(std::memory_order_relaxed);
+    if (epoch == 0) seen = SeenOpen{};
+    else if (seen.epoch != epoch) seen = SeenOpen{epoch, now};
+    return seen.since;
+}
+
 void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
     ThreadRegistry& reg = registry();
     const int n = reg.size();
@@ -809,8 +829,9 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
         th.set("callbacks", frames_json(*t));
         th.set("call", t->current_call ? Json(t->current_call) : Json());
         th.set("lastCallback", t->last_callback ? Json(t->last_callback) : Json());
-        std::int64_t since = t->busy_since.load();
-        th.set("busyMs", since ? Json((now_coarse_ns() - since) / 1000000) : Json());
+        const std::int64_t now = now_coarse_ns();
+        const std::int64_t since = busy_since(k, *t, now);
+        th.set("busyMs", since ? Json((now - since) / 1000000) : Json());
         std::int64_t call_since = t->call_since.load();
         th.set("callBusyMs", call_since ? Json((now_coarse_ns() - call_since) / 1000000) : Json());
         const bool ready = t->stack_ready.load(std::memory_order_acquire);
@@ -852,7 +873,7 @@ void watchdog_loop() {
         for (int k = 0; k < n; ++k) {
             ThreadState* t = reg.at(k);
             if (!t) continue;
-            const std::int64_t since = t->busy_since.load(std::memory_order_relaxed);
+            const std::int64_t since = busy_since(k, *t, now);
             const std::int64_t call = t->call_since.load(std::memory_order_relaxed);
             const bool is_call = call && (!since || call <= since);
             const std::int64_t first = is_call ? call : since;

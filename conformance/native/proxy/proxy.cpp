@@ -14,15 +14,13 @@
 
 namespace profharness::proxy {
 
-namespace {
-
 __attribute__((tls_model("initial-exec"))) thread_local ThreadState* tl_state = nullptr;
 
-// Each thread's callback counts (PerThread: a locked add on one shared array was most of a callback scope's
-// cost); counts_json sums them.
-struct CallbackCounts {
-    std::atomic<std::int64_t> n[static_cast<int>(ProxyCb::Count_)] = {};
-};
+const char* const* const g_callback_names = kProxyCbNames;
+const bool* const g_callback_lazy = kProxyCbLazy;
+static_assert(static_cast<int>(ProxyCb::Count_) <= kCallbackSlots, "CallbackCounts holds every callback");
+
+namespace {
 
 Json frame_args(const Frame& f) {
     Json args = Json::object();
@@ -69,17 +67,14 @@ ThreadRegistry& registry() {
     return *r;
 }
 
-ThreadState& me() {
-    ThreadState* t = tl_state;
-    if (t) return *t;
-    t = new ThreadState();
+ThreadState& new_thread_state() {
+    auto* t = new ThreadState();
     t->os_tid = static_cast<long>(::syscall(SYS_gettid));
     registry().add(t);
     tl_state = t;
     return *t;
 }
 
-ThreadState* me_if_known() { return tl_state; }
 
 std::int64_t now_ns() {
     timespec ts;
@@ -96,12 +91,6 @@ std::int64_t now_coarse_ns() {
 TraceWriter& trace() {
     static TraceWriter* w = new TraceWriter(&managed_thread_json);
     return *w;
-}
-
-void count_callback(int id) {
-    if (id < 0 || id >= static_cast<int>(ProxyCb::Count_)) return;
-    std::atomic<std::int64_t>& n = PerThread<CallbackCounts>::mine().n[id];
-    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 Json counts_json() {
@@ -121,79 +110,19 @@ void flush_frames(ThreadState& t) {
         if (!t.frames[k].written) write_enter(t, t.frames[k], k + 1);
 }
 
-Frame* push_frame(ThreadState& t, const char* name, int count_id, bool lazy) {
-    int d = t.depth++;
-    if (d == 0) t.busy_since.store(now_coarse_ns(), std::memory_order_relaxed);
-    if (count_id >= 0 && !t.tid_known) t.tid_asked = false;  // a callback: the thread may be managed now
-    if (count_id != -2) t.called_by_runtime = true;  // not a StackSnapshotCallback (the walker's own thread)
-    if (d >= kMaxFrames) return nullptr;
-    Frame& f = t.frames[d];
-    f.name = name;
-    f.count_id = count_id;
-    f.written = false;
-    f.nargs = 0;
-    f.entered_ns = 0;
-    (void)lazy;
-    return &f;
-}
-
-void pop_frame(ThreadState& t, HRESULT hr, bool has_hr) {
-    int d = --t.depth;
-    if (d < kMaxFrames && d >= 0) {
-        Frame& f = t.frames[d];
-        if (f.written) {
-            Json rec = Json::object();
-            rec.set("name", f.name).set("phase", "return").set("depth", d + 1);
-            if (has_hr) rec.set("hr", Json(static_cast<std::uint32_t>(hr)));
-            if (f.count_id < 0) rec.set("hook", true);
-            trace().write("callback", std::move(rec));
-        }
-        if (f.count_id >= 0) t.last_callback = f.name;
-    }
-    if (d == 0) t.busy_since.store(0, std::memory_order_relaxed);
+void write_return(const Frame& f, int depth, HRESULT hr, bool has_hr) {
+    Json rec = Json::object();
+    rec.set("name", f.name).set("phase", "return").set("depth", depth);
+    if (has_hr) rec.set("hr", Json(static_cast<std::uint32_t>(hr)));
+    if (f.count_id < 0) rec.set("hook", true);
+    trace().write("callback", std::move(rec));
 }
 
 // --- CallbackScope ---------------------------------------------------------------------------------------
 
-CallbackScope::CallbackScope(int id, int level, bool forwarded)
-    : CallbackScope(id, level, forwarded, !profiler_asked(id)) {}
-
-CallbackScope::CallbackScope(int id, int level, bool forwarded, bool hidden)
-    : t_(me()), id_(id), hidden_(hidden), lazy_(kProxyCbLazy[id]) {
-    (void)level;
-    (void)forwarded;
-    if (hidden_) {
-        hidden_callback(id);
-        t_.called_by_runtime = true;  // a runtime thread, though the profiler never sees the callback
-        return;
-    }
-    count_callback(id);
-    frame_ = push_frame(t_, kProxyCbNames[id], id, lazy_);
-}
-
-CallbackScope::~CallbackScope() {
-    if (!finished_) finish(S_OK);
-}
-
 HRESULT CallbackScope::hide() {
     finished_ = true;
     return id_ == static_cast<int>(ProxyCb::ObjectReferences) ? E_FAIL : S_OK;
-}
-
-void CallbackScope::begin() {
-    if (begun_ || hidden_) return;
-    begun_ = true;
-    if (!lazy_ && recording_enabled()) flush_frames(t_);
-    perturb_callback_enter(id_);
-}
-
-HRESULT CallbackScope::finish(HRESULT hr) {
-    if (finished_) return hr;
-    finished_ = true;
-    if (hidden_) return hr;
-    if (begun_) perturb_callback_return(id_);
-    pop_frame(t_, hr, true);
-    return hr;
 }
 
 // --- InfoScope -------------------------------------------------------------------------------------------

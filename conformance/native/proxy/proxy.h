@@ -90,7 +90,11 @@ struct ThreadState {
     bool called_by_runtime = false;       // the runtime called a callback, hook or mapper on it
     bool harness = false;                 // the proxy's own thread (the watchdog): never the profiler's
     const char* current_call = nullptr;   // the Info method the thread is inside
-    std::atomic<std::int64_t> busy_since{0};  // entry time of the outermost open frame (0: none)
+    // The outermost open frame, for the hang watchdog: 0 while none is open, else a number new to each outermost
+    // entry on this thread (outer_entries, the thread's own count). The watchdog times a frame from the first
+    // tick that sees its number: no clock is read on a callback's path (issue 23).
+    std::atomic<std::uint64_t> busy_epoch{0};
+    std::uint64_t outer_entries = 0;
     // entry time of the outermost ICorProfilerInfo call made outside any callback (0: none): the hang
     // watchdog's other clock (a profiler thread stuck in SuspendRuntime)
     std::atomic<std::int64_t> call_since{0};
@@ -214,11 +218,21 @@ class HandedFrameInfoScope {
     ThreadState::HandedFrameInfo mine_{};
 };
 
-ThreadState& me();
-ThreadState* me_if_known();  // null when this thread never touched the proxy
+// What every callback, hook and call runs: always inlined (issue 23: as out-of-line calls they were a third of
+// the proxy's cost per callback on the callback-heavy workload of bench/proxy.py).
+#define PROFHARNESS_HOT __attribute__((always_inline)) inline
+
+// The calling thread's state (made by its first call), inline: every callback, hook and call asks for it.
+extern __attribute__((tls_model("initial-exec"))) thread_local ThreadState* tl_state;
+ThreadState& new_thread_state();  // makes and registers the calling thread's
+PROFHARNESS_HOT ThreadState& me() {
+    if (ThreadState* t = tl_state) return *t;
+    return new_thread_state();
+}
+inline ThreadState* me_if_known() { return tl_state; }  // null when this thread never touched the proxy
 std::int64_t now_ns();
 // CLOCK_MONOTONIC_COARSE (a few ms of resolution, a fraction of now_ns's cost): the hang watchdog's clock
-// (busy_since, call_since), read once per outermost callback or call
+// (its ticks; call_since, read once per outermost ICorProfilerInfo call made outside any callback)
 std::int64_t now_coarse_ns();
 TraceWriter& trace();
 bool recording_enabled();      // the trace is open
@@ -252,13 +266,9 @@ ThreadRegistry& registry();
 template <typename T>
 class PerThread {
  public:
-    static T& mine() {
+    PROFHARNESS_HOT static T& mine() {
         if (T* t = tl_) return *t;
-        auto* t = new T();
-        std::lock_guard<std::mutex> lock(mu());
-        all().push_back(t);
-        tl_ = t;
-        return *t;
+        return make();
     }
     template <typename F>
     static void for_each(F&& f) {
@@ -267,6 +277,13 @@ class PerThread {
     }
 
  private:
+    __attribute__((noinline)) static T& make() {
+        auto* t = new T();
+        std::lock_guard<std::mutex> lock(mu());
+        all().push_back(t);
+        tl_ = t;
+        return *t;
+    }
     static std::mutex& mu() {
         static auto* m = new std::mutex();
         return *m;
@@ -356,6 +373,9 @@ void note_caller(const void* ip);
 // --- perturbation (perturb.cpp, perturb.h: `validate --perturb SEED`) ----------------------------------
 // Each delays the calling thread when the seeded schedule says so (no-ops when not perturbing).
 bool perturbing();
+// PROFHARNESS_PROXY_PERTURB is set (read once, at load): without it the callback points below do nothing, and
+// a callback's scope does not call them
+extern const bool g_perturb_configured;
 void perturb_callback_enter(int cb);   // a callback about to be forwarded (ProxyCb)
 void perturb_callback_return(int cb);  // the profiler's callback returned
 void perturb_initialize_call();        // a call the profiler makes during its Initialize, on that thread
@@ -392,13 +412,47 @@ class HandlerCheck {
 
 // Writes the enter records of this thread's frames that are not written yet (outermost first).
 void flush_frames(ThreadState& t);
-// Frame enter/leave used by callbacks and hooks.
-Frame* push_frame(ThreadState& t, const char* name, int count_id, bool lazy);
-void pop_frame(ThreadState& t, HRESULT hr, bool has_hr);
-void count_callback(int id);
+// Frame enter/leave used by callbacks and hooks (inline: the path of every callback and hook, issue 23).
+PROFHARNESS_HOT Frame* push_frame(ThreadState& t, const char* name, int count_id, bool lazy) {
+    const int d = t.depth++;
+    if (d == 0) t.busy_epoch.store(++t.outer_entries, std::memory_order_relaxed);
+    if (count_id >= 0 && !t.tid_known) t.tid_asked = false;  // a callback: the thread may be managed now
+    if (count_id != -2) t.called_by_runtime = true;  // not a StackSnapshotCallback (the walker's own thread)
+    if (d >= kMaxFrames) return nullptr;
+    Frame& f = t.frames[d];
+    f.name = name;
+    f.count_id = count_id;
+    f.written = false;
+    f.nargs = 0;
+    f.entered_ns = 0;
+    (void)lazy;
+    return &f;
+}
+// The return record of a frame whose enter record was written (depth: the frame's, 1-based).
+void write_return(const Frame& f, int depth, HRESULT hr, bool has_hr);
+PROFHARNESS_HOT void pop_frame(ThreadState& t, HRESULT hr, bool has_hr) {
+    const int d = --t.depth;
+    if (d < kMaxFrames && d >= 0) {
+        Frame& f = t.frames[d];
+        if (f.written) write_return(f, d + 1, hr, has_hr);
+        if (f.count_id >= 0) t.last_callback = f.name;
+    }
+    if (d == 0) t.busy_epoch.store(0, std::memory_order_relaxed);
+}
+// Each thread's callback counts (PerThread: a locked add on one shared array was most of a callback scope's
+// cost); counts_json sums them. kCallbackSlots >= the callbacks of generated.h (checked in proxy.cpp).
+inline constexpr int kCallbackSlots = 128;
+struct CallbackCounts {
+    std::atomic<std::int64_t> n[kCallbackSlots] = {};
+};
+PROFHARNESS_HOT void count_callback(int id) {
+    if (id < 0 || id >= kCallbackSlots) return;
+    std::atomic<std::int64_t>& n = PerThread<CallbackCounts>::mine().n[id];
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 
 template <typename T>
-inline void store_arg(Frame* f, const char* name, T value) {
+PROFHARNESS_HOT void store_arg(Frame* f, const char* name, T value) {
     if (!f || f->nargs >= kMaxArgs) return;
     int k = f->nargs++;
     f->arg_names[k] = name;
@@ -424,7 +478,7 @@ class CallbackScope {
     ~CallbackScope();
 
     template <typename T>
-    void arg(const char* name, T value) {
+    PROFHARNESS_HOT void arg(const char* name, T value) {
         if (frame_ && !frame_->written) store_arg(frame_, name, value);
     }
     void arg(const char* name, const GUID& g) { arg(name, &g); }
@@ -447,6 +501,47 @@ class CallbackScope {
     bool begun_ = false;
     bool finished_ = false;
 };
+
+// The callbacks' names and whether each is lazy (generated.h's kProxyCbNames and kProxyCbLazy, which come
+// after this header), for CallbackScope's inline members.
+extern const char* const* const g_callback_names;
+extern const bool* const g_callback_lazy;
+
+PROFHARNESS_HOT CallbackScope::CallbackScope(int id, int level, bool forwarded)
+    : CallbackScope(id, level, forwarded, !profiler_asked(id)) {}
+
+PROFHARNESS_HOT CallbackScope::CallbackScope(int id, int level, bool forwarded, bool hidden)
+    : t_(me()), id_(id), hidden_(hidden), lazy_(g_callback_lazy[id]) {
+    (void)level;
+    (void)forwarded;
+    if (hidden_) {
+        hidden_callback(id);
+        t_.called_by_runtime = true;  // a runtime thread, though the profiler never sees the callback
+        return;
+    }
+    count_callback(id);
+    frame_ = push_frame(t_, g_callback_names[id], id, lazy_);
+}
+
+PROFHARNESS_HOT CallbackScope::~CallbackScope() {
+    if (!finished_) finish(S_OK);
+}
+
+PROFHARNESS_HOT void CallbackScope::begin() {
+    if (begun_ || hidden_) return;
+    begun_ = true;
+    if (!lazy_ && recording_enabled()) flush_frames(t_);
+    if (g_perturb_configured) perturb_callback_enter(id_);
+}
+
+PROFHARNESS_HOT HRESULT CallbackScope::finish(HRESULT hr) {
+    if (finished_) return hr;
+    finished_ = true;
+    if (hidden_) return hr;
+    if (begun_ && g_perturb_configured) perturb_callback_return(id_);
+    pop_frame(t_, hr, true);
+    return hr;
+}
 
 // One ICorProfilerInfo call made through the wrapper: its arguments and out-values (RecordScope), recorded
 // in the calling thread's state.
