@@ -104,7 +104,7 @@ def _arms(profiler: Path, folder: Path) -> dict[str, dict[str, str]]:
         **base,
         "CORECLR_PROFILER": "{00000000-0000-0000-0000-000000000001}",
         "CORECLR_PROFILER_PATH": str(build_proxy()),
-        "PROFHARNESS_TRACE": str(folder / "trace.jsonl"),
+        "PROFHARNESS_TRACE": str(folder / runner.BINARY_TRACE_FILE),  # the format validate gives the proxy
         **launch.proxy_environment(profiler, FIXTURE_CLSID),
     }
     return {

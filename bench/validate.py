@@ -81,7 +81,9 @@ def child(mode: str, path: Path) -> None:
 
 def real_recording(profiler: str, runtime: str) -> tuple[Path, dict[str, Any]]:
     """``validate`` of ``profiler`` on heapchurn: its trace and what the run took."""
-    result, run, wall = common.heapchurn_run(profiler, runtime)
+    # JSON Lines, what this bench has measured since issue 19 (validate writes the binary trace by default
+    # since issue 23: bench/stream.py measures that path)
+    result, run, wall = common.heapchurn_run(profiler, runtime, env={"PROFHARNESS_TRACE_FORMAT": "jsonl"})
     clauses: collections.Counter[str] = collections.Counter()
     for g in result.groups:
         clauses[g.clause] += g.count

@@ -87,6 +87,11 @@ class RunResult(BaseModel):
         return f"{self.scenario} on {self.runtime} {what}{last}; trace: {self.trace_path}"
 
 
+#: a run's trace in its folder (JSON Lines); a binary trace (docs/design.md "The binary trace") is
+#: :data:`BINARY_TRACE_FILE`
+TRACE_FILE, BINARY_TRACE_FILE = "trace.jsonl", "trace.phtrace"
+
+
 def probe_environment(
     runtime: Runtime, probe_path: Path, plan: Mapping[str, Any], trace_path: Path
 ) -> dict[str, str]:
@@ -134,8 +139,10 @@ def execute(
     env: Mapping[str, str] | None = None,
     read: bool = True,
     on_start: Callable[[int, Path], None] | None = None,
+    trace_name: str = TRACE_FILE,
 ) -> RunResult:
-    """Run ``app_dll`` on ``runtime`` under the probe, bounded by ``timeout_s``.
+    """Run ``app_dll`` on ``runtime`` under the probe, bounded by ``timeout_s``; its trace is ``trace_name``
+    in the run folder.
 
     ``read=False`` leaves the trace unread (``trace`` None, ``record_count`` 0): a caller that streams it
     (the validator) reads it once itself.
@@ -150,7 +157,7 @@ def execute(
     app = scenarios.prepare_run_dir(app_dll, runtime, run_dir)
     probe_copy = app.parent / probe.PROBE_FILE_NAME
     shutil.copyfile(probe_so, probe_copy)
-    trace_path = run_dir / "trace.jsonl"
+    trace_path = run_dir / trace_name
     effective_plan = resolve_plan(plan if plan is not None else scenario.plan)
     child_env = probe_environment(runtime, probe_copy, effective_plan, trace_path)
     child_env.update(env or {})

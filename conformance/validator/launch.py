@@ -37,9 +37,13 @@ DEFAULT_TIMEOUT_S = 600.0
 _CLSID = re.compile(
     r"^\{?([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})\}?$"
 )
+#: The proxy's trace format (issue 23): the binary trace (docs/design.md "The binary trace"), a fifth of
+#: the JSON's bytes, judged as columns; ``--env PROFHARNESS_TRACE_FORMAT=jsonl`` asks for JSON Lines.
+TRACE_FORMAT_ENV, TRACE_FORMAT = "PROFHARNESS_TRACE_FORMAT", "binary"
+
 #: The variable naming the trace path the profiler behind the proxy sees as PROFHARNESS_TRACE.
 TARGET_TRACE_ENV = "PROFHARNESS_PROXY_TARGET_TRACE"
-TARGET_TRACE_FILE = "target-trace.jsonl"
+TARGET_TRACE_FILE = "target-trace.jsonl"  # (target-trace.phtrace when binary: target_trace_file)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ELF_MAGIC = b"\x7fELF"
 _ET_DYN = 3
@@ -123,7 +127,7 @@ def proxy_environment(
     preload also counts as the profiler's modules (a handler one of them installs is wrapped too).
     ``inject_deadlock``: the preload raises the profiler's signal once while the thread holds its allocator
     lock (:func:`signal_safety_environment`)."""
-    env = dict(extra_env or {})
+    env = {TRACE_FORMAT_ENV: TRACE_FORMAT, **(extra_env or {})}  # the user's own format wins
     env.update(
         {
             "PROFHARNESS_PROXY_TARGET": str(profiler),
@@ -236,6 +240,16 @@ def read_attach(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _binary(environment: Mapping[str, str]) -> bool:
+    """Whether the proxy writes the binary trace in ``environment``."""
+    return environment.get(TRACE_FORMAT_ENV) == "binary"
+
+
+def target_trace_file(environment: Mapping[str, str]) -> str:
+    """The file name of the trace the profiler behind the proxy is given (in the run folder)."""
+    return "target-trace.phtrace" if _binary(environment) else TARGET_TRACE_FILE
+
+
 def run_under_proxy(
     scenario: scenarios.Scenario,
     app_dll: Path,
@@ -262,8 +276,9 @@ def run_under_proxy(
         source=runtime.source,
         # PROFHARNESS_TRACE is the proxy's: a profiler behind it that reads it too (the project's own
         # probe) is given a trace of its own (the proxy swaps the variable before loading it)
-        proxy_env={**environment, TARGET_TRACE_ENV: str(run_dir / TARGET_TRACE_FILE)},
+        proxy_env={**environment, TARGET_TRACE_ENV: str(run_dir / target_trace_file(environment))},
     )
+    trace_name = runner.BINARY_TRACE_FILE if _binary(environment) else runner.TRACE_FILE
     if user_app:  # the app's own assemblies go beside it (its main assembly becomes app.dll)
         for sibling in app_dll.parent.iterdir():
             if sibling.is_file() and sibling != app_dll and sibling.suffix.lower() in (".dll", ".so", ".pdb"):
@@ -274,7 +289,7 @@ def run_under_proxy(
     limit = timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S
     if attach is None:
         return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir,
-                              read=False)  # fmt: skip
+                              read=False, trace_name=trace_name)  # fmt: skip
     return runner.execute(scenario, app_dll, proxied, proxy_so, timeout_s=limit, run_dir=run_dir, read=False,
-                          env={"CORECLR_ENABLE_PROFILING": "0"},
+                          env={"CORECLR_ENABLE_PROFILING": "0"}, trace_name=trace_name,
                           on_start=_attacher(attach, run_dir))  # fmt: skip

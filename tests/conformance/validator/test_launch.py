@@ -33,6 +33,17 @@ def test_default_hang_limit_is_10_s_everywhere_it_is_a_default() -> None:
     assert launch.proxy_environment(Path("/p.so"), "{C}", hang_s=2.5)["PROFHARNESS_PROXY_HANG_MS"] == "2500"
 
 
+def test_the_proxy_writes_the_binary_trace_unless_the_user_asks_for_json_lines() -> None:
+    """Issue 23: validate's recording is the binary trace, named so in the run folder (and the trace of a
+    profiler behind the proxy too); the user's own PROFHARNESS_TRACE_FORMAT wins."""
+    env = launch.proxy_environment(Path("/p.so"), "{C}")
+    assert env["PROFHARNESS_TRACE_FORMAT"] == "binary"
+    assert launch.target_trace_file(env) == "target-trace.phtrace"
+    mine = launch.proxy_environment(Path("/p.so"), "{C}", extra_env={"PROFHARNESS_TRACE_FORMAT": "jsonl"})
+    assert mine["PROFHARNESS_TRACE_FORMAT"] == "jsonl"
+    assert launch.target_trace_file(mine) == launch.TARGET_TRACE_FILE == "target-trace.jsonl"
+
+
 @pytest.fixture
 def watchdog_limit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[float]:
     """The ``timeout_s`` each :func:`launch.run_under_proxy` hands the runner (which is not run)."""

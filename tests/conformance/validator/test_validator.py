@@ -260,7 +260,8 @@ def test_the_projects_own_probe_validates_clean(runtimes: list[Runtime]) -> None
     assert result.findings == [] and result.notes == [], api.table(result)
     assert {r.runtime for r in result.runs} == {rt.version for rt in runtimes}
     for run in result.runs:
-        theirs = read_trace(Path(run.trace).parent / TARGET_TRACE_FILE, strict=True)
+        (target_trace,) = Path(run.trace).parent.glob(TARGET_TRACE_FILE.replace(".jsonl", ".*"))
+        theirs = read_trace(target_trace, strict=True)
         assert theirs.header is not None and theirs.header.probe != "profharness-proxy 1"
         assert theirs.calls("DoStackSnapshot", experiment="walk-at-gc"), run.trace
         mine = read_trace(Path(run.trace), strict=True)
