@@ -1,8 +1,8 @@
 """The recording proxy's overhead (issues 10, 23): a do-nothing profiler
 (tests/conformance/validator/profilers/noop.cpp) loaded directly, behind the proxy without its shadow heap
 (PROFHARNESS_PROXY_HEAP=0), behind the proxy with it (the default: the proxy asks for every allocation and GC
-event itself, issue 19; each GC applied to the heap inside GarbageCollectionFinished, on the GC's thread),
-with each GC applied by the heap's own thread instead (PROFHARNESS_PROXY_HEAP_THREAD=1), and behind the proxy
+event itself, issue 19; each GC applied to the heap by the heap's own thread), with each GC applied inside
+GarbageCollectionFinished, on the GC's thread, instead (PROFHARNESS_PROXY_HEAP_THREAD=0), and behind the proxy
 with its trace written as before issue 23
 (PROFHARNESS_PROXY_TRACE_SYNC=1: formatted and written by the calling thread, one write per record).
 
@@ -111,7 +111,7 @@ def _arms(profiler: Path, folder: Path) -> dict[str, dict[str, str]]:
         "direct": direct,
         "proxy": proxied,
         "proxy without its heap": {**proxied, "PROFHARNESS_PROXY_HEAP": "0"},
-        "GCs applied by the heap's own thread": {**proxied, "PROFHARNESS_PROXY_HEAP_THREAD": "1"},
+        "GCs applied on the GC's thread": {**proxied, "PROFHARNESS_PROXY_HEAP_THREAD": "0"},
         "trace by the calling thread (before issue 23)": {**proxied, "PROFHARNESS_PROXY_TRACE_SYNC": "1"},
     }
 

@@ -10,14 +10,14 @@
 // thread rather than in time order gives the same heap: between two GCs live objects never overlap, so
 // allocations on different threads never touch each other's objects.
 //
-// With PROFHARNESS_PROXY_HEAP_THREAD=1 a GC is applied off the GC's thread (issue 23: the runtime's threads
+// A GC is applied off the GC's thread (issue 23: the runtime's threads
 // wait for GarbageCollectionFinished to return, so its work is the application's wall time):
 // GarbageCollectionFinished notes how far each allocation log has come (those allocations came before the
 // GC: every managed thread is suspended) and returns; the heap's own thread then folds each log up to that
 // point and applies the GC. Whoever takes the mutex first applies a GC still pending (a verdict, the next
 // GC, a full log), so every reader sees the heap as if the GC had been applied when it finished. The logs are
-// large enough (kLogSize) that a thread allocating between two GCs rarely waits for the mutex. By default
-// GarbageCollectionFinished applies it at once, on the GC's thread.
+// large enough (kLogSize) that a thread allocating between two GCs rarely waits for the mutex. With
+// PROFHARNESS_PROXY_HEAP_THREAD=0 GarbageCollectionFinished applies it at once, on the GC's thread.
 #include <signal.h>
 
 #include <condition_variable>
@@ -94,12 +94,14 @@ std::condition_variable& g_wake = *new std::condition_variable();
 bool g_wake_pending = false;  // guarded by g_wake_mu
 std::once_flag g_thread_started;
 
-// PROFHARNESS_PROXY_HEAP_THREAD=1: each GC applied by the heap's own thread; by default on the GC's thread,
-// inside GarbageCollectionFinished (bench/proxy.py measures both: no gain in wall time at load 2-4 on 2 cores).
+// Each GC applied by the heap's own thread (the default since 2026-11-28: bench/proxy.py's loop on the idle
+// machine, 1.29-1.33 against 1.33-1.38 on the GC's thread in three runs of 20-25 rounds; at load 2-4 on 2
+// cores, on 11-26, neither was ahead); PROFHARNESS_PROXY_HEAP_THREAD=0: on the GC's thread, inside
+// GarbageCollectionFinished.
 bool heap_thread_wanted() {
     static const bool wanted = [] {
         const char* v = std::getenv("PROFHARNESS_PROXY_HEAP_THREAD");
-        return v && std::strcmp(v, "1") == 0;
+        return !(v && std::strcmp(v, "0") == 0);
     }();
     return wanted;
 }
