@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -70,7 +71,8 @@ void fold_log_locked(AllocLog& log, std::uint32_t head) {
 
 // A finished GC not applied yet (guarded by g_mu): how far each log had come when it finished.
 bool g_gc_pending = false;
-std::vector<std::pair<AllocLog*, std::uint32_t>> g_gc_heads;
+using GcHeads = std::vector<std::pair<AllocLog*, std::uint32_t>>;
+GcHeads& g_gc_heads = *new GcHeads();  // never destroyed: the heap's thread may be using it at exit
 
 // g_mu held: the pending GC, if any, after the allocations that came before it.
 void apply_pending_locked() {
@@ -223,7 +225,13 @@ void heap_gc_finished() {
             return;
         }
     }
-    std::call_once(g_thread_started, [] { std::thread(heap_thread).detach(); });
+    try {
+        std::call_once(g_thread_started, [] { std::thread(heap_thread).detach(); });
+    } catch (const std::system_error&) {  // no thread to be had: applied here, as with the variable at 0
+        std::lock_guard<std::mutex> lock(g_mu);
+        apply_pending_locked();
+        return;
+    }
     {
         std::lock_guard<std::mutex> lock(g_wake_mu);
         g_wake_pending = true;

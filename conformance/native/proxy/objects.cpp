@@ -787,24 +787,35 @@ void install_signal_handlers() {
     sigaction(g_stack_signal, &sa, nullptr);
 }
 
-// The watchdog's view of each registered thread's outermost open frame (by registry index; the watchdog's own
-// thread alone touches it): the frame's number (ThreadState::busy_epoch) and the tick that first saw it open.
-// A frame is timed from that tick, so a hang is reported at most one period late and its time is never more
-// than the frame's own.
+// The watchdog's view of each registered thread (by registry index; the one watchdog thread alone touches it):
+// its outermost open callback frame (keyed by ThreadState::busy_epoch) and its outermost ICorProfilerInfo call
+// made outside any callback (keyed by its entry time, call_since), each with the tick that first saw it open.
+// Both are timed from that tick, so a hang is reported at most one period late and never before its limit
+// (a call's key is its coarse entry time: two calls of one thread within a few ms share it), and the two
+// compare on one clock. Fixed arrays: nothing to destroy at exit under the detached watchdog.
 struct SeenOpen {
-    std::uint64_t epoch = 0;
+    std::uint64_t key = 0;
     std::int64_t since = 0;
 };
-std::vector<SeenOpen> g_seen_open;
+SeenOpen g_seen_frame[kMaxThreads];
+SeenOpen g_seen_call[kMaxThreads];
 
-// Updates thread k's entry at tick `now`; the time its outermost frame has been open since (0: none open).
-std::int64_t busy_since(int k, const ThreadState& t, std::int64_t now) {
-    if (g_seen_open.size() <= static_cast<std::size_t>(k)) g_seen_open.resize(static_cast<std::size_t>(k) + 1);
-    SeenOpen& seen = g_seen_open[static_cast<std::size_t>(k)];
-    const std::uint64_t epoch = t.busy_epoch.load(std::memory_order_relaxed);
-    if (epoch == 0) seen = SeenOpen{};
-    else if (seen.epoch != epoch) seen = SeenOpen{epoch, now};
+// `seen` updated for `key` (0: nothing open) at tick `now`; the tick that first saw it open (0: none open).
+std::int64_t seen_since(SeenOpen& seen, std::uint64_t key, std::int64_t now) {
+    if (key == 0) seen = SeenOpen{};
+    else if (seen.key != key) seen = SeenOpen{key, now};
     return seen.since;
+}
+
+// Thread k's outermost callback frame: the tick that first saw it open (0: none open).
+std::int64_t busy_since(int k, const ThreadState& t, std::int64_t now) {
+    return seen_since(g_seen_frame[k], t.busy_epoch.load(std::memory_order_relaxed), now);
+}
+
+// Thread k's outermost ICorProfilerInfo call made outside any callback: the tick that first saw it (0: none).
+std::int64_t call_seen_since(int k, const ThreadState& t, std::int64_t now) {
+    return seen_since(g_seen_call[k], static_cast<std::uint64_t>(t.call_since.load(std::memory_order_relaxed)),
+                      now);
 }
 
 void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
@@ -874,10 +885,14 @@ void watchdog_loop() {
             ThreadState* t = reg.at(k);
             if (!t) continue;
             const std::int64_t since = busy_since(k, *t, now);
-            const std::int64_t call = t->call_since.load(std::memory_order_relaxed);
-            const bool is_call = call && (!since || call <= since);
+            const std::int64_t call = call_seen_since(k, *t, now);
+            // on one thread an open call is the outermost: it began with no callback open (a callback open
+            // beside it was made inside it, as RuntimeSuspendStarted inside SuspendRuntime)
+            const bool is_call = call != 0;
             const std::int64_t first = is_call ? call : since;
-            if (first && (!worst || first < worst_since)) {
+            // across threads, first seen at the same tick: the callback (a call blocked behind a callback that
+            // hangs, as SuspendRuntime waits for a thread inside one, is the usual case)
+            if (first && (!worst || first < worst_since || (first == worst_since && worst_call && !is_call))) {
                 worst = t;
                 worst_since = first;
                 worst_call = is_call;
@@ -885,6 +900,12 @@ void watchdog_loop() {
         }
         if (worst && now - worst_since > limit) report_hang(worst, now - worst_since, worst_call);
     }
+}
+
+// One watchdog per process (Initialize and InitializeForAttach each ask for it; its tables are its own).
+void start_watchdog() {
+    static std::once_flag once;
+    std::call_once(once, [] { std::thread(watchdog_loop).detach(); });
 }
 
 // --- the callback object the runtime talks to -----------------------------------------------------------
@@ -937,7 +958,7 @@ class ProxyCallback final : public CallbackForwarderBase {
             g_wrapper ? static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_wrapper)) : unk);
         note_new_threads(before);
         mask_after_initialize(hr);  // still inside the runtime's Initialize: the immutable bits may be set
-        if (config().hang_ms > 0) std::thread(watchdog_loop).detach();
+        if (config().hang_ms > 0) start_watchdog();
         return s.finish(hr);
     }
     // Attach (the runtime's diagnostics IPC AttachProfiler named the proxy): the profiler behind it gets
@@ -958,7 +979,7 @@ class ProxyCallback final : public CallbackForwarderBase {
             static_cast<IUnknown*>(static_cast<ICorProfilerInfo*>(g_wrapper)), data, cb);
         note_new_threads(before);
         mask_after_attach(hr);
-        if (config().hang_ms > 0 && hr >= 0) std::thread(watchdog_loop).detach();
+        if (config().hang_ms > 0 && hr >= 0) start_watchdog();
         return s.finish(hr);
     }
     HRESULT STDMETHODCALLTYPE ProfilerAttachComplete() override {
