@@ -209,10 +209,22 @@ void heap_surviving(ULONG n, const ObjectID* starts, const std::uint64_t* lens) 
     g_heap->surviving(n, reinterpret_cast<const std::uint64_t*>(starts), lens);
 }
 
+// The heap's thread, started by the first GC that wants it; false while none can be made (that GC is then
+// applied on its own thread, as with PROFHARNESS_PROXY_HEAP_THREAD=0; the next GC tries again).
+bool heap_thread_running() {
+    try {
+        std::call_once(g_thread_started, [] { std::thread(heap_thread).detach(); });
+        return true;
+    } catch (const std::system_error&) {
+        return false;
+    }
+}
+
 void heap_gc_finished() {
     g_in_gc.store(false, std::memory_order_release);
     if (!heap_enabled()) return;
     g_gcs.fetch_add(1, std::memory_order_relaxed);
+    const bool threaded = heap_thread_wanted() && heap_thread_running();
     {
         std::lock_guard<std::mutex> lock(g_mu);
         apply_pending_locked();  // the previous one, when its thread has not come to it yet
@@ -220,17 +232,10 @@ void heap_gc_finished() {
             g_gc_heads.emplace_back(&log, log.head.load(std::memory_order_acquire));
         });
         g_gc_pending = true;
-        if (!heap_thread_wanted()) {
+        if (!threaded) {
             apply_pending_locked();
             return;
         }
-    }
-    try {
-        std::call_once(g_thread_started, [] { std::thread(heap_thread).detach(); });
-    } catch (const std::system_error&) {  // no thread to be had: applied here, as with the variable at 0
-        std::lock_guard<std::mutex> lock(g_mu);
-        apply_pending_locked();
-        return;
     }
     {
         std::lock_guard<std::mutex> lock(g_wake_mu);

@@ -843,8 +843,8 @@ void report_hang(ThreadState* stuck, std::int64_t busy_ns, bool in_call) {
         const std::int64_t now = now_coarse_ns();
         const std::int64_t since = busy_since(k, *t, now);
         th.set("busyMs", since ? Json((now - since) / 1000000) : Json());
-        std::int64_t call_since = t->call_since.load();
-        th.set("callBusyMs", call_since ? Json((now_coarse_ns() - call_since) / 1000000) : Json());
+        const std::int64_t call_since = t->call_since.load();
+        th.set("callBusyMs", call_since ? Json((now - call_since) / 1000000) : Json());
         const bool ready = t->stack_ready.load(std::memory_order_acquire);
         th.set("stack", ready ? native_stack_json(t->stack, t->stack_n, t->stack_pc) : Json());
         threads.push(th);

@@ -127,11 +127,9 @@ bool is_initialize(int cb) {
 
 bool perturbing() { return state().on; }
 
-// state().on implies it (state() reads the same variable): the callback points below are called only then
-const bool g_perturb_configured = [] {
-    const char* seed = std::getenv("PROFHARNESS_PROXY_PERTURB");
-    return seed != nullptr && *seed != '\0';
-}();
+// state().on, read once at load (the environment the process started with): the callback points below are
+// called only then
+const bool g_perturb_configured = perturbing();
 
 void perturb_callback_enter(int cb) {
     State& s = state();

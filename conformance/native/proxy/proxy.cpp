@@ -75,7 +75,6 @@ ThreadState& new_thread_state() {
     return *t;
 }
 
-
 std::int64_t now_ns() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

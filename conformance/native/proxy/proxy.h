@@ -373,8 +373,8 @@ void note_caller(const void* ip);
 // --- perturbation (perturb.cpp, perturb.h: `validate --perturb SEED`) ----------------------------------
 // Each delays the calling thread when the seeded schedule says so (no-ops when not perturbing).
 bool perturbing();
-// PROFHARNESS_PROXY_PERTURB is set (read once, at load): without it the callback points below do nothing, and
-// a callback's scope does not call them
+// Perturbing (perturbing(), read once, at load): without it the callback points below do nothing, and a
+// callback's scope does not call them
 extern const bool g_perturb_configured;
 void perturb_callback_enter(int cb);   // a callback about to be forwarded (ProxyCb)
 void perturb_callback_return(int cb);  // the profiler's callback returned
